@@ -1,0 +1,242 @@
+// Command topoctl is the user's CLI for toposched: submit jobs, watch
+// placement outcomes, finish jobs.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/events/client"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRoot().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "topoctl:", err)
+		os.Exit(1)
+	}
+}
+
+type globals struct {
+	natsURL string
+	prefix  string
+	format  string
+}
+
+func newRoot() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "topoctl",
+		Short: "Submit jobs to toposched and follow where they are placed",
+		Long: `topoctl talks to a running toposched over NATS: it publishes jobs.submitted
+and jobs.finished events and reads placement.decided, placement.pending and
+placement.rejected.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.natsURL, "nats-url", envOr("TOPOSCHED_NATS_URL", "nats://127.0.0.1:4222"),
+		"NATS server URL(s) of the toposched deployment (env TOPOSCHED_NATS_URL)")
+	pf.StringVar(&g.prefix, "prefix", envOr("TOPOSCHED_PREFIX", events.DefaultPrefix), "first token of every event subject")
+	pf.StringVarP(&g.format, "output", "o", "table", "output format: table or json")
+	root.AddCommand(newSubmit(g), newWatch(g), newFinish(g))
+	return root
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func (g *globals) connect(ctx context.Context) (*bus.Bus, error) {
+	return bus.Connect(ctx, bus.Config{URL: g.natsURL, Prefix: g.prefix, Source: "urn:toposched:topoctl", ConnectTimeout: 5 * time.Second, SkipStreams: true})
+}
+
+func (g *globals) print(w io.Writer, o client.Outcome) error {
+	if g.format == "json" {
+		var v any
+		switch {
+		case o.Decided != nil:
+			v = o.Decided
+		case o.Pending != nil:
+			v = o.Pending
+		case o.Rejected != nil:
+			v = o.Rejected
+		default:
+			v = o.Released
+		}
+		return json.NewEncoder(w).Encode(struct {
+			Event string `json:"event"`
+			ID    string `json:"id"`
+			Data  any    `json:"data"`
+		}{string(o.Name), o.Env.ID, v})
+	}
+	return client.WriteOutcome(w, o)
+}
+
+func newSubmit(g *globals) *cobra.Command {
+	var wait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "submit FILE",
+		Short: "Submit a job (YAML or JSON); with --wait, print its placement",
+		Long: `submit checks a job file against the jobs.submitted schema, publishes it, and
+with --wait prints the outcome: the decision as a table, or why it waits or was
+rejected. With --wait a pending job keeps waiting for its decision.
+
+A job file looks like:
+
+  job_id: llm-tp8-dp2
+  gpus: 16
+  gpus_per_node: 8
+  gpu_model: A100-SXM4-80GB
+  parallelism: {tp: 8, dp: 2}`,
+		Example: "  topoctl submit job.yaml --wait",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if g.format != "table" && g.format != "json" {
+				return fmt.Errorf("--output %q: expected table or json", g.format)
+			}
+			job, err := client.LoadJob(args[0])
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			b, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if !wait {
+				env, err := client.Submit(ctx, b, job)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "submitted %s (event %s)\n", job.JobID, env.ID)
+				return nil
+			}
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			return submitAndWait(ctx, g, b, job, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the decision or rejection and print it")
+	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "with --wait, give up after this long")
+	return cmd
+}
+
+func submitAndWait(ctx context.Context, g *globals, b *bus.Bus, job *events.JobSubmitted, out io.Writer) error {
+	ready := make(chan struct{})
+	errc := make(chan error, 1)
+	var final client.Outcome
+	go func() {
+		errc <- client.Watch(ctx, b, client.FromNow, ready, func(o client.Outcome) error {
+			if o.JobID() != job.JobID || o.Released != nil {
+				return nil
+			}
+			if err := g.print(out, o); err != nil {
+				return err
+			}
+			if o.Final() {
+				final = o
+				return bus.ErrStop
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-ready:
+	case err := <-errc:
+		return err
+	}
+	if _, err := client.Submit(ctx, b, job); err != nil {
+		return err
+	}
+	if err := <-errc; err != nil {
+		return fmt.Errorf("waiting for %s: %w", job.JobID, err)
+	}
+	if final.Rejected != nil {
+		return fmt.Errorf("job %s rejected", job.JobID)
+	}
+	return nil
+}
+
+func newWatch(g *globals) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "watch",
+		Short: "Stream placement decisions, pending jobs and rejections as they happen",
+		Long: `watch prints every placement outcome as it is published, until interrupted.
+With --all it starts from the beginning of the placement stream.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.format != "table" && g.format != "json" {
+				return fmt.Errorf("--output %q: expected table or json", g.format)
+			}
+			ctx := cmd.Context()
+			b, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			from := client.FromNow
+			if all {
+				from = client.FromStart
+			}
+			err = client.Watch(ctx, b, from, nil, func(o client.Outcome) error {
+				return g.print(cmd.OutOrStdout(), o)
+			})
+			if ctx.Err() != nil {
+				return nil // interrupted: the normal way to stop watching
+			}
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "start from the first outcome in the stream")
+	return cmd
+}
+
+func newFinish(g *globals) *cobra.Command {
+	var status string
+	cmd := &cobra.Command{
+		Use:   "finish JOB",
+		Short: "Say a job ended, freeing its GPUs (or withdraw it while it waits)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch status {
+			case events.StatusSucceeded, events.StatusFailed, events.StatusCancelled:
+			default:
+				return fmt.Errorf("--status %q: expected succeeded, failed or cancelled", status)
+			}
+			if !events.ValidJobID(args[0]) {
+				return fmt.Errorf("job id %q: expected letters, digits, '.', '_', ':' or '-'", args[0])
+			}
+			ctx := cmd.Context()
+			b, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if _, err := client.Finish(ctx, b, args[0], status); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "finished %s (%s)\n", args[0], status)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&status, "status", events.StatusSucceeded, "how the job ended: succeeded, failed or cancelled")
+	return cmd
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toposched/toposched/deploy/examples"
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/events/client"
+	"github.com/toposched/toposched/events/natsserver"
+	"github.com/toposched/toposched/services/operator"
+)
+
+func newDemo(g *globals) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run every service on an embedded NATS server with a sample cluster and jobs, and print the decisions",
+		Long: `demo starts an embedded NATS server on a free loopback port with a temporary
+data dir, runs all services, publishes the sample cluster of
+deploy/examples/cluster.yaml, submits the sample jobs of deploy/examples/jobs,
+prints each decision, finishes a job so that a waiting one is placed, and exits.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.logLevel == "info" {
+				g.logLevel = "warn" // the demo's output is the decisions
+			}
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			return runDemo(ctx, g, cmd.OutOrStdout(), log)
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "give up after this long")
+	return cmd
+}
+
+func runDemo(ctx context.Context, g *globals, out io.Writer, log *slog.Logger) error {
+	dir, err := os.MkdirTemp("", "toposched-demo-")
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	clusterYAML, err := examples.FS.ReadFile("cluster.yaml")
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	clusterFile := filepath.Join(dir, "cluster.yaml")
+	if err := os.WriteFile(clusterFile, clusterYAML, 0o600); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	cfg := natsserver.DefaultConfig()
+	cfg.Port, cfg.StoreDir = -1, filepath.Join(dir, "nats")
+	srv, err := natsserver.Start(cfg)
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	b, err := bus.Connect(ctx, g.busConfig(srv.ClientURL(), "demo", log))
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: clusterFile}, log)
+	if err != nil {
+		return err
+	}
+	defer op.Stop()
+
+	fmt.Fprintf(out, "toposched demo: embedded NATS at %s, sample cluster %q (4 x 8 A100 NVSwitch, 2 x 4 L40S PCIe)\n\n",
+		srv.ClientURL(), "lab")
+	outcomes := make(chan client.Outcome, 64)
+	ready := make(chan struct{})
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		_ = client.Watch(watchCtx, b, client.FromStart, ready, func(o client.Outcome) error {
+			outcomes <- o
+			return nil
+		})
+	}()
+	<-ready
+	// await prints outcomes until one for job of the wanted kind arrives.
+	await := func(job string, want func(client.Outcome) bool) error {
+		for {
+			select {
+			case o := <-outcomes:
+				if o.Released == nil {
+					_ = client.WriteOutcome(out, o)
+					fmt.Fprintln(out)
+				}
+				if o.JobID() == job && want(o) {
+					return nil
+				}
+			case <-ctx.Done():
+				return fmt.Errorf("demo: no outcome for %s: %w", job, ctx.Err())
+			}
+		}
+	}
+	settled := func(o client.Outcome) bool { return o.Decided != nil || o.Rejected != nil || o.Pending != nil }
+	for _, path := range examples.DemoJobs {
+		data, err := examples.FS.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		job, err := client.ParseJob(path, data)
+		if err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		fmt.Fprintf(out, "$ topoctl submit %s\n", path)
+		if _, err := client.Submit(ctx, b, job); err != nil {
+			return err
+		}
+		if err := await(job.JobID, settled); err != nil {
+			return err
+		}
+	}
+	// A person with the nats CLI, no CloudEvents headers, and a typo.
+	typo := `{"job_id":"typo","gpu":8}`
+	fmt.Fprintf(out, "$ nats pub toposched.jobs.submitted '%s'\n", typo)
+	if err := b.PublishRaw(ctx, b.Subjects.Of(events.NameJobSubmitted), nil, []byte(typo)); err != nil {
+		return err
+	}
+	if err := await("typo", settled); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "$ topoctl finish bert-ddp8    # frees a node; the waiting moe-ep4 is placed\n")
+	if _, err := client.Finish(ctx, b, "bert-ddp8", events.StatusSucceeded); err != nil {
+		return err
+	}
+	if err := await("moe-ep4", func(o client.Outcome) bool { return o.Decided != nil }); err != nil {
+		return err
+	}
+	st := op.Placement.Store().Snapshot()
+	total, _ := st.Capacity("")
+	fmt.Fprintf(out, "done: %d of %d GPUs free; every placement above was decided by the blind first-fit baseline.\n",
+		st.FreeCount(), total)
+	return nil
+}
+

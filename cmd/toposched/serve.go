@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/events/natsserver"
+	"github.com/toposched/toposched/services/operator"
+)
+
+type serveFlags struct {
+	cluster  string
+	listen   string
+	dataDir  string
+	services []string
+	poll     time.Duration
+}
+
+func newServe(g *globals) *cobra.Command {
+	f := &serveFlags{}
+	cmd := &cobra.Command{
+		Use:   "serve --cluster FILE [--listen HOST:PORT --data-dir DIR | --nats-url URL]",
+		Short: "Run every service in one process, on an embedded NATS server unless --nats-url is given",
+		Long: `serve runs discovery, analysis, placement and optimizer in one process.
+
+Without --nats-url it starts an embedded NATS server with JetStream listening on
+--listen (loopback by default) and keeping its streams in --data-dir, so a
+restart with the same data dir keeps every pending job and allocation.
+Launchers and topoctl connect to that address.
+
+With --nats-url it connects to an existing NATS deployment instead.
+
+SIGTERM or Ctrl-C stops it gracefully: handlers in flight finish, nothing
+that was not handled is acknowledged, and the server flushes its streams.`,
+		Example: `  toposched serve --cluster deploy/examples/cluster.yaml
+  toposched serve --cluster cluster.yaml --listen 0.0.0.0:4222 --data-dir /var/lib/toposched
+  toposched serve --cluster cluster.yaml --nats-url nats://nats-0:4222,nats://nats-1:4222`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runServe(cmd.Context(), g, f)
+		},
+	}
+	cmd.Flags().StringVar(&f.cluster, "cluster", "", "cluster file (YAML or JSON) that discovery publishes")
+	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:4222", "embedded NATS listen address")
+	cmd.Flags().StringVar(&f.dataDir, "data-dir", "toposched-data", "embedded NATS JetStream storage directory")
+	cmd.Flags().StringSliceVar(&f.services, "services", operator.All, "services to run")
+	cmd.Flags().DurationVar(&f.poll, "poll", 5*time.Second, "how often discovery checks the cluster file for changes (0: never)")
+	return cmd
+}
+
+func runServe(ctx context.Context, g *globals, f *serveFlags) error {
+	log, err := g.logger()
+	if err != nil {
+		return err
+	}
+	url := g.natsURL
+	if url == "" {
+		srv, err := startEmbedded(f.listen, f.dataDir, log)
+		if err != nil {
+			return err
+		}
+		defer srv.Shutdown()
+		url = srv.ClientURL()
+		log.Info("embedded NATS ready", "url", url, "data_dir", f.dataDir)
+	}
+	return runServices(ctx, g, url, "operator", operator.Config{
+		Services: f.services, ClusterFile: f.cluster, Poll: f.poll,
+	}, log)
+}
+
+func startEmbedded(listen, dataDir string, log *slog.Logger) (*natsserver.Server, error) {
+	host, portText, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %q: %w", listen, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %q: port: %w", listen, err)
+	}
+	cfg := natsserver.DefaultConfig()
+	cfg.Host, cfg.Port, cfg.StoreDir = host, port, dataDir
+	cfg.Logger = log
+	return natsserver.Start(cfg)
+}
+
+// runServices connects to NATS, runs the services until ctx ends, then
+// stops them gracefully and drains the connection.
+func runServices(ctx context.Context, g *globals, url, source string, cfg operator.Config, log *slog.Logger) error {
+	b, err := bus.Connect(ctx, g.busConfig(url, source, log))
+	if err != nil {
+		return err
+	}
+	op, err := operator.Start(ctx, b, cfg, log)
+	if err != nil {
+		_ = b.Close()
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case <-op.Done():
+	}
+	err = op.Stop()
+	if cerr := b.Close(); cerr != nil {
+		err = errors.Join(err, cerr)
+	}
+	if err == nil {
+		log.Info("stopped")
+	}
+	return err
+}
+
+func newSingle(g *globals, name, short string) *cobra.Command {
+	var cluster string
+	var poll time.Duration
+	cmd := &cobra.Command{
+		Use:   name,
+		Short: short,
+		Long: short + `.
+
+It connects to the NATS deployment at --nats-url (default nats://127.0.0.1:4222,
+or TOPOSCHED_NATS_URL). Several replicas of a service share its durable
+consumers: each event is handled by one of them.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			url := g.natsURL
+			if url == "" {
+				url = "nats://127.0.0.1:4222"
+			}
+			return runServices(cmd.Context(), g, url, name,
+				operator.Config{Services: []string{name}, ClusterFile: cluster, Poll: poll}, log.With("service", name))
+		},
+	}
+	if name == operator.Discovery {
+		cmd.Flags().StringVar(&cluster, "cluster", "", "cluster file (YAML or JSON) to publish")
+		cmd.Flags().DurationVar(&poll, "poll", 5*time.Second, "how often to check the cluster file for changes (0: never)")
+		_ = cmd.MarkFlagRequired("cluster")
+	}
+	return cmd
+}

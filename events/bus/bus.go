@@ -1,0 +1,275 @@
+package bus
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/schemas"
+)
+
+// Config says how to reach NATS and how this process signs its events.
+type Config struct {
+	// URL of the NATS server(s), comma separated.
+	URL string
+	// Prefix is the first token of every subject.
+	Prefix string
+	// Source is the CloudEvents source of what this process publishes,
+	// such as urn:toposched:placement.
+	Source string
+	// Replicas of each stream: 1 on a single server, 3 on a cluster.
+	Replicas int
+	// ConnectTimeout bounds the first connection.
+	ConnectTimeout time.Duration
+	// SkipStreams leaves stream creation to the services: clients such as
+	// topoctl or a launcher need no right to manage streams.
+	SkipStreams bool
+	// NATSOptions are extra connection options (credentials, TLS).
+	NATSOptions []nats.Option
+	Logger      *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Prefix == "" {
+		c.Prefix = events.DefaultPrefix
+	}
+	if c.Source == "" {
+		c.Source = "urn:toposched"
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.URL == "" {
+		errs = append(errs, errors.New("nats url: required"))
+	}
+	if strings.ContainsAny(c.Prefix, ".*> \t") {
+		errs = append(errs, fmt.Errorf("subject prefix %q: must be one subject token", c.Prefix))
+	}
+	if c.Replicas < 0 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("stream replicas %d: must be 1 to 5", c.Replicas))
+	}
+	return errors.Join(errs...)
+}
+
+// Bus is one connection to NATS with the streams in place.
+type Bus struct {
+	cfg      Config
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	Subjects events.Subjects
+	log      *slog.Logger
+}
+
+// Connect dials NATS and creates or updates the streams.
+func Connect(ctx context.Context, cfg Config) (*Bus, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("bus config: %w", err)
+	}
+	opts := append([]nats.Option{
+		nats.Name(cfg.Source),
+		nats.Timeout(cfg.ConnectTimeout),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				cfg.Logger.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			cfg.Logger.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
+		}),
+	}, cfg.NATSOptions...)
+	nc, err := nats.Connect(cfg.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats %s: %w", cfg.URL, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	b := &Bus{cfg: cfg, nc: nc, js: js, Subjects: events.NewSubjects(cfg.Prefix), log: cfg.Logger}
+	if cfg.SkipStreams {
+		return b, nil
+	}
+	if err := b.EnsureStreams(ctx); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Conn is the underlying NATS connection.
+func (b *Bus) Conn() *nats.Conn { return b.nc }
+
+// JetStream is the underlying JetStream context.
+func (b *Bus) JetStream() jetstream.JetStream { return b.js }
+
+// Close drains the connection: pending publishes are flushed first.
+func (b *Bus) Close() error {
+	if err := b.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		return fmt.Errorf("drain nats connection: %w", err)
+	}
+	for !b.nc.IsClosed() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+// Stream domains. The dead-letter stream keeps what no handler could take.
+var streamDomains = []string{"jobs", "placement", "topology", "dlq"}
+
+// StreamName is the JetStream stream that holds a domain's subjects. Stream
+// names cannot hold dots, so they are not the subjects themselves.
+func (b *Bus) StreamName(domain string) string {
+	return strings.ToUpper(strings.NewReplacer("-", "_").Replace(b.cfg.Prefix) + "_" + domain)
+}
+
+func (b *Bus) streamConfig(domain string) jetstream.StreamConfig {
+	cfg := jetstream.StreamConfig{
+		Name:       b.StreamName(domain),
+		Subjects:   []string{b.Subjects.Domain(domain)},
+		Storage:    jetstream.FileStorage,
+		Retention:  jetstream.LimitsPolicy,
+		Replicas:   b.cfg.Replicas,
+		Duplicates: 2 * time.Minute,
+		MaxMsgSize: 8 << 20,
+	}
+	switch domain {
+	case "dlq":
+		cfg.Subjects = []string{b.Subjects.DeadLetter(), b.Subjects.DeadLetter() + ".>"}
+		cfg.MaxAge = 30 * 24 * time.Hour
+	case "topology":
+		// A node's newest report is its description; keep a short history
+		// for health changes, which replay applies in order.
+		cfg.MaxMsgsPerSubject = 1024
+	}
+	return cfg
+}
+
+// EnsureStreams creates the streams, or updates them to this configuration.
+// Safe to run from every process at start-up.
+func (b *Bus) EnsureStreams(ctx context.Context) error {
+	for _, d := range streamDomains {
+		cfg := b.streamConfig(d)
+		if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("create stream %s: %w", cfg.Name, err)
+		}
+	}
+	return nil
+}
+
+func (b *Bus) streamOf(subject string) (string, error) {
+	rest, ok := strings.CutPrefix(subject, b.cfg.Prefix+".")
+	if !ok {
+		return "", fmt.Errorf("subject %s: outside prefix %s", subject, b.cfg.Prefix)
+	}
+	domain, _, _ := strings.Cut(rest, ".")
+	for _, d := range streamDomains {
+		if d == domain {
+			return b.StreamName(d), nil
+		}
+	}
+	return "", fmt.Errorf("subject %s: no stream for domain %q", subject, domain)
+}
+
+type causeKey struct{}
+
+// WithCause records the event being handled, so that what is published while
+// handling it is derived from it (id, correlation, causation).
+func WithCause(ctx context.Context, env events.Envelope) context.Context {
+	return context.WithValue(ctx, causeKey{}, env)
+}
+
+// CauseFrom returns the event being handled, if any.
+func CauseFrom(ctx context.Context) (events.Envelope, bool) {
+	env, ok := ctx.Value(causeKey{}).(events.Envelope)
+	return env, ok
+}
+
+// NewID returns a random event id.
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Envelope builds the envelope of an event about to be published from ctx:
+// derived from the event being handled, if any, else fresh.
+func (b *Bus) Envelope(ctx context.Context, name events.Name, key string) events.Envelope {
+	env := events.Envelope{
+		Type:    name.CEType(),
+		Source:  b.cfg.Source,
+		Subject: key,
+		Time:    time.Now().UTC(),
+	}
+	if cause, ok := CauseFrom(ctx); ok {
+		env.ID = events.DeriveID(cause.ID, name, key)
+		env.CorrelationID = cause.CorrelationID
+		env.CausationID = cause.ID
+	} else {
+		env.ID = NewID()
+		env.CorrelationID = env.ID
+	}
+	return env
+}
+
+// Publish sends one event and waits until JetStream has stored it. The event
+// must be a pointer to one of the catalogue's types.
+func (b *Bus) Publish(ctx context.Context, v any) (events.Envelope, error) {
+	name, err := events.NameOf(v)
+	if err != nil {
+		return events.Envelope{}, err
+	}
+	key := events.KeyOf(v)
+	env := b.Envelope(ctx, name, key)
+	body, err := json.Marshal(v)
+	if err != nil {
+		return env, fmt.Errorf("encode %s: %w", name, err)
+	}
+	// What we send must meet the contract we ask of others.
+	if err := schemas.Validate(string(name), body); err != nil {
+		return env, fmt.Errorf("publish %s %s: breaks its schema: %w", name, key, err)
+	}
+	subject := b.Subjects.Of(name)
+	if name.NodeScoped() {
+		subject = b.Subjects.ForNode(name, key)
+	}
+	return env, b.PublishRaw(ctx, subject, env.Headers(), body)
+}
+
+// PublishRaw sends a body with the given headers and waits for the PubAck.
+// Failures are Transient: the broker may be back in a moment.
+func (b *Bus) PublishRaw(ctx context.Context, subject string, headers map[string]string, body []byte) error {
+	msg := nats.NewMsg(subject)
+	for k, v := range headers {
+		msg.Header.Set(k, v)
+	}
+	msg.Data = body
+	if _, err := b.js.PublishMsg(ctx, msg); err != nil {
+		return Transient(fmt.Errorf("publish %s: %w", subject, err))
+	}
+	return nil
+}

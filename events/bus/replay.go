@@ -1,0 +1,77 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toposched/toposched/events"
+)
+
+// ErrStop, returned by a Replay callback, ends the replay early without error.
+var ErrStop = errors.New("stop replay")
+
+// Record is one stored event read back by Replay.
+type Record struct {
+	Env  events.Envelope
+	Name events.Name
+	Body []byte
+	Seq  uint64
+}
+
+// Replay reads, in stream order, every message stored on the given subjects
+// of one domain's stream up to the moment Replay starts, and calls fn for
+// each. Services rebuild their state this way before they start handling:
+// the streams, not the process, hold the truth.
+func (b *Bus) Replay(ctx context.Context, domain string, subjects []string, fn func(Record) error) error {
+	stream := b.StreamName(domain)
+	cons, err := b.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: subjects,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("replay %s: %w", stream, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("replay %s: consumer info: %w", stream, err)
+	}
+	remaining := info.NumPending
+	for remaining > 0 {
+		batch, err := cons.Fetch(int(min(remaining, 256)))
+		if err != nil {
+			return fmt.Errorf("replay %s: fetch: %w", stream, err)
+		}
+		for m := range batch.Messages() {
+			remaining--
+			md, err := m.Metadata()
+			if err != nil {
+				return fmt.Errorf("replay %s: %w", stream, err)
+			}
+			h := make(map[string]string, len(m.Headers()))
+			for k, v := range m.Headers() {
+				if len(v) > 0 {
+					h[normalizeHeader(k)] = v[0]
+				}
+			}
+			d := events.Delivery{Subject: m.Subject(), Stream: md.Stream, Seq: md.Sequence.Stream, Time: md.Timestamp}
+			env, name, err := events.ParseEnvelope(b.Subjects, h, m.Data(), d)
+			if err != nil {
+				b.log.Warn("replay: skipping unreadable message", "stream", stream, "seq", md.Sequence.Stream, "err", err)
+				continue
+			}
+			if err := fn(Record{Env: env, Name: name, Body: m.Data(), Seq: md.Sequence.Stream}); err != nil {
+				if errors.Is(err, ErrStop) {
+					return nil
+				}
+				return err
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return fmt.Errorf("replay %s: %w", stream, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,176 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/schemas"
+)
+
+// Router runs a service's handlers. Every service builds it with NewRouter,
+// so every handler gets the same middleware stack.
+type Router struct {
+	b   *Bus
+	r   *message.Router
+	log *slog.Logger
+}
+
+// HandlerTimeout bounds one attempt of a handler.
+const HandlerTimeout = 30 * time.Second
+
+// NewRouter builds a router with the one middleware stack, outermost first:
+//
+//  1. dead letters: a permanent error (anything not marked Transient, a
+//     panic included) publishes the message to <prefix>.dlq with the error
+//     in the toposched-error header, and the message is acked;
+//  2. retry: Transient errors are retried with exponential backoff; when
+//     retries run out the message is nacked and JetStream redelivers it
+//     later, so a broker outage loses nothing and fills no dead letters;
+//  3. timeout of one attempt;
+//  4. recoverer: a panic becomes a permanent error carrying its stack.
+//
+// Correlation travels in the envelope: a handler's context carries the event
+// it handles (WithCause), and Publish derives ids and correlation from it.
+func (b *Bus) NewRouter() (*Router, error) {
+	wlog := watermill.NewSlogLoggerWithLevelMapping(b.log.With("component", "router"),
+		map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
+	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: HandlerTimeout + 5*time.Second}, wlog)
+	if err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
+	dead, err := middleware.PoisonQueueWithFilter(deadLetters{publisher{b}}, b.Subjects.DeadLetter(),
+		func(err error) bool { return !IsTransient(err) })
+	if err != nil {
+		return nil, fmt.Errorf("dead-letter middleware: %w", err)
+	}
+	retry := middleware.Retry{
+		MaxRetries:      5,
+		InitialInterval: 100 * time.Millisecond,
+		MaxInterval:     5 * time.Second,
+		Multiplier:      2,
+		ShouldRetry:     func(p middleware.RetryParams) bool { return IsTransient(p.Err) },
+		Logger:          wlog,
+	}
+	r.AddMiddleware(dead, retry.Middleware, middleware.Timeout(HandlerTimeout), middleware.Recoverer)
+	return &Router{b: b, r: r, log: b.log}, nil
+}
+
+// deadLetters puts the error where people look for it, toposched-error,
+// and keeps the original subject beside it.
+type deadLetters struct{ p publisher }
+
+func (d deadLetters) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		m.Metadata.Set(events.HeaderError, m.Metadata.Get(middleware.ReasonForPoisonedKey))
+		m.Metadata.Set(events.HeaderDeadSubject, m.Metadata.Get(metaSubject))
+		if m.UUID == "" {
+			m.UUID = NewID()
+		}
+	}
+	return d.p.Publish(topic, msgs...)
+}
+
+func (d deadLetters) Close() error { return nil }
+
+// Run starts the handlers and blocks until ctx is done or Close is called.
+func (r *Router) Run(ctx context.Context) error {
+	if err := r.r.Run(ctx); err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+	return nil
+}
+
+// Running is closed once every handler has subscribed.
+func (r *Router) Running() chan struct{} { return r.r.Running() }
+
+// Close stops taking messages, lets in-flight handlers finish and settle
+// their messages, and returns. Messages not yet handled stay in the stream.
+func (r *Router) Close() error { return r.r.Close() }
+
+// Handler is a typed event handler. Its Name is the JetStream durable
+// consumer name: renaming it makes the stream be consumed again from the
+// start, so names are constants of the service that owns them.
+type Handler[T any] struct {
+	Name  string
+	Event events.Name
+	// Concurrency is how many messages are handled at once (default 1).
+	Concurrency int
+	// Fn handles a decoded, schema-valid event. Its context carries the
+	// envelope (CauseFrom).
+	Fn func(ctx context.Context, env events.Envelope, ev *T) error
+	// Invalid, if set, is called before a malformed message goes to the
+	// dead-letter subject, with the schema error; it may answer the sender.
+	Invalid func(ctx context.Context, env events.Envelope, body []byte, err error) error
+}
+
+// Handle registers h on the router.
+func Handle[T any](r *Router, h Handler[T]) {
+	if name, err := events.NameOf(new(T)); err != nil || name != h.Event {
+		panic(fmt.Sprintf("bus: handler %s: type %T does not carry %s", h.Name, new(T), h.Event))
+	}
+	if h.Concurrency < 1 {
+		h.Concurrency = 1
+	}
+	sub := &subscriber{
+		b: r.b, durable: h.Name, concurrency: h.Concurrency, nakDelay: 2 * time.Second,
+		log: r.log, closing: make(chan struct{}),
+	}
+	topic := r.b.Subjects.Of(h.Event)
+	r.r.AddConsumerHandler(h.Name, topic, sub, func(m *message.Message) error {
+		env, body, err := r.b.envelopeOf(m)
+		if err != nil {
+			return fmt.Errorf("envelope: %w", err)
+		}
+		ctx := WithCause(m.Context(), env)
+		var ev T
+		if err := Decode(h.Event, body, &ev); err != nil {
+			if h.Invalid != nil {
+				if ierr := h.Invalid(ctx, env, body, err); ierr != nil {
+					return ierr
+				}
+			}
+			return err
+		}
+		return h.Fn(ctx, env, &ev)
+	})
+}
+
+// envelopeOf reads the CloudEvents envelope from a message's metadata,
+// fills in what a bare publisher left out, and writes it back so that a dead
+// letter carries the full envelope.
+func (b *Bus) envelopeOf(m *message.Message) (events.Envelope, []byte, error) {
+	seq, _ := strconv.ParseUint(m.Metadata.Get(metaSeq), 10, 64)
+	t, _ := time.Parse(time.RFC3339Nano, m.Metadata.Get(metaTime))
+	d := events.Delivery{Subject: m.Metadata.Get(metaSubject), Stream: m.Metadata.Get(metaStream), Seq: seq, Time: t}
+	env, _, err := events.ParseEnvelope(b.Subjects, m.Metadata, m.Payload, d)
+	if err != nil {
+		return env, nil, err
+	}
+	for k, v := range env.Headers() {
+		m.Metadata.Set(k, v)
+	}
+	m.UUID = env.ID
+	return env, m.Payload, nil
+}
+
+// Decode validates body against the event's JSON Schema and decodes it into
+// v, a pointer to the event's Go type. A schema failure is a
+// *schemas.ValidationError naming every field and rule.
+func Decode(name events.Name, body []byte, v any) error {
+	if err := schemas.Validate(string(name), body); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("decode %s: %w", name, err)
+	}
+	return nil
+}

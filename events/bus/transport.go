@@ -1,0 +1,191 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Metadata keys the subscriber sets from the transport. They start with an
+// underscore and never travel back out as headers.
+const (
+	metaSubject   = "_subject"
+	metaStream    = "_stream"
+	metaSeq       = "_seq"
+	metaTime      = "_time"
+	metaDelivered = "_delivered"
+)
+
+// publisher is Watermill's Publisher on JetStream: metadata become headers,
+// the message UUID becomes Nats-Msg-Id. The router uses it for dead letters.
+type publisher struct{ b *Bus }
+
+func (p publisher) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		h := make(map[string]string, len(m.Metadata)+1)
+		for k, v := range m.Metadata {
+			if !strings.HasPrefix(k, "_") {
+				h[k] = v
+			}
+		}
+		h["Nats-Msg-Id"] = m.UUID
+		// The message's context may be spent (the timeout middleware
+		// cancels it on return) and a dead letter must still be sent.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.Context()), 10*time.Second)
+		err := p.b.PublishRaw(ctx, topic, h, m.Payload)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (publisher) Close() error { return nil }
+
+// subscriber feeds one durable pull consumer to the router. Replicas of a
+// service share the durable, so each message goes to one of them.
+type subscriber struct {
+	b           *Bus
+	durable     string
+	concurrency int
+	nakDelay    time.Duration
+	log         *slog.Logger
+
+	closing   chan struct{}
+	closeOnce sync.Once
+	done      sync.WaitGroup
+}
+
+func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	stream, err := s.b.streamOf(topic)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := s.b.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable:       s.durable,
+		FilterSubject: topic,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: 1024,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s on %s: %w", s.durable, stream, err)
+	}
+	out := make(chan *message.Message)
+	work := make(chan jetstream.Msg)
+	var workers sync.WaitGroup
+	for range s.concurrency {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for m := range work {
+				s.deliver(ctx, m, out)
+			}
+		}()
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case work <- m:
+		case <-s.closing:
+			_ = m.Nak()
+		}
+	},
+		jetstream.PullMaxMessages(2*s.concurrency+8),
+		jetstream.PullExpiry(5*time.Second),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+				s.log.Warn("consume", "durable", s.durable, "err", err)
+				return
+			}
+			s.log.Info("consume: missed heartbeat, reconnecting", "durable", s.durable)
+		}))
+	if err != nil {
+		close(work)
+		return nil, fmt.Errorf("consume %s: %w", s.durable, err)
+	}
+	s.done.Add(1)
+	go func() {
+		defer s.done.Done()
+		select {
+		case <-ctx.Done():
+		case <-s.closing:
+		}
+		// Drain hands the messages already pulled to the callback, which
+		// nacks them now that closing is set; in-flight ones finish.
+		cc.Drain()
+		<-cc.Closed()
+		close(work)
+		workers.Wait()
+		close(out)
+	}()
+	return out, nil
+}
+
+// deliver hands one message to the router and settles it with JetStream.
+func (s *subscriber) deliver(ctx context.Context, m jetstream.Msg, out chan<- *message.Message) {
+	wm := toWatermill(m)
+	wm.SetContext(ctx)
+	select {
+	case out <- wm:
+	case <-s.closing:
+		_ = m.Nak()
+		return
+	}
+	select {
+	case <-wm.Acked():
+		if err := m.Ack(); err != nil {
+			s.log.Warn("ack", "durable", s.durable, "err", err)
+		}
+	case <-wm.Nacked():
+		if err := m.NakWithDelay(s.nakDelay); err != nil {
+			s.log.Warn("nak", "durable", s.durable, "err", err)
+		}
+	}
+}
+
+func (s *subscriber) Close() error {
+	s.closeOnce.Do(func() { close(s.closing) })
+	s.done.Wait()
+	return nil
+}
+
+// toWatermill copies headers into metadata, plus the transport's facts
+// under underscore keys.
+func toWatermill(m jetstream.Msg) *message.Message {
+	wm := message.NewMessage("", m.Data())
+	for k, v := range m.Headers() {
+		if len(v) == 0 {
+			continue
+		}
+		wm.Metadata.Set(normalizeHeader(k), v[0])
+	}
+	wm.Metadata.Set(metaSubject, m.Subject())
+	if md, err := m.Metadata(); err == nil {
+		wm.Metadata.Set(metaStream, md.Stream)
+		wm.Metadata.Set(metaSeq, strconv.FormatUint(md.Sequence.Stream, 10))
+		wm.Metadata.Set(metaTime, md.Timestamp.UTC().Format(time.RFC3339Nano))
+		wm.Metadata.Set(metaDelivered, strconv.FormatUint(md.NumDelivered, 10))
+	}
+	wm.UUID = wm.Metadata.Get("ce-id")
+	return wm
+}
+
+// normalizeHeader lower-cases CloudEvents headers: their binding is
+// case-insensitive, NATS headers are not.
+func normalizeHeader(k string) string {
+	lk := strings.ToLower(k)
+	if strings.HasPrefix(lk, "ce-") || lk == "content-type" {
+		return lk
+	}
+	return k
+}

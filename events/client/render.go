@@ -1,0 +1,83 @@
+package client
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/toposched/toposched/events"
+)
+
+// WriteOutcome prints an outcome for people: a decision as a table of nodes
+// and ranks, a wait or a rejection with every reason.
+func WriteOutcome(w io.Writer, o Outcome) error {
+	var b strings.Builder
+	switch {
+	case o.Decided != nil:
+		d := o.Decided
+		fmt.Fprintf(&b, "%s: decided by %s, %d ranks on %s\n", d.JobID, d.Strategy, len(d.Ranks), plural(len(d.Nodes), "node"))
+		tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  NODE\tRANKS\tCUDA_VISIBLE_DEVICES")
+		for _, n := range d.Nodes {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", n.Node, RanksOn(d, n.Node), n.CUDAVisibleDevices)
+		}
+		_ = tw.Flush()
+	case o.Pending != nil:
+		fmt.Fprintf(&b, "%s: pending\n", o.Pending.JobID)
+		writeReasons(&b, o.Pending.Reasons)
+	case o.Rejected != nil:
+		fmt.Fprintf(&b, "%s: rejected\n", o.Rejected.JobID)
+		writeReasons(&b, o.Rejected.Reasons)
+	case o.Released != nil:
+		fmt.Fprintf(&b, "%s: released (%s)\n", o.Released.JobID, o.Released.Status)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeReasons(b *strings.Builder, reasons []events.Reason) {
+	for _, r := range reasons {
+		field := ""
+		if r.Field != "" {
+			field = " [" + r.Field + "]"
+		}
+		fmt.Fprintf(b, "  - %s%s: %s\n", r.Code, field, r.Message)
+	}
+}
+
+// RanksOn lists the global ranks on node compactly, such as "0-7" or
+// "0-3,8-11".
+func RanksOn(d *events.PlacementDecided, node string) string {
+	var parts []string
+	start, prev := -1, -1
+	flush := func() {
+		switch {
+		case start < 0:
+		case start == prev:
+			parts = append(parts, strconv.Itoa(start))
+		default:
+			parts = append(parts, strconv.Itoa(start)+"-"+strconv.Itoa(prev))
+		}
+	}
+	for _, r := range d.Ranks {
+		if r.Node != node {
+			continue
+		}
+		if r.Rank != prev+1 || start < 0 {
+			flush()
+			start = r.Rank
+		}
+		prev = r.Rank
+	}
+	flush()
+	return strings.Join(parts, ",")
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
+}

@@ -1,0 +1,199 @@
+package events
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// CloudEvents 1.0 binary-mode attributes as NATS headers, and the headers
+// toposched adds for tracing.
+const (
+	HeaderSpecVersion   = "ce-specversion"
+	HeaderType          = "ce-type"
+	HeaderSource        = "ce-source"
+	HeaderID            = "ce-id"
+	HeaderTime          = "ce-time"
+	HeaderSubject       = "ce-subject"
+	HeaderContentType   = "content-type"
+	HeaderCorrelationID = "ce-correlationid"
+	HeaderCausationID   = "ce-causationid"
+	// HeaderMsgID is JetStream's de-duplication key; it always equals ce-id.
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderError carries why a message went to the dead-letter subject.
+	HeaderError = "toposched-error"
+	// HeaderDeadSubject is the subject a dead letter was first published on.
+	HeaderDeadSubject = "toposched-dead-subject"
+
+	SpecVersion = "1.0"
+	ContentType = "application/json"
+)
+
+// Envelope is the CloudEvents context of one message.
+type Envelope struct {
+	ID            string
+	Type          string
+	Source        string
+	Subject       string
+	Time          time.Time
+	CorrelationID string
+	CausationID   string
+}
+
+// Headers renders the envelope as NATS headers, Nats-Msg-Id included.
+func (e Envelope) Headers() map[string]string {
+	h := map[string]string{
+		HeaderSpecVersion: SpecVersion,
+		HeaderType:        e.Type,
+		HeaderSource:      e.Source,
+		HeaderID:          e.ID,
+		HeaderTime:        e.Time.UTC().Format(time.RFC3339Nano),
+		HeaderContentType: ContentType,
+		HeaderMsgID:       e.ID,
+	}
+	if e.Subject != "" {
+		h[HeaderSubject] = e.Subject
+	}
+	if e.CorrelationID != "" {
+		h[HeaderCorrelationID] = e.CorrelationID
+	}
+	if e.CausationID != "" {
+		h[HeaderCausationID] = e.CausationID
+	}
+	return h
+}
+
+// Delivery is what the transport knows of a received message, used to fill
+// in an envelope its publisher left out (a person with the nats CLI).
+type Delivery struct {
+	Subject string
+	Stream  string
+	Seq     uint64
+	Time    time.Time
+}
+
+// ParseEnvelope reads the envelope of a received message, filling in what is
+// missing: the event type from the subject, the id from the stream position
+// (stable across redeliveries, so derived events de-duplicate), the time from
+// the stream, the subject from the body's key field. It fails only when the
+// event type can be read from neither header nor subject.
+func ParseEnvelope(subjects Subjects, h map[string]string, body []byte, d Delivery) (Envelope, Name, error) {
+	e := Envelope{
+		ID:            h[HeaderID],
+		Type:          h[HeaderType],
+		Source:        h[HeaderSource],
+		Subject:       h[HeaderSubject],
+		CorrelationID: h[HeaderCorrelationID],
+		CausationID:   h[HeaderCausationID],
+	}
+	name, ok := subjects.NameOfSubject(d.Subject)
+	if e.Type != "" {
+		n, known := NameOfCEType(e.Type)
+		if !known {
+			return e, "", fmt.Errorf("header %s: unknown event type %q", HeaderType, e.Type)
+		}
+		if ok && n != name {
+			return e, "", fmt.Errorf("header %s: event type %q does not belong on subject %s", HeaderType, e.Type, d.Subject)
+		}
+		name, ok = n, true
+	}
+	if !ok {
+		return e, "", fmt.Errorf("subject %s: not a toposched event subject", d.Subject)
+	}
+	if e.Type == "" {
+		e.Type = name.CEType()
+	}
+	if e.ID == "" {
+		e.ID = h[HeaderMsgID]
+	}
+	if e.ID == "" {
+		e.ID = fmt.Sprintf("%s-%d", d.Stream, d.Seq)
+	}
+	if e.Source == "" {
+		e.Source = "urn:toposched:unknown-publisher"
+	}
+	if t, err := time.Parse(time.RFC3339Nano, h[HeaderTime]); err == nil {
+		e.Time = t
+	} else {
+		e.Time = d.Time
+	}
+	if e.Subject == "" {
+		e.Subject = KeyOfBody(name, body)
+	}
+	if e.CorrelationID == "" {
+		e.CorrelationID = e.ID
+	}
+	return e, name, nil
+}
+
+// KeyOfBody reads the field that identifies what an event is about (job id,
+// node, cluster) from a JSON body without validating the rest, so that even a
+// malformed job can be answered by its id. It returns "" when none is found.
+func KeyOfBody(name Name, body []byte) string {
+	var probe struct {
+		JobID   string `json:"job_id"`
+		Node    string `json:"node"`
+		Name    string `json:"name"`
+		Cluster string `json:"cluster"`
+		Job     struct {
+			JobID string `json:"job_id"`
+		} `json:"job"`
+	}
+	if json.Unmarshal(body, &probe) != nil {
+		return ""
+	}
+	switch name.Domain() {
+	case "jobs", "placement":
+		if probe.JobID != "" {
+			return probe.JobID
+		}
+		return probe.Job.JobID
+	}
+	switch name {
+	case NameTopologyNode:
+		return probe.Name
+	case NameTopologyHealth:
+		return probe.Node
+	case NameTopologyFabric:
+		return probe.Cluster
+	}
+	return ""
+}
+
+// KeyOf returns the ce-subject of an event value: its job id, node or cluster.
+func KeyOf(v any) string {
+	switch e := v.(type) {
+	case *JobSubmitted:
+		return e.JobID
+	case *JobAnalyzed:
+		return e.Job.JobID
+	case *JobFinished:
+		return e.JobID
+	case *PlacementDecided:
+		return e.JobID
+	case *PlacementPending:
+		return e.JobID
+	case *PlacementRejected:
+		return e.JobID
+	case *PlacementReleased:
+		return e.JobID
+	case *TopologyNode:
+		return e.Name
+	case *TopologyFabric:
+		return e.Cluster
+	case *TopologyHealth:
+		return e.Node
+	}
+	return ""
+}
+
+// DeriveID makes the id of an event caused by another one. It is a pure
+// function of the cause and what was derived, so that when a handler runs
+// twice for one input (a redelivery after a crash), its outputs carry the same
+// ids and JetStream drops the copies.
+func DeriveID(causeID string, name Name, key string) string {
+	sum := sha256.Sum256([]byte(causeID + "\x00" + string(name) + "\x00" + key))
+	return hex.EncodeToString(sum[:16])
+}

@@ -1,0 +1,185 @@
+package events
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+)
+
+// DefaultPrefix is the first subject token of every toposched event.
+const DefaultPrefix = "toposched"
+
+// Name is the wire name of an event, stable across Go renames.
+type Name string
+
+// The catalogue. Renaming a Go type never changes these.
+const (
+	NameJobSubmitted      Name = "jobs.submitted"
+	NameJobAnalyzed       Name = "jobs.analyzed"
+	NameJobFinished       Name = "jobs.finished"
+	NamePlacementDecided  Name = "placement.decided"
+	NamePlacementPending  Name = "placement.pending"
+	NamePlacementRejected Name = "placement.rejected"
+	NamePlacementReleased Name = "placement.released"
+	NameTopologyNode      Name = "topology.node"
+	NameTopologyFabric    Name = "topology.fabric"
+	NameTopologyHealth    Name = "topology.health"
+)
+
+// Version is the schema version carried in every ce-type.
+const Version = "v1"
+
+// Catalogue lists every event name, in documentation order.
+var Catalogue = []Name{
+	NameJobSubmitted, NameJobAnalyzed, NameJobFinished,
+	NamePlacementDecided, NamePlacementPending, NamePlacementRejected, NamePlacementReleased,
+	NameTopologyNode, NameTopologyFabric, NameTopologyHealth,
+}
+
+// NodeScoped reports whether the event's subject ends in a node token.
+func (n Name) NodeScoped() bool {
+	return n == NameTopologyNode || n == NameTopologyHealth
+}
+
+// Domain is the first token of the name: jobs, placement, topology.
+func (n Name) Domain() string {
+	d, _, _ := strings.Cut(string(n), ".")
+	return d
+}
+
+// CEType is the CloudEvents type, such as io.toposched.placement.decided.v1.
+func (n Name) CEType() string { return "io.toposched." + string(n) + "." + Version }
+
+// NameOfCEType is the inverse of CEType.
+func NameOfCEType(t string) (Name, bool) {
+	s, ok := strings.CutPrefix(t, "io.toposched.")
+	if !ok {
+		return "", false
+	}
+	s, ok = strings.CutSuffix(s, "."+Version)
+	if !ok {
+		return "", false
+	}
+	for _, n := range Catalogue {
+		if string(n) == s {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+// New returns a pointer to a zero value of the event's Go type.
+func (n Name) New() any {
+	switch n {
+	case NameJobSubmitted:
+		return new(JobSubmitted)
+	case NameJobAnalyzed:
+		return new(JobAnalyzed)
+	case NameJobFinished:
+		return new(JobFinished)
+	case NamePlacementDecided:
+		return new(PlacementDecided)
+	case NamePlacementPending:
+		return new(PlacementPending)
+	case NamePlacementRejected:
+		return new(PlacementRejected)
+	case NamePlacementReleased:
+		return new(PlacementReleased)
+	case NameTopologyNode:
+		return new(TopologyNode)
+	case NameTopologyFabric:
+		return new(TopologyFabric)
+	case NameTopologyHealth:
+		return new(TopologyHealth)
+	}
+	return nil
+}
+
+// NameOf returns the event name of a value of one of the catalogue's types.
+func NameOf(v any) (Name, error) {
+	switch v.(type) {
+	case *JobSubmitted, JobSubmitted:
+		return NameJobSubmitted, nil
+	case *JobAnalyzed, JobAnalyzed:
+		return NameJobAnalyzed, nil
+	case *JobFinished, JobFinished:
+		return NameJobFinished, nil
+	case *PlacementDecided, PlacementDecided:
+		return NamePlacementDecided, nil
+	case *PlacementPending, PlacementPending:
+		return NamePlacementPending, nil
+	case *PlacementRejected, PlacementRejected:
+		return NamePlacementRejected, nil
+	case *PlacementReleased, PlacementReleased:
+		return NamePlacementReleased, nil
+	case *TopologyNode, TopologyNode:
+		return NameTopologyNode, nil
+	case *TopologyFabric, TopologyFabric:
+		return NameTopologyFabric, nil
+	case *TopologyHealth, TopologyHealth:
+		return NameTopologyHealth, nil
+	}
+	return "", fmt.Errorf("events: %T is not in the catalogue", v)
+}
+
+// Subjects maps event names to NATS subjects under one prefix.
+type Subjects struct {
+	Prefix string
+}
+
+// NewSubjects returns the subjects under prefix, or DefaultPrefix if empty.
+func NewSubjects(prefix string) Subjects {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return Subjects{Prefix: prefix}
+}
+
+// Of is the subject of a non-node-scoped event, or the wildcard over all
+// nodes for a node-scoped one.
+func (s Subjects) Of(n Name) string {
+	if n.NodeScoped() {
+		return s.Prefix + "." + string(n) + ".*"
+	}
+	return s.Prefix + "." + string(n)
+}
+
+// ForNode is the subject of a node-scoped event about node.
+func (s Subjects) ForNode(n Name, node string) string {
+	return s.Prefix + "." + string(n) + "." + NodeToken(node)
+}
+
+// Domain is the wildcard subject over one domain, for a stream.
+func (s Subjects) Domain(domain string) string { return s.Prefix + "." + domain + ".>" }
+
+// DeadLetter is the subject where messages that cannot be handled are kept.
+func (s Subjects) DeadLetter() string { return s.Prefix + ".dlq" }
+
+// NameOfSubject finds the event name of a subject under this prefix.
+func (s Subjects) NameOfSubject(subject string) (Name, bool) {
+	rest, ok := strings.CutPrefix(subject, s.Prefix+".")
+	if !ok {
+		return "", false
+	}
+	for _, n := range Catalogue {
+		if rest == string(n) || (n.NodeScoped() && strings.HasPrefix(rest, string(n)+".")) {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+// NodeToken escapes a node name into one subject token: host names may hold
+// dots, which NATS reads as token separators.
+func NodeToken(node string) string {
+	return strings.NewReplacer("%", "%25", ".", "%2E", "*", "%2A", ">", "%3E", " ", "%20").Replace(node)
+}
+
+// NodeFromToken is the inverse of NodeToken.
+func NodeFromToken(tok string) (string, error) {
+	s, err := url.PathUnescape(tok)
+	if err != nil {
+		return "", fmt.Errorf("node token %q: %w", tok, err)
+	}
+	return s, nil
+}

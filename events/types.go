@@ -1,0 +1,186 @@
+package events
+
+import (
+	"regexp"
+	"time"
+)
+
+// Parallelism gives the degree of each parallel dimension of a job. A zero
+// value means "not given"; analysis resolves defaults (1, and dp from gpus).
+type Parallelism struct {
+	TP int `json:"tp,omitempty"`
+	PP int `json:"pp,omitempty"`
+	DP int `json:"dp,omitempty"`
+	EP int `json:"ep,omitempty"`
+	CP int `json:"cp,omitempty"`
+}
+
+// JobSubmitted is a user's request to place a job (jobs.submitted).
+type JobSubmitted struct {
+	JobID       string            `json:"job_id"`
+	Tenant      string            `json:"tenant,omitempty"`
+	Priority    int               `json:"priority,omitempty"`
+	GPUs        int               `json:"gpus"`
+	GPUsPerNode int               `json:"gpus_per_node,omitempty"`
+	GPUModel    string            `json:"gpu_model,omitempty"`
+	Parallelism *Parallelism      `json:"parallelism,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+}
+
+// RankGroups lists the communication groups of one parallel dimension: each
+// member is the list of global ranks that talk within that group.
+type RankGroups struct {
+	Dimension string  `json:"dimension"`
+	Size      int     `json:"size"`
+	Members   [][]int `json:"members"`
+}
+
+// JobAnalyzed is a validated job with its rank layout (jobs.analyzed).
+type JobAnalyzed struct {
+	Job         JobSubmitted `json:"job"`
+	Parallelism Parallelism  `json:"parallelism"`
+	// Order is the rank layout, fastest-varying dimension first.
+	Order  []string     `json:"order"`
+	Groups []RankGroups `json:"groups"`
+}
+
+// Job status values of JobFinished.
+const (
+	StatusSucceeded = "succeeded"
+	StatusFailed    = "failed"
+	StatusCancelled = "cancelled"
+)
+
+// JobFinished says a job ended, or was withdrawn while pending
+// (jobs.finished). Its GPUs are freed.
+type JobFinished struct {
+	JobID   string `json:"job_id"`
+	Status  string `json:"status"`
+	Message string `json:"message,omitempty"`
+}
+
+// RankPlacement puts one global rank on a GPU of a node.
+type RankPlacement struct {
+	Rank      int    `json:"rank"`
+	Node      string `json:"node"`
+	GPU       int    `json:"gpu"`
+	LocalRank int    `json:"local_rank"`
+}
+
+// NodePlacement is what a launcher needs on one node.
+type NodePlacement struct {
+	Node               string `json:"node"`
+	GPUs               []int  `json:"gpus"`
+	CUDAVisibleDevices string `json:"cuda_visible_devices"`
+}
+
+// PlacementDecided is a gang decision covering every rank of a job
+// (placement.decided).
+type PlacementDecided struct {
+	JobID     string          `json:"job_id"`
+	Strategy  string          `json:"strategy"`
+	Ranks     []RankPlacement `json:"ranks"`
+	Nodes     []NodePlacement `json:"nodes"`
+	DecidedAt time.Time       `json:"decided_at"`
+}
+
+// Reason explains a rejection or a wait. Field names the job field to blame,
+// as a JSON path such as "parallelism.tp", where one is.
+type Reason struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+// PlacementPending says a job waits for GPUs (placement.pending); it is
+// retried when GPUs free up or the topology changes.
+type PlacementPending struct {
+	JobID   string   `json:"job_id"`
+	Reasons []Reason `json:"reasons"`
+}
+
+// PlacementRejected says a job can never be placed or is invalid
+// (placement.rejected). Every reason found is listed.
+type PlacementRejected struct {
+	JobID   string   `json:"job_id"`
+	Reasons []Reason `json:"reasons"`
+}
+
+// PlacementReleased records that a job's GPUs were freed
+// (placement.released). Placement publishes it so that its own stream is a
+// complete, ordered log of allocations from which any replica rebuilds.
+type PlacementReleased struct {
+	JobID  string          `json:"job_id"`
+	Status string          `json:"status"`
+	Nodes  []NodePlacement `json:"nodes,omitempty"`
+}
+
+// GPU health values.
+const (
+	HealthHealthy   = "healthy"
+	HealthUnhealthy = "unhealthy"
+)
+
+// GPU describes one GPU of a node.
+type GPU struct {
+	Index     int    `json:"index"`
+	UUID      string `json:"uuid,omitempty"`
+	Model     string `json:"model,omitempty"`
+	MemoryMiB int    `json:"memory_mib,omitempty"`
+	Health    string `json:"health,omitempty"`
+}
+
+// TopologyNode is one node's report (topology.node.<node>): the newest per
+// node is its current description.
+type TopologyNode struct {
+	Name string `json:"name"`
+	// Position is the node's place in enumeration order (the order of the
+	// cluster file); the blind baseline fills nodes in this order.
+	Position int               `json:"position"`
+	GPUModel string            `json:"gpu_model,omitempty"`
+	GPUs     []GPU             `json:"gpus"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	// Removed withdraws the node from placement.
+	Removed bool `json:"removed,omitempty"`
+}
+
+// Switch is one fabric switch and what hangs below it.
+type Switch struct {
+	Name string `json:"name"`
+	// Tier is leaf, spine or core.
+	Tier     string   `json:"tier"`
+	Nodes    []string `json:"nodes,omitempty"`
+	Switches []string `json:"switches,omitempty"`
+}
+
+// TopologyFabric describes the network between nodes (topology.fabric).
+type TopologyFabric struct {
+	Cluster  string   `json:"cluster"`
+	Switches []Switch `json:"switches"`
+}
+
+// Health component kinds.
+const (
+	ComponentGPU    = "gpu"
+	ComponentNVLink = "nvlink"
+	ComponentNIC    = "nic"
+	ComponentNode   = "node"
+)
+
+// TopologyHealth reports a change of health of one part of a node
+// (topology.health.<node>). A part stays as last reported.
+type TopologyHealth struct {
+	Node       string    `json:"node"`
+	Component  string    `json:"component"`
+	ID         string    `json:"id,omitempty"`
+	Health     string    `json:"health"`
+	Reason     string    `json:"reason,omitempty"`
+	ObservedAt time.Time `json:"observed_at"`
+}
+
+// jobIDPattern is the shape of a job id, as in the schema: safe in NATS
+// headers, file names and Slurm job names.
+var jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// ValidJobID reports whether id has the shape of a job id.
+func ValidJobID(id string) bool { return jobIDPattern.MatchString(id) }

@@ -1,0 +1,453 @@
+// Package schemas holds the JSON Schemas (draft 2020-12) of toposched's
+// events, one per event name of the events catalogue, with example payloads,
+// and validates event bodies against them.
+//
+// The schemas are the contract for publishers that are not written in Go;
+// the tests prove that every Go type in package events matches its schema.
+// They live in v1/<name>.schema.json, with definitions shared between events
+// in v1/common.schema.json, and examples in v1/examples/<name>/ (valid) and
+// v1/examples/<name>/invalid/ (each must fail). Every schema has an absolute
+// $id under BaseURL so that references resolve the same wherever the files
+// are served from.
+package schemas
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+// FS holds the v1 directory: the schemas and their examples.
+//
+//go:embed v1
+var FS embed.FS
+
+// BaseURL is the prefix of every schema's $id; the file name follows it.
+const BaseURL = "https://toposched.dev/schemas/v1/"
+
+// Common is the name of the schema of shared definitions. It is not an event:
+// Schema returns it, Validate and Names do not know it.
+const Common = "common"
+
+const (
+	dir    = "v1"
+	suffix = ".schema.json"
+)
+
+// ErrUnknownEvent is returned (wrapped) for a name that has no schema.
+var ErrUnknownEvent = errors.New("unknown event")
+
+// Problem is one reason a body does not match its schema.
+type Problem struct {
+	// Field is the dotted JSON path of the value at fault, such as
+	// "parallelism.tp" or "ranks[3].gpu"; "" is the whole body. For a missing
+	// or unexpected property it names that property.
+	Field string
+	// Rule is the JSON Schema keyword that failed (required, minimum,
+	// pattern, additionalProperties, type, enum, format, ...), or "json" when
+	// the body is not JSON or repeats a property, and "number" when a number
+	// is out of any range an event field can hold.
+	Rule string
+	// Message says what is wrong, for people.
+	Message string
+}
+
+func (p Problem) String() string {
+	f := p.Field
+	if f == "" {
+		f = "(root)"
+	}
+	return f + ": " + p.Rule + ": " + p.Message
+}
+
+// ValidationError lists every problem found in a body, sorted by field then
+// rule.
+type ValidationError struct {
+	Problems []Problem
+}
+
+func (e *ValidationError) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Names returns the event names that have a schema, sorted.
+func Names() []string {
+	files, err := fs.Glob(FS, dir+"/*"+suffix)
+	if err != nil {
+		// The pattern is a constant and well formed.
+		panic(fmt.Sprintf("schemas: glob: %v", err))
+	}
+	var names []string
+	for _, f := range files {
+		if n := strings.TrimSuffix(path.Base(f), suffix); n != Common {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Schema returns the text of the schema of the named event, or of the shared
+// definitions for Common.
+func Schema(name string) ([]byte, error) {
+	if !validName(name) {
+		return nil, fmt.Errorf("schemas: %q: %w", name, ErrUnknownEvent)
+	}
+	b, err := FS.ReadFile(dir + "/" + name + suffix)
+	if err != nil {
+		return nil, fmt.Errorf("schemas: %q: %w", name, ErrUnknownEvent)
+	}
+	return b, nil
+}
+
+// validName keeps names from walking the embedded tree ("../x", "examples/..").
+func validName(name string) bool {
+	return name != "" && !strings.ContainsAny(name, "/\\") && name != "." && name != ".."
+}
+
+// compiled holds every event schema, compiled once on first use: compiling
+// costs milliseconds and most programs validate only a few kinds of event.
+var compiled = sync.OnceValues(compile)
+
+func compile() (map[string]*jsonschema.Schema, error) {
+	files, err := fs.Glob(FS, dir+"/*"+suffix)
+	if err != nil {
+		return nil, fmt.Errorf("schemas: glob: %w", err)
+	}
+	c := jsonschema.NewCompiler()
+	// Draft 2020-12 only annotates formats by default; date-time must be
+	// checked, since Go refuses a time.Time that is not RFC 3339.
+	c.AssertFormat()
+	// Every reference is to a resource added here; a schema that reached for
+	// the network or the file system would be a bug, so refuse it.
+	c.UseLoader(jsonschema.SchemeURLLoader{})
+	for _, f := range files {
+		b, err := FS.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("schemas: read %s: %w", f, err)
+		}
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+		if err != nil {
+			return nil, fmt.Errorf("schemas: parse %s: %w", f, err)
+		}
+		// Insist that $id matches the file, so that a copied schema cannot
+		// silently shadow another.
+		want := BaseURL + path.Base(f)
+		if obj, ok := doc.(map[string]any); !ok || obj["$id"] != want {
+			return nil, fmt.Errorf("schemas: %s: $id must be %s", f, want)
+		}
+		if err := c.AddResource(want, doc); err != nil {
+			return nil, fmt.Errorf("schemas: add %s: %w", f, err)
+		}
+	}
+	m := make(map[string]*jsonschema.Schema)
+	for _, n := range Names() {
+		s, err := c.Compile(BaseURL + n + suffix)
+		if err != nil {
+			return nil, fmt.Errorf("schemas: compile %s: %w", n, err)
+		}
+		m[n] = s
+	}
+	return m, nil
+}
+
+// Validate checks body against the schema of the named event, such as
+// "jobs.submitted". It returns nil, a *ValidationError listing every problem
+// found, or another error when name is unknown (wrapping ErrUnknownEvent).
+func Validate(name string, body []byte) error {
+	m, err := compiled()
+	if err != nil {
+		return err
+	}
+	s, ok := m[name]
+	if !ok {
+		return fmt.Errorf("schemas: %q: %w", name, ErrUnknownEvent)
+	}
+	doc, verr := decode(body)
+	if verr != nil {
+		return verr
+	}
+	err = s.Validate(doc)
+	if err == nil {
+		return nil
+	}
+	var jerr *jsonschema.ValidationError
+	if !errors.As(err, &jerr) {
+		return fmt.Errorf("schemas: validate %s: %w", name, err)
+	}
+	var probs []Problem
+	collect(jerr, doc, &probs)
+	return newValidationError(probs)
+}
+
+// decode parses body keeping numbers exact (json.Number), as the validator
+// wants, and reports where it is not JSON, or is JSON that parsers read
+// differently.
+func decode(body []byte) (any, *ValidationError) {
+	// Unmarshal checks the whole body first and reports the offset of any
+	// syntax error, trailing data after the value included; a Decoder would
+	// stop after the first value.
+	var raw json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil {
+		msg := err.Error()
+		var serr *json.SyntaxError
+		if errors.As(err, &serr) {
+			msg = fmt.Sprintf("not JSON at byte offset %d: %v", serr.Offset, serr)
+		}
+		return nil, &ValidationError{Problems: []Problem{{Rule: "json", Message: msg}}}
+	}
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.UseNumber()
+	p := parser{d: d}
+	doc, err := p.value("")
+	if err != nil {
+		// Unreachable after the check above, unless encoding/json changes.
+		return nil, &ValidationError{Problems: []Problem{{Rule: "json", Message: fmt.Sprintf("not JSON: %v", err)}}}
+	}
+	if len(p.probs) > 0 {
+		return nil, newValidationError(p.probs)
+	}
+	return doc, nil
+}
+
+// parser builds a document from a Decoder's tokens, refusing what the
+// validator and encoding/json would read differently:
+//
+//   - A repeated property: the validator sees only the last value, while
+//     encoding/json decodes each in turn (and stops at the first it cannot),
+//     so a body could pass here and fail in Go, or the reverse.
+//   - A number the validator cannot afford: it turns each into a big.Rat,
+//     which takes time growing with the exponent (tens of milliseconds for
+//     1e-999999, so a small body could hold seconds of work), and fails past
+//     a few million, after which a minimum on a non-integer would dereference
+//     nil. No event field holds such a number.
+type parser struct {
+	d     *json.Decoder
+	probs []Problem
+}
+
+// value reads one value; field is its dotted path.
+func (p *parser) value(field string) (any, error) {
+	tok, err := p.d.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch tok := tok.(type) {
+	case json.Delim:
+		if tok == '[' {
+			arr := []any{}
+			for i := 0; p.d.More(); i++ {
+				v, err := p.value(field + "[" + strconv.Itoa(i) + "]")
+				if err != nil {
+					return nil, err
+				}
+				arr = append(arr, v)
+			}
+			_, err := p.d.Token() // ]
+			return arr, err
+		}
+		obj := map[string]any{}
+		for p.d.More() {
+			kt, err := p.d.Token()
+			if err != nil {
+				return nil, err
+			}
+			key, _ := kt.(string)
+			kf := appendKey(field, key)
+			if _, dup := obj[key]; dup {
+				p.probs = append(p.probs, Problem{Field: kf, Rule: "json", Message: "duplicate property"})
+			}
+			v, err := p.value(kf)
+			if err != nil {
+				return nil, err
+			}
+			obj[key] = v
+		}
+		_, err := p.d.Token() // }
+		return obj, err
+	case json.Number:
+		if !numberInRange(string(tok)) {
+			p.probs = append(p.probs, Problem{
+				Field:   field,
+				Rule:    "number",
+				Message: fmt.Sprintf("number %.40s out of range", string(tok)),
+			})
+		}
+	}
+	return tok, nil
+}
+
+// Bounds of the numbers Validate accepts: past any float64, yet cheap for
+// big.Rat.
+const (
+	maxNumberLen = 100
+	maxExponent  = 400
+)
+
+// numberInRange reports whether a JSON number literal is short, has a modest
+// exponent and does not overflow a float64.
+func numberInRange(s string) bool {
+	if len(s) > maxNumberLen {
+		return false
+	}
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		e, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+"))
+		if err != nil || e > maxExponent || e < -maxExponent {
+			return false
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	return err == nil && !math.IsInf(f, 0)
+}
+
+// printer renders the validator's messages in English.
+var printer = message.NewPrinter(language.English)
+
+// collect appends a Problem for each leaf of the validator's error tree: the
+// inner nodes (the schema, $ref, allOf, ...) only group their causes.
+func collect(e *jsonschema.ValidationError, doc any, probs *[]Problem) {
+	switch k := e.ErrorKind.(type) {
+	case *kind.Required:
+		for _, p := range k.Missing {
+			*probs = append(*probs, Problem{
+				Field:   fieldPath(doc, append(e.InstanceLocation[:len(e.InstanceLocation):len(e.InstanceLocation)], p)),
+				Rule:    "required",
+				Message: "missing property",
+			})
+		}
+		return
+	case *kind.AdditionalProperties:
+		for _, p := range k.Properties {
+			*probs = append(*probs, Problem{
+				Field:   fieldPath(doc, append(e.InstanceLocation[:len(e.InstanceLocation):len(e.InstanceLocation)], p)),
+				Rule:    "additionalProperties",
+				Message: "unknown property",
+			})
+		}
+		return
+	case *kind.PropertyNames:
+		// Its causes are about the name, not the value; report the name.
+		*probs = append(*probs, Problem{
+			Field:   fieldPath(doc, append(e.InstanceLocation[:len(e.InstanceLocation):len(e.InstanceLocation)], k.Property)),
+			Rule:    "propertyNames",
+			Message: k.LocalizedString(printer),
+		})
+		return
+	}
+	if len(e.Causes) > 0 {
+		for _, c := range e.Causes {
+			collect(c, doc, probs)
+		}
+		return
+	}
+	r := rule(e.ErrorKind)
+	*probs = append(*probs, Problem{
+		Field: fieldPath(doc, e.InstanceLocation),
+		Rule:  r,
+		// Some messages repeat the keyword ("minimum: got 0, want 1"),
+		// which the Rule already says.
+		Message: strings.TrimPrefix(e.ErrorKind.LocalizedString(printer), r+": "),
+	})
+}
+
+// rule names the keyword of an error kind; the few kinds that have none are
+// named after what they are.
+func rule(k jsonschema.ErrorKind) string {
+	if kp := k.KeywordPath(); len(kp) > 0 {
+		return kp[0]
+	}
+	switch k.(type) {
+	case *kind.FalseSchema:
+		return "false"
+	case *kind.InvalidJsonValue:
+		return "json"
+	case *kind.Not:
+		return "not"
+	case *kind.RefCycle:
+		return "$ref"
+	}
+	return "schema"
+}
+
+// simpleKey is a property name that reads unambiguously after a dot.
+var simpleKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
+
+// fieldPath renders a JSON pointer's tokens as a dotted path, such as
+// ranks[3].gpu. It walks doc to tell array indexes from object keys that
+// happen to be digits.
+func fieldPath(doc any, loc []string) string {
+	field := ""
+	cur := doc
+	for _, tok := range loc {
+		switch v := cur.(type) {
+		case []any:
+			field += "[" + tok + "]"
+			if i, err := strconv.Atoi(tok); err == nil && i >= 0 && i < len(v) {
+				cur = v[i]
+			} else {
+				cur = nil
+			}
+			continue
+		case map[string]any:
+			cur = v[tok]
+		default:
+			cur = nil
+		}
+		field = appendKey(field, tok)
+	}
+	return field
+}
+
+// appendKey adds a property to a dotted path, quoting keys that hold dots or
+// other punctuation, such as labels["app.kubernetes.io/name"].
+func appendKey(field, key string) string {
+	switch {
+	case !simpleKey.MatchString(key):
+		return field + "[" + strconv.Quote(key) + "]"
+	case field == "":
+		return key
+	default:
+		return field + "." + key
+	}
+}
+
+// newValidationError sorts the problems and drops duplicates, so that the
+// error reads the same whatever order the validator visited the body in.
+func newValidationError(probs []Problem) *ValidationError {
+	sort.Slice(probs, func(i, j int) bool {
+		a, b := probs[i], probs[j]
+		if a.Field != b.Field {
+			return a.Field < b.Field
+		}
+		if a.Rule != b.Rule {
+			return a.Rule < b.Rule
+		}
+		return a.Message < b.Message
+	})
+	out := probs[:0]
+	for i, p := range probs {
+		if i == 0 || p != probs[i-1] {
+			out = append(out, p)
+		}
+	}
+	return &ValidationError{Problems: out}
+}

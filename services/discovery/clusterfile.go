@@ -1,0 +1,202 @@
+package discovery
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/toposched/toposched/events"
+)
+
+// Cluster is a parsed cluster file.
+type Cluster struct {
+	Name   string                `json:"name"`
+	Nodes  []events.TopologyNode `json:"nodes"`
+	Fabric events.TopologyFabric `json:"fabric"`
+}
+
+// NodeSpec is one node entry of a cluster file.
+type NodeSpec struct {
+	Name      string            `yaml:"name"`
+	GPUs      int               `yaml:"gpus"`
+	GPUModel  string            `yaml:"gpu_model"`
+	MemoryMiB int               `yaml:"memory_mib"`
+	Labels    map[string]string `yaml:"labels"`
+	// Count expands the entry into Count nodes named Name-001, Name-002...
+	Count int `yaml:"count"`
+}
+
+// SwitchSpec is one fabric switch of a cluster file.
+type SwitchSpec struct {
+	Name     string   `yaml:"name"`
+	Tier     string   `yaml:"tier"`
+	Nodes    []string `yaml:"nodes"`
+	Switches []string `yaml:"switches"`
+}
+
+type fileSpec struct {
+	Name   string     `yaml:"name"`
+	Nodes  []NodeSpec `yaml:"nodes"`
+	Fabric struct {
+		Switches []SwitchSpec `yaml:"switches"`
+	} `yaml:"fabric"`
+}
+
+// MaxGPUsPerNode bounds a node entry; no real node is near it.
+const MaxGPUsPerNode = 256
+
+var nodeNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
+
+// LoadCluster reads a cluster file from disk.
+func LoadCluster(path string) (Cluster, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Cluster{}, fmt.Errorf("cluster file: %w", err)
+	}
+	return ParseCluster(path, data)
+}
+
+// ParseCluster parses a cluster file (YAML or JSON). Errors name the file,
+// the line and what was expected; every problem found is reported.
+func ParseCluster(file string, data []byte) (Cluster, error) {
+	var root yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&root); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Cluster{}, fmt.Errorf("%s:1: nodes: expected a list of at least one node, the file is empty", file)
+		}
+		return Cluster{}, fmt.Errorf("%s: %w", file, err)
+	}
+	var spec fileSpec
+	strict := yaml.NewDecoder(bytes.NewReader(data))
+	strict.KnownFields(true)
+	if err := strict.Decode(&spec); err != nil {
+		return Cluster{}, fmt.Errorf("%s: %w", file, err)
+	}
+	lines := entryLines(&root, "nodes")
+	swLines := entryLines(&root, "fabric", "switches")
+	var errs []error
+	bad := func(line int, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s:%d: %s", file, line, fmt.Sprintf(format, args...)))
+	}
+	c := Cluster{Name: spec.Name}
+	if c.Name == "" {
+		c.Name = "default"
+	}
+	if len(spec.Nodes) == 0 {
+		bad(1, "nodes: expected a list of at least one node")
+	}
+	seen := map[string]int{}
+	for i, ns := range spec.Nodes {
+		line := lineAt(lines, i)
+		if ns.Count < 0 {
+			bad(line, "nodes[%d].count: expected a positive number, got %d", i, ns.Count)
+			continue
+		}
+		names := []string{ns.Name}
+		if ns.Count > 0 {
+			names = names[:0]
+			for k := 1; k <= ns.Count; k++ {
+				names = append(names, fmt.Sprintf("%s-%03d", ns.Name, k))
+			}
+		}
+		if ns.GPUs < 1 || ns.GPUs > MaxGPUsPerNode {
+			bad(line, "nodes[%d].gpus: expected 1 to %d GPUs, got %d", i, MaxGPUsPerNode, ns.GPUs)
+		}
+		for _, name := range names {
+			switch {
+			case !nodeNamePattern.MatchString(name):
+				bad(line, "nodes[%d].name: expected a host name (letters, digits, '.', '_', '-'), got %q", i, name)
+				continue
+			case seen[name] != 0:
+				bad(line, "nodes[%d].name: %q already defined on line %d", i, name, seen[name])
+				continue
+			}
+			seen[name] = line
+			node := events.TopologyNode{
+				Name:     name,
+				Position: len(c.Nodes),
+				GPUModel: ns.GPUModel,
+				Labels:   ns.Labels,
+			}
+			for g := range max(ns.GPUs, 0) {
+				node.GPUs = append(node.GPUs, events.GPU{
+					Index: g, Model: ns.GPUModel, MemoryMiB: ns.MemoryMiB, Health: events.HealthHealthy,
+				})
+			}
+			c.Nodes = append(c.Nodes, node)
+		}
+	}
+	c.Fabric.Cluster = c.Name
+	switches := map[string]bool{}
+	for _, sw := range spec.Fabric.Switches {
+		switches[sw.Name] = true
+	}
+	for i, sw := range spec.Fabric.Switches {
+		line := lineAt(swLines, i)
+		if sw.Name == "" {
+			bad(line, "fabric.switches[%d].name: expected a name", i)
+		}
+		switch sw.Tier {
+		case "leaf", "spine", "core":
+		default:
+			bad(line, "fabric.switches[%d].tier: expected leaf, spine or core, got %q", i, sw.Tier)
+		}
+		for _, n := range sw.Nodes {
+			if seen[n] == 0 {
+				bad(line, "fabric.switches[%d].nodes: %q is not a node of this cluster", i, n)
+			}
+		}
+		for _, s := range sw.Switches {
+			if !switches[s] {
+				bad(line, "fabric.switches[%d].switches: %q is not a switch of this fabric", i, s)
+			}
+		}
+		c.Fabric.Switches = append(c.Fabric.Switches, events.Switch(sw))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Cluster{}, err
+	}
+	return c, nil
+}
+
+// entryLines finds the line of each item of the sequence at path.
+func entryLines(root *yaml.Node, path ...string) []int {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	for _, key := range path {
+		if n.Kind != yaml.MappingNode {
+			return nil
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if strings.EqualFold(n.Content[i].Value, key) {
+				next = n.Content[i+1]
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		n = next
+	}
+	var out []int
+	for _, item := range n.Content {
+		out = append(out, item.Line)
+	}
+	return out
+}
+
+func lineAt(lines []int, i int) int {
+	if i < len(lines) {
+		return lines[i]
+	}
+	return 1
+}

@@ -1,0 +1,150 @@
+package store
+
+import (
+	"fmt"
+
+	memdb "github.com/hashicorp/go-memdb"
+)
+
+// Table names.
+const (
+	TableNodes = "nodes"
+	TableGPUs  = "gpus"
+	TableJobs  = "jobs"
+	// TableIndex holds the store's counters (today only the job sequence
+	// that orders pending jobs by age). Keeping them in memdb makes them
+	// part of every snapshot and rolls them back with an aborted write.
+	TableIndex = "index"
+)
+
+// Index names. Every table has the primary index IndexID. Each secondary
+// index costs roughly 450 B per row, so there are only as many as the reads
+// need.
+const (
+	IndexID       = "id"
+	IndexPosition = "position" // nodes: enumeration order
+	IndexNode     = "node"     // gpus: the GPUs of one node, by index
+	IndexFree     = "free"     // gpus: healthy and held by no job
+	IndexJob      = "job"      // gpus: the GPUs held by one job
+	IndexState    = "state"    // jobs: the jobs in one state
+)
+
+// schemaFactory returns the schema of one table.
+type schemaFactory func() *memdb.TableSchema
+
+// schemaFactories lists one factory per table.
+var schemaFactories = []schemaFactory{
+	nodesTableSchema,
+	gpusTableSchema,
+	jobsTableSchema,
+	indexTableSchema,
+}
+
+// schema returns the database schema of the store.
+func schema() *memdb.DBSchema {
+	db := &memdb.DBSchema{Tables: make(map[string]*memdb.TableSchema, len(schemaFactories))}
+	for _, f := range schemaFactories {
+		t := f()
+		if _, dup := db.Tables[t.Name]; dup {
+			panic(fmt.Sprintf("store: table %q defined twice", t.Name))
+		}
+		db.Tables[t.Name] = t
+	}
+	return db
+}
+
+// nodesTableSchema holds *Node, keyed by name.
+func nodesTableSchema() *memdb.TableSchema {
+	return &memdb.TableSchema{
+		Name: TableNodes,
+		Indexes: map[string]*memdb.IndexSchema{
+			IndexID: {
+				Name:    IndexID,
+				Unique:  true,
+				Indexer: &memdb.StringFieldIndex{Field: "Name"},
+			},
+			// Non-unique, so memdb appends the name: iterating it yields
+			// nodes by Position, then Name.
+			IndexPosition: {
+				Name:    IndexPosition,
+				Indexer: &memdb.IntFieldIndex{Field: "Position"},
+			},
+		},
+	}
+}
+
+// gpusTableSchema holds *GPU, keyed by (Node, Index).
+func gpusTableSchema() *memdb.TableSchema {
+	return &memdb.TableSchema{
+		Name: TableGPUs,
+		Indexes: map[string]*memdb.IndexSchema{
+			IndexID: {
+				Name:   IndexID,
+				Unique: true,
+				Indexer: &memdb.CompoundIndex{
+					Indexes: []memdb.Indexer{
+						&memdb.StringFieldIndex{Field: "Node"},
+						&memdb.IntFieldIndex{Field: "Index"},
+					},
+				},
+			},
+			// Non-unique, so the primary key is appended: a node's GPUs
+			// come out in Index order.
+			IndexNode: {
+				Name:    IndexNode,
+				Indexer: &memdb.StringFieldIndex{Field: "Node"},
+			},
+			IndexFree: {
+				Name:    IndexFree,
+				Indexer: &memdb.ConditionalIndex{Conditional: gpuIsFree},
+			},
+			// Free GPUs have no JobID and are left out of this index.
+			IndexJob: {
+				Name:         IndexJob,
+				AllowMissing: true,
+				Indexer:      &memdb.StringFieldIndex{Field: "JobID"},
+			},
+		},
+	}
+}
+
+// gpuIsFree is the condition of the free index.
+func gpuIsFree(obj any) (bool, error) {
+	g, ok := obj.(*GPU)
+	if !ok {
+		return false, fmt.Errorf("store: free index: unexpected %T", obj)
+	}
+	return g.Free(), nil
+}
+
+// jobsTableSchema holds *Job, keyed by ID.
+func jobsTableSchema() *memdb.TableSchema {
+	return &memdb.TableSchema{
+		Name: TableJobs,
+		Indexes: map[string]*memdb.IndexSchema{
+			IndexID: {
+				Name:    IndexID,
+				Unique:  true,
+				Indexer: &memdb.StringFieldIndex{Field: "ID"},
+			},
+			IndexState: {
+				Name:    IndexState,
+				Indexer: &memdb.StringFieldIndex{Field: "State"},
+			},
+		},
+	}
+}
+
+// indexTableSchema holds *indexEntry, keyed by Key.
+func indexTableSchema() *memdb.TableSchema {
+	return &memdb.TableSchema{
+		Name: TableIndex,
+		Indexes: map[string]*memdb.IndexSchema{
+			IndexID: {
+				Name:    IndexID,
+				Unique:  true,
+				Indexer: &memdb.StringFieldIndex{Field: "Key"},
+			},
+		},
+	}
+}

@@ -1,0 +1,181 @@
+package store
+
+import (
+	"cmp"
+	"iter"
+	"slices"
+
+	memdb "github.com/hashicorp/go-memdb"
+)
+
+// Snapshot is a point-in-time, read-only view of the store. Later writes do
+// not change it. Its methods return copies of the rows; maps and slices
+// inside them are shared and must not be modified.
+type Snapshot struct {
+	db *memdb.MemDB
+}
+
+// get opens a read transaction and iterates table by index.
+func (s *Snapshot) get(table, index string, args ...any) memdb.ResultIterator {
+	it, err := s.db.Txn(false).Get(table, index, args...)
+	must(err)
+	return it
+}
+
+func (s *Snapshot) first(table, index string, args ...any) any {
+	raw, err := s.db.Txn(false).First(table, index, args...)
+	must(err)
+	return raw
+}
+
+// Nodes returns the nodes sorted by Position, then Name.
+func (s *Snapshot) Nodes() []Node {
+	var out []Node
+	for n := range s.EachNode() {
+		out = append(out, n)
+	}
+	return out
+}
+
+// EachNode yields the nodes sorted by Position, then Name, without building
+// a slice.
+func (s *Snapshot) EachNode() iter.Seq[Node] {
+	return func(yield func(Node) bool) {
+		it := s.get(TableNodes, IndexPosition)
+		for raw := it.Next(); raw != nil; raw = it.Next() {
+			if !yield(*raw.(*Node)) {
+				return
+			}
+		}
+	}
+}
+
+// Node returns the named node.
+func (s *Snapshot) Node(name string) (Node, bool) {
+	raw := s.first(TableNodes, IndexID, name)
+	if raw == nil {
+		return Node{}, false
+	}
+	return *raw.(*Node), true
+}
+
+// GPUs returns a node's GPUs sorted by Index, whatever their state. After a
+// node is removed, the GPUs its jobs still hold are listed under its name
+// until released.
+func (s *Snapshot) GPUs(node string) []GPU {
+	var out []GPU
+	for g := range s.EachGPU(node) {
+		out = append(out, g)
+	}
+	return out
+}
+
+// EachGPU yields a node's GPUs sorted by Index, without building a slice.
+func (s *Snapshot) EachGPU(node string) iter.Seq[GPU] {
+	return func(yield func(GPU) bool) {
+		it := s.get(TableGPUs, IndexNode, node)
+		for raw := it.Next(); raw != nil; raw = it.Next() {
+			if !yield(*raw.(*GPU)) {
+				return
+			}
+		}
+	}
+}
+
+// FreeGPUs returns a node's free GPUs (healthy and held by no job) sorted by
+// Index.
+func (s *Snapshot) FreeGPUs(node string) []GPU {
+	var out []GPU
+	for g := range s.EachGPU(node) {
+		if g.Free() {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// FreeCount returns the number of free GPUs in the cluster.
+func (s *Snapshot) FreeCount() int {
+	n := 0
+	it := s.get(TableGPUs, IndexFree, true)
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		n++
+	}
+	return n
+}
+
+// GPUsOfJob returns the GPUs a job holds, sorted by node name, then index.
+func (s *Snapshot) GPUsOfJob(jobID string) []GPU {
+	if jobID == "" {
+		return nil
+	}
+	var out []GPU
+	it := s.get(TableGPUs, IndexJob, jobID)
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, *raw.(*GPU))
+	}
+	return out
+}
+
+// Job returns the job with the given id.
+func (s *Snapshot) Job(id string) (Job, bool) {
+	raw := s.first(TableJobs, IndexID, id)
+	if raw == nil {
+		return Job{}, false
+	}
+	return *raw.(*Job), true
+}
+
+// JobsInState returns the jobs in a state, sorted by id.
+func (s *Snapshot) JobsInState(state string) []Job {
+	var out []Job
+	it := s.get(TableJobs, IndexState, state)
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, *raw.(*Job))
+	}
+	return out
+}
+
+// PendingQueue returns the pending jobs in the order they are to be tried:
+// highest Priority first, then oldest (lowest Seq) first.
+func (s *Snapshot) PendingQueue() []Job {
+	q := s.JobsInState(JobPending)
+	slices.SortFunc(q, func(a, b Job) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Seq, b.Seq))
+	})
+	return q
+}
+
+// Capacity counts the GPUs of a model ("" for any model) on the nodes of the
+// cluster: all of them, and the healthy ones. GPUs kept only because a job
+// holds them after their node was removed are not counted.
+func (s *Snapshot) Capacity(model string) (total, healthyTotal int) {
+	for n := range s.EachNode() {
+		for g := range s.EachGPU(n.Name) {
+			if model != "" && cmp.Or(g.Model, n.GPUModel) != model {
+				continue
+			}
+			total++
+			if g.Healthy {
+				healthyTotal++
+			}
+		}
+	}
+	return total, healthyTotal
+}
+
+// MaxGPUsPerNode returns the largest number of GPUs of a model ("" for any
+// model) on one node, healthy or not.
+func (s *Snapshot) MaxGPUsPerNode(model string) int {
+	best := 0
+	for n := range s.EachNode() {
+		c := 0
+		for g := range s.EachGPU(n.Name) {
+			if model == "" || cmp.Or(g.Model, n.GPUModel) == model {
+				c++
+			}
+		}
+		best = max(best, c)
+	}
+	return best
+}

@@ -1,0 +1,540 @@
+// Package store is the in-memory GPU inventory that every service replica
+// keeps, built on go-memdb.
+//
+// The store is fed only by topology events (node reports, health changes)
+// and allocation events (placements and releases), so any replica rebuilds
+// it by replaying those streams from the start. It keeps no clock: the only
+// derived value, Job.Seq, comes from a counter kept in the store itself, so
+// a replay yields the same store.
+//
+// It follows Nomad's state-store style: the schema lives in schema.go, one
+// factory per table; every write method is one write transaction that
+// commits whole or not at all; objects read from memdb are never modified,
+// they are copied, changed and inserted again. Reads go through a Snapshot,
+// an O(1) point-in-time view that later writes do not change.
+package store
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	memdb "github.com/hashicorp/go-memdb"
+
+	"github.com/toposched/toposched/events"
+)
+
+// ErrConflict is wrapped by Allocate's errors when a GPU it was asked for is
+// missing, unhealthy or held by another job.
+var ErrConflict = errors.New("allocation conflict")
+
+// Store is the GPU inventory. It is safe for concurrent use: writes are
+// serialized by memdb, reads see snapshots.
+type Store struct {
+	db *memdb.MemDB
+}
+
+// New returns an empty store.
+func New() (*Store, error) {
+	db, err := memdb.NewMemDB(schema())
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Snapshot returns a point-in-time view of the store in O(1).
+func (s *Store) Snapshot() *Snapshot {
+	return &Snapshot{db: s.db.Snapshot()}
+}
+
+// WatchFree returns a channel that is closed on the next change to the set
+// of free GPUs (a GPU allocated, released, turning healthy or unhealthy,
+// added or removed). It may also close on a change that leaves the set as it
+// was (a free GPU's details rewritten, or any GPU change while no GPU is
+// free), so a waiter re-checks what it waits for. Take the channel before
+// reading the snapshot that found no room, or a change in between is missed.
+func (s *Store) WatchFree() <-chan struct{} {
+	txn := s.db.Txn(false)
+	it, err := txn.Get(TableGPUs, IndexFree, true)
+	must(err)
+	return it.WatchCh()
+}
+
+// write runs fn in one write transaction, committing if it returns nil.
+func (s *Store) write(fn func(txn *memdb.Txn) error) error {
+	txn := s.db.Txn(true)
+	defer txn.Abort() // no-op after Commit
+	if err := fn(txn); err != nil {
+		return err
+	}
+	txn.Commit()
+	return nil
+}
+
+// reportedHealthy maps a reported health value to healthy or not: "" and
+// "healthy" are healthy, anything else is not.
+func reportedHealthy(h string) bool {
+	return h == "" || h == events.HealthHealthy
+}
+
+// UpsertNode applies a node's report: the node and its GPUs are inserted or
+// updated. GPUs keep the job holding them. A GPU missing from the report is
+// deleted if free; if a job holds it, it is kept but marked unhealthy
+// (ReasonMissing) so nothing new lands on it, and deleted when released. A
+// GPU without a model takes the node's. If the report has Removed set, the
+// node and its free GPUs are removed; allocated GPUs stay, unhealthy
+// (ReasonNodeRemoved), until released.
+func (s *Store) UpsertNode(n events.TopologyNode) error {
+	if n.Name == "" {
+		return errors.New("store: node report without a name")
+	}
+	reported := make(map[int]int, len(n.GPUs)) // GPU index -> position in n.GPUs
+	if !n.Removed {
+		for i, g := range n.GPUs {
+			if _, dup := reported[g.Index]; dup {
+				return fmt.Errorf("store: node %q reports GPU %d twice", n.Name, g.Index)
+			}
+			reported[g.Index] = i
+		}
+	}
+	return s.write(func(txn *memdb.Txn) error {
+		existing, err := gpusOfNode(txn, n.Name)
+		if err != nil {
+			return err
+		}
+		if n.Removed {
+			return removeNode(txn, n.Name, existing)
+		}
+
+		node := &Node{
+			Name:     n.Name,
+			Position: n.Position,
+			GPUModel: n.GPUModel,
+			Labels:   maps.Clone(n.Labels),
+			GPUCount: len(n.GPUs),
+		}
+		old, err := txn.First(TableNodes, IndexID, n.Name)
+		if err != nil {
+			return err
+		}
+		if old == nil || !nodeEqual(old.(*Node), node) {
+			if err := txn.Insert(TableNodes, node); err != nil {
+				return err
+			}
+		}
+
+		// GPUs that disappeared from the report.
+		for _, g := range existing {
+			if _, ok := reported[g.Index]; ok {
+				continue
+			}
+			if g.JobID == "" {
+				if err := txn.Delete(TableGPUs, g); err != nil {
+					return err
+				}
+				continue
+			}
+			upd := *g
+			upd.Healthy, upd.HealthReason, upd.NodePosition = false, ReasonMissing, n.Position
+			if err := insertGPUIfChanged(txn, g, &upd); err != nil {
+				return err
+			}
+		}
+
+		// Reported GPUs. existing is sorted by index; look old ones up by
+		// binary search rather than building a second map.
+		for _, rg := range n.GPUs {
+			var old *GPU
+			if i, ok := slices.BinarySearchFunc(existing, rg.Index, func(g *GPU, idx int) int {
+				return cmp.Compare(g.Index, idx)
+			}); ok {
+				old = existing[i]
+			}
+			upd := GPU{
+				Node:         n.Name,
+				Index:        rg.Index,
+				UUID:         rg.UUID,
+				Model:        cmp.Or(rg.Model, n.GPUModel),
+				MemoryMiB:    rg.MemoryMiB,
+				Healthy:      reportedHealthy(rg.Health),
+				NodePosition: n.Position,
+			}
+			if !upd.Healthy {
+				upd.HealthReason = "node report: " + rg.Health
+			}
+			if old != nil {
+				upd.JobID = old.JobID
+			}
+			if err := insertGPUIfChanged(txn, old, &upd); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// removeNode deletes a node and its free GPUs, and marks its allocated GPUs
+// unhealthy.
+func removeNode(txn *memdb.Txn, name string, gpus []*GPU) error {
+	if _, err := txn.DeleteAll(TableNodes, IndexID, name); err != nil {
+		return err
+	}
+	for _, g := range gpus {
+		if g.JobID == "" {
+			if err := txn.Delete(TableGPUs, g); err != nil {
+				return err
+			}
+			continue
+		}
+		upd := *g
+		upd.Healthy, upd.HealthReason = false, ReasonNodeRemoved
+		if err := insertGPUIfChanged(txn, g, &upd); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// insertGPUIfChanged inserts upd unless it equals old. Skipping unchanged
+// rows saves the write and keeps WatchFree from firing on a report that
+// changed nothing.
+func insertGPUIfChanged(txn *memdb.Txn, old, upd *GPU) error {
+	if old != nil && *old == *upd {
+		return nil
+	}
+	return txn.Insert(TableGPUs, upd)
+}
+
+func nodeEqual(a, b *Node) bool {
+	return a.Name == b.Name && a.Position == b.Position && a.GPUModel == b.GPUModel &&
+		a.GPUCount == b.GPUCount && maps.Equal(a.Labels, b.Labels)
+}
+
+// SetHealth applies a health change. Component "gpu" with ID the GPU's index
+// (decimal) sets that GPU's health; component "node" sets the health of all
+// the node's GPUs. Components "nvlink" and "nic" are accepted and ignored for
+// now: placement does not yet model links, so their health changes nothing
+// (the topology-aware strategies will). Any other component is an error, as
+// is an unknown node or GPU. A GPU kept only because a job holds it
+// (ReasonMissing, ReasonNodeRemoved) stays unhealthy whatever the report says.
+func (s *Store) SetHealth(h events.TopologyHealth) error {
+	healthy := reportedHealthy(h.Health)
+	reason := ""
+	if !healthy {
+		reason = cmp.Or(h.Reason, h.Health)
+	}
+	return s.write(func(txn *memdb.Txn) error {
+		node, err := txn.First(TableNodes, IndexID, h.Node)
+		if err != nil {
+			return err
+		}
+		if node == nil {
+			return fmt.Errorf("store: health for unknown node %q", h.Node)
+		}
+		var targets []*GPU
+		switch h.Component {
+		case events.ComponentGPU:
+			idx, err := strconv.Atoi(h.ID)
+			if err != nil {
+				return fmt.Errorf("store: health for GPU %q of node %q: GPU id is not an index", h.ID, h.Node)
+			}
+			g, err := txn.First(TableGPUs, IndexID, h.Node, idx)
+			if err != nil {
+				return err
+			}
+			if g == nil {
+				return fmt.Errorf("store: health for unknown GPU %s", GPUKey{h.Node, idx})
+			}
+			targets = []*GPU{g.(*GPU)}
+		case events.ComponentNode:
+			if targets, err = gpusOfNode(txn, h.Node); err != nil {
+				return err
+			}
+		case events.ComponentNVLink, events.ComponentNIC:
+			// Accepted and ignored for now; see the method's doc.
+			return nil
+		default:
+			return fmt.Errorf("store: health for unknown component %q of node %q", h.Component, h.Node)
+		}
+		for _, g := range targets {
+			if g.HealthReason == ReasonMissing || g.HealthReason == ReasonNodeRemoved {
+				continue
+			}
+			upd := *g
+			upd.Healthy, upd.HealthReason = healthy, reason
+			if err := insertGPUIfChanged(txn, g, &upd); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Allocate gives gpus to jobID in one transaction. It re-checks that every
+// GPU exists, is healthy and is free; if any is not, nothing is allocated and
+// the error wraps ErrConflict and names each GPU at fault and why. Allocating
+// the set the job already holds again is a no-op success (so replays are
+// harmless); allocating a different set to a job that holds GPUs is a
+// conflict: release first.
+func (s *Store) Allocate(jobID string, gpus []GPUKey) error {
+	return s.allocate(jobID, gpus, false)
+}
+
+// Restore re-applies an allocation that was already committed, as when a
+// replica rebuilds from the streams. A rebuild replays the topology streams
+// to their end before the allocation log, so a GPU may by then be unhealthy,
+// missing from its node's report or on a removed node, where at the time of
+// the allocation it was not. Restore still gives it to the job, so that the
+// rebuilt store equals the live one: an unhealthy GPU is held as it is, and a
+// GPU that no longer exists is recreated, unhealthy (ReasonMissing, or
+// ReasonNodeRemoved when its node is gone), until the job releases it.
+// A GPU held by another job is still a conflict (ErrConflict), and nothing
+// is restored then; a job that holds the same set already is a no-op.
+func (s *Store) Restore(jobID string, gpus []GPUKey) error {
+	return s.allocate(jobID, gpus, true)
+}
+
+func (s *Store) allocate(jobID string, gpus []GPUKey, restore bool) error {
+	if jobID == "" {
+		return errors.New("store: allocate: empty job id")
+	}
+	if len(gpus) == 0 {
+		return fmt.Errorf("store: allocate %q: no GPUs given", jobID)
+	}
+	want := slices.Clone(gpus)
+	slices.SortFunc(want, compareKeys)
+	for i := 1; i < len(want); i++ {
+		if want[i] == want[i-1] {
+			return fmt.Errorf("store: allocate %q: GPU %s given twice", jobID, want[i])
+		}
+	}
+	return s.write(func(txn *memdb.Txn) error {
+		held, err := gpusOfJob(txn, jobID)
+		if err != nil {
+			return err
+		}
+		if len(held) > 0 {
+			if sameKeys(held, want) {
+				return nil
+			}
+			return fmt.Errorf("%w: job %q already holds %d other GPUs; release them first", ErrConflict, jobID, len(held))
+		}
+
+		var problems []string
+		upds := make([]*GPU, 0, len(want))
+		for _, k := range want {
+			raw, err := txn.First(TableGPUs, IndexID, k.Node, k.Index)
+			if err != nil {
+				return err
+			}
+			if raw == nil {
+				if !restore {
+					problems = append(problems, fmt.Sprintf("GPU %s does not exist", k))
+					continue
+				}
+				g, err := placeholderGPU(txn, k)
+				if err != nil {
+					return err
+				}
+				g.JobID = jobID
+				upds = append(upds, g)
+				continue
+			}
+			g := raw.(*GPU)
+			switch {
+			case g.JobID != "":
+				problems = append(problems, fmt.Sprintf("GPU %s is held by job %q", k, g.JobID))
+			case !g.Healthy && !restore:
+				problems = append(problems, fmt.Sprintf("GPU %s is unhealthy (%s)", k, g.HealthReason))
+			default:
+				upd := *g
+				upd.JobID = jobID
+				upds = append(upds, &upd)
+			}
+		}
+		if len(problems) > 0 {
+			return fmt.Errorf("%w: job %q: %s", ErrConflict, jobID, strings.Join(problems, "; "))
+		}
+		for _, g := range upds {
+			if err := txn.Insert(TableGPUs, g); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// placeholderGPU returns the unhealthy row Restore creates for a GPU the
+// topology no longer has.
+func placeholderGPU(txn *memdb.Txn, k GPUKey) (*GPU, error) {
+	g := &GPU{Node: k.Node, Index: k.Index, HealthReason: ReasonNodeRemoved}
+	raw, err := txn.First(TableNodes, IndexID, k.Node)
+	if err != nil {
+		return nil, err
+	}
+	if raw != nil {
+		n := raw.(*Node)
+		g.Model, g.NodePosition, g.HealthReason = n.GPUModel, n.Position, ReasonMissing
+	}
+	return g, nil
+}
+
+// Release frees every GPU held by jobID and returns them sorted by node name
+// and index. A GPU kept only because the job held it (ReasonMissing,
+// ReasonNodeRemoved) is deleted instead of freed. Releasing a job that holds
+// nothing returns nil, nil.
+func (s *Store) Release(jobID string) ([]GPUKey, error) {
+	if jobID == "" {
+		return nil, nil
+	}
+	var keys []GPUKey
+	err := s.write(func(txn *memdb.Txn) error {
+		held, err := gpusOfJob(txn, jobID)
+		if err != nil {
+			return err
+		}
+		for _, g := range held {
+			keys = append(keys, g.Key())
+			if g.HealthReason == ReasonMissing || g.HealthReason == ReasonNodeRemoved {
+				if err := txn.Delete(TableGPUs, g); err != nil {
+					return err
+				}
+				continue
+			}
+			upd := *g
+			upd.JobID = ""
+			if err := txn.Insert(TableGPUs, &upd); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(keys, compareKeys)
+	return keys, nil
+}
+
+// UpsertJob inserts or updates a job. On first insert the store assigns Seq
+// from its own counter; afterwards the job keeps that Seq, whatever j.Seq
+// says.
+func (s *Store) UpsertJob(j Job) error {
+	if j.ID == "" {
+		return errors.New("store: job without an id")
+	}
+	switch j.State {
+	case JobPending, JobPlaced, JobRejected, JobFinished:
+	default:
+		return fmt.Errorf("store: job %q: unknown state %q", j.ID, j.State)
+	}
+	return s.write(func(txn *memdb.Txn) error {
+		old, err := txn.First(TableJobs, IndexID, j.ID)
+		if err != nil {
+			return err
+		}
+		if old != nil {
+			j.Seq = old.(*Job).Seq
+		} else {
+			seq, err := nextSeq(txn, jobSeqKey)
+			if err != nil {
+				return err
+			}
+			j.Seq = seq
+		}
+		return txn.Insert(TableJobs, &j)
+	})
+}
+
+// DeleteJob removes a job. Deleting an unknown job is a no-op. A job that
+// still holds GPUs is not deleted: release them first.
+func (s *Store) DeleteJob(id string) error {
+	return s.write(func(txn *memdb.Txn) error {
+		held, err := gpusOfJob(txn, id)
+		if err != nil {
+			return err
+		}
+		if len(held) > 0 {
+			return fmt.Errorf("store: job %q still holds %d GPUs; release them first", id, len(held))
+		}
+		_, err = txn.DeleteAll(TableJobs, IndexID, id)
+		return err
+	})
+}
+
+// nextSeq increments the named counter and returns its new value (the
+// first is 1).
+func nextSeq(txn *memdb.Txn, key string) (uint64, error) {
+	raw, err := txn.First(TableIndex, IndexID, key)
+	if err != nil {
+		return 0, err
+	}
+	var v uint64
+	if raw != nil {
+		v = raw.(*indexEntry).Value
+	}
+	v++
+	return v, txn.Insert(TableIndex, &indexEntry{Key: key, Value: v})
+}
+
+// gpusOfNode returns the rows of a node's GPUs, by index. The rows belong to
+// memdb: read, never modify.
+func gpusOfNode(txn *memdb.Txn, node string) ([]*GPU, error) {
+	it, err := txn.Get(TableGPUs, IndexNode, node)
+	if err != nil {
+		return nil, err
+	}
+	var out []*GPU
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*GPU))
+	}
+	return out, nil
+}
+
+// gpusOfJob returns the rows of the GPUs a job holds, by node name and
+// index. The rows belong to memdb: read, never modify.
+func gpusOfJob(txn *memdb.Txn, jobID string) ([]*GPU, error) {
+	if jobID == "" {
+		return nil, nil
+	}
+	it, err := txn.Get(TableGPUs, IndexJob, jobID)
+	if err != nil {
+		return nil, err
+	}
+	var out []*GPU
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*GPU))
+	}
+	return out, nil
+}
+
+// sameKeys reports whether held (sorted by node, index, as the job index
+// yields them) names exactly want (sorted).
+func sameKeys(held []*GPU, want []GPUKey) bool {
+	if len(held) != len(want) {
+		return false
+	}
+	for i, g := range held {
+		if g.Key() != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func compareKeys(a, b GPUKey) int {
+	return cmp.Or(strings.Compare(a.Node, b.Node), cmp.Compare(a.Index, b.Index))
+}
+
+// must panics on an error that only a schema mistake can cause (an unknown
+// table or index name, a wrongly typed argument).
+func must(err error) {
+	if err != nil {
+		panic("store: " + err.Error())
+	}
+}

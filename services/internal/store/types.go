@@ -1,0 +1,93 @@
+package store
+
+import (
+	"fmt"
+
+	"github.com/toposched/toposched/events"
+)
+
+// Node is one node of the cluster. The store never hands out a Node it
+// keeps: callers get a copy, but Labels is shared and must not be modified.
+type Node struct {
+	Name string
+	// Position is the node's place in enumeration order (the order of the
+	// cluster file).
+	Position int
+	GPUModel string
+	Labels   map[string]string
+	// GPUCount is the number of GPUs in the node's latest report.
+	GPUCount int
+}
+
+// GPU is one GPU of a node. Its primary key is (Node, Index).
+type GPU struct {
+	Node         string
+	Index        int
+	UUID         string
+	Model        string
+	MemoryMiB    int
+	Healthy      bool
+	HealthReason string
+	// JobID is the job holding the GPU; "" means free.
+	JobID string
+	// NodePosition copies the node's Position.
+	NodePosition int
+}
+
+// Key returns the GPU's primary key.
+func (g GPU) Key() GPUKey { return GPUKey{Node: g.Node, Index: g.Index} }
+
+// Free reports whether a new job may be placed on the GPU: healthy and held
+// by no job.
+func (g GPU) Free() bool { return g.Healthy && g.JobID == "" }
+
+// GPUKey names one GPU.
+type GPUKey struct {
+	Node  string
+	Index int
+}
+
+// String returns "node/index".
+func (k GPUKey) String() string { return fmt.Sprintf("%s/%d", k.Node, k.Index) }
+
+// Job states.
+const (
+	JobPending  = "pending"
+	JobPlaced   = "placed"
+	JobRejected = "rejected"
+	JobFinished = "finished"
+)
+
+// Job is a job known to placement. Spec, Decision and Reasons are shared
+// with the store and must not be modified once passed to UpsertJob or read
+// back.
+type Job struct {
+	ID       string
+	State    string
+	Priority int
+	// Seq is assigned by the store when the job is first inserted; it
+	// orders jobs of equal priority by age.
+	Seq      uint64
+	Spec     events.JobAnalyzed
+	Decision *events.PlacementDecided
+	Reasons  []events.Reason
+}
+
+// Health reasons set by the store itself.
+const (
+	// ReasonMissing marks an allocated GPU that its node's latest report no
+	// longer lists. It is kept, unhealthy, until its job releases it.
+	ReasonMissing = "missing from node report"
+	// ReasonNodeRemoved marks an allocated GPU of a removed node. It is
+	// kept, unhealthy, until its job releases it.
+	ReasonNodeRemoved = "node removed"
+)
+
+// indexEntry is a row of TableIndex: a named counter.
+type indexEntry struct {
+	Key   string
+	Value uint64
+}
+
+// jobSeqKey names the counter behind Job.Seq.
+const jobSeqKey = "job_seq"

@@ -1,0 +1,170 @@
+// Package operator wires toposched's services into one process: the
+// all-in-one `toposched serve`, each `toposched <service>` on its own, the
+// demo and the tests all start services through Start.
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/services/analysis"
+	"github.com/toposched/toposched/services/discovery"
+	"github.com/toposched/toposched/services/optimizer"
+	"github.com/toposched/toposched/services/placement"
+)
+
+// Service names.
+const (
+	Discovery = "discovery"
+	Analysis  = "analysis"
+	Placement = "placement"
+	Optimizer = "optimizer"
+)
+
+// All lists every service.
+var All = []string{Discovery, Analysis, Placement, Optimizer}
+
+// Config says which services run and what they read.
+type Config struct {
+	Services []string
+	// ClusterFile is read by discovery.
+	ClusterFile string
+	// Poll is how often discovery checks the cluster file for changes.
+	Poll time.Duration
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Services) == 0 {
+		errs = append(errs, errors.New("services: at least one"))
+	}
+	for _, s := range c.Services {
+		if !slices.Contains(All, s) {
+			errs = append(errs, fmt.Errorf("service %q: unknown (have %v)", s, All))
+		}
+	}
+	if slices.Contains(c.Services, Discovery) && c.ClusterFile == "" {
+		errs = append(errs, errors.New("cluster file: required by discovery"))
+	}
+	return errors.Join(errs...)
+}
+
+// Operator is a set of running services.
+type Operator struct {
+	router    *bus.Router
+	Placement *placement.Service
+	Optimizer *optimizer.Service
+
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	errMu    sync.Mutex
+	firstErr error
+	done     chan struct{}
+}
+
+// Start rebuilds the services' state from the streams, starts them, and
+// returns once every handler is consuming.
+func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Operator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("operator config: %w", err)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	router, err := b.NewRouter()
+	if err != nil {
+		return nil, err
+	}
+	o := &Operator{router: router, done: make(chan struct{})}
+	has := func(s string) bool { return slices.Contains(cfg.Services, s) }
+	if has(Analysis) {
+		analysis.New(b, log).Register(router)
+	}
+	if has(Placement) {
+		o.Placement = placement.New(b, log)
+		if err := o.Placement.Rebuild(ctx); err != nil {
+			return nil, err
+		}
+		o.Placement.Register(router)
+	}
+	if has(Optimizer) {
+		o.Optimizer = optimizer.New(log)
+		o.Optimizer.Register(router)
+	}
+	// The services' own context outlives a signal: Stop closes the router
+	// first so that in-flight handlers finish with a live context.
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	o.cancel = cancel
+	if has(Analysis) || has(Placement) || has(Optimizer) {
+		o.wg.Add(1)
+		go func() {
+			defer o.wg.Done()
+			o.fail(router.Run(runCtx))
+		}()
+		select {
+		case <-router.Running():
+		case <-ctx.Done():
+			_ = router.Close()
+			cancel()
+			o.wg.Wait()
+			return nil, ctx.Err()
+		}
+	}
+	if has(Discovery) {
+		d := discovery.New(discovery.Config{ClusterFile: cfg.ClusterFile, Poll: cfg.Poll}, b, log)
+		o.wg.Add(1)
+		go func() {
+			defer o.wg.Done()
+			o.fail(d.Run(runCtx))
+		}()
+	}
+	go func() {
+		o.wg.Wait()
+		close(o.done)
+	}()
+	log.Info("services running", "services", cfg.Services)
+	return o, nil
+}
+
+func (o *Operator) fail(err error) {
+	if err == nil {
+		return
+	}
+	o.errMu.Lock()
+	if o.firstErr == nil {
+		o.firstErr = err
+	}
+	o.errMu.Unlock()
+	// One service failing stops the process: a half-running operator
+	// looks healthy and decides nothing.
+	go o.Stop()
+}
+
+// Done is closed when every service has stopped.
+func (o *Operator) Done() <-chan struct{} { return o.done }
+
+// Err is the first error a service stopped with.
+func (o *Operator) Err() error {
+	o.errMu.Lock()
+	defer o.errMu.Unlock()
+	return o.firstErr
+}
+
+// Stop stops taking new messages, lets in-flight handlers finish and settle,
+// and waits for every service. Messages not yet taken stay in the streams.
+func (o *Operator) Stop() error {
+	err := o.router.Close()
+	o.cancel()
+	<-o.done
+	if err != nil {
+		return fmt.Errorf("stop router: %w", err)
+	}
+	return o.Err()
+}

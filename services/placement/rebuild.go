@@ -1,0 +1,135 @@
+package placement
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/services/internal/store"
+)
+
+// Rebuild restores the store from the streams: the topology, then every
+// allocation and release in the order placement published them, then the
+// specs of the jobs still waiting. Run it before Register's handlers start.
+func (s *Service) Rebuild(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	subj := s.bus.Subjects
+	var nodes, health, placed, pending int
+	err := s.bus.Replay(ctx, "topology",
+		[]string{subj.Of(events.NameTopologyNode), subj.Of(events.NameTopologyHealth)},
+		func(r bus.Record) error {
+			switch r.Name {
+			case events.NameTopologyNode:
+				var n events.TopologyNode
+				if err := bus.Decode(r.Name, r.Body, &n); err != nil {
+					return nil // it went to the dead letters when it arrived
+				}
+				nodes++
+				return s.store.UpsertNode(n)
+			case events.NameTopologyHealth:
+				var h events.TopologyHealth
+				if err := bus.Decode(r.Name, r.Body, &h); err != nil {
+					return nil
+				}
+				health++
+				if err := s.store.SetHealth(h); err != nil {
+					s.log.Warn("rebuild: health for an unknown part", "node", h.Node, "err", err)
+				}
+			}
+			return nil
+		})
+	if err != nil {
+		return fmt.Errorf("rebuild topology: %w", err)
+	}
+	err = s.bus.Replay(ctx, "placement", []string{subj.Domain("placement")}, func(r bus.Record) error {
+		return s.replayPlacement(r)
+	})
+	if err != nil {
+		return fmt.Errorf("rebuild placements: %w", err)
+	}
+	waiting := map[string]bool{}
+	for _, j := range s.store.Snapshot().JobsInState(store.JobPending) {
+		waiting[j.ID] = true
+	}
+	if len(waiting) > 0 {
+		err = s.bus.Replay(ctx, "jobs", []string{subj.Of(events.NameJobAnalyzed)}, func(r bus.Record) error {
+			if !waiting[r.Env.Subject] {
+				return nil
+			}
+			var a events.JobAnalyzed
+			if err := bus.Decode(r.Name, r.Body, &a); err != nil {
+				return nil
+			}
+			j, _ := s.store.Snapshot().Job(a.Job.JobID)
+			if j.State != store.JobPending || j.Spec.Job.JobID != "" {
+				return nil // the first analysis is the one that was queued
+			}
+			j.Spec, j.Priority = a, a.Job.Priority
+			return s.store.UpsertJob(j)
+		})
+		if err != nil {
+			return fmt.Errorf("rebuild pending jobs: %w", err)
+		}
+	}
+	for _, j := range s.store.Snapshot().JobsInState(store.JobPending) {
+		if j.Spec.Job.JobID == "" {
+			s.log.Error("rebuild: pending job has no analysis left in the jobs stream; dropped", "job_id", j.ID)
+			if err := s.store.DeleteJob(j.ID); err != nil {
+				return err
+			}
+			continue
+		}
+		pending++
+	}
+	placed = len(s.store.Snapshot().JobsInState(store.JobPlaced))
+	s.log.Info("state rebuilt from streams", "nodes", nodes, "health_events", health,
+		"placed_jobs", placed, "pending_jobs", pending, "free_gpus", s.store.Snapshot().FreeCount())
+	return nil
+}
+
+// replayPlacement applies one event of placement's own log.
+func (s *Service) replayPlacement(r bus.Record) error {
+	switch r.Name {
+	case events.NamePlacementDecided:
+		var d events.PlacementDecided
+		if err := bus.Decode(r.Name, r.Body, &d); err != nil {
+			return nil
+		}
+		// Restore, not Allocate: a GPU that has failed or left since the
+		// decision is still held by the job until it is released.
+		if err := s.store.Restore(d.JobID, gpusOf(&d)); err != nil {
+			s.log.Error("rebuild: allocation conflicts with another job", "job_id", d.JobID, "err", err)
+		}
+		j, _ := s.store.Snapshot().Job(d.JobID)
+		j.ID, j.State, j.Decision, j.Reasons = d.JobID, store.JobPlaced, &d, nil
+		return s.store.UpsertJob(j)
+	case events.NamePlacementPending:
+		var p events.PlacementPending
+		if err := bus.Decode(r.Name, r.Body, &p); err != nil {
+			return nil
+		}
+		j, _ := s.store.Snapshot().Job(p.JobID)
+		j.ID, j.State, j.Reasons = p.JobID, store.JobPending, p.Reasons
+		return s.store.UpsertJob(j)
+	case events.NamePlacementRejected:
+		var p events.PlacementRejected
+		if err := bus.Decode(r.Name, r.Body, &p); err != nil {
+			return nil
+		}
+		j, _ := s.store.Snapshot().Job(p.JobID)
+		if j.State == store.JobPlaced || j.State == store.JobPending {
+			return nil // a rejected resubmission of a live job changes nothing
+		}
+		j.ID, j.State, j.Reasons = p.JobID, store.JobRejected, p.Reasons
+		return s.store.UpsertJob(j)
+	case events.NamePlacementReleased:
+		var rel events.PlacementReleased
+		if err := bus.Decode(r.Name, r.Body, &rel); err != nil {
+			return nil
+		}
+		return s.applyReleased(&rel)
+	}
+	return nil
+}

@@ -1,0 +1,216 @@
+package placement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/services/placement/blind"
+)
+
+// Durable consumer names: part of the wire contract.
+const (
+	HandlerAnalyzed = "placement-jobs-analyzed"
+	HandlerFinished = "placement-jobs-finished"
+	HandlerNode     = "placement-topology-node"
+	HandlerHealth   = "placement-topology-health"
+)
+
+// Service places jobs.
+type Service struct {
+	bus   *bus.Bus
+	store *store.Store
+	log   *slog.Logger
+	now   func() time.Time
+
+	// mu serialises decisions and their publication, so the placement
+	// stream is in the order the store changed.
+	mu sync.Mutex
+}
+
+// New returns the placement service with an empty store.
+func New(b *bus.Bus, log *slog.Logger) *Service {
+	if b == nil {
+		panic("placement: nil bus")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	st, err := store.New()
+	if err != nil {
+		panic(fmt.Sprintf("placement: store schema: %v", err))
+	}
+	return &Service{bus: b, store: st, log: log.With("component", "placement"), now: time.Now}
+}
+
+// Store is the service's inventory, for tests and read-only views.
+func (s *Service) Store() *store.Store { return s.store }
+
+// Register adds the service's handlers to r.
+func (s *Service) Register(r *bus.Router) {
+	bus.Handle(r, bus.Handler[events.JobAnalyzed]{Name: HandlerAnalyzed, Event: events.NameJobAnalyzed, Fn: s.OnAnalyzed})
+	bus.Handle(r, bus.Handler[events.JobFinished]{Name: HandlerFinished, Event: events.NameJobFinished, Fn: s.OnFinished})
+	bus.Handle(r, bus.Handler[events.TopologyNode]{Name: HandlerNode, Event: events.NameTopologyNode, Fn: s.OnNode})
+	bus.Handle(r, bus.Handler[events.TopologyHealth]{Name: HandlerHealth, Event: events.NameTopologyHealth, Fn: s.OnHealth})
+}
+
+// OnAnalyzed places a new job. A job id already known has no second effect,
+// unless the job was rejected: a corrected job may be submitted again.
+func (s *Service) OnAnalyzed(ctx context.Context, env events.Envelope, job *events.JobAnalyzed) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := job.Job.JobID
+	if j, ok := s.store.Snapshot().Job(id); ok && j.State != store.JobRejected {
+		s.log.Info("duplicate submission ignored", "job_id", id, "state", j.State, "correlation_id", env.CorrelationID)
+		return nil
+	}
+	_, err := s.place(ctx, store.Job{ID: id, Priority: job.Job.Priority, Spec: *job}, true)
+	return err
+}
+
+// OnFinished frees a job's GPUs, or withdraws it from the queue, then
+// retries the pending jobs.
+func (s *Service) OnFinished(ctx context.Context, env events.Envelope, ev *events.JobFinished) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.store.Snapshot().Job(ev.JobID)
+	switch {
+	case !ok:
+		s.log.Warn("finish for an unknown job ignored", "job_id", ev.JobID, "correlation_id", env.CorrelationID)
+	case j.State == store.JobPlaced || j.State == store.JobPending:
+		rel := &events.PlacementReleased{JobID: j.ID, Status: ev.Status}
+		if j.Decision != nil {
+			rel.Nodes = j.Decision.Nodes
+		}
+		if _, err := s.bus.Publish(ctx, rel); err != nil {
+			return err
+		}
+		if err := s.applyReleased(rel); err != nil {
+			return err
+		}
+		s.log.Info("job released", "job_id", j.ID, "status", ev.Status, "was", j.State, "correlation_id", env.CorrelationID)
+	}
+	// Retried even for a duplicate: a crash may have come between the
+	// release and the retry.
+	return s.retryPending(ctx)
+}
+
+// OnNode records a node's report, then retries the pending jobs.
+func (s *Service) OnNode(ctx context.Context, _ events.Envelope, n *events.TopologyNode) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.store.UpsertNode(*n); err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	return s.retryPending(ctx)
+}
+
+// OnHealth records a health change, then retries the pending jobs.
+func (s *Service) OnHealth(ctx context.Context, _ events.Envelope, h *events.TopologyHealth) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.store.SetHealth(*h); err != nil {
+		return fmt.Errorf("health of %s: %w", h.Node, err)
+	}
+	return s.retryPending(ctx)
+}
+
+// place decides for one job and publishes the outcome. fresh is false for a
+// retry from the queue, which publishes nothing while the job still waits.
+// It reports whether the job left the queue.
+func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, error) {
+	res := blind.Place(s.store.Snapshot(), job.Spec)
+	log := s.log.With("job_id", job.ID)
+	if cause, ok := bus.CauseFrom(ctx); ok {
+		log = log.With("correlation_id", cause.CorrelationID)
+	}
+	switch res.Verdict {
+	case blind.Placed:
+		if err := s.store.Allocate(job.ID, res.GPUs); err != nil {
+			return false, fmt.Errorf("reserve GPUs for %s: %w", job.ID, err)
+		}
+		d := blind.Decide(job.ID, res.GPUs, blind.Name)
+		d.DecidedAt = s.now().UTC()
+		if _, err := s.bus.Publish(ctx, &d); err != nil {
+			if _, rerr := s.store.Release(job.ID); rerr != nil {
+				return false, errors.Join(err, fmt.Errorf("roll back reservation of %s: %w", job.ID, rerr))
+			}
+			return false, err
+		}
+		job.State, job.Decision, job.Reasons = store.JobPlaced, &d, nil
+		log.Info("job placed", "strategy", d.Strategy, "gpus", len(d.Ranks), "nodes", len(d.Nodes))
+	case blind.Wait:
+		if !fresh {
+			return false, nil
+		}
+		if _, err := s.bus.Publish(ctx, &events.PlacementPending{JobID: job.ID, Reasons: res.Reasons}); err != nil {
+			return false, err
+		}
+		job.State, job.Reasons = store.JobPending, res.Reasons
+		log.Info("job pending", "reason", res.Reasons[0].Message)
+	case blind.Never:
+		if _, err := s.bus.Publish(ctx, &events.PlacementRejected{JobID: job.ID, Reasons: res.Reasons}); err != nil {
+			return false, err
+		}
+		job.State, job.Reasons = store.JobRejected, res.Reasons
+		log.Info("job rejected", "reason", res.Reasons[0].Message)
+	}
+	if err := s.store.UpsertJob(job); err != nil {
+		return false, fmt.Errorf("record job %s: %w", job.ID, err)
+	}
+	return res.Verdict != blind.Wait, nil
+}
+
+// retryPending tries every queued job in queue order. A job asking for
+// more GPUs than are free is skipped without walking the cluster.
+func (s *Service) retryPending(ctx context.Context) error {
+	snap := s.store.Snapshot()
+	queue := snap.PendingQueue()
+	free := snap.FreeCount()
+	for _, j := range queue {
+		if free == 0 {
+			return nil
+		}
+		if j.Spec.Job.GPUs > free {
+			continue
+		}
+		left, err := s.place(ctx, j, false)
+		if err != nil {
+			return err
+		}
+		if left {
+			free = s.store.Snapshot().FreeCount()
+		}
+	}
+	return nil
+}
+
+func (s *Service) applyReleased(rel *events.PlacementReleased) error {
+	if _, err := s.store.Release(rel.JobID); err != nil {
+		return fmt.Errorf("release %s: %w", rel.JobID, err)
+	}
+	j, ok := s.store.Snapshot().Job(rel.JobID)
+	if !ok {
+		j = store.Job{ID: rel.JobID}
+	}
+	j.State = store.JobFinished
+	if err := s.store.UpsertJob(j); err != nil {
+		return fmt.Errorf("record job %s: %w", rel.JobID, err)
+	}
+	return nil
+}
+
+// gpusOf lists the GPUs of a decision in rank order.
+func gpusOf(d *events.PlacementDecided) []store.GPUKey {
+	out := make([]store.GPUKey, len(d.Ranks))
+	for i, r := range d.Ranks {
+		out[i] = store.GPUKey{Node: r.Node, Index: r.GPU}
+	}
+	return out
+}
