@@ -148,4 +148,3 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, log *slog.Logger) e
 		st.FreeCount(), total)
 	return nil
 }
-

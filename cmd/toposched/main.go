@@ -100,4 +100,3 @@ func (g *globals) logger() (*slog.Logger, error) {
 func (g *globals) busConfig(url, source string, log *slog.Logger) bus.Config {
 	return bus.Config{URL: url, Prefix: g.prefix, Source: "urn:toposched:" + source, Logger: log}
 }
-
