@@ -25,6 +25,7 @@ const (
 	IndexPosition = "position" // nodes: enumeration order
 	IndexNode     = "node"     // gpus: the GPUs of one node, by index
 	IndexFree     = "free"     // gpus: healthy and held by no job
+	IndexOrder    = "order"    // gpus: enumeration order (node position, node, index)
 	IndexJob      = "job"      // gpus: the GPUs held by one job
 	IndexState    = "state"    // jobs: the jobs in one state
 )
@@ -93,6 +94,12 @@ func gpusTableSchema() *memdb.TableSchema {
 			IndexNode: {
 				Name:    IndexNode,
 				Indexer: &memdb.StringFieldIndex{Field: "Node"},
+			},
+			// Non-unique, so memdb appends the primary key: GPUs come out
+			// by node position, node name, then index, in one walk.
+			IndexOrder: {
+				Name:    IndexOrder,
+				Indexer: &memdb.IntFieldIndex{Field: "NodePosition"},
 			},
 			IndexFree: {
 				Name:    IndexFree,

@@ -21,7 +21,7 @@ func TestSchema(t *testing.T) {
 	}
 	tables := map[string]map[string]want{
 		TableNodes: {IndexID: {unique: true}, IndexPosition: {}},
-		TableGPUs:  {IndexID: {unique: true}, IndexNode: {}, IndexFree: {}, IndexJob: {allowMissing: true}},
+		TableGPUs:  {IndexID: {unique: true}, IndexNode: {}, IndexOrder: {}, IndexFree: {}, IndexJob: {allowMissing: true}},
 		TableJobs:  {IndexID: {unique: true}, IndexState: {}},
 		TableIndex: {IndexID: {unique: true}},
 	}

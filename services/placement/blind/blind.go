@@ -124,10 +124,10 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed) Result {
 	if gpn > 0 {
 		need = n / gpn * gpn // with a bad divisor nothing is placed anyway
 	}
-	for node := range snap.EachNode() {
+	for node, gpus := range snap.EachNodeWithGPUs() {
 		nodeTotal, nodeHealthy := 0, 0
 		nodeFree = nodeFree[:0]
-		for g := range snap.EachGPU(node.Name) {
+		for _, g := range gpus {
 			if model != "" {
 				m := g.Model
 				if m == "" {
