@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -141,7 +142,7 @@ A job file looks like:
 func submitAndWait(ctx context.Context, g *globals, b *bus.Bus, job *events.JobSubmitted, out io.Writer) error {
 	ready := make(chan struct{})
 	errc := make(chan error, 1)
-	var final client.Outcome
+	var final, last client.Outcome
 	go func() {
 		errc <- client.Watch(ctx, b, client.FromNow, ready, func(o client.Outcome) error {
 			if o.JobID() != job.JobID || o.Released != nil {
@@ -150,6 +151,7 @@ func submitAndWait(ctx context.Context, g *globals, b *bus.Bus, job *events.JobS
 			if err := g.print(out, o); err != nil {
 				return err
 			}
+			last = o
 			if o.Final() {
 				final = o
 				return bus.ErrStop
@@ -166,6 +168,13 @@ func submitAndWait(ctx context.Context, g *globals, b *bus.Bus, job *events.JobS
 		return err
 	}
 	if err := <-errc; err != nil {
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) && last.Pending != nil:
+			return fmt.Errorf("%s is still pending; it is placed when GPUs free up (topoctl watch shows when)", job.JobID)
+		case errors.Is(err, context.DeadlineExceeded):
+			return fmt.Errorf("no outcome for %s: is toposched running? A job id that was already submitted "+
+				"gets no second answer; topoctl watch --all shows its history", job.JobID)
+		}
 		return fmt.Errorf("waiting for %s: %w", job.JobID, err)
 	}
 	if final.Rejected != nil {

@@ -198,8 +198,8 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed) Result {
 		}
 		if gpn > 0 && !tooBig && n%gpn == 0 && healthyNodes < n/gpn {
 			never = append(never, events.Reason{Code: CodeNotEnoughNodes, Field: FieldGPUsPerNode,
-				Message: fmt.Sprintf("job needs %d nodes with %d healthy GPUs%s each; the cluster has %d",
-					n/gpn, gpn, of, healthyNodes)})
+				Message: fmt.Sprintf("job needs %s with %d healthy GPUs%s each; the cluster has %d",
+					nodes(n/gpn), gpn, of, healthyNodes)})
 		}
 	}
 	if len(never) > 0 {
@@ -210,10 +210,18 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed) Result {
 	if len(taken) < n {
 		if gpn > 0 {
 			return Result{Verdict: Wait, Reasons: []events.Reason{{Code: CodeInsufficientFreeNodes, Field: FieldGPUsPerNode,
-				Message: fmt.Sprintf("needs %d nodes with %d free GPUs%s each, %d such nodes now", n/gpn, gpn, of, freeNodes)}}}
+				Message: fmt.Sprintf("needs %s with %d free GPUs%s each, %d such nodes now", nodes(n/gpn), gpn, of, freeNodes)}}}
 		}
 		return Result{Verdict: Wait, Reasons: []events.Reason{{Code: CodeInsufficientFreeGPUs, Field: FieldGPUs,
 			Message: fmt.Sprintf("needs %d free GPUs%s, %d free now", n, of, free)}}}
 	}
 	return Result{Verdict: Placed, GPUs: taken}
+}
+
+// nodes says "1 node" or "n nodes".
+func nodes(n int) string {
+	if n == 1 {
+		return "1 node"
+	}
+	return fmt.Sprintf("%d nodes", n)
 }
