@@ -22,19 +22,19 @@ func (s *Service) Rebuild(ctx context.Context) error {
 		func(r bus.Record) error {
 			switch r.Name {
 			case events.NameTopologyNode:
-				var n events.TopologyNode
-				if err := bus.Decode(r.Name, r.Body, &n); err != nil {
-					return nil // it went to the dead letters when it arrived
+				n, ok := decode[events.TopologyNode](s, r)
+				if !ok {
+					return nil
 				}
 				nodes++
-				return s.store.UpsertNode(n)
+				return s.store.UpsertNode(*n)
 			case events.NameTopologyHealth:
-				var h events.TopologyHealth
-				if err := bus.Decode(r.Name, r.Body, &h); err != nil {
+				h, ok := decode[events.TopologyHealth](s, r)
+				if !ok {
 					return nil
 				}
 				health++
-				if err := s.store.SetHealth(h); err != nil {
+				if err := s.store.SetHealth(*h); err != nil {
 					s.log.Warn("rebuild: health for an unknown part", "node", h.Node, "err", err)
 				}
 			}
@@ -58,15 +58,15 @@ func (s *Service) Rebuild(ctx context.Context) error {
 			if !waiting[r.Env.Subject] {
 				return nil
 			}
-			var a events.JobAnalyzed
-			if err := bus.Decode(r.Name, r.Body, &a); err != nil {
+			a, ok := decode[events.JobAnalyzed](s, r)
+			if !ok {
 				return nil
 			}
 			j, _ := s.store.Snapshot().Job(a.Job.JobID)
 			if j.State != store.JobPending || j.Spec.Job.JobID != "" {
 				return nil // the first analysis is the one that was queued
 			}
-			j.Spec, j.Priority = a, a.Job.Priority
+			j.Spec, j.Priority = *a, a.Job.Priority
 			return s.store.UpsertJob(j)
 		})
 		if err != nil {
@@ -93,29 +93,29 @@ func (s *Service) Rebuild(ctx context.Context) error {
 func (s *Service) replayPlacement(r bus.Record) error {
 	switch r.Name {
 	case events.NamePlacementDecided:
-		var d events.PlacementDecided
-		if err := bus.Decode(r.Name, r.Body, &d); err != nil {
+		d, ok := decode[events.PlacementDecided](s, r)
+		if !ok {
 			return nil
 		}
 		// Restore, not Allocate: a GPU that has failed or left since the
 		// decision is still held by the job until it is released.
-		if err := s.store.Restore(d.JobID, gpusOf(&d)); err != nil {
+		if err := s.store.Restore(d.JobID, gpusOf(d)); err != nil {
 			s.log.Error("rebuild: allocation conflicts with another job", "job_id", d.JobID, "err", err)
 		}
 		j, _ := s.store.Snapshot().Job(d.JobID)
-		j.ID, j.State, j.Decision, j.Reasons = d.JobID, store.JobPlaced, &d, nil
+		j.ID, j.State, j.Decision, j.Reasons = d.JobID, store.JobPlaced, d, nil
 		return s.store.UpsertJob(j)
 	case events.NamePlacementPending:
-		var p events.PlacementPending
-		if err := bus.Decode(r.Name, r.Body, &p); err != nil {
+		p, ok := decode[events.PlacementPending](s, r)
+		if !ok {
 			return nil
 		}
 		j, _ := s.store.Snapshot().Job(p.JobID)
 		j.ID, j.State, j.Reasons = p.JobID, store.JobPending, p.Reasons
 		return s.store.UpsertJob(j)
 	case events.NamePlacementRejected:
-		var p events.PlacementRejected
-		if err := bus.Decode(r.Name, r.Body, &p); err != nil {
+		p, ok := decode[events.PlacementRejected](s, r)
+		if !ok {
 			return nil
 		}
 		j, _ := s.store.Snapshot().Job(p.JobID)
@@ -125,11 +125,22 @@ func (s *Service) replayPlacement(r bus.Record) error {
 		j.ID, j.State, j.Reasons = p.JobID, store.JobRejected, p.Reasons
 		return s.store.UpsertJob(j)
 	case events.NamePlacementReleased:
-		var rel events.PlacementReleased
-		if err := bus.Decode(r.Name, r.Body, &rel); err != nil {
+		rel, ok := decode[events.PlacementReleased](s, r)
+		if !ok {
 			return nil
 		}
-		return s.applyReleased(&rel)
+		return s.applyReleased(rel)
 	}
 	return nil
+}
+
+// decode reads a stored event. Every event was validated when it was first
+// handled or published, so one that no longer decodes is skipped, loudly.
+func decode[T any](s *Service, r bus.Record) (*T, bool) {
+	v := new(T)
+	if err := bus.Decode(r.Name, r.Body, v); err != nil {
+		s.log.Warn("rebuild: skipping an event that does not decode", "event", r.Name, "seq", r.Seq, "err", err)
+		return nil, false
+	}
+	return v, true
 }
