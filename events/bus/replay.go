@@ -26,11 +26,18 @@ type Record struct {
 // each. Services rebuild their state this way before they start handling:
 // the streams, not the process, hold the truth.
 func (b *Bus) Replay(ctx context.Context, domain string, subjects []string, fn func(Record) error) error {
+	return b.ReplayFrom(ctx, domain, subjects, 0, fn)
+}
+
+// ReplayFrom is Replay starting after stream sequence after: it reads what
+// was stored since a state last caught up.
+func (b *Bus) ReplayFrom(ctx context.Context, domain string, subjects []string, after uint64, fn func(Record) error) error {
 	stream := b.StreamName(domain)
-	cons, err := b.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: subjects,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if after > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
+	}
+	cons, err := b.js.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
 		return fmt.Errorf("replay %s: %w", stream, err)
 	}

@@ -131,6 +131,9 @@ func Handle[T any](r *Router, h Handler[T]) {
 			return fmt.Errorf("envelope: %w", err)
 		}
 		ctx := WithCause(m.Context(), env)
+		if seq, err := strconv.ParseUint(m.Metadata.Get(metaSeq), 10, 64); err == nil {
+			ctx = context.WithValue(ctx, seqKey{}, seq)
+		}
 		var ev T
 		if err := Decode(h.Event, body, &ev); err != nil {
 			if h.Invalid != nil {
@@ -173,4 +176,14 @@ func Decode(name events.Name, body []byte, v any) error {
 		return fmt.Errorf("decode %s: %w", name, err)
 	}
 	return nil
+}
+
+type seqKey struct{}
+
+// StreamSeq is the stream sequence of the message being handled, 0 outside
+// a handler. A service that also replays a stream uses it to know how far
+// its state has read.
+func StreamSeq(ctx context.Context) uint64 {
+	seq, _ := ctx.Value(seqKey{}).(uint64)
+	return seq
 }

@@ -23,9 +23,10 @@ type Config struct {
 
 // Service publishes the cluster's topology.
 type Service struct {
-	cfg Config
-	bus *bus.Bus
-	log *slog.Logger
+	cfg   Config
+	bus   *bus.Bus
+	log   *slog.Logger
+	mtime time.Time // of the cluster file last published
 }
 
 // New returns the discovery service.
@@ -39,13 +40,27 @@ func New(cfg Config, b *bus.Bus, log *slog.Logger) *Service {
 	return &Service{cfg: cfg, bus: b, log: log.With("component", "discovery")}
 }
 
-// Run publishes the cluster file, then republishes it whenever it changes,
-// until ctx ends.
-func (s *Service) Run(ctx context.Context) error {
+// Init publishes the cluster file once and returns when JetStream has
+// stored every node, so that a service started after it sees the whole
+// cluster.
+func (s *Service) Init(ctx context.Context) error {
 	mtime, err := s.publishFile(ctx)
 	if err != nil {
 		return err
 	}
+	s.mtime = mtime
+	return nil
+}
+
+// Run publishes the cluster file unless Init did, then republishes it
+// whenever it changes, until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	if s.mtime.IsZero() {
+		if err := s.Init(ctx); err != nil {
+			return err
+		}
+	}
+	mtime := s.mtime
 	if s.cfg.Poll <= 0 {
 		<-ctx.Done()
 		return nil

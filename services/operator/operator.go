@@ -51,7 +51,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if slices.Contains(c.Services, Discovery) && c.ClusterFile == "" {
-		errs = append(errs, errors.New("cluster file: required by discovery"))
+		errs = append(errs, errors.New("cluster file: required by discovery (--cluster)"))
 	}
 	return errors.Join(errs...)
 }
@@ -84,6 +84,15 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 	}
 	o := &Operator{router: router, done: make(chan struct{})}
 	has := func(s string) bool { return slices.Contains(cfg.Services, s) }
+	// Discovery publishes first, so that placement's rebuild below already
+	// holds the whole cluster when the first job is handled.
+	var disc *discovery.Service
+	if has(Discovery) {
+		disc = discovery.New(discovery.Config{ClusterFile: cfg.ClusterFile, Poll: cfg.Poll}, b, log)
+		if err := disc.Init(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if has(Analysis) {
 		analysis.New(b, log).Register(router)
 	}
@@ -117,12 +126,11 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 			return nil, ctx.Err()
 		}
 	}
-	if has(Discovery) {
-		d := discovery.New(discovery.Config{ClusterFile: cfg.ClusterFile, Poll: cfg.Poll}, b, log)
+	if disc != nil {
 		o.wg.Add(1)
 		go func() {
 			defer o.wg.Done()
-			o.fail(d.Run(runCtx))
+			o.fail(disc.Run(runCtx))
 		}()
 	}
 	go func() {

@@ -16,32 +16,11 @@ func (s *Service) Rebuild(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	subj := s.bus.Subjects
-	var nodes, health, placed, pending int
-	err := s.bus.Replay(ctx, "topology",
-		[]string{subj.Of(events.NameTopologyNode), subj.Of(events.NameTopologyHealth)},
-		func(r bus.Record) error {
-			switch r.Name {
-			case events.NameTopologyNode:
-				n, ok := decode[events.TopologyNode](s, r)
-				if !ok {
-					return nil
-				}
-				nodes++
-				return s.store.UpsertNode(*n)
-			case events.NameTopologyHealth:
-				h, ok := decode[events.TopologyHealth](s, r)
-				if !ok {
-					return nil
-				}
-				health++
-				if err := s.store.SetHealth(*h); err != nil {
-					s.log.Warn("rebuild: health for an unknown part", "node", h.Node, "err", err)
-				}
-			}
-			return nil
-		})
+	s.topoSeq = 0
+	var placed, pending int
+	nodes, health, err := s.catchUpTopology(ctx)
 	if err != nil {
-		return fmt.Errorf("rebuild topology: %w", err)
+		return err
 	}
 	err = s.bus.Replay(ctx, "placement", []string{subj.Domain("placement")}, func(r bus.Record) error {
 		return s.replayPlacement(r)
@@ -87,6 +66,41 @@ func (s *Service) Rebuild(ctx context.Context) error {
 	s.log.Info("state rebuilt from streams", "nodes", nodes, "health_events", health,
 		"placed_jobs", placed, "pending_jobs", pending, "free_gpus", s.store.Snapshot().FreeCount())
 	return nil
+}
+
+// catchUpTopology applies what the topology stream holds beyond what the
+// store has seen. Topology events are idempotent, so one that the durable
+// consumer delivers again later changes nothing.
+func (s *Service) catchUpTopology(ctx context.Context) (nodes, health int, err error) {
+	subj := s.bus.Subjects
+	err = s.bus.ReplayFrom(ctx, "topology",
+		[]string{subj.Of(events.NameTopologyNode), subj.Of(events.NameTopologyHealth)}, s.topoSeq,
+		func(r bus.Record) error {
+			s.topoSeq = max(s.topoSeq, r.Seq)
+			switch r.Name {
+			case events.NameTopologyNode:
+				n, ok := decode[events.TopologyNode](s, r)
+				if !ok {
+					return nil
+				}
+				nodes++
+				return s.store.UpsertNode(*n)
+			case events.NameTopologyHealth:
+				h, ok := decode[events.TopologyHealth](s, r)
+				if !ok {
+					return nil
+				}
+				health++
+				if err := s.store.SetHealth(*h); err != nil {
+					s.log.Warn("health for an unknown part", "node", h.Node, "err", err)
+				}
+			}
+			return nil
+		})
+	if err != nil {
+		return nodes, health, fmt.Errorf("catch up with topology: %w", err)
+	}
+	return nodes, health, nil
 }
 
 // replayPlacement applies one event of placement's own log.

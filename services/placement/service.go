@@ -30,8 +30,10 @@ type Service struct {
 	now   func() time.Time
 
 	// mu serialises decisions and their publication, so the placement
-	// stream is in the order the store changed.
+	// stream is in the order the store changed. It guards topoSeq too.
 	mu sync.Mutex
+	// topoSeq is the last topology stream sequence the store has applied.
+	topoSeq uint64
 }
 
 // New returns the placement service with an empty store.
@@ -108,6 +110,7 @@ func (s *Service) OnNode(ctx context.Context, _ events.Envelope, n *events.Topol
 	if err := s.store.UpsertNode(*n); err != nil {
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
+	s.topoSeq = max(s.topoSeq, bus.StreamSeq(ctx))
 	return s.retryPending(ctx)
 }
 
@@ -118,6 +121,7 @@ func (s *Service) OnHealth(ctx context.Context, _ events.Envelope, h *events.Top
 	if err := s.store.SetHealth(*h); err != nil {
 		return fmt.Errorf("health of %s: %w", h.Node, err)
 	}
+	s.topoSeq = max(s.topoSeq, bus.StreamSeq(ctx))
 	return s.retryPending(ctx)
 }
 
@@ -125,7 +129,10 @@ func (s *Service) OnHealth(ctx context.Context, _ events.Envelope, h *events.Top
 // retry from the queue, which publishes nothing while the job still waits.
 // It reports whether the job left the queue.
 func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, error) {
-	res := blind.Place(s.store.Snapshot(), job.Spec)
+	res, err := s.decide(ctx, job.Spec)
+	if err != nil {
+		return false, err
+	}
 	log := s.log.With("job_id", job.ID)
 	if cause, ok := bus.CauseFrom(ctx); ok {
 		log = log.With("correlation_id", cause.CorrelationID)
@@ -165,6 +172,32 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 		return false, fmt.Errorf("record job %s: %w", job.ID, err)
 	}
 	return res.Verdict != blind.Wait, nil
+}
+
+// decide runs the strategy. Before it calls a job impossible it makes sure
+// the store has caught up with the topology stream: topology and jobs arrive
+// on separate consumers, and a job must not be rejected for lack of a node
+// whose report is already stored but not yet handled. With no topology at
+// all, a job waits rather than being rejected.
+func (s *Service) decide(ctx context.Context, job events.JobAnalyzed) (blind.Result, error) {
+	res := blind.Place(s.store.Snapshot(), job)
+	if res.Verdict != blind.Never {
+		return res, nil
+	}
+	if _, _, err := s.catchUpTopology(ctx); err != nil {
+		return res, bus.Transient(err)
+	}
+	snap := s.store.Snapshot()
+	if res = blind.Place(snap, job); res.Verdict != blind.Never {
+		return res, nil
+	}
+	for range snap.EachNode() {
+		return res, nil
+	}
+	return blind.Result{Verdict: blind.Wait, Reasons: []events.Reason{{
+		Code: "no_topology", Field: "gpus",
+		Message: "no node has reported yet; the job waits for the cluster's topology",
+	}}}, nil
 }
 
 // retryPending tries every queued job in queue order. A job asking for

@@ -1,0 +1,62 @@
+package placement_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/services/analysis"
+	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/services/placement"
+)
+
+func analyzed(t *testing.T, job events.JobSubmitted) *events.JobAnalyzed {
+	t.Helper()
+	a, reasons := analysis.Analyze(job)
+	if len(reasons) > 0 {
+		t.Fatal(reasons)
+	}
+	return &a
+}
+
+// A job handled before the node reports already in the topology stream is
+// not rejected: placement catches up with the stream first.
+func TestNoRejectionBeforeTopologyIsRead(t *testing.T) {
+	t.Parallel()
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "test")
+	ctx := eventstest.Context(t, 30*time.Second)
+	s := placement.New(b, nil) // no handlers running: topology is only in the stream
+
+	// Nothing reported at all: the job waits instead of being rejected.
+	if err := s.OnAnalyzed(ctx, events.Envelope{ID: "e1"}, analyzed(t, events.JobSubmitted{JobID: "early", GPUs: 8})); err != nil {
+		t.Fatal(err)
+	}
+	if j, _ := s.Store().Snapshot().Job("early"); j.State != store.JobPending || j.Reasons[0].Code != "no_topology" {
+		t.Fatalf("early: %+v", j)
+	}
+
+	for _, name := range []string{"n1", "n2"} {
+		node := events.TopologyNode{Name: name, GPUs: make([]events.GPU, 8)}
+		for i := range node.GPUs {
+			node.GPUs[i].Index = i
+		}
+		if _, err := b.Publish(context.Background(), &node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.OnAnalyzed(ctx, events.Envelope{ID: "e2"}, analyzed(t, events.JobSubmitted{JobID: "wide", GPUs: 16})); err != nil {
+		t.Fatal(err)
+	}
+	if j, _ := s.Store().Snapshot().Job("wide"); j.State != store.JobPlaced {
+		t.Fatalf("wide: %+v", j)
+	}
+	if err := s.OnAnalyzed(ctx, events.Envelope{ID: "e3"}, analyzed(t, events.JobSubmitted{JobID: "huge", GPUs: 64})); err != nil {
+		t.Fatal(err)
+	}
+	if j, _ := s.Store().Snapshot().Job("huge"); j.State != store.JobRejected {
+		t.Fatalf("huge: %+v", j)
+	}
+}
