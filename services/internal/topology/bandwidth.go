@@ -1,0 +1,67 @@
+package topology
+
+// Bandwidths are the per-direction bandwidths (GB/s) and latencies (µs)
+// paths are scored with. The defaults are public hardware figures; a
+// cluster file may override any of them.
+//
+//	NVLink per link and direction: gen 1 (P100) 20, gen 2 (V100) 25,
+//	  gen 3 (A100) 25 (12 links: 300), gen 4 (H100/H200) 25 (18 links: 450),
+//	  gen 5 (B200/GB200) 50 (18 links: 900) — NVIDIA product pages.
+//	PCIe x16 per direction: gen 3 15.75, gen 4 31.5, gen 5 63 — PCI-SIG.
+//	SMP interconnect between sockets: 20.8 (one Intel UPI link at
+//	  10.4 GT/s); P2P traffic across it is usually further limited by the
+//	  root complexes, which the cost model's calibration accounts for.
+//
+// Latencies are small-message one-way figures of the order NCCL's tuning
+// tables use: NVLink 0.6, PCIe within a switch 1.0, through the host
+// bridge 1.5, across host bridges 2.0, across sockets 2.5, network 5.0.
+type Bandwidths struct {
+	NVLinkPerLink map[int]float64 `json:"nvlink_per_link_gbps"` // by generation
+	PCIe          map[int]float64 `json:"pcie_x16_gbps"`        // by generation
+	SMP           float64         `json:"smp_gbps"`
+	// Unknown generations fall back to these.
+	DefaultNVLinkGen int `json:"default_nvlink_gen"`
+	DefaultPCIeGen   int `json:"default_pcie_gen"`
+
+	LatencyUS map[Class]float64 `json:"-"`
+}
+
+// DefaultBandwidths returns the documented defaults.
+func DefaultBandwidths() *Bandwidths {
+	return &Bandwidths{
+		NVLinkPerLink:    map[int]float64{1: 20, 2: 25, 3: 25, 4: 25, 5: 50},
+		PCIe:             map[int]float64{3: 15.75, 4: 31.5, 5: 63},
+		SMP:              20.8,
+		DefaultNVLinkGen: 3,
+		DefaultPCIeGen:   4,
+		LatencyUS: map[Class]float64{
+			Self: 0, NV: 0.6, NVB: 1.2, PIX: 1.0, PXB: 1.2, PHB: 1.5, NODE: 2.0, SYS: 2.5, NET: 5.0,
+		},
+	}
+}
+
+// Of returns the bandwidth and latency of a link on a node of the given
+// NVLink and PCIe generations (0: unknown, the defaults apply).
+func (b *Bandwidths) Of(l Link, nvlinkGen, pcieGen int) (gbps, latencyUS float64) {
+	nv := b.NVLinkPerLink[nvlinkGen]
+	if nv == 0 {
+		nv = b.NVLinkPerLink[b.DefaultNVLinkGen]
+	}
+	pcie := b.PCIe[pcieGen]
+	if pcie == 0 {
+		pcie = b.PCIe[b.DefaultPCIeGen]
+	}
+	latencyUS = b.LatencyUS[l.Class]
+	switch l.Class {
+	case NV:
+		return nv * float64(l.NVLinks), latencyUS
+	case NVB:
+		// Two NVLink hops through a GPU: a single link is the bottleneck.
+		return nv, latencyUS
+	case PIX, PXB, PHB, NODE:
+		return pcie, latencyUS
+	case SYS:
+		return min(pcie, b.SMP), latencyUS
+	}
+	return 0, latencyUS
+}

@@ -1,0 +1,126 @@
+package topology
+
+import (
+	"errors"
+	"fmt"
+)
+
+// GPU is one GPU of a node.
+type GPU struct {
+	Index     int    `json:"index"`
+	UUID      string `json:"uuid,omitempty"`
+	BusID     string `json:"bus_id,omitempty"`
+	Model     string `json:"model,omitempty"`
+	MemoryMiB int    `json:"memory_mib,omitempty"`
+	// NUMA is the GPU's NUMA node, -1 when the source does not say.
+	NUMA        int    `json:"numa"`
+	CPUAffinity string `json:"cpu_affinity,omitempty"`
+	MIG         bool   `json:"mig,omitempty"`
+}
+
+// NIC is one network interface of a node, as RDMA device name (mlx5_0).
+type NIC struct {
+	Index    int     `json:"index"`
+	Name     string  `json:"name"`
+	BusID    string  `json:"bus_id,omitempty"`
+	RateGbps float64 `json:"rate_gbps,omitempty"`
+	RDMA     bool    `json:"rdma,omitempty"`
+	// NUMA is the NIC's NUMA node, -1 when the source does not say.
+	NUMA int `json:"numa"`
+}
+
+// Node is one node's topology.
+type Node struct {
+	Name string `json:"name,omitempty"`
+	GPUs []GPU  `json:"gpus"`
+	NICs []NIC  `json:"nics"`
+	// GPUPaths[i][j] is the best path from GPUs[i] to GPUs[j].
+	GPUPaths [][]Link `json:"gpu_paths"`
+	// NICPaths[i][k] is the best path from GPUs[i] to NICs[k]; nil where
+	// the source did not say.
+	NICPaths [][]Link `json:"nic_paths,omitempty"`
+	// NVSwitches counts the node's NVSwitch chips where the source says.
+	NVSwitches int `json:"nvswitches,omitempty"`
+	// NVLinkGen is the NVLink generation (2 for V100, 3 for A100, 4 for
+	// H100/H200, 5 for B200/GB200), 0 when unknown.
+	NVLinkGen int `json:"nvlink_gen,omitempty"`
+	// PCIeGen is the PCIe generation of the GPUs' links, 0 when unknown.
+	PCIeGen int `json:"pcie_gen,omitempty"`
+	// Source names the file or API the node came from.
+	Source string `json:"source,omitempty"`
+	// Warnings list what the source lacked, for people to read.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Validate checks that the matrices are square over the GPUs, symmetric,
+// and X exactly on the diagonal.
+func (n *Node) Validate() error {
+	var errs []error
+	g := len(n.GPUs)
+	if len(n.GPUPaths) != g {
+		errs = append(errs, fmt.Errorf("gpu matrix has %d rows for %d GPUs", len(n.GPUPaths), g))
+	}
+	for i, row := range n.GPUPaths {
+		if len(row) != g {
+			errs = append(errs, fmt.Errorf("gpu matrix row %d has %d columns for %d GPUs", i, len(row), g))
+			continue
+		}
+		for j, l := range row {
+			if (i == j) != (l.Class == Self) {
+				errs = append(errs, fmt.Errorf("GPU%d-GPU%d: %s is not allowed there", i, j, l))
+			}
+			if j < len(n.GPUPaths) && i < len(n.GPUPaths[j]) && n.GPUPaths[j][i] != l {
+				errs = append(errs, fmt.Errorf("GPU%d-GPU%d is %s but GPU%d-GPU%d is %s", i, j, l, j, i, n.GPUPaths[j][i]))
+			}
+		}
+	}
+	if n.NICPaths != nil {
+		if len(n.NICPaths) != g {
+			errs = append(errs, fmt.Errorf("gpu-nic matrix has %d rows for %d GPUs", len(n.NICPaths), g))
+		}
+		for i, row := range n.NICPaths {
+			if len(row) != len(n.NICs) {
+				errs = append(errs, fmt.Errorf("gpu-nic matrix row %d has %d columns for %d NICs", i, len(row), len(n.NICs)))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Path is the best path between two GPUs of a node, with what it gives.
+type Path struct {
+	Link
+	// BandwidthGBps is the bottleneck bandwidth per direction.
+	BandwidthGBps float64 `json:"bandwidth_gbps"`
+	// LatencyUS is the one-way latency of a small message.
+	LatencyUS float64 `json:"latency_us"`
+}
+
+// Path returns the best path between GPUs a and b (by position).
+func (n *Node) Path(a, b int, bw *Bandwidths) Path {
+	l := n.GPUPaths[a][b]
+	if bw == nil {
+		bw = DefaultBandwidths()
+	}
+	gbps, lat := bw.Of(l, n.NVLinkGen, n.PCIeGen)
+	return Path{Link: l, BandwidthGBps: gbps, LatencyUS: lat}
+}
+
+// NearestNIC returns the position of the NIC closest to GPU g (the best
+// path class, then the lowest index), or -1 when the node has no NIC or
+// the source gave no GPU-NIC paths.
+func (n *Node) NearestNIC(g int) int {
+	if g >= len(n.NICPaths) {
+		return -1
+	}
+	best := -1
+	for k, l := range n.NICPaths[g] {
+		if l.Class == Unknown {
+			continue
+		}
+		if best < 0 || l.Class < n.NICPaths[g][best].Class {
+			best = k
+		}
+	}
+	return best
+}
