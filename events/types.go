@@ -125,9 +125,25 @@ const (
 type GPU struct {
 	Index     int    `json:"index"`
 	UUID      string `json:"uuid,omitempty"`
+	BusID     string `json:"bus_id,omitempty"`
 	Model     string `json:"model,omitempty"`
 	MemoryMiB int    `json:"memory_mib,omitempty"`
-	Health    string `json:"health,omitempty"`
+	// NUMA is the GPU's NUMA node; nil when unknown.
+	NUMA        *int   `json:"numa,omitempty"`
+	CPUAffinity string `json:"cpu_affinity,omitempty"`
+	MIG         bool   `json:"mig,omitempty"`
+	Health      string `json:"health,omitempty"`
+}
+
+// NIC describes one network interface of a node.
+type NIC struct {
+	Name     string  `json:"name"`
+	BusID    string  `json:"bus_id,omitempty"`
+	RateGbps float64 `json:"rate_gbps,omitempty"`
+	RDMA     bool    `json:"rdma,omitempty"`
+	// NUMA is the NIC's NUMA node; nil when unknown.
+	NUMA   *int   `json:"numa,omitempty"`
+	Health string `json:"health,omitempty"`
 }
 
 // TopologyNode is one node's report (topology.node.<node>): the newest per
@@ -142,6 +158,21 @@ type TopologyNode struct {
 	Labels   map[string]string `json:"labels,omitempty"`
 	// Removed withdraws the node from placement.
 	Removed bool `json:"removed,omitempty"`
+
+	// The node's inner topology, where a source describes it.
+	NICs []NIC `json:"nics,omitempty"`
+	// GPUPaths[i][j] is the path class between GPUs[i] and GPUs[j] as
+	// nvidia-smi prints it: X, NV#, NVB, PIX, PXB, PHB, NODE, SYS.
+	GPUPaths [][]string `json:"gpu_paths,omitempty"`
+	// NICPaths[i][k] is the path class between GPUs[i] and NICs[k].
+	NICPaths   [][]string `json:"nic_paths,omitempty"`
+	NVSwitches int        `json:"nvswitches,omitempty"`
+	NVLinkGen  int        `json:"nvlink_gen,omitempty"`
+	PCIeGen    int        `json:"pcie_gen,omitempty"`
+	// Source names where the description came from (a file, nvml).
+	Source string `json:"source,omitempty"`
+	// Warnings say what the source lacked.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Switch is one fabric switch and what hangs below it.

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"bytes"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -130,5 +131,26 @@ func TestWriteMatrix(t *testing.T) {
 	j := sample().JSON()
 	if j.Matrix[2][3] != "NV4" || j.Matrix[0][4] != "PIX" || j.GPUs[3].NearestNIC != "mlx5_1" {
 		t.Errorf("JSON %+v", j)
+	}
+}
+
+func TestEventRoundTrip(t *testing.T) {
+	t.Parallel()
+	n := sample()
+	n.Name, n.Source = "s", "sample"
+	for i := range n.NICs {
+		n.NICs[i].Index = i
+	}
+	back, err := FromEvent(n.Event())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, n) {
+		t.Fatalf("round trip:\n%+v\n%+v", back, n)
+	}
+	ev := n.Event()
+	ev.GPUPaths[0][1] = "WAT"
+	if _, err := FromEvent(ev); err == nil || !strings.Contains(err.Error(), "gpu_paths: [0][1]") {
+		t.Fatalf("bad cell: %v", err)
 	}
 }
