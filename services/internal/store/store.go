@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	memdb "github.com/hashicorp/go-memdb"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/services/internal/topology"
 )
 
 // ErrConflict is wrapped by Allocate's errors when a GPU it was asked for is
@@ -102,6 +104,14 @@ func (s *Store) UpsertNode(n events.TopologyNode) error {
 			reported[g.Index] = i
 		}
 	}
+	var topo *topology.Node
+	if !n.Removed && n.GPUPaths != nil {
+		t, err := topology.FromEvent(n)
+		if err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		topo = t
+	}
 	return s.write(func(txn *memdb.Txn) error {
 		existing, err := gpusOfNode(txn, n.Name)
 		if err != nil {
@@ -117,6 +127,7 @@ func (s *Store) UpsertNode(n events.TopologyNode) error {
 			GPUModel: n.GPUModel,
 			Labels:   maps.Clone(n.Labels),
 			GPUCount: len(n.GPUs),
+			Topology: topo,
 		}
 		old, err := txn.First(TableNodes, IndexID, n.Name)
 		if err != nil {
@@ -212,7 +223,7 @@ func insertGPUIfChanged(txn *memdb.Txn, old, upd *GPU) error {
 
 func nodeEqual(a, b *Node) bool {
 	return a.Name == b.Name && a.Position == b.Position && a.GPUModel == b.GPUModel &&
-		a.GPUCount == b.GPUCount && maps.Equal(a.Labels, b.Labels)
+		a.GPUCount == b.GPUCount && maps.Equal(a.Labels, b.Labels) && reflect.DeepEqual(a.Topology, b.Topology)
 }
 
 // SetHealth applies a health change. Component "gpu" with ID the GPU's index

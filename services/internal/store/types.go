@@ -3,6 +3,8 @@ package store
 import (
 	"fmt"
 
+	"github.com/toposched/toposched/services/internal/topology"
+
 	"github.com/toposched/toposched/events"
 )
 
@@ -17,6 +19,9 @@ type Node struct {
 	Labels   map[string]string
 	// GPUCount is the number of GPUs in the node's latest report.
 	GPUCount int
+	// Topology is the node's inner topology (paths between its GPUs and
+	// NICs), nil when its report gave none. Shared: do not modify.
+	Topology *topology.Node
 }
 
 // GPU is one GPU of a node. Its primary key is (Node, Index).
