@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/services/internal/topology"
 )
 
 // Cluster is a parsed cluster file.
@@ -30,6 +32,9 @@ type NodeSpec struct {
 	Labels    map[string]string `yaml:"labels"`
 	// Count expands the entry into Count nodes named Name-001, Name-002...
 	Count int `yaml:"count"`
+	// Model names a built-in node model (dgx-a100, dgx-h100, hgx-h100,
+	// pcie-8gpu) that gives the node's inner topology.
+	Model string `yaml:"model"`
 }
 
 // SwitchSpec is one fabric switch of a cluster file.
@@ -106,6 +111,28 @@ func ParseCluster(file string, data []byte) (Cluster, error) {
 				names = append(names, fmt.Sprintf("%s-%03d", ns.Name, k))
 			}
 		}
+		var topo *topology.Node
+		if ns.Model != "" {
+			t, err := Model(ns.Model)
+			if err != nil {
+				bad(line, "nodes[%d].model: %v", i, err)
+			} else {
+				topo = t
+				if ns.GPUs == 0 {
+					ns.GPUs = len(t.GPUs)
+				}
+				if ns.GPUModel == "" {
+					ns.GPUModel = t.GPUs[0].Model
+				}
+				if ns.MemoryMiB == 0 {
+					ns.MemoryMiB = t.GPUs[0].MemoryMiB
+				}
+				if ns.GPUs != len(t.GPUs) {
+					bad(line, "nodes[%d].gpus: model %s has %d GPUs, got %d", i, ns.Model, len(t.GPUs), ns.GPUs)
+					topo = nil
+				}
+			}
+		}
 		if ns.GPUs < 1 || ns.GPUs > MaxGPUsPerNode {
 			bad(line, "nodes[%d].gpus: expected 1 to %d GPUs, got %d", i, MaxGPUsPerNode, ns.GPUs)
 		}
@@ -119,16 +146,18 @@ func ParseCluster(file string, data []byte) (Cluster, error) {
 				continue
 			}
 			seen[name] = line
-			node := events.TopologyNode{
-				Name:     name,
-				Position: len(c.Nodes),
-				GPUModel: ns.GPUModel,
-				Labels:   ns.Labels,
+			node := events.TopologyNode{}
+			if topo != nil {
+				node = topo.Event()
 			}
-			for g := range max(ns.GPUs, 0) {
-				node.GPUs = append(node.GPUs, events.GPU{
-					Index: g, Model: ns.GPUModel, MemoryMiB: ns.MemoryMiB, Health: events.HealthHealthy,
-				})
+			node.Name, node.Position, node.GPUModel, node.Labels = name, len(c.Nodes), ns.GPUModel, ns.Labels
+			if topo == nil {
+				node.GPUs = make([]events.GPU, max(ns.GPUs, 0))
+			}
+			for g := range node.GPUs {
+				node.GPUs[g].Index, node.GPUs[g].Health = g, events.HealthHealthy
+				node.GPUs[g].Model = cmp.Or(ns.GPUModel, node.GPUs[g].Model)
+				node.GPUs[g].MemoryMiB = cmp.Or(ns.MemoryMiB, node.GPUs[g].MemoryMiB)
 			}
 			c.Nodes = append(c.Nodes, node)
 		}

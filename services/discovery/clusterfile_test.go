@@ -115,3 +115,26 @@ func FuzzParseCluster(f *testing.F) {
 		}
 	})
 }
+
+func TestParseClusterModels(t *testing.T) {
+	t.Parallel()
+	c, err := ParseCluster("f.yaml", []byte("nodes:\n  - {name: a, model: dgx-h100}\n  - {name: b, model: pcie-8gpu, gpu_model: L40S}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := c.Nodes[0], c.Nodes[1]
+	if len(a.GPUs) != 8 || a.GPUModel != "H100-SXM5-80GB" || a.GPUPaths[0][5] != "NV18" || len(a.NICs) != 8 {
+		t.Fatalf("dgx-h100 node: %+v", a)
+	}
+	if b.GPUModel != "L40S" || b.GPUs[0].Model != "L40S" || b.GPUPaths[0][1] != "PIX" || b.GPUPaths[0][4] != "SYS" {
+		t.Fatalf("pcie-8gpu node: %+v", b)
+	}
+	for _, tc := range []struct{ src, want string }{
+		{"nodes:\n  - {name: a, model: dgx-z9}\n", `nodes[0].model: unknown node model "dgx-z9"`},
+		{"nodes:\n  - {name: a, model: dgx-a100, gpus: 4}\n", "nodes[0].gpus: model dgx-a100 has 8 GPUs, got 4"},
+	} {
+		if _, err := ParseCluster("f.yaml", []byte(tc.src)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want %q", err, tc.want)
+		}
+	}
+}
