@@ -15,7 +15,7 @@ func TestModels(t *testing.T) {
 		nearestNIC map[int]string
 		numa       map[int]int
 	}{
-		{"dgx-a100", [2]int{0, 7}, "NV12", map[int]string{0: "mlx5_0", 4: "mlx5_6", 7: "mlx5_8"}, map[int]int{0: 3, 2: 1, 4: 7, 6: 5}},
+		{"dgx-a100", [2]int{0, 7}, "NV12", map[int]string{0: "mlx5_0", 1: "mlx5_1", 4: "mlx5_6", 7: "mlx5_9"}, map[int]int{0: 3, 2: 1, 4: 7, 6: 5}},
 		{"dgx-h100", [2]int{1, 6}, "NV18", map[int]string{0: "mlx5_0", 5: "mlx5_5"}, map[int]int{0: 0, 7: 1}},
 		{"hgx-h100", [2]int{0, 1}, "NV18", map[int]string{3: "mlx5_3"}, nil},
 		{"pcie-8gpu", [2]int{0, 1}, "PIX", map[int]string{0: "mlx5_0", 3: "mlx5_0", 6: "mlx5_1"}, map[int]int{3: 0, 4: 1}},

@@ -106,20 +106,39 @@ func (n *Node) Path(a, b int, bw *Bandwidths) Path {
 	return Path{Link: l, BandwidthGBps: gbps, LatencyUS: lat}
 }
 
-// NearestNIC returns the position of the NIC closest to GPU g (the best
-// path class, then the lowest index), or -1 when the node has no NIC or
-// the source gave no GPU-NIC paths.
+// NearestNIC returns the position of the NIC closest to GPU g, or -1 when
+// the node has no NIC or the source gave no GPU-NIC paths. When several
+// NICs are equally close and shared by several GPUs (two GPUs and two NICs
+// under one PCIe switch), the GPUs are spread over them in index order, as
+// NCCL does, rather than all given the first.
 func (n *Node) NearestNIC(g int) int {
-	if g >= len(n.NICPaths) {
+	best := n.bestNICClass(g)
+	if best == Unknown {
 		return -1
 	}
-	best := -1
+	var cands []int
 	for k, l := range n.NICPaths[g] {
-		if l.Class == Unknown {
-			continue
+		if l.Class == best {
+			cands = append(cands, k)
 		}
-		if best < 0 || l.Class < n.NICPaths[g][best].Class {
-			best = k
+	}
+	r := 0
+	for h := range g {
+		if n.bestNICClass(h) == best && n.NICPaths[h][cands[0]].Class == best {
+			r++
+		}
+	}
+	return cands[r%len(cands)]
+}
+
+func (n *Node) bestNICClass(g int) Class {
+	if g >= len(n.NICPaths) {
+		return Unknown
+	}
+	best := Unknown
+	for _, l := range n.NICPaths[g] {
+		if l.Class != Unknown && (best == Unknown || l.Class < best) {
+			best = l.Class
 		}
 	}
 	return best
