@@ -24,7 +24,11 @@
 // in an odd number of backslashes continues on the next line (the backslash
 // is dropped and the lines are joined as is, as Slurm's parser does); "\x"
 // reads as "x"; a value may be double-quoted; "Key = value" is accepted.
-// Node and switch lists are hostlist expressions (see ExpandHostlist).
+// Node and switch lists are hostlist expressions (see ExpandHostlist); the
+// whole file may expand to at most MaxHostlistNames names. Node names must
+// be host names as the cluster file accepts them (letters, digits, '.', '_',
+// '-'); switch names may also hold ':' and are at most 64 characters, as in
+// Slurm. A name listed twice under one switch is kept once.
 //
 // topology/tree: a line is SwitchName=<name> followed by Nodes=<hostlist>
 // (a leaf), or Switches=<hostlist> (a switch above other switches), and an
@@ -46,7 +50,9 @@
 // block is an island of its own. BlockSizes is checked as Slurm checks it
 // (positive sizes, each a power-of-two multiple of the first, the first at
 // most the node count of every block) but it is not represented: the event
-// has no way to say which blocks may be joined into larger blocks.
+// has no way to say which blocks may be joined into larger blocks. Without
+// BlockSizes every block must have at least as many nodes as the first, as
+// Slurm requires.
 //
 // topology/ring (RingName lines) is refused with an error naming each ring
 // line: a ring has no tree to describe. A file that mixes SwitchName lines
