@@ -51,7 +51,7 @@ placement.rejected.`,
 		"NATS server URL(s) of the toposched deployment (env TOPOSCHED_NATS_URL)")
 	pf.StringVar(&g.prefix, "prefix", envOr("TOPOSCHED_PREFIX", events.DefaultPrefix), "first token of every event subject")
 	pf.StringVarP(&g.format, "output", "o", "table", "output format: table or json")
-	root.AddCommand(newSubmit(g), newWatch(g), newFinish(g))
+	root.AddCommand(newSubmit(g), newWatch(g), newFinish(g), newTopology(g))
 	return root
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -35,6 +36,14 @@ type NodeSpec struct {
 	// Model names a built-in node model (dgx-a100, dgx-h100, hgx-h100,
 	// pcie-8gpu) that gives the node's inner topology.
 	Model string `yaml:"model"`
+	// NVIDIASMI and NCCLXML name a file (relative to the cluster file)
+	// describing the node: `nvidia-smi topo -m` output or NCCL topology
+	// XML.
+	NVIDIASMI string `yaml:"nvidia_smi"`
+	NCCLXML   string `yaml:"nccl_xml"`
+	// NVLinks, for an NCCL XML without NVLink, gives every GPU pair that
+	// many NVLinks (an NVSwitch board whose model is not known).
+	NVLinks int `yaml:"nvlinks"`
 }
 
 // SwitchSpec is one fabric switch of a cluster file.
@@ -112,11 +121,33 @@ func ParseCluster(file string, data []byte) (Cluster, error) {
 			}
 		}
 		var topo *topology.Node
-		if ns.Model != "" {
-			t, err := Model(ns.Model)
+		sources := 0
+		for _, v := range []string{ns.Model, ns.NVIDIASMI, ns.NCCLXML} {
+			if v != "" {
+				sources++
+			}
+		}
+		if sources > 1 {
+			bad(line, "nodes[%d]: expected at most one of model, nvidia_smi and nccl_xml", i)
+		}
+		var t *topology.Node
+		var err error
+		switch {
+		case sources > 1:
+		case ns.Model != "":
+			t, err = Model(ns.Model)
 			if err != nil {
 				bad(line, "nodes[%d].model: %v", i, err)
-			} else {
+			}
+		case ns.NVIDIASMI != "" || ns.NCCLXML != "":
+			t, err = loadRelative(file, cmp.Or(ns.NVIDIASMI, ns.NCCLXML),
+				NodeFileOptions{GPUModel: ns.GPUModel, NVLinks: ns.NVLinks})
+			if err != nil {
+				bad(line, "nodes[%d]: %v", i, err)
+			}
+		}
+		if t != nil {
+			{
 				topo = t
 				if ns.GPUs == 0 {
 					ns.GPUs = len(t.GPUs)
@@ -128,7 +159,7 @@ func ParseCluster(file string, data []byte) (Cluster, error) {
 					ns.MemoryMiB = t.GPUs[0].MemoryMiB
 				}
 				if ns.GPUs != len(t.GPUs) {
-					bad(line, "nodes[%d].gpus: model %s has %d GPUs, got %d", i, ns.Model, len(t.GPUs), ns.GPUs)
+					bad(line, "nodes[%d].gpus: %s has %d GPUs, got %d", i, t.Source, len(t.GPUs), ns.GPUs)
 					topo = nil
 				}
 			}
@@ -228,4 +259,17 @@ func lineAt(lines []int, i int) int {
 		return lines[i]
 	}
 	return 1
+}
+
+// loadRelative imports a node description named relative to the cluster
+// file.
+func loadRelative(clusterFile, path string, opts NodeFileOptions) (*topology.Node, error) {
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(filepath.Dir(clusterFile), path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parseNodeFile(path, data, opts)
 }

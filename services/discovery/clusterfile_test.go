@@ -138,3 +138,36 @@ func TestParseClusterModels(t *testing.T) {
 		}
 	}
 }
+
+func TestParseClusterNodeFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	smi, err := os.ReadFile(filepath.Join("nvsmi", "testdata", "t4-4gpu-2socket-sys-node_nccl-issue-428.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "t4.txt"), smi, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "cluster.yaml")
+	src := "nodes:\n  - {name: t4, count: 2, nvidia_smi: t4.txt, gpu_model: T4}\n"
+	if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadCluster(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Nodes) != 2 || len(c.Nodes[1].GPUs) != 4 || c.Nodes[1].GPUPaths[1][2] != "NODE" || c.Nodes[1].GPUs[0].Model != "T4" {
+		t.Fatalf("nodes %+v", c.Nodes)
+	}
+	for _, tc := range []struct{ src, want string }{
+		{"nodes:\n  - {name: a, nvidia_smi: missing.txt}\n", "cluster.yaml:2: nodes[0]: open"},
+		{"nodes:\n  - {name: a, model: dgx-a100, nvidia_smi: t4.txt}\n", "expected at most one of model, nvidia_smi and nccl_xml"},
+		{"nodes:\n  - {name: a, nvidia_smi: t4.txt, gpus: 8}\n", "t4.txt has 4 GPUs, got 8"},
+	} {
+		if _, err := ParseCluster(file, []byte(tc.src)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want %q", err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/services/discovery"
+)
+
+func newTopology(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "topology",
+		Short: "Show the cluster's topology: the switch tree, nodes, GPUs and NICs, and path matrices",
+	}
+	cmd.AddCommand(newTopologyShow(g), newTopologyMatrix(g))
+	return cmd
+}
+
+func newTopologyShow(g *globals) *cobra.Command {
+	var cluster string
+	cmd := &cobra.Command{
+		Use:   "show [--cluster FILE]",
+		Short: "Print the cluster as a tree: switches, nodes, NUMA nodes, GPUs (free, used, unhealthy) and NICs",
+		Long: `show prints the cluster as a tree: fabric switches, nodes under them, each
+node's NUMA nodes with their GPUs and NICs, each GPU marked free, used by a job,
+or unhealthy.
+
+With --cluster it reads a cluster file offline (every GPU free); without it
+reads the running operator's topology and placement streams.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, state, err := loadCluster(cmd.Context(), g, cluster)
+			if err != nil {
+				return err
+			}
+			return discovery.WriteTree(cmd.OutOrStdout(), c, state)
+		},
+	}
+	cmd.Flags().StringVar(&cluster, "cluster", "", "read this cluster file instead of the running operator")
+	return cmd
+}
+
+func newTopologyMatrix(g *globals) *cobra.Command {
+	var cluster, file string
+	var bandwidth bool
+	var opts discovery.NodeFileOptions
+	cmd := &cobra.Command{
+		Use:   "matrix [NODE] [--file FILE | --cluster FILE]",
+		Short: "Print a node's GPU×GPU path-class matrix in nvidia-smi's shape",
+		Long: `matrix prints the path class between every two GPUs of a node (X, NV#, NVB,
+PIX, PXB, PHB, NODE, SYS) and from each GPU to each NIC, then one line per GPU
+with its NUMA node and nearest NIC.
+
+--file imports an nvidia-smi topo -m output or an NCCL topology XML offline; the
+format is recognised from the content. Otherwise NODE names a node of --cluster
+or of the running operator. --bandwidth adds each pair's bandwidth in GB/s.`,
+		Example: `  topoctl topology matrix --file nvidia-smi-topo.txt
+  topoctl topology matrix --file topo.xml -o json
+  topoctl topology matrix dgx-a100-001 --cluster deploy/examples/cluster.yaml --bandwidth`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if g.format != "table" && g.format != "json" {
+				return fmt.Errorf("--output %q: expected table or json", g.format)
+			}
+			var node events.TopologyNode
+			switch {
+			case file != "":
+				n, err := discovery.LoadNodeFile(file, opts)
+				if err != nil {
+					return err
+				}
+				node = n
+			case len(args) == 1:
+				c, _, err := loadCluster(cmd.Context(), g, cluster)
+				if err != nil {
+					return err
+				}
+				if node, err = c.Node(args[0]); err != nil {
+					return err
+				}
+			default:
+				return fmt.Errorf("name a NODE or give --file FILE")
+			}
+			return discovery.WriteMatrix(cmd.OutOrStdout(), node, g.format == "json", bandwidth)
+		},
+	}
+	cmd.Flags().StringVar(&file, "file", "", "nvidia-smi topo -m output or NCCL topology XML to import offline")
+	cmd.Flags().StringVar(&cluster, "cluster", "", "read NODE from this cluster file instead of the running operator")
+	cmd.Flags().BoolVar(&bandwidth, "bandwidth", false, "show each GPU pair's bandwidth per direction in GB/s")
+	cmd.Flags().StringVar(&opts.GPUModel, "gpu-model", "", "for an NCCL XML without NVLink: the GPU model, whose board's NVLinks are then added")
+	cmd.Flags().IntVar(&opts.NVLinks, "nvlinks", 0, "for an NCCL XML without NVLink: NVLinks between every GPU pair (an NVSwitch board)")
+	return cmd
+}
+
+// loadCluster reads a cluster file, or rebuilds the live cluster and its
+// GPUs' states from the operator's streams.
+func loadCluster(ctx context.Context, g *globals, file string) (discovery.Cluster, discovery.GPUState, error) {
+	if file != "" {
+		c, err := discovery.LoadCluster(file)
+		return c, func(string, int) string { return "free" }, err
+	}
+	b, err := g.connect(ctx)
+	if err != nil {
+		return discovery.Cluster{}, nil, err
+	}
+	defer b.Close()
+	return liveCluster(ctx, b)
+}
+
+func liveCluster(ctx context.Context, b *bus.Bus) (discovery.Cluster, discovery.GPUState, error) {
+	nodes := map[string]events.TopologyNode{}
+	var fabric events.TopologyFabric
+	unhealthy := map[string]string{}
+	key := func(node string, gpu int) string { return node + "/" + strconv.Itoa(gpu) }
+	err := b.Replay(ctx, "topology", []string{b.Subjects.Domain("topology")}, func(r bus.Record) error {
+		switch r.Name {
+		case events.NameTopologyNode:
+			var n events.TopologyNode
+			if bus.Decode(r.Name, r.Body, &n) == nil {
+				if n.Removed {
+					delete(nodes, n.Name)
+				} else {
+					nodes[n.Name] = n
+				}
+			}
+		case events.NameTopologyFabric:
+			_ = bus.Decode(r.Name, r.Body, &fabric)
+		case events.NameTopologyHealth:
+			var h events.TopologyHealth
+			if bus.Decode(r.Name, r.Body, &h) == nil && h.Component == events.ComponentGPU {
+				if i, err := strconv.Atoi(h.ID); err == nil {
+					if h.Health == events.HealthUnhealthy {
+						unhealthy[key(h.Node, i)] = h.Reason
+					} else {
+						delete(unhealthy, key(h.Node, i))
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return discovery.Cluster{}, nil, err
+	}
+	used := map[string]string{}
+	err = b.Replay(ctx, "placement", []string{b.Subjects.Domain("placement")}, func(r bus.Record) error {
+		switch r.Name {
+		case events.NamePlacementDecided:
+			var d events.PlacementDecided
+			if bus.Decode(r.Name, r.Body, &d) == nil {
+				for _, rk := range d.Ranks {
+					used[key(rk.Node, rk.GPU)] = d.JobID
+				}
+			}
+		case events.NamePlacementReleased:
+			for k, j := range used {
+				if j == r.Env.Subject {
+					delete(used, k)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return discovery.Cluster{}, nil, err
+	}
+	c := discovery.Cluster{Name: fabric.Cluster, Fabric: fabric}
+	if c.Name == "" {
+		c.Name = "live"
+	}
+	for _, n := range nodes {
+		for _, gpu := range n.GPUs {
+			if gpu.Health == events.HealthUnhealthy {
+				unhealthy[key(n.Name, gpu.Index)] = "reported unhealthy"
+			}
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	slices.SortFunc(c.Nodes, func(a, b events.TopologyNode) int {
+		if a.Position != b.Position {
+			return a.Position - b.Position
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	state := func(node string, gpu int) string {
+		if why, ok := unhealthy[key(node, gpu)]; ok {
+			return "unhealthy (" + why + ")"
+		}
+		if j, ok := used[key(node, gpu)]; ok {
+			return "used by " + j
+		}
+		return "free"
+	}
+	return c, state, nil
+}
