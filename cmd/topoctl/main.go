@@ -45,6 +45,13 @@ and jobs.finished events and reads placement.decided, placement.pending and
 placement.rejected.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// One check of the output format for every command.
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			if g.format != "table" && g.format != "json" {
+				return fmt.Errorf("--output %q: expected table or json", g.format)
+			}
+			return nil
+		},
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.natsURL, "nats-url", envOr("TOPOSCHED_NATS_URL", "nats://127.0.0.1:4222"),
@@ -108,9 +115,6 @@ A job file looks like:
 		Example: "  topoctl submit job.yaml --wait",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if g.format != "table" && g.format != "json" {
-				return fmt.Errorf("--output %q: expected table or json", g.format)
-			}
 			job, err := client.LoadJob(args[0])
 			if err != nil {
 				return err
@@ -192,9 +196,6 @@ func newWatch(g *globals) *cobra.Command {
 With --all it starts from the beginning of the placement stream.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if g.format != "table" && g.format != "json" {
-				return fmt.Errorf("--output %q: expected table or json", g.format)
-			}
 			ctx := cmd.Context()
 			b, err := g.connect(ctx)
 			if err != nil {

@@ -66,9 +66,6 @@ or of the running operator. --bandwidth adds each pair's bandwidth in GB/s.`,
   topoctl topology matrix dgx-a100-001 --cluster deploy/examples/cluster.yaml --bandwidth`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if g.format != "table" && g.format != "json" {
-				return fmt.Errorf("--output %q: expected table or json", g.format)
-			}
 			var node events.TopologyNode
 			switch {
 			case file != "":

@@ -9,7 +9,6 @@ package optimizer
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 
@@ -99,10 +98,4 @@ func (s *Service) Live() (jobs, gpus int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.live), len(s.holder)
-}
-
-// String summarises the working set for logs.
-func (s *Service) String() string {
-	j, g := s.Live()
-	return fmt.Sprintf("optimizer: %d live jobs on %d GPUs", j, g)
 }
