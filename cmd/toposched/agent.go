@@ -1,0 +1,70 @@
+//go:build cgo
+
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/services/discovery"
+	"github.com/toposched/toposched/services/discovery/nvml"
+)
+
+func newAgent(g *globals) *cobra.Command {
+	var cfg nvml.AgentConfig
+	var print bool
+	cmd := &cobra.Command{
+		Use:   "agent [--node NAME] [--position N] [--print]",
+		Short: "Run the node agent: discover this node's GPUs, NVLinks and NICs through NVML and report them and their health",
+		Long: `agent runs on each GPU node (a DaemonSet or a systemd unit). It discovers the
+node through NVML (GPUs, NVLink peers and NVSwitches, PCIe paths, NUMA, NICs
+from sysfs), publishes it on topology.node.<node>, and publishes every health
+change (critical XIDs, NVLink state) on topology.health.<node>.
+
+--print discovers once, prints the node's path matrix and exits, without NATS:
+the check to run by hand on a GPU machine.`,
+		Example: `  toposched agent --print
+  toposched agent --nats-url nats://nats:4222 --position 17 --label rack=r3`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lib := nvml.Library()
+			if print {
+				n, err := nvml.Discover(lib, cfg.Options)
+				if err != nil {
+					return err
+				}
+				ev := n.Event()
+				return discovery.WriteMatrix(cmd.OutOrStdout(), ev, false, true)
+			}
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			url := g.natsURL
+			if url == "" {
+				url = "nats://127.0.0.1:4222"
+			}
+			ctx := cmd.Context()
+			b, err := bus.Connect(ctx, g.busConfig(url, "agent", log))
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if err := nvml.RunAgent(ctx, lib, b, cfg, log); err != nil {
+				return fmt.Errorf("agent: %w", err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.NodeName, "node", "", "node name (default: the host name)")
+	f.IntVar(&cfg.Position, "position", 0, "the node's place in enumeration order")
+	f.StringToStringVar(&cfg.Labels, "label", nil, "node labels, key=value (repeatable)")
+	f.StringVar(&cfg.SysfsRoot, "sysfs", "/", "root under which sys/ is read (NICs, NUMA, PCIe paths)")
+	f.DurationVar(&cfg.Rediscover, "rediscover", 5*time.Minute, "how often to rediscover the node and report it again if it changed")
+	f.BoolVar(&print, "print", false, "discover once, print the path matrix and exit (no NATS)")
+	return cmd
+}
