@@ -47,8 +47,8 @@ placement.rejected.`,
 		SilenceErrors: true,
 		// One check of the output format for every command.
 		PersistentPreRunE: func(*cobra.Command, []string) error {
-			if g.format != "table" && g.format != "json" {
-				return fmt.Errorf("--output %q: expected table or json", g.format)
+			if g.format != "table" && g.format != "json" && g.format != "dot" {
+				return fmt.Errorf("--format %q: expected table, json or dot", g.format)
 			}
 			return nil
 		},
@@ -57,7 +57,9 @@ placement.rejected.`,
 	pf.StringVar(&g.natsURL, "nats-url", envOr("TOPOSCHED_NATS_URL", "nats://127.0.0.1:4222"),
 		"NATS server URL(s) of the toposched deployment (env TOPOSCHED_NATS_URL)")
 	pf.StringVar(&g.prefix, "prefix", envOr("TOPOSCHED_PREFIX", events.DefaultPrefix), "first token of every event subject")
-	pf.StringVarP(&g.format, "output", "o", "table", "output format: table or json")
+	pf.StringVarP(&g.format, "format", "o", "table", "output format: table or json (topology show also takes dot)")
+	pf.StringVar(&g.format, "output", "table", "same as --format")
+	_ = pf.MarkHidden("output")
 	root.AddCommand(newSubmit(g), newWatch(g), newFinish(g), newTopology(g))
 	return root
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"fmt"
 	"slices"
 	"strconv"
@@ -33,12 +35,20 @@ node's NUMA nodes with their GPUs and NICs, each GPU marked free, used by a job,
 or unhealthy.
 
 With --cluster it reads a cluster file offline (every GPU free); without it
-reads the running operator's topology and placement streams.`,
+reads the running operator's topology and placement streams. --format dot
+writes a Graphviz graph (render with: dot -Tsvg), --format json the nodes and
+fabric as topology events.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, state, err := loadCluster(cmd.Context(), g, cluster)
 			if err != nil {
 				return err
+			}
+			switch g.format {
+			case "dot":
+				return discovery.WriteDot(cmd.OutOrStdout(), c, state)
+			case "json":
+				return writeJSON(cmd.OutOrStdout(), c)
 			}
 			return discovery.WriteTree(cmd.OutOrStdout(), c, state)
 		},
@@ -84,6 +94,9 @@ or of the running operator. --bandwidth adds each pair's bandwidth in GB/s.`,
 				}
 			default:
 				return fmt.Errorf("name a NODE or give --file FILE")
+			}
+			if g.format == "dot" {
+				return fmt.Errorf("--format dot: topology show draws the cluster; matrix prints table or json")
 			}
 			return discovery.WriteMatrix(cmd.OutOrStdout(), node, g.format == "json", bandwidth)
 		},
@@ -196,4 +209,10 @@ func liveCluster(ctx context.Context, b *bus.Bus) (discovery.Cluster, discovery.
 		return "free"
 	}
 	return c, state, nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
