@@ -175,19 +175,39 @@ type TopologyNode struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
-// Switch is one fabric switch and what hangs below it.
+// Switch is one fabric switch and what hangs below it. Rates are in Gb/s
+// (as NIC.RateGbps and InfiniBand or Ethernet speeds are quoted); zero
+// means unknown.
 type Switch struct {
 	Name string `json:"name"`
 	// Tier is leaf, spine or core.
 	Tier     string   `json:"tier"`
 	Nodes    []string `json:"nodes,omitempty"`
 	Switches []string `json:"switches,omitempty"`
+	// LinkGbps is the rate of each link from this switch down to a child:
+	// for a leaf, the links to the nodes' NICs.
+	LinkGbps float64 `json:"link_gbps,omitempty"`
+	// Uplinks counts the links from this switch up to its parents; 0 when
+	// unknown.
+	Uplinks int `json:"uplinks,omitempty"`
+	// UplinkGbps is the rate of each of those links.
+	UplinkGbps float64 `json:"uplink_gbps,omitempty"`
+	// Oversubscription is the ratio of the switch's down capacity to its up
+	// capacity (at least 1); 0 or absent means 1, non-blocking.
+	Oversubscription float64 `json:"oversubscription,omitempty"`
+	// Rail is, in a rail-optimized fabric, the rail a leaf serves: NIC k of
+	// every node below it is wired to the leaf of rail k, so a node is
+	// below one leaf per rail. Nil for a leaf that serves whole nodes.
+	Rail *int `json:"rail,omitempty"`
 }
 
 // TopologyFabric describes the network between nodes (topology.fabric).
 type TopologyFabric struct {
 	Cluster  string   `json:"cluster"`
 	Switches []Switch `json:"switches"`
+	// Warnings say what an importer accepted but found odd (a node listed
+	// under two leaves, of which the first was kept), for people to read.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Health component kinds.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/services/discovery/fabric"
 	"github.com/toposched/toposched/services/internal/topology"
 )
 
@@ -46,20 +48,37 @@ type NodeSpec struct {
 	NVLinks int `yaml:"nvlinks"`
 }
 
-// SwitchSpec is one fabric switch of a cluster file.
+// SwitchSpec is one fabric switch of a cluster file (see events.Switch).
 type SwitchSpec struct {
 	Name     string   `yaml:"name"`
 	Tier     string   `yaml:"tier"`
 	Nodes    []string `yaml:"nodes"`
 	Switches []string `yaml:"switches"`
+	// LinkGbps is the rate (Gb/s) of each link down to a child; UplinkGbps
+	// of each of the Uplinks links up.
+	LinkGbps   float64 `yaml:"link_gbps"`
+	Uplinks    int     `yaml:"uplinks"`
+	UplinkGbps float64 `yaml:"uplink_gbps"`
+	// Oversubscription is down over up capacity, at least 1 (0: 1).
+	Oversubscription float64 `yaml:"oversubscription"`
+	// Rail is the rail a leaf serves in a rail-optimized fabric.
+	Rail *int `yaml:"rail"`
+}
+
+// FabricSpec is the fabric section of a cluster file: switches listed in
+// the file, or one file to import, named relative to the cluster file: a
+// Slurm topology.conf (Slurm) or a Clos table (ClosCSV), read by package
+// fabric.
+type FabricSpec struct {
+	Switches []SwitchSpec `yaml:"switches"`
+	Slurm    string       `yaml:"slurm"`
+	ClosCSV  string       `yaml:"clos_csv"`
 }
 
 type fileSpec struct {
 	Name   string     `yaml:"name"`
 	Nodes  []NodeSpec `yaml:"nodes"`
-	Fabric struct {
-		Switches []SwitchSpec `yaml:"switches"`
-	} `yaml:"fabric"`
+	Fabric FabricSpec `yaml:"fabric"`
 }
 
 // MaxGPUsPerNode bounds a node entry; no real node is near it.
@@ -94,7 +113,6 @@ func ParseCluster(file string, data []byte) (Cluster, error) {
 		return Cluster{}, fmt.Errorf("%s: %w", file, err)
 	}
 	lines := entryLines(&root, "nodes")
-	swLines := entryLines(&root, "fabric", "switches")
 	var errs []error
 	bad := func(line int, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s:%d: %s", file, line, fmt.Sprintf(format, args...)))
@@ -193,37 +211,193 @@ func ParseCluster(file string, data []byte) (Cluster, error) {
 			c.Nodes = append(c.Nodes, node)
 		}
 	}
+	c.Fabric = parseFabric(file, &root, spec.Fabric, seen, bad)
 	c.Fabric.Cluster = c.Name
-	switches := map[string]bool{}
-	for _, sw := range spec.Fabric.Switches {
-		switches[sw.Name] = true
-	}
-	for i, sw := range spec.Fabric.Switches {
-		line := lineAt(swLines, i)
-		if sw.Name == "" {
-			bad(line, "fabric.switches[%d].name: expected a name", i)
-		}
-		switch sw.Tier {
-		case "leaf", "spine", "core":
-		default:
-			bad(line, "fabric.switches[%d].tier: expected leaf, spine or core, got %q", i, sw.Tier)
-		}
-		for _, n := range sw.Nodes {
-			if seen[n] == 0 {
-				bad(line, "fabric.switches[%d].nodes: %q is not a node of this cluster", i, n)
-			}
-		}
-		for _, s := range sw.Switches {
-			if !switches[s] {
-				bad(line, "fabric.switches[%d].switches: %q is not a switch of this fabric", i, s)
-			}
-		}
-		c.Fabric.Switches = append(c.Fabric.Switches, events.Switch(sw))
-	}
 	if err := errors.Join(errs...); err != nil {
 		return Cluster{}, err
 	}
 	return c, nil
+}
+
+// maxUnknownFabricNodes bounds the names a warning about imported fabric
+// nodes that the cluster lacks lists.
+const maxUnknownFabricNodes = 5
+
+// parseFabric reads the fabric section: switches listed in the cluster
+// file, or a file to import. Nodes of listed switches must be nodes of the
+// cluster; an imported file may name others (a Slurm topology.conf also
+// lists CPU nodes), which is a warning. The result is checked by
+// topology.NewFabric: cycles, tiers, a node below two leaves.
+func parseFabric(file string, root *yaml.Node, spec FabricSpec, seen map[string]int, bad func(int, string, ...any)) events.TopologyFabric {
+	var fab events.TopologyFabric
+	fabricLine := max(keyLine(root, "fabric"), 1)
+	var given []string
+	for _, g := range []struct {
+		key string
+		set bool
+	}{{"switches", len(spec.Switches) > 0}, {"slurm", spec.Slurm != ""}, {"clos_csv", spec.ClosCSV != ""}} {
+		if g.set {
+			given = append(given, g.key)
+		}
+	}
+	if len(given) > 1 {
+		bad(fabricLine, "fabric: expected one of switches, slurm and clos_csv, got %s", strings.Join(given, " and "))
+		return fab
+	}
+	// field names the fabric's source in errors, prefix leads what
+	// NewFabric reports (its lines start "fabric: ").
+	field, prefix := "fabric", ""
+	switch {
+	case spec.Slurm != "" || spec.ClosCSV != "":
+		key, name, parse := "slurm", spec.Slurm, fabric.ParseSlurm
+		if spec.ClosCSV != "" {
+			key, name, parse = "clos_csv", spec.ClosCSV, fabric.ParseClosCSV
+		}
+		field = "fabric." + key
+		fabricLine = max(keyLine(root, "fabric", key), fabricLine)
+		path := name
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(filepath.Dir(file), path)
+		}
+		prefix = field + ": " + path + ": "
+		data, err := os.ReadFile(path)
+		if err != nil {
+			bad(fabricLine, "%s: %v", field, err)
+			return fab
+		}
+		if fab, err = parse(path, data); err != nil {
+			badLines(bad, fabricLine, field+": ", err)
+			return events.TopologyFabric{}
+		}
+		var unknown []string
+		for _, sw := range fab.Switches {
+			for _, n := range sw.Nodes {
+				if seen[n] == 0 {
+					unknown = append(unknown, n)
+				}
+			}
+		}
+		if len(unknown) > 0 {
+			some := unknown[:min(len(unknown), maxUnknownFabricNodes)]
+			more := ""
+			if len(unknown) > len(some) {
+				more = fmt.Sprintf(" and %d more", len(unknown)-len(some))
+			}
+			what := fmt.Sprintf("%d nodes that are not nodes", len(unknown))
+			if len(unknown) == 1 {
+				what = "1 node that is not a node"
+			}
+			fab.Warnings = append(fab.Warnings, fmt.Sprintf("%s:%d: %s: %s names %s of this cluster: %s%s",
+				file, fabricLine, field, path, what, strings.Join(some, ", "), more))
+		}
+	default:
+		if !listedSwitches(file, root, spec.Switches, seen, bad, &fab) {
+			return fab
+		}
+	}
+	if len(fab.Switches) == 0 {
+		return fab
+	}
+	if _, err := topology.NewFabric(fab); err != nil {
+		badLines(bad, fabricLine, prefix, err)
+	}
+	return fab
+}
+
+// listedSwitches reads the switches of the fabric section into fab and
+// reports whether they are well formed, one by one.
+func listedSwitches(file string, root *yaml.Node, specs []SwitchSpec, seen map[string]int, bad func(int, string, ...any), fab *events.TopologyFabric) bool {
+	swLines := entryLines(root, "fabric", "switches")
+	ok := true
+	badAt := func(line int, format string, args ...any) {
+		ok = false
+		bad(line, format, args...)
+	}
+	switches := map[string]bool{}
+	for _, sw := range specs {
+		switches[sw.Name] = true
+	}
+	for i, sw := range specs {
+		line := lineAt(swLines, i)
+		if sw.Name == "" {
+			badAt(line, "fabric.switches[%d].name: expected a name", i)
+		}
+		switch sw.Tier {
+		case "leaf", "spine", "core":
+		default:
+			badAt(line, "fabric.switches[%d].tier: expected leaf, spine or core, got %q", i, sw.Tier)
+		}
+		for _, n := range sw.Nodes {
+			if seen[n] == 0 {
+				badAt(line, "fabric.switches[%d].nodes: %q is not a node of this cluster", i, n)
+			}
+		}
+		for _, s := range sw.Switches {
+			if !switches[s] {
+				badAt(line, "fabric.switches[%d].switches: %q is not a switch of this fabric", i, s)
+			}
+		}
+		for _, r := range []struct {
+			key string
+			v   float64
+		}{{"link_gbps", sw.LinkGbps}, {"uplink_gbps", sw.UplinkGbps}} {
+			if r.v < 0 || math.IsNaN(r.v) || math.IsInf(r.v, 0) {
+				badAt(line, "fabric.switches[%d].%s: expected a rate in Gb/s of at least 0, got %v", i, r.key, r.v)
+			}
+		}
+		if sw.Uplinks < 0 {
+			badAt(line, "fabric.switches[%d].uplinks: expected a number of links of at least 0, got %d", i, sw.Uplinks)
+		}
+		if o := sw.Oversubscription; o != 0 && !(o >= 1 && !math.IsInf(o, 0)) {
+			badAt(line, "fabric.switches[%d].oversubscription: expected a ratio of at least 1 (or 0, not given), got %v", i, o)
+		}
+		if sw.Rail != nil {
+			switch {
+			case *sw.Rail < 0:
+				badAt(line, "fabric.switches[%d].rail: expected a rail number of at least 0, got %d", i, *sw.Rail)
+			case sw.Tier != "leaf":
+				badAt(line, "fabric.switches[%d].rail: expected a rail on a leaf only, got rail %d on a %s", i, *sw.Rail, sw.Tier)
+			}
+		}
+		fab.Switches = append(fab.Switches, events.Switch{
+			Name: sw.Name, Tier: sw.Tier, Nodes: sw.Nodes, Switches: sw.Switches,
+			LinkGbps: sw.LinkGbps, Uplinks: sw.Uplinks, UplinkGbps: sw.UplinkGbps,
+			Oversubscription: sw.Oversubscription, Rail: sw.Rail,
+		})
+	}
+	return ok
+}
+
+// badLines reports each line of a (joined) error at line, after prefix.
+func badLines(bad func(int, string, ...any), line int, prefix string, err error) {
+	for l := range strings.SplitSeq(err.Error(), "\n") {
+		bad(line, "%s%s", prefix, l)
+	}
+}
+
+// keyLine returns the line of the key at path, 0 when it is absent.
+func keyLine(root *yaml.Node, path ...string) int {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	line := 0
+	for _, key := range path {
+		if n.Kind != yaml.MappingNode {
+			return 0
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if strings.EqualFold(n.Content[i].Value, key) {
+				next, line = n.Content[i+1], n.Content[i].Line
+			}
+		}
+		if next == nil {
+			return 0
+		}
+		n = next
+	}
+	return line
 }
 
 // entryLines finds the line of each item of the sequence at path.

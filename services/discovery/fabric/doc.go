@@ -39,9 +39,12 @@
 // height 1 is spine, 2 and more is core, where the height of a switch is one
 // more than the greatest height of its children. Every switch named in
 // Switches= must be defined in the file, the switch graph must have no
-// cycle, switch names are unique, and a node below two leaves is an error
-// naming both (Slurm only warns about it). A switch may be listed under
-// several parents. Several top-level switches (islands, as in a file with a
+// cycle, and switch names are unique. Slurm only warns about a node below
+// two leaves, and so does ParseSlurm: the node stays below the first leaf
+// and is dropped from the later one, and Warnings of the result
+// names the node, both switches and their lines (a real file, the DGX-2
+// SuperPOD "circe" topology.conf, lists circe-n051 under two switches). A
+// switch may be listed under several parents. Several top-level switches (islands, as in a file with a
 // main switch and a few single-node switches) are returned as they are: the
 // scheduler treats separate trees as not connected.
 //
@@ -52,7 +55,7 @@
 // most the node count of every block) but it is not represented: the event
 // has no way to say which blocks may be joined into larger blocks. Without
 // BlockSizes every block must have at least as many nodes as the first, as
-// Slurm requires.
+// Slurm requires. A node in two blocks is an error.
 //
 // topology/ring (RingName lines) is refused with an error naming each ring
 // line: a ring has no tree to describe. A file that mixes SwitchName lines

@@ -3,7 +3,6 @@ package fabric
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/toposched/toposched/events"
@@ -28,11 +27,6 @@ func TestGolden(t *testing.T) {
 		parse func(t *testing.T) (events.TopologyFabric, error)
 	}{
 		{"slurm-circe", slurm(circeFile, 0, 0)},
-		{"slurm-circe-without-duplicate", func(t *testing.T) (events.TopologyFabric, error) {
-			// s4 without circe-n051, which s2 lists too (see TestSlurmCirce).
-			src := strings.Replace(string(readFile(t, circeFile)), "037-039,051,061", "037-039,061", 1)
-			return ParseSlurm(filepath.Base(circeFile), []byte(src))
-		}},
 		{"slurm-puppet", slurm(puppetFile, 0, 0)},
 		{"slurm-unsw-abacus", slurm(unswFile, 0, 0)},
 		{"slurm-schedmd", slurm(schedmdFile, 0, 0)},

@@ -39,7 +39,7 @@ func lines(data []byte, from, to int) []byte {
 
 // render draws a fabric as a tree: top-level switches first, each switch
 // followed by what hangs below it; a leaf shows its node count and first
-// names. A parse error is rendered as its text.
+// names, then come the warnings. A parse error is rendered as its text.
 func render(fab events.TopologyFabric, err error) string {
 	var b strings.Builder
 	if err != nil {
@@ -84,6 +84,9 @@ func render(fab events.TopologyFabric, err error) string {
 	}
 	for _, name := range top {
 		draw(name, 0)
+	}
+	for _, w := range fab.Warnings {
+		fmt.Fprintf(&b, "warning: %s\n", w)
 	}
 	return b.String()
 }

@@ -14,7 +14,8 @@ import (
 // maxSlurmSwitchName is Slurm's limit on SwitchName (HOST_NAME_MAX).
 const maxSlurmSwitchName = 64
 
-// maxDuplicateReports bounds the "below two leaves" errors of one line.
+// maxDuplicateReports bounds the "below two leaves" errors and warnings of
+// one line.
 const maxDuplicateReports = 5
 
 // slurmSwitch is one SwitchName or BlockName line.
@@ -170,11 +171,11 @@ func ParseSlurm(file string, data []byte) (events.TopologyFabric, error) {
 	}
 	checkBlockSizes(p, switches, blockSizes, blockSizesLine)
 	tiers := slurmTiers(p, switches, byName)
-	checkLeafNodes(p, switches)
+	warnings := checkLeafNodes(p, switches)
 	if err := p.err(); err != nil {
 		return events.TopologyFabric{}, err
 	}
-	fab := events.TopologyFabric{Switches: make([]events.Switch, 0, len(switches))}
+	fab := events.TopologyFabric{Switches: make([]events.Switch, 0, len(switches)), Warnings: warnings}
 	for _, sw := range switches {
 		fab.Switches = append(fab.Switches, events.Switch{
 			Name:     sw.name,
@@ -318,26 +319,51 @@ func slurmTiers(p *problems, switches []*slurmSwitch, byName map[string]*slurmSw
 	return tiers
 }
 
-// checkLeafNodes reports nodes below two leaves (switches or blocks).
-func checkLeafNodes(p *problems, switches []*slurmSwitch) {
+// checkLeafNodes finds nodes below two leaves. Under two switches of a
+// topology/tree layout, Slurm only warns, and so does this: the node stays
+// below the first and is dropped from the other, with a warning naming the
+// node, both switches and their lines. Under two blocks it is an error.
+func checkLeafNodes(p *problems, switches []*slurmSwitch) []string {
+	var warnings []string
 	owner := map[string]*slurmSwitch{}
 	for _, sw := range switches {
 		reported := 0
-		for _, n := range sw.nodes {
+		var kept []string // the nodes left, once one is dropped
+		for i, n := range sw.nodes {
 			prev := owner[n]
 			if prev == nil {
 				owner[n] = sw
+				if kept != nil {
+					kept = append(kept, n)
+				}
 				continue
 			}
+			if kept == nil {
+				kept = append(make([]string, 0, len(sw.nodes)-1), sw.nodes[:i]...)
+			}
 			if reported < maxDuplicateReports {
-				p.add(sw.line, "Nodes: expected each node below one leaf, got %q below both %s (line %d) and %s (line %d)", n, prev.name, prev.line, sw.name, sw.line)
+				if sw.block || prev.block {
+					p.add(sw.line, "Nodes: expected each node below one leaf, got %q below both %s (line %d) and %s (line %d)", n, prev.name, prev.line, sw.name, sw.line)
+				} else {
+					warnings = append(warnings, fmt.Sprintf("%s:%d: Nodes: node %q is below both %s (line %d) and %s (line %d): kept below %s, the first (Slurm only warns)",
+						p.file, sw.line, n, prev.name, prev.line, sw.name, sw.line, prev.name))
+				}
 			}
 			reported++
 		}
 		if reported > maxDuplicateReports {
-			p.add(sw.line, "Nodes: and %d more nodes of %s already below another leaf", reported-maxDuplicateReports, sw.name)
+			if sw.block {
+				p.add(sw.line, "Nodes: and %d more nodes of %s already below another leaf", reported-maxDuplicateReports, sw.name)
+			} else {
+				warnings = append(warnings, fmt.Sprintf("%s:%d: Nodes: and %d more nodes of %s already below another leaf: kept below the first",
+					p.file, sw.line, reported-maxDuplicateReports, sw.name))
+			}
+		}
+		if kept != nil {
+			sw.nodes = kept
 		}
 	}
+	return warnings
 }
 
 // confLine is one logical line of a Slurm configuration file: comments

@@ -11,35 +11,25 @@ import (
 
 // The circe file lists circe-n051 under s2 (circe-n[041-058], line 3) and
 // again under s4 (line 5): a real configuration mistake, which Slurm only
-// warns about and ParseSlurm refuses.
-func TestSlurmCirceDuplicateNode(t *testing.T) {
-	t.Parallel()
-	_, err := ParseSlurm(circeFile, readFile(t, circeFile))
-	wantErr(t, err, circeFile+`:5: Nodes: expected each node below one leaf, got "circe-n051" below both s2 (line 3) and s4 (line 5)`)
-	if n := strings.Count(err.Error(), "\n") + 1; n != 1 {
-		t.Errorf("want exactly one problem, got %d:\n%v", n, err)
-	}
-}
-
-// With the duplicate dropped from s4 (a variant made here, the copied file is
-// unchanged), the circe file is five leaf switches, no switch above them.
+// warns about. ParseSlurm keeps the node under s2 and warns.
+//
 // Counted by hand from the file: s0 = circe-n001..016 (16) + n019, n020 (2,
 // literally "n[019-020]" without the circe- prefix, as in the source), s1 =
 // circe-n017..018 + 021..036 (18), s2 = circe-n041..058 (18), s3 =
-// circe-n040, 060, 062..077 (18), s4 = circe-n037..039, 061, 078..080 (7):
-// 79 nodes. circe-n019, n020, n059 and n081..n098 are on no switch.
+// circe-n040, 060, 062..077 (18), s4 = circe-n037..039, (051 dropped), 061,
+// 078..080 (7): 79 nodes, five leaf switches, no switch above them.
+// circe-n019, n020, n059 and n081..n098 are on no switch.
 func TestSlurmCirce(t *testing.T) {
 	t.Parallel()
-	src := string(readFile(t, circeFile))
-	fixed := strings.Replace(src, "circe-n[037-039,051,061,078-080]", "circe-n[037-039,061,078-080]", 1)
-	if fixed == src {
-		t.Fatal("s4 line not found in the circe file")
-	}
-	fab, err := ParseSlurm("circe-fixed.conf", []byte(fixed))
+	fab, err := ParseSlurm(circeFile, readFile(t, circeFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkFabric(t, fab)
+	want := []string{circeFile + `:5: Nodes: node "circe-n051" is below both s2 (line 3) and s4 (line 5): kept below s2, the first (Slurm only warns)`}
+	if !slices.Equal(fab.Warnings, want) {
+		t.Errorf("warnings =\n%q\nwant\n%q", fab.Warnings, want)
+	}
 	leaf, spine, core, nodes := tierCounts(fab)
 	if leaf != 5 || spine != 0 || core != 0 || nodes != 79 {
 		t.Errorf("got %d leaves, %d spines, %d cores, %d nodes; want 5 leaves and 79 nodes", leaf, spine, core, nodes)
@@ -47,7 +37,7 @@ func TestSlurmCirce(t *testing.T) {
 	if fab.Cluster != "" {
 		t.Errorf("Cluster = %q, want it left to the caller", fab.Cluster)
 	}
-	want := map[string][]string{
+	wantNodes := map[string][]string{
 		"s0": slices.Concat(seq("circe-n", 1, 16, 3), []string{"n019", "n020"}),
 		"s1": slices.Concat(seq("circe-n", 17, 18, 3), seq("circe-n", 21, 36, 3)),
 		"s2": seq("circe-n", 41, 58, 3),
@@ -59,9 +49,96 @@ func TestSlurmCirce(t *testing.T) {
 		if s.Name != name || s.Tier != TierLeaf || len(s.Switches) != 0 {
 			t.Errorf("switch %d = %s %s %v, want leaf %s", i, s.Tier, s.Name, s.Switches, name)
 		}
-		if !slices.Equal(s.Nodes, want[name]) {
-			t.Errorf("%s nodes =\n%q\nwant\n%q", name, s.Nodes, want[name])
+		if !slices.Equal(s.Nodes, wantNodes[name]) {
+			t.Errorf("%s nodes =\n%q\nwant\n%q", name, s.Nodes, wantNodes[name])
 		}
+	}
+}
+
+// TestSlurmDuplicateNodes: a node below two switches of a tree stays below
+// the first, with a warning; below two blocks it is an error (see
+// TestSlurmErrors).
+func TestSlurmDuplicateNodes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		src      string
+		want     []events.Switch
+		warnings []string
+	}{
+		{
+			name: "one node",
+			src:  "SwitchName=l1 Nodes=n[1-3]\nSwitchName=l2 Nodes=n[3-4]\nSwitchName=top Switches=l[1-2]\n",
+			want: []events.Switch{
+				{Name: "l1", Tier: TierLeaf, Nodes: []string{"n1", "n2", "n3"}},
+				{Name: "l2", Tier: TierLeaf, Nodes: []string{"n4"}},
+				{Name: "top", Tier: TierSpine, Switches: []string{"l1", "l2"}},
+			},
+			warnings: []string{`t.conf:2: Nodes: node "n3" is below both l1 (line 1) and l2 (line 2): kept below l1, the first (Slurm only warns)`},
+		},
+		{
+			name: "every node of a leaf: it is left empty",
+			src:  "SwitchName=l1 Nodes=n[1-2]\nSwitchName=l2 Nodes=n[1-2]\n",
+			want: []events.Switch{
+				{Name: "l1", Tier: TierLeaf, Nodes: []string{"n1", "n2"}},
+				{Name: "l2", Tier: TierLeaf, Nodes: []string{}},
+			},
+			warnings: []string{
+				`t.conf:2: Nodes: node "n1" is below both l1 (line 1) and l2 (line 2): kept below l1, the first (Slurm only warns)`,
+				`t.conf:2: Nodes: node "n2" is below both l1 (line 1) and l2 (line 2): kept below l1, the first (Slurm only warns)`,
+			},
+		},
+		{
+			name: "below three leaves: the first kept",
+			src:  "SwitchName=a Nodes=x\nSwitchName=b Nodes=x,y\nSwitchName=c Nodes=x\n",
+			want: []events.Switch{
+				{Name: "a", Tier: TierLeaf, Nodes: []string{"x"}},
+				{Name: "b", Tier: TierLeaf, Nodes: []string{"y"}},
+				{Name: "c", Tier: TierLeaf, Nodes: []string{}},
+			},
+			warnings: []string{
+				`t.conf:2: Nodes: node "x" is below both a (line 1) and b (line 2): kept below a, the first (Slurm only warns)`,
+				`t.conf:3: Nodes: node "x" is below both a (line 1) and c (line 3): kept below a, the first (Slurm only warns)`,
+			},
+		},
+		{
+			name: "a continued line keeps its first line number",
+			src:  "SwitchName=s0 Nodes=n1\nSwitchName=s1 \\\nNodes=n1,n2\n",
+			want: []events.Switch{
+				{Name: "s0", Tier: TierLeaf, Nodes: []string{"n1"}},
+				{Name: "s1", Tier: TierLeaf, Nodes: []string{"n2"}},
+			},
+			warnings: []string{`t.conf:2: Nodes: node "n1" is below both s0 (line 1) and s1 (line 2): kept below s0, the first (Slurm only warns)`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			fab, err := ParseSlurm("t.conf", []byte(tt.src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkFabric(t, fab)
+			if !slices.EqualFunc(fab.Switches, tt.want, switchEqual) {
+				t.Errorf("got  %+v\nwant %+v", fab.Switches, tt.want)
+			}
+			if !slices.Equal(fab.Warnings, tt.warnings) {
+				t.Errorf("warnings =\n%q\nwant\n%q", fab.Warnings, tt.warnings)
+			}
+		})
+	}
+
+	// Many nodes: five warnings, then one for the rest.
+	fab, err := ParseSlurm("t.conf", []byte("SwitchName=l1 Nodes=n[1-9]\nSwitchName=l2 Nodes=n[1-9]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fab.Warnings) != 6 || !strings.Contains(fab.Warnings[4], `node "n5" is below both l1`) ||
+		fab.Warnings[5] != "t.conf:2: Nodes: and 4 more nodes of l2 already below another leaf: kept below the first" {
+		t.Errorf("warnings = %q", fab.Warnings)
+	}
+	if l2 := findSwitch(t, fab, "l2"); len(l2.Nodes) != 0 {
+		t.Errorf("l2 nodes = %q, want none", l2.Nodes)
 	}
 }
 
@@ -316,11 +393,11 @@ func TestSlurmErrors(t *testing.T) {
 		{"unknown child", "SwitchName=s0 Nodes=n1\nSwitchName=top Switches=s[0-1]\n", []string{`t.conf:2: Switches: expected switches defined in this file, got "s1"`}},
 		{"self cycle", "SwitchName=s0 Switches=s0\n", []string{"t.conf:1: Switches: expected a tree, got a cycle s0 -> s0"}},
 		{"cycle", "SwitchName=a Switches=b\nSwitchName=b Switches=c\nSwitchName=c Switches=a\n", []string{"t.conf:3: Switches: expected a tree, got a cycle a -> b -> c -> a"}},
-		{"node under two leaves", "SwitchName=l1 Nodes=n[1-3]\nSwitchName=l2 Nodes=n[3-4]\n",
-			[]string{`t.conf:2: Nodes: expected each node below one leaf, got "n3" below both l1 (line 1) and l2 (line 2)`}},
-		{"many nodes under two leaves", "SwitchName=l1 Nodes=n[1-9]\nSwitchName=l2 Nodes=n[1-9]\n",
-			[]string{`got "n5" below both l1`, "t.conf:2: Nodes: and 4 more nodes of l2 already below another leaf"}},
 		{"node under two blocks", "BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n[2-3]\n", []string{`t.conf:2: Nodes: expected each node below one leaf, got "n2" below both b1 (line 1) and b2 (line 2)`}},
+		{"many nodes under two blocks", "BlockName=b1 Nodes=n[1-9]\nBlockName=b2 Nodes=n[1-9]\n",
+			[]string{`got "n5" below both b1`, "t.conf:2: Nodes: and 4 more nodes of b2 already below another leaf"}},
+		{"continued line keeps its first line number", "SwitchName=s0 Nodes=n1\nSwitchName=s1 \\\nNodes=n[1-2\n",
+			[]string{`t.conf:2: Nodes: expected a hostlist such as node[1-4,7], got "n[1-2"`}},
 		{"ring", "RingName=r0 Nodes=n[1-8]\n", []string{`t.conf:1: RingName: expected a topology/tree or topology/block line, got ring "r0": topology/ring is not supported`}},
 		{"block then switch", "BlockName=b1 Nodes=n1\nSwitchName=s0 Nodes=n2\n", []string{"t.conf:2: SwitchName: expected only BlockName and BlockSizes lines, as line 1 starts a topology/block layout, got a topology/tree line"}},
 		{"switch then BlockSizes", "SwitchName=s0 Nodes=n2\nBlockSizes=4\n", []string{"t.conf:2: BlockSizes: expected only SwitchName lines, as line 1 starts a topology/tree layout"}},
@@ -335,8 +412,6 @@ func TestSlurmErrors(t *testing.T) {
 		{"BlockSizes zero", "BlockName=b1 Nodes=n[1-4]\nBlockSizes=0\n", []string{`t.conf:2: BlockSizes: expected positive node counts such as 30,120, got "0"`}},
 		{"BlockSizes twice", "BlockName=b1 Nodes=n[1-4]\nBlockSizes=4\nBlockSizes=4\n", []string{"t.conf:3: BlockSizes: expected it once, got it again (first on line 2)"}},
 		{"BlockSizes with more", "BlockName=b1 Nodes=n[1-4]\nBlockSizes=4 Nodes=n1\n", []string{"t.conf:2: Nodes: expected BlockSizes alone on its line, got Nodes="}},
-		{"continued line keeps its first line number", "SwitchName=s0 Nodes=n1\nSwitchName=s1 \\\nNodes=n1\n",
-			[]string{`t.conf:2: Nodes: expected each node below one leaf, got "n1" below both s0 (line 1) and s1 (line 2)`}},
 		{"all problems, in line order", "SwitchName=top Switches=nope\nSwitchName=s0 Nodes=n[2-1]\nFoo=1\n",
 			[]string{"t.conf:1: Switches", "t.conf:2: Nodes", "t.conf:3: Foo"}},
 	}
