@@ -74,7 +74,7 @@ func (s *Service) Rebuild(ctx context.Context) error {
 func (s *Service) catchUpTopology(ctx context.Context) (nodes, health int, err error) {
 	subj := s.bus.Subjects
 	err = s.bus.ReplayFrom(ctx, "topology",
-		[]string{subj.Of(events.NameTopologyNode), subj.Of(events.NameTopologyHealth)}, s.topoSeq,
+		[]string{subj.Of(events.NameTopologyNode), subj.Of(events.NameTopologyHealth), subj.Of(events.NameTopologyFabric)}, s.topoSeq,
 		func(r bus.Record) error {
 			s.topoSeq = max(s.topoSeq, r.Seq)
 			switch r.Name {
@@ -93,6 +93,14 @@ func (s *Service) catchUpTopology(ctx context.Context) (nodes, health int, err e
 				health++
 				if err := s.store.SetHealth(*h); err != nil {
 					s.log.Warn("health for an unknown part", "node", h.Node, "err", err)
+				}
+			case events.NameTopologyFabric:
+				f, ok := decode[events.TopologyFabric](s, r)
+				if !ok {
+					return nil
+				}
+				if err := s.applyFabric(*f); err != nil {
+					s.log.Warn("fabric refused", "err", err)
 				}
 			}
 			return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/services/internal/topology"
 	"github.com/toposched/toposched/services/placement/blind"
 )
 
@@ -20,6 +21,7 @@ const (
 	HandlerFinished = "placement-jobs-finished"
 	HandlerNode     = "placement-topology-node"
 	HandlerHealth   = "placement-topology-health"
+	HandlerFabric   = "placement-topology-fabric"
 )
 
 // Service places jobs.
@@ -34,6 +36,8 @@ type Service struct {
 	mu sync.Mutex
 	// topoSeq is the last topology stream sequence the store has applied.
 	topoSeq uint64
+	// fabric is the newest switch tree; nil until one is reported.
+	fabric *topology.Fabric
 }
 
 // New returns the placement service with an empty store.
@@ -60,6 +64,7 @@ func (s *Service) Register(r *bus.Router) {
 	bus.Handle(r, bus.Handler[events.JobFinished]{Name: HandlerFinished, Event: events.NameJobFinished, Fn: s.OnFinished})
 	bus.Handle(r, bus.Handler[events.TopologyNode]{Name: HandlerNode, Event: events.NameTopologyNode, Fn: s.OnNode})
 	bus.Handle(r, bus.Handler[events.TopologyHealth]{Name: HandlerHealth, Event: events.NameTopologyHealth, Fn: s.OnHealth})
+	bus.Handle(r, bus.Handler[events.TopologyFabric]{Name: HandlerFabric, Event: events.NameTopologyFabric, Fn: s.OnFabric})
 }
 
 // OnAnalyzed places a new job. A job id already known has no second effect,
@@ -123,6 +128,37 @@ func (s *Service) OnHealth(ctx context.Context, _ events.Envelope, h *events.Top
 	}
 	s.topoSeq = max(s.topoSeq, bus.StreamSeq(ctx))
 	return s.retryPending(ctx)
+}
+
+// OnFabric records the switch tree: every node's leaf, pod and core become
+// domains of its GPUs. A tree that does not hold together is refused (and
+// dead-lettered); the previous one stays.
+func (s *Service) OnFabric(ctx context.Context, _ events.Envelope, ev *events.TopologyFabric) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.applyFabric(*ev); err != nil {
+		return err
+	}
+	s.topoSeq = max(s.topoSeq, bus.StreamSeq(ctx))
+	return s.retryPending(ctx)
+}
+
+func (s *Service) applyFabric(ev events.TopologyFabric) error {
+	f, err := topology.NewFabric(ev)
+	if err != nil {
+		return fmt.Errorf("fabric %s: %w", ev.Cluster, err)
+	}
+	domains := map[string][]string{}
+	for _, sw := range ev.Switches {
+		for _, n := range sw.Nodes {
+			domains[n] = f.Domains(n)
+		}
+	}
+	if err := s.store.UpsertFabric(domains); err != nil {
+		return fmt.Errorf("fabric %s: %w", ev.Cluster, err)
+	}
+	s.fabric = f
+	return nil
 }
 
 // place decides for one job and publishes the outcome. fresh is false for a

@@ -15,19 +15,30 @@ const (
 	// that orders pending jobs by age). Keeping them in memdb makes them
 	// part of every snapshot and rolls them back with an aborted write.
 	TableIndex = "index"
+	// TableDomains holds one *Domain per domain that has GPUs: its counts,
+	// kept in step with TableGPUs by every write.
+	TableDomains = "domains"
+	// TableFabric holds one *fabricEntry per node the fabric names: the
+	// node's fabric domains, re-applied to its GPUs whenever it reports.
+	TableFabric = "fabric"
 )
 
-// Index names. Every table has the primary index IndexID. Each secondary
-// index costs roughly 450 B per row, so there are only as many as the reads
-// need.
+// Index names. Every table has the primary index IndexID. Each index entry
+// costs roughly 450 B (an iradix leaf and node, each with its watch
+// channel), so there are only as many as the reads need; see TestSchema for
+// the budget.
 const (
 	IndexID       = "id"
 	IndexPosition = "position" // nodes: enumeration order
 	IndexNode     = "node"     // gpus: the GPUs of one node, by index
-	IndexFree     = "free"     // gpus: healthy and held by no job
 	IndexOrder    = "order"    // gpus: enumeration order (node position, node, index)
 	IndexJob      = "job"      // gpus: the GPUs held by one job
-	IndexState    = "state"    // jobs: the jobs in one state
+	// IndexDomain lists the free GPUs of each leaf, pod and of the cluster
+	// by model, then enumeration order (freeDomainIndexer, indexedKind).
+	// It replaced the former "free" index: the cluster's entries are that
+	// index, so only the leaf and pod entries cost extra.
+	IndexDomain = "domain"
+	IndexState  = "state" // jobs: the jobs in one state
 )
 
 // schemaFactory returns the schema of one table.
@@ -39,6 +50,8 @@ var schemaFactories = []schemaFactory{
 	gpusTableSchema,
 	jobsTableSchema,
 	indexTableSchema,
+	domainsTableSchema,
+	fabricTableSchema,
 }
 
 // schema returns the database schema of the store.
@@ -101,9 +114,12 @@ func gpusTableSchema() *memdb.TableSchema {
 				Name:    IndexOrder,
 				Indexer: &memdb.IntFieldIndex{Field: "NodePosition"},
 			},
-			IndexFree: {
-				Name:    IndexFree,
-				Indexer: &memdb.ConditionalIndex{Conditional: gpuIsFree},
+			// Held and unhealthy GPUs, and those in no domain, are left
+			// out of this index.
+			IndexDomain: {
+				Name:         IndexDomain,
+				AllowMissing: true,
+				Indexer:      freeDomainIndexer{},
 			},
 			// Free GPUs have no JobID and are left out of this index.
 			IndexJob: {
@@ -113,15 +129,6 @@ func gpusTableSchema() *memdb.TableSchema {
 			},
 		},
 	}
-}
-
-// gpuIsFree is the condition of the free index.
-func gpuIsFree(obj any) (bool, error) {
-	g, ok := obj.(*GPU)
-	if !ok {
-		return false, fmt.Errorf("store: free index: unexpected %T", obj)
-	}
-	return g.Free(), nil
 }
 
 // jobsTableSchema holds *Job, keyed by ID.
@@ -151,6 +158,35 @@ func indexTableSchema() *memdb.TableSchema {
 				Name:    IndexID,
 				Unique:  true,
 				Indexer: &memdb.StringFieldIndex{Field: "Key"},
+			},
+		},
+	}
+}
+
+// domainsTableSchema holds *Domain, keyed by ID. Domains of one kind are a
+// prefix walk of the primary index ("<kind>:"), so no kind index is kept.
+func domainsTableSchema() *memdb.TableSchema {
+	return &memdb.TableSchema{
+		Name: TableDomains,
+		Indexes: map[string]*memdb.IndexSchema{
+			IndexID: {
+				Name:    IndexID,
+				Unique:  true,
+				Indexer: &memdb.StringFieldIndex{Field: "ID"},
+			},
+		},
+	}
+}
+
+// fabricTableSchema holds *fabricEntry, keyed by node name.
+func fabricTableSchema() *memdb.TableSchema {
+	return &memdb.TableSchema{
+		Name: TableFabric,
+		Indexes: map[string]*memdb.IndexSchema{
+			IndexID: {
+				Name:    IndexID,
+				Unique:  true,
+				Indexer: &memdb.StringFieldIndex{Field: "Node"},
 			},
 		},
 	}

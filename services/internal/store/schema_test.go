@@ -19,11 +19,33 @@ func TestSchema(t *testing.T) {
 	type want struct {
 		unique, allowMissing bool
 	}
+	// The index budget. Every index entry costs ~450 B (an iradix leaf and
+	// node, each with a watch channel), so an index is added only for a read
+	// that needs it, and this table is its bill. BenchmarkLoad, 100k GPUs
+	// on DGX-like nodes (one leaf, pod and core per node), heap per GPU:
+	// 2035 B bare (no inner topology, no fabric), 2950 B with the nodes'
+	// topology, 3944 B with the fabric too.
+	//   - gpus: id, node and order, one entry per GPU each; job, one per
+	//     held GPU; domain, one per free GPU per leaf, pod or cluster it is
+	//     in. Its cluster entries are the former "free" index; the leaf and
+	//     pod entries cost ~860 B per free GPU. Left out, and measured: core
+	//     domains (~430 B per GPU and core, for a domain usually as wide as
+	//     the cluster; FreeGPUsIn walks the cluster's entries for them), and
+	//     node-local domains (island, numa, node on a DGX: ~1450 B per GPU;
+	//     the node index reaches their GPUs).
+	//   - domains: id only, one entry per domain: 6 node-local ones per DGX
+	//     node (node, island, 4 NUMA; the island and NUMA rows ~405 B per
+	//     GPU, rows and all), then the fabric's and the cluster.
+	//     DomainsOfKind is a prefix walk of it, not a kind index.
+	//   - fabric: id only, one entry per node the fabric names (~85 B per
+	//     GPU).
 	tables := map[string]map[string]want{
-		TableNodes: {IndexID: {unique: true}, IndexPosition: {}},
-		TableGPUs:  {IndexID: {unique: true}, IndexNode: {}, IndexOrder: {}, IndexFree: {}, IndexJob: {allowMissing: true}},
-		TableJobs:  {IndexID: {unique: true}, IndexState: {}},
-		TableIndex: {IndexID: {unique: true}},
+		TableNodes:   {IndexID: {unique: true}, IndexPosition: {}},
+		TableGPUs:    {IndexID: {unique: true}, IndexNode: {}, IndexOrder: {}, IndexJob: {allowMissing: true}, IndexDomain: {allowMissing: true}},
+		TableJobs:    {IndexID: {unique: true}, IndexState: {}},
+		TableIndex:   {IndexID: {unique: true}},
+		TableDomains: {IndexID: {unique: true}},
+		TableFabric:  {IndexID: {unique: true}},
 	}
 	if len(s.Tables) != len(tables) {
 		t.Errorf("schema has %d tables, want %d", len(s.Tables), len(tables))
@@ -56,7 +78,7 @@ func TestSchema(t *testing.T) {
 	if _, ok := s.Tables[TableGPUs].Indexes[IndexID].Indexer.(*memdb.CompoundIndex); !ok {
 		t.Errorf("gpus id index is %T, want *memdb.CompoundIndex", s.Tables[TableGPUs].Indexes[IndexID].Indexer)
 	}
-	if _, ok := s.Tables[TableGPUs].Indexes[IndexFree].Indexer.(*memdb.ConditionalIndex); !ok {
-		t.Errorf("gpus free index is %T, want *memdb.ConditionalIndex", s.Tables[TableGPUs].Indexes[IndexFree].Indexer)
+	if _, ok := s.Tables[TableGPUs].Indexes[IndexDomain].Indexer.(memdb.MultiIndexer); !ok {
+		t.Errorf("gpus domain index is %T, want a memdb.MultiIndexer", s.Tables[TableGPUs].Indexes[IndexDomain].Indexer)
 	}
 }

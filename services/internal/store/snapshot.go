@@ -126,14 +126,116 @@ func (s *Snapshot) FreeGPUs(node string) []GPU {
 	return out
 }
 
-// FreeCount returns the number of free GPUs in the cluster.
-func (s *Snapshot) FreeCount() int {
-	n := 0
-	it := s.get(TableGPUs, IndexFree, true)
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		n++
+// FreeCount returns the number of free GPUs in the cluster, in O(1).
+func (s *Snapshot) FreeCount() int { return s.FreeByModel("") }
+
+// FreeByModel returns the number of free GPUs of a model ("" for any) in
+// the cluster, in O(1): it reads the cluster domain's counts.
+func (s *Snapshot) FreeByModel(model string) int {
+	d, _ := s.Domain(ClusterDomain)
+	return d.FreeOf(model)
+}
+
+// FreeGPUsOfModel returns the free GPUs of a model ("" for any) in
+// enumeration order (node position, node name, index): a walk of the
+// cluster's entries in the domain index.
+func (s *Snapshot) FreeGPUsOfModel(model string) []GPU {
+	return s.FreeGPUsIn(ClusterDomain, model)
+}
+
+// Domain returns the domain with the given ID ("leaf:l1", "island:n1/0",
+// ClusterDomain). A domain without GPUs has no row.
+func (s *Snapshot) Domain(id string) (Domain, bool) {
+	raw := s.first(TableDomains, IndexID, id)
+	if raw == nil {
+		return Domain{}, false
 	}
-	return n
+	return *raw.(*Domain), true
+}
+
+// DomainsOfKind returns the domains of a kind (DomainLeaf, ...) sorted by
+// ID: a prefix walk of the domains' primary index.
+func (s *Snapshot) DomainsOfKind(kind string) []Domain {
+	var out []Domain
+	it := s.get(TableDomains, IndexID+"_prefix", kind+":")
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, *raw.(*Domain))
+	}
+	return out
+}
+
+// FreeGPUsIn returns the free GPUs of a model ("" for any) in a domain,
+// sorted by node position, node name, then index; nil for an unknown
+// domain. A leaf, a pod or the cluster is a prefix walk of the domain
+// index, which yields exactly its free GPUs of the model; a node-local
+// domain (island, pcie, numa, node) is a walk of its node's GPUs, a core
+// one a walk of the cluster's free GPUs of the model (see indexedKind).
+func (s *Snapshot) FreeGPUsIn(domain, model string) []GPU {
+	d, ok := s.Domain(domain)
+	if !ok || d.FreeOf(model) == 0 {
+		return nil
+	}
+	out := make([]GPU, 0, d.FreeOf(model))
+	if d.Node != "" {
+		for g := range s.EachGPU(d.Node) {
+			if g.Free() && (model == "" || g.Model == model) && slices.Contains(g.Domains, domain) {
+				out = append(out, g)
+			}
+		}
+		return out
+	}
+	walk, filter := domain, false
+	if !indexedKind(d.Kind) {
+		walk, filter = ClusterDomain, true
+	}
+	args := []any{walk}
+	if model != "" {
+		args = append(args, model)
+	}
+	it := s.get(TableGPUs, IndexDomain, args...)
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		g := raw.(*GPU)
+		if !filter || slices.Contains(g.Domains, domain) {
+			out = append(out, *g)
+		}
+	}
+	// The index groups a domain's GPUs by model first.
+	if model == "" && len(d.Models) > 1 {
+		slices.SortFunc(out, compareGPUs)
+	}
+	return out
+}
+
+// WatchFreeIn returns a channel that is closed on the first change, after
+// this snapshot was taken, to the free GPUs of a model ("" for any) in a
+// domain. Taken from the snapshot that found no room, it misses nothing.
+// It may also close on a change that leaves that set as it was: for a
+// node-local domain on any change to the node's GPUs, for a core domain on
+// any change to the cluster's free GPUs of the model, for an unknown
+// domain or one with no free GPU on a change to a wider part of the index.
+// A waiter re-checks what it waits for.
+func (s *Snapshot) WatchFreeIn(domain, model string) <-chan struct{} {
+	if node := domainNode(domain); node != "" {
+		return s.get(TableGPUs, IndexNode, node).WatchCh()
+	}
+	if !indexedKind(DomainKind(domain)) {
+		domain = ClusterDomain
+	}
+	args := []any{domain}
+	if model != "" {
+		args = append(args, model)
+	}
+	return s.get(TableGPUs, IndexDomain, args...).WatchCh()
+}
+
+// FabricDomains returns the fabric domains UpsertFabric gave a node, known
+// or not yet; nil when it gave none. Shared: do not modify.
+func (s *Snapshot) FabricDomains(node string) []string {
+	raw := s.first(TableFabric, IndexID, node)
+	if raw == nil {
+		return nil
+	}
+	return raw.(*fabricEntry).Domains
 }
 
 // GPUsOfJob returns the GPUs a job holds, sorted by node name, then index.
@@ -180,34 +282,20 @@ func (s *Snapshot) PendingQueue() []Job {
 
 // Capacity counts the GPUs of a model ("" for any model) on the nodes of the
 // cluster: all of them, and the healthy ones. GPUs kept only because a job
-// holds them after their node was removed are not counted.
+// holds them after their node was removed are not counted. O(1): it reads
+// the cluster domain's counts.
 func (s *Snapshot) Capacity(model string) (total, healthyTotal int) {
-	for n := range s.EachNode() {
-		for g := range s.EachGPU(n.Name) {
-			if model != "" && cmp.Or(g.Model, n.GPUModel) != model {
-				continue
-			}
-			total++
-			if g.Healthy {
-				healthyTotal++
-			}
-		}
-	}
-	return total, healthyTotal
+	d, _ := s.Domain(ClusterDomain)
+	c := d.Count(model)
+	return c.Total, c.Healthy
 }
 
 // MaxGPUsPerNode returns the largest number of GPUs of a model ("" for any
-// model) on one node, healthy or not.
+// model) on one node, healthy or not. It reads the node domains' counts.
 func (s *Snapshot) MaxGPUsPerNode(model string) int {
 	best := 0
-	for n := range s.EachNode() {
-		c := 0
-		for g := range s.EachGPU(n.Name) {
-			if model == "" || cmp.Or(g.Model, n.GPUModel) == model {
-				c++
-			}
-		}
-		best = max(best, c)
+	for _, d := range s.DomainsOfKind(DomainNode) {
+		best = max(best, d.Count(model).Total)
 	}
 	return best
 }

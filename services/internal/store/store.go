@@ -12,6 +12,16 @@
 // commits whole or not at all; objects read from memdb are never modified,
 // they are copied, changed and inserted again. Reads go through a Snapshot,
 // an O(1) point-in-time view that later writes do not change.
+//
+// Besides nodes, GPUs and jobs, the store keeps domains (domains.go): the
+// NVLink islands, PCIe switch groups, NUMA nodes and nodes it computes from
+// each node's report and the health of its links and NICs, the fabric
+// domains (leaf, pod, core) UpsertFabric gives, and the cluster. Each has a
+// row with its counts of GPUs, healthy and free, overall and by model,
+// updated in the same transaction as the GPUs, so a snapshot's counts and
+// rows always agree; and the free GPUs of every domain that spans nodes are
+// one prefix walk of one index, whose watch channels wake a waiter when
+// that domain's free set changes.
 package store
 
 import (
@@ -59,19 +69,22 @@ func (s *Store) Snapshot() *Snapshot {
 // added or removed). It may also close on a change that leaves the set as it
 // was (a free GPU's details rewritten, or any GPU change while no GPU is
 // free), so a waiter re-checks what it waits for. Take the channel before
-// reading the snapshot that found no room, or a change in between is missed.
+// reading the snapshot that found no room, or a change in between is missed;
+// Snapshot.WatchFreeIn has no such gap, and narrows the wait to one domain.
 func (s *Store) WatchFree() <-chan struct{} {
-	txn := s.db.Txn(false)
-	it, err := txn.Get(TableGPUs, IndexFree, true)
-	must(err)
-	return it.WatchCh()
+	return s.Snapshot().WatchFreeIn(ClusterDomain, "")
 }
 
 // write runs fn in one write transaction, committing if it returns nil.
-func (s *Store) write(fn func(txn *memdb.Txn) error) error {
+// The domain counts fn's GPU changes made are written before the commit.
+func (s *Store) write(fn func(w *writer) error) error {
 	txn := s.db.Txn(true)
 	defer txn.Abort() // no-op after Commit
-	if err := fn(txn); err != nil {
+	w := &writer{txn: txn}
+	if err := fn(w); err != nil {
+		return err
+	}
+	if err := w.flush(); err != nil {
 		return err
 	}
 	txn.Commit()
@@ -91,6 +104,16 @@ func reportedHealthy(h string) bool {
 // GPU without a model takes the node's. If the report has Removed set, the
 // node and its free GPUs are removed; allocated GPUs stay, unhealthy
 // (ReasonNodeRemoved), until released.
+//
+// A report is the node's whole current description, and its parts' health
+// follows it as its GPUs' does: a NIC the report marks healthy or
+// unhealthy is so, one it says nothing of (Health "") keeps what health
+// reports said, and one it no longer lists is forgotten. Down NVLinks are
+// kept while the report's topology is the one they were reported against,
+// and forgotten when it changes: a source that looks again (NVML counts the
+// links that are up) reports the degraded matrix itself, and subtracting
+// the down links from it again would count them twice. The GPUs' domains
+// are computed from the result in the same transaction.
 func (s *Store) UpsertNode(n events.TopologyNode) error {
 	if n.Name == "" {
 		return errors.New("store: node report without a name")
@@ -112,15 +135,22 @@ func (s *Store) UpsertNode(n events.TopologyNode) error {
 		}
 		topo = t
 	}
-	return s.write(func(txn *memdb.Txn) error {
+	return s.write(func(w *writer) error {
+		txn := w.txn
 		existing, err := gpusOfNode(txn, n.Name)
 		if err != nil {
 			return err
 		}
 		if n.Removed {
-			return removeNode(txn, n.Name, existing)
+			return removeNode(w, n.Name, existing)
 		}
 
+		var oldNode *Node
+		if raw, err := txn.First(TableNodes, IndexID, n.Name); err != nil {
+			return err
+		} else if raw != nil {
+			oldNode = raw.(*Node)
+		}
 		node := &Node{
 			Name:     n.Name,
 			Position: n.Position,
@@ -129,36 +159,33 @@ func (s *Store) UpsertNode(n events.TopologyNode) error {
 			GPUCount: len(n.GPUs),
 			Topology: topo,
 		}
-		old, err := txn.First(TableNodes, IndexID, n.Name)
-		if err != nil {
+		node.DownNVLinks, node.DownNICs = carryHealth(oldNode, n, reported, topo)
+		node.Effective = effective(node)
+		if oldNode != nil && nodeEqual(oldNode, node) {
+			node = oldNode // keep the stored row, and its Effective
+		} else if err := txn.Insert(TableNodes, node); err != nil {
 			return err
 		}
-		if old == nil || !nodeEqual(old.(*Node), node) {
-			if err := txn.Insert(TableNodes, node); err != nil {
-				return err
-			}
-		}
 
-		// GPUs that disappeared from the report.
+		// The node's GPU rows as they are to be (olds[i] -> rows[i]): first
+		// those that disappeared from the report, then the reported ones.
+		var olds, rows []*GPU
 		for _, g := range existing {
 			if _, ok := reported[g.Index]; ok {
 				continue
 			}
 			if g.JobID == "" {
-				if err := txn.Delete(TableGPUs, g); err != nil {
+				if err := w.putGPU(g, nil); err != nil {
 					return err
 				}
 				continue
 			}
 			upd := *g
 			upd.Healthy, upd.HealthReason, upd.NodePosition = false, ReasonMissing, n.Position
-			if err := insertGPUIfChanged(txn, g, &upd); err != nil {
-				return err
-			}
+			olds, rows = append(olds, g), append(rows, &upd)
 		}
-
-		// Reported GPUs. existing is sorted by index; look old ones up by
-		// binary search rather than building a second map.
+		// existing is sorted by index; look old ones up by binary search
+		// rather than building a second map.
 		for _, rg := range n.GPUs {
 			var old *GPU
 			if i, ok := slices.BinarySearchFunc(existing, rg.Index, func(g *GPU, idx int) int {
@@ -166,7 +193,7 @@ func (s *Store) UpsertNode(n events.TopologyNode) error {
 			}); ok {
 				old = existing[i]
 			}
-			upd := GPU{
+			upd := &GPU{
 				Node:         n.Name,
 				Index:        rg.Index,
 				UUID:         rg.UUID,
@@ -174,6 +201,10 @@ func (s *Store) UpsertNode(n events.TopologyNode) error {
 				MemoryMiB:    rg.MemoryMiB,
 				Healthy:      reportedHealthy(rg.Health),
 				NodePosition: n.Position,
+				NUMA:         -1,
+			}
+			if rg.NUMA != nil && *rg.NUMA >= 0 {
+				upd.NUMA = *rg.NUMA
 			}
 			if !upd.Healthy {
 				upd.HealthReason = "node report: " + rg.Health
@@ -181,7 +212,15 @@ func (s *Store) UpsertNode(n events.TopologyNode) error {
 			if old != nil {
 				upd.JobID = old.JobID
 			}
-			if err := insertGPUIfChanged(txn, old, &upd); err != nil {
+			olds, rows = append(olds, old), append(rows, upd)
+		}
+		fabric, err := fabricOf(txn, n.Name)
+		if err != nil {
+			return err
+		}
+		for i, ds := range nodeDomains(node, rows, fabric) {
+			rows[i].Domains = ds
+			if err := w.putGPU(olds[i], rows[i]); err != nil {
 				return err
 			}
 		}
@@ -189,64 +228,144 @@ func (s *Store) UpsertNode(n events.TopologyNode) error {
 	})
 }
 
+// carryHealth returns the down NVLinks and NICs of a node's new row: see
+// UpsertNode.
+func carryHealth(old *Node, n events.TopologyNode, reported map[int]int, topo *topology.Node) ([]NVLinkID, []string) {
+	hasNIC := func(name string) bool {
+		return topo != nil && slices.ContainsFunc(topo.NICs, func(c topology.NIC) bool { return c.Name == name })
+	}
+	var links []NVLinkID
+	var nics []string
+	if old != nil {
+		if len(old.DownNVLinks) > 0 && reflect.DeepEqual(old.Topology, topo) {
+			for _, l := range old.DownNVLinks {
+				if _, ok := reported[l.GPU]; ok {
+					links = append(links, l)
+				}
+			}
+		}
+		for _, name := range old.DownNICs {
+			if hasNIC(name) {
+				nics = append(nics, name)
+			}
+		}
+	}
+	if topo != nil {
+		for _, c := range n.NICs {
+			switch {
+			case c.Health == "":
+			case reportedHealthy(c.Health):
+				nics = slices.DeleteFunc(nics, func(name string) bool { return name == c.Name })
+			case !slices.Contains(nics, c.Name):
+				nics = append(nics, c.Name)
+			}
+		}
+	}
+	slices.Sort(nics)
+	if len(nics) == 0 {
+		nics = nil
+	}
+	return links, nics
+}
+
+// effective returns the node's topology with its down parts taken out.
+func effective(n *Node) *topology.Node {
+	t := n.Topology
+	if t == nil || (len(n.DownNVLinks) == 0 && len(n.DownNICs) == 0) {
+		return t
+	}
+	var links map[int]int
+	for p, g := range t.GPUs {
+		for _, l := range n.DownNVLinks {
+			if l.GPU == g.Index {
+				if links == nil {
+					links = map[int]int{}
+				}
+				links[p]++ // DownNVLinks has no duplicates
+			}
+		}
+	}
+	var nics map[int]bool
+	for k, c := range t.NICs {
+		if _, ok := slices.BinarySearch(n.DownNICs, c.Name); ok {
+			if nics == nil {
+				nics = map[int]bool{}
+			}
+			nics[k] = true
+		}
+	}
+	if links == nil && nics == nil {
+		return t
+	}
+	return t.WithHealth(links, nics)
+}
+
+// putNode writes a node row whose topology or part health changed, with
+// its effective topology, and recomputes its GPUs' domains.
+func (w *writer) putNode(n *Node) error {
+	n.Effective = effective(n)
+	if err := w.txn.Insert(TableNodes, n); err != nil {
+		return err
+	}
+	return w.redomain(n)
+}
+
 // removeNode deletes a node and its free GPUs, and marks its allocated GPUs
-// unhealthy.
-func removeNode(txn *memdb.Txn, name string, gpus []*GPU) error {
-	if _, err := txn.DeleteAll(TableNodes, IndexID, name); err != nil {
+// unhealthy, in no domain.
+func removeNode(w *writer, name string, gpus []*GPU) error {
+	if _, err := w.txn.DeleteAll(TableNodes, IndexID, name); err != nil {
 		return err
 	}
 	for _, g := range gpus {
 		if g.JobID == "" {
-			if err := txn.Delete(TableGPUs, g); err != nil {
+			if err := w.putGPU(g, nil); err != nil {
 				return err
 			}
 			continue
 		}
 		upd := *g
-		upd.Healthy, upd.HealthReason = false, ReasonNodeRemoved
-		if err := insertGPUIfChanged(txn, g, &upd); err != nil {
+		upd.Healthy, upd.HealthReason, upd.Domains = false, ReasonNodeRemoved, nil
+		if err := w.putGPU(g, &upd); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// insertGPUIfChanged inserts upd unless it equals old. Skipping unchanged
-// rows saves the write and keeps WatchFree from firing on a report that
-// changed nothing.
-func insertGPUIfChanged(txn *memdb.Txn, old, upd *GPU) error {
-	if old != nil && *old == *upd {
-		return nil
-	}
-	return txn.Insert(TableGPUs, upd)
-}
-
 func nodeEqual(a, b *Node) bool {
 	return a.Name == b.Name && a.Position == b.Position && a.GPUModel == b.GPUModel &&
-		a.GPUCount == b.GPUCount && maps.Equal(a.Labels, b.Labels) && reflect.DeepEqual(a.Topology, b.Topology)
+		a.GPUCount == b.GPUCount && maps.Equal(a.Labels, b.Labels) &&
+		slices.Equal(a.DownNVLinks, b.DownNVLinks) && slices.Equal(a.DownNICs, b.DownNICs) &&
+		reflect.DeepEqual(a.Topology, b.Topology)
 }
 
 // SetHealth applies a health change. Component "gpu" with ID the GPU's index
 // (decimal) sets that GPU's health; component "node" sets the health of all
-// the node's GPUs. Components "nvlink" and "nic" are accepted and ignored for
-// now: placement does not yet model links, so their health changes nothing
-// (the topology-aware strategies will). Any other component is an error, as
-// is an unknown node or GPU. A GPU kept only because a job holds it
-// (ReasonMissing, ReasonNodeRemoved) stays unhealthy whatever the report says.
+// the node's GPUs. Component "nvlink" with ID "<gpu index>/<link>" marks one
+// NVLink of a GPU down or up again, "nic" with ID the NIC's name one NIC:
+// the node's effective topology (Node.Effective) and its GPUs' islands and
+// PCIe groups are recomputed in the same transaction (see
+// topology.Node.WithHealth for what a down link does to a path); the GPUs
+// stay free. Any other component is an error, as is an unknown node, GPU or
+// NIC, or a malformed NVLink ID. A GPU kept only because a job holds it
+// (ReasonMissing, ReasonNodeRemoved) stays unhealthy whatever the report
+// says.
 func (s *Store) SetHealth(h events.TopologyHealth) error {
 	healthy := reportedHealthy(h.Health)
 	reason := ""
 	if !healthy {
 		reason = cmp.Or(h.Reason, h.Health)
 	}
-	return s.write(func(txn *memdb.Txn) error {
-		node, err := txn.First(TableNodes, IndexID, h.Node)
+	return s.write(func(w *writer) error {
+		txn := w.txn
+		raw, err := txn.First(TableNodes, IndexID, h.Node)
 		if err != nil {
 			return err
 		}
-		if node == nil {
+		if raw == nil {
 			return fmt.Errorf("store: health for unknown node %q", h.Node)
 		}
+		node := raw.(*Node)
 		var targets []*GPU
 		switch h.Component {
 		case events.ComponentGPU:
@@ -266,9 +385,10 @@ func (s *Store) SetHealth(h events.TopologyHealth) error {
 			if targets, err = gpusOfNode(txn, h.Node); err != nil {
 				return err
 			}
-		case events.ComponentNVLink, events.ComponentNIC:
-			// Accepted and ignored for now; see the method's doc.
-			return nil
+		case events.ComponentNVLink:
+			return setNVLinkHealth(w, node, h.ID, healthy)
+		case events.ComponentNIC:
+			return setNICHealth(w, node, h.ID, healthy)
 		default:
 			return fmt.Errorf("store: health for unknown component %q of node %q", h.Component, h.Node)
 		}
@@ -278,12 +398,67 @@ func (s *Store) SetHealth(h events.TopologyHealth) error {
 			}
 			upd := *g
 			upd.Healthy, upd.HealthReason = healthy, reason
-			if err := insertGPUIfChanged(txn, g, &upd); err != nil {
+			if err := w.putGPU(g, &upd); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// setNVLinkHealth records one NVLink of a node down or up.
+func setNVLinkHealth(w *writer, node *Node, id string, healthy bool) error {
+	gpu, link, ok := strings.Cut(id, "/")
+	idx, gerr := strconv.Atoi(gpu)
+	num, lerr := strconv.Atoi(link)
+	if !ok || gerr != nil || lerr != nil || idx < 0 || num < 0 {
+		return fmt.Errorf("store: health for NVLink %q of node %q: id is not <gpu index>/<link>", id, node.Name)
+	}
+	g, err := w.txn.First(TableGPUs, IndexID, node.Name, idx)
+	if err != nil {
+		return err
+	}
+	if g == nil {
+		return fmt.Errorf("store: health for NVLink %s of unknown GPU %s", id, GPUKey{node.Name, idx})
+	}
+	l := NVLinkID{GPU: idx, Link: num}
+	i, down := slices.BinarySearchFunc(node.DownNVLinks, l, func(a, b NVLinkID) int {
+		return cmp.Or(cmp.Compare(a.GPU, b.GPU), cmp.Compare(a.Link, b.Link))
+	})
+	if down != healthy {
+		return nil // as recorded already
+	}
+	upd := *node
+	if healthy {
+		upd.DownNVLinks = slices.Delete(slices.Clone(node.DownNVLinks), i, i+1)
+	} else {
+		upd.DownNVLinks = slices.Insert(slices.Clone(node.DownNVLinks), i, l)
+	}
+	if len(upd.DownNVLinks) == 0 {
+		upd.DownNVLinks = nil
+	}
+	return w.putNode(&upd)
+}
+
+// setNICHealth records one NIC of a node down or up.
+func setNICHealth(w *writer, node *Node, name string, healthy bool) error {
+	if node.Topology == nil || !slices.ContainsFunc(node.Topology.NICs, func(c topology.NIC) bool { return c.Name == name }) {
+		return fmt.Errorf("store: health for unknown NIC %q of node %q", name, node.Name)
+	}
+	i, down := slices.BinarySearch(node.DownNICs, name)
+	if down != healthy {
+		return nil
+	}
+	upd := *node
+	if healthy {
+		upd.DownNICs = slices.Delete(slices.Clone(node.DownNICs), i, i+1)
+	} else {
+		upd.DownNICs = slices.Insert(slices.Clone(node.DownNICs), i, name)
+	}
+	if len(upd.DownNICs) == 0 {
+		upd.DownNICs = nil
+	}
+	return w.putNode(&upd)
 }
 
 // Allocate gives gpus to jobID in one transaction. It re-checks that every
@@ -324,7 +499,8 @@ func (s *Store) allocate(jobID string, gpus []GPUKey, restore bool) error {
 			return fmt.Errorf("store: allocate %q: GPU %s given twice", jobID, want[i])
 		}
 	}
-	return s.write(func(txn *memdb.Txn) error {
+	return s.write(func(w *writer) error {
+		txn := w.txn
 		held, err := gpusOfJob(txn, jobID)
 		if err != nil {
 			return err
@@ -337,6 +513,7 @@ func (s *Store) allocate(jobID string, gpus []GPUKey, restore bool) error {
 		}
 
 		var problems []string
+		olds := make([]*GPU, 0, len(want))
 		upds := make([]*GPU, 0, len(want))
 		for _, k := range want {
 			raw, err := txn.First(TableGPUs, IndexID, k.Node, k.Index)
@@ -353,7 +530,7 @@ func (s *Store) allocate(jobID string, gpus []GPUKey, restore bool) error {
 					return err
 				}
 				g.JobID = jobID
-				upds = append(upds, g)
+				olds, upds = append(olds, nil), append(upds, g)
 				continue
 			}
 			g := raw.(*GPU)
@@ -365,14 +542,14 @@ func (s *Store) allocate(jobID string, gpus []GPUKey, restore bool) error {
 			default:
 				upd := *g
 				upd.JobID = jobID
-				upds = append(upds, &upd)
+				olds, upds = append(olds, g), append(upds, &upd)
 			}
 		}
 		if len(problems) > 0 {
 			return fmt.Errorf("%w: job %q: %s", ErrConflict, jobID, strings.Join(problems, "; "))
 		}
-		for _, g := range upds {
-			if err := txn.Insert(TableGPUs, g); err != nil {
+		for i, g := range upds {
+			if err := w.putGPU(olds[i], g); err != nil {
 				return err
 			}
 		}
@@ -381,9 +558,10 @@ func (s *Store) allocate(jobID string, gpus []GPUKey, restore bool) error {
 }
 
 // placeholderGPU returns the unhealthy row Restore creates for a GPU the
-// topology no longer has.
+// topology no longer has. On a live node it is in the node's node-wide
+// domains, as a GPU its report dropped is.
 func placeholderGPU(txn *memdb.Txn, k GPUKey) (*GPU, error) {
-	g := &GPU{Node: k.Node, Index: k.Index, HealthReason: ReasonNodeRemoved}
+	g := &GPU{Node: k.Node, Index: k.Index, HealthReason: ReasonNodeRemoved, NUMA: -1}
 	raw, err := txn.First(TableNodes, IndexID, k.Node)
 	if err != nil {
 		return nil, err
@@ -391,6 +569,11 @@ func placeholderGPU(txn *memdb.Txn, k GPUKey) (*GPU, error) {
 	if raw != nil {
 		n := raw.(*Node)
 		g.Model, g.NodePosition, g.HealthReason = n.GPUModel, n.Position, ReasonMissing
+		fabric, err := fabricOf(txn, k.Node)
+		if err != nil {
+			return nil, err
+		}
+		g.Domains = nodeDomains(n, []*GPU{g}, fabric)[0]
 	}
 	return g, nil
 }
@@ -404,22 +587,22 @@ func (s *Store) Release(jobID string) ([]GPUKey, error) {
 		return nil, nil
 	}
 	var keys []GPUKey
-	err := s.write(func(txn *memdb.Txn) error {
-		held, err := gpusOfJob(txn, jobID)
+	err := s.write(func(w *writer) error {
+		held, err := gpusOfJob(w.txn, jobID)
 		if err != nil {
 			return err
 		}
 		for _, g := range held {
 			keys = append(keys, g.Key())
 			if g.HealthReason == ReasonMissing || g.HealthReason == ReasonNodeRemoved {
-				if err := txn.Delete(TableGPUs, g); err != nil {
+				if err := w.putGPU(g, nil); err != nil {
 					return err
 				}
 				continue
 			}
 			upd := *g
 			upd.JobID = ""
-			if err := txn.Insert(TableGPUs, &upd); err != nil {
+			if err := w.putGPU(g, &upd); err != nil {
 				return err
 			}
 		}
@@ -444,7 +627,8 @@ func (s *Store) UpsertJob(j Job) error {
 	default:
 		return fmt.Errorf("store: job %q: unknown state %q", j.ID, j.State)
 	}
-	return s.write(func(txn *memdb.Txn) error {
+	return s.write(func(w *writer) error {
+		txn := w.txn
 		old, err := txn.First(TableJobs, IndexID, j.ID)
 		if err != nil {
 			return err
@@ -465,7 +649,8 @@ func (s *Store) UpsertJob(j Job) error {
 // DeleteJob removes a job. Deleting an unknown job is a no-op. A job that
 // still holds GPUs is not deleted: release them first.
 func (s *Store) DeleteJob(id string) error {
-	return s.write(func(txn *memdb.Txn) error {
+	return s.write(func(w *writer) error {
+		txn := w.txn
 		held, err := gpusOfJob(txn, id)
 		if err != nil {
 			return err

@@ -305,14 +305,29 @@ func TestSetHealth(t *testing.T) {
 			free: []int{0, 1, 2, 3},
 		},
 		{
-			name:   "nvlink ignored",
-			events: []events.TopologyHealth{{Node: "n1", Component: "nvlink", ID: "0-1", Health: "unhealthy"}},
+			// A link down changes paths, not whether a GPU is free (see
+			// health_test.go).
+			name:   "nvlink down leaves the GPUs free",
+			events: []events.TopologyHealth{{Node: "n1", Component: "nvlink", ID: "0/1", Health: "unhealthy"}},
 			free:   []int{0, 1, 2, 3},
 		},
 		{
-			name:   "nic ignored",
-			events: []events.TopologyHealth{{Node: "n1", Component: "nic", ID: "mlx5_0", Health: "unhealthy"}},
-			free:   []int{0, 1, 2, 3},
+			name:    "nvlink id malformed",
+			events:  []events.TopologyHealth{{Node: "n1", Component: "nvlink", ID: "0-1", Health: "unhealthy"}},
+			wantErr: `"0-1"`,
+			free:    []int{0, 1, 2, 3},
+		},
+		{
+			name:    "nvlink of unknown gpu",
+			events:  []events.TopologyHealth{{Node: "n1", Component: "nvlink", ID: "8/0", Health: "unhealthy"}},
+			wantErr: "n1/8",
+			free:    []int{0, 1, 2, 3},
+		},
+		{
+			name:    "unknown nic",
+			events:  []events.TopologyHealth{{Node: "n1", Component: "nic", ID: "mlx5_0", Health: "unhealthy"}},
+			wantErr: `"mlx5_0"`,
+			free:    []int{0, 1, 2, 3},
 		},
 		{
 			name:    "unknown node",

@@ -20,9 +20,33 @@ type Node struct {
 	// GPUCount is the number of GPUs in the node's latest report.
 	GPUCount int
 	// Topology is the node's inner topology (paths between its GPUs and
-	// NICs), nil when its report gave none. Shared: do not modify.
+	// NICs) as its report gave it, nil when the report gave none. Shared: do
+	// not modify.
 	Topology *topology.Node
+	// Effective is Topology with the parts DownNVLinks and DownNICs name
+	// taken out (topology.Node.WithHealth): what placement is to read. It is
+	// Topology itself, the same pointer, while nothing is down, and nil when
+	// Topology is. The store keeps it rather than computing it on read, so a
+	// read costs nothing and a snapshot holds the one its domains were
+	// computed from. Shared: do not modify.
+	Effective *topology.Node
+	// DownNVLinks lists the node's NVLinks that health reports say are down,
+	// sorted by GPU index, then link; nil when none.
+	DownNVLinks []NVLinkID
+	// DownNICs lists the names of the node's NICs that are down, sorted;
+	// nil when none. Shared: do not modify.
+	DownNICs []string
 }
+
+// NVLinkID names one NVLink of a node: the GPU's index and the link's
+// number on that GPU, as NVML numbers them (health id "<gpu>/<link>").
+type NVLinkID struct {
+	GPU  int
+	Link int
+}
+
+// String returns "gpu/link".
+func (l NVLinkID) String() string { return fmt.Sprintf("%d/%d", l.GPU, l.Link) }
 
 // GPU is one GPU of a node. Its primary key is (Node, Index).
 type GPU struct {
@@ -37,6 +61,15 @@ type GPU struct {
 	JobID string
 	// NodePosition copies the node's Position.
 	NodePosition int
+	// NUMA is the GPU's NUMA node, -1 when its report did not say.
+	NUMA int
+	// Domains lists the domains the GPU belongs to, narrowest first: its
+	// NVLink island, PCIe switch group, NUMA node and node, the fabric
+	// domains of its node (leaf, pod, core, as UpsertFabric gave them), and
+	// the cluster. A GPU its node's report no longer lists (ReasonMissing)
+	// keeps only the node, fabric and cluster domains; one of a removed node
+	// (ReasonNodeRemoved) has none. See Domain. Shared: do not modify.
+	Domains []string
 }
 
 // Key returns the GPU's primary key.

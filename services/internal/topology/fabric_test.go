@@ -294,7 +294,7 @@ func TestFabricRails(t *testing.T) {
 		t.Errorf("Common(n1, n2) = %q %q %d, want the shared rail-0 leaf", sw, tier, hops)
 	}
 	for node, want := range map[string][]string{
-		"n1": {"leaf:p1-r0", "leaf:p1-r1", "pod:pod-1", "core:core"},
+		"n1": {"leaf:p1-r0", "pod:pod-1", "core:core"},
 		"m1": {"leaf:misc", "pod:pod-2", "core:core"},
 		"zz": nil,
 	} {
