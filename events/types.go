@@ -180,7 +180,8 @@ type TopologyNode struct {
 // means unknown.
 type Switch struct {
 	Name string `json:"name"`
-	// Tier is leaf, spine or core.
+	// Tier is leaf, spine or core, or nvlink for a multi-node NVLink
+	// domain (a GB200 NVL72 rack) whose nodes' GPUs share NVLink.
 	Tier     string   `json:"tier"`
 	Nodes    []string `json:"nodes,omitempty"`
 	Switches []string `json:"switches,omitempty"`
@@ -199,6 +200,9 @@ type Switch struct {
 	// every node below it is wired to the leaf of rail k, so a node is
 	// below one leaf per rail. Nil for a leaf that serves whole nodes.
 	Rail *int `json:"rail,omitempty"`
+	// NVLinks, for an nvlink domain, is the number of NVLinks between any
+	// two of its GPUs (18 on GB200 NVL72).
+	NVLinks int `json:"nvlinks,omitempty"`
 }
 
 // TopologyFabric describes the network between nodes (topology.fabric).

@@ -63,6 +63,9 @@ type SwitchSpec struct {
 	Oversubscription float64 `yaml:"oversubscription"`
 	// Rail is the rail a leaf serves in a rail-optimized fabric.
 	Rail *int `yaml:"rail"`
+	// NVLinks, on a tier: nvlink switch (a multi-node NVLink domain such
+	// as a GB200 NVL72 rack), is the NVLinks between any two of its GPUs.
+	NVLinks int `yaml:"nvlinks"`
 }
 
 // FabricSpec is the fabric section of a cluster file: switches listed in
@@ -323,9 +326,9 @@ func listedSwitches(file string, root *yaml.Node, specs []SwitchSpec, seen map[s
 			badAt(line, "fabric.switches[%d].name: expected a name", i)
 		}
 		switch sw.Tier {
-		case "leaf", "spine", "core":
+		case "leaf", "spine", "core", "nvlink":
 		default:
-			badAt(line, "fabric.switches[%d].tier: expected leaf, spine or core, got %q", i, sw.Tier)
+			badAt(line, "fabric.switches[%d].tier: expected leaf, spine, core or nvlink, got %q", i, sw.Tier)
 		}
 		for _, n := range sw.Nodes {
 			if seen[n] == 0 {
@@ -362,7 +365,7 @@ func listedSwitches(file string, root *yaml.Node, specs []SwitchSpec, seen map[s
 		fab.Switches = append(fab.Switches, events.Switch{
 			Name: sw.Name, Tier: sw.Tier, Nodes: sw.Nodes, Switches: sw.Switches,
 			LinkGbps: sw.LinkGbps, Uplinks: sw.Uplinks, UplinkGbps: sw.UplinkGbps,
-			Oversubscription: sw.Oversubscription, Rail: sw.Rail,
+			Oversubscription: sw.Oversubscription, Rail: sw.Rail, NVLinks: sw.NVLinks,
 		})
 	}
 	return ok

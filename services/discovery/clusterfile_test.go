@@ -61,7 +61,7 @@ func TestParseClusterErrors(t *testing.T) {
 		{"bad name", "nodes:\n  - name: 'a b'\n    gpus: 8\n", []string{"f.yaml:2", "nodes[0].name: expected a host name"}},
 		{"wrong type", "nodes:\n  - name: a\n    gpus: eight\n", []string{"f.yaml", "line 3", "eight"}},
 		{"bad tier", "nodes:\n  - name: a\n    gpus: 8\nfabric:\n  switches:\n    - name: s\n      tier: top\n      nodes: [a, b]\n",
-			[]string{"f.yaml:6", "tier: expected leaf, spine or core", `"b" is not a node`}},
+			[]string{"f.yaml:6", "tier: expected leaf, spine, core or nvlink", `"b" is not a node`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

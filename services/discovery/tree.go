@@ -25,7 +25,19 @@ func WriteTree(w io.Writer, c Cluster, state GPUState) error {
 	}
 	switches := map[string]events.Switch{}
 	child := map[string]bool{}
+	// NVLink domains stand beside the tree: a node says which it is in.
+	nvl := map[string]string{}
+	var tree []events.Switch
 	for _, sw := range c.Fabric.Switches {
+		if sw.Tier == topology.TierNVLink {
+			for _, n := range sw.Nodes {
+				nvl[n] = sw.Name
+			}
+			continue
+		}
+		tree = append(tree, sw)
+	}
+	for _, sw := range tree {
 		switches[sw.Name] = sw
 		for _, s := range sw.Switches {
 			child[s] = true
@@ -43,11 +55,11 @@ func WriteTree(w io.Writer, c Cluster, state GPUState) error {
 		for _, n := range sw.Nodes {
 			if node, ok := byName[n]; ok && !placed[n] {
 				placed[n] = true
-				writeNode(&b, node, indent+"  ", state)
+				writeNode(&b, node, indent+"  ", nvl[n], state)
 			}
 		}
 	}
-	for _, sw := range c.Fabric.Switches {
+	for _, sw := range tree {
 		if !child[sw.Name] {
 			walk(sw, "  ")
 		}
@@ -60,12 +72,12 @@ func WriteTree(w io.Writer, c Cluster, state GPUState) error {
 	}
 	if len(loose) > 0 {
 		indent := "  "
-		if len(c.Fabric.Switches) > 0 {
+		if len(tree) > 0 {
 			b.WriteString("  (not under any switch)\n")
 			indent = "    "
 		}
 		for _, n := range loose {
-			writeNode(&b, byName[n], indent, state)
+			writeNode(&b, byName[n], indent, nvl[n], state)
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -80,12 +92,16 @@ func countGPUs(c Cluster) int {
 	return n
 }
 
-func writeNode(b *strings.Builder, n *events.TopologyNode, indent string, state GPUState) {
+func writeNode(b *strings.Builder, n *events.TopologyNode, indent, nvlDomain string, state GPUState) {
 	model := n.GPUModel
 	if model == "" {
 		model = "GPU"
 	}
-	fmt.Fprintf(b, "%snode %s: %d x %s\n", indent, n.Name, len(n.GPUs), model)
+	note := ""
+	if nvlDomain != "" {
+		note = " (NVLink domain " + nvlDomain + ")"
+	}
+	fmt.Fprintf(b, "%snode %s: %d x %s%s\n", indent, n.Name, len(n.GPUs), model, note)
 	topo, err := topology.FromEvent(*n)
 	if err != nil || topo.GPUPaths == nil {
 		for _, g := range n.GPUs {

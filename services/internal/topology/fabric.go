@@ -46,6 +46,10 @@ const (
 	TierLeaf  = "leaf"
 	TierSpine = "spine"
 	TierCore  = "core"
+	// TierNVLink is a multi-node NVLink domain, such as a GB200 NVL72
+	// rack: its nodes' GPUs reach each other over NVLink switches, not the
+	// network. It stands beside the leaf/spine tree, not in it.
+	TierNVLink = "nvlink"
 	// TierNone is the tier of the path between nodes in different trees of
 	// the fabric (islands), or of a node the fabric does not list.
 	TierNone = "none"
@@ -86,6 +90,8 @@ type Fabric struct {
 	// ancestors (itself first) by hops.
 	dag bool
 	up  [][]ancestor
+	// nvl maps a node to its multi-node NVLink domain.
+	nvl map[string]nvlDomain
 }
 
 type fabricSwitch struct {
@@ -152,6 +158,61 @@ var tierRank = map[string]int{TierLeaf: 0, TierSpine: 1, TierCore: 2}
 // below one leaf, or below one leaf per rail, each of a different rail.
 // Every problem found is reported.
 func NewFabric(ev events.TopologyFabric) (*Fabric, error) {
+	// NVLink domains first: they sit beside the tree, so the tree is built
+	// from the other switches.
+	nvl, tree, nvlErrs := nvlinkDomains(ev.Switches)
+	ev.Switches = tree
+	f, err := newTree(ev)
+	if err := errors.Join(append(nvlErrs, err)...); err != nil {
+		return nil, err
+	}
+	f.nvl = nvl
+	return f, nil
+}
+
+// nvlDomain is a multi-node NVLink domain.
+type nvlDomain struct {
+	name    string
+	nvlinks int
+}
+
+// nvlinkDomains takes the NVLink-domain switches out of a fabric's list.
+func nvlinkDomains(all []events.Switch) (map[string]nvlDomain, []events.Switch, []error) {
+	var errs []error
+	var tree []events.Switch
+	var nvl map[string]nvlDomain
+	for _, s := range all {
+		if s.Tier != TierNVLink {
+			tree = append(tree, s)
+			continue
+		}
+		if nvl == nil {
+			nvl = map[string]nvlDomain{}
+		}
+		if len(s.Switches) > 0 {
+			errs = append(errs, fmt.Errorf("fabric: switch %q: an NVLink domain holds nodes, got switches %s", s.Name, list(s.Switches)))
+		}
+		if s.NVLinks < 0 || s.NVLinks > 64 {
+			errs = append(errs, fmt.Errorf("fabric: switch %q: nvlinks: expected 0 to 64, got %d", s.Name, s.NVLinks))
+		}
+		for _, n := range s.Nodes {
+			if other, dup := nvl[n]; dup {
+				errs = append(errs, fmt.Errorf("fabric: switch %q: node %q is already in NVLink domain %q", s.Name, n, other.name))
+				continue
+			}
+			nvl[n] = nvlDomain{name: s.Name, nvlinks: s.NVLinks}
+		}
+	}
+	return nvl, tree, errs
+}
+
+// NVLinkDomain returns the multi-node NVLink domain a node is in.
+func (f *Fabric) NVLinkDomain(node string) (string, bool) {
+	d, ok := f.nvl[node]
+	return d.name, ok
+}
+
+func newTree(ev events.TopologyFabric) (*Fabric, error) {
 	f := &Fabric{
 		cluster:  ev.Cluster,
 		switches: make([]fabricSwitch, len(ev.Switches)),
@@ -615,9 +676,13 @@ func (f *Fabric) share(leaf int32, nicGbps float64, s side) float64 {
 // the store at 8 rails). The spines above are still every rail's. A node
 // the fabric does not list has none.
 func (f *Fabric) Domains(node string) []string {
+	var out []string
+	if d, ok := f.nvl[node]; ok {
+		out = append(out, "nvl:"+d.name)
+	}
 	nl, ok := f.nodes[node]
 	if !ok {
-		return nil
+		return out
 	}
 	level := []int32{nl.leaf}
 	if nl.rails != nil {
@@ -626,9 +691,8 @@ func (f *Fabric) Domains(node string) []string {
 			level = append(level, r.leaf)
 		}
 	}
-	first := true
+	first, leafSeen := true, false
 	seen := map[int32]bool{}
-	var out []string
 	for len(level) > 0 {
 		var next []int32
 		for _, s := range level {
@@ -636,7 +700,8 @@ func (f *Fabric) Domains(node string) []string {
 				continue
 			}
 			seen[s] = true
-			if !first || len(out) == 0 {
+			if !first || !leafSeen {
+				leafSeen = true
 				out = append(out, f.switches[s].domain)
 			}
 			next = append(next, f.switches[s].parents...)
@@ -678,6 +743,14 @@ func GPUPath(f *Fabric, na *Node, ga int, nb *Node, gb int, bw *Bandwidths) Path
 			return Path{Link: Link{Class: PHB}, BandwidthGBps: gbps, LatencyUS: lat}
 		}
 		return na.Path(ga, gb, bw)
+	}
+	if f != nil {
+		if da, ok := f.nvl[na.Name]; ok && f.nvl[nb.Name] == da {
+			// One NVLink domain: NVLink through its switches, as in a node.
+			l := Link{Class: NV, NVLinks: cmp.Or(da.nvlinks, 18)}
+			gbps, lat := bw.Of(l, max(na.NVLinkGen, nb.NVLinkGen), na.PCIeGen)
+			return Path{Link: l, BandwidthGBps: gbps, LatencyUS: lat + FabricSwitchLatencyUS}
+		}
 	}
 	ea, eb := endpointOf(na, ga, bw), endpointOf(nb, gb, bw)
 	var net NetPath
