@@ -35,9 +35,18 @@ func TestHealthEventTakesGPUOutOfPlacement(t *testing.T) {
 		return consumerDrained(js, streamTopology, "placement-topology-health", 1)
 	})
 
+	nic := `{"node":"dgx-a100-001","component":"nic","id":"mlx5_0","health":"unhealthy","reason":"port down","observed_at":"2026-11-29T12:00:01Z"}`
+	natsCLI(t, url, "pub", "toposched.topology.health.dgx-a100-001", "--jetstream", nic)
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		mustBeAlive(t, serve)
+		return consumerDrained(js, streamTopology, "placement-topology-health", 2)
+	})
+
 	show := topoctlOK(t, url, "topology", "show")
-	if !strings.Contains(show, "GPU0 unhealthy (xid 79)") {
-		t.Errorf("topology show does not mark the GPU unhealthy:\n%s", show)
+	for _, want := range []string{"GPU0 unhealthy (xid 79)", "! nic mlx5_0 down: port down"} {
+		if !strings.Contains(show, want) {
+			t.Errorf("topology show lacks %q:\n%s", want, show)
+		}
 	}
 	job := filepath.Join(t.TempDir(), "l40s.yaml")
 	if err := os.WriteFile(job, []byte("job_id: whole-l40s\ngpus: 4\ngpus_per_node: 4\ngpu_model: L40S\n"), 0o600); err != nil {

@@ -128,6 +128,7 @@ func liveCluster(ctx context.Context, b *bus.Bus) (discovery.Cluster, discovery.
 	nodes := map[string]events.TopologyNode{}
 	var fabric events.TopologyFabric
 	unhealthy := map[string]string{}
+	parts := map[string]string{} // node NUL "nvlink 3/5" or "nic mlx5_0" -> reason
 	key := func(node string, gpu int) string { return node + "/" + strconv.Itoa(gpu) }
 	err := b.Replay(ctx, "topology", []string{b.Subjects.Domain("topology")}, func(r bus.Record) error {
 		switch r.Name {
@@ -144,13 +145,25 @@ func liveCluster(ctx context.Context, b *bus.Bus) (discovery.Cluster, discovery.
 			_ = bus.Decode(r.Name, r.Body, &fabric)
 		case events.NameTopologyHealth:
 			var h events.TopologyHealth
-			if bus.Decode(r.Name, r.Body, &h) == nil && h.Component == events.ComponentGPU {
+			if bus.Decode(r.Name, r.Body, &h) != nil {
+				return nil
+			}
+			switch h.Component {
+			case events.ComponentGPU:
 				if i, err := strconv.Atoi(h.ID); err == nil {
 					if h.Health == events.HealthUnhealthy {
 						unhealthy[key(h.Node, i)] = h.Reason
 					} else {
 						delete(unhealthy, key(h.Node, i))
 					}
+				}
+			case events.ComponentNVLink, events.ComponentNIC:
+				// Parts below a GPU are shown on their node.
+				k := h.Node + "\x00" + h.Component + " " + h.ID
+				if h.Health == events.HealthUnhealthy {
+					parts[k] = h.Reason
+				} else {
+					delete(parts, k)
 				}
 			}
 		}
@@ -185,7 +198,15 @@ func liveCluster(ctx context.Context, b *bus.Bus) (discovery.Cluster, discovery.
 	if c.Name == "" {
 		c.Name = "live"
 	}
+	for k, why := range parts {
+		node, part, _ := strings.Cut(k, "\x00")
+		if n, ok := nodes[node]; ok {
+			n.Warnings = append(slices.Clone(n.Warnings), fmt.Sprintf("%s down: %s", part, why))
+			nodes[node] = n
+		}
+	}
 	for _, n := range nodes {
+		slices.Sort(n.Warnings)
 		for _, gpu := range n.GPUs {
 			if gpu.Health == events.HealthUnhealthy {
 				unhealthy[key(n.Name, gpu.Index)] = "reported unhealthy"

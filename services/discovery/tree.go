@@ -156,4 +156,7 @@ func writeNode(b *strings.Builder, n *events.TopologyNode, indent, nvlDomain str
 	if topo.NVSwitches > 0 || topo.NVLinkGen > 0 {
 		fmt.Fprintf(b, "%s  NVLink gen %d, %d NVSwitches\n", indent, topo.NVLinkGen, topo.NVSwitches)
 	}
+	for _, w := range n.Warnings {
+		fmt.Fprintf(b, "%s  ! %s\n", indent, w)
+	}
 }
