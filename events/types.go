@@ -15,6 +15,75 @@ type Parallelism struct {
 	CP int `json:"cp,omitempty"`
 }
 
+// Training strategies of JobSubmitted.Strategy: how data-parallel ranks
+// share gradients and parameters.
+const (
+	StrategyDDP      = "ddp"
+	StrategyFSDP     = "fsdp"
+	StrategyZeRO1    = "zero1"
+	StrategyZeRO2    = "zero2"
+	StrategyZeRO3    = "zero3"
+	StrategyMegatron = "megatron"
+	StrategyPS       = "ps"
+)
+
+// Element types of Model.Dtype.
+const (
+	DtypeFP32 = "fp32"
+	DtypeBF16 = "bf16"
+	DtypeFP16 = "fp16"
+	DtypeFP8  = "fp8"
+)
+
+// Collectives of Collective.Collective and CommGroup.Collective.
+const (
+	CollectiveAllReduce     = "all_reduce"
+	CollectiveAllGather     = "all_gather"
+	CollectiveReduceScatter = "reduce_scatter"
+	CollectiveAllToAll      = "all_to_all"
+	CollectiveSendRecv      = "send_recv"
+	CollectiveBroadcast     = "broadcast"
+)
+
+// Bounds of Collective.Bound: what limits a call's time.
+const (
+	BoundLatency   = "latency"
+	BoundBandwidth = "bandwidth"
+)
+
+// DimensionCustom is the dimension of the groups a job lists explicitly.
+const DimensionCustom = "custom"
+
+// Model is the size and shape of a job's model, from which analysis sizes
+// its messages. A zero value means "not given".
+type Model struct {
+	Parameters      int64  `json:"parameters,omitempty"`
+	Layers          int    `json:"layers,omitempty"`
+	HiddenSize      int    `json:"hidden_size,omitempty"`
+	Heads           int    `json:"heads,omitempty"`
+	SeqLen          int    `json:"seq_len,omitempty"`
+	MicroBatchSize  int    `json:"micro_batch_size,omitempty"`
+	GlobalBatchSize int    `json:"global_batch_size,omitempty"`
+	Dtype           string `json:"dtype,omitempty"`
+	// Experts is the number of experts of each MoE layer; 0 for a dense model.
+	Experts int `json:"experts,omitempty"`
+	// TopK is the number of experts each token goes to; 0 means 1.
+	TopK int `json:"top_k,omitempty"`
+}
+
+// CommGroup is a communication group a job lists explicitly, for patterns
+// analysis does not derive. Groups of the same name are the members of one
+// custom dimension.
+type CommGroup struct {
+	Name       string `json:"name"`
+	Collective string `json:"collective"`
+	Ranks      []int  `json:"ranks"`
+	// Bytes is the message size of one call, as nccl-tests counts it.
+	Bytes int64 `json:"bytes"`
+	// CallsPerStep is how many calls a training step makes; 0 means 1.
+	CallsPerStep int `json:"calls_per_step,omitempty"`
+}
+
 // JobSubmitted is a user's request to place a job (jobs.submitted).
 type JobSubmitted struct {
 	JobID       string            `json:"job_id"`
@@ -25,14 +94,39 @@ type JobSubmitted struct {
 	GPUModel    string            `json:"gpu_model,omitempty"`
 	Parallelism *Parallelism      `json:"parallelism,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
+	// Strategy is one of the Strategy constants; "" means ddp.
+	Strategy string `json:"strategy,omitempty"`
+	Model    *Model `json:"model,omitempty"`
+	// StepComputeSeconds is the measured compute time of one training step.
+	StepComputeSeconds float64 `json:"step_compute_seconds,omitempty"`
+	// Layout is the rank layout, fastest-varying dimension first, such as
+	// "tp-cp-ep-dp-pp" (the default when empty).
+	Layout string      `json:"layout,omitempty"`
+	Groups []CommGroup `json:"groups,omitempty"`
+}
+
+// Collective is one kind of call a group makes in a training step.
+type Collective struct {
+	Collective string `json:"collective"`
+	// Bytes is the message size of one call per rank, as nccl-tests counts
+	// it: the buffer of an all-reduce, the gathered output of an all-gather,
+	// the input of a reduce-scatter, a rank's whole buffer of an all-to-all,
+	// one message of a send/recv.
+	Bytes        int64  `json:"bytes"`
+	CallsPerStep int    `json:"calls_per_step"`
+	Bound        string `json:"bound"`
+	Purpose      string `json:"purpose,omitempty"`
 }
 
 // RankGroups lists the communication groups of one parallel dimension: each
 // member is the list of global ranks that talk within that group.
 type RankGroups struct {
-	Dimension string  `json:"dimension"`
-	Size      int     `json:"size"`
-	Members   [][]int `json:"members"`
+	Dimension string `json:"dimension"`
+	// Name names a custom dimension, as the job did.
+	Name        string       `json:"name,omitempty"`
+	Size        int          `json:"size"`
+	Members     [][]int      `json:"members"`
+	Collectives []Collective `json:"collectives,omitempty"`
 }
 
 // JobAnalyzed is a validated job with its rank layout (jobs.analyzed).
@@ -42,6 +136,18 @@ type JobAnalyzed struct {
 	// Order is the rank layout, fastest-varying dimension first.
 	Order  []string     `json:"order"`
 	Groups []RankGroups `json:"groups"`
+	// MicroBatchesPerStep is global batch / (micro batch · dp), when known.
+	MicroBatchesPerStep int `json:"micro_batches_per_step,omitempty"`
+	// BytesPerStepPerRank is the most bytes any rank sends in a step, over
+	// every call of every group it is in, with bandwidth-optimal algorithms:
+	// bytes × calls × nccl-tests' bus factor (2(n-1)/n for all-reduce,
+	// (n-1)/n for all-gather, reduce-scatter and all-to-all, 1 for
+	// broadcast and for send/recv, counted at the sender).
+	BytesPerStepPerRank int64 `json:"bytes_per_step_per_rank,omitempty"`
+	// TotalBytesPerStep is the bytes all ranks send in a step.
+	TotalBytesPerStep int64 `json:"total_bytes_per_step,omitempty"`
+	// Warnings say which volumes could not be sized and why.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Job status values of JobFinished.

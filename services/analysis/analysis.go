@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/toposched/toposched/events"
 )
@@ -12,19 +13,30 @@ var DefaultOrder = []string{"tp", "cp", "ep", "dp", "pp"}
 // MaxGPUs bounds one job; bigger requests are refused before any work.
 const MaxGPUs = 1 << 17
 
-// Analyze resolves a job's degrees and rank groups. The job must already be
-// schema-valid; Analyze checks the arithmetic and reports every violation.
+// Analyze resolves a job's degrees, rank groups and communication volumes.
+// The job must already be schema-valid; Analyze checks the arithmetic and
+// reports every violation.
 func Analyze(job events.JobSubmitted) (events.JobAnalyzed, []events.Reason) {
 	p, reasons := Resolve(job)
+	if job.GPUs > MaxGPUs {
+		return events.JobAnalyzed{}, reasons
+	}
+	order, r := ParseLayout(job.Layout)
+	reasons = append(reasons, r...)
+	reasons = append(reasons, checkJob(job, p)...)
 	if len(reasons) > 0 {
 		return events.JobAnalyzed{}, reasons
 	}
-	return events.JobAnalyzed{
+	out := events.JobAnalyzed{
 		Job:         job,
 		Parallelism: p,
-		Order:       append([]string(nil), DefaultOrder...),
-		Groups:      Groups(p),
-	}, nil
+		Order:       order,
+		Groups:      GroupsInOrder(p, order),
+	}
+	if r := annotate(&out); len(r) > 0 {
+		return events.JobAnalyzed{}, r
+	}
+	return out, nil
 }
 
 // Resolve fills in default degrees (1, and dp = gpus / (tp·pp·cp)) and
@@ -71,22 +83,66 @@ func Resolve(job events.JobSubmitted) (events.Parallelism, []events.Reason) {
 	return p, reasons
 }
 
+// ParseLayout reads a job's layout ("tp-cp-ep-dp-pp"): a permutation of
+// the five dimensions, fastest-varying first. "" is DefaultOrder.
+func ParseLayout(layout string) ([]string, []events.Reason) {
+	if layout == "" {
+		return append([]string(nil), DefaultOrder...), nil
+	}
+	order := strings.Split(layout, "-")
+	seen := map[string]bool{}
+	ok := len(order) == len(DefaultOrder)
+	for _, d := range order {
+		if seen[d] || !isDimension(d) {
+			ok = false
+		}
+		seen[d] = true
+	}
+	if !ok {
+		return nil, []events.Reason{{Code: "invalid_layout", Field: "layout", Message: fmt.Sprintf(
+			"layout = %q must list each of %s exactly once, separated by '-'", layout, strings.Join(DefaultOrder, ", "))}}
+	}
+	return order, nil
+}
+
+func isDimension(d string) bool {
+	for _, x := range DefaultOrder {
+		if d == x {
+			return true
+		}
+	}
+	return false
+}
+
 // Groups lists, for every dimension of degree above 1, its rank groups in
 // the default layout.
 func Groups(p events.Parallelism) []events.RankGroups {
-	// Coordinates in layout order; dp is split into ep (inner) and the
-	// remaining data-parallel replicas (outer).
-	sizes := []int{p.TP, p.CP, p.EP, p.DP / p.EP, p.PP}
-	const tp, cp, ep, dpo, pp = 0, 1, 2, 3, 4
+	return GroupsInOrder(p, DefaultOrder)
+}
+
+// GroupsInOrder lists, for every dimension of degree above 1, its rank
+// groups in the layout order (a permutation of DefaultOrder, fastest-varying
+// first). Expert parallelism is carved out of data parallelism: the layout's
+// "ep" coordinate indexes experts, its "dp" coordinate the dp/ep replicas of
+// each expert shard, and a dp group spans both. Groups are listed in
+// DefaultOrder whatever the layout.
+func GroupsInOrder(p events.Parallelism, order []string) []events.RankGroups {
+	degree := map[string]int{"tp": p.TP, "cp": p.CP, "ep": p.EP, "dp": p.DP / p.EP, "pp": p.PP}
+	pos := map[string]int{}
+	sizes := make([]int, len(order))
+	for i, d := range order {
+		pos[d] = i
+		sizes[i] = degree[d]
+	}
 	dims := []struct {
 		name string
 		vary []int
 	}{
-		{"tp", []int{tp}},
-		{"cp", []int{cp}},
-		{"ep", []int{ep}},
-		{"dp", []int{ep, dpo}},
-		{"pp", []int{pp}},
+		{"tp", []int{pos["tp"]}},
+		{"cp", []int{pos["cp"]}},
+		{"ep", []int{pos["ep"]}},
+		{"dp", []int{pos["ep"], pos["dp"]}},
+		{"pp", []int{pos["pp"]}},
 	}
 	out := []events.RankGroups{}
 	for _, d := range dims {
@@ -104,35 +160,53 @@ func Groups(p events.Parallelism) []events.RankGroups {
 
 // groupsOf partitions all ranks into groups that differ only in the
 // coordinates vary. Ranks within a group are ascending; groups are ordered
-// by their smallest rank.
+// by their smallest rank. A group's index is its fixed coordinates read as a
+// mixed-radix number (fastest first), and a rank's place in its group its
+// varying coordinates read the same way: both orders agree with the ranks',
+// so every rank is written straight to its place, in one backing array.
 func groupsOf(sizes []int, vary []int) [][]int {
 	n := 1
-	strides := make([]int, len(sizes))
-	for i, s := range sizes {
-		strides[i] = n
+	for _, s := range sizes {
 		n *= s
 	}
 	varies := make([]bool, len(sizes))
 	for _, v := range vary {
 		varies[v] = true
 	}
-	index := map[int]int{}
-	var groups [][]int
+	// Weights of each coordinate in the group index and in the place.
+	gw := make([]int, len(sizes))
+	pw := make([]int, len(sizes))
+	gsize, size := 1, 1
+	for i, s := range sizes {
+		if varies[i] {
+			pw[i] = size
+			size *= s
+		} else {
+			gw[i] = gsize
+			gsize *= s
+		}
+	}
+	all := make([]int, n)
+	groups := make([][]int, gsize)
+	for g := range groups {
+		groups[g] = all[g*size : (g+1)*size : (g+1)*size]
+	}
+	coord := make([]int, len(sizes))
 	for r := range n {
-		// The group key is the rank with its varying coordinates zeroed.
-		key := r
-		for i := range sizes {
-			if varies[i] {
-				key -= (r / strides[i] % sizes[i]) * strides[i]
+		g, at := 0, 0
+		for i, c := range coord {
+			g += c * gw[i]
+			at += c * pw[i]
+		}
+		groups[g][at] = r
+		// Next rank: increment the mixed-radix coordinates.
+		for i := range coord {
+			coord[i]++
+			if coord[i] < sizes[i] {
+				break
 			}
+			coord[i] = 0
 		}
-		g, ok := index[key]
-		if !ok {
-			g = len(groups)
-			index[key] = g
-			groups = append(groups, nil)
-		}
-		groups[g] = append(groups[g], r)
 	}
 	return groups
 }
