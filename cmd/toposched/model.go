@@ -1,0 +1,328 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toposched/toposched/services/collective"
+	"github.com/toposched/toposched/services/discovery"
+)
+
+// defaultValidateDir is where `model validate` looks for the measurement
+// files first; the project's embedded copy is used when it is absent.
+const defaultValidateDir = "../shared/testdata/nccl-tests"
+
+func newModel(_ *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "model",
+		Short: "Predict collective times with the cost model, and check it against measurements",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newModelPredict(), newModelValidate())
+	return cmd
+}
+
+type predictFlags struct {
+	topology, cluster       string
+	nodes, gpusPerNode      int
+	collective, bytes, algo string
+	gpus, format            string
+}
+
+func newModelPredict() *cobra.Command {
+	var f predictFlags
+	cmd := &cobra.Command{
+		Use:   "predict",
+		Short: "Predict the time and bus bandwidth of one collective",
+		Long: `predict prints the predicted time and nccl-tests bus bandwidth of one
+collective, either on GPUs of one node described by an nvidia-smi
+"topo -m" or NCCL topology XML file (--topology, --gpus), or across the
+first --nodes nodes of a cluster file, --gpus-per-node GPUs each, over the
+cluster's fabric (--cluster).
+
+  toposched model predict --topology node.txt --collective all_reduce --bytes 1G
+  toposched model predict --cluster cluster.yaml --nodes 4 --gpus-per-node 8 \
+      --collective all_reduce --bytes 128M --algorithm tree --format json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runPredict(cmd.OutOrStdout(), f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.topology, "topology", "", "node topology file (nvidia-smi topo -m output or NCCL XML)")
+	fl.StringVar(&f.cluster, "cluster", "", "cluster file (instead of --topology)")
+	fl.IntVar(&f.nodes, "nodes", 0, "with --cluster: use the first N nodes (0: all)")
+	fl.IntVar(&f.gpusPerNode, "gpus-per-node", 0, "with --cluster: GPUs per node (0: all of the first node's)")
+	fl.StringVar(&f.collective, "collective", "all_reduce", "all_reduce, all_gather, reduce_scatter, sendrecv or all_to_all")
+	fl.StringVar(&f.bytes, "bytes", "", "message size in bytes (nccl-tests' size); suffixes K, M, G, T (powers of 1024) and KiB... accepted")
+	fl.StringVar(&f.gpus, "gpus", "", "with --topology: comma-separated GPU positions, in rank order (default: all)")
+	fl.StringVar(&f.algo, "algorithm", "auto", "ring, tree, nvls, hierarchical, halving_doubling, p2p, direct or auto (fastest predicted)")
+	fl.StringVar(&f.format, "format", "text", "text or json")
+	return cmd
+}
+
+func runPredict(out io.Writer, f predictFlags) error {
+	if (f.topology == "") == (f.cluster == "") {
+		return errors.New("model predict: give exactly one of --topology and --cluster")
+	}
+	if f.format != "text" && f.format != "json" {
+		return fmt.Errorf("model predict: --format %q: expected text or json", f.format)
+	}
+	c, err := collective.ParseCollective(f.collective)
+	if err != nil {
+		return fmt.Errorf("model predict: --collective: %w", err)
+	}
+	algo, err := collective.ParseAlgorithm(f.algo)
+	if err != nil {
+		return fmt.Errorf("model predict: --algorithm: %w", err)
+	}
+	if f.bytes == "" {
+		return errors.New("model predict: --bytes is required")
+	}
+	size, err := parseBytes(f.bytes)
+	if err != nil {
+		return fmt.Errorf("model predict: --bytes: %w", err)
+	}
+	opt := collective.Options{Algorithm: algo}
+	var r collective.Result
+	var what string
+	if f.topology != "" {
+		if f.nodes != 0 || f.gpusPerNode != 0 {
+			return errors.New("model predict: --nodes and --gpus-per-node go with --cluster")
+		}
+		ev, err := discovery.LoadNodeFile(f.topology, discovery.NodeFileOptions{})
+		if err != nil {
+			return fmt.Errorf("model predict: %w", err)
+		}
+		gpus, err := parseGPUs(f.gpus)
+		if err != nil {
+			return fmt.Errorf("model predict: --gpus: %w", err)
+		}
+		if r, err = collective.PredictNode(ev, gpus, c, size, opt); err != nil {
+			return fmt.Errorf("model predict: %w", err)
+		}
+		what = fmt.Sprintf("%d GPUs of %s", r.Ranks, f.topology)
+	} else {
+		if f.gpus != "" {
+			return errors.New("model predict: --gpus goes with --topology; use --gpus-per-node with --cluster")
+		}
+		cl, err := discovery.LoadCluster(f.cluster)
+		if err != nil {
+			return fmt.Errorf("model predict: %w", err)
+		}
+		nodes := cl.Nodes
+		switch {
+		case f.nodes < 0 || f.nodes > len(nodes):
+			return fmt.Errorf("model predict: --nodes %d: the cluster has %d nodes", f.nodes, len(nodes))
+		case f.nodes > 0:
+			nodes = nodes[:f.nodes]
+		}
+		if len(nodes) == 0 {
+			return errors.New("model predict: the cluster has no nodes")
+		}
+		g := f.gpusPerNode
+		if g < 0 {
+			return fmt.Errorf("model predict: --gpus-per-node %d: expected at least 1", g)
+		}
+		if g == 0 {
+			g = len(nodes[0].GPUs)
+		}
+		if r, err = collective.PredictCluster(nodes, cl.Fabric, g, c, size, opt); err != nil {
+			return fmt.Errorf("model predict: %w", err)
+		}
+		what = fmt.Sprintf("%d nodes x %d GPUs of %s", len(nodes), g, f.cluster)
+	}
+	if f.format == "json" {
+		enc := json.NewEncoder(out)
+		return enc.Encode(struct {
+			TimeSeconds float64 `json:"time_seconds"`
+			BusBWGBps   float64 `json:"busbw_gbps"`
+			Algorithm   string  `json:"algorithm"`
+			AlgBWGBps   float64 `json:"algbw_gbps"`
+			Ranks       int     `json:"ranks"`
+			Bytes       float64 `json:"bytes"`
+			Collective  string  `json:"collective"`
+			Bottleneck  string  `json:"bottleneck,omitempty"`
+		}{r.TimeSeconds, r.BusBWGBps, string(r.Algorithm), r.AlgBWGBps, r.Ranks, r.Bytes, string(r.Collective), r.Bottleneck})
+	}
+	_, err = fmt.Fprintf(out, "%s of %s on %s\nalgorithm:  %s\ntime:       %s\nalgbw:      %.2f GB/s\nbusbw:      %.2f GB/s\nbottleneck: %s\n",
+		c, formatBytes(size), what, r.Algorithm, formatSeconds(r.TimeSeconds), r.AlgBWGBps, r.BusBWGBps, orNone(r.Bottleneck))
+	return err
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none (latency bound)"
+	}
+	return s
+}
+
+// parseBytes reads a size: a number with an optional suffix K, M, G, T
+// (powers of 1024, as nccl-tests' -b/-e read them), KiB..TiB alike, KB..TB
+// (powers of 1000) or B.
+func parseBytes(s string) (float64, error) {
+	t := strings.TrimSpace(s)
+	mult := 1.0
+	up := strings.ToUpper(t)
+	for _, suf := range []struct {
+		s string
+		m float64
+	}{
+		{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"TIB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1},
+	} {
+		if strings.HasSuffix(up, suf.s) {
+			mult, t = suf.m, strings.TrimSpace(t[:len(t)-len(suf.s)])
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+		return 0, fmt.Errorf("%q: expected a size such as 1048576, 128M or 1G", s)
+	}
+	return v * mult, nil
+}
+
+func parseGPUs(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []int
+	seen := map[int]bool{}
+	for _, p := range strings.Split(s, ",") {
+		g, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || g < 0 {
+			return nil, fmt.Errorf("%q: expected GPU positions such as 0,1,2", s)
+		}
+		if seen[g] {
+			return nil, fmt.Errorf("GPU %d listed twice", g)
+		}
+		seen[g] = true
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+func formatBytes(b float64) string {
+	for _, u := range []struct {
+		s string
+		m float64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if b >= u.m {
+			return fmt.Sprintf("%.4g %s", b/u.m, u.s)
+		}
+	}
+	return fmt.Sprintf("%.0f B", b)
+}
+
+func formatSeconds(s float64) string {
+	switch {
+	case s >= 1:
+		return fmt.Sprintf("%.3f s", s)
+	case s >= 1e-3:
+		return fmt.Sprintf("%.3f ms", s*1e3)
+	}
+	return fmt.Sprintf("%.1f µs", s*1e6)
+}
+
+func newModelValidate() *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "validate [DIR]",
+		Short: "Compare the model's bus bandwidth with measured nccl-tests results",
+		Long: `validate predicts every validation case (machine, GPUs, collective, message
+sizes) and prints predicted against measured bus bandwidth, at large
+messages (>= 128 MB) and around 1 MB, with the median and maximum error.
+The measurements are read from DIR, by default ` + defaultValidateDir + `
+when it exists, else from the project's copy (services/collective/testdata).`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if format != "text" && format != "json" {
+				return fmt.Errorf("model validate: --format %q: expected text or json", format)
+			}
+			var fsys fs.FS
+			src := "the project's copy (services/collective/testdata)"
+			switch {
+			case len(args) == 1:
+				fsys, src = os.DirFS(args[0]), args[0]
+			default:
+				if st, err := os.Stat(defaultValidateDir); err == nil && st.IsDir() {
+					fsys, src = os.DirFS(defaultValidateDir), defaultValidateDir
+				} else {
+					fsys = collective.TestdataFS()
+				}
+			}
+			s, err := collective.Validate(fsys)
+			if err != nil {
+				return fmt.Errorf("model validate: %w", err)
+			}
+			if format == "json" {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
+					Source      string           `json:"source"`
+					Rows        []collective.Row `json:"rows"`
+					LargeMedian float64          `json:"large_median_abs_error"`
+					LargeMax    float64          `json:"large_max_abs_error"`
+					SmallMedian float64          `json:"small_median_abs_error"`
+					SmallMax    float64          `json:"small_max_abs_error"`
+					TargetsHeld bool             `json:"large_targets_held"`
+				}{src, s.Rows, s.LargeMedian, s.LargeMax, s.SmallMedian, s.SmallMax, targetsHeld(s)})
+			}
+			return printValidation(cmd.OutOrStdout(), src, s)
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "text", "text or json")
+	return cmd
+}
+
+func targetsHeld(s collective.Summary) bool { return s.LargeMedian <= 0.10 && s.LargeMax <= 0.25 }
+
+func printValidation(out io.Writer, src string, s collective.Summary) error {
+	fmt.Fprintf(out, "measurements: %s\n\n", src)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "case\tsize\tkind\talgorithm\tmeasured GB/s\tpredicted GB/s\terror\tsource")
+	for _, r := range s.Rows {
+		kind := "small"
+		if r.Large {
+			kind = "large"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f\t%.2f\t%+.1f%%\t%s\n", r.Case, formatBytes(r.Bytes), kind, r.Algorithm,
+			r.Measured, r.Predicted, 100*r.Error, r.Source)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nlarge messages (>= 128 MB): median |error| %.1f%%, max %.1f%% (target: median <= 10%%, max <= 25%%: %s)\n",
+		100*s.LargeMedian, 100*s.LargeMax, map[bool]string{true: "held", false: "MISSED"}[targetsHeld(s)])
+	fmt.Fprintf(out, "small messages (~1 MB):     median |error| %.1f%%, max %.1f%% (no target: latency terms are NCCL tuning-table orders, not measured)\n",
+		100*s.SmallMedian, 100*s.SmallMax)
+	fmt.Fprintln(out, "\nnotes:")
+	seen := map[string]bool{}
+	for _, r := range s.Rows {
+		if r.Note != "" && !seen[r.Case] {
+			seen[r.Case] = true
+			fmt.Fprintf(out, "  %s: %s\n", r.Case, r.Note)
+		}
+	}
+	for _, r := range s.Rows {
+		if !r.Large && math.Abs(r.Error) > 0.25 && !seen["small:"+r.Case] {
+			seen["small:"+r.Case] = true
+			why := "predicted too fast: the real per-step latency (NCCL protocol and launch overheads, the transport's own latency) is above the model's tuning-table orders"
+			if r.Error < 0 {
+				why = "predicted too slow: NCCL's LL/LL128 protocols step faster than the Simple-protocol latency the model charges"
+			}
+			fmt.Fprintf(out, "  %s at %s: %s\n", r.Case, formatBytes(r.Bytes), why)
+		}
+	}
+	return nil
+}
