@@ -37,6 +37,7 @@ type predictFlags struct {
 	nodes, gpusPerNode      int
 	collective, bytes, algo string
 	gpus, format            string
+	anyAlgorithm            bool
 }
 
 func newModelPredict() *cobra.Command {
@@ -66,7 +67,8 @@ cluster's fabric (--cluster).
 	fl.StringVar(&f.collective, "collective", "all_reduce", "all_reduce, all_gather, reduce_scatter, sendrecv or all_to_all")
 	fl.StringVar(&f.bytes, "bytes", "", "message size in bytes (nccl-tests' size); suffixes K, M, G, T (powers of 1024) and KiB... accepted")
 	fl.StringVar(&f.gpus, "gpus", "", "with --topology: comma-separated GPU positions, in rank order (default: all)")
-	fl.StringVar(&f.algo, "algorithm", "auto", "ring, tree, nvls, hierarchical, halving_doubling, p2p, direct or auto (fastest predicted)")
+	fl.StringVar(&f.algo, "algorithm", "auto", "ring, tree, nvls, hierarchical, halving_doubling, p2p, direct or auto (the fastest predicted of those NCCL runs)")
+	fl.BoolVar(&f.anyAlgorithm, "any-algorithm", false, "with --algorithm auto, also consider algorithms NCCL does not run (halving_doubling, hierarchical)")
 	fl.StringVar(&f.format, "format", "text", "text or json")
 	return cmd
 }
@@ -94,6 +96,10 @@ func runPredict(out io.Writer, f predictFlags) error {
 		return fmt.Errorf("model predict: --bytes: %w", err)
 	}
 	opt := collective.Options{Algorithm: algo}
+	if algo == collective.Auto && !f.anyAlgorithm {
+		// What NCCL itself would run: the tuner's choice is an NCCL_ALGO.
+		opt.Candidates = collective.NCCLAlgorithms
+	}
 	var r collective.Result
 	var what string
 	if f.topology != "" {
