@@ -74,7 +74,7 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 		if c == AllReduce {
 			f, steps = 2*f, 2*(n-1)
 		}
-		m.ring(ps.at(0), identity(n), f*S*cf, steps*calls)
+		m.ring(ps.at(0), nil, f*S*cf, steps*calls)
 	case Tree:
 		m.tree(ps.at(0), S*cf, calls)
 	case HalvingDoubling:
@@ -117,8 +117,9 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 		ph := ps.at(0)
 		var lat float64
 		for _, r := range m.ranks {
-			ph.add(linkKey{kNVLS, m.g(r.node), int32(r.gpu), tx}, f*S*cf)
-			ph.add(linkKey{kNVLS, m.g(r.node), int32(r.gpu), rx}, f*S*cf)
+			nd := m.nodes[r.node]
+			ph.add(nd.port(kNVLS, r.gpu, tx), f*S*cf)
+			ph.add(nd.port(kNVLS, r.gpu, rx), f*S*cf)
 		}
 		lat = m.bw.LatencyUS[topology.NV] + StepOverheadUS
 		ph.step(2*calls, lat)
@@ -168,20 +169,17 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 	}
 }
 
-func identity(n int) []int {
-	s := make([]int, n)
-	for i := range s {
-		s[i] = i
-	}
-	return s
-}
-
-// ring adds a ring over ranks (in that order) whose every edge carries b
-// bytes. Edges inside a node are routed onto the GPUs' links; an edge
+// ring adds a ring over ranks (in that order; nil: all the model's, in
+// rank order) whose every edge carries b bytes. Edges inside a node are routed onto the GPUs' links; an edge
 // between nodes is spread over the NICs of both nodes, as NCCL's channels
 // enter and leave a node through different GPU-NIC pairs.
 func (m *model) ring(ph *phase, ranks []int, b float64, steps int) {
 	n := len(ranks)
+	at := func(i int) int { return ranks[i] }
+	if ranks == nil {
+		n = len(m.ranks)
+		at = func(i int) int { return i }
+	}
 	if n < 2 {
 		return
 	}
@@ -189,8 +187,8 @@ func (m *model) ring(ph *phase, ranks []int, b float64, steps int) {
 	// mean latency each (NCCL's tuning counts intra- and inter-node steps
 	// apart the same way).
 	var lat float64
-	for i, r := range ranks {
-		next := ranks[(i+1)%n]
+	for i := range n {
+		r, next := at(i), at((i+1)%n)
 		if m.ranks[r].node == m.ranks[next].node {
 			lat += m.route(ph, r, next, b)
 		} else {

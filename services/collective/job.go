@@ -74,31 +74,27 @@ func EvaluateJob(j Job) (JobResult, error) {
 	var order []*phaseSet
 	byName := map[string]*phaseSet{}
 	res := JobResult{}
-	distinct := map[Rank]bool{}
-	// One model over all ranks of the job, so that groups share links.
-	var all []Rank
+	// One model over all ranks of the job (each distinct rank once, in
+	// order of first appearance), so that groups share links.
+	n := 0
+	for _, g := range j.Groups {
+		n += len(g.Ranks)
+	}
+	if n == 0 {
+		return res, ErrNoRanks
+	}
+	whole := newRoot(j.Fabric, j.Bandwidths, j.Contention, 0)
 	for _, g := range j.Groups {
 		for _, r := range g.Ranks {
-			if !distinct[r] {
-				distinct[r] = true
-				all = append(all, r)
+			if _, err := whole.addRank(len(whole.ranks), r, true); err != nil {
+				return res, err
 			}
 		}
 	}
-	if len(all) == 0 {
-		return res, ErrNoRanks
-	}
-	whole, err := newModel(Placement{Ranks: all, Fabric: j.Fabric, Bandwidths: j.Bandwidths}, j.Contention)
-	if err != nil {
-		return res, err
-	}
-	pos := make(map[Rank]int, len(all))
-	for i, r := range all {
-		pos[r] = i
-	}
+	whole.finish()
 	for gi, g := range j.Groups {
 		calls := max(g.Calls, 1)
-		m, err := whole.sub(g.Ranks, pos)
+		m, err := whole.sub(g.Ranks)
 		if err != nil {
 			return res, fmt.Errorf("group %d (%s): %w", gi, g.Name, err)
 		}
@@ -113,6 +109,7 @@ func EvaluateJob(j Job) (JobResult, error) {
 		set := byName[ph]
 		if set == nil {
 			set = &phaseSet{name: ph, m: whole}
+			set.ps.root = whole
 			byName[ph] = set
 			order = append(order, set)
 		}
@@ -127,7 +124,7 @@ func EvaluateJob(j Job) (JobResult, error) {
 	}
 	res.GPUs = j.GPUs
 	if res.GPUs == 0 {
-		res.GPUs = len(all)
+		res.GPUs = len(whole.ranks)
 	}
 	if j.ComputeSeconds > 0 {
 		res.CommFraction = res.CommSeconds / (j.ComputeSeconds + res.CommSeconds)
@@ -144,36 +141,62 @@ func EvaluateJob(j Job) (JobResult, error) {
 // sub is a model over some of m's ranks (in the given order) that shares
 // m's nodes, NICs and leaves, so that flows built on it land on the same
 // links as other groups'.
-func (m *model) sub(ranks []Rank, pos map[Rank]int) (*model, error) {
+func (m *model) sub(ranks []Rank) (*model, error) {
 	if len(ranks) == 0 {
 		return nil, ErrNoRanks
 	}
 	s := &model{bw: m.bw, fabric: m.fabric, leafNames: m.leafNames, upGBps: m.upGBps, contByNm: m.contByNm,
-		netLat: m.netLat, ranks: make([]rankRef, len(ranks))}
-	// Nodes are shared, but each keeps the group's own rank list.
-	local := map[int32]int32{}
+		netLat: m.netLat, ranks: make([]rankRef, len(ranks)), parent: m}
+	if m.localIdx == nil {
+		m.localIdx = make([]int32, len(m.nodes))
+		for i := range m.localIdx {
+			m.localIdx[i] = -1
+		}
+	}
+	// The root's rank of each of ours, and the nodes in order of first
+	// rank (marked in localIdx, cleared before returning).
+	var order []int32
+	defer func() {
+		for _, g := range order {
+			m.localIdx[g] = -1
+		}
+	}()
 	for i, r := range ranks {
-		p, ok := pos[r]
-		if !ok {
+		p := -1
+		if ni, ok := m.index[r.Node]; ok && r.GPU >= 0 && r.GPU < len(r.Node.GPUs) {
+			p = m.nodes[ni].rankAt[r.GPU]
+		}
+		if p < 0 {
 			return nil, fmt.Errorf("collective: rank %d not in the job", i)
 		}
 		ref := m.ranks[p]
-		li, ok := local[ref.node]
-		if !ok {
-			li = int32(len(s.nodes))
-			local[ref.node] = li
-			cp := *m.nodes[ref.node]
-			cp.ranks = nil
-			s.nodes = append(s.nodes, &cp)
-			s.global = append(s.global, ref.node)
+		if m.localIdx[ref.node] < 0 {
+			m.localIdx[ref.node] = int32(len(order))
+			order = append(order, ref.node)
 		}
-		s.ranks[i] = rankRef{node: li, gpu: ref.gpu}
-		s.nodes[li].ranks = append(s.nodes[li].ranks, i)
+		s.ranks[i] = rankRef{node: m.localIdx[ref.node], gpu: ref.gpu}
+	}
+	// Nodes are shared; each keeps the group's own ranks and NICs, in
+	// one buffer (a node's NICs are no more than its ranks).
+	views := make([]nodeView, len(order))
+	s.nodes = make([]*nodeView, len(order))
+	for _, r := range s.ranks {
+		views[r.node].nicSum++ // count ranks per node for now
+	}
+	buf := make([]int, 2*len(ranks))
+	at := 0
+	for li, g := range order {
+		cnt := int(views[li].nicSum)
+		views[li] = nodeView{nodeInfo: m.nodes[g].nodeInfo, ranks: buf[at : at : at+cnt], nics: buf[at+cnt : at+cnt : at+2*cnt]}
+		at += 2 * cnt
+		s.nodes[li] = &views[li]
+	}
+	for i, r := range s.ranks {
+		nd := s.nodes[r.node]
+		nd.ranks = append(nd.ranks, i)
 	}
 	for _, nd := range s.nodes {
-		nd.nics, nd.nicGBps = nil, map[int]float64{}
 		s.nicsOf(nd)
 	}
-	s.parent = m
 	return s, nil
 }

@@ -260,9 +260,10 @@ func (m *model) predict(c Collective, bytes float64, a Algorithm, only []Algorit
 }
 
 func (m *model) eval(c Collective, bytes float64, a Algorithm) Result {
-	var ph phases
+	ph := phases{root: m.root()}
 	m.build(&ph, c, bytes, a, 1)
 	t, bn := m.time(&ph)
+	ph.release()
 	r := Result{Collective: c, Algorithm: a, Ranks: len(m.ranks), Bytes: bytes, TimeSeconds: t, Bottleneck: bn}
 	if t > 0 {
 		r.AlgBWGBps = bytes / t / 1e9
