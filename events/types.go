@@ -171,6 +171,13 @@ type RankPlacement struct {
 	Node      string `json:"node"`
 	GPU       int    `json:"gpu"`
 	LocalRank int    `json:"local_rank"`
+	// UUID of the GPU, where its node reported one.
+	UUID string `json:"uuid,omitempty"`
+	// NUMA node of the GPU (bind the rank's CPU and memory there); nil
+	// when unknown.
+	NUMA *int `json:"numa,omitempty"`
+	// NIC is the GPU's nearest NIC (for NCCL_IB_HCA), where known.
+	NIC string `json:"nic,omitempty"`
 }
 
 // NodePlacement is what a launcher needs on one node.
@@ -178,6 +185,26 @@ type NodePlacement struct {
 	Node               string `json:"node"`
 	GPUs               []int  `json:"gpus"`
 	CUDAVisibleDevices string `json:"cuda_visible_devices"`
+	// Torchrun are the torchrun arguments for this node.
+	Torchrun []string `json:"torchrun,omitempty"`
+	// SlurmGPUBind is srun's --gpu-bind value for this node's tasks
+	// (map_gpu:<gpu of local rank 0>,<of local rank 1>,...).
+	SlurmGPUBind string `json:"slurm_gpu_bind,omitempty"`
+	// NCCLTopoXML describes the node's chosen GPUs and NICs in NCCL's
+	// topology format (for NCCL_TOPO_FILE), where the node's topology is
+	// known; left out for jobs on many nodes, to bound the event's size.
+	NCCLTopoXML string `json:"nccl_topo_xml,omitempty"`
+}
+
+// Launch is what launchers need beyond the per-node entries.
+type Launch struct {
+	// MasterAddr is the node of rank 0 (torchrun's rendezvous host).
+	MasterAddr string `json:"master_addr"`
+	// SlurmNodelist is srun's --nodelist, in node order.
+	SlurmNodelist string `json:"slurm_nodelist"`
+	// MPIRankfile is an Open MPI rankfile (mpirun --rankfile) that puts
+	// each rank on its node in local-rank slots.
+	MPIRankfile string `json:"mpi_rankfile"`
 }
 
 // PlacementDecided is a gang decision covering every rank of a job
@@ -188,6 +215,9 @@ type PlacementDecided struct {
 	Ranks     []RankPlacement `json:"ranks"`
 	Nodes     []NodePlacement `json:"nodes"`
 	DecidedAt time.Time       `json:"decided_at"`
+	// Launch holds launcher artefacts: torchrun's master, Slurm's
+	// nodelist, an Open MPI rankfile.
+	Launch *Launch `json:"launch,omitempty"`
 }
 
 // Reason explains a rejection or a wait. Field names the job field to blame,

@@ -13,6 +13,7 @@ import (
 	"github.com/toposched/toposched/services/internal/store"
 	"github.com/toposched/toposched/services/internal/topology"
 	"github.com/toposched/toposched/services/placement/blind"
+	"github.com/toposched/toposched/services/placement/launch"
 )
 
 // Durable consumer names: part of the wire contract.
@@ -180,6 +181,7 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 		}
 		d := blind.Decide(job.ID, res.GPUs, blind.Name)
 		d.DecidedAt = s.now().UTC()
+		launch.Fill(&d, s.store.Snapshot())
 		if _, err := s.bus.Publish(ctx, &d); err != nil {
 			if _, rerr := s.store.Release(job.ID); rerr != nil {
 				return false, errors.Join(err, fmt.Errorf("roll back reservation of %s: %w", job.ID, rerr))
