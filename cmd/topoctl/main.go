@@ -61,6 +61,7 @@ placement.rejected.`,
 	pf.StringVar(&g.format, "output", "table", "same as --format")
 	_ = pf.MarkHidden("output")
 	root.AddCommand(newSubmit(g), newWatch(g), newFinish(g), newTopology(g))
+	root.AddCommand(newPolicy(g))
 	return root
 }
 

@@ -1,0 +1,288 @@
+package policies
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+)
+
+// CodePolicyError is the code of the denial an evaluation error becomes.
+const CodePolicyError = "policy_error"
+
+// NodeResult is the verdict of toposched.nodes on one node. Its slices may
+// be shared with the cache: do not modify them.
+type NodeResult struct {
+	Deny []Violation `json:"deny,omitempty"`
+	Warn []Violation `json:"warn,omitempty"`
+}
+
+// PlacementResult is the verdict of toposched.placement on one candidate.
+type PlacementResult struct {
+	Deny []Violation `json:"deny,omitempty"`
+	Warn []Violation `json:"warn,omitempty"`
+	// Score is the sum of the policies' score rules: a penalty added to
+	// the candidate's cost (negative prefers it).
+	Score float64 `json:"score"`
+}
+
+// EvalNode evaluates toposched.nodes for a job class on a node.
+//
+// Results are cached in the Set (so per revision) under (node name, node
+// version, job class): Node.Version when given, else a hash of the node's
+// fields, and a hash of every JobClass field. The node document sees only
+// the JobClass, never the job's id or layout, so two jobs of one class get
+// the same verdict on the same node state and the cache is exact.
+//
+// It fails closed: an evaluation error returns a result denying the node
+// with code policy_error, together with the error. Error results are not
+// cached.
+func (s *Set) EvalNode(ctx context.Context, job JobClass, node Node) (NodeResult, error) {
+	key := nodeKey(job, node)
+	if r, ok := s.cache.get(key); ok {
+		return r, nil
+	}
+	in := NodeInput{Job: job, Node: node}.normal()
+	doc, err := s.eval(ctx, s.nodes, in)
+	if err != nil {
+		err = fmt.Errorf("policy %s: node %s: %w", short(s.Revision), node.Name, err)
+		return NodeResult{Deny: []Violation{failClosed(err)}}, err
+	}
+	var r NodeResult
+	for _, p := range s.nodePkgs {
+		pd := lookup(doc, p.rel)
+		r.Deny = append(r.Deny, violations(pd, "deny", p.name)...)
+		r.Warn = append(r.Warn, violations(pd, "warn", p.name)...)
+	}
+	s.cache.put(key, r)
+	return r, nil
+}
+
+// EvalPlacement evaluates toposched.placement on a candidate. It fails
+// closed: an evaluation error returns a result denying the candidate with
+// code policy_error and the error's message, together with the error.
+func (s *Set) EvalPlacement(ctx context.Context, in PlacementInput) (PlacementResult, error) {
+	doc, err := s.eval(ctx, s.placement, in.normal())
+	if err != nil {
+		err = fmt.Errorf("policy %s: job %s: %w", short(s.Revision), in.Job.ID, err)
+		return PlacementResult{Deny: []Violation{failClosed(err)}}, err
+	}
+	var r PlacementResult
+	for _, p := range s.placementPkgs {
+		pd := lookup(doc, p.rel)
+		r.Deny = append(r.Deny, violations(pd, "deny", p.name)...)
+		r.Warn = append(r.Warn, violations(pd, "warn", p.name)...)
+		r.Score += number(pd["score"])
+	}
+	return r, nil
+}
+
+func failClosed(err error) Violation {
+	return Violation{Code: CodePolicyError, Msg: err.Error(), Policy: "toposched"}
+}
+
+// eval runs a prepared query on an input, returning the document (nil
+// when undefined).
+func (s *Set) eval(ctx context.Context, pq rego.PreparedEvalQuery, input any) (map[string]any, error) {
+	b, err := json.Marshal(input)
+	if err != nil {
+		return nil, err
+	}
+	v, err := ast.ValueFromReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	rs, err := pq.Eval(ctx, rego.EvalParsedInput(v))
+	if err != nil {
+		return nil, err
+	}
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+		return nil, nil
+	}
+	doc, _ := rs[0].Expressions[0].Value.(map[string]any)
+	return doc, nil
+}
+
+func lookup(doc map[string]any, rel []string) map[string]any {
+	for _, k := range rel {
+		doc, _ = doc[k].(map[string]any)
+	}
+	return doc
+}
+
+// violations reads a deny or warn set: objects {msg, code}; a bare string
+// is taken as the message with code "policy".
+func violations(doc map[string]any, rule, policy string) []Violation {
+	items, _ := doc[rule].([]any)
+	out := make([]Violation, 0, len(items))
+	for _, it := range items {
+		v := Violation{Policy: policy, Code: "policy"}
+		switch x := it.(type) {
+		case string:
+			v.Msg = x
+		case map[string]any:
+			if m, ok := x["msg"].(string); ok {
+				v.Msg = m
+			} else {
+				v.Msg = fmt.Sprint(x)
+			}
+			if c, ok := x["code"].(string); ok && c != "" {
+				v.Code = c
+			}
+		default:
+			v.Msg = fmt.Sprint(x)
+		}
+		out = append(out, v)
+	}
+	slices.SortFunc(out, func(a, b Violation) int {
+		if a.Code != b.Code {
+			if a.Code < b.Code {
+				return -1
+			}
+			return 1
+		}
+		if a.Msg < b.Msg {
+			return -1
+		} else if a.Msg > b.Msg {
+			return 1
+		}
+		return 0
+	})
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// number reads a score: a number, or a set or list of numbers summed.
+func number(x any) float64 {
+	switch v := x.(type) {
+	case json.Number:
+		f, _ := v.Float64()
+		return f
+	case float64:
+		return v
+	case int:
+		return float64(v)
+	case int64:
+		return float64(v)
+	case []any:
+		var sum float64
+		for _, e := range v {
+			sum += number(e)
+		}
+		return sum
+	}
+	return 0
+}
+
+// maxCacheEntries bounds the node cache; when full it is emptied.
+const maxCacheEntries = 1 << 16
+
+type cacheKey struct {
+	node  string
+	state uint64 // node version or node hash
+	class uint64
+}
+
+type nodeCache struct {
+	mu sync.RWMutex
+	m  map[cacheKey]NodeResult
+}
+
+func (c *nodeCache) init() { c.m = make(map[cacheKey]NodeResult) }
+
+func (c *nodeCache) get(k cacheKey) (NodeResult, bool) {
+	c.mu.RLock()
+	r, ok := c.m[k]
+	c.mu.RUnlock()
+	return r, ok
+}
+
+func (c *nodeCache) put(k cacheKey, r NodeResult) {
+	c.mu.Lock()
+	if len(c.m) >= maxCacheEntries {
+		clear(c.m)
+	}
+	c.m[k] = r
+	c.mu.Unlock()
+}
+
+// CacheLen returns the number of cached node results.
+func (s *Set) CacheLen() int {
+	s.cache.mu.RLock()
+	defer s.cache.mu.RUnlock()
+	return len(s.cache.m)
+}
+
+type hasher struct {
+	h   interface{ Write([]byte) (int, error) }
+	buf [8]byte
+}
+
+func (h *hasher) str(s string) {
+	binary.LittleEndian.PutUint64(h.buf[:], uint64(len(s)))
+	h.h.Write(h.buf[:])
+	h.h.Write([]byte(s))
+}
+
+func (h *hasher) int(i int) {
+	binary.LittleEndian.PutUint64(h.buf[:], uint64(i))
+	h.h.Write(h.buf[:])
+}
+
+func (h *hasher) labels(m map[string]string) {
+	h.int(len(m))
+	if len(m) == 1 {
+		for k, v := range m {
+			h.str(k)
+			h.str(v)
+		}
+		return
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		h.str(k)
+		h.str(m[k])
+	}
+}
+
+func nodeKey(job JobClass, node Node) cacheKey {
+	f := fnv.New64a()
+	h := &hasher{h: f}
+	h.str(job.Tenant)
+	h.int(job.Priority)
+	h.int(job.GPUs)
+	h.int(job.GPUsPerNode)
+	h.str(job.GPUModel)
+	h.labels(job.Labels)
+	class := f.Sum64()
+
+	f.Reset()
+	if node.Version != "" {
+		h.int(1)
+		h.str(node.Version)
+	} else {
+		h.int(0)
+		h.labels(node.Labels)
+		h.str(node.GPUModel)
+		h.int(node.GPUs.Total)
+		h.int(node.GPUs.Free)
+		h.int(len(node.Domains))
+		for _, d := range node.Domains {
+			h.str(d)
+		}
+	}
+	return cacheKey{node: node.Name, state: f.Sum64(), class: class}
+}

@@ -1,0 +1,287 @@
+package policies
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestDefaultCompilesAndTestsPass(t *testing.T) {
+	s, res, err := Check(t.Context(), Default, "default")
+	if err != nil {
+		t.Fatalf("default set: %v", err)
+	}
+	if len(res) < 15 {
+		t.Fatalf("ran %d Rego tests, want the shipped ones", len(res))
+	}
+	for _, r := range res {
+		if !r.Pass {
+			t.Errorf("%s.%s (%s:%d) failed: %s", r.Package, r.Name, r.File, r.Line, r.Error)
+		}
+	}
+	if len(s.Revision) != 64 {
+		t.Errorf("revision %q", s.Revision)
+	}
+}
+
+func TestRefused(t *testing.T) {
+	for _, tc := range []struct {
+		dir  string
+		want []string // substrings of errors: file:line and the reason
+	}{
+		{"forbidden", []string{"http.rego:4:", "undefined function http.send", "net.rego:4:", "undefined function net.lookup_ip_addr", "runtime.rego:4:", "undefined function opa.runtime"}},
+		{"failing", []string{"always_test.rego:9:", "test_failed", "test_fails failed"}},
+		{"syntax", []string{"broken.rego:", "rego_parse_error"}},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			s, err := CompileDir(filepath.Join("testdata", tc.dir))
+			if err == nil || s != nil {
+				t.Fatalf("compiled: %v", s)
+			}
+			es, ok := err.(Errors)
+			if !ok || len(es) == 0 || es[0].File == "" || es[0].Line == 0 {
+				t.Fatalf("error %T %v: want Errors with file and line", err, err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestCapabilitiesDropForbidden(t *testing.T) {
+	for _, b := range Capabilities().Builtins {
+		for _, bad := range []string{"http.send", "net.lookup_ip_addr", "net.cidr_contains", "opa.runtime", "time.now_ns", "rand.intn", "uuid.rfc4122", "trace"} {
+			if b.Name == bad {
+				t.Errorf("%s still allowed", bad)
+			}
+		}
+	}
+	if c := Capabilities(); c.AllowNet == nil || len(c.AllowNet) != 0 {
+		t.Errorf("AllowNet %v, want empty", c.AllowNet)
+	}
+}
+
+func mustDefault(t testing.TB) *Set {
+	t.Helper()
+	s, err := Compile(Default, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func codes(vs []Violation) string {
+	var c []string
+	for _, v := range vs {
+		c = append(c, v.Code)
+	}
+	return strings.Join(c, ",")
+}
+
+func TestEvalNode(t *testing.T) {
+	s := mustDefault(t)
+	node := Node{Name: "n1", GPUModel: "H100", Labels: map[string]string{"tenant": "a"}, GPUs: NodeGPUs{8, 8}}
+	for _, tc := range []struct {
+		name string
+		job  JobClass
+		node Node
+		deny string
+	}{
+		{"same tenant and model", JobClass{Tenant: "a", GPUModel: "H100"}, node, ""},
+		{"other tenant", JobClass{Tenant: "b"}, node, "tenant_mismatch"},
+		{"other model", JobClass{Tenant: "a", GPUModel: "A100"}, node, "gpu_model_mismatch"},
+		{"label pin", JobClass{Tenant: "a", Labels: map[string]string{"toposched.io/gpu-model": "A100"}}, node, "gpu_model_mismatch"},
+		{"both", JobClass{Tenant: "b", GPUModel: "A100"}, node, "gpu_model_mismatch,tenant_mismatch"},
+		{"shared node", JobClass{Tenant: "b"}, Node{Name: "n2", GPUModel: "H100"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := s.EvalNode(t.Context(), tc.job, tc.node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := codes(r.Deny); got != tc.deny {
+				t.Errorf("deny %q, want %q (%v)", got, tc.deny, r.Deny)
+			}
+			// Cached: the same answer again.
+			r2, _ := s.EvalNode(t.Context(), tc.job, tc.node)
+			if codes(r2.Deny) != tc.deny {
+				t.Errorf("cached deny %q", codes(r2.Deny))
+			}
+			for _, v := range r.Deny {
+				if !strings.HasPrefix(v.Policy, "toposched.nodes.") || v.Msg == "" {
+					t.Errorf("violation %+v", v)
+				}
+			}
+		})
+	}
+	if n := s.CacheLen(); n != 6 {
+		t.Errorf("cache holds %d, want 6", n)
+	}
+}
+
+func candidate(gpus int, leaves []string, tp [][]string, nodes []PlacedNode, wholeFree int) PlacementInput {
+	in := PlacementInput{Job: Job{ID: "j", GPUs: gpus}, Placement: Candidate{Nodes: nodes, Leaves: leaves}}
+	for _, d := range tp {
+		in.Placement.TPGroups = append(in.Placement.TPGroups, GroupSpan{NVLinkDomains: d})
+	}
+	in.Cluster.WholeFreeNodesByModel = map[string]int{"H100": wholeFree}
+	return in
+}
+
+func TestEvalPlacement(t *testing.T) {
+	s := mustDefault(t)
+	whole := PlacedNode{Name: "n1", GPUModel: "H100", GPUs: 2, GPUsTotal: 8, GPUsFree: 8}
+	part := PlacedNode{Name: "n2", GPUModel: "H100", GPUs: 2, GPUsTotal: 8, GPUsFree: 4}
+	for _, tc := range []struct {
+		name       string
+		in         PlacementInput
+		deny, warn string
+		score      float64
+	}{
+		{"good", candidate(16, []string{"l1"}, [][]string{{"a"}, {"b"}}, nil, 10), "", "", 0},
+		{"tp split", candidate(16, []string{"l1"}, [][]string{{"a", "b"}}, nil, 10), "tp_outside_nvlink", "", 0},
+		{"too many leaves", candidate(8, []string{"l1", "l2"}, nil, nil, 10), "leaf_span", "", 0},
+		{"breaks whole node", candidate(2, []string{"l1"}, nil, []PlacedNode{whole}, 1), "", "breaks_whole_node", 1},
+		{"partial node", candidate(2, []string{"l1"}, nil, []PlacedNode{part}, 1), "", "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := s.EvalPlacement(t.Context(), tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if codes(r.Deny) != tc.deny || codes(r.Warn) != tc.warn || r.Score != tc.score {
+				t.Errorf("got deny %q warn %q score %v, want %q %q %v", codes(r.Deny), codes(r.Warn), r.Score, tc.deny, tc.warn, tc.score)
+			}
+		})
+	}
+}
+
+func TestFailClosed(t *testing.T) {
+	s, err := CompileDir("testdata/divzero")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.EvalPlacement(t.Context(), PlacementInput{Placement: Candidate{Nodes: []PlacedNode{{Name: "n", GPUs: 1}}}})
+	if err == nil || len(r.Deny) != 1 || r.Deny[0].Code != CodePolicyError || !strings.Contains(r.Deny[0].Msg, "divide by zero") {
+		t.Errorf("placement: %+v, %v", r, err)
+	}
+	nr, err := s.EvalNode(t.Context(), JobClass{}, Node{Name: "n"})
+	if err == nil || len(nr.Deny) != 1 || nr.Deny[0].Code != CodePolicyError {
+		t.Errorf("node: %+v, %v", nr, err)
+	}
+	if s.CacheLen() != 0 {
+		t.Errorf("an error result was cached")
+	}
+}
+
+func TestEvalConcurrent(t *testing.T) {
+	s := mustDefault(t)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for j := range 50 {
+				r, err := s.EvalNode(t.Context(), JobClass{Tenant: "b"}, Node{Name: "n", Labels: map[string]string{"tenant": "a"}, Version: string(rune('a' + (i+j)%5))})
+				if err != nil || codes(r.Deny) != "tenant_mismatch" {
+					t.Errorf("%v %v", r, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestWatchRefusesBrokenEdit(t *testing.T) {
+	dir := t.TempDir()
+	good, err := os.ReadFile("default/tenant_isolation.rego")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, src string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("tenant_isolation.rego", string(good))
+	sets := make(chan *Set, 10)
+	errs := make(chan error, 10)
+	go WatchEvery(t.Context(), dir, 10*time.Millisecond, func(s *Set) { sets <- s }, func(err error) { errs <- err })
+	var first *Set
+	select {
+	case first = <-sets:
+	case err := <-errs:
+		t.Fatal(err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no first set")
+	}
+	write("tenant_isolation.rego", string(good)+"\ndeny contains x if {\n\tx := http.send({})\n}\n")
+	select {
+	case s := <-sets:
+		t.Fatalf("broken edit accepted: %v", s)
+	case err := <-errs:
+		if !strings.Contains(err.Error(), "tenant_isolation.rego:17") {
+			t.Errorf("error %v does not name file:line", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("broken edit not reported")
+	}
+	// A fixed edit replaces the set.
+	write("tenant_isolation.rego", string(good)+"\n# fixed\n")
+	select {
+	case s := <-sets:
+		if s.Revision == first.Revision {
+			t.Error("same revision after an edit")
+		}
+	case err := <-errs:
+		t.Fatal(err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("fixed edit not picked up")
+	}
+}
+
+func BenchmarkEvalNodeCached(b *testing.B) {
+	s := mustDefault(b)
+	job := JobClass{Tenant: "a", GPUModel: "H100", GPUs: 16, Labels: map[string]string{"team": "x"}}
+	node := Node{Name: "n1", GPUModel: "H100", Labels: map[string]string{"tenant": "a", "zone": "z"}, GPUs: NodeGPUs{8, 8}, Domains: []string{"leaf1", "pod1"}}
+	if _, err := s.EvalNode(b.Context(), job, node); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		_, _ = s.EvalNode(b.Context(), job, node)
+	}
+}
+
+func BenchmarkEvalNodeUncached(b *testing.B) {
+	s := mustDefault(b)
+	job := JobClass{Tenant: "a", GPUModel: "H100", GPUs: 16}
+	node := Node{Name: "n1", GPUModel: "H100", Labels: map[string]string{"tenant": "a"}, GPUs: NodeGPUs{8, 8}}
+	i := 0
+	for b.Loop() {
+		i++
+		node.GPUs.Free = i // a new node state each time
+		_, _ = s.EvalNode(b.Context(), job, node)
+	}
+}
+
+func BenchmarkEvalPlacement(b *testing.B) {
+	s := mustDefault(b)
+	var nodes []PlacedNode
+	var tp [][]string
+	for i := range 8 {
+		n := string(rune('a' + i))
+		nodes = append(nodes, PlacedNode{Name: n, GPUModel: "H100", GPUs: 8, GPUsTotal: 8, GPUsFree: 8})
+		tp = append(tp, []string{n + "/nvl0"})
+	}
+	in := candidate(64, []string{"l1", "l2"}, tp, nodes, 3)
+	for b.Loop() {
+		if _, err := s.EvalPlacement(b.Context(), in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,5 @@
+package toposched.nodes.broken
+
+deny contains v if {
+	v := {"code": "x", "msg": "unterminated"
+}
