@@ -1,0 +1,665 @@
+package aware
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/services/placement/blind"
+)
+
+// Strategy names.
+const (
+	Name           = "topology-aware"
+	NameExhaustive = "exhaustive"
+)
+
+// Result is a decision, as blind's: Verdict, the GPUs in rank order when
+// Placed, and the reasons of a Wait or Never.
+type Result = blind.Result
+
+// Options tune Place and Exhaustive. The zero value is usable.
+type Options struct {
+	// Fabric between the nodes (nil: one non-blocking leaf).
+	Fabric *topology.Fabric
+	// Bandwidths of the links (nil: topology.DefaultBandwidths).
+	Bandwidths *topology.Bandwidths
+	// Budget bounds the local search's wall time (0: 2 ms).
+	Budget time.Duration
+	// MaxEvals bounds the local search's cost-model evaluations (0: 200;
+	// negative: no local search).
+	MaxEvals int
+	// Candidates is how many single-node candidates the cost model scores
+	// (0: 4).
+	Candidates int
+	// Filter, when set, keeps only the nodes it accepts (policies plug in
+	// here).
+	Filter func(store.Node) bool
+}
+
+const inf = math.MaxFloat64
+
+func (o Options) budget() time.Duration {
+	if o.Budget > 0 {
+		return o.Budget
+	}
+	return 2 * time.Millisecond
+}
+
+func (o Options) maxEvals() int {
+	switch {
+	case o.MaxEvals < 0:
+		return 0
+	case o.MaxEvals == 0:
+		return 200
+	}
+	return o.MaxEvals
+}
+
+// candNode is a node with free GPUs the job may use.
+type candNode struct {
+	node   store.Node
+	free   []store.GPU // free GPUs of the model, by index
+	fabric []string    // fabric domains, smallest first
+	offer  int         // GPUs it offers a multi-node placement
+}
+
+// candidates collects the nodes with free GPUs of the job's model that the
+// filter accepts.
+func candidates(snap *store.Snapshot, model string, filter func(store.Node) bool) ([]*candNode, int) {
+	var out []*candNode
+	total := 0
+	for node, gpus := range snap.EachNodeWithGPUs() {
+		if filter != nil && !filter(node) {
+			continue
+		}
+		var free []store.GPU
+		for _, g := range gpus {
+			if !g.Free() {
+				continue
+			}
+			if model != "" {
+				m := g.Model
+				if m == "" {
+					m = node.GPUModel
+				}
+				if m != model {
+					continue
+				}
+			}
+			free = append(free, g)
+		}
+		if len(free) == 0 {
+			continue
+		}
+		cn := &candNode{node: node, free: free}
+		for _, d := range free[0].Domains {
+			switch store.DomainKind(d) {
+			case store.DomainIsland, store.DomainPCIe, store.DomainNUMA, store.DomainNode, store.DomainCluster:
+			default:
+				cn.fabric = append(cn.fabric, d)
+			}
+		}
+		total += len(free)
+		out = append(out, cn)
+	}
+	return out, total
+}
+
+// Place decides where a job runs, topology-aware (see the package doc).
+func Place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) Result {
+	base := blind.Place(snap, job)
+	if base.Verdict != blind.Placed {
+		return base
+	}
+	n, gpn, model := job.Job.GPUs, job.Job.GPUsPerNode, job.Job.GPUModel
+	cands, total := candidates(snap, model, opts.Filter)
+	if wait, ok := filterWait(cands, total, n, gpn, model); ok {
+		return wait
+	}
+	e := newEvaluator(snap, job, n, opts)
+	p := &placer{opts: opts, e: e, n: n}
+	var gpus []store.GPUKey
+	if gpn == 0 || gpn == n {
+		gpus = p.singleNode(cands)
+	}
+	if gpus == nil {
+		gpus = p.multiNode(cands, job, gpn)
+	}
+	if gpus == nil {
+		// Cannot happen when blind placed and the filter left enough; be
+		// safe rather than wrong.
+		return waitReason(n, gpn, model, total, 0)
+	}
+	gpus = p.localSearch(gpus, cands)
+	return Result{Verdict: blind.Placed, GPUs: gpus}
+}
+
+func filterWait(cands []*candNode, total, n, gpn int, model string) (Result, bool) {
+	if gpn > 0 {
+		nodes := 0
+		for _, c := range cands {
+			if len(c.free) >= gpn {
+				nodes++
+			}
+		}
+		if nodes < n/gpn {
+			return waitReason(n, gpn, model, total, nodes), true
+		}
+		return Result{}, false
+	}
+	if total < n {
+		return waitReason(n, gpn, model, total, 0), true
+	}
+	return Result{}, false
+}
+
+func waitReason(n, gpn int, model string, free, freeNodes int) Result {
+	of := ""
+	if model != "" {
+		of = " of model " + model
+	}
+	if gpn > 0 {
+		nodes := fmt.Sprintf("%d nodes", n/gpn)
+		if n/gpn == 1 {
+			nodes = "1 node"
+		}
+		return Result{Verdict: blind.Wait, Reasons: []events.Reason{{Code: blind.CodeInsufficientFreeNodes, Field: blind.FieldGPUsPerNode,
+			Message: fmt.Sprintf("needs %s with %d free GPUs%s each, %d such nodes now (on nodes the placement policy allows)", nodes, gpn, of, freeNodes)}}}
+	}
+	return Result{Verdict: blind.Wait, Reasons: []events.Reason{{Code: blind.CodeInsufficientFreeGPUs, Field: blind.FieldGPUs,
+		Message: fmt.Sprintf("needs %d free GPUs%s, %d free now (on nodes the placement policy allows)", n, of, free)}}}
+}
+
+type placer struct {
+	opts Options
+	e    *evaluator
+	n    int
+}
+
+// inNode is a chosen subset of one node's free GPUs.
+type inNode struct {
+	c            *candNode
+	gpus         []int // GPU indices, in rank order
+	level        int   // 0 island, 1 PCIe group, 2 NUMA, 3 node
+	minBW, sumBW float64
+	holes        int // sum over the taken GPUs of the free GPUs of their smallest domain
+	fit          int // free GPUs the node keeps
+}
+
+func levelOf(kind string) int {
+	switch kind {
+	case store.DomainIsland:
+		return 0
+	case store.DomainPCIe:
+		return 1
+	case store.DomainNUMA:
+		return 2
+	}
+	return 3
+}
+
+// pick chooses k of the node's free GPUs: the smallest node-local domain
+// with room, then a greedy bandwidth-grown subset, best fit on ties.
+func (p *placer) pick(c *candNode, k int) (inNode, error) {
+	nt, err := p.e.res.node(c.node.Name)
+	if err != nil {
+		return inNode{}, err
+	}
+	// Free counts of the node-local domains.
+	freeIn := map[string]int{}
+	for _, g := range c.free {
+		for _, d := range g.Domains {
+			if l := levelOf(store.DomainKind(d)); l < 3 {
+				freeIn[d]++
+			}
+		}
+	}
+	// hole of a GPU: free GPUs of its smallest domain (1: alone).
+	hole := make([]int, len(c.free))
+	for i, g := range c.free {
+		hole[i] = len(c.free)
+		best := 4
+		for _, d := range g.Domains {
+			if l := levelOf(store.DomainKind(d)); l < best {
+				best, hole[i] = l, freeIn[d]
+			}
+		}
+		if best == 4 || best == 3 {
+			hole[i] = len(c.free)
+		}
+	}
+	// Pool: the free GPUs of the smallest domain that fits.
+	level, poolDom, poolFree := 3, "", len(c.free)
+	for d, f := range freeIn {
+		l := levelOf(store.DomainKind(d))
+		if f >= k && (l < level || (l == level && (f < poolFree || (f == poolFree && d < poolDom)))) {
+			level, poolDom, poolFree = l, d, f
+		}
+	}
+	var pool []int // positions in c.free
+	for i, g := range c.free {
+		if poolDom == "" || slices.Contains(g.Domains, poolDom) {
+			pool = append(pool, i)
+		}
+	}
+	if k == 1 {
+		level = 0
+	}
+	// Bandwidth between pool GPUs.
+	pos := make([]int, len(c.free))
+	for i, g := range c.free {
+		pos[i] = nt.pos[g.Index]
+	}
+	bwOf := func(a, b int) float64 {
+		return nt.topo.Path(pos[a], pos[b], p.e.bw).BandwidthGBps
+	}
+	m := len(pool)
+	bw := make([][]float64, m)
+	for a := range m {
+		bw[a] = make([]float64, m)
+		for b := range m {
+			if a != b {
+				bw[a][b] = bwOf(pool[a], pool[b])
+			}
+		}
+	}
+	best := inNode{c: c, level: level, minBW: -1, fit: len(c.free) - k}
+	bestSet := []int(nil)
+	better := func(minBW, sumBW float64, holes int) bool {
+		switch {
+		case minBW != best.minBW:
+			return minBW > best.minBW
+		case sumBW != best.sumBW:
+			return sumBW > best.sumBW
+		}
+		return holes < best.holes
+	}
+	seeds := make([]int, m)
+	for i := range seeds {
+		seeds[i] = i
+	}
+	slices.SortStableFunc(seeds, func(a, b int) int { return cmp.Compare(hole[pool[a]], hole[pool[b]]) })
+	if len(seeds) > 16 {
+		seeds = seeds[:16]
+	}
+	in := make([]bool, m)
+	for _, s := range seeds {
+		clear(in)
+		set := []int{s}
+		in[s] = true
+		for len(set) < k {
+			cand, cs, ch := -1, -1.0, 0
+			for x := range m {
+				if in[x] {
+					continue
+				}
+				sum := 0.0
+				for _, y := range set {
+					sum += bw[x][y]
+				}
+				if sum > cs || (sum == cs && hole[pool[x]] < ch) {
+					cand, cs, ch = x, sum, hole[pool[x]]
+				}
+			}
+			set = append(set, cand)
+			in[cand] = true
+		}
+		minBW, sumBW, holes := math.Inf(1), 0.0, 0
+		for i, a := range set {
+			holes += hole[pool[a]]
+			for _, b := range set[i+1:] {
+				minBW = min(minBW, bw[a][b])
+				sumBW += bw[a][b]
+			}
+		}
+		if k == 1 {
+			minBW = 0
+		}
+		if bestSet == nil || better(minBW, sumBW, holes) {
+			best.minBW, best.sumBW, best.holes = minBW, sumBW, holes
+			bestSet = slices.Clone(set)
+		}
+	}
+	// Rank order: a chain of best links from the first GPU.
+	order := []int{bestSet[0]}
+	left := bestSet[1:]
+	for len(left) > 0 {
+		last := order[len(order)-1]
+		bi := 0
+		for i, x := range left {
+			if bw[last][x] > bw[last][left[bi]] || (bw[last][x] == bw[last][left[bi]] && c.free[pool[x]].Index < c.free[pool[left[bi]]].Index) {
+				bi = i
+			}
+		}
+		order = append(order, left[bi])
+		left = slices.Delete(slices.Clone(left), bi, bi+1)
+	}
+	for _, x := range order {
+		best.gpus = append(best.gpus, c.free[pool[x]].Index)
+	}
+	return best, nil
+}
+
+// singleNode places a job on one node, or returns nil when none has room.
+func (p *placer) singleNode(cands []*candNode) []store.GPUKey {
+	k := p.n
+	type quick struct {
+		c     *candNode
+		level int
+		fit   int
+	}
+	var qs []quick
+	for _, c := range cands {
+		if len(c.free) < k {
+			continue
+		}
+		level := 3
+		counts := map[string]int{}
+		for _, g := range c.free {
+			for _, d := range g.Domains {
+				if l := levelOf(store.DomainKind(d)); l < 3 {
+					counts[d]++
+				}
+			}
+		}
+		for d, f := range counts {
+			if f >= k {
+				level = min(level, levelOf(store.DomainKind(d)))
+			}
+		}
+		if k == 1 {
+			level = 0
+		}
+		qs = append(qs, quick{c, level, len(c.free) - k})
+	}
+	if len(qs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(qs, func(a, b quick) int { return cmp.Or(cmp.Compare(a.level, b.level), cmp.Compare(a.fit, b.fit)) })
+	// Subsets for the most promising nodes; keep enough that distinct
+	// shapes get a look.
+	limit := 32
+	if k == 1 {
+		limit = 256 // holes matter more than the node's fit
+	}
+	if len(qs) > limit {
+		qs = qs[:limit]
+	}
+	var picks []inNode
+	for _, q := range qs {
+		in, err := p.pick(q.c, k)
+		if err != nil {
+			continue
+		}
+		picks = append(picks, in)
+	}
+	if len(picks) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(picks, func(a, b inNode) int {
+		return cmp.Or(cmp.Compare(a.level, b.level), cmp.Compare(b.minBW, a.minBW), cmp.Compare(b.sumBW, a.sumBW),
+			cmp.Compare(a.holes, b.holes), cmp.Compare(a.fit, b.fit))
+	})
+	nc := p.opts.Candidates
+	if nc <= 0 {
+		nc = 4
+	}
+	if k == 1 {
+		// No communication: the fit decides.
+		slices.SortStableFunc(picks, func(a, b inNode) int { return cmp.Or(cmp.Compare(a.holes, b.holes), cmp.Compare(a.fit, b.fit)) })
+		return keys(picks[0].c.node.Name, picks[0].gpus)
+	}
+	bestI, bestT := -1, inf
+	for i := range min(nc, len(picks)) {
+		t := p.e.cost(keys(picks[i].c.node.Name, picks[i].gpus))
+		if bestI < 0 || t < bestT*(1-0.005) {
+			bestI, bestT = i, t
+		}
+	}
+	return keys(picks[bestI].c.node.Name, picks[bestI].gpus)
+}
+
+func keys(node string, idx []int) []store.GPUKey {
+	out := make([]store.GPUKey, len(idx))
+	for i, x := range idx {
+		out[i] = store.GPUKey{Node: node, Index: x}
+	}
+	return out
+}
+
+// unitOf is the size of the job's innermost groups when they are blocks of
+// consecutive ranks (TP in the default layout), else 1.
+func unitOf(job events.JobAnalyzed, n int) int {
+	if len(job.Order) == 0 {
+		return 1
+	}
+	for _, rg := range job.Groups {
+		if rg.Dimension != job.Order[0] || rg.Size < 2 || n%rg.Size != 0 {
+			continue
+		}
+		for _, m := range rg.Members {
+			if len(m) != rg.Size {
+				return 1
+			}
+			for i := 1; i < len(m); i++ {
+				if m[i] != m[0]+i || m[0]%rg.Size != 0 {
+					return 1
+				}
+			}
+		}
+		return rg.Size
+	}
+	return 1
+}
+
+func fabricLevel(d string) int {
+	switch store.DomainKind(d) {
+	case store.DomainLeaf:
+		return 0
+	case store.DomainCore:
+		return 2
+	}
+	return 1
+}
+
+// multiNode spreads the job over nodes of the smallest fabric domain that
+// holds it.
+func (p *placer) multiNode(cands []*candNode, job events.JobAnalyzed, gpn int) []store.GPUKey {
+	n := p.n
+	units := []int{1}
+	if gpn == 0 {
+		if u := unitOf(job, n); u > 1 {
+			units = []int{u, 1}
+		}
+	}
+	for _, u := range units {
+		for _, c := range cands {
+			switch {
+			case gpn > 0 && len(c.free) >= gpn:
+				c.offer = gpn
+			case gpn > 0:
+				c.offer = 0
+			default:
+				c.offer = len(c.free) / u * u
+			}
+		}
+		if gpus := p.spread(cands, n); gpus != nil {
+			return gpus
+		}
+	}
+	return nil
+}
+
+func (p *placer) spread(cands []*candNode, n int) []store.GPUKey {
+	// Offers per fabric domain, and the cluster.
+	sum := map[string]int{}
+	clusterSum := 0
+	for _, c := range cands {
+		if c.offer == 0 {
+			continue
+		}
+		clusterSum += c.offer
+		for _, d := range c.fabric {
+			sum[d] += c.offer
+		}
+	}
+	if clusterSum < n {
+		return nil
+	}
+	dom, lvl, got := "", 3, clusterSum
+	for d, s := range sum {
+		l := fabricLevel(d)
+		if s >= n && (l < lvl || (l == lvl && (s < got || (s == got && d < dom)))) {
+			dom, lvl, got = d, l, s
+		}
+	}
+	// The domain's nodes, by leaf (fullest first), largest offers first.
+	type leafGroup struct {
+		name  string
+		total int
+		nodes []*candNode
+	}
+	byLeaf := map[string]*leafGroup{}
+	var leaves []*leafGroup
+	for _, c := range cands {
+		if c.offer == 0 || (dom != "" && !slices.Contains(c.fabric, dom)) {
+			continue
+		}
+		leaf := ""
+		if len(c.fabric) > 0 {
+			leaf = c.fabric[0]
+		}
+		g := byLeaf[leaf]
+		if g == nil {
+			g = &leafGroup{name: leaf}
+			byLeaf[leaf] = g
+			leaves = append(leaves, g)
+		}
+		g.total += c.offer
+		g.nodes = append(g.nodes, c)
+	}
+	slices.SortStableFunc(leaves, func(a, b *leafGroup) int {
+		return cmp.Or(cmp.Compare(b.total, a.total), strings.Compare(a.name, b.name))
+	})
+	var out []store.GPUKey
+	rem := n
+	for _, g := range leaves {
+		slices.SortStableFunc(g.nodes, func(a, b *candNode) int {
+			return cmp.Or(cmp.Compare(b.offer, a.offer), cmp.Compare(len(a.free), len(b.free)))
+		})
+		used := make([]bool, len(g.nodes))
+		for i := 0; i < len(g.nodes) && rem > 0; i++ {
+			if used[i] {
+				continue
+			}
+			c := g.nodes[i]
+			take := c.offer
+			if take >= rem {
+				// The tightest offer in this leaf that covers the rest.
+				bi := i
+				for j := i + 1; j < len(g.nodes); j++ {
+					if !used[j] && g.nodes[j].offer >= rem && g.nodes[j].offer <= g.nodes[bi].offer {
+						bi = j
+					}
+				}
+				c, take = g.nodes[bi], rem
+				used[bi] = true
+			} else {
+				used[i] = true
+			}
+			in, err := p.pick(c, take)
+			if err != nil {
+				return nil
+			}
+			out = append(out, keys(c.node.Name, in.gpus)...)
+			rem -= take
+		}
+		if rem == 0 {
+			break
+		}
+	}
+	if rem != 0 {
+		return nil
+	}
+	return out
+}
+
+// localSearch refines the rank order and the GPUs inside nodes on the
+// predicted comm time, within the evaluation and time budgets.
+func (p *placer) localSearch(gpus []store.GPUKey, cands []*candNode) []store.GPUKey {
+	maxEvals := p.opts.maxEvals()
+	if maxEvals == 0 || len(p.e.groups) == 0 || len(gpus) < 2 {
+		return gpus
+	}
+	deadline := time.Now().Add(p.opts.budget())
+	start := p.e.evals
+	cur := slices.Clone(gpus)
+	curT := p.e.cost(cur)
+	out := func() bool { return p.e.evals-start >= maxEvals || time.Now().After(deadline) }
+	// Free GPUs not taken, per node.
+	spare := map[string][]int{}
+	taken := map[store.GPUKey]bool{}
+	for _, g := range cur {
+		taken[g] = true
+	}
+	onNode := map[string]bool{}
+	for _, g := range cur {
+		onNode[g.Node] = true
+	}
+	for _, c := range cands {
+		if !onNode[c.node.Name] {
+			continue
+		}
+		for _, g := range c.free {
+			if !taken[g.Key()] {
+				spare[c.node.Name] = append(spare[c.node.Name], g.Index)
+			}
+		}
+	}
+	try := func(next []store.GPUKey) bool {
+		t := p.e.cost(next)
+		if t < curT*(1-1e-9) {
+			cur, curT = next, t
+			return true
+		}
+		return false
+	}
+	crossOK := len(cur) <= 16
+	for improved := true; improved && !out(); {
+		improved = false
+		// (a) and (c): rank swaps.
+		for i := 0; i < len(cur) && !out(); i++ {
+			for j := i + 1; j < len(cur) && !out(); j++ {
+				if cur[i].Node != cur[j].Node && !crossOK {
+					continue
+				}
+				next := slices.Clone(cur)
+				next[i], next[j] = next[j], next[i]
+				if try(next) {
+					improved = true
+				}
+			}
+		}
+		// (b): a taken GPU for a spare one of its node.
+		for i := 0; i < len(cur) && !out(); i++ {
+			sp := spare[cur[i].Node]
+			for si := 0; si < len(sp) && !out(); si++ {
+				next := slices.Clone(cur)
+				old := next[i].Index
+				next[i].Index = sp[si]
+				if try(next) {
+					sp[si] = old
+					improved = true
+				}
+			}
+		}
+	}
+	return cur
+}

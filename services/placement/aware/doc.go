@@ -1,0 +1,73 @@
+// Package aware is the topology-aware placement strategy ("topology-aware",
+// the default; blind first fit stays as the baseline) and the exhaustive
+// optimum it is measured against ("exhaustive").
+//
+// Place makes one joint decision over every level: which nodes, which GPUs
+// inside them, and which rank runs on which GPU (each rank then uses its
+// GPU's nearest NIC, as the cost model routes it). Every candidate is
+// scored by the same cost model (Predict, built on collective.EvaluateJob):
+// the analysed job's groups, per dimension, with their collectives' bytes
+// and calls per step, on the chosen GPUs.
+//
+// # Validity
+//
+// Place first asks blind.Place: a request blind rejects (Never) or cannot
+// fit now (Wait) gets blind's verdict and reasons unchanged, so both
+// strategies explain themselves alike. A Filter that leaves too few GPUs
+// turns a placement into a Wait with blind's reason codes.
+//
+// # Domain choice
+//
+// The candidate GPUs are the free (healthy, unheld) GPUs of the requested
+// model on nodes the Filter accepts. The job goes into the smallest domain
+// that holds it: inside one node, the smallest node-local domain of the
+// store (NVLink island, then PCIe switch group, then NUMA node, then the
+// node) with enough free GPUs; across nodes, the smallest fabric domain
+// (leaf, then pod/spine, then core, then the cluster) whose nodes offer
+// enough. Across nodes a node offers its free GPUs in whole units: the
+// job's innermost group size (TP when the layout puts TP first, so TP
+// groups never straddle nodes), or gpus_per_node exactly; when whole units
+// do not suffice, single GPUs.
+//
+// # Best fit
+//
+// Among domains of the same level the one with the fewest free GPUs that
+// still fits wins, so big free blocks stay whole: a 1-GPU job goes to the
+// node with the fewest free GPUs and, inside it, to the GPU whose own
+// island/PCIe group has the fewest free GPUs (a lone GPU before one of a
+// free NVLink pair; a broken node before a whole free one). Inside a node
+// the subset is grown greedily from each seed by bandwidth to the GPUs
+// already taken (then best fit), and the best by bottleneck and total
+// bandwidth is kept. Up to Options.Candidates single-node candidates (by
+// level and fit) are scored by the cost model; the fastest wins, ties
+// (within 0.5%) going to the better fit. Across nodes, nodes are taken
+// within the chosen domain leaf by leaf (fullest leaves first), the
+// largest offers first, and the remainder from the node whose offer fits
+// it most tightly.
+//
+// # Rank mapping
+//
+// Ranks follow the analysed layout (fastest-varying dimension first):
+// consecutive ranks get GPUs of the same node, inside the node in a chain
+// of best links (NVLink island members together), and nodes come leaf by
+// leaf. So TP groups land inside NVLink domains, CP/EP next, DP rings run
+// along the fabric (node after node of one leaf before the next leaf), and
+// PP stages are contiguous blocks of neighbouring nodes.
+//
+// # Local search
+//
+// The mapping is refined on the predicted comm time per step by first-
+// improvement local search over (a) rank swaps within a node, (b) swaps of
+// a taken GPU with a free one of the same node, (c) rank swaps across nodes
+// for jobs of at most 16 GPUs. It stops at a pass without improvement, after
+// Options.MaxEvals cost-model evaluations (default 200) or after
+// Options.Budget (default 2 ms), whichever comes first; MaxEvals < 0
+// turns it off.
+//
+// # Exhaustive
+//
+// Exhaustive enumerates every subset of the candidate GPUs (respecting
+// gpus_per_node) and every rank order on it, scoring each with Predict,
+// and returns the optimum under the cost model. It refuses when the number
+// of evaluations, C(free, n) · n!, exceeds ExhaustiveLimit (2e5).
+package aware

@@ -1,0 +1,247 @@
+package aware
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/services/collective"
+	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/services/internal/topology"
+)
+
+// DefaultBytes is the all-reduce message size assumed for a job whose
+// analysis gives no sized collective: one data-parallel all-reduce of
+// every rank.
+const DefaultBytes = 256 << 20
+
+// resolver turns GPU keys into cost-model ranks, caching each node's
+// topology and the position of each GPU index in it.
+type resolver struct {
+	snap  *store.Snapshot
+	nodes map[string]*nodeTopo
+}
+
+type nodeTopo struct {
+	topo *topology.Node
+	pos  map[int]int // GPU index -> position in topo.GPUs
+}
+
+func newResolver(snap *store.Snapshot) *resolver {
+	return &resolver{snap: snap, nodes: map[string]*nodeTopo{}}
+}
+
+// node returns the topology the cost model sees for a node: its effective
+// topology, or, for a node reported without paths, its GPUs joined over
+// the host bridge (PHB).
+func (r *resolver) node(name string) (*nodeTopo, error) {
+	if nt, ok := r.nodes[name]; ok {
+		return nt, nil
+	}
+	n, ok := r.snap.Node(name)
+	if !ok {
+		return nil, fmt.Errorf("aware: unknown node %q", name)
+	}
+	t := n.Effective
+	if t == nil {
+		t = n.Topology
+	}
+	if t == nil || t.GPUPaths == nil {
+		t = fallbackTopology(n, r.snap.GPUs(name))
+	}
+	nt := &nodeTopo{topo: t, pos: make(map[int]int, len(t.GPUs))}
+	for p, g := range t.GPUs {
+		nt.pos[g.Index] = p
+	}
+	r.nodes[name] = nt
+	return nt, nil
+}
+
+func (r *resolver) setNode(name string, t *topology.Node) {
+	nt := &nodeTopo{topo: t, pos: make(map[int]int, len(t.GPUs))}
+	for p, g := range t.GPUs {
+		nt.pos[g.Index] = p
+	}
+	r.nodes[name] = nt
+}
+
+func fallbackTopology(n store.Node, gpus []store.GPU) *topology.Node {
+	t := &topology.Node{Name: n.Name, Source: "placement fallback (no paths reported)"}
+	for _, g := range gpus {
+		t.GPUs = append(t.GPUs, topology.GPU{Index: g.Index, Model: g.Model, NUMA: -1})
+	}
+	t.GPUPaths = make([][]topology.Link, len(gpus))
+	for a := range gpus {
+		t.GPUPaths[a] = make([]topology.Link, len(gpus))
+		for b := range gpus {
+			t.GPUPaths[a][b] = topology.Link{Class: topology.PHB}
+			if a == b {
+				t.GPUPaths[a][b] = topology.Link{Class: topology.Self}
+			}
+		}
+	}
+	return t
+}
+
+func (r *resolver) ranks(gpus []store.GPUKey) ([]collective.Rank, error) {
+	out := make([]collective.Rank, len(gpus))
+	for i, k := range gpus {
+		nt, err := r.node(k.Node)
+		if err != nil {
+			return nil, err
+		}
+		p, ok := nt.pos[k.Index]
+		if !ok {
+			return nil, fmt.Errorf("aware: node %s has no GPU %d in its topology", k.Node, k.Index)
+		}
+		out[i] = collective.Rank{Node: nt.topo, GPU: p}
+	}
+	return out, nil
+}
+
+// commGroup is one communicator of the job by rank, with what it runs.
+type commGroup struct {
+	name, phase string
+	coll        collective.Collective
+	ranks       []int
+	bytes       float64
+	calls       int
+}
+
+// jobGroups lists the job's communicators: every member of every dimension
+// with two or more ranks, once per collective it calls. Groups of one
+// dimension and collective share a phase (they run at the same time). A
+// job whose analysis sizes no collective gets one all-reduce of
+// DefaultBytes over all its ranks.
+func jobGroups(job events.JobAnalyzed, n int) []commGroup {
+	var out []commGroup
+	for _, rg := range job.Groups {
+		dim := rg.Dimension
+		if rg.Name != "" {
+			dim = rg.Name
+		}
+		for _, c := range rg.Collectives {
+			coll, scale := mapCollective(c.Collective)
+			if c.Bytes <= 0 {
+				continue
+			}
+			for mi, m := range rg.Members {
+				if len(m) < 2 || !inRange(m, n) {
+					continue
+				}
+				out = append(out, commGroup{
+					name: dim + strconv.Itoa(mi), phase: dim + "/" + c.Collective, coll: coll,
+					ranks: m, bytes: float64(c.Bytes) * scale, calls: max(c.CallsPerStep, 1),
+				})
+			}
+		}
+	}
+	if out == nil && n >= 2 && !hasSizedGroups(job) {
+		all := make([]int, n)
+		for i := range all {
+			all[i] = i
+		}
+		out = append(out, commGroup{name: "dp0", phase: "dp", coll: collective.AllReduce, ranks: all, bytes: DefaultBytes, calls: 1})
+	}
+	return out
+}
+
+func hasSizedGroups(job events.JobAnalyzed) bool {
+	for _, rg := range job.Groups {
+		for _, c := range rg.Collectives {
+			if c.Bytes > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func inRange(m []int, n int) bool {
+	for _, r := range m {
+		if r < 0 || r >= n {
+			return false
+		}
+	}
+	return true
+}
+
+// mapCollective maps an analysed collective to the cost model's. A
+// broadcast moves about what an all-gather of the same buffer does.
+func mapCollective(s string) (collective.Collective, float64) {
+	switch s {
+	case events.CollectiveAllReduce:
+		return collective.AllReduce, 1
+	case events.CollectiveAllGather:
+		return collective.AllGather, 1
+	case events.CollectiveReduceScatter:
+		return collective.ReduceScatter, 1
+	case events.CollectiveAllToAll:
+		return collective.AllToAll, 1
+	case events.CollectiveSendRecv:
+		return collective.SendRecv, 1
+	case events.CollectiveBroadcast:
+		return collective.AllGather, 1
+	}
+	return collective.AllReduce, 1
+}
+
+// evaluator scores rank orders of one job by the cost model.
+type evaluator struct {
+	res    *resolver
+	groups []commGroup
+	fabric *topology.Fabric
+	bw     *topology.Bandwidths
+	comp   float64
+	evals  int
+}
+
+func (e *evaluator) eval(gpus []store.GPUKey) (collective.JobResult, error) {
+	e.evals++
+	if len(e.groups) == 0 {
+		return collective.JobResult{GPUs: len(gpus)}, nil
+	}
+	ranks, err := e.res.ranks(gpus)
+	if err != nil {
+		return collective.JobResult{}, err
+	}
+	j := collective.Job{GPUs: len(gpus), ComputeSeconds: e.comp, Fabric: e.fabric, Bandwidths: e.bw,
+		Candidates: collective.NCCLAlgorithms, Groups: make([]collective.Group, len(e.groups))}
+	for i, g := range e.groups {
+		rs := make([]collective.Rank, len(g.ranks))
+		for k, r := range g.ranks {
+			rs[k] = ranks[r]
+		}
+		j.Groups[i] = collective.Group{Name: g.name, Collective: g.coll, Ranks: rs, Bytes: g.bytes, Calls: g.calls, Phase: g.phase}
+	}
+	return collective.EvaluateJob(j)
+}
+
+// cost is the predicted comm time per step, +Inf on an error.
+func (e *evaluator) cost(gpus []store.GPUKey) float64 {
+	r, err := e.eval(gpus)
+	if err != nil {
+		return inf
+	}
+	return r.CommSeconds
+}
+
+// Predict scores a placement by the cost model: the analysed job's groups
+// (per dimension, each member's ranks with its collectives' bytes and
+// calls per step) on gpus, where rank i runs on gpus[i], over fabric (nil:
+// one non-blocking leaf) with the default bandwidths. Blind, topology-aware
+// and exhaustive placements are all scored by it.
+func Predict(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, fabric *topology.Fabric) (collective.JobResult, error) {
+	return PredictWith(snap, job, gpus, Options{Fabric: fabric})
+}
+
+// PredictWith is Predict with Options' fabric and bandwidths.
+func PredictWith(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, opts Options) (collective.JobResult, error) {
+	e := newEvaluator(snap, job, len(gpus), opts)
+	return e.eval(gpus)
+}
+
+func newEvaluator(snap *store.Snapshot, job events.JobAnalyzed, n int, opts Options) *evaluator {
+	return &evaluator{res: newResolver(snap), groups: jobGroups(job, n), fabric: opts.Fabric, bw: opts.Bandwidths,
+		comp: job.Job.StepComputeSeconds}
+}

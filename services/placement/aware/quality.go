@@ -1,0 +1,627 @@
+package aware
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/services/discovery"
+	"github.com/toposched/toposched/services/discovery/fabric"
+	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/services/placement/blind"
+)
+
+// Where the quality run looks first; the project's copies are the
+// fallback (paths relative to the repository root, or to cmd/toposched).
+const (
+	defaultTopologiesDir = "../shared/testdata/topologies"
+	defaultFabricDir     = "../shared/testdata/fabric"
+)
+
+// QualityConfig says what RunQuality measures.
+type QualityConfig struct {
+	// Topologies is the directory of node topology files ("": the shared
+	// testdata if present, else the project's copies).
+	Topologies string
+	// Fabrics is the fabric directory ("": likewise).
+	Fabrics string
+	Seed    uint64
+	// Quick runs a small subset of both tables.
+	Quick bool
+	// Evals bounds the local search per placement (<= 0: none).
+	Evals int
+}
+
+type qualityFlags struct {
+	topologies, fabrics string
+	seed                uint64
+	quick               bool
+	evals               int
+}
+
+// RunQuality prints the quality tables (see toposched quality --help).
+func RunQuality(out io.Writer, cfg QualityConfig) error {
+	f := qualityFlags{topologies: cfg.Topologies, fabrics: cfg.Fabrics, seed: cfg.Seed, quick: cfg.Quick, evals: cfg.Evals}
+	start := time.Now()
+	opts := Options{Budget: time.Hour, MaxEvals: f.evals}
+	if f.evals <= 0 {
+		opts.MaxEvals = -1
+	}
+	if err := qualityNodes(out, f, opts); err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	if err := qualityClusters(out, f, opts); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nquality run took %s\n", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// findDir returns rel if it is a directory, else rel seen from up to
+// three directories above (a test runs in its package's directory), else "".
+func findDir(rel string) string {
+	for _, up := range []string{"", "../", "../../", "../../../"} {
+		p := filepath.Clean(up + rel)
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			return p
+		}
+	}
+	return ""
+}
+
+// topologyFiles lists the complete topology files to measure.
+func topologyFiles(dir string) ([]string, string, error) {
+	dirs := []string{dir}
+	src := dir
+	if dir == "" {
+		if d := findDir(defaultTopologiesDir); d != "" {
+			dirs, src = []string{d}, d
+		} else {
+			dirs = []string{findDir("services/discovery/nvsmi/testdata"), findDir("services/discovery/ncclxml/testdata")}
+			if dirs[0] == "" || dirs[1] == "" {
+				return nil, "", fmt.Errorf("quality: no topology directory found; give --topologies")
+			}
+			src = strings.Join(dirs, ", ")
+		}
+	}
+	var files []string
+	for _, d := range dirs {
+		err := filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if e.IsDir() {
+				if e.Name() == "golden" {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			name := e.Name()
+			if strings.Contains(name, ".partial.") || (!strings.HasSuffix(name, ".txt") && !strings.HasSuffix(name, ".xml")) {
+				return nil
+			}
+			files = append(files, p)
+			return nil
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("quality: %w", err)
+		}
+	}
+	slices.SortFunc(files, func(a, b string) int { return strings.Compare(filepath.Base(a), filepath.Base(b)) })
+	return files, src, nil
+}
+
+type nodeCase struct {
+	file, pattern string
+	ev            events.TopologyNode
+	held          []int
+	n, tp         int
+	// results
+	ours, best, blind float64
+	refused           string
+	err               error
+}
+
+func qualityNodes(out io.Writer, f qualityFlags, opts Options) error {
+	files, src, err := topologyFiles(f.topologies)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "(a) single nodes: topology-aware vs exhaustive optimum vs blind first fit\ntopologies: %s\n\n", src)
+	var cases []*nodeCase
+	for fi, file := range files {
+		ev, err := discovery.LoadNodeFile(file, discovery.NodeFileOptions{})
+		if err != nil {
+			fmt.Fprintf(out, "skipped %s: %v\n", filepath.Base(file), err)
+			continue
+		}
+		if f.quick && fi >= 3 {
+			break
+		}
+		g := len(ev.GPUs)
+		if g < 2 {
+			continue
+		}
+		type pattern struct {
+			name string
+			held []int
+		}
+		pats := []pattern{{name: "empty"}}
+		if !f.quick {
+			for k := range 2 {
+				rng := rand.New(rand.NewPCG(f.seed, uint64(fi*16+k)))
+				var held []int
+				for _, p := range rng.Perm(g)[:max(1, g/4+rng.IntN(g/4+1))] {
+					held = append(held, ev.GPUs[p].Index)
+				}
+				slices.Sort(held)
+				pats = append(pats, pattern{fmt.Sprintf("held %v", held), held})
+			}
+		}
+		for _, p := range pats {
+			free := g - len(p.held)
+			maxN := free
+			if f.quick {
+				maxN = min(free, 4)
+			}
+			for n := 2; n <= maxN; n++ {
+				for _, tp := range []int{1, 2, 4} {
+					if tp > 1 && (n%tp != 0 || n/tp < 2 || f.quick) {
+						continue
+					}
+					cases = append(cases, &nodeCase{file: filepath.Base(file), pattern: p.name, ev: ev, held: p.held, n: n, tp: tp})
+				}
+			}
+		}
+	}
+	parallel(len(cases), func(i int) { cases[i].run(opts) })
+
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "topology\toccupancy\tgpus\tjob\toptimum\tours\tblind\tours/opt\tblind/opt")
+	within, total, refused := 0, 0, 0
+	var worst float64
+	for _, c := range cases {
+		job := "dp"
+		if c.tp > 1 {
+			job = fmt.Sprintf("tp%dxdp%d", c.tp, c.n/c.tp)
+		}
+		switch {
+		case c.err != nil:
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\terror: %v\n", short(c.file), c.pattern, c.n, job, c.err)
+			continue
+		case c.refused != "":
+			refused++
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t(refused)\t%s\t%s\t\t\n", short(c.file), c.pattern, c.n, job, fmtMS(c.ours), fmtMS(c.blind))
+			continue
+		}
+		total++
+		r := ratio(c.ours, c.best)
+		if r <= 1.02 {
+			within++
+		}
+		worst = max(worst, r)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%.3f\t%.3f\n", short(c.file), c.pattern, c.n, job,
+			fmtMS(c.best), fmtMS(c.ours), fmtMS(c.blind), r, ratio(c.blind, c.best))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	share := 0.0
+	if total > 0 {
+		share = float64(within) / float64(total)
+	}
+	fmt.Fprintf(out, "\nwithin 2%% of the optimum: %d of %d cases (%.1f%%; target >= 95%%: %s); worst ours/optimum %.3f; %d cases too big for exhaustive\n",
+		within, total, 100*share, held(share >= 0.95), worst, refused)
+	return nil
+}
+
+func held(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}
+
+func short(file string) string {
+	if i := strings.IndexByte(file, '_'); i > 0 {
+		return file[:i]
+	}
+	return file
+}
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		if a <= 0 {
+			return 1
+		}
+		return math.Inf(1)
+	}
+	return a / b
+}
+
+func fmtMS(s float64) string { return fmt.Sprintf("%.3f ms", 1e3*s) }
+
+func (c *nodeCase) run(opts Options) {
+	st, err := store.New()
+	if err != nil {
+		c.err = err
+		return
+	}
+	ev := c.ev
+	ev.Name = "node"
+	if err := st.UpsertNode(ev); err != nil {
+		c.err = err
+		return
+	}
+	if len(c.held) > 0 {
+		keys := make([]store.GPUKey, len(c.held))
+		for i, x := range c.held {
+			keys[i] = store.GPUKey{Node: "node", Index: x}
+		}
+		if err := st.Allocate("other", keys); err != nil {
+			c.err = err
+			return
+		}
+	}
+	snap := st.Snapshot()
+	job := SyntheticJob("q", c.n, c.tp, 1)
+	score := func(r Result) float64 {
+		if r.Verdict != blind.Placed {
+			c.err = fmt.Errorf("%v: %v", r.Verdict, r.Reasons)
+			return math.NaN()
+		}
+		p, err := Predict(snap, job, r.GPUs, nil)
+		if err != nil {
+			c.err = err
+		}
+		return p.CommSeconds
+	}
+	c.ours = score(Place(snap, job, opts))
+	c.blind = score(blind.Place(snap, job))
+	ex, err := Exhaustive(snap, job, opts)
+	if err != nil {
+		c.refused = err.Error()
+		return
+	}
+	c.best = score(ex)
+}
+
+// parallel runs fn(0..n-1) on GOMAXPROCS workers.
+func parallel(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				fn(i)
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+// clusterSpec is one fabric with its node model.
+type clusterSpec struct {
+	name, file, model string
+	slurm             bool
+}
+
+type clusterCase struct {
+	cl                         *builtCluster
+	occ                        float64
+	trial                      int
+	kind                       string
+	n                          int
+	ours, blind, random, ideal float64
+	skipped                    string
+	err                        error
+}
+
+type builtCluster struct {
+	spec   clusterSpec
+	nodes  []string
+	fab    *topology.Fabric
+	fabEv  events.TopologyFabric
+	nodeEv events.TopologyNode
+}
+
+func jobOf(kind string, n int) events.JobAnalyzed {
+	switch kind {
+	case "tp8xdp":
+		return SyntheticJob("q", n, 8, 1)
+	case "tp8xppxdp":
+		pp := 4
+		if n < 64 {
+			pp = 2
+		}
+		return SyntheticJob("q", n, 8, pp)
+	}
+	return SyntheticJob("q", n, 1, 1)
+}
+
+func jobName(kind string, n int) string {
+	j := jobOf(kind, n)
+	p := j.Parallelism
+	switch kind {
+	case "tp8xdp":
+		return fmt.Sprintf("tp8 x dp%d", p.DP)
+	case "tp8xppxdp":
+		return fmt.Sprintf("tp8 x pp%d x dp%d", p.PP, p.DP)
+	}
+	return fmt.Sprintf("dp%d", n)
+}
+
+func qualityClusters(out io.Writer, f qualityFlags, opts Options) error {
+	dir := f.fabrics
+	if dir == "" {
+		dir = findDir(defaultFabricDir)
+		if dir == "" {
+			dir = findDir("services/discovery/fabric/testdata")
+		}
+		if dir == "" {
+			return fmt.Errorf("quality: no fabric directory found; give --fabrics")
+		}
+	}
+	specs := []clusterSpec{
+		{name: "lingjun", file: "lingjun/topo.csv", model: "dgx-a100"},
+		{name: "slurm-circe", file: "slurm/nvidia-circe-dgx2-superpod_slurm-superpod-topology.conf.txt", model: "dgx-h100", slurm: true},
+	}
+	occs := []float64{0.3, 0.5, 0.7}
+	sizes := []int{16, 32, 64, 128, 256, 512}
+	kinds := []string{"dp", "tp8xdp", "tp8xppxdp"}
+	trials := 2
+	if f.quick {
+		specs, occs, sizes, trials = specs[1:], []float64{0.5}, []int{16, 32}, 1
+	}
+	fmt.Fprintf(out, "(b) fragmented clusters: topology-aware vs blind vs random vs ideal bound\nfabrics: %s\n\n", dir)
+	var cases []*clusterCase
+	for _, s := range specs {
+		cl, err := buildCluster(dir, s)
+		if err != nil {
+			return fmt.Errorf("quality: %w", err)
+		}
+		for _, occ := range occs {
+			for t := range trials {
+				for _, k := range kinds {
+					for _, n := range sizes {
+						cases = append(cases, &clusterCase{cl: cl, occ: occ, trial: t, kind: k, n: n})
+					}
+				}
+			}
+		}
+	}
+	ideal := newIdeal(opts)
+	parallel(len(cases), func(i int) { cases[i].run(f.seed, opts, ideal) })
+
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "fabric\toccupancy\ttrial\tjob\tgpus\tblind\trandom\tours\tideal\tours vs blind")
+	var all []float64
+	byKind := map[string][]float64{}
+	byOcc := map[float64][]float64{}
+	for _, c := range cases {
+		prefix := fmt.Sprintf("%s\t%.0f%%\t%d\t%s\t%d", c.cl.spec.name, 100*c.occ, c.trial, jobName(c.kind, c.n), c.n)
+		switch {
+		case c.err != nil:
+			fmt.Fprintf(tw, "%s\terror: %v\n", prefix, c.err)
+			continue
+		case c.skipped != "":
+			fmt.Fprintf(tw, "%s\t(%s)\n", prefix, c.skipped)
+			continue
+		}
+		red := 1 - ratio(c.ours, c.blind)
+		all = append(all, red)
+		byKind[c.kind] = append(byKind[c.kind], red)
+		byOcc[c.occ] = append(byOcc[c.occ], red)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%+.1f%%\n", prefix, fmtMS(c.blind), fmtMS(c.random), fmtMS(c.ours), fmtMS(c.ideal), -100*red)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	for _, k := range kinds {
+		fmt.Fprintf(out, "median reduction vs blind, %-10s %5.1f%% (%d cases)\n", k+":", 100*median(byKind[k]), len(byKind[k]))
+	}
+	for _, o := range occs {
+		fmt.Fprintf(out, "median reduction vs blind, %3.0f%% occupied: %5.1f%% (%d cases)\n", 100*o, 100*median(byOcc[o]), len(byOcc[o]))
+	}
+	m := median(all)
+	fmt.Fprintf(out, "median reduction of predicted comm time per step vs blind: %.1f%% over %d cases (target >= 25%%: %s)\n", 100*m, len(all), held(m >= 0.25))
+	return nil
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func buildCluster(dir string, s clusterSpec) (*builtCluster, error) {
+	path := filepath.Join(dir, s.file)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var fe events.TopologyFabric
+	if s.slurm {
+		fe, err = fabric.ParseSlurm(filepath.Base(path), data)
+	} else {
+		fe, err = fabric.ParseClosCSV(filepath.Base(path), data)
+	}
+	if err != nil {
+		return nil, err
+	}
+	fab, err := topology.NewFabric(fe)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var nodes []string
+	for _, sw := range fe.Switches {
+		for _, n := range sw.Nodes {
+			if !seen[n] {
+				seen[n] = true
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	slices.Sort(nodes)
+	t, err := discovery.Model(s.model)
+	if err != nil {
+		return nil, err
+	}
+	return &builtCluster{spec: s, nodes: nodes, fab: fab, fabEv: fe, nodeEv: t.Event()}, nil
+}
+
+// store builds the cluster with each GPU held with probability occ.
+func (b *builtCluster) store(occ float64, rng *rand.Rand) (*store.Store, error) {
+	st, err := store.New()
+	if err != nil {
+		return nil, err
+	}
+	domains := map[string][]string{}
+	for pos, name := range b.nodes {
+		ev := b.nodeEv
+		ev.Name, ev.Position = name, pos
+		if err := st.UpsertNode(ev); err != nil {
+			return nil, err
+		}
+		domains[name] = b.fab.Domains(name)
+		var keys []store.GPUKey
+		for _, g := range ev.GPUs {
+			if rng.Float64() < occ {
+				keys = append(keys, store.GPUKey{Node: name, Index: g.Index})
+			}
+		}
+		if len(keys) > 0 {
+			if err := st.Allocate("bg-"+name, keys); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := st.UpsertFabric(domains); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (c *clusterCase) run(seed uint64, opts Options, ideal *idealCache) {
+	rng := rand.New(rand.NewPCG(seed, uint64(1000*c.occ)*131+uint64(c.trial)*7+uint64(len(c.cl.nodes))))
+	st, err := c.cl.store(c.occ, rng)
+	if err != nil {
+		c.err = err
+		return
+	}
+	snap := st.Snapshot()
+	job := jobOf(c.kind, c.n)
+	if free := snap.FreeCount(); free < c.n {
+		c.skipped = fmt.Sprintf("%d free GPUs", free)
+		return
+	}
+	o := opts
+	o.Fabric = c.cl.fab
+	score := func(gpus []store.GPUKey) float64 {
+		p, err := Predict(snap, job, gpus, c.cl.fab)
+		if err != nil {
+			c.err = err
+		}
+		return p.CommSeconds
+	}
+	r := Place(snap, job, o)
+	if r.Verdict != blind.Placed {
+		c.err = fmt.Errorf("ours: %v %v", r.Verdict, r.Reasons)
+		return
+	}
+	c.ours = score(r.GPUs)
+	b := blind.Place(snap, job)
+	if b.Verdict != blind.Placed {
+		c.err = fmt.Errorf("blind: %v %v", b.Verdict, b.Reasons)
+		return
+	}
+	c.blind = score(b.GPUs)
+	// Random: n of the free GPUs, in random order (same seed per case).
+	var free []store.GPUKey
+	for _, g := range snap.FreeGPUsOfModel("") {
+		free = append(free, g.Key())
+	}
+	slices.SortFunc(free, func(a, b store.GPUKey) int {
+		return cmp.Or(strings.Compare(a.Node, b.Node), cmp.Compare(a.Index, b.Index))
+	})
+	rng.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
+	c.random = score(free[:c.n])
+	c.ideal, err = ideal.get(c.cl, c.kind, c.n)
+	if err != nil {
+		c.err = err
+	}
+}
+
+// idealCache computes the ideal bound once per node model, job and size.
+type idealCache struct {
+	opts Options
+	mu   sync.Mutex
+	vals map[string]float64
+}
+
+func newIdeal(opts Options) *idealCache {
+	return &idealCache{opts: opts, vals: map[string]float64{}}
+}
+
+func (ic *idealCache) get(b *builtCluster, kind string, n int) (float64, error) {
+	key := fmt.Sprintf("%s/%s/%d", b.spec.model, kind, n)
+	ic.mu.Lock()
+	v, ok := ic.vals[key]
+	ic.mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	st, err := store.New()
+	if err != nil {
+		return 0, err
+	}
+	for i := range (n + 7) / 8 {
+		ev := b.nodeEv
+		ev.Name, ev.Position = fmt.Sprintf("ideal%03d", i), i
+		if err := st.UpsertNode(ev); err != nil {
+			return 0, err
+		}
+	}
+	snap := st.Snapshot()
+	job := jobOf(kind, n)
+	r := Place(snap, job, ic.opts)
+	if r.Verdict != blind.Placed {
+		return 0, fmt.Errorf("ideal: %v %v", r.Verdict, r.Reasons)
+	}
+	p, err := Predict(snap, job, r.GPUs, nil)
+	if err != nil {
+		return 0, err
+	}
+	ic.mu.Lock()
+	ic.vals[key] = p.CommSeconds
+	ic.mu.Unlock()
+	return p.CommSeconds, nil
+}
