@@ -218,6 +218,29 @@ type PlacementDecided struct {
 	// Launch holds launcher artefacts: torchrun's master, Slurm's
 	// nodelist, an Open MPI rankfile.
 	Launch *Launch `json:"launch,omitempty"`
+	// Prediction is the cost model's prediction for this placement;
+	// Baseline the same for the topology-blind first fit on the same
+	// cluster state (absent when blind could not place the job now).
+	Prediction *Prediction `json:"prediction,omitempty"`
+	Baseline   *Prediction `json:"baseline,omitempty"`
+}
+
+// Prediction is a placement's predicted communication per training step.
+type Prediction struct {
+	Strategy           string  `json:"strategy"`
+	CommSecondsPerStep float64 `json:"comm_seconds_per_step"`
+	// CommFraction and SpeedUp need the job's step_compute_seconds.
+	CommFraction float64           `json:"comm_fraction,omitempty"`
+	SpeedUp      float64           `json:"speed_up,omitempty"`
+	Groups       []GroupPrediction `json:"groups,omitempty"`
+}
+
+// GroupPrediction is one kind of group's predicted time per step (the
+// slowest of its groups, which run side by side).
+type GroupPrediction struct {
+	Name           string  `json:"name"`
+	Algorithm      string  `json:"algorithm"`
+	SecondsPerStep float64 `json:"seconds_per_step"`
 }
 
 // Reason explains a rejection or a wait. Field names the job field to blame,

@@ -135,16 +135,20 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, log *slog.Logger) e
 	if err := await("typo", settled); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "$ topoctl finish bert-ddp8    # frees a node; the waiting moe-ep4 is placed\n")
-	if _, err := client.Finish(ctx, b, "bert-ddp8", events.StatusSucceeded); err != nil {
-		return err
+	for _, job := range []string{"notebook-4", "bert-ddp8"} {
+		fmt.Fprintf(out, "$ topoctl finish %s\n", job)
+		if _, err := client.Finish(ctx, b, job, events.StatusSucceeded); err != nil {
+			return err
+		}
 	}
+	fmt.Fprintln(out, "# two nodes are free again: the waiting moe-ep4 is placed")
 	if err := await("moe-ep4", func(o client.Outcome) bool { return o.Decided != nil }); err != nil {
 		return err
 	}
 	st := op.Placement.Store().Snapshot()
 	total, _ := st.Capacity("")
-	fmt.Fprintf(out, "done: %d of %d GPUs free; every placement above was decided by the blind first-fit baseline.\n",
+	fmt.Fprintf(out, "done: %d of %d GPUs free. Each decision shows the cost model's prediction for the\n"+
+		"topology-aware placement beside the blind first-fit baseline on the same cluster state.\n",
 		st.FreeCount(), total)
 	return nil
 }

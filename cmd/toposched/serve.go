@@ -22,6 +22,7 @@ type serveFlags struct {
 	dataDir  string
 	services []string
 	poll     time.Duration
+	strategy string
 }
 
 func newServe(g *globals) *cobra.Command {
@@ -53,6 +54,7 @@ that was not handled is acknowledged, and the server flushes its streams.`,
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", "toposched-data", "embedded NATS JetStream storage directory")
 	cmd.Flags().StringSliceVar(&f.services, "services", operator.All, "services to run")
 	cmd.Flags().DurationVar(&f.poll, "poll", 5*time.Second, "how often discovery checks the cluster file for changes (0: never)")
+	cmd.Flags().StringVar(&f.strategy, "strategy", "topology-aware", "placement strategy: topology-aware or blind (the first-fit baseline)")
 	return cmd
 }
 
@@ -72,7 +74,7 @@ func runServe(ctx context.Context, g *globals, f *serveFlags) error {
 		log.Info("embedded NATS ready", "url", url, "data_dir", f.dataDir)
 	}
 	return runServices(ctx, g, url, "operator", operator.Config{
-		Services: f.services, ClusterFile: f.cluster, Poll: f.poll,
+		Services: f.services, ClusterFile: f.cluster, Poll: f.poll, Strategy: f.strategy,
 	}, log)
 }
 
@@ -119,7 +121,7 @@ func runServices(ctx context.Context, g *globals, url, source string, cfg operat
 }
 
 func newSingle(g *globals, name, short string) *cobra.Command {
-	var cluster string
+	var cluster, strategy string
 	var poll time.Duration
 	cmd := &cobra.Command{
 		Use:   name,
@@ -140,13 +142,16 @@ consumers: each event is handled by one of them.`,
 				url = "nats://127.0.0.1:4222"
 			}
 			return runServices(cmd.Context(), g, url, name,
-				operator.Config{Services: []string{name}, ClusterFile: cluster, Poll: poll}, log.With("service", name))
+				operator.Config{Services: []string{name}, ClusterFile: cluster, Poll: poll, Strategy: strategy}, log.With("service", name))
 		},
 	}
 	if name == operator.Discovery {
 		cmd.Flags().StringVar(&cluster, "cluster", "", "cluster file (YAML or JSON) to publish")
 		cmd.Flags().DurationVar(&poll, "poll", 5*time.Second, "how often to check the cluster file for changes (0: never)")
 		_ = cmd.MarkFlagRequired("cluster")
+	}
+	if name == operator.Placement {
+		cmd.Flags().StringVar(&strategy, "strategy", "topology-aware", "placement strategy: topology-aware or blind (the first-fit baseline)")
 	}
 	return cmd
 }

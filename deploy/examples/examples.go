@@ -11,8 +11,9 @@ var FS embed.FS
 
 // DemoJobs is the order the demo submits the sample jobs in.
 var DemoJobs = []string{
-	"jobs/llm-tp8-dp2.yaml",
+	"jobs/notebook-4.yaml",
 	"jobs/bert-ddp8.yaml",
+	"jobs/llm-tp8-dp2.yaml",
 	"jobs/finetune-l40s.yaml",
 	"jobs/moe-ep4.yaml",
 	"jobs/too-big.yaml",

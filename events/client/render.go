@@ -24,6 +24,16 @@ func WriteOutcome(w io.Writer, o Outcome) error {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\n", n.Node, RanksOn(d, n.Node), n.CUDAVisibleDevices)
 		}
 		_ = tw.Flush()
+		if p := d.Prediction; p != nil {
+			fmt.Fprintf(&b, "  predicted communication: %s per step", seconds(p.CommSecondsPerStep))
+			if base := d.Baseline; base != nil {
+				fmt.Fprintf(&b, "; blind first fit: %s", seconds(base.CommSecondsPerStep))
+				if base.CommSecondsPerStep > 0 {
+					fmt.Fprintf(&b, " (%+.0f%%)", 100*(p.CommSecondsPerStep/base.CommSecondsPerStep-1))
+				}
+			}
+			b.WriteString("\n")
+		}
 	case o.Pending != nil:
 		fmt.Fprintf(&b, "%s: pending\n", o.Pending.JobID)
 		writeReasons(&b, o.Pending.Reasons)
@@ -80,4 +90,12 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return strconv.Itoa(n) + " " + what + "s"
+}
+
+// seconds prints a duration in ms below a second.
+func seconds(s float64) string {
+	if s < 1 {
+		return strconv.FormatFloat(s*1000, 'f', 1, 64) + " ms"
+	}
+	return strconv.FormatFloat(s, 'f', 2, 64) + " s"
 }

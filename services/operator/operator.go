@@ -37,6 +37,8 @@ type Config struct {
 	ClusterFile string
 	// Poll is how often discovery checks the cluster file for changes.
 	Poll time.Duration
+	// Strategy is placement's: topology-aware (default) or blind.
+	Strategy string
 }
 
 // Validate reports every problem at once.
@@ -98,6 +100,11 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 	}
 	if has(Placement) {
 		o.Placement = placement.New(b, log)
+		if cfg.Strategy != "" {
+			if err := o.Placement.SetStrategy(cfg.Strategy); err != nil {
+				return nil, err
+			}
+		}
 		if err := o.Placement.Rebuild(ctx); err != nil {
 			return nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/services/internal/store"
 	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/services/placement/aware"
 	"github.com/toposched/toposched/services/placement/blind"
 	"github.com/toposched/toposched/services/placement/launch"
 )
@@ -38,7 +39,25 @@ type Service struct {
 	// topoSeq is the last topology stream sequence the store has applied.
 	topoSeq uint64
 	// fabric is the newest switch tree; nil until one is reported.
-	fabric *topology.Fabric
+	fabric   *topology.Fabric
+	strategy string
+}
+
+// Strategies.
+const (
+	StrategyTopologyAware = "topology-aware"
+	StrategyBlind         = blind.Name
+)
+
+// SetStrategy chooses how jobs are placed: topology-aware (the default)
+// or blind, the first-fit baseline.
+func (s *Service) SetStrategy(name string) error {
+	switch name {
+	case StrategyTopologyAware, StrategyBlind:
+		s.strategy = name
+		return nil
+	}
+	return fmt.Errorf("strategy %q: expected %s or %s", name, StrategyTopologyAware, StrategyBlind)
 }
 
 // New returns the placement service with an empty store.
@@ -53,7 +72,7 @@ func New(b *bus.Bus, log *slog.Logger) *Service {
 	if err != nil {
 		panic(fmt.Sprintf("placement: store schema: %v", err))
 	}
-	return &Service{bus: b, store: st, log: log.With("component", "placement"), now: time.Now}
+	return &Service{bus: b, store: st, log: log.With("component", "placement"), now: time.Now, strategy: StrategyTopologyAware}
 }
 
 // Store is the service's inventory, for tests and read-only views.
@@ -176,12 +195,14 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 	}
 	switch res.Verdict {
 	case blind.Placed:
+		before := s.store.Snapshot()
 		if err := s.store.Allocate(job.ID, res.GPUs); err != nil {
 			return false, fmt.Errorf("reserve GPUs for %s: %w", job.ID, err)
 		}
-		d := blind.Decide(job.ID, res.GPUs, blind.Name)
+		d := blind.Decide(job.ID, res.GPUs, s.strategy)
 		d.DecidedAt = s.now().UTC()
 		launch.Fill(&d, s.store.Snapshot())
+		d.Prediction, d.Baseline = s.predict(before, job.Spec, res.GPUs)
 		if _, err := s.bus.Publish(ctx, &d); err != nil {
 			if _, rerr := s.store.Release(job.ID); rerr != nil {
 				return false, errors.Join(err, fmt.Errorf("roll back reservation of %s: %w", job.ID, rerr))
@@ -218,7 +239,7 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 // whose report is already stored but not yet handled. With no topology at
 // all, a job waits rather than being rejected.
 func (s *Service) decide(ctx context.Context, job events.JobAnalyzed) (blind.Result, error) {
-	res := blind.Place(s.store.Snapshot(), job)
+	res := s.run(s.store.Snapshot(), job)
 	if res.Verdict != blind.Never {
 		return res, nil
 	}
@@ -226,7 +247,7 @@ func (s *Service) decide(ctx context.Context, job events.JobAnalyzed) (blind.Res
 		return res, bus.Transient(err)
 	}
 	snap := s.store.Snapshot()
-	if res = blind.Place(snap, job); res.Verdict != blind.Never {
+	if res = s.run(snap, job); res.Verdict != blind.Never {
 		return res, nil
 	}
 	for range snap.EachNode() {
@@ -236,6 +257,47 @@ func (s *Service) decide(ctx context.Context, job events.JobAnalyzed) (blind.Res
 		Code: "no_topology", Field: "gpus",
 		Message: "no node has reported yet; the job waits for the cluster's topology",
 	}}}, nil
+}
+
+// run places with the configured strategy.
+func (s *Service) run(snap *store.Snapshot, job events.JobAnalyzed) blind.Result {
+	if s.strategy == StrategyBlind {
+		return blind.Place(snap, job)
+	}
+	return aware.Place(snap, job, aware.Options{Fabric: s.fabric})
+}
+
+// predict scores the chosen GPUs and, as the baseline, what blind first
+// fit would take on the same state (before the reservation), with the same
+// cost model.
+func (s *Service) predict(before *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey) (ours, base *events.Prediction) {
+	ours = s.prediction(before, job, gpus, s.strategy)
+	if b := blind.Place(before, job); b.Verdict == blind.Placed {
+		base = s.prediction(before, job, b.GPUs, StrategyBlind)
+	}
+	return ours, base
+}
+
+func (s *Service) prediction(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, strategy string) *events.Prediction {
+	r, err := aware.Predict(snap, job, gpus, s.fabric)
+	if err != nil {
+		s.log.Warn("prediction failed", "job_id", job.Job.JobID, "strategy", strategy, "err", err)
+		return nil
+	}
+	p := &events.Prediction{Strategy: strategy, CommSecondsPerStep: r.CommSeconds, CommFraction: r.CommFraction, SpeedUp: r.SpeedUp}
+	at := map[string]int{}
+	for _, g := range r.Groups {
+		i, ok := at[g.Name]
+		if !ok {
+			i = len(p.Groups)
+			at[g.Name] = i
+			p.Groups = append(p.Groups, events.GroupPrediction{Name: g.Name, Algorithm: string(g.Result.Algorithm)})
+		}
+		if g.StepSeconds > p.Groups[i].SecondsPerStep {
+			p.Groups[i].SecondsPerStep, p.Groups[i].Algorithm = g.StepSeconds, string(g.Result.Algorithm)
+		}
+	}
+	return p
 }
 
 // retryPending tries every queued job in queue order. A job asking for

@@ -183,7 +183,7 @@ func TestDecidePendingFinish(t *testing.T) {
 	w := newWorld(t, t.TempDir())
 	w.submit(events.JobSubmitted{JobID: "big", GPUs: 16, GPUsPerNode: 8, GPUModel: "A100", Parallelism: &events.Parallelism{TP: 8}})
 	d := w.await("big", events.NamePlacementDecided).Decided
-	if len(d.Ranks) != 16 || len(d.Nodes) != 2 || d.Nodes[0].CUDAVisibleDevices != "0,1,2,3,4,5,6,7" || d.Strategy != "blind" {
+	if len(d.Ranks) != 16 || len(d.Nodes) != 2 || d.Nodes[0].CUDAVisibleDevices != "0,1,2,3,4,5,6,7" || d.Strategy != "topology-aware" || d.Prediction == nil || d.Baseline == nil || d.Baseline.Strategy != "blind" {
 		t.Fatalf("decision %+v", d)
 	}
 	if d.Ranks[9].Node != "a-002" || d.Ranks[9].LocalRank != 1 || d.Ranks[9].GPU != 1 {
