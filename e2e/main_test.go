@@ -45,7 +45,7 @@ const (
 	durableAnalysis          = "analysis-jobs-submitted"
 	durablePlacementAnalyzed = "placement-jobs-analyzed"
 	durablePlacementNode     = "placement-topology-node"
-	durableOptimizerDecided  = "optimizer-placement-decided"
+	durableOptimizerDecided  = "optimizer-placement"
 
 	subjectSubmitted = "toposched.jobs.submitted"
 	subjectDecided   = "toposched.placement.decided"

@@ -147,6 +147,35 @@ func Handle[T any](r *Router, h Handler[T]) {
 	})
 }
 
+// DomainHandler handles every event of one domain on one durable
+// consumer, in stream order: for a consumer whose state depends on the
+// order between event types (a decision, then the release of its GPUs,
+// then a decision that reuses them), which separate consumers per type
+// cannot promise.
+type DomainHandler struct {
+	Name   string
+	Domain string
+	// Fn gets each event's envelope, name and body; it decodes with Decode.
+	Fn func(ctx context.Context, env events.Envelope, name events.Name, body []byte) error
+}
+
+// HandleDomain registers h on the router. It takes one message at a time,
+// so handling follows the stream's order.
+func HandleDomain(r *Router, h DomainHandler) {
+	sub := &subscriber{
+		b: r.b, durable: h.Name, concurrency: 1, nakDelay: 2 * time.Second,
+		log: r.log, closing: make(chan struct{}),
+	}
+	r.r.AddConsumerHandler(h.Name, r.b.Subjects.Domain(h.Domain), sub, func(m *message.Message) error {
+		env, body, err := r.b.envelopeOf(m)
+		if err != nil {
+			return fmt.Errorf("envelope: %w", err)
+		}
+		name, _ := events.NameOfCEType(env.Type)
+		return h.Fn(WithCause(m.Context(), env), env, name, body)
+	})
+}
+
 // envelopeOf reads the CloudEvents envelope from a message's metadata,
 // fills in what a bare publisher left out, and writes it back so that a dead
 // letter carries the full envelope.

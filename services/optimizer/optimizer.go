@@ -16,11 +16,10 @@ import (
 	"github.com/toposched/toposched/events/bus"
 )
 
-// Durable consumer names: part of the wire contract.
-const (
-	HandlerDecided  = "optimizer-placement-decided"
-	HandlerReleased = "optimizer-placement-released"
-)
+// HandlerPlacement is the durable consumer of the placement stream: part
+// of the wire contract. One consumer, not one per event type, because the
+// working set depends on the order of decisions and releases.
+const HandlerPlacement = "optimizer-placement"
 
 // Service is the optimizer.
 type Service struct {
@@ -48,10 +47,29 @@ func New(log *slog.Logger) *Service {
 	}
 }
 
-// Register adds the service's handlers to r.
+// Register adds the service's handler to r.
 func (s *Service) Register(r *bus.Router) {
-	bus.Handle(r, bus.Handler[events.PlacementDecided]{Name: HandlerDecided, Event: events.NamePlacementDecided, Fn: s.OnDecided})
-	bus.Handle(r, bus.Handler[events.PlacementReleased]{Name: HandlerReleased, Event: events.NamePlacementReleased, Fn: s.OnReleased})
+	bus.HandleDomain(r, bus.DomainHandler{Name: HandlerPlacement, Domain: "placement", Fn: s.onPlacement})
+}
+
+// onPlacement takes the placement stream in order: decisions and releases
+// update the working set; waits and rejections do not concern it.
+func (s *Service) onPlacement(ctx context.Context, env events.Envelope, name events.Name, body []byte) error {
+	switch name {
+	case events.NamePlacementDecided:
+		var d events.PlacementDecided
+		if err := bus.Decode(name, body, &d); err != nil {
+			return err
+		}
+		return s.OnDecided(ctx, env, &d)
+	case events.NamePlacementReleased:
+		var rel events.PlacementReleased
+		if err := bus.Decode(name, body, &rel); err != nil {
+			return err
+		}
+		return s.OnReleased(ctx, env, &rel)
+	}
+	return nil
 }
 
 // OnDecided adds a placement to the working set.
