@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -185,7 +186,7 @@ func (s *Service) applyFabric(ev events.TopologyFabric) error {
 // retry from the queue, which publishes nothing while the job still waits.
 // It reports whether the job left the queue.
 func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, error) {
-	res, err := s.decide(ctx, job.Spec)
+	res, base, err := s.decide(ctx, job.Spec)
 	if err != nil {
 		return false, err
 	}
@@ -202,7 +203,7 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 		d := blind.Decide(job.ID, res.GPUs, s.strategy)
 		d.DecidedAt = s.now().UTC()
 		launch.Fill(&d, s.store.Snapshot())
-		d.Prediction, d.Baseline = s.predict(before, job.Spec, res.GPUs)
+		d.Prediction, d.Baseline = s.predict(before, job.Spec, res.GPUs, base)
 		if _, err := s.bus.Publish(ctx, &d); err != nil {
 			if _, rerr := s.store.Release(job.ID); rerr != nil {
 				return false, errors.Join(err, fmt.Errorf("roll back reservation of %s: %w", job.ID, rerr))
@@ -238,41 +239,50 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 // on separate consumers, and a job must not be rejected for lack of a node
 // whose report is already stored but not yet handled. With no topology at
 // all, a job waits rather than being rejected.
-func (s *Service) decide(ctx context.Context, job events.JobAnalyzed) (blind.Result, error) {
-	res := s.run(s.store.Snapshot(), job)
+func (s *Service) decide(ctx context.Context, job events.JobAnalyzed) (res, base blind.Result, err error) {
+	res, base = s.run(s.store.Snapshot(), job)
 	if res.Verdict != blind.Never {
-		return res, nil
+		return res, base, nil
 	}
 	if _, _, err := s.catchUpTopology(ctx); err != nil {
-		return res, bus.Transient(err)
+		return res, base, bus.Transient(err)
 	}
 	snap := s.store.Snapshot()
-	if res = s.run(snap, job); res.Verdict != blind.Never {
-		return res, nil
+	if res, base = s.run(snap, job); res.Verdict != blind.Never {
+		return res, base, nil
 	}
 	for range snap.EachNode() {
-		return res, nil
+		return res, base, nil
 	}
 	return blind.Result{Verdict: blind.Wait, Reasons: []events.Reason{{
 		Code: "no_topology", Field: "gpus",
 		Message: "no node has reported yet; the job waits for the cluster's topology",
-	}}}, nil
+	}}}, base, nil
 }
 
-// run places with the configured strategy.
-func (s *Service) run(snap *store.Snapshot, job events.JobAnalyzed) blind.Result {
+// run places with the configured strategy, and returns the blind
+// baseline's decision on the same snapshot beside it.
+func (s *Service) run(snap *store.Snapshot, job events.JobAnalyzed) (res, base blind.Result) {
 	if s.strategy == StrategyBlind {
-		return blind.Place(snap, job)
+		res = blind.Place(snap, job)
+		return res, res
 	}
-	return aware.Place(snap, job, aware.Options{Fabric: s.fabric})
+	return aware.PlaceWithBaseline(snap, job, aware.Options{Fabric: s.fabric})
 }
 
 // predict scores the chosen GPUs and, as the baseline, what blind first
-// fit would take on the same state (before the reservation), with the same
-// cost model.
-func (s *Service) predict(before *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey) (ours, base *events.Prediction) {
+// fit took on the same state (before the reservation), with the same cost
+// model.
+func (s *Service) predict(before *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, b blind.Result) (ours, base *events.Prediction) {
 	ours = s.prediction(before, job, gpus, s.strategy)
-	if b := blind.Place(before, job); b.Verdict == blind.Placed {
+	switch {
+	case b.Verdict != blind.Placed:
+	case slices.Equal(b.GPUs, gpus) && ours != nil:
+		// The same GPUs in the same order: the same prediction.
+		copied := *ours
+		copied.Strategy = StrategyBlind
+		base = &copied
+	default:
 		base = s.prediction(before, job, b.GPUs, StrategyBlind)
 	}
 	return ours, base

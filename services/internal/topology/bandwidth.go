@@ -26,6 +26,18 @@ type Bandwidths struct {
 	LatencyUS map[Class]float64 `json:"-"`
 }
 
+// defaults is the shared, never modified table that a nil *Bandwidths
+// means: building one allocates maps, and paths are asked for in hot loops.
+var defaults = DefaultBandwidths()
+
+// orDefaults returns b, or the shared defaults when b is nil.
+func orDefaults(b *Bandwidths) *Bandwidths {
+	if b == nil {
+		return defaults
+	}
+	return b
+}
+
 // DefaultBandwidths returns the documented defaults.
 func DefaultBandwidths() *Bandwidths {
 	return &Bandwidths{

@@ -731,9 +731,7 @@ func (f *Fabric) Domains(node string) []string {
 // non-blocking leaf. Nodes with no common switch give NET with bandwidth
 // and latency 0.
 func GPUPath(f *Fabric, na *Node, ga int, nb *Node, gb int, bw *Bandwidths) Path {
-	if bw == nil {
-		bw = DefaultBandwidths()
-	}
+	bw = orDefaults(bw)
 	if na == nb || (na.Name != "" && na.Name == nb.Name) {
 		if na.GPUPaths == nil {
 			gbps, lat := bw.Of(Link{Class: PHB}, na.NVLinkGen, na.PCIeGen)

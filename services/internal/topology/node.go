@@ -99,9 +99,7 @@ type Path struct {
 // Path returns the best path between GPUs a and b (by position).
 func (n *Node) Path(a, b int, bw *Bandwidths) Path {
 	l := n.GPUPaths[a][b]
-	if bw == nil {
-		bw = DefaultBandwidths()
-	}
+	bw = orDefaults(bw)
 	gbps, lat := bw.Of(l, n.NVLinkGen, n.PCIeGen)
 	return Path{Link: l, BandwidthGBps: gbps, LatencyUS: lat}
 }

@@ -114,10 +114,23 @@ func candidates(snap *store.Snapshot, model string, filter func(store.Node) bool
 
 // Place decides where a job runs, topology-aware (see the package doc).
 func Place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) Result {
-	base := blind.Place(snap, job)
+	ours, _ := PlaceWithBaseline(snap, job, opts)
+	return ours
+}
+
+// PlaceWithBaseline is Place, also returning what blind first fit decided
+// on the same snapshot: Place runs it anyway (for its reasons why a job
+// can never fit or must wait), and the decision reports it as the
+// baseline, so the cluster is walked once for both.
+func PlaceWithBaseline(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (ours, base Result) {
+	base = blind.Place(snap, job)
 	if base.Verdict != blind.Placed {
-		return base
+		return base, base
 	}
+	return place(snap, job, opts), base
+}
+
+func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) Result {
 	n, gpn, model := job.Job.GPUs, job.Job.GPUsPerNode, job.Job.GPUModel
 	cands, total := candidates(snap, model, opts.Filter)
 	if wait, ok := filterWait(cands, total, n, gpn, model); ok {
