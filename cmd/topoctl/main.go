@@ -62,6 +62,7 @@ placement.rejected.`,
 	_ = pf.MarkHidden("output")
 	root.AddCommand(newSubmit(g), newWatch(g), newFinish(g), newTopology(g))
 	root.AddCommand(newPolicy(g))
+	root.AddCommand(newPlace(g))
 	return root
 }
 

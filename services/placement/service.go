@@ -289,10 +289,19 @@ func (s *Service) predict(before *store.Snapshot, job events.JobAnalyzed, gpus [
 }
 
 func (s *Service) prediction(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, strategy string) *events.Prediction {
-	r, err := aware.Predict(snap, job, gpus, s.fabric)
+	p, err := predictionOf(snap, job, gpus, s.fabric, strategy)
 	if err != nil {
 		s.log.Warn("prediction failed", "job_id", job.Job.JobID, "strategy", strategy, "err", err)
-		return nil
+	}
+	return p
+}
+
+// predictionOf is the cost model's prediction for a job on the given GPUs,
+// per kind of group the slowest group (they run side by side).
+func predictionOf(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, fabric *topology.Fabric, strategy string) (*events.Prediction, error) {
+	r, err := aware.Predict(snap, job, gpus, fabric)
+	if err != nil {
+		return nil, err
 	}
 	p := &events.Prediction{Strategy: strategy, CommSecondsPerStep: r.CommSeconds, CommFraction: r.CommFraction, SpeedUp: r.SpeedUp}
 	at := map[string]int{}
@@ -307,7 +316,7 @@ func (s *Service) prediction(snap *store.Snapshot, job events.JobAnalyzed, gpus 
 			p.Groups[i].SecondsPerStep, p.Groups[i].Algorithm = g.StepSeconds, string(g.Result.Algorithm)
 		}
 	}
-	return p
+	return p, nil
 }
 
 // retryPending tries every queued job in queue order. A job asking for

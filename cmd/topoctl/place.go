@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/client"
+	"github.com/toposched/toposched/services/discovery"
+	"github.com/toposched/toposched/services/placement"
+)
+
+func newPlace(g *globals) *cobra.Command {
+	var dryRun bool
+	var cluster, occupiedFile, strategy string
+	cmd := &cobra.Command{
+		Use:   "place --dry-run --cluster FILE [--occupied FILE] [--strategy topology-aware|blind|exhaustive] JOBFILE",
+		Short: "Decide where a job would go, offline, and print the decision as placement.decided carries it",
+		Long: `place --dry-run decides offline, with no operator running: the cluster of
+--cluster, the GPUs of --occupied already in use (YAML or JSON: a list of
+{node, gpus: [indices]}), and the job of JOBFILE. It prints the decision
+exactly as placement.decided would carry it (-o json), with
+prediction.comm_seconds_per_step and baseline.comm_seconds_per_step, or the
+rejection or wait with every reason.
+
+exhaustive is the optimum under the cost model, for jobs small enough to
+enumerate; bigger ones are refused with a clear message.`,
+		Example: "  topoctl place --dry-run --cluster deploy/examples/cluster.yaml deploy/examples/jobs/bert-ddp8.yaml -o json",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !dryRun {
+				return errors.New("place: only --dry-run is supported; submit jobs with topoctl submit")
+			}
+			if cluster == "" {
+				return errors.New("place: --cluster is required")
+			}
+			c, err := discovery.LoadCluster(cluster)
+			if err != nil {
+				return err
+			}
+			var occupied []placement.Occupied
+			if occupiedFile != "" {
+				data, err := os.ReadFile(occupiedFile)
+				if err != nil {
+					return fmt.Errorf("place: --occupied: %w", err)
+				}
+				dec := yaml.NewDecoder(bytes.NewReader(data))
+				dec.KnownFields(true)
+				if err := dec.Decode(&occupied); err != nil {
+					return fmt.Errorf("place: %s: %w", occupiedFile, err)
+				}
+			}
+			job, err := client.LoadJob(args[0])
+			if err != nil {
+				return err
+			}
+			name, v, err := placement.DryRun(c, occupied, *job, strategy)
+			if err != nil {
+				return err
+			}
+			if g.format == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(v)
+			}
+			o := client.Outcome{Name: name}
+			switch x := v.(type) {
+			case *events.PlacementDecided:
+				o.Decided = x
+			case *events.PlacementPending:
+				o.Pending = x
+			case *events.PlacementRejected:
+				o.Rejected = x
+			}
+			return client.WriteOutcome(cmd.OutOrStdout(), o)
+		},
+	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "decide offline and print the decision (required)")
+	cmd.Flags().StringVar(&cluster, "cluster", "", "cluster file (YAML or JSON)")
+	cmd.Flags().StringVar(&occupiedFile, "occupied", "", "GPUs already in use: a list of {node, gpus: [indices]}")
+	cmd.Flags().StringVar(&strategy, "strategy", placement.StrategyTopologyAware, "topology-aware, blind or exhaustive")
+	return cmd
+}

@@ -1,0 +1,117 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/services/analysis"
+	"github.com/toposched/toposched/services/discovery"
+	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/services/placement/aware"
+	"github.com/toposched/toposched/services/placement/blind"
+	"github.com/toposched/toposched/services/placement/launch"
+)
+
+// StrategyExhaustive is the optimum under the cost model, for dry runs of
+// jobs small enough to enumerate.
+const StrategyExhaustive = "exhaustive"
+
+// Occupied lists GPUs already in use on a node, for a dry run.
+type Occupied struct {
+	Node string `json:"node" yaml:"node"`
+	GPUs []int  `json:"gpus" yaml:"gpus"`
+}
+
+// DryRun decides offline, with no operator running: the cluster as a
+// cluster file describes it, the occupied GPUs held, and one job. The
+// outcome is exactly what placement would publish.
+func DryRun(c discovery.Cluster, occupied []Occupied, job events.JobSubmitted, strategy string) (events.Name, any, error) {
+	st, err := store.New()
+	if err != nil {
+		return "", nil, err
+	}
+	for _, n := range c.Nodes {
+		if err := st.UpsertNode(n); err != nil {
+			return "", nil, fmt.Errorf("dry run: %w", err)
+		}
+	}
+	var fabric *topology.Fabric
+	if len(c.Fabric.Switches) > 0 {
+		if fabric, err = topology.NewFabric(c.Fabric); err != nil {
+			return "", nil, fmt.Errorf("dry run: %w", err)
+		}
+		domains := map[string][]string{}
+		for _, n := range c.Nodes {
+			domains[n.Name] = fabric.Domains(n.Name)
+		}
+		if err := st.UpsertFabric(domains); err != nil {
+			return "", nil, fmt.Errorf("dry run: %w", err)
+		}
+	}
+	var held []store.GPUKey
+	for _, o := range occupied {
+		for _, g := range o.GPUs {
+			held = append(held, store.GPUKey{Node: o.Node, Index: g})
+		}
+	}
+	if len(held) > 0 {
+		if err := st.Allocate("(occupied)", held); err != nil {
+			return "", nil, fmt.Errorf("dry run: occupied GPUs: %w", err)
+		}
+	}
+	analyzed, reasons := analysis.Analyze(job)
+	if len(reasons) > 0 {
+		return events.NamePlacementRejected, &events.PlacementRejected{JobID: job.JobID, Reasons: reasons}, nil
+	}
+	snap := st.Snapshot()
+	var res, base blind.Result
+	switch strategy {
+	case StrategyBlind:
+		res = blind.Place(snap, analyzed)
+		base = res
+	case StrategyTopologyAware, "":
+		strategy = StrategyTopologyAware
+		res, base = aware.PlaceWithBaseline(snap, analyzed, aware.Options{Fabric: fabric})
+	case StrategyExhaustive:
+		base = blind.Place(snap, analyzed)
+		if base.Verdict != blind.Placed {
+			res = base
+			break
+		}
+		if res, err = aware.Exhaustive(snap, analyzed, aware.Options{Fabric: fabric}); err != nil {
+			return "", nil, err
+		}
+	default:
+		return "", nil, fmt.Errorf("strategy %q: expected %s, %s or %s", strategy, StrategyTopologyAware, StrategyBlind, StrategyExhaustive)
+	}
+	switch res.Verdict {
+	case blind.Never:
+		return events.NamePlacementRejected, &events.PlacementRejected{JobID: job.JobID, Reasons: res.Reasons}, nil
+	case blind.Wait:
+		return events.NamePlacementPending, &events.PlacementPending{JobID: job.JobID, Reasons: res.Reasons}, nil
+	case blind.Placed:
+	default:
+		return "", nil, errors.New("dry run: no verdict")
+	}
+	d := blind.Decide(job.JobID, res.GPUs, strategy)
+	d.DecidedAt = time.Now().UTC()
+	launch.Fill(&d, snap)
+	d.Prediction, err = predictionOf(snap, analyzed, res.GPUs, fabric, strategy)
+	if err != nil {
+		return "", nil, fmt.Errorf("dry run: %w", err)
+	}
+	if base.Verdict == blind.Placed {
+		if slices.Equal(base.GPUs, res.GPUs) {
+			copied := *d.Prediction
+			copied.Strategy = StrategyBlind
+			d.Baseline = &copied
+		} else if d.Baseline, err = predictionOf(snap, analyzed, base.GPUs, fabric, StrategyBlind); err != nil {
+			return "", nil, fmt.Errorf("dry run: %w", err)
+		}
+	}
+	return events.NamePlacementDecided, &d, nil
+}
