@@ -301,14 +301,16 @@ func BenchmarkPlace(b *testing.B) {
 	}
 }
 
-func TestPlaceFast(t *testing.T) {
+// A 64-GPU job on a half-full 10k-GPU cluster gets free, distinct GPUs.
+// Building the cluster takes seconds, so -short leaves it out; its speed is
+// measured by BenchmarkPlace, not asserted here.
+func TestPlaceOnTenThousandGPUs(t *testing.T) {
 	if testing.Short() {
-		t.Skip()
+		t.Skip("builds a 10k-GPU cluster; left out with -short")
 	}
 	snap := cluster(t, 1280, 0.5)
 	start := time.Now()
 	r := Place(snap, SyntheticJob("j", 64, 8, 1), Options{})
 	checkFree(t, snap, r, 64)
 	t.Logf("64-GPU job on 10k GPUs: %v", time.Since(start))
-	_ = slices.Clone(r.GPUs)
 }
