@@ -223,7 +223,95 @@ type PlacementDecided struct {
 	// cluster state (absent when blind could not place the job now).
 	Prediction *Prediction `json:"prediction,omitempty"`
 	Baseline   *Prediction `json:"baseline,omitempty"`
+	// Warnings are the placement policies' warn results on this placement.
+	Warnings []Reason `json:"warnings,omitempty"`
+	// Explanation says how the placement was chosen.
+	Explanation *Explanation `json:"explanation,omitempty"`
 }
+
+// Explanation says how placement reached its outcome: what it looked at,
+// what pruned the rest, and how the candidates scored.
+type Explanation struct {
+	// PolicyRevision is the policy set in force ("" when none).
+	PolicyRevision string `json:"policy_revision,omitempty"`
+	// NodesConsidered counts the nodes holding free GPUs of the job's model.
+	NodesConsidered int `json:"nodes_considered"`
+	// NodesDenied counts, per node-policy rule, the nodes it filtered out.
+	NodesDenied []NodeDenial `json:"nodes_denied,omitempty"`
+	// NodesReserved counts nodes held back for an older job (see
+	// Reservation in the placement package).
+	NodesReserved int `json:"nodes_reserved,omitempty"`
+	// Levels are the domain levels tried, smallest first, with how many
+	// domains of each level could have held the job.
+	Levels []LevelCount `json:"levels,omitempty"`
+	// Candidates are the placements scored, the chosen one first.
+	Candidates []CandidateScore `json:"candidates,omitempty"`
+}
+
+// NodeDenial counts the nodes one node-policy rule denied.
+type NodeDenial struct {
+	Policy string `json:"policy"`
+	Code   string `json:"code"`
+	// Example is the message of one of the denials.
+	Example string `json:"example"`
+	Nodes   int    `json:"nodes"`
+}
+
+// LevelCount is one level of domains (island, pcie, numa, node, leaf, pod,
+// core, cluster) and how many of its domains had room for the job.
+type LevelCount struct {
+	Level   string `json:"level"`
+	Domains int    `json:"domains"`
+	Fitting int    `json:"fitting"`
+}
+
+// CandidateScore is one candidate placement and how it fared.
+type CandidateScore struct {
+	// Domain is the smallest domain holding the candidate, such as
+	// leaf/l3 or node/dgx-001 (cluster when it spans the whole fabric).
+	Domain string `json:"domain"`
+	Nodes  int    `json:"nodes"`
+	Leaves int    `json:"leaves,omitempty"`
+	// CommSecondsPerStep is the cost model's prediction.
+	CommSecondsPerStep float64 `json:"comm_seconds_per_step"`
+	// Score is the placement policies' score (a penalty, added to Cost).
+	Score float64 `json:"score,omitempty"`
+	// Cost ranks the candidates: comm time relative to the fastest
+	// candidate (1 is the fastest) plus Score.
+	Cost float64 `json:"cost"`
+	// Outcome is chosen, denied (by a policy; see Reasons) or costlier.
+	Outcome string   `json:"outcome"`
+	Reasons []Reason `json:"reasons,omitempty"`
+}
+
+// Candidate outcomes.
+const (
+	OutcomeChosen   = "chosen"
+	OutcomeDenied   = "denied"
+	OutcomeCostlier = "costlier"
+)
+
+// Counterfactual names a change under which a waiting or rejected job
+// would fit.
+type Counterfactual struct {
+	// Kind is policy (a policy would have to allow it), jobs_finish (the
+	// jobs listed would have to finish) or capacity (more GPUs are needed
+	// than the cluster has, or the cluster less its unhealthy parts).
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+	// Policy is the policy package that stands in the way, for kind policy.
+	Policy string `json:"policy,omitempty"`
+	// Jobs are the running jobs whose end would let the job fit, for kind
+	// jobs_finish.
+	Jobs []string `json:"jobs,omitempty"`
+}
+
+// Counterfactual kinds.
+const (
+	CounterfactualPolicy     = "policy"
+	CounterfactualJobsFinish = "jobs_finish"
+	CounterfactualCapacity   = "capacity"
+)
 
 // Prediction is a placement's predicted communication per training step.
 type Prediction struct {
@@ -249,6 +337,8 @@ type Reason struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	// Policy is the policy package the reason comes from, where it does.
+	Policy string `json:"policy,omitempty"`
 }
 
 // PlacementPending says a job waits for GPUs (placement.pending); it is
@@ -256,6 +346,11 @@ type Reason struct {
 type PlacementPending struct {
 	JobID   string   `json:"job_id"`
 	Reasons []Reason `json:"reasons"`
+	// Counterfactuals say what would let the job fit, where placement
+	// found something.
+	Counterfactuals []Counterfactual `json:"counterfactuals,omitempty"`
+	// Explanation says what placement looked at, when it got that far.
+	Explanation *Explanation `json:"explanation,omitempty"`
 }
 
 // PlacementRejected says a job can never be placed or is invalid
@@ -263,6 +358,11 @@ type PlacementPending struct {
 type PlacementRejected struct {
 	JobID   string   `json:"job_id"`
 	Reasons []Reason `json:"reasons"`
+	// Counterfactuals say what would let the job fit, where placement
+	// found something.
+	Counterfactuals []Counterfactual `json:"counterfactuals,omitempty"`
+	// Explanation says what placement looked at, when it got that far.
+	Explanation *Explanation `json:"explanation,omitempty"`
 }
 
 // PlacementReleased records that a job's GPUs were freed
