@@ -11,6 +11,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/policies"
 	"github.com/toposched/toposched/services/internal/store"
 	"github.com/toposched/toposched/services/internal/topology"
 	"github.com/toposched/toposched/services/placement/aware"
@@ -42,6 +43,8 @@ type Service struct {
 	// fabric is the newest switch tree; nil until one is reported.
 	fabric   *topology.Fabric
 	strategy string
+	// policies is the policy set in force; nil means none.
+	policies *policies.Set
 }
 
 // Strategies.
@@ -59,6 +62,28 @@ func (s *Service) SetStrategy(name string) error {
 		return nil
 	}
 	return fmt.Errorf("strategy %q: expected %s or %s", name, StrategyTopologyAware, StrategyBlind)
+}
+
+// SetPolicies puts a compiled (and tested) policy set in force; nil turns
+// policies off. Decisions after it use the new set, and the pending jobs
+// are retried at once, since the new set may let some of them fit.
+func (s *Service) SetPolicies(ctx context.Context, set *policies.Set) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.policies = set
+	if set != nil {
+		s.log.Info("policy set in force", "set", set.String())
+	} else {
+		s.log.Info("policies off")
+	}
+	return s.retryPending(ctx)
+}
+
+// Policies returns the policy set in force (nil: none).
+func (s *Service) Policies() *policies.Set {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.policies
 }
 
 // New returns the placement service with an empty store.
