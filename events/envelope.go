@@ -137,6 +137,7 @@ func KeyOfBody(name Name, body []byte) string {
 		Node    string `json:"node"`
 		Name    string `json:"name"`
 		Cluster string `json:"cluster"`
+		Rev     string `json:"revision"`
 		Job     struct {
 			JobID string `json:"job_id"`
 		} `json:"job"`
@@ -158,11 +159,14 @@ func KeyOfBody(name Name, body []byte) string {
 		return probe.Node
 	case NameTopologyFabric:
 		return probe.Cluster
+	case NamePolicyApplied, NamePolicyRejected:
+		return probe.Rev
 	}
 	return ""
 }
 
-// KeyOf returns the ce-subject of an event value: its job id, node or cluster.
+// KeyOf returns the ce-subject of an event value: its job id, node, cluster
+// or policy revision.
 func KeyOf(v any) string {
 	switch e := v.(type) {
 	case *JobSubmitted:
@@ -185,6 +189,10 @@ func KeyOf(v any) string {
 		return e.Cluster
 	case *TopologyHealth:
 		return e.Node
+	case *PolicyApplied:
+		return e.Revision
+	case *PolicyRejected:
+		return e.Revision
 	}
 	return ""
 }

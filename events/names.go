@@ -24,6 +24,8 @@ const (
 	NameTopologyNode      Name = "topology.node"
 	NameTopologyFabric    Name = "topology.fabric"
 	NameTopologyHealth    Name = "topology.health"
+	NamePolicyApplied     Name = "policy.applied"
+	NamePolicyRejected    Name = "policy.rejected"
 )
 
 // Version is the schema version carried in every ce-type.
@@ -34,6 +36,7 @@ var Catalogue = []Name{
 	NameJobSubmitted, NameJobAnalyzed, NameJobFinished,
 	NamePlacementDecided, NamePlacementPending, NamePlacementRejected, NamePlacementReleased,
 	NameTopologyNode, NameTopologyFabric, NameTopologyHealth,
+	NamePolicyApplied, NamePolicyRejected,
 }
 
 // NodeScoped reports whether the event's subject ends in a node token.
@@ -41,7 +44,7 @@ func (n Name) NodeScoped() bool {
 	return n == NameTopologyNode || n == NameTopologyHealth
 }
 
-// Domain is the first token of the name: jobs, placement, topology.
+// Domain is the first token of the name: jobs, placement, topology, policy.
 func (n Name) Domain() string {
 	d, _, _ := strings.Cut(string(n), ".")
 	return d
@@ -91,6 +94,10 @@ func (n Name) New() any {
 		return new(TopologyFabric)
 	case NameTopologyHealth:
 		return new(TopologyHealth)
+	case NamePolicyApplied:
+		return new(PolicyApplied)
+	case NamePolicyRejected:
+		return new(PolicyRejected)
 	}
 	return nil
 }
@@ -118,6 +125,10 @@ func NameOf(v any) (Name, error) {
 		return NameTopologyFabric, nil
 	case *TopologyHealth, TopologyHealth:
 		return NameTopologyHealth, nil
+	case *PolicyApplied, PolicyApplied:
+		return NamePolicyApplied, nil
+	case *PolicyRejected, PolicyRejected:
+		return NamePolicyRejected, nil
 	}
 	return "", fmt.Errorf("events: %T is not in the catalogue", v)
 }

@@ -127,6 +127,10 @@ func (b *Bus) Conn() *nats.Conn { return b.nc }
 // JetStream is the underlying JetStream context.
 func (b *Bus) JetStream() jetstream.JetStream { return b.js }
 
+// Replicas is how many copies of each stream the bus asks for; buckets
+// created beside the streams (the policy KV) use it too.
+func (b *Bus) Replicas() int { return b.cfg.Replicas }
+
 // Close drains the connection: pending publishes are flushed first.
 func (b *Bus) Close() error {
 	if err := b.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
@@ -138,8 +142,9 @@ func (b *Bus) Close() error {
 	return nil
 }
 
-// Stream domains. The dead-letter stream keeps what no handler could take.
-var streamDomains = []string{"jobs", "placement", "topology", "dlq"}
+// Stream domains. The dead-letter stream keeps what no handler could take;
+// the policy stream, which sets were applied and refused.
+var streamDomains = []string{"jobs", "placement", "topology", "policy", "dlq"}
 
 // StreamName is the JetStream stream that holds a domain's subjects. Stream
 // names cannot hold dots, so they are not the subjects themselves.
@@ -165,6 +170,9 @@ func (b *Bus) streamConfig(domain string) jetstream.StreamConfig {
 		// A node's newest report is its description; keep a short history
 		// for health changes, which replay applies in order.
 		cfg.MaxMsgsPerSubject = 1024
+	case "policy":
+		// An audit trail of policy changes, not a log to replay: bounded.
+		cfg.MaxMsgsPerSubject = 4096
 	}
 	return cfg
 }
