@@ -1,0 +1,318 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+)
+
+// Job states of JobHistory.State, from the job's latest event.
+const (
+	StateSubmitted = "submitted" // published, not yet analysed
+	StateAnalyzed  = "analyzed"  // analysed, waiting for placement's answer
+	StatePending   = "pending"
+	StateDecided   = "decided"
+	StateRejected  = "rejected"
+	StateFinished  = "finished"
+)
+
+// HistoryEvent is one stored event about a job.
+type HistoryEvent struct {
+	Name events.Name `json:"event"`
+	ID   string      `json:"id"`
+	// Time is the event's ce-time (the publisher's clock); Stored is when
+	// JetStream stored it.
+	Time   time.Time `json:"time"`
+	Stored time.Time `json:"stored"`
+	Source string    `json:"source,omitempty"`
+	Stream string    `json:"stream"`
+	Seq    uint64    `json:"seq"`
+	// Data is a pointer to the event's Go type (*events.PlacementDecided
+	// and so on); nil when the body could not be read, see Error.
+	Data  any    `json:"data"`
+	Error string `json:"error,omitempty"`
+}
+
+// UnmarshalJSON decodes Data into the Go type of the event's name, so that
+// a history read back from JSON has the same shape as one read from NATS.
+func (e *HistoryEvent) UnmarshalJSON(b []byte) error {
+	type plain HistoryEvent
+	var raw struct {
+		plain
+		Data json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*e = HistoryEvent(raw.plain)
+	e.Data = nil
+	if v := raw.Name.New(); v != nil && len(raw.Data) > 0 && string(raw.Data) != "null" {
+		if err := json.Unmarshal(raw.Data, v); err != nil {
+			return fmt.Errorf("%s data: %w", raw.Name, err)
+		}
+		e.Data = v
+	}
+	return nil
+}
+
+// JobHistory is every event about one job, in the order JetStream stored
+// them, and the state they leave the job in.
+type JobHistory struct {
+	JobID string `json:"job_id"`
+	// State is one of the State constants; Since is the time of the event
+	// that put the job in it.
+	State string    `json:"state"`
+	Since time.Time `json:"since"`
+	// Status is how the job ended, for state finished.
+	Status string         `json:"status,omitempty"`
+	Events []HistoryEvent `json:"events"`
+}
+
+// UnknownJobError says no event names the job.
+type UnknownJobError struct {
+	JobID, Prefix string
+}
+
+func (e *UnknownJobError) Error() string {
+	return fmt.Sprintf("no events for job %s on %s", e.JobID, e.Prefix)
+}
+
+// ErrUnknownJob matches an *UnknownJobError with errors.Is.
+var ErrUnknownJob = errors.New("unknown job")
+
+// Is makes errors.Is(err, ErrUnknownJob) hold.
+func (e *UnknownJobError) Is(target error) bool { return target == ErrUnknownJob }
+
+// historyDomains are the streams that hold a job's events.
+var historyDomains = []string{"jobs", "placement"}
+
+// History reads every event about jobID from the jobs and placement streams
+// as they stand when it starts. The event subjects do not carry the job id,
+// and JetStream cannot filter a consumer by header, so each stream is read
+// once, in order, by an ordered consumer; only the messages whose ce-subject
+// header (or, for a message published without one, the body's job id) names
+// the job are decoded. The two streams are read side by side and merged by
+// the time JetStream stored each event. A job no event names gives an
+// *UnknownJobError.
+func History(ctx context.Context, b *bus.Bus, jobID string) (*JobHistory, error) {
+	type result struct {
+		evs []HistoryEvent
+		err error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make([]chan result, len(historyDomains))
+	for i, d := range historyDomains {
+		results[i] = make(chan result, 1)
+		go func() {
+			evs, err := streamHistory(ctx, b, d, jobID)
+			results[i] <- result{evs, err}
+		}()
+	}
+	h := &JobHistory{JobID: jobID}
+	var errs []error
+	for _, c := range results {
+		r := <-c
+		if r.err != nil {
+			cancel() // the other stream's reading is of no use now
+			errs = append(errs, r.err)
+		}
+		h.Events = append(h.Events, r.evs...)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("history of %s: %w", jobID, err)
+	}
+	if len(h.Events) == 0 {
+		return nil, &UnknownJobError{JobID: jobID, Prefix: b.Subjects.Prefix}
+	}
+	// Stable: on equal times the jobs stream, where causes live, comes first.
+	slices.SortStableFunc(h.Events, func(a, b HistoryEvent) int { return a.Stored.Compare(b.Stored) })
+	h.settle()
+	return h, nil
+}
+
+// streamHistory reads one domain's stream up to its last message at the
+// start and keeps the events about jobID.
+func streamHistory(ctx context.Context, b *bus.Bus, domain, jobID string) ([]HistoryEvent, error) {
+	name := b.StreamName(domain)
+	stream, err := b.JetStream().Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil // nothing was ever published there
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	state := stream.CachedInfo().State
+	if state.Msgs == 0 {
+		return nil, nil
+	}
+	last := state.LastSeq
+	// The server drops the ephemeral consumer soon after a reader dies;
+	// a reader that ends deletes it at once, as an explain is short.
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: 30 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	defer func() {
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = stream.DeleteConsumer(dctx, info.Name)
+			cancel()
+		}
+	}()
+	// A deep pull buffer keeps the server streaming while we filter.
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	defer it.Stop()
+	var evs []HistoryEvent
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", name, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", name, err)
+		}
+		if about(b.Subjects, m, jobID) {
+			evs = append(evs, historyEvent(b.Subjects, m, md))
+		}
+		// The end is the last message stored when we started; NumPending 0
+		// also ends it should that message have been deleted since.
+		if md.Sequence.Stream >= last || md.NumPending == 0 {
+			return evs, nil
+		}
+	}
+}
+
+// about reports whether a message is about the job, looking at the body
+// only when the publisher left out the ce-subject header.
+func about(subjects events.Subjects, m jetstream.Msg, jobID string) bool {
+	if s, ok := header(m.Headers(), events.HeaderSubject); ok {
+		return s == jobID
+	}
+	name, ok := subjects.NameOfSubject(m.Subject())
+	return ok && events.KeyOfBody(name, m.Data()) == jobID
+}
+
+// header reads a header the bus writes in lower case, in any case a
+// hand-written publisher chose.
+func header(h nats.Header, key string) (string, bool) {
+	if v := h[key]; len(v) > 0 {
+		return v[0], true
+	}
+	for k, v := range h {
+		if len(v) > 0 && strings.EqualFold(k, key) {
+			return v[0], true
+		}
+	}
+	return "", false
+}
+
+// historyEvent decodes a message about the job. The body is not checked
+// against its schema: a malformed submission is part of what happened.
+func historyEvent(subjects events.Subjects, m jetstream.Msg, md *jetstream.MsgMetadata) HistoryEvent {
+	h := make(map[string]string, len(m.Headers()))
+	for k, v := range m.Headers() {
+		if len(v) > 0 {
+			h[strings.ToLower(k)] = v[0]
+		}
+	}
+	e := HistoryEvent{Stored: md.Timestamp, Stream: md.Stream, Seq: md.Sequence.Stream}
+	env, name, err := events.ParseEnvelope(subjects, h, m.Data(),
+		events.Delivery{Subject: m.Subject(), Stream: md.Stream, Seq: md.Sequence.Stream, Time: md.Timestamp})
+	if err != nil {
+		e.Name, e.ID, e.Time, e.Error = events.Name(m.Subject()), fmt.Sprintf("%s-%d", md.Stream, md.Sequence.Stream), md.Timestamp, err.Error()
+		return e
+	}
+	e.Name, e.ID, e.Time, e.Source = name, env.ID, env.Time, env.Source
+	v := name.New()
+	if err := json.Unmarshal(m.Data(), v); err != nil {
+		e.Error = fmt.Sprintf("unreadable body: %v", err)
+		return e
+	}
+	e.Data = v
+	return e
+}
+
+// settle sets the state the events leave the job in, by the rules the
+// placement service applies: a second submission counts only after a
+// rejection, and a finish only for a job placement has placed or queued
+// (placement.released confirms it).
+func (h *JobHistory) settle() {
+	for _, e := range h.Events {
+		switch d := e.Data.(type) {
+		case *events.JobSubmitted:
+			if h.State != "" && h.State != StateRejected {
+				continue // a duplicate, ignored by placement
+			}
+			h.State, h.Status = StateSubmitted, ""
+		case *events.JobAnalyzed:
+			if h.State != StateSubmitted {
+				continue
+			}
+			h.State = StateAnalyzed
+		case *events.PlacementPending:
+			h.State = StatePending
+		case *events.PlacementDecided:
+			h.State = StateDecided
+		case *events.PlacementRejected:
+			h.State = StateRejected
+		case *events.JobFinished:
+			if h.State != StateDecided && h.State != StatePending {
+				continue // placement ignores it
+			}
+			h.State, h.Status = StateFinished, d.Status
+		case *events.PlacementReleased:
+			if h.State == StateFinished {
+				continue // the release of the finish just seen
+			}
+			h.State, h.Status = StateFinished, d.Status
+		default:
+			continue
+		}
+		h.Since = e.Time
+	}
+}
+
+// LastOutcome is the job's latest decision, wait or rejection, or nil.
+func (h *JobHistory) LastOutcome() *HistoryEvent {
+	for i := len(h.Events) - 1; i >= 0; i-- {
+		switch h.Events[i].Data.(type) {
+		case *events.PlacementDecided, *events.PlacementPending, *events.PlacementRejected:
+			return &h.Events[i]
+		}
+	}
+	return nil
+}
+
+// Submission is the job as last submitted, or nil.
+func (h *JobHistory) Submission() *events.JobSubmitted {
+	var job *events.JobSubmitted
+	for _, e := range h.Events {
+		switch d := e.Data.(type) {
+		case *events.JobSubmitted:
+			job = d
+		case *events.JobAnalyzed:
+			if job == nil {
+				job = &d.Job
+			}
+		}
+	}
+	return job
+}

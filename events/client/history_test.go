@@ -1,0 +1,275 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/events/eventstest"
+)
+
+func decision(jobID string, nodes, perNode int) *events.PlacementDecided {
+	d := &events.PlacementDecided{JobID: jobID, Strategy: "topology-aware", DecidedAt: time.Date(2025, 1, 2, 10, 0, 0, 0, time.UTC)}
+	for n := range nodes {
+		node := fmt.Sprintf("dgx-%03d", n+1)
+		np := events.NodePlacement{Node: node, CUDAVisibleDevices: "0,1,2,3,4,5,6,7"[:2*perNode-1]}
+		for g := range perNode {
+			np.GPUs = append(np.GPUs, g)
+			d.Ranks = append(d.Ranks, events.RankPlacement{Rank: n*perNode + g, Node: node, GPU: g, LocalRank: g})
+		}
+		d.Nodes = append(d.Nodes, np)
+	}
+	return d
+}
+
+func submission(jobID string) *events.JobSubmitted {
+	return &events.JobSubmitted{JobID: jobID, GPUs: 8, Parallelism: &events.Parallelism{TP: 8}}
+}
+
+func publish(t testing.TB, ctx context.Context, b *bus.Bus, vs ...any) {
+	t.Helper()
+	for _, v := range vs {
+		if _, err := b.Publish(ctx, v); err != nil {
+			t.Fatalf("publish %T: %v", v, err)
+		}
+	}
+}
+
+func names(h *JobHistory) []events.Name {
+	var ns []events.Name
+	for _, e := range h.Events {
+		ns = append(ns, e.Name)
+	}
+	return ns
+}
+
+func TestHistory(t *testing.T) {
+	t.Parallel()
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "history-test")
+	ctx := eventstest.Context(t, 30*time.Second)
+
+	// An unknown job, on streams that exist but are empty.
+	if _, err := History(ctx, b, "nobody"); !errors.Is(err, ErrUnknownJob) || err.Error() != "no events for job nobody on toposched" {
+		t.Fatalf("empty streams: %v", err)
+	}
+
+	// The job waits many times while other jobs come and go around it,
+	// is decided, then finished.
+	publish(t, ctx, b, submission("target"), submission("other-0"))
+	const waits = 150
+	for i := range waits {
+		other := fmt.Sprintf("other-%d", i)
+		publish(t, ctx, b,
+			&events.PlacementPending{JobID: "target", Reasons: []events.Reason{{Code: "insufficient_free_gpus", Message: fmt.Sprintf("wait %d", i)}}},
+			decision(other, 1, 8),
+			&events.JobFinished{JobID: other, Status: events.StatusSucceeded},
+			&events.PlacementReleased{JobID: other, Status: events.StatusSucceeded},
+			submission(fmt.Sprintf("other-%d", i+1)),
+		)
+	}
+	// A message published by hand, without CloudEvents headers: the job id
+	// comes from the body. Another with the header in another case.
+	raw := func(subject string, h nats.Header, body string) {
+		t.Helper()
+		m := nats.NewMsg(subject)
+		m.Header, m.Data = h, []byte(body)
+		if _, err := b.JetStream().PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw("toposched.jobs.submitted", nil, `{"job_id":"target","gpus":8}`)
+	raw("toposched.jobs.submitted", nats.Header{"Ce-Subject": {"target"}}, `{"job_id":"target","gpus":8}`)
+	raw("toposched.jobs.submitted", nats.Header{"Ce-Subject": {"other-x"}}, `{"job_id":"target","gpus":8}`)
+	publish(t, ctx, b, decision("target", 2, 8), &events.JobFinished{JobID: "target", Status: events.StatusFailed},
+		&events.PlacementReleased{JobID: "target", Status: events.StatusFailed})
+
+	h, err := History(ctx, b, "target")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []events.Name{events.NameJobSubmitted}
+	for range waits {
+		want = append(want, events.NamePlacementPending)
+	}
+	want = append(want, events.NameJobSubmitted, events.NameJobSubmitted,
+		events.NamePlacementDecided, events.NameJobFinished, events.NamePlacementReleased)
+	if got := names(h); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("events\n got %v\nwant %v", got, want)
+	}
+	for i, e := range h.Events {
+		if e.Data == nil || e.Error != "" || events.KeyOf(e.Data) != "target" {
+			t.Fatalf("event %d: %+v", i, e)
+		}
+		if i > 0 && e.Stored.Before(h.Events[i-1].Stored) {
+			t.Fatalf("event %d stored before its predecessor", i)
+		}
+	}
+	if p := h.Events[waits].Data.(*events.PlacementPending); p.Reasons[0].Message != fmt.Sprintf("wait %d", waits-1) {
+		t.Errorf("last wait %+v", p)
+	}
+	if h.State != StateFinished || h.Status != events.StatusFailed || !h.Since.Equal(h.Events[len(h.Events)-2].Time) {
+		t.Errorf("state %s %s since %v", h.State, h.Status, h.Since)
+	}
+	if o := h.LastOutcome(); o == nil || o.Name != events.NamePlacementDecided {
+		t.Errorf("last outcome %+v", o)
+	}
+	// Reading leaves no consumer behind.
+	for _, d := range historyDomains {
+		s, err := b.JetStream().Stream(ctx, b.StreamName(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := s.CachedInfo().State.Consumers; n != 0 {
+			t.Errorf("stream %s: %d consumers left", d, n)
+		}
+	}
+
+	// Another job's history holds only its own events.
+	h, err = History(ctx, b, "other-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(names(h)); got != "[jobs.submitted placement.decided jobs.finished placement.released]" {
+		t.Errorf("other-7: %s", got)
+	}
+
+	// JSON round trip keeps the typed data.
+	data, err := json.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back JobHistory
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := back.Events[1].Data.(*events.PlacementDecided); !ok || d.JobID != "other-7" || back.State != StateFinished {
+		t.Errorf("round trip: %+v", back.Events[1])
+	}
+
+	// A cancelled context ends the reading with its error.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := History(cctx, b, "target"); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
+	}
+}
+
+// TestHistoryNoStreams: before any service created the streams, a job is
+// simply unknown.
+func TestHistoryNoStreams(t *testing.T) {
+	t.Parallel()
+	srv := eventstest.Server(t)
+	ctx := eventstest.Context(t, 30*time.Second)
+	b, err := bus.Connect(ctx, bus.Config{URL: srv.ClientURL(), Prefix: "elsewhere", SkipStreams: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	if _, err := History(ctx, b, "j"); err == nil || err.Error() != "no events for job j on elsewhere" {
+		t.Fatalf("no streams: %v", err)
+	}
+}
+
+func TestSettle(t *testing.T) {
+	t.Parallel()
+	at := func(m int) time.Time { return time.Date(2025, 1, 2, 10, m, 0, 0, time.UTC) }
+	sub := submission("j")
+	an := &events.JobAnalyzed{Job: *sub}
+	pend := &events.PlacementPending{JobID: "j"}
+	dec := decision("j", 1, 8)
+	rej := &events.PlacementRejected{JobID: "j"}
+	fin := &events.JobFinished{JobID: "j", Status: events.StatusCancelled}
+	rel := &events.PlacementReleased{JobID: "j", Status: events.StatusCancelled}
+	tests := []struct {
+		name   string
+		evs    []any
+		state  string
+		status string
+		since  int // minute of the event that set the state
+	}{
+		{"submitted", []any{sub}, StateSubmitted, "", 0},
+		{"analyzed", []any{sub, an}, StateAnalyzed, "", 1},
+		{"pending", []any{sub, an, pend, pend}, StatePending, "", 3},
+		{"decided after waiting", []any{sub, an, pend, dec}, StateDecided, "", 3},
+		{"duplicate submission ignored", []any{sub, an, dec, sub, an}, StateDecided, "", 2},
+		{"rejected", []any{sub, an, rej}, StateRejected, "", 2},
+		{"resubmitted after rejection", []any{sub, an, rej, sub}, StateSubmitted, "", 3},
+		{"finish of a rejected job ignored", []any{sub, rej, fin}, StateRejected, "", 1},
+		{"finished", []any{sub, an, dec, fin, rel}, StateFinished, events.StatusCancelled, 3},
+		{"withdrawn while pending", []any{sub, an, pend, fin, rel}, StateFinished, events.StatusCancelled, 3},
+		{"released without its finish", []any{sub, an, dec, rel}, StateFinished, events.StatusCancelled, 3},
+		{"finish before placement knew the job", []any{sub, fin, an, dec}, StateDecided, "", 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := &JobHistory{JobID: "j"}
+			for i, v := range tc.evs {
+				name, _ := events.NameOf(v)
+				h.Events = append(h.Events, HistoryEvent{Name: name, Time: at(i), Data: v})
+			}
+			h.settle()
+			if h.State != tc.state || h.Status != tc.status || !h.Since.Equal(at(tc.since)) {
+				t.Errorf("got %s %q since %v; want %s %q since %v", h.State, h.Status, h.Since, tc.state, tc.status, at(tc.since))
+			}
+		})
+	}
+}
+
+// BenchmarkHistory reads one job's events out of 20,000 stored events of
+// 5,000 jobs (submitted, analyzed, decided, released), the decisions of
+// 16 ranks each.
+func BenchmarkHistory(b *testing.B) {
+	srv := eventstest.Server(b)
+	bs := eventstest.Bus(b, srv.ClientURL(), "history-bench")
+	ctx := eventstest.Context(b, 5*time.Minute)
+	js := bs.JetStream()
+	const jobs = 5000
+	send := func(v any) {
+		name, _ := events.NameOf(v)
+		key := events.KeyOf(v)
+		body, err := json.Marshal(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m := nats.NewMsg(bs.Subjects.Of(name))
+		for k, v := range bs.Envelope(ctx, name, key).Headers() {
+			m.Header.Set(k, v)
+		}
+		m.Data = body
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range jobs {
+		id := fmt.Sprintf("job-%05d", i)
+		sub := submission(id)
+		send(sub)
+		send(&events.JobAnalyzed{Job: *sub, Parallelism: events.Parallelism{TP: 8, DP: 2}, Order: []string{"tp", "dp"}})
+		send(decision(id, 2, 8))
+		send(&events.PlacementReleased{JobID: id, Status: events.StatusSucceeded})
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		b.Fatal("publishing the events timed out")
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		h, err := History(ctx, bs, "job-02500")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(h.Events) != 4 {
+			b.Fatalf("%d events", len(h.Events))
+		}
+	}
+}
