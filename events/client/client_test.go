@@ -78,11 +78,25 @@ func TestWriteOutcomeGolden(t *testing.T) {
 		{Node: "n1", GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}, CUDAVisibleDevices: "0,1,2,3,4,5,6,7"},
 		{Node: "n2", GPUs: []int{0, 1, 2, 3}, CUDAVisibleDevices: "0,1,2,3"},
 	}
+	warned := *d
+	warned.JobID = "warned"
+	warned.Prediction = &events.Prediction{CommSecondsPerStep: 0.5}
+	warned.Baseline = &events.Prediction{CommSecondsPerStep: 2}
+	warned.Warnings = []events.Reason{{Code: "leaf_span", Policy: "toposched.span", Message: "spans 2 leaves"}, {Code: "plain", Message: "no policy"}}
 	var buf bytes.Buffer
 	for _, o := range []Outcome{
 		{Decided: d},
+		{Decided: &warned},
 		{Pending: &events.PlacementPending{JobID: "w", Reasons: []events.Reason{{Code: "insufficient_free_gpus", Field: "gpus", Message: "needs 16"}}}},
+		{Pending: &events.PlacementPending{JobID: "w2",
+			Reasons: []events.Reason{{Code: "tenant_mismatch", Policy: "toposched.tenancy", Message: "other tenants' nodes"}},
+			Counterfactuals: []events.Counterfactual{
+				{Kind: events.CounterfactualJobsFinish, Message: "these jobs finish", Jobs: []string{"a", "b"}},
+				{Kind: events.CounterfactualPolicy, Message: "toposched.tenancy allowed tenant research on rack r2", Policy: "toposched.tenancy"},
+			}}},
 		{Rejected: &events.PlacementRejected{JobID: "r", Reasons: []events.Reason{{Code: "a", Message: "x"}, {Code: "b", Field: "gpus", Message: "y"}}}},
+		{Rejected: &events.PlacementRejected{JobID: "r2", Reasons: []events.Reason{{Code: "exceeds_cluster", Field: "gpus", Message: "needs 4096"}},
+			Counterfactuals: []events.Counterfactual{{Kind: events.CounterfactualCapacity, Message: "the cluster had 4032 more GPUs"}}}},
 		{Released: &events.PlacementReleased{JobID: "j", Status: "succeeded"}},
 	} {
 		if err := WriteOutcome(&buf, o); err != nil {

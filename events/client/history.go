@@ -256,6 +256,7 @@ func historyEvent(subjects events.Subjects, m jetstream.Msg, md *jetstream.MsgMe
 // (placement.released confirms it).
 func (h *JobHistory) settle() {
 	for _, e := range h.Events {
+		prev := h.State
 		switch d := e.Data.(type) {
 		case *events.JobSubmitted:
 			if h.State != "" && h.State != StateRejected {
@@ -286,7 +287,9 @@ func (h *JobHistory) settle() {
 		default:
 			continue
 		}
-		h.Since = e.Time
+		if h.State != prev {
+			h.Since = e.Time // a job pending for an hour waits since the first answer
+		}
 	}
 }
 

@@ -197,7 +197,7 @@ func TestSettle(t *testing.T) {
 	}{
 		{"submitted", []any{sub}, StateSubmitted, "", 0},
 		{"analyzed", []any{sub, an}, StateAnalyzed, "", 1},
-		{"pending", []any{sub, an, pend, pend}, StatePending, "", 3},
+		{"pending", []any{sub, an, pend, pend}, StatePending, "", 2},
 		{"decided after waiting", []any{sub, an, pend, dec}, StateDecided, "", 3},
 		{"duplicate submission ignored", []any{sub, an, dec, sub, an}, StateDecided, "", 2},
 		{"rejected", []any{sub, an, rej}, StateRejected, "", 2},

@@ -34,12 +34,17 @@ func WriteOutcome(w io.Writer, o Outcome) error {
 			}
 			b.WriteString("\n")
 		}
+		for _, r := range d.Warnings {
+			fmt.Fprintf(&b, "  warning %s: %s\n", reasonTag(r), r.Message)
+		}
 	case o.Pending != nil:
 		fmt.Fprintf(&b, "%s: pending\n", o.Pending.JobID)
 		writeReasons(&b, o.Pending.Reasons)
+		writeCounterfactuals(&b, o.Pending.Counterfactuals)
 	case o.Rejected != nil:
 		fmt.Fprintf(&b, "%s: rejected\n", o.Rejected.JobID)
 		writeReasons(&b, o.Rejected.Reasons)
+		writeCounterfactuals(&b, o.Rejected.Counterfactuals)
 	case o.Released != nil:
 		fmt.Fprintf(&b, "%s: released (%s)\n", o.Released.JobID, o.Released.Status)
 	}
@@ -49,11 +54,34 @@ func WriteOutcome(w io.Writer, o Outcome) error {
 
 func writeReasons(b *strings.Builder, reasons []events.Reason) {
 	for _, r := range reasons {
-		field := ""
-		if r.Field != "" {
-			field = " [" + r.Field + "]"
+		fmt.Fprintf(b, "  - %s: %s\n", reasonTag(r), r.Message)
+	}
+}
+
+// reasonTag is a reason's code with the field to blame and the policy it
+// comes from, where known: "tp_split [parallelism.tp] (policy nvlink)".
+func reasonTag(r events.Reason) string {
+	s := r.Code
+	if r.Field != "" {
+		s += " [" + r.Field + "]"
+	}
+	if r.Policy != "" {
+		s += " (policy " + r.Policy + ")"
+	}
+	return s
+}
+
+// writeCounterfactuals prints, one line each, what would let a job fit.
+func writeCounterfactuals(b *strings.Builder, cfs []events.Counterfactual) {
+	for _, c := range cfs {
+		fmt.Fprintf(b, "  would fit if (%s): %s", c.Kind, c.Message)
+		if len(c.Jobs) > 0 {
+			fmt.Fprintf(b, " [jobs %s]", strings.Join(c.Jobs, ", "))
 		}
-		fmt.Fprintf(b, "  - %s%s: %s\n", r.Code, field, r.Message)
+		if c.Policy != "" {
+			fmt.Fprintf(b, " [policy %s]", c.Policy)
+		}
+		b.WriteString("\n")
 	}
 }
 

@@ -1,0 +1,174 @@
+package client
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/toposched/toposched/events"
+)
+
+// hist builds a history from events one second apart and settles it.
+func hist(jobID string, vs ...any) *JobHistory {
+	h := &JobHistory{JobID: jobID}
+	t0 := time.Date(2025, 1, 2, 10, 0, 0, 0, time.UTC)
+	for i, v := range vs {
+		e := HistoryEvent{Time: t0.Add(time.Duration(i) * time.Second), Data: v}
+		if err, ok := v.(error); ok {
+			e.Name, e.Data, e.Error = events.NamePlacementDecided, nil, err.Error()
+		} else {
+			e.Name, _ = events.NameOf(v)
+		}
+		e.Stored = e.Time
+		h.Events = append(h.Events, e)
+	}
+	h.settle()
+	return h
+}
+
+func intp(i int) *int { return &i }
+
+// fullDecision has every optional part: NUMA and NICs, the prediction and
+// baseline with a group only one of them has, warnings and an explanation.
+func fullDecision() *events.PlacementDecided {
+	d := decision("llm", 2, 4)
+	for i := range d.Ranks {
+		d.Ranks[i].NUMA = intp(i / 2)
+		d.Ranks[i].NIC = fmt.Sprintf("mlx5_%d", i%4)
+		d.Ranks[i].UUID = fmt.Sprintf("GPU-%04d", i)
+	}
+	d.Ranks[7].NUMA, d.Ranks[7].NIC = nil, ""
+	d.Prediction = &events.Prediction{Strategy: "topology-aware", CommSecondsPerStep: 0.0123, CommFraction: 0.0581, SpeedUp: 7.5,
+		Groups: []events.GroupPrediction{{Name: "tp", Algorithm: "ring", SecondsPerStep: 0.004}, {Name: "dp", Algorithm: "tree", SecondsPerStep: 0.0083}}}
+	d.Baseline = &events.Prediction{Strategy: "blind", CommSecondsPerStep: 1.75, CommFraction: 0.8974, SpeedUp: 0.8,
+		Groups: []events.GroupPrediction{{Name: "dp", Algorithm: "ring", SecondsPerStep: 1.2}, {Name: "pp", Algorithm: "p2p", SecondsPerStep: 0.55}}}
+	d.Warnings = []events.Reason{
+		{Code: "leaf_span", Policy: "toposched.span", Message: "spans 2 leaves; jobs of 8 GPUs should stay on 1"},
+		{Code: "no_policy_code", Message: "a warning without a policy"},
+	}
+	d.Explanation = &events.Explanation{
+		PolicyRevision:  "r42",
+		NodesConsidered: 12,
+		NodesDenied: []events.NodeDenial{
+			{Policy: "toposched.tenancy", Code: "tenant_mismatch", Example: "node dgx-005 belongs to tenant vision", Nodes: 4},
+			{Policy: "toposched.model", Code: "gpu_model", Example: "node l40s-001 has L40S", Nodes: 2},
+		},
+		NodesReserved: 2,
+		Levels:        []events.LevelCount{{Level: "node", Domains: 6, Fitting: 0}, {Level: "leaf", Domains: 3, Fitting: 2}},
+		Candidates: []events.CandidateScore{
+			{Domain: "leaf/l1", Nodes: 2, Leaves: 1, CommSecondsPerStep: 0.0123, Cost: 1, Outcome: events.OutcomeChosen},
+			{Domain: "leaf/l2", Nodes: 2, Leaves: 1, CommSecondsPerStep: 0.0125, Score: 0.5, Cost: 1.516, Outcome: events.OutcomeCostlier},
+			{Domain: "cluster", Nodes: 2, Leaves: 2, CommSecondsPerStep: 1.75, Cost: 142.276, Outcome: events.OutcomeDenied,
+				Reasons: []events.Reason{{Code: "leaf_span", Policy: "toposched.span", Message: "too wide"}, {Code: "x", Message: "y"}}},
+		},
+	}
+	return d
+}
+
+// largeDecision has more nodes, ranks and candidates than are printed.
+func largeDecision() *events.PlacementDecided {
+	d := decision("big", 40, 8)
+	d.Prediction = &events.Prediction{Strategy: "topology-aware", CommSecondsPerStep: 2.5}
+	d.Baseline = &events.Prediction{Strategy: "blind", CommSecondsPerStep: 2.5}
+	d.Explanation = &events.Explanation{NodesConsidered: 64}
+	for i := range 40 {
+		d.Explanation.Candidates = append(d.Explanation.Candidates, events.CandidateScore{
+			Domain: fmt.Sprintf("pod/p%d", i), Nodes: 40, Leaves: 5, CommSecondsPerStep: 2.5 + float64(i)/100,
+			Cost: 1 + float64(i)/250, Outcome: events.OutcomeCostlier})
+	}
+	d.Explanation.Candidates[0].Outcome = events.OutcomeChosen
+	return d
+}
+
+func TestWriteExplainGolden(t *testing.T) {
+	t.Parallel()
+	job := &events.JobSubmitted{JobID: "llm", GPUs: 8, GPUsPerNode: 4, GPUModel: "A100-SXM4-80GB", Tenant: "research", Priority: 10,
+		Strategy: events.StrategyMegatron, Parallelism: &events.Parallelism{TP: 4, DP: 2}}
+	analyzed := &events.JobAnalyzed{Job: *job, Parallelism: events.Parallelism{TP: 4, DP: 2, PP: 1, CP: 1, EP: 1},
+		BytesPerStepPerRank: 3 << 30, Warnings: []string{"no model: volumes unknown"}}
+	minimal := decision("small", 1, 2)
+	noBaseline := fullDecision()
+	noBaseline.Baseline, noBaseline.Warnings, noBaseline.Explanation = nil, nil, nil
+	noBaseline.Prediction.CommFraction, noBaseline.Prediction.SpeedUp = 0, 0
+	worse := decision("worse", 1, 2)
+	worse.Prediction = &events.Prediction{Strategy: "blind", CommSecondsPerStep: 0.2}
+	worse.Baseline = &events.Prediction{Strategy: "blind", CommSecondsPerStep: 0.1}
+
+	pending := &events.PlacementPending{JobID: "waits",
+		Reasons: []events.Reason{
+			{Code: "insufficient_free_gpus", Field: "gpus", Message: "needs 16 GPUs on 2 nodes; 12 are free"},
+			{Code: "tenant_mismatch", Policy: "toposched.tenancy", Message: "4 nodes belong to other tenants"},
+		},
+		Counterfactuals: []events.Counterfactual{
+			{Kind: events.CounterfactualJobsFinish, Message: "these jobs finish", Jobs: []string{"a", "b"}},
+			{Kind: events.CounterfactualPolicy, Message: "toposched.tenancy allowed tenant research on rack r2", Policy: "toposched.tenancy"},
+		},
+		Explanation: &events.Explanation{NodesConsidered: 3, Levels: []events.LevelCount{{Level: "cluster", Domains: 1, Fitting: 0}}},
+	}
+	waits := []any{&events.JobSubmitted{JobID: "waits", GPUs: 16}}
+	for range 40 {
+		waits = append(waits, pending)
+	}
+	rejected := &events.PlacementRejected{JobID: "bad",
+		Reasons: []events.Reason{{Code: "schema", Field: "parallelism.tp", Message: "minimum: got 0, want 1"}}}
+	capacity := &events.PlacementRejected{JobID: "huge",
+		Reasons:         []events.Reason{{Code: "exceeds_cluster", Field: "gpus", Message: "needs 4096 GPUs; the cluster has 64"}},
+		Counterfactuals: []events.Counterfactual{{Kind: events.CounterfactualCapacity, Message: "the cluster had 4032 more GPUs"}}}
+
+	tests := []struct {
+		name string
+		h    *JobHistory
+	}{
+		{"finished", hist("llm", job, analyzed, &events.PlacementPending{JobID: "llm", Reasons: pending.Reasons}, fullDecision(),
+			&events.JobFinished{JobID: "llm", Status: events.StatusSucceeded, Message: "loss converged"},
+			&events.PlacementReleased{JobID: "llm", Status: events.StatusSucceeded, Nodes: fullDecision().Nodes})},
+		{"decided-minimal", hist("small", &events.JobSubmitted{JobID: "small", GPUs: 2}, minimal)},
+		{"decided-no-baseline", hist("llm", job, noBaseline)},
+		{"decided-worse", hist("worse", worse)},
+		{"decided-large", hist("big", &events.JobSubmitted{JobID: "big", GPUs: 320}, largeDecision())},
+		{"pending-long", hist("waits", waits...)},
+		{"rejected", hist("bad", &events.JobSubmitted{JobID: "bad", GPUs: 8, Parallelism: &events.Parallelism{}}, rejected)},
+		{"rejected-capacity", hist("huge", &events.JobSubmitted{JobID: "huge", GPUs: 4096}, capacity)},
+		{"submitted", hist("new", &events.JobSubmitted{JobID: "new", GPUs: 1}, fmt.Errorf("unreadable body: unexpected end of JSON input"))},
+		{"no-state", hist("ghost", &events.JobFinished{JobID: "ghost", Status: events.StatusCancelled})},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var buf bytes.Buffer
+			if err := WriteExplain(&buf, tc.h); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, filepath.Join("testdata", "explain-"+tc.name+".golden"), buf.Bytes())
+		})
+	}
+}
+
+// golden compares got with a golden file, rewriting it under -update.
+func golden(t *testing.T, file string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(file, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("output differs from %s (run with -update):\n%s", file, got)
+	}
+}
+
+func TestBytesIEC(t *testing.T) {
+	t.Parallel()
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 3 << 30: "3.0 GiB", 1536 << 20: "1.5 GiB", 5 << 50: "5.0 PiB"} {
+		if got := bytesIEC(n); got != want {
+			t.Errorf("bytesIEC(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
