@@ -63,6 +63,7 @@ placement.rejected.`,
 	root.AddCommand(newSubmit(g), newWatch(g), newFinish(g), newTopology(g))
 	root.AddCommand(newPolicy(g))
 	root.AddCommand(newPlace(g))
+	root.AddCommand(newExplain(g))
 	return root
 }
 
