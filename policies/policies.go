@@ -256,13 +256,19 @@ func readSet(fsys fs.FS) (*sources, error) {
 	if err != nil {
 		return nil, Errors{{Msg: err.Error(), Code: "io_error"}}
 	}
-	h := sha256.New()
-	for _, p := range slices.Sorted(mapsKeys(s.files)) {
-		fmt.Fprintf(h, "%s\x00%d\x00", p, len(s.files[p]))
-		h.Write(s.files[p])
-	}
-	s.revision = hex.EncodeToString(h.Sum(nil))
+	s.revision = revisionOf(s.files)
 	return s, nil
+}
+
+// revisionOf is the revision of a set's files: the same files give the
+// same revision whether read from a directory or a pushed bundle.
+func revisionOf(files map[string][]byte) string {
+	h := sha256.New()
+	for _, p := range slices.Sorted(mapsKeys(files)) {
+		fmt.Fprintf(h, "%s\x00%d\x00", p, len(files[p]))
+		h.Write(files[p])
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 func mapsKeys(m map[string][]byte) func(func(string) bool) {

@@ -2,6 +2,8 @@ package policies
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"time"
 )
@@ -11,8 +13,9 @@ const DefaultWatchInterval = 2 * time.Second
 
 // Watch compiles the set in dir, hands it to onSet, then reads dir every
 // DefaultWatchInterval and, whenever its files changed, compiles and tests
-// the new set before handing it over. A set that fails (an Errors naming
-// file and line) goes to onError and the previous set stays in force; the
+// the new set before handing it over. A set that fails (a *RefusedError
+// holding its revision and the Errors naming file and line) goes to onError
+// and the previous set stays in force; the
 // same broken contents are not retried until they change again. It returns
 // when ctx ends.
 func Watch(ctx context.Context, dir string, onSet func(*Set), onError func(error)) {
@@ -40,7 +43,7 @@ func WatchEvery(ctx context.Context, dir string, interval time.Duration, onSet f
 		s, _, err := compileSources(ctx, src, dir)
 		if err != nil {
 			if ctx.Err() == nil {
-				onError(err)
+				onError(refused(dir, src.revision, err))
 			}
 			return
 		}
@@ -57,4 +60,30 @@ func WatchEvery(ctx context.Context, dir string, interval time.Duration, onSet f
 			try()
 		}
 	}
+}
+
+// RefusedError is a set a watcher refused: which contents, and why. It
+// unwraps to the Errors.
+type RefusedError struct {
+	// Name is the set's name (its directory).
+	Name string
+	// Revision is the revision of the refused contents.
+	Revision string
+	// Errs are the reasons, naming file and line.
+	Errs Errors
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("policy set %s@%s refused: %v", e.Name, short(e.Revision), e.Errs)
+}
+
+func (e *RefusedError) Unwrap() error { return e.Errs }
+
+// refused wraps a compile error of the contents at rev.
+func refused(name, rev string, err error) error {
+	var errs Errors
+	if !errors.As(err, &errs) {
+		errs = Errors{{Msg: err.Error(), Code: "rego_error"}}
+	}
+	return &RefusedError{Name: name, Revision: rev, Errs: errs}
 }
