@@ -260,6 +260,18 @@ func TestTopoctlSubmitWaitPrintsTable(t *testing.T) {
 		}
 	}
 
+	// explain reads the job's events back from the real server's streams.
+	out = topoctlOK(t, url, "explain", "llm-tp8-dp2")
+	for _, want := range []string{"llm-tp8-dp2: decided at", "jobs.submitted", "jobs.analyzed", "placement.decided",
+		"RANK  NODE", "predicted communication per step"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("topoctl explain output lacks %q:\n%s", want, out)
+		}
+	}
+	if r := topoctl(t, url, "explain", "never-submitted"); r.code == 0 || !strings.Contains(r.stderr, "no events for job never-submitted on toposched") {
+		t.Errorf("topoctl explain of an unknown job: exit %d\n%s", r.code, r.stderr)
+	}
+
 	// A job file that breaks the schema fails before anything is sent:
 	// nothing reaches the jobs stream, and it fails the same way when no
 	// server is there at all.

@@ -49,7 +49,11 @@ func WriteExplain(w io.Writer, h *JobHistory) error {
 	t := newTab("TIME\tEVENT\tDETAIL")
 	eachCompact(len(h.Events), func(i int) {
 		e := h.Events[i]
-		t.row("%s\t%s\t%s", stamp(e.Time), e.Name, summary(e))
+		detail := summary(e)
+		if e.Ignored {
+			detail += " (ignored by placement)"
+		}
+		t.row("%s\t%s\t%s", stamp(e.Time), e.Name, detail)
 	}, func(more int) { t.elide(fmt.Sprintf("%d more events", more)) })
 	t.to(&b)
 
@@ -128,16 +132,16 @@ func writePrediction(b *strings.Builder, ours, base *events.Prediction) {
 			}
 		}
 	}
-	for _, name := range groups {
-		row("  "+name, func(p *events.Prediction) string {
+	eachCompact(len(groups), func(i int) {
+		row("  "+groups[i], func(p *events.Prediction) string {
 			for _, g := range p.Groups {
-				if g.Name == name {
+				if g.Name == groups[i] {
 					return seconds(g.SecondsPerStep) + " (" + dash(g.Algorithm) + ")"
 				}
 			}
 			return "-"
 		})
-	}
+	}, func(more int) { t.elide(fmt.Sprintf("%d more groups", more)) })
 	// Both need the job's step_compute_seconds; without it they are 0.
 	if ours.CommFraction > 0 || (base != nil && base.CommFraction > 0) {
 		row("comm fraction", func(p *events.Prediction) string { return percent(p.CommFraction) })

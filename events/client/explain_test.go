@@ -73,6 +73,11 @@ func largeDecision() *events.PlacementDecided {
 	d := decision("big", 40, 8)
 	d.Prediction = &events.Prediction{Strategy: "topology-aware", CommSecondsPerStep: 2.5}
 	d.Baseline = &events.Prediction{Strategy: "blind", CommSecondsPerStep: 2.5}
+	for i := range 40 {
+		g := events.GroupPrediction{Name: fmt.Sprintf("dp%d", i), Algorithm: "ring", SecondsPerStep: 2.5}
+		d.Prediction.Groups = append(d.Prediction.Groups, g)
+		d.Baseline.Groups = append(d.Baseline.Groups, g)
+	}
 	d.Explanation = &events.Explanation{NodesConsidered: 64}
 	for i := range 40 {
 		d.Explanation.Candidates = append(d.Explanation.Candidates, events.CandidateScore{
@@ -122,7 +127,7 @@ func TestWriteExplainGolden(t *testing.T) {
 		name string
 		h    *JobHistory
 	}{
-		{"finished", hist("llm", job, analyzed, &events.PlacementPending{JobID: "llm", Reasons: pending.Reasons}, fullDecision(),
+		{"finished", hist("llm", job, analyzed, &events.PlacementPending{JobID: "llm", Reasons: pending.Reasons}, fullDecision(), job,
 			&events.JobFinished{JobID: "llm", Status: events.StatusSucceeded, Message: "loss converged"},
 			&events.PlacementReleased{JobID: "llm", Status: events.StatusSucceeded, Nodes: fullDecision().Nodes})},
 		{"decided-minimal", hist("small", &events.JobSubmitted{JobID: "small", GPUs: 2}, minimal)},

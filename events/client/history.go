@@ -41,6 +41,10 @@ type HistoryEvent struct {
 	// and so on); nil when the body could not be read, see Error.
 	Data  any    `json:"data"`
 	Error string `json:"error,omitempty"`
+	// Ignored marks an event placement takes no action on: a second
+	// submission of a job that was not rejected, a finish of a job it
+	// neither placed nor queued.
+	Ignored bool `json:"ignored,omitempty"`
 }
 
 // UnmarshalJSON decodes Data into the Go type of the event's name, so that
@@ -255,16 +259,19 @@ func historyEvent(subjects events.Subjects, m jetstream.Msg, md *jetstream.MsgMe
 // rejection, and a finish only for a job placement has placed or queued
 // (placement.released confirms it).
 func (h *JobHistory) settle() {
-	for _, e := range h.Events {
+	for i := range h.Events {
+		e := &h.Events[i]
 		prev := h.State
 		switch d := e.Data.(type) {
 		case *events.JobSubmitted:
 			if h.State != "" && h.State != StateRejected {
-				continue // a duplicate, ignored by placement
+				e.Ignored = true
+				continue
 			}
 			h.State, h.Status = StateSubmitted, ""
 		case *events.JobAnalyzed:
 			if h.State != StateSubmitted {
+				e.Ignored = true // the analysis of an ignored submission
 				continue
 			}
 			h.State = StateAnalyzed
@@ -276,7 +283,8 @@ func (h *JobHistory) settle() {
 			h.State = StateRejected
 		case *events.JobFinished:
 			if h.State != StateDecided && h.State != StatePending {
-				continue // placement ignores it
+				e.Ignored = true
+				continue
 			}
 			h.State, h.Status = StateFinished, d.Status
 		case *events.PlacementReleased:

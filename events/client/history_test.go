@@ -189,24 +189,25 @@ func TestSettle(t *testing.T) {
 	fin := &events.JobFinished{JobID: "j", Status: events.StatusCancelled}
 	rel := &events.PlacementReleased{JobID: "j", Status: events.StatusCancelled}
 	tests := []struct {
-		name   string
-		evs    []any
-		state  string
-		status string
-		since  int // minute of the event that set the state
+		name    string
+		evs     []any
+		state   string
+		status  string
+		since   int // minute of the event that set the state
+		ignored []int
 	}{
-		{"submitted", []any{sub}, StateSubmitted, "", 0},
-		{"analyzed", []any{sub, an}, StateAnalyzed, "", 1},
-		{"pending", []any{sub, an, pend, pend}, StatePending, "", 2},
-		{"decided after waiting", []any{sub, an, pend, dec}, StateDecided, "", 3},
-		{"duplicate submission ignored", []any{sub, an, dec, sub, an}, StateDecided, "", 2},
-		{"rejected", []any{sub, an, rej}, StateRejected, "", 2},
-		{"resubmitted after rejection", []any{sub, an, rej, sub}, StateSubmitted, "", 3},
-		{"finish of a rejected job ignored", []any{sub, rej, fin}, StateRejected, "", 1},
-		{"finished", []any{sub, an, dec, fin, rel}, StateFinished, events.StatusCancelled, 3},
-		{"withdrawn while pending", []any{sub, an, pend, fin, rel}, StateFinished, events.StatusCancelled, 3},
-		{"released without its finish", []any{sub, an, dec, rel}, StateFinished, events.StatusCancelled, 3},
-		{"finish before placement knew the job", []any{sub, fin, an, dec}, StateDecided, "", 3},
+		{"submitted", []any{sub}, StateSubmitted, "", 0, nil},
+		{"analyzed", []any{sub, an}, StateAnalyzed, "", 1, nil},
+		{"pending", []any{sub, an, pend, pend}, StatePending, "", 2, nil},
+		{"decided after waiting", []any{sub, an, pend, dec}, StateDecided, "", 3, nil},
+		{"duplicate submission ignored", []any{sub, an, dec, sub, an}, StateDecided, "", 2, []int{3, 4}},
+		{"rejected", []any{sub, an, rej}, StateRejected, "", 2, nil},
+		{"resubmitted after rejection", []any{sub, an, rej, sub}, StateSubmitted, "", 3, nil},
+		{"finish of a rejected job ignored", []any{sub, rej, fin}, StateRejected, "", 1, []int{2}},
+		{"finished", []any{sub, an, dec, fin, rel}, StateFinished, events.StatusCancelled, 3, nil},
+		{"withdrawn while pending", []any{sub, an, pend, fin, rel}, StateFinished, events.StatusCancelled, 3, nil},
+		{"released without its finish", []any{sub, an, dec, rel}, StateFinished, events.StatusCancelled, 3, nil},
+		{"finish before placement knew the job", []any{sub, fin, an, dec}, StateDecided, "", 3, []int{1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -217,6 +218,15 @@ func TestSettle(t *testing.T) {
 				h.Events = append(h.Events, HistoryEvent{Name: name, Time: at(i), Data: v})
 			}
 			h.settle()
+			var ignored []int
+			for i, e := range h.Events {
+				if e.Ignored {
+					ignored = append(ignored, i)
+				}
+			}
+			if fmt.Sprint(ignored) != fmt.Sprint(tc.ignored) {
+				t.Errorf("ignored events %v, want %v", ignored, tc.ignored)
+			}
 			if h.State != tc.state || h.Status != tc.status || !h.Since.Equal(at(tc.since)) {
 				t.Errorf("got %s %q since %v; want %s %q since %v", h.State, h.Status, h.Since, tc.state, tc.status, at(tc.since))
 			}
