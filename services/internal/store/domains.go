@@ -62,6 +62,9 @@ type Domain struct {
 	// Node is the node of a domain inside one node (island, pcie, numa,
 	// node), "" for the others.
 	Node string
+	// Position is that node's Position (enumeration order), 0 for the
+	// domains that are not inside one node.
+	Position int
 	// Total counts the domain's GPUs, Healthy the healthy ones among them,
 	// Free the healthy ones held by no job.
 	Total, Healthy, Free int
@@ -256,8 +259,9 @@ func components(t *topology.Node, linked func(topology.Link) bool) [][]int {
 // of the domains it leaves and joins on copies held until flush, so a
 // domain is written once per transaction however many of its GPUs change.
 type writer struct {
-	txn     *memdb.Txn
-	domains map[string]*domainEdit
+	txn        *memdb.Txn
+	domains    map[string]*domainEdit
+	nodeCounts map[string]*nodeCountsEdit // by model, "" for any
 }
 
 type domainEdit struct {
@@ -269,9 +273,12 @@ type domainEdit struct {
 type share struct {
 	model         string
 	healthy, free bool
+	pos           int // the GPU's NodePosition, which node-local domains copy
 }
 
-func shareOf(g *GPU) share { return share{model: g.Model, healthy: g.Healthy, free: g.Free()} }
+func shareOf(g *GPU) share {
+	return share{model: g.Model, healthy: g.Healthy, free: g.Free(), pos: g.NodePosition}
+}
 
 // putGPU replaces old with upd (either may be nil: an insert, a delete)
 // and adjusts the domain counts. An upd equal to old writes nothing, which
@@ -341,6 +348,9 @@ func (w *writer) count(id string, s share, sign int) error {
 		w.domains[id] = e
 	}
 	d := e.cur
+	if sign > 0 && d.Node != "" {
+		d.Position = s.pos
+	}
 	add := func(c *int, yes bool) {
 		if yes {
 			*c += sign
@@ -367,10 +377,15 @@ func (w *writer) count(id string, s share, sign int) error {
 }
 
 // flush writes the domains whose counts changed, and deletes those left
-// without GPUs.
+// without GPUs; the node counts (nodecounts.go) follow the node domains.
 func (w *writer) flush() error {
 	for _, id := range slices.Sorted(maps.Keys(w.domains)) {
 		e := w.domains[id]
+		if e.cur.Kind == DomainNode && (e.old == nil || !domainEqual(e.old, e.cur)) {
+			if err := w.countNode(e.old, e.cur); err != nil {
+				return err
+			}
+		}
 		switch {
 		case e.cur.Total == 0:
 			if e.old != nil {
@@ -388,11 +403,11 @@ func (w *writer) flush() error {
 		}
 	}
 	w.domains = nil
-	return nil
+	return w.flushNodeCounts()
 }
 
 func domainEqual(a, b *Domain) bool {
-	return a.ID == b.ID && a.Kind == b.Kind && a.Node == b.Node && a.Total == b.Total &&
+	return a.ID == b.ID && a.Kind == b.Kind && a.Node == b.Node && a.Position == b.Position && a.Total == b.Total &&
 		a.Healthy == b.Healthy && a.Free == b.Free && slices.Equal(a.Models, b.Models)
 }
 

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -104,6 +105,9 @@ func checkDomains(t *testing.T, snap *Snapshot) {
 				d = &Domain{ID: id, Kind: DomainKind(id), Node: domainNode(id)}
 				want[id] = d
 			}
+			if d.Node != "" {
+				d.Position = g.NodePosition
+			}
 			i, ok := slices.BinarySearchFunc(d.Models, g.Model, compareModel)
 			if !ok {
 				d.Models = slices.Insert(d.Models, i, ModelCount{Model: g.Model})
@@ -160,7 +164,7 @@ func checkDomains(t *testing.T, snap *Snapshot) {
 		}
 	}
 	// The O(1) reads against walks.
-	for _, model := range []string{"", "A100", "H100"} {
+	for _, model := range []string{"", "A100", "H100", "L40S"} {
 		total, healthy, maxN := 0, 0, 0
 		for n := range snap.EachNode() {
 			c := 0
@@ -189,6 +193,103 @@ func checkDomains(t *testing.T, snap *Snapshot) {
 		}
 		if got := snap.FreeByModel(model); got != free {
 			t.Errorf("FreeByModel(%q) = %d; walk says %d", model, got, free)
+		}
+	}
+}
+
+// checkNodeCounts recounts, for every model, the nodes by their GPUs from
+// a walk of the nodes and checks NodeCounts, NodesByFree and NodesWithFree
+// against it.
+func checkNodeCounts(t *testing.T, snap *Snapshot) {
+	t.Helper()
+	type nodeCount struct {
+		node                 Node
+		total, healthy, free int
+	}
+	byModel := map[string][]nodeCount{"": nil, "no-such-model": nil}
+	for n, gpus := range snap.EachNodeWithGPUs() {
+		counts := map[string]*nodeCount{"": {node: n}}
+		for _, g := range gpus {
+			m := cmp.Or(g.Model, n.GPUModel)
+			if g.Model != m {
+				t.Errorf("GPU %s has no model, its node has %q", g.Key(), m)
+			}
+			models := []string{""}
+			if m != "" {
+				models = append(models, m)
+			}
+			for _, model := range models {
+				c := counts[model]
+				if c == nil {
+					c = &nodeCount{node: n}
+					counts[model] = c
+				}
+				c.total++
+				if g.Healthy {
+					c.healthy++
+				}
+				if g.Free() {
+					c.free++
+				}
+			}
+		}
+		for model, c := range counts {
+			if c.total > 0 {
+				byModel[model] = append(byModel[model], *c)
+			}
+		}
+	}
+	for model, nodes := range byModel {
+		want := NodeCounts{Model: model}
+		hist := func(h *[]int, c int) {
+			if c < 1 {
+				return
+			}
+			for len(*h) <= c {
+				*h = append(*h, 0)
+			}
+			(*h)[c]++
+		}
+		for _, c := range nodes {
+			hist(&want.Total, c.total)
+			hist(&want.Healthy, c.healthy)
+			hist(&want.Free, c.free)
+		}
+		if got := snap.NodeCounts(model); !nodeCountsEqual(&got, &want) {
+			t.Errorf("NodeCounts(%q) = %+v, recounted %+v", model, got, want)
+		}
+		for k := range 6 {
+			var fits []nodeCount
+			for _, c := range nodes {
+				if c.free >= max(k, 1) {
+					fits = append(fits, c)
+				}
+			}
+			var first []string // enumeration order, as the walk gave them
+			for _, c := range fits {
+				first = append(first, c.node.Name)
+			}
+			slices.SortStableFunc(fits, func(a, b nodeCount) int { return cmp.Compare(a.free, b.free) })
+			var best []string
+			for _, c := range fits {
+				best = append(best, c.node.Name)
+			}
+			var gotBest, gotFirst []string
+			for d := range snap.NodesByFree(model, k) {
+				gotBest = append(gotBest, d.Node)
+			}
+			for d := range snap.NodesWithFree(model, k) {
+				gotFirst = append(gotFirst, d.Node)
+			}
+			if !slices.Equal(gotBest, best) {
+				t.Errorf("NodesByFree(%q, %d) = %v, want %v", model, k, gotBest, best)
+			}
+			if !slices.Equal(gotFirst, first) {
+				t.Errorf("NodesWithFree(%q, %d) = %v, want %v", model, k, gotFirst, first)
+			}
+			if got := snap.NodeCounts(model).FreeAtLeast(k); got != len(fits) {
+				t.Errorf("NodeCounts(%q).FreeAtLeast(%d) = %d, want %d", model, k, got, len(fits))
+			}
 		}
 	}
 }
@@ -616,7 +717,10 @@ func TestDomainsRandomized(t *testing.T) {
 			nodeReport := func() events.TopologyNode {
 				name := names[rng.IntN(len(names))]
 				pos := slices.Index(names, name)
-				model := []string{"A100", "H100"}[rng.IntN(2)]
+				if rng.IntN(6) == 0 {
+					pos = rng.IntN(3) // moved, or sharing a position
+				}
+				model := []string{"A100", "H100", ""}[rng.IntN(3)]
 				g := 1 + rng.IntN(4)
 				var n events.TopologyNode
 				switch rng.IntN(3) {
@@ -638,6 +742,9 @@ func TestDomainsRandomized(t *testing.T) {
 				}
 				if rng.IntN(4) == 0 {
 					n.GPUs[rng.IntN(g)].Health = events.HealthUnhealthy
+				}
+				if rng.IntN(5) == 0 {
+					n.GPUs[rng.IntN(g)].Model = "L40S" // a node of two models
 				}
 				if rng.IntN(8) == 0 {
 					n.Removed = true
@@ -717,6 +824,7 @@ func TestDomainsRandomized(t *testing.T) {
 					t.Fatalf("step %d: %v", step, err)
 				}
 				checkDomains(t, s.Snapshot())
+				checkNodeCounts(t, s.Snapshot())
 				if !reflect.DeepEqual(allDomains(before), beforeDomains) {
 					t.Fatalf("step %d: a write changed an earlier snapshot", step)
 				}

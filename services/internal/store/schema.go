@@ -21,6 +21,10 @@ const (
 	// TableFabric holds one *fabricEntry per node the fabric names: the
 	// node's fabric domains, re-applied to its GPUs whenever it reports.
 	TableFabric = "fabric"
+	// TableNodeCounts holds one *NodeCounts per GPU model and one for
+	// any model (""): how many nodes have how many GPUs of it, kept in
+	// step with the node domains by every write (nodecounts.go).
+	TableNodeCounts = "nodecounts"
 )
 
 // Index names. Every table has the primary index IndexID. Each index entry
@@ -39,6 +43,10 @@ const (
 	// index, so only the leaf and pod entries cost extra.
 	IndexDomain = "domain"
 	IndexState  = "state" // jobs: the jobs in one state
+	// IndexNodeFree lists the node domains with free GPUs by model, then
+	// free count, then enumeration order (nodeFreeIndexer): best fit and
+	// first fit without walking the full nodes.
+	IndexNodeFree = "nodefree"
 )
 
 // schemaFactory returns the schema of one table.
@@ -52,6 +60,7 @@ var schemaFactories = []schemaFactory{
 	indexTableSchema,
 	domainsTableSchema,
 	fabricTableSchema,
+	nodeCountsTableSchema,
 }
 
 // schema returns the database schema of the store.
@@ -173,6 +182,29 @@ func domainsTableSchema() *memdb.TableSchema {
 				Name:    IndexID,
 				Unique:  true,
 				Indexer: &memdb.StringFieldIndex{Field: "ID"},
+			},
+			// Only node domains with free GPUs have keys; non-unique, so
+			// memdb appends the ID: nodes of one free count come out in
+			// enumeration order.
+			IndexNodeFree: {
+				Name:         IndexNodeFree,
+				AllowMissing: true,
+				Indexer:      nodeFreeIndexer{},
+			},
+		},
+	}
+}
+
+// nodeCountsTableSchema holds *NodeCounts, keyed by Model.
+func nodeCountsTableSchema() *memdb.TableSchema {
+	return &memdb.TableSchema{
+		Name: TableNodeCounts,
+		Indexes: map[string]*memdb.IndexSchema{
+			// Not a StringFieldIndex: that has no key for "" (any model).
+			IndexID: {
+				Name:    IndexID,
+				Unique:  true,
+				Indexer: modelIndexer{},
 			},
 		},
 	}

@@ -33,19 +33,26 @@ func TestSchema(t *testing.T) {
 	//     the cluster; FreeGPUsIn walks the cluster's entries for them), and
 	//     node-local domains (island, numa, node on a DGX: ~1450 B per GPU;
 	//     the node index reaches their GPUs).
-	//   - domains: id only, one entry per domain: 6 node-local ones per DGX
+	//   - domains: id, one entry per domain: 6 node-local ones per DGX
 	//     node (node, island, 4 NUMA; the island and NUMA rows ~405 B per
 	//     GPU, rows and all), then the fabric's and the cluster.
-	//     DomainsOfKind is a prefix walk of it, not a kind index.
+	//     DomainsOfKind is a prefix walk of it, not a kind index. And
+	//     nodefree, one entry per node with free GPUs and per model it has
+	//     free GPUs of, plus one for any model (~2 per node with free GPUs
+	//     on a one-model cluster, ~110 B per GPU of 8-GPU nodes): what
+	//     lets placement take the best-fitting or first nodes without a
+	//     walk of the cluster.
 	//   - fabric: id only, one entry per node the fabric names (~85 B per
 	//     GPU).
+	//   - nodecounts: id only, one row per GPU model and one for any.
 	tables := map[string]map[string]want{
-		TableNodes:   {IndexID: {unique: true}, IndexPosition: {}},
-		TableGPUs:    {IndexID: {unique: true}, IndexNode: {}, IndexOrder: {}, IndexJob: {allowMissing: true}, IndexDomain: {allowMissing: true}},
-		TableJobs:    {IndexID: {unique: true}, IndexState: {}},
-		TableIndex:   {IndexID: {unique: true}},
-		TableDomains: {IndexID: {unique: true}},
-		TableFabric:  {IndexID: {unique: true}},
+		TableNodes:      {IndexID: {unique: true}, IndexPosition: {}},
+		TableGPUs:       {IndexID: {unique: true}, IndexNode: {}, IndexOrder: {}, IndexJob: {allowMissing: true}, IndexDomain: {allowMissing: true}},
+		TableJobs:       {IndexID: {unique: true}, IndexState: {}},
+		TableIndex:      {IndexID: {unique: true}},
+		TableDomains:    {IndexID: {unique: true}, IndexNodeFree: {allowMissing: true}},
+		TableFabric:     {IndexID: {unique: true}},
+		TableNodeCounts: {IndexID: {unique: true}},
 	}
 	if len(s.Tables) != len(tables) {
 		t.Errorf("schema has %d tables, want %d", len(s.Tables), len(tables))

@@ -166,44 +166,110 @@ func (s *Snapshot) DomainsOfKind(kind string) []Domain {
 
 // FreeGPUsIn returns the free GPUs of a model ("" for any) in a domain,
 // sorted by node position, node name, then index; nil for an unknown
-// domain. A leaf, a pod or the cluster is a prefix walk of the domain
-// index, which yields exactly its free GPUs of the model; a node-local
-// domain (island, pcie, numa, node) is a walk of its node's GPUs, a core
-// one a walk of the cluster's free GPUs of the model (see indexedKind).
+// domain. See EachFreeGPUIn for how each kind of domain is walked.
 func (s *Snapshot) FreeGPUsIn(domain, model string) []GPU {
 	d, ok := s.Domain(domain)
 	if !ok || d.FreeOf(model) == 0 {
 		return nil
 	}
 	out := make([]GPU, 0, d.FreeOf(model))
-	if d.Node != "" {
-		for g := range s.EachGPU(d.Node) {
-			if g.Free() && (model == "" || g.Model == model) && slices.Contains(g.Domains, domain) {
-				out = append(out, g)
-			}
-		}
-		return out
-	}
-	walk, filter := domain, false
-	if !indexedKind(d.Kind) {
-		walk, filter = ClusterDomain, true
-	}
-	args := []any{walk}
-	if model != "" {
-		args = append(args, model)
-	}
-	it := s.get(TableGPUs, IndexDomain, args...)
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		g := raw.(*GPU)
-		if !filter || slices.Contains(g.Domains, domain) {
-			out = append(out, *g)
-		}
-	}
-	// The index groups a domain's GPUs by model first.
-	if model == "" && len(d.Models) > 1 {
-		slices.SortFunc(out, compareGPUs)
+	for g := range s.eachFreeGPUIn(d, model) {
+		out = append(out, g)
 	}
 	return out
+}
+
+// EachFreeGPUIn yields the free GPUs of a model ("" for any) in a domain
+// in enumeration order (node position, node name, index), and stops when
+// the caller does: the first k free GPUs of the cluster cost k steps, not
+// a walk of the cluster. A leaf, a pod or the cluster is a prefix walk of
+// the domain index, which yields exactly its free GPUs of the model (for
+// "" and a domain of several models, one walk per model, merged); a
+// node-local domain (island, pcie, numa, node) is a walk of its node's
+// GPUs, a core one a walk of the cluster's free GPUs of the model (see
+// indexedKind). An unknown domain yields nothing.
+func (s *Snapshot) EachFreeGPUIn(domain, model string) iter.Seq[GPU] {
+	return func(yield func(GPU) bool) {
+		d, ok := s.Domain(domain)
+		if !ok || d.FreeOf(model) == 0 {
+			return
+		}
+		for g := range s.eachFreeGPUIn(d, model) {
+			if !yield(g) {
+				return
+			}
+		}
+	}
+}
+
+func (s *Snapshot) eachFreeGPUIn(d Domain, model string) iter.Seq[GPU] {
+	return func(yield func(GPU) bool) {
+		if d.Node != "" {
+			for g := range s.EachGPU(d.Node) {
+				if g.Free() && (model == "" || g.Model == model) && slices.Contains(g.Domains, d.ID) {
+					if !yield(g) {
+						return
+					}
+				}
+			}
+			return
+		}
+		walk, filter := d.ID, false
+		if !indexedKind(d.Kind) {
+			walk = ClusterDomain
+			filter = walk != d.ID
+		}
+		// The index groups a domain's GPUs by model first: one walk per
+		// model with free GPUs, merged, when any model will do.
+		var models []string
+		if model != "" {
+			models = []string{model}
+		} else {
+			for _, m := range d.Models {
+				if m.Free > 0 {
+					models = append(models, m.Model)
+				}
+			}
+		}
+		txn := s.db.Txn(false)
+		type head struct {
+			it  memdb.ResultIterator
+			cur *GPU
+		}
+		heads := make([]head, 0, len(models))
+		next := func(it memdb.ResultIterator) *GPU {
+			for raw := it.Next(); raw != nil; raw = it.Next() {
+				g := raw.(*GPU)
+				if !filter || slices.Contains(g.Domains, d.ID) {
+					return g
+				}
+			}
+			return nil
+		}
+		for _, m := range models {
+			it, err := txn.Get(TableGPUs, IndexDomain, walk, m)
+			must(err)
+			if g := next(it); g != nil {
+				heads = append(heads, head{it, g})
+			}
+		}
+		for len(heads) > 0 {
+			bi := 0
+			for i := 1; i < len(heads); i++ {
+				if compareGPUs(*heads[i].cur, *heads[bi].cur) < 0 {
+					bi = i
+				}
+			}
+			if !yield(*heads[bi].cur) {
+				return
+			}
+			if g := next(heads[bi].it); g != nil {
+				heads[bi].cur = g
+			} else {
+				heads = slices.Delete(heads, bi, bi+1)
+			}
+		}
+	}
 }
 
 // WatchFreeIn returns a channel that is closed on the first change, after
@@ -291,11 +357,7 @@ func (s *Snapshot) Capacity(model string) (total, healthyTotal int) {
 }
 
 // MaxGPUsPerNode returns the largest number of GPUs of a model ("" for any
-// model) on one node, healthy or not. It reads the node domains' counts.
+// model) on one node, healthy or not, in O(1): it reads the node counts.
 func (s *Snapshot) MaxGPUsPerNode(model string) int {
-	best := 0
-	for _, d := range s.DomainsOfKind(DomainNode) {
-		best = max(best, d.Count(model).Total)
-	}
-	return best
+	return s.NodeCounts(model).MaxTotal()
 }

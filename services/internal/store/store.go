@@ -182,6 +182,7 @@ func (s *Store) UpsertNode(n events.TopologyNode) error {
 			}
 			upd := *g
 			upd.Healthy, upd.HealthReason, upd.NodePosition = false, ReasonMissing, n.Position
+			upd.Model = cmp.Or(upd.Model, n.GPUModel) // as for a reported GPU
 			olds, rows = append(olds, g), append(rows, &upd)
 		}
 		// existing is sorted by index; look old ones up by binary search

@@ -87,14 +87,18 @@ type Result struct {
 // implied, and not_enough_nodes is implied by exceeds_node_size and
 // meaningless without a divisor.
 //
-// Otherwise it walks nodes in enumeration order and GPUs in index order,
-// taking free healthy GPUs of the model until it has gpus of them; with
+// Otherwise it takes, in enumeration order of nodes and index order of
+// GPUs, free healthy GPUs of the model until it has gpus of them; with
 // gpus_per_node it takes the first gpus_per_node free GPUs of each node that
 // has that many, until it has gpus/gpus_per_node nodes. Placed if that
 // works, else Wait.
 //
-// Place is deterministic (the same snapshot gives the same result) and
-// takes O(nodes + GPUs) time in one pass over the snapshot.
+// Place is deterministic (the same snapshot gives the same result). It
+// does not walk the cluster: the counts behind its reasons are the store's
+// (the cluster domain's, and its node counts by model), and the first fit
+// is a walk of the store's free GPUs (or of its nodes with enough free
+// GPUs) in enumeration order that stops at the job's size, so it costs
+// O(gpus) index steps however large the cluster.
 func Place(snap *store.Snapshot, job events.JobAnalyzed) Result {
 	n, gpn, model := job.Job.GPUs, job.Job.GPUsPerNode, job.Job.GPUModel
 
@@ -111,65 +115,17 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed) Result {
 		return Result{Verdict: Never, Reasons: invalid}
 	}
 
-	var (
-		total, healthy int // GPUs of the model in the cluster
-		free           int // free GPUs of the model in the cluster
-		maxPerNode     int // most GPUs of the model on one node
-		healthyNodes   int // nodes with >= gpn healthy GPUs of the model
-		freeNodes      int // nodes with >= gpn free GPUs of the model
-		taken          = make([]store.GPUKey, 0, min(n, 1024))
-		nodeFree       []int // free GPU indices of the current node; reused
-	)
-	need := n
+	// The counts a walk of every node would give: a GPU's model is its
+	// own, or its node's when it has none, as the store records it.
+	cluster, _ := snap.Domain(store.ClusterDomain)
+	c := cluster.Count(model)
+	total, healthy, free := c.Total, c.Healthy, c.Free
+	nc := snap.NodeCounts(model)
+	maxPerNode := nc.MaxTotal() // most GPUs of the model on one node
+	var healthyNodes, freeNodes int
 	if gpn > 0 {
-		need = n / gpn * gpn // with a bad divisor nothing is placed anyway
-	}
-	for node, gpus := range snap.EachNodeWithGPUs() {
-		nodeTotal, nodeHealthy := 0, 0
-		nodeFree = nodeFree[:0]
-		for _, g := range gpus {
-			if model != "" {
-				m := g.Model
-				if m == "" {
-					m = node.GPUModel
-				}
-				if m != model {
-					continue
-				}
-			}
-			nodeTotal++
-			if !g.Healthy {
-				continue
-			}
-			nodeHealthy++
-			if g.JobID != "" {
-				continue
-			}
-			free++
-			if gpn == 0 {
-				if len(taken) < need {
-					taken = append(taken, store.GPUKey{Node: node.Name, Index: g.Index})
-				}
-			} else if len(nodeFree) < gpn {
-				nodeFree = append(nodeFree, g.Index)
-			}
-		}
-		total += nodeTotal
-		healthy += nodeHealthy
-		maxPerNode = max(maxPerNode, nodeTotal)
-		if gpn > 0 {
-			if nodeHealthy >= gpn {
-				healthyNodes++
-			}
-			if len(nodeFree) == gpn {
-				freeNodes++
-				if len(taken) < need {
-					for _, idx := range nodeFree {
-						taken = append(taken, store.GPUKey{Node: node.Name, Index: idx})
-					}
-				}
-			}
-		}
+		healthyNodes = nc.HealthyAtLeast(gpn) // nodes with >= gpn healthy GPUs of the model
+		freeNodes = nc.FreeAtLeast(gpn)       // nodes with >= gpn free GPUs of the model
 	}
 
 	// Never.
@@ -206,14 +162,47 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed) Result {
 		return Result{Verdict: Never, Reasons: never}
 	}
 
-	// Wait or Placed.
-	if len(taken) < n {
-		if gpn > 0 {
-			return Result{Verdict: Wait, Reasons: []events.Reason{{Code: CodeInsufficientFreeNodes, Field: FieldGPUsPerNode,
-				Message: fmt.Sprintf("needs %s with %d free GPUs%s each, %d such nodes now", nodes(n/gpn), gpn, of, freeNodes)}}}
-		}
+	// Wait.
+	if gpn > 0 && freeNodes < n/gpn {
+		return Result{Verdict: Wait, Reasons: []events.Reason{{Code: CodeInsufficientFreeNodes, Field: FieldGPUsPerNode,
+			Message: fmt.Sprintf("needs %s with %d free GPUs%s each, %d such nodes now", nodes(n/gpn), gpn, of, freeNodes)}}}
+	}
+	if gpn == 0 && free < n {
 		return Result{Verdict: Wait, Reasons: []events.Reason{{Code: CodeInsufficientFreeGPUs, Field: FieldGPUs,
 			Message: fmt.Sprintf("needs %d free GPUs%s, %d free now", n, of, free)}}}
+	}
+
+	// Placed: first fit.
+	taken := make([]store.GPUKey, 0, n)
+	if gpn == 0 {
+		for g := range snap.EachFreeGPUIn(store.ClusterDomain, model) {
+			taken = append(taken, g.Key())
+			if len(taken) == n {
+				break
+			}
+		}
+	} else {
+	nodes:
+		for d := range snap.NodesWithFree(model, gpn) {
+			k := 0
+			for g := range snap.EachGPU(d.Node) {
+				if g.Free() && (model == "" || g.Model == model) {
+					taken = append(taken, g.Key())
+					if k++; k == gpn {
+						break
+					}
+				}
+			}
+			if len(taken) == n {
+				break nodes
+			}
+		}
+	}
+	if len(taken) < n {
+		// The counts said there was room: they and the walks read one
+		// snapshot, so this is a store bug. Wait rather than place wrong.
+		return Result{Verdict: Wait, Reasons: []events.Reason{{Code: CodeInsufficientFreeGPUs, Field: FieldGPUs,
+			Message: fmt.Sprintf("needs %d free GPUs%s, %d found now", n, of, len(taken))}}}
 	}
 	return Result{Verdict: Placed, GPUs: taken}
 }

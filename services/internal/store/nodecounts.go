@@ -1,0 +1,332 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+	"iter"
+	"maps"
+	"slices"
+
+	memdb "github.com/hashicorp/go-memdb"
+)
+
+// Node counts and the node-free index: what lets placement answer "how
+// many nodes have k healthy (free) GPUs of model M", "the largest node of
+// model M", and "the nodes with at least k free GPUs of model M, fewest
+// first (or in enumeration order)" without walking the cluster. Both are
+// kept from the node domains' rows (a node domain holds exactly the GPUs of
+// one live node) in the same write transaction as the GPU rows, so they
+// agree with every other read of a snapshot.
+
+// NodeCounts counts the nodes of the cluster by how many GPUs of one model
+// they have. Total[c] is the number of nodes with exactly c GPUs of the
+// model (healthy or not), Healthy[c] with exactly c healthy ones, Free[c]
+// with exactly c free ones, for c ≥ 1: nodes with none are not counted, and
+// index 0 stays 0. Each slice ends at its last non-zero entry, so
+// len(Total)-1 is the most GPUs of the model on one node. A GPU without a
+// model (on a node without one) counts under "" only. Shared: do not
+// modify.
+type NodeCounts struct {
+	Model                string // "" counts GPUs of any model
+	Total, Healthy, Free []int
+}
+
+// MaxTotal returns the most GPUs of the model on one node, healthy or not.
+func (c NodeCounts) MaxTotal() int { return max(len(c.Total)-1, 0) }
+
+// MaxFree returns the most free GPUs of the model on one node.
+func (c NodeCounts) MaxFree() int { return max(len(c.Free)-1, 0) }
+
+// TotalAtLeast returns the number of nodes with at least k GPUs of the
+// model; k below 1 counts as 1.
+func (c NodeCounts) TotalAtLeast(k int) int { return atLeast(c.Total, k) }
+
+// HealthyAtLeast returns the number of nodes with at least k healthy GPUs
+// of the model; k below 1 counts as 1.
+func (c NodeCounts) HealthyAtLeast(k int) int { return atLeast(c.Healthy, k) }
+
+// FreeAtLeast returns the number of nodes with at least k free GPUs of the
+// model; k below 1 counts as 1.
+func (c NodeCounts) FreeAtLeast(k int) int { return atLeast(c.Free, k) }
+
+func atLeast(hist []int, k int) int {
+	n := 0
+	for c := max(k, 1); c < len(hist); c++ {
+		n += hist[c]
+	}
+	return n
+}
+
+// nodeCountsEdit is a writer's copy of one NodeCounts row.
+type nodeCountsEdit struct {
+	old *NodeCounts // as in the table; nil for a new row
+	cur *NodeCounts
+}
+
+// countNode moves a node domain's counts from old to cur (either may be
+// nil or empty) in the node counts of every model it has and of "".
+func (w *writer) countNode(old, cur *Domain) error {
+	if old != nil {
+		if err := w.nodeCount(old, -1); err != nil {
+			return err
+		}
+	}
+	if cur != nil && cur.Total > 0 {
+		return w.nodeCount(cur, +1)
+	}
+	return nil
+}
+
+func (w *writer) nodeCount(d *Domain, sign int) error {
+	if err := w.addNodeCount("", d.Total, d.Healthy, d.Free, sign); err != nil {
+		return err
+	}
+	for _, m := range d.Models {
+		if m.Model == "" {
+			continue // GPUs without a model count under "" (any) only
+		}
+		if err := w.addNodeCount(m.Model, m.Total, m.Healthy, m.Free, sign); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *writer) addNodeCount(model string, total, healthy, free, sign int) error {
+	e, ok := w.nodeCounts[model]
+	if !ok {
+		raw, err := w.txn.First(TableNodeCounts, IndexID, model)
+		if err != nil {
+			return err
+		}
+		e = &nodeCountsEdit{}
+		if raw != nil {
+			e.old = raw.(*NodeCounts)
+			e.cur = &NodeCounts{Model: model, Total: slices.Clone(e.old.Total),
+				Healthy: slices.Clone(e.old.Healthy), Free: slices.Clone(e.old.Free)}
+		} else {
+			e.cur = &NodeCounts{Model: model}
+		}
+		if w.nodeCounts == nil {
+			w.nodeCounts = map[string]*nodeCountsEdit{}
+		}
+		w.nodeCounts[model] = e
+	}
+	add := func(hist *[]int, c int) error {
+		if c < 1 {
+			return nil
+		}
+		if c >= len(*hist) {
+			*hist = append(*hist, make([]int, c+1-len(*hist))...)
+		}
+		(*hist)[c] += sign
+		if (*hist)[c] < 0 {
+			return fmt.Errorf("store: node counts of model %q went negative at %d: a store bug", model, c)
+		}
+		return nil
+	}
+	if err := add(&e.cur.Total, total); err != nil {
+		return err
+	}
+	if err := add(&e.cur.Healthy, healthy); err != nil {
+		return err
+	}
+	return add(&e.cur.Free, free)
+}
+
+// trimCounts drops a histogram's trailing zeros (and returns nil for one
+// that counts no node).
+func trimCounts(h []int) []int {
+	for len(h) > 0 && h[len(h)-1] == 0 {
+		h = h[:len(h)-1]
+	}
+	if len(h) == 0 {
+		return nil
+	}
+	return h
+}
+
+// flushNodeCounts writes the node counts that changed.
+func (w *writer) flushNodeCounts() error {
+	for _, model := range slices.Sorted(maps.Keys(w.nodeCounts)) {
+		e := w.nodeCounts[model]
+		c := e.cur
+		c.Total, c.Healthy, c.Free = trimCounts(c.Total), trimCounts(c.Healthy), trimCounts(c.Free)
+		switch {
+		case c.Total == nil:
+			if e.old != nil {
+				if err := w.txn.Delete(TableNodeCounts, e.old); err != nil {
+					return err
+				}
+			}
+		case e.old == nil || !nodeCountsEqual(e.old, c):
+			if err := w.txn.Insert(TableNodeCounts, c); err != nil {
+				return err
+			}
+		}
+	}
+	w.nodeCounts = nil
+	return nil
+}
+
+func nodeCountsEqual(a, b *NodeCounts) bool {
+	return a.Model == b.Model && slices.Equal(a.Total, b.Total) && slices.Equal(a.Healthy, b.Healthy) && slices.Equal(a.Free, b.Free)
+}
+
+// modelIndexer keys a NodeCounts row by its Model, "" included: model NUL.
+type modelIndexer struct{}
+
+func (modelIndexer) FromObject(obj any) (bool, []byte, error) {
+	c, ok := obj.(*NodeCounts)
+	if !ok {
+		return false, nil, fmt.Errorf("store: node counts index: unexpected %T", obj)
+	}
+	return true, append([]byte(c.Model), 0), nil
+}
+
+func (modelIndexer) FromArgs(args ...any) ([]byte, error) {
+	if len(args) != 1 {
+		return nil, fmt.Errorf("store: node counts index: want a model, got %d arguments", len(args))
+	}
+	m, ok := args[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("store: node counts index: model %#v is not a string", args[0])
+	}
+	return append([]byte(m), 0), nil
+}
+
+// nodeFreeIndexer is the indexer of IndexNodeFree on the domains table: for
+// each node domain with free GPUs, one key for "" (any model) and one per
+// model it has free GPUs of, reading
+//
+//	<model> NUL <free GPUs of the model, 4 bytes big-endian> <node position, 8 bytes big-endian, sign flipped>
+//
+// to which memdb appends the domain's ID ("node:<name>" NUL). The prefix
+// "<model> NUL <k>" walks the nodes with exactly k free GPUs of the model in
+// enumeration order; NodeCounts says which k have any. A full node has no
+// key, so the index holds only the nodes a job could go to. Model names
+// must not contain NUL.
+type nodeFreeIndexer struct{}
+
+func (nodeFreeIndexer) FromObject(obj any) (bool, [][]byte, error) {
+	d, ok := obj.(*Domain)
+	if !ok {
+		return false, nil, fmt.Errorf("store: node-free index: unexpected %T", obj)
+	}
+	if d.Kind != DomainNode || d.Free == 0 {
+		return false, nil, nil
+	}
+	key := func(model string, free int) []byte {
+		// Room for what memdb appends (the ID and NUL), so its append
+		// does not copy.
+		b := make([]byte, 0, len(model)+1+4+8+len(d.ID)+1)
+		b = append(append(b, model...), 0)
+		b = binary.BigEndian.AppendUint32(b, uint32(free))
+		return binary.BigEndian.AppendUint64(b, uint64(int64(d.Position))^(1<<63))
+	}
+	vals := make([][]byte, 0, 1+len(d.Models))
+	vals = append(vals, key("", d.Free))
+	for _, m := range d.Models {
+		if m.Free > 0 && m.Model != "" { // "" is any model's key, above
+			vals = append(vals, key(m.Model, m.Free))
+		}
+	}
+	return true, vals, nil
+}
+
+// FromArgs takes a model and optionally a free count: the prefix to walk.
+func (nodeFreeIndexer) FromArgs(args ...any) ([]byte, error) {
+	if len(args) < 1 || len(args) > 2 {
+		return nil, fmt.Errorf("store: node-free index: want a model and optionally a free count, got %d arguments", len(args))
+	}
+	model, ok := args[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("store: node-free index: model %#v is not a string", args[0])
+	}
+	key := append([]byte(model), 0)
+	if len(args) == 2 {
+		free, ok := args[1].(int)
+		if !ok || free < 0 {
+			return nil, fmt.Errorf("store: node-free index: free count %#v is not a non-negative int", args[1])
+		}
+		key = binary.BigEndian.AppendUint32(key, uint32(free))
+	}
+	return key, nil
+}
+
+// NodeCounts returns the counts of nodes by their GPUs of a model ("" for
+// any), in O(1).
+func (s *Snapshot) NodeCounts(model string) NodeCounts {
+	raw := s.first(TableNodeCounts, IndexID, model)
+	if raw == nil {
+		return NodeCounts{Model: model}
+	}
+	return *raw.(*NodeCounts)
+}
+
+// NodesByFree yields the node domains (Domain.Node names the node) with at
+// least min free GPUs of a model ("" for any), fewest free GPUs of the
+// model first, then in enumeration order (position, name): best fit first.
+// It walks only those nodes, one prefix of the node-free index per free
+// count that any node has.
+func (s *Snapshot) NodesByFree(model string, min int) iter.Seq[Domain] {
+	return func(yield func(Domain) bool) {
+		counts := s.NodeCounts(model)
+		txn := s.db.Txn(false)
+		for c := max(min, 1); c < len(counts.Free); c++ {
+			if counts.Free[c] == 0 {
+				continue
+			}
+			it, err := txn.Get(TableDomains, IndexNodeFree, model, c)
+			must(err)
+			for raw := it.Next(); raw != nil; raw = it.Next() {
+				if !yield(*raw.(*Domain)) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// NodesWithFree yields the node domains with at least min free GPUs of a
+// model ("" for any) in enumeration order (position, name): first fit
+// first. It merges one walk of the node-free index per free count that any
+// node has, and stops when the caller does.
+func (s *Snapshot) NodesWithFree(model string, min int) iter.Seq[Domain] {
+	return func(yield func(Domain) bool) {
+		counts := s.NodeCounts(model)
+		txn := s.db.Txn(false)
+		type head struct {
+			it  memdb.ResultIterator
+			cur *Domain
+		}
+		var heads []head
+		for c := max(min, 1); c < len(counts.Free); c++ {
+			if counts.Free[c] == 0 {
+				continue
+			}
+			it, err := txn.Get(TableDomains, IndexNodeFree, model, c)
+			must(err)
+			if raw := it.Next(); raw != nil {
+				heads = append(heads, head{it: it, cur: raw.(*Domain)})
+			}
+		}
+		for len(heads) > 0 {
+			bi := 0
+			for i := 1; i < len(heads); i++ {
+				a, b := heads[i].cur, heads[bi].cur
+				if a.Position < b.Position || (a.Position == b.Position && a.Node < b.Node) {
+					bi = i
+				}
+			}
+			if !yield(*heads[bi].cur) {
+				return
+			}
+			if raw := heads[bi].it.Next(); raw != nil {
+				heads[bi].cur = raw.(*Domain)
+			} else {
+				heads = slices.Delete(heads, bi, bi+1)
+			}
+		}
+	}
+}
