@@ -38,9 +38,15 @@ type Options struct {
 	// Candidates is how many single-node candidates the cost model scores
 	// (0: 4).
 	Candidates int
-	// Filter, when set, keeps only the nodes it accepts (policies plug in
-	// here).
+	// Filter, when set, keeps only the nodes it accepts (node policies
+	// plug in here). It is asked only about nodes with free GPUs of the
+	// job's model.
 	Filter func(store.Node) bool
+	// Judge, when set, judges candidate placements (placement policies
+	// plug in here): see judge.go.
+	Judge func(Candidate) Judgement
+	// Explain, when set, is filled with how the decision was reached.
+	Explain *Explain
 }
 
 const inf = math.MaxFloat64
@@ -71,14 +77,10 @@ type candNode struct {
 }
 
 // candidates collects the nodes with free GPUs of the job's model that the
-// filter accepts.
-func candidates(snap *store.Snapshot, model string, filter func(store.Node) bool) ([]*candNode, int) {
-	var out []*candNode
-	total := 0
+// filter accepts. considered counts the nodes with such GPUs before the
+// filter.
+func candidates(snap *store.Snapshot, model string, filter func(store.Node) bool) (out []*candNode, total, considered int) {
 	for node, gpus := range snap.EachNodeWithGPUs() {
-		if filter != nil && !filter(node) {
-			continue
-		}
 		var free []store.GPU
 		for _, g := range gpus {
 			if !g.Free() {
@@ -98,6 +100,10 @@ func candidates(snap *store.Snapshot, model string, filter func(store.Node) bool
 		if len(free) == 0 {
 			continue
 		}
+		considered++
+		if filter != nil && !filter(node) {
+			continue
+		}
 		cn := &candNode{node: node, free: free}
 		for _, d := range free[0].Domains {
 			switch store.DomainKind(d) {
@@ -109,7 +115,7 @@ func candidates(snap *store.Snapshot, model string, filter func(store.Node) bool
 		total += len(free)
 		out = append(out, cn)
 	}
-	return out, total
+	return out, total, considered
 }
 
 // Place decides where a job runs, topology-aware (see the package doc).
@@ -132,26 +138,63 @@ func PlaceWithBaseline(snap *store.Snapshot, job events.JobAnalyzed, opts Option
 
 func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) Result {
 	n, gpn, model := job.Job.GPUs, job.Job.GPUsPerNode, job.Job.GPUModel
-	cands, total := candidates(snap, model, opts.Filter)
+	cands, total, considered := candidates(snap, model, opts.Filter)
+	x := opts.Explain
+	if x != nil {
+		x.Explanation.NodesConsidered = considered
+	}
 	if wait, ok := filterWait(cands, total, n, gpn, model); ok {
 		return wait
 	}
 	e := newEvaluator(snap, job, n, opts)
-	p := &placer{opts: opts, e: e, n: n}
-	var gpus []store.GPUKey
+	p := &placer{opts: opts, e: e, n: n, cands: cands}
+	var list []*cand
+	var more func() []*cand
 	if gpn == 0 || gpn == n {
-		gpus = p.singleNode(cands)
+		list = p.singleNode(cands)
+		if gpn == 0 {
+			// Spread over nodes, for when every one-node candidate is
+			// denied; those that land on one node were seen already.
+			more = func() []*cand {
+				return slices.DeleteFunc(p.multiNode(cands, job, gpn, p.limit()), func(c *cand) bool {
+					return !slices.ContainsFunc(c.gpus, func(g store.GPUKey) bool { return g.Node != c.gpus[0].Node })
+				})
+			}
+		}
 	}
-	if gpus == nil {
-		gpus = p.multiNode(cands, job, gpn)
+	if len(list) == 0 {
+		list = p.multiNode(cands, job, gpn, 1)
+		more = func() []*cand { return p.multiNode(cands, job, gpn, p.limit())[1:] }
 	}
-	if gpus == nil {
+	if len(list) == 0 {
 		// Cannot happen when blind placed and the filter left enough; be
 		// safe rather than wrong.
 		return waitReason(n, gpn, model, total, 0)
 	}
-	gpus = p.localSearch(gpus, cands)
-	return Result{Verdict: blind.Placed, GPUs: gpus}
+	chosen, judged := p.choose(list, more)
+	if chosen == nil {
+		if x != nil {
+			x.PolicyDenied = true
+		}
+		p.explain(judged, nil)
+		return Result{Verdict: blind.Wait, Reasons: denyReasons(judged[0])}
+	}
+	if gpus := p.localSearch(chosen.gpus, cands); !slices.Equal(gpus, chosen.gpus) {
+		refined := &cand{domain: chosen.domain, gpus: gpus, comm: math.NaN(), cost: chosen.cost}
+		if p.opts.Judge == nil {
+			*chosen = *refined
+		} else {
+			// The search moved ranks or GPUs: what the policies see may
+			// have changed (a TP group's islands), so the result is judged
+			// again and kept only if it passes.
+			p.judge(refined)
+			if !refined.j.Deny {
+				*chosen = *refined
+			}
+		}
+	}
+	p.explain(judged, chosen)
+	return Result{Verdict: blind.Placed, GPUs: chosen.gpus}
 }
 
 func filterWait(cands []*candNode, total, n, gpn int, model string) (Result, bool) {
@@ -191,9 +234,11 @@ func waitReason(n, gpn int, model string, free, freeNodes int) Result {
 }
 
 type placer struct {
-	opts Options
-	e    *evaluator
-	n    int
+	opts   Options
+	e      *evaluator
+	n      int
+	cands  []*candNode
+	leaves map[string]string // node → leaf domain, for explanations
 }
 
 // inNode is a chosen subset of one node's free GPUs.
@@ -360,8 +405,12 @@ func (p *placer) pick(c *candNode, k int) (inNode, error) {
 	return best, nil
 }
 
-// singleNode places a job on one node, or returns nil when none has room.
-func (p *placer) singleNode(cands []*candNode) []store.GPUKey {
+// singleNode lists the one-node candidates, the favourite first: by
+// level (island, PCIe group, NUMA node, node) and fit, each node's best
+// subset, the first Options.Candidates scored by the cost model (the
+// fastest wins, ties within 0.5% going to the better fit). Nil when no node
+// has room.
+func (p *placer) singleNode(cands []*candNode) []*cand {
 	k := p.n
 	type quick struct {
 		c     *candNode
@@ -369,6 +418,7 @@ func (p *placer) singleNode(cands []*candNode) []store.GPUKey {
 		fit   int
 	}
 	var qs []quick
+	fitting := [4]int{}
 	for _, c := range cands {
 		if len(c.free) < k {
 			continue
@@ -390,7 +440,23 @@ func (p *placer) singleNode(cands []*candNode) []store.GPUKey {
 		if k == 1 {
 			level = 0
 		}
+		fitting[level]++
 		qs = append(qs, quick{c, level, len(c.free) - k})
+	}
+	if x := p.opts.Explain; x != nil {
+		// A node whose best fitting domain is an island also has a
+		// fitting PCIe group (or NUMA node) only if it has one; count the
+		// nodes whose smallest fitting domain is at each level or below.
+		names := [4]string{store.DomainIsland, store.DomainPCIe, store.DomainNUMA, store.DomainNode}
+		acc := 0
+		for l, name := range names {
+			acc += fitting[l]
+			domains := len(qs)
+			if l == 3 {
+				domains = len(cands)
+			}
+			x.Explanation.Levels = append(x.Explanation.Levels, events.LevelCount{Level: name, Domains: domains, Fitting: acc})
+		}
 	}
 	if len(qs) == 0 {
 		return nil
@@ -416,27 +482,65 @@ func (p *placer) singleNode(cands []*candNode) []store.GPUKey {
 	if len(picks) == 0 {
 		return nil
 	}
-	slices.SortStableFunc(picks, func(a, b inNode) int {
-		return cmp.Or(cmp.Compare(a.level, b.level), cmp.Compare(b.minBW, a.minBW), cmp.Compare(b.sumBW, a.sumBW),
-			cmp.Compare(a.holes, b.holes), cmp.Compare(a.fit, b.fit))
-	})
-	nc := p.opts.Candidates
-	if nc <= 0 {
-		nc = 4
-	}
 	if k == 1 {
 		// No communication: the fit decides.
 		slices.SortStableFunc(picks, func(a, b inNode) int { return cmp.Or(cmp.Compare(a.holes, b.holes), cmp.Compare(a.fit, b.fit)) })
-		return keys(picks[0].c.node.Name, picks[0].gpus)
+	} else {
+		slices.SortStableFunc(picks, func(a, b inNode) int {
+			return cmp.Or(cmp.Compare(a.level, b.level), cmp.Compare(b.minBW, a.minBW), cmp.Compare(b.sumBW, a.sumBW),
+				cmp.Compare(a.holes, b.holes), cmp.Compare(a.fit, b.fit))
+		})
+	}
+	out := make([]*cand, len(picks))
+	for i, pk := range picks {
+		out[i] = &cand{domain: pk.domain(), gpus: keys(pk.c.node.Name, pk.gpus), comm: math.NaN()}
+		if k == 1 {
+			out[i].comm = 0
+		}
+	}
+	if k == 1 {
+		return out
 	}
 	bestI, bestT := -1, inf
-	for i := range min(nc, len(picks)) {
-		t := p.e.cost(keys(picks[i].c.node.Name, picks[i].gpus))
+	for i := range min(p.limit(), len(out)) {
+		t := p.score(out[i])
 		if bestI < 0 || t < bestT*(1-0.005) {
 			bestI, bestT = i, t
 		}
 	}
-	return keys(picks[bestI].c.node.Name, picks[bestI].gpus)
+	// The fastest first, then the rest in the heuristic's order.
+	first := out[bestI]
+	copy(out[1:bestI+1], out[:bestI])
+	out[0] = first
+	return out
+}
+
+// domain names the smallest node-local domain holding the subset.
+func (in inNode) domain() string {
+	best, bestL := store.DomainNode+":"+in.c.node.Name, 3
+	for _, g := range in.c.free {
+		if g.Index != in.gpus[0] {
+			continue
+		}
+		for _, d := range g.Domains {
+			l := levelOf(store.DomainKind(d))
+			if l >= bestL {
+				continue
+			}
+			all := true
+			for _, idx := range in.gpus[1:] {
+				for _, h := range in.c.free {
+					if h.Index == idx && !slices.Contains(h.Domains, d) {
+						all = false
+					}
+				}
+			}
+			if all {
+				best, bestL = d, l
+			}
+		}
+	}
+	return best
 }
 
 func keys(node string, idx []int) []store.GPUKey {
@@ -483,8 +587,10 @@ func fabricLevel(d string) int {
 }
 
 // multiNode spreads the job over nodes of the smallest fabric domain that
-// holds it.
-func (p *placer) multiNode(cands []*candNode, job events.JobAnalyzed, gpn int) []store.GPUKey {
+// holds it: up to limit candidates, one per domain, the favourite first
+// (the smallest level, then the tightest fit). Nil when the nodes' offers
+// do not add up.
+func (p *placer) multiNode(cands []*candNode, job events.JobAnalyzed, gpn, limit int) []*cand {
 	n := p.n
 	units := []int{1}
 	if gpn == 0 {
@@ -492,6 +598,7 @@ func (p *placer) multiNode(cands []*candNode, job events.JobAnalyzed, gpn int) [
 			units = []int{u, 1}
 		}
 	}
+	explained := false
 	for _, u := range units {
 		for _, c := range cands {
 			switch {
@@ -503,15 +610,33 @@ func (p *placer) multiNode(cands []*candNode, job events.JobAnalyzed, gpn int) [
 				c.offer = len(c.free) / u * u
 			}
 		}
-		if gpus := p.spread(cands, n); gpus != nil {
-			return gpus
+		doms := p.fabricDomains(cands, n, !explained)
+		explained = true
+		var out []*cand
+		for _, d := range doms {
+			if len(out) == limit {
+				break
+			}
+			if gpus := p.spread(cands, n, d); gpus != nil {
+				name := d
+				if name == "" {
+					name = store.ClusterDomain
+				}
+				out = append(out, &cand{domain: name, gpus: gpus, comm: math.NaN()})
+			}
+		}
+		if len(out) > 0 {
+			return out
 		}
 	}
 	return nil
 }
 
-func (p *placer) spread(cands []*candNode, n int) []store.GPUKey {
-	// Offers per fabric domain, and the cluster.
+// fabricDomains lists the fabric domains whose nodes offer at least n
+// GPUs, by level (leaf, pod, core) then tightest fit then name, and last
+// the whole cluster (""), when it offers n. With explain it records the
+// levels in the explanation.
+func (p *placer) fabricDomains(cands []*candNode, n int, explain bool) []string {
 	sum := map[string]int{}
 	clusterSum := 0
 	for _, c := range cands {
@@ -523,16 +648,49 @@ func (p *placer) spread(cands []*candNode, n int) []store.GPUKey {
 			sum[d] += c.offer
 		}
 	}
+	type dom struct {
+		name       string
+		level, got int
+	}
+	var fit []dom
+	var domains, fitting [3]int
+	for d, got := range sum {
+		l := fabricLevel(d)
+		domains[l]++
+		if got >= n {
+			fitting[l]++
+			fit = append(fit, dom{d, l, got})
+		}
+	}
+	if x := p.opts.Explain; x != nil && explain && !x.hasLevel(store.DomainCluster) {
+		for l, name := range [3]string{store.DomainLeaf, store.DomainPod, store.DomainCore} {
+			if domains[l] > 0 {
+				x.Explanation.Levels = append(x.Explanation.Levels, events.LevelCount{Level: name, Domains: domains[l], Fitting: fitting[l]})
+			}
+		}
+		lc := events.LevelCount{Level: store.DomainCluster, Domains: 1}
+		if clusterSum >= n {
+			lc.Fitting = 1
+		}
+		x.Explanation.Levels = append(x.Explanation.Levels, lc)
+	}
 	if clusterSum < n {
 		return nil
 	}
-	dom, lvl, got := "", 3, clusterSum
-	for d, s := range sum {
-		l := fabricLevel(d)
-		if s >= n && (l < lvl || (l == lvl && (s < got || (s == got && d < dom)))) {
-			dom, lvl, got = d, l, s
-		}
+	slices.SortFunc(fit, func(a, b dom) int {
+		return cmp.Or(cmp.Compare(a.level, b.level), cmp.Compare(a.got, b.got), strings.Compare(a.name, b.name))
+	})
+	out := make([]string, 0, len(fit)+1)
+	for _, d := range fit {
+		out = append(out, d.name)
 	}
+	return append(out, "")
+}
+
+// spread takes n GPUs from the nodes of domain dom ("" for the whole
+// cluster): leaf by leaf (fullest first), largest offers first, the rest
+// from the node whose offer covers it most tightly.
+func (p *placer) spread(cands []*candNode, n int, dom string) []store.GPUKey {
 	// The domain's nodes, by leaf (fullest first), largest offers first.
 	type leafGroup struct {
 		name  string

@@ -45,6 +45,23 @@
 // largest offers first, and the remainder from the node whose offer fits
 // it most tightly.
 //
+// # Policies
+//
+// Options.Filter drops nodes before anything else (node policies);
+// Options.Judge judges candidate placements (placement policies: deny,
+// warn, score). The favourite candidate is judged first; when it is
+// allowed and scores nothing, it wins after one judgement. Otherwise the
+// first Options.Candidates candidates are judged — the one-node candidates
+// in the order above, then one candidate per fitting fabric domain (the
+// tightest leaves, then pods, then the cluster) — and, while every one is
+// denied, up to 16. The allowed candidate of least cost wins, cost being
+// its comm time relative to the fastest judged plus its score, so a score
+// of 1 weighs as much as doubling the comm time. When all are denied,
+// Place answers Wait with the favourite's deny reasons (Explain says
+// PolicyDenied). The local search's result is judged again and kept only
+// if allowed. Options.Explain collects the levels tried and the candidates
+// judged, for the decision's explanation.
+//
 // # Rank mapping
 //
 // Ranks follow the analysed layout (fastest-varying dimension first):

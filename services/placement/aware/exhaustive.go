@@ -41,7 +41,7 @@ func Exhaustive(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (Res
 		return base, nil
 	}
 	n, gpn, model := job.Job.GPUs, job.Job.GPUsPerNode, job.Job.GPUModel
-	cands, total := candidates(snap, model, opts.Filter)
+	cands, total, _ := candidates(snap, model, opts.Filter)
 	if wait, ok := filterWait(cands, total, n, gpn, model); ok {
 		return wait, nil
 	}

@@ -1,0 +1,205 @@
+package aware
+
+import (
+	"cmp"
+	"math"
+	"slices"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/services/internal/store"
+)
+
+// Candidate is a placement Place considered, as a Judge sees it.
+type Candidate struct {
+	// Domain is the smallest domain holding it (a store domain ID such as
+	// island:n1/0, node:n1, leaf:l3, or cluster:).
+	Domain string
+	// GPUs in rank order.
+	GPUs []store.GPUKey
+	// CommSeconds is the cost model's predicted comm time per step.
+	CommSeconds float64
+}
+
+// Judgement is a Judge's verdict on a candidate: placement policies'
+// deny, warn and score.
+type Judgement struct {
+	Deny bool
+	// Score is a penalty added to the candidate's cost: its comm time
+	// relative to the fastest candidate judged (1 is the fastest). A score
+	// of 1 weighs as much as doubling the comm time.
+	Score float64
+	// Reasons say why it was denied; Warnings are kept with it.
+	Reasons  []events.Reason
+	Warnings []events.Reason
+}
+
+// Explain is what Place reports of a decision when Options.Explain is set.
+type Explain struct {
+	// Explanation is filled with nodes considered, levels and candidates;
+	// the caller adds what only it knows (policy revision, node denials).
+	Explanation events.Explanation
+	// Judgement is the chosen candidate's.
+	Judgement Judgement
+	// PolicyDenied is set when the Judge denied every candidate: Place
+	// then answers Wait with the favourite's deny reasons.
+	PolicyDenied bool
+}
+
+func (x *Explain) hasLevel(level string) bool {
+	return slices.ContainsFunc(x.Explanation.Levels, func(l events.LevelCount) bool { return l.Level == level })
+}
+
+// cand is one candidate inside Place.
+type cand struct {
+	domain string
+	gpus   []store.GPUKey
+	comm   float64 // NaN until scored
+	judged bool
+	j      Judgement
+	cost   float64
+}
+
+// limit is how many candidates are scored (Options.Candidates, 4).
+func (p *placer) limit() int {
+	if p.opts.Candidates > 0 {
+		return p.opts.Candidates
+	}
+	return 4
+}
+
+// score returns the candidate's predicted comm time, computing it once.
+func (p *placer) score(c *cand) float64 {
+	if math.IsNaN(c.comm) {
+		c.comm = p.e.cost(c.gpus)
+	}
+	return c.comm
+}
+
+func (p *placer) judge(c *cand) {
+	if c.judged {
+		return
+	}
+	c.j = p.opts.Judge(Candidate{Domain: c.domain, GPUs: c.gpus, CommSeconds: p.score(c)})
+	c.judged = true
+}
+
+// maxJudged bounds the candidates judged when the favourites are denied.
+const maxJudged = 16
+
+// choose picks among the candidates, the favourite first. Without a Judge
+// the favourite wins. With one, the favourite wins when it is allowed and
+// scores nothing (the common case, one evaluation); otherwise the first
+// Options.Candidates of the list and of more() are judged, then, while all
+// are denied, up to maxJudged, and the allowed one of least cost wins
+// (ties within 0.5% to the earlier). It returns the candidates judged; the
+// chosen one is nil when every one was denied.
+func (p *placer) choose(list []*cand, more func() []*cand) (*cand, []*cand) {
+	if p.opts.Judge == nil {
+		return list[0], list[:1]
+	}
+	p.judge(list[0])
+	if !list[0].j.Deny && list[0].j.Score == 0 {
+		list[0].cost = 1
+		return list[0], list[:1]
+	}
+	if more != nil {
+		list = append(list, more()...)
+	}
+	n := min(len(list), p.limit())
+	for i := range n {
+		p.judge(list[i])
+	}
+	for ; n < min(len(list), maxJudged) && !slices.ContainsFunc(list[:n], func(c *cand) bool { return !c.j.Deny }); n++ {
+		p.judge(list[n])
+	}
+	judged := list[:n]
+	fastest := math.Inf(1)
+	for _, c := range judged {
+		fastest = min(fastest, c.comm)
+	}
+	var best *cand
+	for _, c := range judged {
+		c.cost = 1 + c.j.Score
+		if fastest > 0 && !math.IsInf(fastest, 0) {
+			c.cost = c.comm/fastest + c.j.Score
+		}
+		if !c.j.Deny && (best == nil || c.cost < best.cost-0.005*math.Abs(best.cost)) {
+			best = c
+		}
+	}
+	return best, judged
+}
+
+// explain records the judged candidates, the chosen one first.
+func (p *placer) explain(judged []*cand, chosen *cand) {
+	x := p.opts.Explain
+	if x == nil {
+		return
+	}
+	order := slices.Clone(judged)
+	slices.SortStableFunc(order, func(a, b *cand) int {
+		switch {
+		case a == chosen:
+			return -1
+		case b == chosen:
+			return 1
+		case a.j.Deny != b.j.Deny:
+			if b.j.Deny {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.cost, b.cost)
+	})
+	for _, c := range order {
+		leaves := map[string]bool{}
+		nodes := map[string]bool{}
+		for _, g := range c.gpus {
+			nodes[g.Node] = true
+		}
+		cs := events.CandidateScore{Domain: c.domain, Nodes: len(nodes), CommSecondsPerStep: p.score(c), Score: c.j.Score, Cost: c.cost}
+		if c.cost == 0 {
+			cs.Cost = 1 + c.j.Score
+		}
+		for n := range nodes {
+			if l := p.leafOf(n); l != "" {
+				leaves[l] = true
+			}
+		}
+		cs.Leaves = len(leaves)
+		switch {
+		case c == chosen:
+			cs.Outcome = events.OutcomeChosen
+		case c.j.Deny:
+			cs.Outcome, cs.Reasons = events.OutcomeDenied, c.j.Reasons
+		default:
+			cs.Outcome = events.OutcomeCostlier
+		}
+		x.Explanation.Candidates = append(x.Explanation.Candidates, cs)
+	}
+	if chosen != nil {
+		x.Judgement = chosen.j
+	}
+}
+
+func denyReasons(c *cand) []events.Reason {
+	if len(c.j.Reasons) > 0 {
+		return c.j.Reasons
+	}
+	return []events.Reason{{Code: "policy_denied", Message: "a placement policy denied every candidate placement"}}
+}
+
+func (p *placer) leafOf(node string) string {
+	if p.leaves == nil {
+		p.leaves = map[string]string{}
+		for _, c := range p.cands {
+			for _, d := range c.fabric {
+				if store.DomainKind(d) == store.DomainLeaf {
+					p.leaves[c.node.Name] = d
+					break
+				}
+			}
+		}
+	}
+	return p.leaves[node]
+}

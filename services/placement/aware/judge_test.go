@@ -1,0 +1,103 @@
+package aware
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/services/placement/blind"
+)
+
+func TestJudge(t *testing.T) {
+	t.Parallel()
+	var specs []spec
+	for i := range 4 {
+		sp := spec{name: fmt.Sprintf("n%d", i), ev: dgx(t, "", "dgx-a100")}
+		sp.held = []int{0, 1, 2, 3, 4, 5, 6, 7}[:2*i] // n0 empty ... n3 with 2 free
+		specs = append(specs, sp)
+	}
+	snap := build(t, specs...).Snapshot()
+	deny := func(node string) func(Candidate) Judgement {
+		return func(c Candidate) Judgement {
+			for _, g := range c.GPUs {
+				if g.Node == node {
+					return Judgement{Deny: true, Reasons: []events.Reason{{Code: "no_" + node, Message: "not on " + node, Policy: "test"}}}
+				}
+			}
+			return Judgement{}
+		}
+	}
+	nodeOf := func(r Result) string {
+		if r.Verdict != blind.Placed {
+			return fmt.Sprintf("(%s %v)", r.Verdict, r.Reasons)
+		}
+		return r.GPUs[0].Node
+	}
+	tests := []struct {
+		name     string
+		gpus     int
+		judge    func(Candidate) Judgement
+		want     string
+		outcomes []string
+	}{
+		{name: "no judge: best fit", gpus: 2, want: "n3"},
+		{name: "allowed favourite: one judgement", gpus: 2, judge: deny("n0"), want: "n3", outcomes: []string{"chosen"}},
+		{name: "denied favourite: the next", gpus: 2, judge: deny("n3"), want: "n2", outcomes: []string{"chosen", "costlier", "costlier", "denied"}},
+		{name: "score moves the choice", gpus: 4, judge: func(c Candidate) Judgement {
+			if c.GPUs[0].Node == "n2" {
+				return Judgement{Score: 5, Warnings: []events.Reason{{Code: "w", Message: "penalised"}}}
+			}
+			return Judgement{}
+		}, want: "n1", outcomes: []string{"chosen", "costlier", "costlier"}},
+		{name: "every candidate denied", gpus: 2, judge: func(Candidate) Judgement {
+			return Judgement{Deny: true, Reasons: []events.Reason{{Code: "never", Message: "no", Policy: "test"}}}
+		}, want: "(wait [{never no  test}])"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := &Explain{}
+			r := Place(snap, SyntheticJob("j", tt.gpus, tt.gpus, 1), Options{Judge: tt.judge, Explain: x})
+			if got := nodeOf(r); got != tt.want {
+				t.Fatalf("placed on %s, want %s", got, tt.want)
+			}
+			if x.Explanation.NodesConsidered != 4 {
+				t.Errorf("nodes considered %d, want 4", x.Explanation.NodesConsidered)
+			}
+			if len(x.Explanation.Levels) == 0 {
+				t.Error("no levels explained")
+			}
+			if tt.outcomes != nil {
+				var got []string
+				for _, c := range x.Explanation.Candidates {
+					got = append(got, c.Outcome)
+				}
+				if fmt.Sprint(got) != fmt.Sprint(tt.outcomes) {
+					t.Errorf("outcomes %v, want %v (%+v)", got, tt.outcomes, x.Explanation.Candidates)
+				}
+			}
+			if r.Verdict == blind.Wait && !x.PolicyDenied {
+				t.Error("every candidate denied, but PolicyDenied is not set")
+			}
+		})
+	}
+}
+
+// A judge that denies what local search makes of the favourite keeps the
+// favourite as it was before the search.
+func TestJudgeAfterLocalSearch(t *testing.T) {
+	t.Parallel()
+	snap := build(t, spec{name: "n0", ev: dgx(t, "", "dgx-a100")}).Snapshot()
+	job := SyntheticJob("j", 8, 2, 1)
+	var first []store.GPUKey
+	r := Place(snap, job, Options{Judge: func(c Candidate) Judgement {
+		if first == nil {
+			first = c.GPUs
+			return Judgement{}
+		}
+		return Judgement{Deny: true}
+	}})
+	if r.Verdict != blind.Placed || fmt.Sprint(r.GPUs) != fmt.Sprint(first) {
+		t.Fatalf("placed %v, want the favourite as judged %v", r.GPUs, first)
+	}
+}
