@@ -27,9 +27,16 @@ func Watch(ctx context.Context, dir string, onSet func(*Set), onError func(error
 // It polls rather than use inotify: a policy directory is a handful of
 // small files, hashing them is cheap, and polling sees edits made through
 // bind mounts and ConfigMap symlink swaps that inotify misses.
+//
+// After the first read, a change is taken only once two successive reads
+// agree on it: an editor writing a file in place can be caught between
+// truncating and writing, and that half-written file is not a set anyone
+// meant to be refused.
 func WatchEvery(ctx context.Context, dir string, interval time.Duration, onSet func(*Set), onError func(error)) {
 	fsys := os.DirFS(dir)
-	var last string // revision of the last contents tried
+	var last string    // revision of the last contents tried
+	var pending string // revision of changed contents read once
+	first := true
 	try := func() {
 		src, err := readSet(fsys)
 		if err != nil {
@@ -37,9 +44,14 @@ func WatchEvery(ctx context.Context, dir string, interval time.Duration, onSet f
 			return
 		}
 		if src.revision == last {
+			pending = ""
 			return
 		}
-		last = src.revision
+		if !first && src.revision != pending {
+			pending = src.revision
+			return
+		}
+		first, pending, last = false, "", src.revision
 		s, _, err := compileSources(ctx, src, dir)
 		if err != nil {
 			if ctx.Err() == nil {

@@ -23,6 +23,7 @@ type serveFlags struct {
 	services []string
 	poll     time.Duration
 	strategy string
+	policies string
 }
 
 func newServe(g *globals) *cobra.Command {
@@ -43,7 +44,8 @@ SIGTERM or Ctrl-C stops it gracefully: handlers in flight finish, nothing
 that was not handled is acknowledged, and the server flushes its streams.`,
 		Example: `  toposched serve --cluster deploy/examples/cluster.yaml
   toposched serve --cluster cluster.yaml --listen 0.0.0.0:4222 --data-dir /var/lib/toposched
-  toposched serve --cluster cluster.yaml --nats-url nats://nats-0:4222,nats://nats-1:4222`,
+  toposched serve --cluster cluster.yaml --nats-url nats://nats-0:4222,nats://nats-1:4222
+  toposched serve --cluster cluster.yaml --policies /etc/toposched/policies`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runServe(cmd.Context(), g, f)
@@ -55,8 +57,12 @@ that was not handled is acknowledged, and the server flushes its streams.`,
 	cmd.Flags().StringSliceVar(&f.services, "services", operator.All, "services to run")
 	cmd.Flags().DurationVar(&f.poll, "poll", 5*time.Second, "how often discovery checks the cluster file for changes (0: never)")
 	cmd.Flags().StringVar(&f.strategy, "strategy", "topology-aware", "placement strategy: topology-aware or blind (the first-fit baseline)")
+	cmd.Flags().StringVar(&f.policies, "policies", "", policiesUsage)
 	return cmd
 }
+
+const policiesUsage = "Rego policy set directory, reloaded when its files change; 'none' turns policies off; " +
+	"empty: the shipped set. A newer set pushed with topoctl policy push overrides it"
 
 func runServe(ctx context.Context, g *globals, f *serveFlags) error {
 	log, err := g.logger()
@@ -74,7 +80,7 @@ func runServe(ctx context.Context, g *globals, f *serveFlags) error {
 		log.Info("embedded NATS ready", "url", url, "data_dir", f.dataDir)
 	}
 	return runServices(ctx, g, url, "operator", operator.Config{
-		Services: f.services, ClusterFile: f.cluster, Poll: f.poll, Strategy: f.strategy,
+		Services: f.services, ClusterFile: f.cluster, Poll: f.poll, Strategy: f.strategy, Policies: f.policies,
 	}, log)
 }
 
@@ -121,7 +127,7 @@ func runServices(ctx context.Context, g *globals, url, source string, cfg operat
 }
 
 func newSingle(g *globals, name, short string) *cobra.Command {
-	var cluster, strategy string
+	var cluster, strategy, policySet string
 	var poll time.Duration
 	cmd := &cobra.Command{
 		Use:   name,
@@ -142,7 +148,7 @@ consumers: each event is handled by one of them.`,
 				url = "nats://127.0.0.1:4222"
 			}
 			return runServices(cmd.Context(), g, url, name,
-				operator.Config{Services: []string{name}, ClusterFile: cluster, Poll: poll, Strategy: strategy}, log.With("service", name))
+				operator.Config{Services: []string{name}, ClusterFile: cluster, Poll: poll, Strategy: strategy, Policies: policySet}, log.With("service", name))
 		},
 	}
 	if name == operator.Discovery {
@@ -152,6 +158,7 @@ consumers: each event is handled by one of them.`,
 	}
 	if name == operator.Placement {
 		cmd.Flags().StringVar(&strategy, "strategy", "topology-aware", "placement strategy: topology-aware or blind (the first-fit baseline)")
+		cmd.Flags().StringVar(&policySet, "policies", "", policiesUsage)
 	}
 	return cmd
 }

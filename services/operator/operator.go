@@ -39,6 +39,17 @@ type Config struct {
 	Poll time.Duration
 	// Strategy is placement's: topology-aware (default) or blind.
 	Strategy string
+	// Policies is placement's base policy set: a directory, reloaded when
+	// its files change; PoliciesDefault ("") for the shipped set; or
+	// PoliciesNone. A set pushed to the policy KV bucket overrides it when
+	// newer (see policies.go).
+	Policies string
+	// PolicyPoll is how often the policy directory is read; 0 means
+	// policies.DefaultWatchInterval.
+	PolicyPoll time.Duration
+	// Replica names this process in policy events; host name/pid when
+	// empty.
+	Replica string
 }
 
 // Validate reports every problem at once.
@@ -118,6 +129,14 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 	// first so that in-flight handlers finish with a live context.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	o.cancel = cancel
+	// The policy set is in force before the first job is handled.
+	if has(Placement) {
+		if err := startPolicies(ctx, runCtx, b, o.Placement, cfg, log, &o.wg); err != nil {
+			cancel()
+			o.wg.Wait()
+			return nil, err
+		}
+	}
 	if has(Analysis) || has(Placement) || has(Optimizer) {
 		o.wg.Add(1)
 		go func() {

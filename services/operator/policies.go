@@ -1,0 +1,367 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/policies"
+	"github.com/toposched/toposched/services/placement"
+)
+
+// Values of Config.Policies besides a directory.
+const (
+	// PoliciesDefault runs the shipped set, policies.Default.
+	PoliciesDefault = ""
+	// PoliciesNone turns policies off in this replica: no directory, no
+	// shipped set, and pushed sets are not followed.
+	PoliciesNone = "none"
+)
+
+// Where placement's policy set comes from, and which one wins.
+//
+// Two sources feed a replica: its base set (the --policies directory,
+// polled and reloaded when its files change, or the shipped set) and the
+// set pushed to the policy KV bucket (topoctl policy push). The newest
+// valid set of the two is in force: a directory set is as new as its
+// newest file's modification time, the shipped set older than anything,
+// and a pushed set as new as its KV entry (the server's clock). Both
+// sources are an operator's deliberate act, so the latest act is what they
+// mean; and because both times are properties of the sources, not of when
+// a replica happened to read them, every replica, one restarted later
+// included, chooses the same set. Withdrawing the push (deleting the key)
+// falls back to the base set.
+//
+// Each set is compiled and its Rego tests run before it is taken. A set put
+// in force is announced with policy.applied (one per replica); a refused
+// one with policy.rejected naming file and line, and the set in force stays.
+// Replicas refusing the same contents publish the same event id (derived
+// from the revision and, for a push, the KV entry), so JetStream keeps one.
+type policyLoop struct {
+	b       *bus.Bus
+	place   *placement.Service
+	log     *slog.Logger
+	replica string
+	// boot names this start of the replica in the ids of what it applies
+	// at start-up: a restart announces its set again.
+	boot string
+
+	mu      sync.Mutex
+	started bool       // the initial sets of both sources are in
+	base    *candidate // the directory's or the shipped set
+	pushed  *candidate // the bucket's; nil when none or withdrawn
+	inForce *candidate
+	lastKV  uint64 // last KV entry revision handled
+	lastIO  string // last directory read error logged
+}
+
+// candidate is a valid set offered by a source.
+type candidate struct {
+	set    *policies.Set
+	source string    // events.PolicySource*
+	at     time.Time // how new it is
+	kvRev  uint64
+}
+
+// startPolicies loads the initial sets, puts the winner in force and
+// leaves the sources watched until runCtx ends. It returns an error, after
+// publishing policy.rejected, when the base set is refused at start-up:
+// there is no old set to keep.
+func startPolicies(ctx, runCtx context.Context, b *bus.Bus, place *placement.Service, cfg Config, log *slog.Logger, wg *sync.WaitGroup) error {
+	log = log.With("component", "policies")
+	if cfg.Policies == PoliciesNone {
+		log.Info("policies off (--policies none); pushed sets are not followed")
+		return nil
+	}
+	replica := cfg.Replica
+	if replica == "" {
+		host, _ := os.Hostname()
+		replica = host + "/" + strconv.Itoa(os.Getpid())
+	}
+	pl := &policyLoop{b: b, place: place, log: log, replica: replica, boot: bus.NewID()}
+
+	// The base set.
+	if cfg.Policies == PoliciesDefault {
+		set, err := policies.Compile(policies.Default, "default")
+		if err != nil {
+			return fmt.Errorf("shipped policy set: %w", err)
+		}
+		pl.base = &candidate{set: set, source: events.PolicySourceDefault}
+	} else {
+		dir := cfg.Policies
+		poll := cfg.PolicyPoll
+		if poll <= 0 {
+			poll = policies.DefaultWatchInterval
+		}
+		first := make(chan error, 1)
+		var once sync.Once
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			policies.WatchEvery(runCtx, dir, poll,
+				func(s *policies.Set) {
+					pl.offerBase(runCtx, s, dir)
+					once.Do(func() { first <- nil })
+				},
+				func(err error) {
+					pl.refusedBase(runCtx, dir, err)
+					once.Do(func() { first <- err })
+				})
+		}()
+		select {
+		case err := <-first:
+			if err != nil {
+				return fmt.Errorf("policy directory %s: %w", dir, err)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+
+	// The pushed set.
+	kv, err := policies.EnsureKV(ctx, b.JetStream(), b.Subjects.Prefix, b.Replicas())
+	if err != nil {
+		return err
+	}
+	ready := make(chan struct{})
+	var readyOnce sync.Once
+	errc := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			err := policies.WatchKVUpdates(runCtx, kv,
+				func() { readyOnce.Do(func() { close(ready) }) },
+				func(u policies.KVUpdate) { pl.onKV(runCtx, u) })
+			if err == nil || runCtx.Err() != nil {
+				return
+			}
+			select {
+			case errc <- err: // start-up is waiting for it
+			default:
+			}
+			// The watch restarts from the value in force; onKV skips
+			// what it has seen.
+			log.Error("policy bucket watch stopped; restarting", "err", err)
+			select {
+			case <-runCtx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	pl.started = true
+	pl.settle(runCtx, "start:"+pl.boot)
+	return nil
+}
+
+// offerBase takes a valid directory set.
+func (pl *policyLoop) offerBase(ctx context.Context, s *policies.Set, dir string) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	pl.lastIO = ""
+	c := &candidate{set: s, source: events.PolicySourceDirectory, at: newestFile(dir, s.Files)}
+	pl.base = c
+	if !pl.started {
+		return
+	}
+	if pl.winner() != c {
+		pl.log.Info("directory policy set is older than the pushed set in force; the pushed set stays",
+			"set", s.String(), "in_force", pl.inForce.set.String())
+		return
+	}
+	pl.settle(ctx, fmt.Sprintf("dir:%s@%d", s.Revision, c.at.UnixNano()))
+}
+
+// refusedBase reports a directory set that was refused, or a directory
+// that could not be read.
+func (pl *policyLoop) refusedBase(ctx context.Context, dir string, err error) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	var ref *policies.RefusedError
+	if !errors.As(err, &ref) {
+		// Unreadable (removed, permissions): nothing to name a revision
+		// by. Log it once per distinct error, not on every poll.
+		if err.Error() != pl.lastIO {
+			pl.lastIO = err.Error()
+			pl.log.Error("policy directory unreadable; the set in force stays", "dir", dir, "err", err)
+		}
+		return
+	}
+	pl.reject(ctx, "dir:"+ref.Revision, &events.PolicyRejected{
+		Revision: ref.Revision, Name: dir, Source: events.PolicySourceDirectory, Errors: eventErrors(ref.Errs),
+	})
+}
+
+// onKV takes an update of the pushed set.
+func (pl *policyLoop) onKV(ctx context.Context, u policies.KVUpdate) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if u.KVRevision <= pl.lastKV {
+		return // seen before a watch restart
+	}
+	pl.lastKV = u.KVRevision
+	trigger := "kv@" + strconv.FormatUint(u.KVRevision, 10)
+	switch {
+	case u.Deleted:
+		if pl.pushed == nil {
+			return
+		}
+		pl.log.Info("pushed policy set withdrawn", "kv_revision", u.KVRevision)
+		pl.pushed = nil
+	case u.Err != nil:
+		pl.reject(ctx, trigger, &events.PolicyRejected{
+			Revision: u.Revision, Name: u.Name, Source: events.PolicySourceKV, KVRevision: u.KVRevision,
+			Errors: eventErrors(u.Err),
+		})
+		return
+	default:
+		pl.pushed = &candidate{set: u.Set, source: events.PolicySourceKV, at: u.Created, kvRev: u.KVRevision}
+	}
+	if !pl.started {
+		return
+	}
+	if pl.pushed != nil && pl.winner() != pl.pushed {
+		pl.log.Warn("pushed policy set is older than the directory's; the directory's stays (clock skew?)",
+			"set", pl.pushed.set.String(), "in_force", pl.inForce.set.String())
+		return
+	}
+	pl.settle(ctx, trigger)
+}
+
+// winner is the newest valid set; a push wins a tie.
+func (pl *policyLoop) winner() *candidate {
+	switch {
+	case pl.pushed == nil:
+		return pl.base
+	case pl.base == nil || !pl.base.at.After(pl.pushed.at):
+		return pl.pushed
+	}
+	return pl.base
+}
+
+// settle puts the winner in force if it is not already, and announces it.
+// trigger names what caused the change, for the event id. pl.mu is held.
+func (pl *policyLoop) settle(ctx context.Context, trigger string) {
+	c := pl.winner()
+	if c == nil || c == pl.inForce {
+		return
+	}
+	prev := pl.inForce
+	pl.inForce = c
+	var previous string
+	if prev != nil {
+		previous = prev.set.Revision
+	}
+	// The same revision from another source changes nothing in the
+	// decisions: keep the set (and its node cache), but still announce
+	// it, since whoever pushed it waits for the answer.
+	if previous != c.set.Revision {
+		if err := pl.place.SetPolicies(ctx, c.set); err != nil {
+			// The set is in force; only the retry of the queue failed,
+			// and the next freed GPU or topology change retries it.
+			pl.log.Warn("policy set in force; retrying pending jobs failed", "set", c.set.String(), "err", err)
+		}
+	}
+	passed := 0
+	for _, t := range c.set.Tests {
+		if t.Pass {
+			passed++
+		}
+	}
+	ev := &events.PolicyApplied{
+		Revision: c.set.Revision, Name: c.set.Name, Source: c.source, KVRevision: c.kvRev,
+		Files: c.set.Files, TestsPassed: passed, Previous: previous, Replica: pl.replica,
+		AppliedAt: time.Now().UTC(),
+	}
+	if ev.Files == nil {
+		ev.Files = []string{}
+	}
+	pl.log.Info("policy set applied", "set", c.set.String(), "source", c.source, "kv_revision", c.kvRev, "previous", previous)
+	// One announcement per replica and cause: the replica is in the id.
+	pl.publish(ctx, trigger+"/"+pl.replica, c.set.Revision, ev)
+}
+
+// reject announces a refused set; the one in force stays. cause is the same
+// on every replica that sees the same contents, so their copies are one
+// event. pl.mu is held.
+func (pl *policyLoop) reject(ctx context.Context, cause string, ev *events.PolicyRejected) {
+	ev.Replica = pl.replica
+	ev.RejectedAt = time.Now().UTC()
+	if pl.inForce != nil {
+		ev.InForce = pl.inForce.set.Revision
+	}
+	if ev.Name == "" {
+		ev.Name = "unknown"
+	}
+	args := []any{"name", ev.Name, "source", ev.Source, "revision", ev.Revision, "in_force", ev.InForce}
+	if ev.KVRevision != 0 {
+		args = append(args, "kv_revision", ev.KVRevision)
+	}
+	for _, e := range ev.Errors {
+		pl.log.Warn("policy set refused; the set in force stays",
+			append(args, "file", e.File, "line", e.Line, "code", e.Code, "msg", e.Message)...)
+	}
+	pl.publish(ctx, cause, ev.Revision, ev)
+}
+
+func (pl *policyLoop) publish(ctx context.Context, cause, revision string, ev any) {
+	ctx = bus.WithCause(ctx, events.Envelope{ID: "policy:" + cause, CorrelationID: revision})
+	if _, err := pl.b.Publish(ctx, ev); err != nil && ctx.Err() == nil {
+		pl.log.Error("publish policy event", "revision", revision, "err", err)
+	}
+}
+
+// eventErrors turns a refusal into the event's errors: never empty, every
+// message and code set, as the schema asks.
+func eventErrors(err error) []events.PolicyError {
+	var errs policies.Errors
+	if !errors.As(err, &errs) || len(errs) == 0 {
+		return []events.PolicyError{{Message: err.Error(), Code: "rego_error"}}
+	}
+	out := make([]events.PolicyError, 0, len(errs))
+	for _, e := range errs {
+		pe := events.PolicyError{File: e.File, Line: max(e.Line, 0), Message: e.Msg, Code: e.Code}
+		if pe.Message == "" {
+			pe.Message = "refused"
+		}
+		if pe.Code == "" {
+			pe.Code = "rego_error"
+		}
+		out = append(out, pe)
+	}
+	return out
+}
+
+// newestFile is the latest modification time of a set's files in dir, the
+// time a directory set counts as made; now when none can be read.
+func newestFile(dir string, files []string) time.Time {
+	var t time.Time
+	for _, f := range files {
+		if st, err := os.Stat(filepath.Join(dir, filepath.FromSlash(f))); err == nil && st.ModTime().After(t) {
+			t = st.ModTime()
+		}
+	}
+	if t.IsZero() {
+		return time.Now()
+	}
+	return t
+}
