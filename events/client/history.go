@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -102,10 +103,10 @@ var historyDomains = []string{"jobs", "placement"}
 
 // History reads every event about jobID from the jobs and placement streams
 // as they stand when it starts. The event subjects do not carry the job id,
-// and JetStream cannot filter a consumer by header, so each stream is read
-// once, in order, by an ordered consumer; only the messages whose ce-subject
-// header (or, for a message published without one, the body's job id) names
-// the job are decoded. The two streams are read side by side and merged by
+// and JetStream cannot filter a consumer by header, so each stream's
+// headers are read once, in order, by an ordered consumer; only the
+// messages whose ce-subject header (or, for a message published without
+// one, the body's job id) names the job are fetched whole and decoded. The two streams are read side by side and merged by
 // the time JetStream stored each event. A job no event names gives an
 // *UnknownJobError.
 func History(ctx context.Context, b *bus.Bus, jobID string) (*JobHistory, error) {
@@ -146,7 +147,9 @@ func History(ctx context.Context, b *bus.Bus, jobID string) (*JobHistory, error)
 }
 
 // streamHistory reads one domain's stream up to its last message at the
-// start and keeps the events about jobID.
+// start and keeps the events about jobID. The scan asks for headers only:
+// decisions and analyses of large jobs run to megabytes, and nearly all of
+// them are other jobs'. The job's own bodies are then got by sequence.
 func streamHistory(ctx context.Context, b *bus.Bus, domain, jobID string) ([]HistoryEvent, error) {
 	name := b.StreamName(domain)
 	stream, err := b.JetStream().Stream(ctx, name)
@@ -156,6 +159,27 @@ func streamHistory(ctx context.Context, b *bus.Bus, domain, jobID string) ([]His
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", name, err)
 	}
+	seqs, err := scanHeaders(ctx, stream, jobID)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	msgs, err := getMsgs(ctx, stream, seqs)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	var evs []HistoryEvent
+	for _, m := range msgs {
+		if m != nil && about(b.Subjects, m, jobID) {
+			evs = append(evs, historyEvent(b.Subjects, name, m))
+		}
+	}
+	return evs, nil
+}
+
+// scanHeaders returns, in order, the sequences of the messages whose
+// ce-subject names the job or that have none (a hand-published message
+// whose body has to say), up to the stream's last message at the start.
+func scanHeaders(ctx context.Context, stream jetstream.Stream, jobID string) ([]uint64, error) {
 	state := stream.CachedInfo().State
 	if state.Msgs == 0 {
 		return nil, nil
@@ -165,10 +189,11 @@ func streamHistory(ctx context.Context, b *bus.Bus, domain, jobID string) ([]His
 	// a reader that ends deletes it at once, as an explain is short.
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		HeadersOnly:       true,
 		InactiveThreshold: 30 * time.Second,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
+		return nil, err
 	}
 	defer func() {
 		if info := cons.CachedInfo(); info != nil {
@@ -180,38 +205,65 @@ func streamHistory(ctx context.Context, b *bus.Bus, domain, jobID string) ([]His
 	// A deep pull buffer keeps the server streaming while we filter.
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
+		return nil, err
 	}
 	defer it.Stop()
-	var evs []HistoryEvent
+	var seqs []uint64
 	for {
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", name, err)
+			return nil, err
 		}
 		md, err := m.Metadata()
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", name, err)
+			return nil, err
 		}
-		if about(b.Subjects, m, jobID) {
-			evs = append(evs, historyEvent(b.Subjects, m, md))
+		if s, ok := header(m.Headers(), events.HeaderSubject); !ok || s == jobID {
+			seqs = append(seqs, md.Sequence.Stream)
 		}
 		// The end is the last message stored when we started; NumPending 0
 		// also ends it should that message have been deleted since.
 		if md.Sequence.Stream >= last || md.NumPending == 0 {
-			return evs, nil
+			return seqs, nil
 		}
 	}
 }
 
+// getMsgs gets the messages of seqs, a few requests in flight so that a
+// job with hundreds of events does not wait out as many round trips. A
+// message deleted since the scan is left nil.
+func getMsgs(ctx context.Context, stream jetstream.Stream, seqs []uint64) ([]*jetstream.RawStreamMsg, error) {
+	const inFlight = 16
+	msgs := make([]*jetstream.RawStreamMsg, len(seqs))
+	errs := make([]error, len(seqs))
+	sem := make(chan struct{}, inFlight)
+	var wg sync.WaitGroup
+	for i, seq := range seqs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			m, err := stream.GetMsg(ctx, seq)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return
+			}
+			msgs[i], errs[i] = m, err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return msgs, nil
+}
+
 // about reports whether a message is about the job, looking at the body
 // only when the publisher left out the ce-subject header.
-func about(subjects events.Subjects, m jetstream.Msg, jobID string) bool {
-	if s, ok := header(m.Headers(), events.HeaderSubject); ok {
+func about(subjects events.Subjects, m *jetstream.RawStreamMsg, jobID string) bool {
+	if s, ok := header(m.Header, events.HeaderSubject); ok {
 		return s == jobID
 	}
-	name, ok := subjects.NameOfSubject(m.Subject())
-	return ok && events.KeyOfBody(name, m.Data()) == jobID
+	name, ok := subjects.NameOfSubject(m.Subject)
+	return ok && events.KeyOfBody(name, m.Data) == jobID
 }
 
 // header reads a header the bus writes in lower case, in any case a
@@ -230,23 +282,23 @@ func header(h nats.Header, key string) (string, bool) {
 
 // historyEvent decodes a message about the job. The body is not checked
 // against its schema: a malformed submission is part of what happened.
-func historyEvent(subjects events.Subjects, m jetstream.Msg, md *jetstream.MsgMetadata) HistoryEvent {
-	h := make(map[string]string, len(m.Headers()))
-	for k, v := range m.Headers() {
+func historyEvent(subjects events.Subjects, stream string, m *jetstream.RawStreamMsg) HistoryEvent {
+	h := make(map[string]string, len(m.Header))
+	for k, v := range m.Header {
 		if len(v) > 0 {
 			h[strings.ToLower(k)] = v[0]
 		}
 	}
-	e := HistoryEvent{Stored: md.Timestamp, Stream: md.Stream, Seq: md.Sequence.Stream}
-	env, name, err := events.ParseEnvelope(subjects, h, m.Data(),
-		events.Delivery{Subject: m.Subject(), Stream: md.Stream, Seq: md.Sequence.Stream, Time: md.Timestamp})
+	e := HistoryEvent{Stored: m.Time, Stream: stream, Seq: m.Sequence}
+	env, name, err := events.ParseEnvelope(subjects, h, m.Data,
+		events.Delivery{Subject: m.Subject, Stream: stream, Seq: m.Sequence, Time: m.Time})
 	if err != nil {
-		e.Name, e.ID, e.Time, e.Error = events.Name(m.Subject()), fmt.Sprintf("%s-%d", md.Stream, md.Sequence.Stream), md.Timestamp, err.Error()
+		e.Name, e.ID, e.Time, e.Error = events.Name(m.Subject), fmt.Sprintf("%s-%d", stream, m.Sequence), m.Time, err.Error()
 		return e
 	}
 	e.Name, e.ID, e.Time, e.Source = name, env.ID, env.Time, env.Source
 	v := name.New()
-	if err := json.Unmarshal(m.Data(), v); err != nil {
+	if err := json.Unmarshal(m.Data, v); err != nil {
 		e.Error = fmt.Sprintf("unreadable body: %v", err)
 		return e
 	}
