@@ -103,12 +103,12 @@ var historyDomains = []string{"jobs", "placement"}
 
 // History reads every event about jobID from the jobs and placement streams
 // as they stand when it starts. The event subjects do not carry the job id,
-// and JetStream cannot filter a consumer by header, so each stream's
-// headers are read once, in order, by an ordered consumer; only the
-// messages whose ce-subject header (or, for a message published without
-// one, the body's job id) names the job are fetched whole and decoded. The two streams are read side by side and merged by
-// the time JetStream stored each event. A job no event names gives an
-// *UnknownJobError.
+// and JetStream cannot filter a consumer by header, so each stream's headers
+// are read once, in order, by an ordered consumer; only the messages whose
+// ce-subject header (or, for a message published without one, the body's job
+// id) names the job are fetched whole and decoded. The two streams are read
+// side by side and merged by the time JetStream stored each event. A job no
+// event names gives an *UnknownJobError.
 func History(ctx context.Context, b *bus.Bus, jobID string) (*JobHistory, error) {
 	type result struct {
 		evs []HistoryEvent
