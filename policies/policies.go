@@ -19,6 +19,9 @@
 // (see Forbidden), runs the set's Rego tests and refuses the set if any
 // fails; errors name file and line (Errors). A Set is immutable and safe for
 // concurrent use; its queries are prepared once.
+//
+// A set reaches the operator from a directory (Watch) or pushed to a NATS KV
+// bucket as one bundle of all its files (Push, WatchKV in kv.go).
 package policies
 
 import (

@@ -19,7 +19,7 @@ func newPolicy(g *globals) *cobra.Command {
 		Use:   "policy",
 		Short: "Work with Rego placement policy sets",
 	}
-	cmd.AddCommand(newPolicyTest(g))
+	cmd.AddCommand(newPolicyTest(g), newPolicyPush(g), newPolicyShow(g))
 	return cmd
 }
 

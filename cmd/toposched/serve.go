@@ -40,6 +40,10 @@ Launchers and topoctl connect to that address.
 
 With --nats-url it connects to an existing NATS deployment instead.
 
+Placement runs the shipped Rego policy set, or the one in --policies DIR
+(reloaded when its files change), or none with --policies none. A set pushed
+with topoctl policy push overrides it while it is the newer of the two.
+
 SIGTERM or Ctrl-C stops it gracefully: handlers in flight finish, nothing
 that was not handled is acknowledged, and the server flushes its streams.`,
 		Example: `  toposched serve --cluster deploy/examples/cluster.yaml

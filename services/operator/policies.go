@@ -31,14 +31,14 @@ const (
 // Two sources feed a replica: its base set (the --policies directory,
 // polled and reloaded when its files change, or the shipped set) and the
 // set pushed to the policy KV bucket (topoctl policy push). The newest
-// valid set of the two is in force: a directory set is as new as its
-// newest file's modification time, the shipped set older than anything,
-// and a pushed set as new as its KV entry (the server's clock). Both
-// sources are an operator's deliberate act, so the latest act is what they
-// mean; and because both times are properties of the sources, not of when
-// a replica happened to read them, every replica, one restarted later
-// included, chooses the same set. Withdrawing the push (deleting the key)
-// falls back to the base set.
+// valid set of the two is in force: a directory set is as new as the latest
+// modification time of its files and their directories (newestFile), the
+// shipped set older than anything, and a pushed set as new as its KV entry
+// (the server's clock). Both sources are an operator's deliberate act, so
+// the latest act is what they mean; and because both times are properties
+// of the sources, not of when a replica happened to read them, every
+// replica, one restarted later included, chooses the same set. Withdrawing
+// the push (deleting the key) falls back to the base set.
 //
 // Each set is compiled and its Rego tests run before it is taken. A set put
 // in force is announced with policy.applied (one per replica); a refused
@@ -351,13 +351,22 @@ func eventErrors(err error) []events.PolicyError {
 	return out
 }
 
-// newestFile is the latest modification time of a set's files in dir, the
-// time a directory set counts as made; now when none can be read.
+// newestFile is the latest modification time of a set's files and of the
+// directories holding them (a removed or renamed file changes only its
+// directory's), the time a directory set counts as made; now when none can
+// be read.
 func newestFile(dir string, files []string) time.Time {
 	var t time.Time
+	seen := map[string]bool{}
 	for _, f := range files {
-		if st, err := os.Stat(filepath.Join(dir, filepath.FromSlash(f))); err == nil && st.ModTime().After(t) {
-			t = st.ModTime()
+		for p := filepath.Join(dir, filepath.FromSlash(f)); !seen[p]; p = filepath.Dir(p) {
+			seen[p] = true
+			if st, err := os.Stat(p); err == nil && st.ModTime().After(t) {
+				t = st.ModTime()
+			}
+			if p == filepath.Clean(dir) || p == filepath.Dir(p) {
+				break
+			}
 		}
 	}
 	if t.IsZero() {

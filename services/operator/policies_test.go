@@ -377,6 +377,37 @@ func touchAll(t *testing.T, dir string, at time.Time) {
 			t.Fatal(err)
 		}
 	}
+	if err := os.Chtimes(dir, at, at); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewestFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"a.rego", "b.rego", "sub/c.rego"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("package x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	for _, p := range []string{"a.rego", "b.rego", "sub/c.rego", "sub", "."} {
+		if err := os.Chtimes(filepath.Join(dir, p), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := newestFile(dir, []string{"a.rego", "b.rego", "sub/c.rego"}); !got.Equal(old) {
+		t.Fatalf("newest %v, want %v", got, old)
+	}
+	// Removing a file is an edit too: only the directory records it.
+	if err := os.Remove(filepath.Join(dir, "b.rego")); err != nil {
+		t.Fatal(err)
+	}
+	if got := newestFile(dir, []string{"a.rego", "sub/c.rego"}); !got.After(old) {
+		t.Fatalf("newest %v after removing a file, want later than %v", got, old)
+	}
 }
 
 func TestWinner(t *testing.T) {

@@ -1,0 +1,324 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/policies"
+)
+
+func newPolicyPush(g *globals) *cobra.Command {
+	var wait bool
+	var timeout time.Duration
+	var name string
+	cmd := &cobra.Command{
+		Use:   "push DIR",
+		Short: "Test a policy set locally, push it to the operator's KV bucket and wait for a replica to apply it",
+		Long: `push compiles every .rego file of DIR and runs its Rego tests as the operator
+does; a broken set is refused with file and line before NATS is touched. A set
+that passes is put, as one value holding every file, under the key "set" of the
+bucket <prefix>-policies, so every placement replica sees the whole new set or
+the old one, never a mix.
+
+Each replica compiles and tests it again and answers with policy.applied, or
+policy.rejected naming file and line (its old set then stays). With --wait (the
+default) push prints the first answer for this push and exits non-zero on a
+rejection.
+
+A pushed set overrides a replica's --policies directory or the shipped set while
+it is the newest of them: a later edit of the directory wins over it. Withdraw
+it with 'nats kv del <prefix>-policies set' to fall back to the directory.`,
+		Example: "  topoctl policy push policies/default\n  topoctl policy push ./lab-policies --name lab --timeout 2m",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := args[0]
+			if name == "" {
+				abs, err := filepath.Abs(dir)
+				if err != nil {
+					return err
+				}
+				name = filepath.Base(abs)
+			}
+			return policyPush(cmd.Context(), g, cmd.OutOrStdout(), dir, name, wait, timeout)
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", true, "wait for a replica to apply or reject the set, and print its answer")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "with --wait, give up after this long")
+	cmd.Flags().StringVar(&name, "name", "", "name of the set in events and logs (default: the directory's name)")
+	return cmd
+}
+
+func policyPush(ctx context.Context, g *globals, out io.Writer, dir, name string, wait bool, timeout time.Duration) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s: not a directory", dir)
+	}
+	// Everything that can be checked here is, before NATS: the operator
+	// would refuse the same set, after a round trip.
+	fsys := os.DirFS(dir)
+	set, _, err := policies.Check(ctx, fsys, name)
+	if err != nil {
+		var errs policies.Errors
+		if errors.As(err, &errs) {
+			for _, e := range errs {
+				if e.File != "" {
+					e.File = filepath.Join(dir, e.File)
+				}
+				fmt.Fprintln(out, e.Error())
+			}
+		}
+		return fmt.Errorf("policy set %s refused; nothing pushed: %w", dir, err)
+	}
+	data, rev, err := policies.EncodeBundle(name, fsys)
+	if err != nil {
+		return fmt.Errorf("push policy set %s: %w", dir, err)
+	}
+
+	b, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	kv, err := policies.OpenKV(ctx, b.JetStream(), g.prefix)
+	if err != nil {
+		return err
+	}
+
+	var answers chan any
+	var errc chan error
+	waitCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if wait {
+		// Follow before pushing, so the answer cannot come first.
+		answers, errc = make(chan any, 16), make(chan error, 1)
+		ready := make(chan struct{})
+		go func() {
+			errc <- b.Follow(waitCtx, "policy", []string{b.Subjects.Domain("policy")}, ready, func(r bus.Record) error {
+				v := r.Name.New()
+				if json.Unmarshal(r.Body, v) == nil {
+					answers <- v
+				}
+				return nil
+			})
+		}()
+		select {
+		case <-ready:
+		case err := <-errc:
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("no policy stream %s: is toposched running (it creates the stream at start-up)?", b.StreamName("policy"))
+			}
+			return err
+		}
+	}
+	kvRev, err := policies.PushBundle(ctx, kv, data)
+	if err != nil {
+		return err
+	}
+	passed := 0
+	for _, t := range set.Tests {
+		if t.Pass {
+			passed++
+		}
+	}
+	if g.format != "json" {
+		fmt.Fprintf(out, "pushed %s@%s to %s (kv revision %d): %d files, %d tests passed locally\n",
+			name, shortRev(rev), kv.Bucket(), kvRev, len(set.Files), passed)
+	}
+	if !wait {
+		if g.format == "json" {
+			return json.NewEncoder(out).Encode(map[string]any{"revision": rev, "kv_revision": kvRev})
+		}
+		return nil
+	}
+	for {
+		select {
+		case v := <-answers:
+			switch e := v.(type) {
+			case *events.PolicyApplied:
+				if e.Revision != rev || e.KVRevision != kvRev {
+					continue
+				}
+				if g.format == "json" {
+					return printPolicyEvent(out, events.NamePolicyApplied, e)
+				}
+				writeApplied(out, e)
+				return nil
+			case *events.PolicyRejected:
+				if e.Revision != rev || e.KVRevision != kvRev {
+					continue
+				}
+				if g.format == "json" {
+					if err := printPolicyEvent(out, events.NamePolicyRejected, e); err != nil {
+						return err
+					}
+				} else {
+					writeRejected(out, e)
+				}
+				return fmt.Errorf("policy set %s@%s rejected by the operator", name, shortRev(rev))
+			}
+		case err := <-errc:
+			if err == nil {
+				err = waitCtx.Err()
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("pushed %s@%s, but no placement replica answered within %s: is one running, "+
+					"and not with --policies none? (topoctl policy show tells what is in force)", name, shortRev(rev), timeout)
+			}
+			return err
+		}
+	}
+}
+
+func printPolicyEvent(out io.Writer, name events.Name, v any) error {
+	return json.NewEncoder(out).Encode(struct {
+		Event string `json:"event"`
+		Data  any    `json:"data"`
+	}{string(name), v})
+}
+
+func writeApplied(w io.Writer, e *events.PolicyApplied) {
+	fmt.Fprintf(w, "applied by %s: %s@%s from %s, %d files, %d tests passed", e.Replica, e.Name, shortRev(e.Revision),
+		e.Source, len(e.Files), e.TestsPassed)
+	if e.Previous != "" {
+		fmt.Fprintf(w, " (replaced %s)", shortRev(e.Previous))
+	}
+	fmt.Fprintln(w)
+}
+
+func writeRejected(w io.Writer, e *events.PolicyRejected) {
+	fmt.Fprintf(w, "rejected by %s: %s@%s from %s\n", e.Replica, e.Name, shortRev(e.Revision), e.Source)
+	for _, pe := range e.Errors {
+		fmt.Fprintf(w, "  %s\n", (&policies.Error{File: pe.File, Line: pe.Line, Msg: pe.Message, Code: pe.Code}).Error())
+	}
+	if e.InForce != "" {
+		fmt.Fprintf(w, "the set in force stays: %s\n", shortRev(e.InForce))
+	} else {
+		fmt.Fprintln(w, "no set is in force")
+	}
+}
+
+func shortRev(rev string) string {
+	if len(rev) > 12 {
+		return rev[:12]
+	}
+	return rev
+}
+
+func newPolicyShow(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show",
+		Short: "Show the pushed policy set and the set each placement replica last applied",
+		Long: `show prints the set in the operator's policy KV bucket, if one was pushed, and
+from the policy stream the last policy.applied of every replica that ever
+announced one (replicas since stopped included), newest first.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return policyShow(cmd.Context(), g, cmd.OutOrStdout())
+		},
+	}
+}
+
+// pushedSet is the value of the policy bucket, as show prints it.
+type pushedSet struct {
+	Name       string    `json:"name"`
+	Revision   string    `json:"revision"`
+	KVRevision uint64    `json:"kv_revision"`
+	Created    time.Time `json:"created"`
+	Files      int       `json:"files"`
+	Error      string    `json:"error,omitempty"`
+}
+
+func policyShow(ctx context.Context, g *globals, out io.Writer) error {
+	b, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	var pushed *pushedSet
+	kv, err := b.JetStream().KeyValue(ctx, policies.BucketName(g.prefix))
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+	case err != nil:
+		return fmt.Errorf("policy bucket: %w", err)
+	default:
+		e, err := kv.Get(ctx, policies.KVKey)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return fmt.Errorf("policy bucket %s: %w", kv.Bucket(), err)
+		default:
+			pushed = &pushedSet{Revision: policies.ValueRevision(e.Value()), KVRevision: e.Revision(), Created: e.Created()}
+			if bd, err := policies.DecodeBundle(e.Value()); err != nil {
+				pushed.Name, pushed.Error = "unknown", err.Error()
+			} else {
+				pushed.Name, pushed.Files = bd.Name, len(bd.Files)
+			}
+		}
+	}
+	last := map[string]*events.PolicyApplied{}
+	err = b.Replay(ctx, "policy", []string{b.Subjects.Of(events.NamePolicyApplied)}, func(r bus.Record) error {
+		var e events.PolicyApplied
+		if json.Unmarshal(r.Body, &e) == nil {
+			last[e.Replica] = &e
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	replicas := make([]*events.PolicyApplied, 0, len(last))
+	for _, e := range last {
+		replicas = append(replicas, e)
+	}
+	slices.SortFunc(replicas, func(a, b *events.PolicyApplied) int {
+		if c := b.AppliedAt.Compare(a.AppliedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Replica, b.Replica)
+	})
+	if g.format == "json" {
+		return json.NewEncoder(out).Encode(struct {
+			Pushed   *pushedSet              `json:"pushed"`
+			Replicas []*events.PolicyApplied `json:"replicas"`
+		}{pushed, replicas})
+	}
+	switch {
+	case pushed == nil:
+		fmt.Fprintln(out, "pushed: none (replicas use their --policies directory or the shipped set)")
+	case pushed.Error != "":
+		fmt.Fprintf(out, "pushed: unreadable value, kv revision %d at %s: %s\n", pushed.KVRevision,
+			pushed.Created.UTC().Format(time.RFC3339), pushed.Error)
+	default:
+		fmt.Fprintf(out, "pushed: %s@%s, %d files, kv revision %d at %s\n", pushed.Name, shortRev(pushed.Revision),
+			pushed.Files, pushed.KVRevision, pushed.Created.UTC().Format(time.RFC3339))
+	}
+	if len(replicas) == 0 {
+		fmt.Fprintln(out, "no replica has announced a policy set")
+		return nil
+	}
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "REPLICA\tREVISION\tSOURCE\tNAME\tTESTS\tAPPLIED")
+	for _, e := range replicas {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.Replica, shortRev(e.Revision), e.Source, e.Name, e.TestsPassed,
+			e.AppliedAt.UTC().Format(time.RFC3339))
+	}
+	return tw.Flush()
+}
