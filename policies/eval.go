@@ -286,3 +286,11 @@ func nodeKey(job JobClass, node Node) cacheKey {
 	}
 	return cacheKey{node: node.Name, state: f.Sum64(), class: class}
 }
+
+// HasNodePolicies reports whether the set has rules under toposched.nodes:
+// without any, nodes need not be evaluated.
+func (s *Set) HasNodePolicies() bool { return len(s.nodePkgs) > 0 }
+
+// HasPlacementPolicies reports whether the set has rules under
+// toposched.placement: without any, candidates need not be evaluated.
+func (s *Set) HasPlacementPolicies() bool { return len(s.placementPkgs) > 0 }

@@ -12,22 +12,27 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/client"
+	"github.com/toposched/toposched/policies"
 	"github.com/toposched/toposched/services/discovery"
 	"github.com/toposched/toposched/services/placement"
 )
 
 func newPlace(g *globals) *cobra.Command {
 	var dryRun bool
-	var cluster, occupiedFile, strategy string
+	var cluster, occupiedFile, strategy, policyDir string
 	cmd := &cobra.Command{
-		Use:   "place --dry-run --cluster FILE [--occupied FILE] [--strategy topology-aware|blind|exhaustive] JOBFILE",
+		Use:   "place --dry-run --cluster FILE [--occupied FILE] [--policies DIR|none] [--strategy topology-aware|blind|exhaustive] JOBFILE",
 		Short: "Decide where a job would go, offline, and print the decision as placement.decided carries it",
 		Long: `place --dry-run decides offline, with no operator running: the cluster of
 --cluster, the GPUs of --occupied already in use (YAML or JSON: a list of
 {node, gpus: [indices]}), and the job of JOBFILE. It prints the decision
 exactly as placement.decided would carry it (-o json), with
 prediction.comm_seconds_per_step and baseline.comm_seconds_per_step, or the
-rejection or wait with every reason.
+rejection or wait with every reason, counterfactual and explanation.
+
+--policies DIR decides under the policy set of DIR (compiled and its Rego
+tests run first, as the operator does); without it the shipped set applies,
+as in toposched serve; --policies none turns policies off.
 
 exhaustive is the optimum under the cost model, for jobs small enough to
 enumerate; bigger ones are refused with a clear message.`,
@@ -60,7 +65,18 @@ enumerate; bigger ones are refused with a clear message.`,
 			if err != nil {
 				return err
 			}
-			name, v, err := placement.DryRun(c, occupied, *job, strategy)
+			var set *policies.Set
+			switch policyDir {
+			case "none":
+			case "":
+				set, err = policies.Compile(policies.Default, "default")
+			default:
+				set, err = policies.CompileDir(policyDir)
+			}
+			if err != nil {
+				return fmt.Errorf("place: --policies: %w", err)
+			}
+			name, v, err := placement.DryRun(c, occupied, *job, strategy, set)
 			if err != nil {
 				return err
 			}
@@ -85,5 +101,6 @@ enumerate; bigger ones are refused with a clear message.`,
 	cmd.Flags().StringVar(&cluster, "cluster", "", "cluster file (YAML or JSON)")
 	cmd.Flags().StringVar(&occupiedFile, "occupied", "", "GPUs already in use: a list of {node, gpus: [indices]}")
 	cmd.Flags().StringVar(&strategy, "strategy", placement.StrategyTopologyAware, "topology-aware, blind or exhaustive")
+	cmd.Flags().StringVar(&policyDir, "policies", "", "policy set directory; none turns policies off (default: the shipped set)")
 	return cmd
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/natsserver"
 	"github.com/toposched/toposched/services/operator"
+	"github.com/toposched/toposched/services/placement"
 )
 
 type serveFlags struct {
@@ -23,6 +24,7 @@ type serveFlags struct {
 	services []string
 	poll     time.Duration
 	strategy string
+	reserve  time.Duration
 	policies string
 }
 
@@ -61,6 +63,7 @@ that was not handled is acknowledged, and the server flushes its streams.`,
 	cmd.Flags().StringSliceVar(&f.services, "services", operator.All, "services to run")
 	cmd.Flags().DurationVar(&f.poll, "poll", 5*time.Second, "how often discovery checks the cluster file for changes (0: never)")
 	cmd.Flags().StringVar(&f.strategy, "strategy", "topology-aware", "placement strategy: topology-aware or blind (the first-fit baseline)")
+	cmd.Flags().DurationVar(&f.reserve, "reserve-after", placement.DefaultReserveAfter, "how long the head of the queue waits before nodes are held for it so small jobs cannot starve it (0: at once; negative: never)")
 	cmd.Flags().StringVar(&f.policies, "policies", "", policiesUsage)
 	return cmd
 }
@@ -84,7 +87,7 @@ func runServe(ctx context.Context, g *globals, f *serveFlags) error {
 		log.Info("embedded NATS ready", "url", url, "data_dir", f.dataDir)
 	}
 	return runServices(ctx, g, url, "operator", operator.Config{
-		Services: f.services, ClusterFile: f.cluster, Poll: f.poll, Strategy: f.strategy, Policies: f.policies,
+		Services: f.services, ClusterFile: f.cluster, Poll: f.poll, Strategy: f.strategy, Policies: f.policies, ReserveAfter: &f.reserve,
 	}, log)
 }
 
@@ -132,6 +135,7 @@ func runServices(ctx context.Context, g *globals, url, source string, cfg operat
 
 func newSingle(g *globals, name, short string) *cobra.Command {
 	var cluster, strategy, policySet string
+	var reserve time.Duration
 	var poll time.Duration
 	cmd := &cobra.Command{
 		Use:   name,
@@ -152,7 +156,7 @@ consumers: each event is handled by one of them.`,
 				url = "nats://127.0.0.1:4222"
 			}
 			return runServices(cmd.Context(), g, url, name,
-				operator.Config{Services: []string{name}, ClusterFile: cluster, Poll: poll, Strategy: strategy, Policies: policySet}, log.With("service", name))
+				operator.Config{Services: []string{name}, ClusterFile: cluster, Poll: poll, Strategy: strategy, Policies: policySet, ReserveAfter: &reserve}, log.With("service", name))
 		},
 	}
 	if name == operator.Discovery {
@@ -162,6 +166,7 @@ consumers: each event is handled by one of them.`,
 	}
 	if name == operator.Placement {
 		cmd.Flags().StringVar(&strategy, "strategy", "topology-aware", "placement strategy: topology-aware or blind (the first-fit baseline)")
+		cmd.Flags().DurationVar(&reserve, "reserve-after", placement.DefaultReserveAfter, "how long the head of the queue waits before nodes are held for it (0: at once; negative: never)")
 		cmd.Flags().StringVar(&policySet, "policies", "", policiesUsage)
 	}
 	return cmd

@@ -39,6 +39,10 @@ type Config struct {
 	Poll time.Duration
 	// Strategy is placement's: topology-aware (default) or blind.
 	Strategy string
+	// ReserveAfter is how long the head of placement's queue waits before
+	// nodes are held for it (placement.Reservation); nil for the default,
+	// negative for never.
+	ReserveAfter *time.Duration
 	// Policies is placement's base policy set: a directory, reloaded when
 	// its files change; PoliciesDefault ("") for the shipped set; or
 	// PoliciesNone. A set pushed to the policy KV bucket overrides it when
@@ -111,6 +115,9 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 	}
 	if has(Placement) {
 		o.Placement = placement.New(b, log)
+		if cfg.ReserveAfter != nil {
+			o.Placement.SetReserveAfter(*cfg.ReserveAfter)
+		}
 		if cfg.Strategy != "" {
 			if err := o.Placement.SetStrategy(cfg.Strategy); err != nil {
 				return nil, err

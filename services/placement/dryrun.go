@@ -1,17 +1,18 @@
 package placement
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/policies"
 	"github.com/toposched/toposched/services/analysis"
 	"github.com/toposched/toposched/services/discovery"
 	"github.com/toposched/toposched/services/internal/store"
 	"github.com/toposched/toposched/services/internal/topology"
-	"github.com/toposched/toposched/services/placement/aware"
 	"github.com/toposched/toposched/services/placement/blind"
 	"github.com/toposched/toposched/services/placement/launch"
 )
@@ -29,7 +30,9 @@ type Occupied struct {
 // DryRun decides offline, with no operator running: the cluster as a
 // cluster file describes it, the occupied GPUs held, and one job. The
 // outcome is exactly what placement would publish.
-func DryRun(c discovery.Cluster, occupied []Occupied, job events.JobSubmitted, strategy string) (events.Name, any, error) {
+//
+// set is the policy set in force (nil: none).
+func DryRun(c discovery.Cluster, occupied []Occupied, job events.JobSubmitted, strategy string, set *policies.Set) (events.Name, any, error) {
 	st, err := store.New()
 	if err != nil {
 		return "", nil, err
@@ -68,31 +71,22 @@ func DryRun(c discovery.Cluster, occupied []Occupied, job events.JobSubmitted, s
 		return events.NamePlacementRejected, &events.PlacementRejected{JobID: job.JobID, Reasons: reasons}, nil
 	}
 	snap := st.Snapshot()
-	var res, base blind.Result
-	switch strategy {
-	case StrategyBlind:
-		res = blind.Place(snap, analyzed)
-		base = res
-	case StrategyTopologyAware, "":
+	if strategy == "" {
 		strategy = StrategyTopologyAware
-		res, base = aware.PlaceWithBaseline(snap, analyzed, aware.Options{Fabric: fabric})
-	case StrategyExhaustive:
-		base = blind.Place(snap, analyzed)
-		if base.Verdict != blind.Placed {
-			res = base
-			break
-		}
-		if res, err = aware.Exhaustive(snap, analyzed, aware.Options{Fabric: fabric}); err != nil {
-			return "", nil, err
-		}
-	default:
-		return "", nil, fmt.Errorf("strategy %q: expected %s, %s or %s", strategy, StrategyTopologyAware, StrategyBlind, StrategyExhaustive)
 	}
+	p := &Planner{Strategy: strategy, Fabric: fabric, Policies: set}
+	plan, err := p.Plan(context.Background(), snap, analyzed, PlanOptions{Counterfactuals: true})
+	if err != nil {
+		return "", nil, fmt.Errorf("dry run: %w", err)
+	}
+	res, base := blind.Result{Verdict: plan.Verdict, GPUs: plan.GPUs}, plan.Baseline
 	switch res.Verdict {
 	case blind.Never:
-		return events.NamePlacementRejected, &events.PlacementRejected{JobID: job.JobID, Reasons: res.Reasons}, nil
+		return events.NamePlacementRejected, &events.PlacementRejected{JobID: job.JobID, Reasons: plan.Reasons,
+			Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}, nil
 	case blind.Wait:
-		return events.NamePlacementPending, &events.PlacementPending{JobID: job.JobID, Reasons: res.Reasons}, nil
+		return events.NamePlacementPending, &events.PlacementPending{JobID: job.JobID, Reasons: plan.Reasons,
+			Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}, nil
 	case blind.Placed:
 	default:
 		return "", nil, errors.New("dry run: no verdict")
@@ -100,6 +94,7 @@ func DryRun(c discovery.Cluster, occupied []Occupied, job events.JobSubmitted, s
 	d := blind.Decide(job.JobID, res.GPUs, strategy)
 	d.DecidedAt = time.Now().UTC()
 	launch.Fill(&d, snap)
+	d.Warnings, d.Explanation = plan.Warnings, plan.Explanation
 	d.Prediction, err = predictionOf(snap, analyzed, res.GPUs, fabric, strategy)
 	if err != nil {
 		return "", nil, fmt.Errorf("dry run: %w", err)

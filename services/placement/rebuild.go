@@ -124,6 +124,7 @@ func (s *Service) replayPlacement(r bus.Record) error {
 		if err := s.store.Restore(d.JobID, gpusOf(d)); err != nil {
 			s.log.Error("rebuild: allocation conflicts with another job", "job_id", d.JobID, "err", err)
 		}
+		delete(s.pendingSince, d.JobID)
 		j, _ := s.store.Snapshot().Job(d.JobID)
 		j.ID, j.State, j.Decision, j.Reasons = d.JobID, store.JobPlaced, d, nil
 		return s.store.UpsertJob(j)
@@ -134,6 +135,9 @@ func (s *Service) replayPlacement(r bus.Record) error {
 		}
 		j, _ := s.store.Snapshot().Job(p.JobID)
 		j.ID, j.State, j.Reasons = p.JobID, store.JobPending, p.Reasons
+		if _, ok := s.pendingSince[p.JobID]; !ok && !r.Env.Time.IsZero() {
+			s.pendingSince[p.JobID] = r.Env.Time
+		}
 		return s.store.UpsertJob(j)
 	case events.NamePlacementRejected:
 		p, ok := decode[events.PlacementRejected](s, r)

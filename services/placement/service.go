@@ -45,6 +45,15 @@ type Service struct {
 	strategy string
 	// policies is the policy set in force; nil means none.
 	policies *policies.Set
+	// reserveAfter is how long the head of the queue waits before nodes
+	// are held for it (negative: never); reservation is the hold, nil
+	// when none; pendingSince is when each waiting job first waited.
+	reserveAfter time.Duration
+	reservation  *Reservation
+	pendingSince map[string]time.Time
+	// nextReserve is when a new submission next checks the queue's head
+	// for a reservation (retries always do).
+	nextReserve time.Time
 }
 
 // Strategies.
@@ -98,7 +107,8 @@ func New(b *bus.Bus, log *slog.Logger) *Service {
 	if err != nil {
 		panic(fmt.Sprintf("placement: store schema: %v", err))
 	}
-	return &Service{bus: b, store: st, log: log.With("component", "placement"), now: time.Now, strategy: StrategyTopologyAware}
+	return &Service{bus: b, store: st, log: log.With("component", "placement"), now: time.Now, strategy: StrategyTopologyAware,
+		reserveAfter: DefaultReserveAfter, pendingSince: map[string]time.Time{}}
 }
 
 // Store is the service's inventory, for tests and read-only views.
@@ -123,6 +133,7 @@ func (s *Service) OnAnalyzed(ctx context.Context, env events.Envelope, job *even
 		s.log.Info("duplicate submission ignored", "job_id", id, "state", j.State, "correlation_id", env.CorrelationID)
 		return nil
 	}
+	s.maybeReserve(ctx)
 	_, err := s.place(ctx, store.Job{ID: id, Priority: job.Job.Priority, Spec: *job}, true)
 	return err
 }
@@ -211,7 +222,7 @@ func (s *Service) applyFabric(ev events.TopologyFabric) error {
 // retry from the queue, which publishes nothing while the job still waits.
 // It reports whether the job left the queue.
 func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, error) {
-	res, base, err := s.decide(ctx, job.Spec)
+	plan, err := s.decide(ctx, job.Spec, fresh)
 	if err != nil {
 		return false, err
 	}
@@ -219,16 +230,19 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 	if cause, ok := bus.CauseFrom(ctx); ok {
 		log = log.With("correlation_id", cause.CorrelationID)
 	}
-	switch res.Verdict {
+	switch plan.Verdict {
 	case blind.Placed:
 		before := s.store.Snapshot()
-		if err := s.store.Allocate(job.ID, res.GPUs); err != nil {
+		// Allocate re-checks, in its one transaction, that every GPU is
+		// still free and healthy.
+		if err := s.store.Allocate(job.ID, plan.GPUs); err != nil {
 			return false, fmt.Errorf("reserve GPUs for %s: %w", job.ID, err)
 		}
-		d := blind.Decide(job.ID, res.GPUs, s.strategy)
+		d := blind.Decide(job.ID, plan.GPUs, s.strategy)
 		d.DecidedAt = s.now().UTC()
 		launch.Fill(&d, s.store.Snapshot())
-		d.Prediction, d.Baseline = s.predict(before, job.Spec, res.GPUs, base)
+		d.Prediction, d.Baseline = s.predict(before, job.Spec, plan.GPUs, plan.Baseline)
+		d.Warnings, d.Explanation = plan.Warnings, plan.Explanation
 		if _, err := s.bus.Publish(ctx, &d); err != nil {
 			if _, rerr := s.store.Release(job.ID); rerr != nil {
 				return false, errors.Join(err, fmt.Errorf("roll back reservation of %s: %w", job.ID, rerr))
@@ -236,63 +250,68 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 			return false, err
 		}
 		job.State, job.Decision, job.Reasons = store.JobPlaced, &d, nil
-		log.Info("job placed", "strategy", d.Strategy, "gpus", len(d.Ranks), "nodes", len(d.Nodes))
+		log.Info("job placed", "strategy", d.Strategy, "gpus", len(d.Ranks), "nodes", len(d.Nodes), "warnings", len(d.Warnings))
 	case blind.Wait:
 		if !fresh {
 			return false, nil
 		}
-		if _, err := s.bus.Publish(ctx, &events.PlacementPending{JobID: job.ID, Reasons: res.Reasons}); err != nil {
+		ev := &events.PlacementPending{JobID: job.ID, Reasons: plan.Reasons, Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}
+		if _, err := s.bus.Publish(ctx, ev); err != nil {
 			return false, err
 		}
-		job.State, job.Reasons = store.JobPending, res.Reasons
-		log.Info("job pending", "reason", res.Reasons[0].Message)
+		job.State, job.Reasons = store.JobPending, plan.Reasons
+		if _, ok := s.pendingSince[job.ID]; !ok {
+			s.pendingSince[job.ID] = s.now()
+		}
+		log.Info("job pending", "reason", plan.Reasons[0].Message)
 	case blind.Never:
-		if _, err := s.bus.Publish(ctx, &events.PlacementRejected{JobID: job.ID, Reasons: res.Reasons}); err != nil {
+		ev := &events.PlacementRejected{JobID: job.ID, Reasons: plan.Reasons, Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}
+		if _, err := s.bus.Publish(ctx, ev); err != nil {
 			return false, err
 		}
-		job.State, job.Reasons = store.JobRejected, res.Reasons
-		log.Info("job rejected", "reason", res.Reasons[0].Message)
+		job.State, job.Reasons = store.JobRejected, plan.Reasons
+		log.Info("job rejected", "reason", plan.Reasons[0].Message)
+	}
+	if plan.Verdict != blind.Wait {
+		delete(s.pendingSince, job.ID)
 	}
 	if err := s.store.UpsertJob(job); err != nil {
 		return false, fmt.Errorf("record job %s: %w", job.ID, err)
 	}
-	return res.Verdict != blind.Wait, nil
+	return plan.Verdict != blind.Wait, nil
 }
 
-// decide runs the strategy. Before it calls a job impossible it makes sure
-// the store has caught up with the topology stream: topology and jobs arrive
-// on separate consumers, and a job must not be rejected for lack of a node
-// whose report is already stored but not yet handled. With no topology at
-// all, a job waits rather than being rejected.
-func (s *Service) decide(ctx context.Context, job events.JobAnalyzed) (res, base blind.Result, err error) {
-	res, base = s.run(s.store.Snapshot(), job)
-	if res.Verdict != blind.Never {
-		return res, base, nil
+// decide plans with the strategy and policies in force. Before it calls a
+// job impossible it makes sure the store has caught up with the topology
+// stream: topology and jobs arrive on separate consumers, and a job must
+// not be rejected for lack of a node whose report is already stored but
+// not yet handled. With no topology at all, a job waits rather than being
+// rejected.
+func (s *Service) decide(ctx context.Context, job events.JobAnalyzed, fresh bool) (Plan, error) {
+	o := PlanOptions{Counterfactuals: fresh}
+	plan, err := s.planner().Plan(ctx, s.store.Snapshot(), job, o)
+	if err != nil || plan.Verdict != blind.Never {
+		return plan, err
 	}
 	if _, _, err := s.catchUpTopology(ctx); err != nil {
-		return res, base, bus.Transient(err)
+		return plan, bus.Transient(err)
 	}
 	snap := s.store.Snapshot()
-	if res, base = s.run(snap, job); res.Verdict != blind.Never {
-		return res, base, nil
+	if plan, err = s.planner().Plan(ctx, snap, job, o); err != nil || plan.Verdict != blind.Never {
+		return plan, err
 	}
 	for range snap.EachNode() {
-		return res, base, nil
+		return plan, nil
 	}
-	return blind.Result{Verdict: blind.Wait, Reasons: []events.Reason{{
+	return Plan{Verdict: blind.Wait, Reasons: []events.Reason{{
 		Code: "no_topology", Field: "gpus",
 		Message: "no node has reported yet; the job waits for the cluster's topology",
-	}}}, base, nil
+	}}}, nil
 }
 
-// run places with the configured strategy, and returns the blind
-// baseline's decision on the same snapshot beside it.
-func (s *Service) run(snap *store.Snapshot, job events.JobAnalyzed) (res, base blind.Result) {
-	if s.strategy == StrategyBlind {
-		res = blind.Place(snap, job)
-		return res, res
-	}
-	return aware.PlaceWithBaseline(snap, job, aware.Options{Fabric: s.fabric})
+// planner is the Planner of the service's current state.
+func (s *Service) planner() *Planner {
+	return &Planner{Strategy: s.strategy, Fabric: s.fabric, Policies: s.policies, Reservation: s.reservation, Log: s.log}
 }
 
 // predict scores the chosen GPUs and, as the baseline, what blind first
@@ -345,10 +364,13 @@ func predictionOf(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPU
 }
 
 // retryPending tries every queued job in queue order. A job asking for
-// more GPUs than are free is skipped without walking the cluster.
+// more GPUs than are free is skipped without walking the cluster. Before
+// it, the head of the queue gets its reservation if it has waited long
+// enough (see Reservation).
 func (s *Service) retryPending(ctx context.Context) error {
 	snap := s.store.Snapshot()
 	queue := snap.PendingQueue()
+	s.reserve(ctx, snap, queue)
 	free := snap.FreeCount()
 	for _, j := range queue {
 		if free == 0 {
@@ -362,6 +384,9 @@ func (s *Service) retryPending(ctx context.Context) error {
 			return err
 		}
 		if left {
+			if s.reservation != nil && s.reservation.JobID == j.ID {
+				s.reservation = nil
+			}
 			free = s.store.Snapshot().FreeCount()
 		}
 	}
@@ -377,6 +402,7 @@ func (s *Service) applyReleased(rel *events.PlacementReleased) error {
 		j = store.Job{ID: rel.JobID}
 	}
 	j.State = store.JobFinished
+	delete(s.pendingSince, rel.JobID)
 	if err := s.store.UpsertJob(j); err != nil {
 		return fmt.Errorf("record job %s: %w", rel.JobID, err)
 	}

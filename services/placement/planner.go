@@ -1,0 +1,302 @@
+package placement
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/policies"
+	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/services/placement/aware"
+	"github.com/toposched/toposched/services/placement/blind"
+)
+
+// Planner decides where one job goes on a snapshot of the store, changing
+// nothing: the strategy, the policies in force and the reservation held
+// for a starving job. The service commits what it plans; dry runs and the
+// load command call it directly, so all three decide alike.
+type Planner struct {
+	// Strategy is topology-aware (""), blind or exhaustive.
+	Strategy string
+	Fabric   *topology.Fabric
+	// Policies in force; nil means none.
+	Policies *policies.Set
+	// Reservation, when set, keeps its nodes from jobs that do not come
+	// before the job it is held for.
+	Reservation *Reservation
+	// Log receives policy evaluation errors (nil: slog.Default).
+	Log *slog.Logger
+}
+
+// Plan is what a Planner decided for one job.
+type Plan struct {
+	Verdict blind.Verdict
+	// GPUs in rank order, when placed.
+	GPUs []store.GPUKey
+	// Reasons of a wait or a rejection.
+	Reasons []events.Reason
+	// Baseline is what blind first fit does on the same snapshot.
+	Baseline blind.Result
+	// Warnings are the policies' warnings on the chosen placement.
+	Warnings []events.Reason
+	// Explanation says what was looked at and why this came out.
+	Explanation *events.Explanation
+	// Counterfactuals say what would let a waiting or rejected job fit
+	// (computed only with PlanOptions.Counterfactuals).
+	Counterfactuals []events.Counterfactual
+}
+
+// PlanOptions tune one Plan call.
+type PlanOptions struct {
+	// Counterfactuals asks for what-ifs on a wait or a rejection. They
+	// cost a walk over the running jobs, so a retry from the queue, which
+	// publishes nothing while the job still waits, leaves them out.
+	Counterfactuals bool
+}
+
+// Reason codes of the planner.
+const (
+	CodePolicyDenied = "policy_denied"
+	CodeReserved     = "reserved_for_older_job"
+)
+
+// Plan decides for job on snap.
+func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.JobAnalyzed, o PlanOptions) (Plan, error) {
+	log := p.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	pv := newPolicyView(ctx, snap, p.Policies, job, log)
+	x := &aware.Explain{}
+	opts := aware.Options{Fabric: p.Fabric, Explain: x}
+	reserved := 0
+	res := p.Reservation.holds(job)
+	opts.Filter = func(n store.Node) bool {
+		if res != nil && res.Nodes[n.Name] {
+			reserved++
+			return false
+		}
+		return pv.allowNode(n)
+	}
+	if pv.judges() {
+		opts.Judge = pv.judge
+	}
+	var r, base blind.Result
+	switch p.Strategy {
+	case StrategyBlind:
+		r = blind.Place(snap, job)
+		base = r
+		if r.Verdict == blind.Placed && opts.Judge != nil {
+			c := aware.Candidate{GPUs: r.GPUs, Domain: store.ClusterDomain}
+			if pr, err := predictionOf(snap, job, r.GPUs, p.Fabric, StrategyBlind); err == nil {
+				c.CommSeconds = pr.CommSecondsPerStep
+			}
+			j := pv.judge(c)
+			if j.Deny {
+				r = blind.Result{Verdict: blind.Wait, Reasons: j.Reasons}
+				x.PolicyDenied = true
+			}
+			x.Judgement = j
+		}
+	case StrategyExhaustive:
+		base = blind.Place(snap, job)
+		r = base
+		if base.Verdict == blind.Placed {
+			var err error
+			if r, err = aware.Exhaustive(snap, job, opts); err != nil {
+				return Plan{}, err
+			}
+		}
+	case StrategyTopologyAware, "":
+		r, base = aware.PlaceWithBaseline(snap, job, opts)
+	default:
+		return Plan{}, fmt.Errorf("strategy %q: expected %s, %s or %s", p.Strategy, StrategyTopologyAware, StrategyBlind, StrategyExhaustive)
+	}
+	out := Plan{Verdict: r.Verdict, GPUs: r.GPUs, Reasons: r.Reasons, Baseline: base}
+	ex := x.Explanation
+	if p.Policies != nil {
+		ex.PolicyRevision = p.Policies.Revision
+	}
+	ex.NodesDenied = pv.denials()
+	ex.NodesReserved = reserved
+	if r.Verdict != blind.Never || len(ex.Candidates) > 0 || ex.NodesConsidered > 0 {
+		out.Explanation = &ex
+	}
+	switch {
+	case r.Verdict == blind.Placed:
+		out.Warnings = pv.warnings(x.Judgement, r.GPUs)
+	case r.Verdict == blind.Wait && x.PolicyDenied:
+		out.Reasons = r.Reasons
+		if o.Counterfactuals || !hasRunning(snap) {
+			out.Counterfactuals = policyCounterfactuals(r.Reasons)
+		}
+		if !hasRunning(snap) {
+			// Nothing runs: no job's end can change what the policies
+			// see, so the denial is final on this cluster.
+			out.Verdict = blind.Never
+		}
+	case r.Verdict == blind.Wait:
+		if never, reasons := pv.nodesForbid(job); never {
+			// The nodes the node policies allow could not hold the job
+			// even empty.
+			out.Verdict, out.Reasons = blind.Never, reasons
+			out.Counterfactuals = policyCounterfactuals(reasons)
+			break
+		}
+		if reserved > 0 {
+			out.Reasons = append(out.Reasons, events.Reason{Code: CodeReserved, Field: "priority",
+				Message: fmt.Sprintf("%d nodes are held for job %s (priority %d, waiting since %s) so that it does not starve",
+					reserved, res.JobID, res.Priority, res.Since.UTC().Format(time.RFC3339))})
+		}
+		if o.Counterfactuals {
+			out.Counterfactuals = jobsCounterfactual(snap, job, opts.Filter)
+		}
+	case r.Verdict == blind.Never:
+		out.Counterfactuals = capacityCounterfactual(snap, job)
+	}
+	return out, nil
+}
+
+func hasRunning(snap *store.Snapshot) bool {
+	for range snap.JobsInState(store.JobPlaced) {
+		return true
+	}
+	return false
+}
+
+// policyCounterfactuals names, per denying policy, what it would have to
+// allow.
+func policyCounterfactuals(reasons []events.Reason) []events.Counterfactual {
+	var out []events.Counterfactual
+	for _, r := range reasons {
+		pol := r.Policy
+		if pol == "" {
+			pol = "the placement policy"
+		}
+		out = append(out, events.Counterfactual{Kind: events.CounterfactualPolicy, Policy: r.Policy,
+			Message: fmt.Sprintf("fits if %s allowed it: %s", pol, r.Message)})
+	}
+	return out
+}
+
+// capacityCounterfactual says how far a never-fitting job is from the
+// cluster's capacity.
+func capacityCounterfactual(snap *store.Snapshot, job events.JobAnalyzed) []events.Counterfactual {
+	model := job.Job.GPUModel
+	total, healthy := snap.Capacity(model)
+	of := ""
+	if model != "" {
+		of = " of model " + model
+	}
+	n := job.Job.GPUs
+	switch {
+	case total >= n && healthy < n:
+		return []events.Counterfactual{{Kind: events.CounterfactualCapacity,
+			Message: fmt.Sprintf("fits when %d unhealthy GPUs%s recover (%d of %d healthy, %d needed)", n-healthy, of, healthy, total, n)}}
+	case total < n && total > 0:
+		return []events.Counterfactual{{Kind: events.CounterfactualCapacity,
+			Message: fmt.Sprintf("fits on a cluster with %d more GPUs%s (%d here, %d needed)", n-total, of, total, n)}}
+	}
+	return nil
+}
+
+// maxJobsNamed bounds the jobs a jobs_finish counterfactual lists.
+const maxJobsNamed = 8
+
+// jobsCounterfactual finds running jobs whose end would leave room for a
+// waiting job: the smallest single job that does, else the fewest of the
+// largest. Room is counted in free GPUs of the job's model on nodes the
+// filter allows (whole gpus_per_node blocks where the job asks for them);
+// policies that judge the whole placement may still refuse what fits.
+func jobsCounterfactual(snap *store.Snapshot, job events.JobAnalyzed, filter func(store.Node) bool) []events.Counterfactual {
+	model, n, gpn := job.Job.GPUModel, job.Job.GPUs, job.Job.GPUsPerNode
+	allowed := map[string]bool{}
+	ok := func(node string) bool {
+		a, seen := allowed[node]
+		if !seen {
+			nd, found := snap.Node(node)
+			a = found && filter(nd)
+			allowed[node] = a
+		}
+		return a
+	}
+	free := map[string]int{}
+	for _, d := range snap.DomainsOfKind(store.DomainNode) {
+		if f := d.FreeOf(model); f > 0 && ok(d.Node) {
+			free[d.Node] = f
+		}
+	}
+	fits := func(extra map[string]int) bool {
+		if gpn > 0 {
+			nodes := 0
+			for node, f := range free {
+				if f+extra[node] >= gpn {
+					nodes++
+				}
+			}
+			for node, e := range extra {
+				if _, counted := free[node]; !counted && e >= gpn {
+					nodes++
+				}
+			}
+			return nodes >= n/gpn
+		}
+		sum := 0
+		for _, f := range free {
+			sum += f
+		}
+		for _, e := range extra {
+			sum += e
+		}
+		return sum >= n
+	}
+	type running struct {
+		id   string
+		gpus map[string]int // allowed node → GPUs of the model it holds
+		held int
+	}
+	var jobs []running
+	for _, j := range snap.JobsInState(store.JobPlaced) {
+		if j.Decision == nil || (model != "" && j.Spec.Job.GPUModel != "" && j.Spec.Job.GPUModel != model) {
+			continue
+		}
+		r := running{id: j.ID, gpus: map[string]int{}}
+		for _, np := range j.Decision.Nodes {
+			if ok(np.Node) {
+				r.gpus[np.Node] += len(np.GPUs)
+				r.held += len(np.GPUs)
+			}
+		}
+		if r.held > 0 {
+			jobs = append(jobs, r)
+		}
+	}
+	slices.SortFunc(jobs, func(a, b running) int { return cmp.Or(cmp.Compare(a.held, b.held), strings.Compare(a.id, b.id)) })
+	for _, r := range jobs {
+		if fits(r.gpus) {
+			return []events.Counterfactual{{Kind: events.CounterfactualJobsFinish, Jobs: []string{r.id},
+				Message: fmt.Sprintf("room for it when job %s finishes (frees %d GPUs it could use)", r.id, r.held)}}
+		}
+	}
+	extra := map[string]int{}
+	var ids []string
+	freed := 0
+	for i := len(jobs) - 1; i >= 0 && len(ids) < maxJobsNamed; i-- {
+		for node, g := range jobs[i].gpus {
+			extra[node] += g
+		}
+		ids = append(ids, jobs[i].id)
+		freed += jobs[i].held
+		if fits(extra) {
+			return []events.Counterfactual{{Kind: events.CounterfactualJobsFinish, Jobs: ids,
+				Message: fmt.Sprintf("room for it when jobs %s finish (free %d GPUs it could use)", strings.Join(ids, ", "), freed)}}
+		}
+	}
+	return nil
+}
