@@ -239,6 +239,30 @@ func checkNodeCounts(t *testing.T, snap *Snapshot) {
 			}
 		}
 	}
+	for model := range byModel {
+		type nodeFree struct {
+			node Node
+			free []GPU
+		}
+		var want, got []nodeFree
+		for n, gpus := range snap.EachNodeWithGPUs() {
+			var free []GPU
+			for _, g := range gpus {
+				if g.Free() && (model == "" || g.Model == model) {
+					free = append(free, g)
+				}
+			}
+			if len(free) > 0 {
+				want = append(want, nodeFree{n, free})
+			}
+		}
+		for n, free := range snap.EachNodeFreeGPUs(model) {
+			got = append(got, nodeFree{n, slices.Clone(free)})
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("EachNodeFreeGPUs(%q) = %v, want %v", model, got, want)
+		}
+	}
 	for model, nodes := range byModel {
 		want := NodeCounts{Model: model}
 		hist := func(h *[]int, c int) {

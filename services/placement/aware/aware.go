@@ -79,43 +79,76 @@ type candNode struct {
 // candidates collects the nodes with free GPUs of the job's model that the
 // filter accepts. considered counts the nodes with such GPUs before the
 // filter.
+//
+// It walks the store's free GPUs of the model with their nodes
+// (EachNodeFreeGPUs), not every GPU: held GPUs cost nothing. The free lists
+// are windows of one slab and the candNodes of another, sized from the
+// store's counts, so a decision allocates a handful of objects, not a few
+// per node.
 func candidates(snap *store.Snapshot, model string, filter func(store.Node) bool) (out []*candNode, total, considered int) {
-	for node, gpus := range snap.EachNodeWithGPUs() {
-		var free []store.GPU
-		for _, g := range gpus {
-			if !g.Free() {
-				continue
-			}
-			if model != "" {
-				m := g.Model
-				if m == "" {
-					m = node.GPUModel
-				}
-				if m != model {
-					continue
-				}
-			}
-			free = append(free, g)
-		}
-		if len(free) == 0 {
-			continue
-		}
+	free := snap.FreeByModel(model)
+	if free == 0 {
+		return nil, 0, 0
+	}
+	nodes := snap.NodeCounts(model).FreeAtLeast(1)
+	gpus := make([]store.GPU, 0, free)
+	slab := make([]candNode, 0, nodes)
+	out = make([]*candNode, 0, nodes)
+	for node, fr := range snap.EachNodeFreeGPUs(model) {
 		considered++
 		if filter != nil && !filter(node) {
 			continue
 		}
-		cn := &candNode{node: node, free: free}
-		for _, d := range free[0].Domains {
-			switch store.DomainKind(d) {
-			case store.DomainIsland, store.DomainPCIe, store.DomainNUMA, store.DomainNode, store.DomainCluster:
-			default:
-				cn.fabric = append(cn.fabric, d)
-			}
+		at := len(gpus)
+		gpus = append(gpus, fr...)
+		if len(slab) == cap(slab) {
+			slab = make([]candNode, 0, 16) // counts and walk disagree: never cut pointers into slab
 		}
-		total += len(free)
-		out = append(out, cn)
+		slab = append(slab, candNode{node: node, free: gpus[at:len(gpus):len(gpus)], fabric: fabricDomains(fr[0].Domains)})
+		total += len(fr)
+		out = append(out, &slab[len(slab)-1])
 	}
 	return out, total, considered
+}
+
+// nodeLocalOrCluster reports whether a domain ID is of a node-local kind
+// (island, pcie, numa, node) or the cluster: not a fabric domain.
+func nodeLocalOrCluster(d string) bool {
+	return strings.HasPrefix(d, store.DomainIsland+":") || strings.HasPrefix(d, store.DomainPCIe+":") ||
+		strings.HasPrefix(d, store.DomainNUMA+":") || strings.HasPrefix(d, store.DomainNode+":") ||
+		strings.HasPrefix(d, store.DomainCluster+":")
+}
+
+// fabricDomains returns a GPU's fabric domains (all but the node-local
+// ones and the cluster), in order. The store lists them as one run between
+// the node and the cluster, so this is a capped window of the GPU's shared
+// Domains (appending copies); a list of another shape gets a new slice.
+func fabricDomains(ds []string) []string {
+	i := 0
+	for i < len(ds) && nodeLocalOrCluster(ds[i]) {
+		i++
+	}
+	j := i
+	for j < len(ds) && !nodeLocalOrCluster(ds[j]) {
+		j++
+	}
+	k := j
+	for k < len(ds) && nodeLocalOrCluster(ds[k]) {
+		k++
+	}
+	if i == j {
+		return nil
+	}
+	if k == len(ds) {
+		return ds[i:j:j]
+	}
+	var out []string
+	for _, d := range ds {
+		if !nodeLocalOrCluster(d) {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // Place decides where a job runs, topology-aware (see the package doc).
@@ -239,6 +272,7 @@ type placer struct {
 	n      int
 	cands  []*candNode
 	leaves map[string]string // node → leaf domain, for explanations
+	counts []domainCount     // scratch of countLocal, reused node after node
 }
 
 // inNode is a chosen subset of one node's free GPUs.
@@ -263,30 +297,78 @@ func levelOf(kind string) int {
 	return 3
 }
 
+// levelOfID is levelOf(store.DomainKind(id)) without cutting the string.
+func levelOfID(id string) int {
+	switch {
+	case strings.HasPrefix(id, store.DomainIsland+":"):
+		return 0
+	case strings.HasPrefix(id, store.DomainPCIe+":"):
+		return 1
+	case strings.HasPrefix(id, store.DomainNUMA+":"):
+		return 2
+	}
+	return 3
+}
+
+// domainCount is one node-local domain and its free GPUs; a node has a
+// few, so a slice searched in order beats a map.
+type domainCount struct {
+	id   string
+	free int
+}
+
+// countLocal adds a node's free GPUs' node-local domains (island, PCIe
+// group, NUMA node) to counts, reused, and returns it.
+func countLocal(counts []domainCount, free []store.GPU) []domainCount {
+	counts = counts[:0]
+	for _, g := range free {
+		for _, d := range g.Domains {
+			if levelOfID(d) == 3 {
+				continue
+			}
+			i := slices.IndexFunc(counts, func(c domainCount) bool { return c.id == d })
+			if i < 0 {
+				counts = append(counts, domainCount{id: d})
+				i = len(counts) - 1
+			}
+			counts[i].free++
+		}
+	}
+	return counts
+}
+
+func freeOf(counts []domainCount, id string) int {
+	for _, c := range counts {
+		if c.id == id {
+			return c.free
+		}
+	}
+	return 0
+}
+
 // pick chooses k of the node's free GPUs: the smallest node-local domain
 // with room, then a greedy bandwidth-grown subset, best fit on ties.
 func (p *placer) pick(c *candNode, k int) (inNode, error) {
-	nt, err := p.e.res.node(c.node.Name)
-	if err != nil {
-		return inNode{}, err
-	}
-	// Free counts of the node-local domains.
-	freeIn := map[string]int{}
-	for _, g := range c.free {
-		for _, d := range g.Domains {
-			if l := levelOf(store.DomainKind(d)); l < 3 {
-				freeIn[d]++
-			}
+	// One GPU needs no bandwidth, so no topology: the node is in the
+	// snapshot (it is a candidate), which is all resolving it checks.
+	var nt *nodeTopo
+	if k > 1 {
+		var err error
+		if nt, err = p.e.res.node(c.node.Name); err != nil {
+			return inNode{}, err
 		}
 	}
+	// Free counts of the node-local domains.
+	p.counts = countLocal(p.counts, c.free)
+	freeIn := p.counts
 	// hole of a GPU: free GPUs of its smallest domain (1: alone).
 	hole := make([]int, len(c.free))
 	for i, g := range c.free {
 		hole[i] = len(c.free)
 		best := 4
 		for _, d := range g.Domains {
-			if l := levelOf(store.DomainKind(d)); l < best {
-				best, hole[i] = l, freeIn[d]
+			if l := levelOfID(d); l < best {
+				best, hole[i] = l, freeOf(freeIn, d)
 			}
 		}
 		if best == 4 || best == 3 {
@@ -295,8 +377,9 @@ func (p *placer) pick(c *candNode, k int) (inNode, error) {
 	}
 	// Pool: the free GPUs of the smallest domain that fits.
 	level, poolDom, poolFree := 3, "", len(c.free)
-	for d, f := range freeIn {
-		l := levelOf(store.DomainKind(d))
+	for _, dc := range freeIn {
+		d, f := dc.id, dc.free
+		l := levelOfID(d)
 		if f >= k && (l < level || (l == level && (f < poolFree || (f == poolFree && d < poolDom)))) {
 			level, poolDom, poolFree = l, d, f
 		}
@@ -310,21 +393,24 @@ func (p *placer) pick(c *candNode, k int) (inNode, error) {
 	if k == 1 {
 		level = 0
 	}
-	// Bandwidth between pool GPUs.
-	pos := make([]int, len(c.free))
-	for i, g := range c.free {
-		pos[i] = nt.pos[g.Index]
-	}
-	bwOf := func(a, b int) float64 {
-		return nt.topo.Path(pos[a], pos[b], p.e.bw).BandwidthGBps
-	}
+	// Bandwidth between pool GPUs (none read for one GPU).
 	m := len(pool)
-	bw := make([][]float64, m)
-	for a := range m {
-		bw[a] = make([]float64, m)
-		for b := range m {
-			if a != b {
-				bw[a][b] = bwOf(pool[a], pool[b])
+	var bw [][]float64
+	if k > 1 {
+		pos := make([]int, len(c.free))
+		for i, g := range c.free {
+			pos[i] = nt.pos[g.Index]
+		}
+		bwOf := func(a, b int) float64 {
+			return nt.topo.Path(pos[a], pos[b], p.e.bw).BandwidthGBps
+		}
+		bw = make([][]float64, m)
+		for a := range m {
+			bw[a] = make([]float64, m)
+			for b := range m {
+				if a != b {
+					bw[a][b] = bwOf(pool[a], pool[b])
+				}
 			}
 		}
 	}
@@ -423,22 +509,15 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 		if len(c.free) < k {
 			continue
 		}
-		level := 3
-		counts := map[string]int{}
-		for _, g := range c.free {
-			for _, d := range g.Domains {
-				if l := levelOf(store.DomainKind(d)); l < 3 {
-					counts[d]++
+		level := 0 // one GPU fits the smallest domain
+		if k > 1 {
+			level = 3
+			p.counts = countLocal(p.counts, c.free)
+			for _, dc := range p.counts {
+				if dc.free >= k {
+					level = min(level, levelOfID(dc.id))
 				}
 			}
-		}
-		for d, f := range counts {
-			if f >= k {
-				level = min(level, levelOf(store.DomainKind(d)))
-			}
-		}
-		if k == 1 {
-			level = 0
 		}
 		fitting[level]++
 		qs = append(qs, quick{c, level, len(c.free) - k})
