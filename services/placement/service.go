@@ -347,7 +347,12 @@ func predictionOf(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPU
 	if err != nil {
 		return nil, err
 	}
-	p := &events.Prediction{Strategy: strategy, CommSecondsPerStep: r.CommSeconds, CommFraction: r.CommFraction, SpeedUp: r.SpeedUp}
+	p := &events.Prediction{Strategy: strategy, CommSecondsPerStep: r.CommSeconds}
+	if job.Job.StepComputeSeconds > 0 {
+		// Without a compute time the model can say nothing of the share
+		// of the step spent communicating.
+		p.CommFraction, p.SpeedUp = r.CommFraction, r.SpeedUp
+	}
 	at := map[string]int{}
 	for _, g := range r.Groups {
 		i, ok := at[g.Name]
