@@ -1,0 +1,67 @@
+package bus_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/events/eventstest"
+)
+
+func TestFollowFromNow(t *testing.T) {
+	t.Parallel()
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "test")
+	ctx := eventstest.Context(t, 30*time.Second)
+	rev := func(c byte) string {
+		s := make([]byte, 64)
+		for i := range s {
+			s[i] = c
+		}
+		return string(s)
+	}
+	rejected := func(r string) *events.PolicyRejected {
+		return &events.PolicyRejected{Revision: r, Name: "s", Source: events.PolicySourceKV, Replica: "r",
+			Errors: []events.PolicyError{{File: "a.rego", Line: 1, Message: "m", Code: "c"}}, RejectedAt: time.Now().UTC()}
+	}
+	// Stored before Follow starts: not delivered.
+	if _, err := b.Publish(ctx, rejected(rev('a'))); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan bus.Record, 4)
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	fctx, cancel := context.WithCancel(ctx)
+	go func() {
+		done <- b.Follow(fctx, "policy", []string{b.Subjects.Domain("policy")}, ready, func(r bus.Record) error {
+			got <- r
+			if r.Env.Subject == rev('c') {
+				return bus.ErrStop
+			}
+			return nil
+		})
+	}()
+	<-ready
+	for _, c := range []byte{'b', 'c'} {
+		if _, err := b.Publish(ctx, rejected(rev(c))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Follow: %v", err)
+	}
+	cancel()
+	close(got)
+	var subjects []string
+	for r := range got {
+		if r.Name != events.NamePolicyRejected {
+			t.Errorf("event %s", r.Name)
+		}
+		subjects = append(subjects, r.Env.Subject[:1])
+	}
+	if len(subjects) != 2 || subjects[0] != "b" || subjects[1] != "c" {
+		t.Fatalf("followed %v, want b then c (the ce-subject is the revision)", subjects)
+	}
+}
