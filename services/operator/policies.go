@@ -323,6 +323,10 @@ func (pl *policyLoop) reject(ctx context.Context, cause string, ev *events.Polic
 	pl.publish(ctx, cause, ev.Revision, ev)
 }
 
+// publish sends a policy event whose id derives from cause (events.DeriveID
+// through bus.WithCause), so JetStream drops a copy with the same cause. The
+// cause is a change of a source, not an event: "policy:kv@<entry>" or
+// "policy:dir:<revision>", with the replica appended for policy.applied.
 func (pl *policyLoop) publish(ctx context.Context, cause, revision string, ev any) {
 	ctx = bus.WithCause(ctx, events.Envelope{ID: "policy:" + cause, CorrelationID: revision})
 	if _, err := pl.b.Publish(ctx, ev); err != nil && ctx.Err() == nil {
