@@ -71,6 +71,33 @@ type Domain struct {
 	// Models splits the counts by GPU model, sorted by model. Shared: do
 	// not modify.
 	Models []ModelCount
+
+	// A node domain's row also points at its node's row and lists the
+	// node's free GPUs (of those whose Domains name it: every GPU of the
+	// live node), by index, as of the same transaction: EachNodeFree reads
+	// them instead of walking the GPUs. The writer keeps them; the copies
+	// Snapshot hands out leave them out (public).
+	node *Node
+	free []FreeGPU
+}
+
+// FreeGPU is what placement reads of a free GPU, kept in its node's domain
+// row: its key, model and domains. Domains is the GPU row's, shared.
+type FreeGPU struct {
+	Node    string
+	Index   int
+	Model   string
+	Domains []string
+}
+
+// Key returns the GPU's key.
+func (g FreeGPU) Key() GPUKey { return GPUKey{Node: g.Node, Index: g.Index} }
+
+// public returns a copy of a domain row without the writer's additions.
+func (d *Domain) public() Domain {
+	c := *d
+	c.node, c.free = nil, nil
+	return c
 }
 
 // ModelCount is a domain's count of one GPU model.
@@ -267,6 +294,8 @@ type writer struct {
 type domainEdit struct {
 	old *Domain // as in the table; nil for a new domain
 	cur *Domain // the writer's copy
+	// dirty: a GPU row of the node domain changed, or the node's row.
+	dirty bool
 }
 
 // share is what one GPU row adds to the counts of each of its domains.
@@ -298,6 +327,9 @@ func (w *writer) putGPU(old, upd *GPU) error {
 			return err
 		}
 	}
+	if err := w.trackGPU(old, upd); err != nil {
+		return err
+	}
 	var before, after []string
 	var sb, sa share
 	if old != nil {
@@ -325,27 +357,89 @@ func (w *writer) putGPU(old, upd *GPU) error {
 	return nil
 }
 
+// edit returns the writer's copy of domain id, a new row when the table
+// has none.
+func (w *writer) edit(id string) (*domainEdit, error) {
+	e, ok := w.domains[id]
+	if ok {
+		return e, nil
+	}
+	raw, err := w.txn.First(TableDomains, IndexID, id)
+	if err != nil {
+		return nil, err
+	}
+	e = &domainEdit{}
+	if raw != nil {
+		e.old = raw.(*Domain)
+		c := *e.old
+		c.Models = slices.Clone(c.Models)
+		c.free = slices.Clone(c.free)
+		e.cur = &c
+	} else {
+		e.cur = &Domain{ID: id, Kind: DomainKind(id), Node: domainNode(id)}
+	}
+	if w.domains == nil {
+		w.domains = map[string]*domainEdit{}
+	}
+	w.domains[id] = e
+	return e, nil
+}
+
+// trackGPU keeps the free lists of the node domains old leaves and upd
+// joins (either may be nil) after a GPU row changed.
+func (w *writer) trackGPU(old, upd *GPU) error {
+	if old != nil {
+		if id := nodeDomainOf(old); id != "" {
+			e, err := w.edit(id)
+			if err != nil {
+				return err
+			}
+			e.dirty = true
+			e.cur.free = slices.DeleteFunc(e.cur.free, func(g FreeGPU) bool { return g.Index == old.Index })
+		}
+	}
+	if upd != nil {
+		if id := nodeDomainOf(upd); id != "" {
+			e, err := w.edit(id)
+			if err != nil {
+				return err
+			}
+			e.dirty = true
+			if upd.Free() {
+				i, _ := slices.BinarySearchFunc(e.cur.free, upd.Index, func(g FreeGPU, idx int) int { return cmp.Compare(g.Index, idx) })
+				e.cur.free = slices.Insert(e.cur.free, i, FreeGPU{Node: upd.Node, Index: upd.Index, Model: upd.Model, Domains: upd.Domains})
+			}
+		}
+	}
+	return nil
+}
+
+// nodeDomainOf returns the ID of the node domain a GPU row is in ("" when
+// none): the one of its own node.
+func nodeDomainOf(g *GPU) string {
+	for _, d := range g.Domains {
+		if strings.HasPrefix(d, DomainNode+":") && d[len(DomainNode)+1:] == g.Node {
+			return d
+		}
+	}
+	return ""
+}
+
+// touchNode makes the writer rewrite a node's domain row (when it has one)
+// after the node's row changed, so that it points at the new row.
+func (w *writer) touchNode(name string) error {
+	e, err := w.edit(DomainNode + ":" + name)
+	if err == nil {
+		e.dirty = true
+	}
+	return err
+}
+
 // count adds sign times s to domain id.
 func (w *writer) count(id string, s share, sign int) error {
-	e, ok := w.domains[id]
-	if !ok {
-		raw, err := w.txn.First(TableDomains, IndexID, id)
-		if err != nil {
-			return err
-		}
-		e = &domainEdit{}
-		if raw != nil {
-			e.old = raw.(*Domain)
-			c := *e.old
-			c.Models = slices.Clone(c.Models)
-			e.cur = &c
-		} else {
-			e.cur = &Domain{ID: id, Kind: DomainKind(id), Node: domainNode(id)}
-		}
-		if w.domains == nil {
-			w.domains = map[string]*domainEdit{}
-		}
-		w.domains[id] = e
+	e, err := w.edit(id)
+	if err != nil {
+		return err
 	}
 	d := e.cur
 	if sign > 0 && d.Node != "" {
@@ -386,6 +480,16 @@ func (w *writer) flush() error {
 				return err
 			}
 		}
+		if e.cur.Kind == DomainNode && e.cur.Total > 0 {
+			raw, err := w.txn.First(TableNodes, IndexID, e.cur.Node)
+			if err != nil {
+				return err
+			}
+			if raw == nil {
+				return fmt.Errorf("store: domain %s has GPUs but its node has no row: a store bug", id)
+			}
+			e.cur.node = raw.(*Node)
+		}
 		switch {
 		case e.cur.Total == 0:
 			if e.old != nil {
@@ -393,7 +497,10 @@ func (w *writer) flush() error {
 					return err
 				}
 			}
-		case e.old == nil || !domainEqual(e.old, e.cur):
+		case e.old == nil || !domainEqual(e.old, e.cur) || e.dirty:
+			if len(e.cur.free) == 0 {
+				e.cur.free = nil
+			}
 			if len(e.cur.Models) == 0 {
 				e.cur.Models = nil
 			}

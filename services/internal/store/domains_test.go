@@ -87,7 +87,7 @@ func allDomains(s *Snapshot) []Domain {
 	var out []Domain
 	it := s.get(TableDomains, IndexID)
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, *raw.(*Domain))
+		out = append(out, raw.(*Domain).public())
 	}
 	return out
 }
@@ -129,6 +129,29 @@ func checkDomains(t *testing.T, snap *Snapshot) {
 			return DomainKind(d) == DomainNode
 		})]) {
 			t.Errorf("GPU %s in node domain of another node: %v", g.Key(), g.Domains)
+		}
+	}
+	// A node domain's row points at its node's row and its GPUs' rows.
+	it := snap.get(TableDomains, IndexID)
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		d := raw.(*Domain)
+		if d.Kind != DomainNode {
+			if d.node != nil || d.free != nil {
+				t.Errorf("domain %s has node or GPU pointers", d.ID)
+			}
+			continue
+		}
+		if n, ok := snap.Node(d.Node); !ok || d.node == nil || !reflect.DeepEqual(*d.node, n) {
+			t.Errorf("domain %s points at node %+v", d.ID, d.node)
+		}
+		var free []FreeGPU
+		for _, g := range members[d.ID] {
+			if g.Free() {
+				free = append(free, FreeGPU{Node: g.Node, Index: g.Index, Model: g.Model, Domains: g.Domains})
+			}
+		}
+		if !reflect.DeepEqual(d.free, free) {
+			t.Errorf("domain %s lists free GPUs %v, its free members are %v", d.ID, d.free, free)
 		}
 	}
 	got := allDomains(snap)
@@ -242,25 +265,25 @@ func checkNodeCounts(t *testing.T, snap *Snapshot) {
 	for model := range byModel {
 		type nodeFree struct {
 			node Node
-			free []GPU
+			free []FreeGPU
 		}
 		var want, got []nodeFree
 		for n, gpus := range snap.EachNodeWithGPUs() {
-			var free []GPU
+			var free []FreeGPU
 			for _, g := range gpus {
 				if g.Free() && (model == "" || g.Model == model) {
-					free = append(free, g)
+					free = append(free, FreeGPU{Node: g.Node, Index: g.Index, Model: g.Model, Domains: g.Domains})
 				}
 			}
 			if len(free) > 0 {
 				want = append(want, nodeFree{n, free})
 			}
 		}
-		for n, free := range snap.EachNodeFreeGPUs(model) {
-			got = append(got, nodeFree{n, slices.Clone(free)})
+		for n, free := range snap.EachNodeFree(model) {
+			got = append(got, nodeFree{n, free})
 		}
 		if !reflect.DeepEqual(got, want) {
-			t.Errorf("EachNodeFreeGPUs(%q) = %v, want %v", model, got, want)
+			t.Errorf("EachNodeFree(%q) = %v, want %v", model, got, want)
 		}
 	}
 	for model, nodes := range byModel {

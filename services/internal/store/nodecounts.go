@@ -280,7 +280,7 @@ func (s *Snapshot) NodesByFree(model string, min int) iter.Seq[Domain] {
 			it, err := txn.Get(TableDomains, IndexNodeFree, model, c)
 			must(err)
 			for raw := it.Next(); raw != nil; raw = it.Next() {
-				if !yield(*raw.(*Domain)) {
+				if !yield(raw.(*Domain).public()) {
 					return
 				}
 			}
@@ -294,39 +294,70 @@ func (s *Snapshot) NodesByFree(model string, min int) iter.Seq[Domain] {
 // node has, and stops when the caller does.
 func (s *Snapshot) NodesWithFree(model string, min int) iter.Seq[Domain] {
 	return func(yield func(Domain) bool) {
-		counts := s.NodeCounts(model)
-		txn := s.db.Txn(false)
-		type head struct {
-			it  memdb.ResultIterator
-			cur *Domain
+		s.eachNodeWithFree(model, min, func(d *Domain) bool { return yield(d.public()) })
+	}
+}
+
+// eachNodeWithFree is NodesWithFree on the rows themselves.
+func (s *Snapshot) eachNodeWithFree(model string, min int, yield func(*Domain) bool) {
+	counts := s.NodeCounts(model)
+	txn := s.db.Txn(false)
+	type head struct {
+		it  memdb.ResultIterator
+		cur *Domain
+	}
+	var heads []head
+	for c := max(min, 1); c < len(counts.Free); c++ {
+		if counts.Free[c] == 0 {
+			continue
 		}
-		var heads []head
-		for c := max(min, 1); c < len(counts.Free); c++ {
-			if counts.Free[c] == 0 {
-				continue
-			}
-			it, err := txn.Get(TableDomains, IndexNodeFree, model, c)
-			must(err)
-			if raw := it.Next(); raw != nil {
-				heads = append(heads, head{it: it, cur: raw.(*Domain)})
+		it, err := txn.Get(TableDomains, IndexNodeFree, model, c)
+		must(err)
+		if raw := it.Next(); raw != nil {
+			heads = append(heads, head{it: it, cur: raw.(*Domain)})
+		}
+	}
+	for len(heads) > 0 {
+		bi := 0
+		for i := 1; i < len(heads); i++ {
+			a, b := heads[i].cur, heads[bi].cur
+			if a.Position < b.Position || (a.Position == b.Position && a.Node < b.Node) {
+				bi = i
 			}
 		}
-		for len(heads) > 0 {
-			bi := 0
-			for i := 1; i < len(heads); i++ {
-				a, b := heads[i].cur, heads[bi].cur
-				if a.Position < b.Position || (a.Position == b.Position && a.Node < b.Node) {
-					bi = i
+		if !yield(heads[bi].cur) {
+			return
+		}
+		if raw := heads[bi].it.Next(); raw != nil {
+			heads[bi].cur = raw.(*Domain)
+		} else {
+			heads = slices.Delete(heads, bi, bi+1)
+		}
+	}
+}
+
+// EachNodeFree yields, in enumeration order, the nodes with free GPUs of
+// a model ("" for any), each with those GPUs sorted by Index: what
+// EachNodeWithGPUs gives, less the held and unhealthy GPUs, the GPUs of
+// other models and the nodes left with none, and only what placement reads
+// of each GPU. It walks the node-free index (one entry per such node) and
+// reads each node's row and free GPUs from its domain row, so it costs one
+// index step per node with room, whatever the number of GPUs. The slices
+// are the store's, or new when the node has GPUs of other models too:
+// keep them, but do not modify them.
+func (s *Snapshot) EachNodeFree(model string) iter.Seq2[Node, []FreeGPU] {
+	return func(yield func(Node, []FreeGPU) bool) {
+		s.eachNodeWithFree(model, 1, func(d *Domain) bool {
+			free := d.free
+			if model != "" && (len(d.Models) != 1 || d.Models[0].Model != model) {
+				free = nil
+				for _, g := range d.free {
+					if g.Model == model {
+						free = append(free, g)
+					}
 				}
 			}
-			if !yield(*heads[bi].cur) {
-				return
-			}
-			if raw := heads[bi].it.Next(); raw != nil {
-				heads[bi].cur = raw.(*Domain)
-			} else {
-				heads = slices.Delete(heads, bi, bi+1)
-			}
-		}
+			return yield(*d.node, free[:len(free):len(free)])
+		})
 	}
 }

@@ -60,49 +60,6 @@ func (s *Snapshot) EachNodeWithGPUs() iter.Seq2[Node, []GPU] {
 	}
 }
 
-// EachNodeFreeGPUs yields, in enumeration order, the nodes with free GPUs
-// of a model ("" for any), each with those GPUs sorted by Index: what
-// EachNodeWithGPUs gives, less the held and unhealthy GPUs, the GPUs of
-// other models and the nodes left with none. It zips the node walk with
-// the cluster's entries of the domain index, so the held GPUs cost
-// nothing. The slice is reused between yields: copy what you keep.
-func (s *Snapshot) EachNodeFreeGPUs(model string) iter.Seq2[Node, []GPU] {
-	return func(yield func(Node, []GPU) bool) {
-		cluster, ok := s.Domain(ClusterDomain)
-		if !ok || cluster.FreeOf(model) == 0 {
-			return
-		}
-		nodes := s.get(TableNodes, IndexPosition)
-		var cur *Node
-		var buf []GPU
-		for g := range s.eachFreeGPUIn(cluster, model) {
-			if cur != nil && g.Node == cur.Name {
-				buf = append(buf, g)
-				continue
-			}
-			if len(buf) > 0 && !yield(*cur, buf) {
-				return
-			}
-			buf = buf[:0]
-			// Free GPUs belong to live nodes, at their node's position.
-			for raw := nodes.Next(); raw != nil; raw = nodes.Next() {
-				n := raw.(*Node)
-				if n.Name == g.Node {
-					cur = n
-					break
-				}
-			}
-			if cur == nil || cur.Name != g.Node {
-				panic("store: free GPU " + g.Key().String() + " of no node in enumeration order: a store bug")
-			}
-			buf = append(buf, g)
-		}
-		if len(buf) > 0 {
-			yield(*cur, buf)
-		}
-	}
-}
-
 // Nodes returns the nodes sorted by Position, then Name.
 func (s *Snapshot) Nodes() []Node {
 	var out []Node
@@ -193,7 +150,7 @@ func (s *Snapshot) Domain(id string) (Domain, bool) {
 	if raw == nil {
 		return Domain{}, false
 	}
-	return *raw.(*Domain), true
+	return raw.(*Domain).public(), true
 }
 
 // DomainsOfKind returns the domains of a kind (DomainLeaf, ...) sorted by
@@ -202,7 +159,7 @@ func (s *Snapshot) DomainsOfKind(kind string) []Domain {
 	var out []Domain
 	it := s.get(TableDomains, IndexID+"_prefix", kind+":")
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, *raw.(*Domain))
+		out = append(out, raw.(*Domain).public())
 	}
 	return out
 }

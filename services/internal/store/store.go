@@ -165,6 +165,8 @@ func (s *Store) UpsertNode(n events.TopologyNode) error {
 			node = oldNode // keep the stored row, and its Effective
 		} else if err := txn.Insert(TableNodes, node); err != nil {
 			return err
+		} else if err := w.touchNode(node.Name); err != nil {
+			return err
 		}
 
 		// The node's GPU rows as they are to be (olds[i] -> rows[i]): first
@@ -306,6 +308,9 @@ func effective(n *Node) *topology.Node {
 func (w *writer) putNode(n *Node) error {
 	n.Effective = effective(n)
 	if err := w.txn.Insert(TableNodes, n); err != nil {
+		return err
+	}
+	if err := w.touchNode(n.Name); err != nil {
 		return err
 	}
 	return w.redomain(n)

@@ -71,41 +71,37 @@ func (o Options) maxEvals() int {
 // candNode is a node with free GPUs the job may use.
 type candNode struct {
 	node   store.Node
-	free   []store.GPU // free GPUs of the model, by index
-	fabric []string    // fabric domains, smallest first
-	offer  int         // GPUs it offers a multi-node placement
+	free   []store.FreeGPU // free GPUs of the model, by index; the store's: do not modify
+	fabric []string        // fabric domains, smallest first
+	offer  int             // GPUs it offers a multi-node placement
 }
 
 // candidates collects the nodes with free GPUs of the job's model that the
 // filter accepts. considered counts the nodes with such GPUs before the
 // filter.
 //
-// It walks the store's free GPUs of the model with their nodes
-// (EachNodeFreeGPUs), not every GPU: held GPUs cost nothing. The free lists
-// are windows of one slab and the candNodes of another, sized from the
-// store's counts, so a decision allocates a handful of objects, not a few
-// per node.
+// It reads the store's nodes with free GPUs of the model
+// (EachNodeFree): one index step per node with room and no GPU rows; the
+// free lists are the store's own, and the candNodes come from one slab
+// sized from the store's counts, so a decision allocates a handful of
+// objects, not a few per node.
 func candidates(snap *store.Snapshot, model string, filter func(store.Node) bool) (out []*candNode, total, considered int) {
-	free := snap.FreeByModel(model)
-	if free == 0 {
+	nodes := snap.NodeCounts(model).FreeAtLeast(1)
+	if nodes == 0 {
 		return nil, 0, 0
 	}
-	nodes := snap.NodeCounts(model).FreeAtLeast(1)
-	gpus := make([]store.GPU, 0, free)
 	slab := make([]candNode, 0, nodes)
 	out = make([]*candNode, 0, nodes)
-	for node, fr := range snap.EachNodeFreeGPUs(model) {
+	for node, free := range snap.EachNodeFree(model) {
 		considered++
 		if filter != nil && !filter(node) {
 			continue
 		}
-		at := len(gpus)
-		gpus = append(gpus, fr...)
 		if len(slab) == cap(slab) {
 			slab = make([]candNode, 0, 16) // counts and walk disagree: never cut pointers into slab
 		}
-		slab = append(slab, candNode{node: node, free: gpus[at:len(gpus):len(gpus)], fabric: fabricDomains(fr[0].Domains)})
-		total += len(fr)
+		slab = append(slab, candNode{node: node, free: free, fabric: fabricDomains(free[0].Domains)})
+		total += len(free)
 		out = append(out, &slab[len(slab)-1])
 	}
 	return out, total, considered
@@ -166,7 +162,7 @@ func PlaceWithBaseline(snap *store.Snapshot, job events.JobAnalyzed, opts Option
 	if base.Verdict != blind.Placed {
 		return base, base
 	}
-	return place(snap, job, opts), base
+	return notWorse(snap, job, opts, place(snap, job, opts), base), base
 }
 
 func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) Result {
@@ -319,7 +315,7 @@ type domainCount struct {
 
 // countLocal adds a node's free GPUs' node-local domains (island, PCIe
 // group, NUMA node) to counts, reused, and returns it.
-func countLocal(counts []domainCount, free []store.GPU) []domainCount {
+func countLocal(counts []domainCount, free []store.FreeGPU) []domainCount {
 	counts = counts[:0]
 	for _, g := range free {
 		for _, d := range g.Domains {

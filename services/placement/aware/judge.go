@@ -7,6 +7,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/services/placement/blind"
 )
 
 // Candidate is a placement Place considered, as a Judge sees it.
@@ -202,4 +203,50 @@ func (p *placer) leafOf(node string) string {
 		}
 	}
 	return p.leaves[node]
+}
+
+// notWorse keeps a topology-aware decision from being predicted slower than
+// the blind baseline it is published beside: when blind's GPUs, in blind's
+// rank order, are predicted faster by more than 0.5% (the heuristics and a
+// budgeted local search can miss on odd fragmentations) and the Judge
+// allows them, they are taken instead, and the explanation says so.
+func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours, base Result) Result {
+	if ours.Verdict != blind.Placed || base.Verdict != blind.Placed || slices.Equal(ours.GPUs, base.GPUs) {
+		return ours
+	}
+	e := newEvaluator(snap, job, len(base.GPUs), opts)
+	if len(e.groups) == 0 {
+		return ours
+	}
+	tb := e.cost(base.GPUs)
+	to := e.cost(ours.GPUs)
+	if !(tb < to*(1-0.005)) {
+		return ours
+	}
+	c := Candidate{Domain: store.ClusterDomain, GPUs: base.GPUs, CommSeconds: tb}
+	var j Judgement
+	if opts.Judge != nil {
+		if j = opts.Judge(c); j.Deny {
+			return ours
+		}
+	}
+	if x := opts.Explain; x != nil {
+		nodes := map[string]bool{}
+		for _, g := range base.GPUs {
+			nodes[g.Node] = true
+		}
+		cs := events.CandidateScore{Domain: c.Domain, Nodes: len(nodes), CommSecondsPerStep: tb, Score: j.Score,
+			Cost: 1 + j.Score, Outcome: events.OutcomeChosen}
+		for i := range x.Explanation.Candidates {
+			old := &x.Explanation.Candidates[i]
+			// Costs are relative to the fastest, which is now this one.
+			old.Cost = old.CommSecondsPerStep/tb + old.Score
+			if old.Outcome == events.OutcomeChosen {
+				old.Outcome = events.OutcomeCostlier
+			}
+		}
+		x.Explanation.Candidates = append([]events.CandidateScore{cs}, x.Explanation.Candidates...)
+		x.Judgement = j
+	}
+	return Result{Verdict: blind.Placed, GPUs: base.GPUs}
 }
