@@ -162,7 +162,7 @@ func PlaceWithBaseline(snap *store.Snapshot, job events.JobAnalyzed, opts Option
 	if base.Verdict != blind.Placed {
 		return base, base
 	}
-	return notWorse(snap, job, opts, place(snap, job, opts), base), base
+	return placeNotWorse(snap, job, opts, base), base
 }
 
 func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) Result {

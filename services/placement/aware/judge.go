@@ -210,9 +210,17 @@ func (p *placer) leafOf(node string) string {
 // rank order, are predicted faster by more than 0.5% (the heuristics and a
 // budgeted local search can miss on odd fragmentations) and the Judge
 // allows them, they are taken instead, and the explanation says so.
-func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours, base Result) Result {
+//
+// refused names the nodes the Filter refused: blind ignores the Filter, so
+// its GPUs count only when none lies on such a node.
+func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours, base Result, refused map[string]bool) Result {
 	if ours.Verdict != blind.Placed || base.Verdict != blind.Placed || slices.Equal(ours.GPUs, base.GPUs) {
 		return ours
+	}
+	for _, g := range base.GPUs {
+		if refused[g.Node] {
+			return ours
+		}
 	}
 	e := newEvaluator(snap, job, len(base.GPUs), opts)
 	if len(e.groups) == 0 {
@@ -249,4 +257,23 @@ func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours, 
 		x.Judgement = j
 	}
 	return Result{Verdict: blind.Placed, GPUs: base.GPUs}
+}
+
+// placeNotWorse is place, then notWorse against base.
+func placeNotWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, base Result) Result {
+	var refused map[string]bool
+	if f := opts.Filter; f != nil {
+		// Refusals are few next to acceptances, so they are what is kept.
+		opts.Filter = func(n store.Node) bool {
+			if f(n) {
+				return true
+			}
+			if refused == nil {
+				refused = map[string]bool{}
+			}
+			refused[n.Name] = true
+			return false
+		}
+	}
+	return notWorse(snap, job, opts, place(snap, job, opts), base, refused)
 }
