@@ -50,3 +50,40 @@ func TestPlaceDryRun(t *testing.T) {
 		t.Errorf("exhaustive on a big job: %v", err)
 	}
 }
+
+// On a fragmented lab cluster where the heuristics' multi-node choice is
+// predicted slower than blind first fit, the decision is never worse than
+// the baseline it is published beside; policies ride along.
+func TestPlaceDryRunNeverWorseThanBlind(t *testing.T) {
+	t.Parallel()
+	occupied := filepath.Join(t.TempDir(), "occupied.yaml")
+	held := "- {node: dgx-a100-001, gpus: [0, 1, 2, 3]}\n- {node: dgx-a100-002, gpus: [0, 1, 2, 3]}\n- {node: dgx-a100-003, gpus: [0, 1, 2, 3]}\n"
+	if err := os.WriteFile(occupied, []byte(held), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Prediction struct {
+			Comm float64 `json:"comm_seconds_per_step"`
+		} `json:"prediction"`
+		Baseline struct {
+			Comm float64 `json:"comm_seconds_per_step"`
+		} `json:"baseline"`
+		Explanation struct {
+			PolicyRevision string `json:"policy_revision"`
+			Candidates     []struct {
+				Outcome string `json:"outcome"`
+			} `json:"candidates"`
+		} `json:"explanation"`
+	}
+	out := run(t, "place", "--dry-run", "--cluster", "../../deploy/examples/cluster.yaml", "--occupied", occupied,
+		"../../deploy/examples/jobs/moe-ep4.yaml", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if d.Prediction.Comm > d.Baseline.Comm*1.005 {
+		t.Errorf("predicted %.3f s per step, blind %.3f s: worse than the baseline", d.Prediction.Comm, d.Baseline.Comm)
+	}
+	if d.Explanation.PolicyRevision == "" || len(d.Explanation.Candidates) == 0 || d.Explanation.Candidates[0].Outcome != "chosen" {
+		t.Errorf("explanation %+v, want the shipped policies' revision and the chosen candidate first", d.Explanation)
+	}
+}
