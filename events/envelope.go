@@ -193,6 +193,12 @@ func KeyOf(v any) string {
 		return e.Revision
 	case *PolicyRejected:
 		return e.Revision
+	case *PlacementMigration:
+		return e.JobID
+	case *JobMigrationAccepted:
+		return e.JobID
+	case *PlacementMigrationRefused:
+		return e.JobID
 	}
 	return ""
 }

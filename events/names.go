@@ -26,6 +26,11 @@ const (
 	NameTopologyHealth    Name = "topology.health"
 	NamePolicyApplied     Name = "policy.applied"
 	NamePolicyRejected    Name = "policy.rejected"
+
+	// Migration (migration.go).
+	NamePlacementMigration        Name = "placement.migration"
+	NamePlacementMigrationRefused Name = "placement.migration_refused"
+	NameJobMigrationAccepted      Name = "jobs.migration_accepted"
 )
 
 // Version is the schema version carried in every ce-type.
@@ -37,6 +42,7 @@ var Catalogue = []Name{
 	NamePlacementDecided, NamePlacementPending, NamePlacementRejected, NamePlacementReleased,
 	NameTopologyNode, NameTopologyFabric, NameTopologyHealth,
 	NamePolicyApplied, NamePolicyRejected,
+	NamePlacementMigration, NameJobMigrationAccepted, NamePlacementMigrationRefused,
 }
 
 // NodeScoped reports whether the event's subject ends in a node token.
@@ -98,6 +104,12 @@ func (n Name) New() any {
 		return new(PolicyApplied)
 	case NamePolicyRejected:
 		return new(PolicyRejected)
+	case NamePlacementMigration:
+		return new(PlacementMigration)
+	case NameJobMigrationAccepted:
+		return new(JobMigrationAccepted)
+	case NamePlacementMigrationRefused:
+		return new(PlacementMigrationRefused)
 	}
 	return nil
 }
@@ -129,6 +141,12 @@ func NameOf(v any) (Name, error) {
 		return NamePolicyApplied, nil
 	case *PolicyRejected, PolicyRejected:
 		return NamePolicyRejected, nil
+	case *PlacementMigration, PlacementMigration:
+		return NamePlacementMigration, nil
+	case *JobMigrationAccepted, JobMigrationAccepted:
+		return NameJobMigrationAccepted, nil
+	case *PlacementMigrationRefused, PlacementMigrationRefused:
+		return NamePlacementMigrationRefused, nil
 	}
 	return "", fmt.Errorf("events: %T is not in the catalogue", v)
 }

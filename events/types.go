@@ -103,6 +103,10 @@ type JobSubmitted struct {
 	// "tp-cp-ep-dp-pp" (the default when empty).
 	Layout string      `json:"layout,omitempty"`
 	Groups []CommGroup `json:"groups,omitempty"`
+	// RestartCostSeconds is what stopping and relaunching the job costs
+	// (checkpoint, relaunch, reload), for migration proposals' break-even;
+	// 0 means DefaultRestartCostSeconds.
+	RestartCostSeconds float64 `json:"restart_cost_seconds,omitempty"`
 }
 
 // Collective is one kind of call a group makes in a training step.
@@ -227,6 +231,9 @@ type PlacementDecided struct {
 	Warnings []Reason `json:"warnings,omitempty"`
 	// Explanation says how the placement was chosen.
 	Explanation *Explanation `json:"explanation,omitempty"`
+	// Migration is set when the decision moved a running job: it replaces
+	// the job's previous decision (see migration.go).
+	Migration *Migration `json:"migration,omitempty"`
 }
 
 // Explanation says how placement reached its outcome: what it looked at,
