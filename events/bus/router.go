@@ -172,7 +172,13 @@ func HandleDomain(r *Router, h DomainHandler) {
 			return fmt.Errorf("envelope: %w", err)
 		}
 		name, _ := events.NameOfCEType(env.Type)
-		return h.Fn(WithCause(m.Context(), env), env, name, body)
+		ctx := WithCause(m.Context(), env)
+		if seq, err := strconv.ParseUint(m.Metadata.Get(metaSeq), 10, 64); err == nil {
+			// As for typed handlers: a consumer that also replays its
+			// domain skips what its replay already applied.
+			ctx = context.WithValue(ctx, seqKey{}, seq)
+		}
+		return h.Fn(ctx, env, name, body)
 	})
 }
 

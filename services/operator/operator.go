@@ -129,7 +129,10 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 		o.Placement.Register(router)
 	}
 	if has(Optimizer) {
-		o.Optimizer = optimizer.New(log)
+		o.Optimizer = optimizer.New(b, log)
+		if err := o.Optimizer.Rebuild(ctx); err != nil {
+			return nil, err
+		}
 		o.Optimizer.Register(router)
 	}
 	// The services' own context outlives a signal: Stop closes the router

@@ -1,33 +1,104 @@
 // Package optimizer follows the jobs that are running and, from what they
 // report, tunes their collectives and proposes better placements.
 //
-// So far it keeps the live placements (placement.decided until
-// placement.released) as its working set and audits them independently of
-// placement: a GPU held by two live decisions is reported as an error.
-// Collective tuning and telemetry diagnosis build on this set.
+// # State
+//
+// The optimizer keeps its own view of the cluster, built only from the
+// streams, so that any replica (or a restarted one) holds the same:
+//
+//   - a store (services/internal/store) fed by the topology stream on one
+//     ordered consumer (nodes, health changes and the fabric, in stream
+//     order, as placement's store is), with every live job's GPUs
+//     allocated in it, so that it can answer "who else uses this uplink"
+//     and plan what-ifs with placement's planner;
+//   - the analysed jobs (jobs.analyzed), kept until the job is released or
+//     rejected: tuning and diagnosis need each job's groups and volumes;
+//   - the live decisions (placement.decided until placement.released), on
+//     one ordered consumer of the placement stream, audited independently
+//     of placement: a GPU held by two live decisions is reported as an
+//     error.
+//
+// # Ordering between consumers
+//
+// Topology, analyses and decisions arrive on separate consumers, so a
+// decision may be handled before its job's analysis or before the report
+// of a node it uses. The optimizer never tunes on such partial data: like
+// placement's catchUpTopology, it first reads what the streams hold beyond
+// what it has applied (ReplayFrom the last sequence it applied, per
+// stream). The analysis of a decided job is always in the jobs stream
+// before the decision is in the placement stream (placement decides on the
+// analysis it consumed), so catching up finds it; if it still does not
+// (a stream purged by hand), the handler fails Transient and the decision
+// is retried, then redelivered, rather than tuned on nothing. Each
+// consumer skips the events its catch-up already applied (by stream
+// sequence), so an event is applied once and in stream order, and an old
+// health change redelivered late cannot undo a newer one.
+//
+// # Restarts
+//
+// Rebuild replays the topology, jobs and placement streams into a fresh
+// state before the handlers start, as placement's Rebuild does, and the
+// runtime stream for the last finding published per job (so a restart
+// does not repeat a diagnosis). Outputs carry ids derived from their
+// input's id, so a decision redelivered after a crash republishes the same
+// tuning event and JetStream drops the copy.
 package optimizer
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/services/internal/topology"
 )
 
-// HandlerPlacement is the durable consumer of the placement stream: part
-// of the wire contract. One consumer, not one per event type, because the
-// working set depends on the order of decisions and releases.
-const HandlerPlacement = "optimizer-placement"
+// Durable consumer names: part of the wire contract.
+const (
+	// HandlerPlacement is one consumer of the whole placement stream, not
+	// one per event type, because the working set depends on the order of
+	// decisions and releases.
+	HandlerPlacement = "optimizer-placement"
+	// HandlerTopology is one consumer of the whole topology stream, for the
+	// same reason: a health change applies to the node report before it.
+	HandlerTopology = "optimizer-topology"
+	// HandlerAnalyzed keeps the analysed jobs.
+	HandlerAnalyzed = "optimizer-jobs-analyzed"
+)
 
 // Service is the optimizer.
 type Service struct {
+	bus *bus.Bus
 	log *slog.Logger
+	now func() time.Time
 
-	mu     sync.Mutex
-	live   map[string]*events.PlacementDecided
-	holder map[gpuKey]string
+	// mu serialises every handler: they share the state below, and a
+	// catch-up from one handler applies events another would have.
+	mu    sync.Mutex
+	store *store.Store
+	// fabric is the newest switch tree; nil until one is reported.
+	fabric *topology.Fabric
+	// health holds, per node, the parts last reported unhealthy (key
+	// component/id), as evidence for a diagnosis.
+	health map[string]map[string]events.TopologyHealth
+	// The last stream sequence applied, per stream.
+	topoSeq, jobsSeq, placementSeq uint64
+
+	analyses map[string]*events.JobAnalyzed
+	live     map[string]*liveJob
+	holder   map[gpuKey]string
+}
+
+// liveJob is one running job as the optimizer sees it.
+type liveJob struct {
+	decision *events.PlacementDecided
+	// spec is the job's analysis; nil until it has been read.
+	spec *events.JobAnalyzed
 }
 
 type gpuKey struct {
@@ -35,25 +106,142 @@ type gpuKey struct {
 	gpu  int
 }
 
-// New returns the optimizer.
-func New(log *slog.Logger) *Service {
+// New returns the optimizer with an empty state. b may be nil in tests
+// that drive the state by hand: nothing is then caught up or published.
+func New(b *bus.Bus, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.Default()
 	}
+	st, err := store.New()
+	if err != nil {
+		panic(fmt.Sprintf("optimizer: store schema: %v", err))
+	}
 	return &Service{
-		log:    log.With("component", "optimizer"),
-		live:   map[string]*events.PlacementDecided{},
-		holder: map[gpuKey]string{},
+		bus:      b,
+		log:      log.With("component", "optimizer"),
+		now:      time.Now,
+		store:    st,
+		health:   map[string]map[string]events.TopologyHealth{},
+		analyses: map[string]*events.JobAnalyzed{},
+		live:     map[string]*liveJob{},
+		holder:   map[gpuKey]string{},
 	}
 }
 
-// Register adds the service's handler to r.
+// Store is the optimizer's inventory, for tests and read-only views.
+func (s *Service) Store() *store.Store { return s.store }
+
+// Register adds the service's handlers to r.
 func (s *Service) Register(r *bus.Router) {
+	bus.HandleDomain(r, bus.DomainHandler{Name: HandlerTopology, Domain: "topology", Fn: s.onTopology})
+	bus.Handle(r, bus.Handler[events.JobAnalyzed]{Name: HandlerAnalyzed, Event: events.NameJobAnalyzed, Fn: s.OnAnalyzed})
 	bus.HandleDomain(r, bus.DomainHandler{Name: HandlerPlacement, Domain: "placement", Fn: s.onPlacement})
 }
 
+// onTopology applies the topology stream in order.
+func (s *Service) onTopology(ctx context.Context, _ events.Envelope, name events.Name, body []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seq := bus.StreamSeq(ctx)
+	if seq != 0 && seq <= s.topoSeq {
+		return nil // a catch-up applied it already
+	}
+	if err := s.applyTopology(name, body); err != nil {
+		return err
+	}
+	s.topoSeq = max(s.topoSeq, seq)
+	return nil
+}
+
+// applyTopology applies one topology event. Errors are permanent: the
+// event goes to the dead letters, as it does in placement.
+func (s *Service) applyTopology(name events.Name, body []byte) error {
+	switch name {
+	case events.NameTopologyNode:
+		var n events.TopologyNode
+		if err := bus.Decode(name, body, &n); err != nil {
+			return err
+		}
+		if err := s.store.UpsertNode(n); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		if n.Removed {
+			delete(s.health, n.Name)
+		}
+	case events.NameTopologyHealth:
+		var h events.TopologyHealth
+		if err := bus.Decode(name, body, &h); err != nil {
+			return err
+		}
+		if err := s.store.SetHealth(h); err != nil {
+			return fmt.Errorf("health of %s: %w", h.Node, err)
+		}
+		key := h.Component + "/" + h.ID
+		if h.Health == events.HealthHealthy || h.Health == "" {
+			delete(s.health[h.Node], key)
+		} else {
+			if s.health[h.Node] == nil {
+				s.health[h.Node] = map[string]events.TopologyHealth{}
+			}
+			s.health[h.Node][key] = h
+		}
+	case events.NameTopologyFabric:
+		var f events.TopologyFabric
+		if err := bus.Decode(name, body, &f); err != nil {
+			return err
+		}
+		return s.applyFabric(f)
+	}
+	return nil
+}
+
+func (s *Service) applyFabric(ev events.TopologyFabric) error {
+	f, err := topology.NewFabric(ev)
+	if err != nil {
+		return fmt.Errorf("fabric %s: %w", ev.Cluster, err)
+	}
+	domains := map[string][]string{}
+	for _, sw := range ev.Switches {
+		for _, n := range sw.Nodes {
+			domains[n] = f.Domains(n)
+		}
+	}
+	if err := s.store.UpsertFabric(domains); err != nil {
+		return fmt.Errorf("fabric %s: %w", ev.Cluster, err)
+	}
+	s.fabric = f
+	return nil
+}
+
+// OnAnalyzed keeps a job's analysis until the job is released.
+func (s *Service) OnAnalyzed(ctx context.Context, _ events.Envelope, a *events.JobAnalyzed) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seq := bus.StreamSeq(ctx)
+	if seq != 0 && seq <= s.jobsSeq {
+		return nil
+	}
+	s.applyAnalyzed(a)
+	s.jobsSeq = max(s.jobsSeq, seq)
+	return nil
+}
+
+// applyAnalyzed keeps the newest analysis of a job that does not run: a
+// resubmission of a running job changes nothing in placement, so it must
+// not change what the optimizer thinks the job does.
+func (s *Service) applyAnalyzed(a *events.JobAnalyzed) {
+	id := a.Job.JobID
+	if lj, ok := s.live[id]; ok {
+		if lj.spec == nil {
+			lj.spec = a
+		}
+		return
+	}
+	s.analyses[id] = a
+}
+
 // onPlacement takes the placement stream in order: decisions and releases
-// update the working set; waits and rejections do not concern it.
+// update the working set; a decision is then tuned.
 func (s *Service) onPlacement(ctx context.Context, env events.Envelope, name events.Name, body []byte) error {
 	switch name {
 	case events.NamePlacementDecided:
@@ -68,47 +256,109 @@ func (s *Service) onPlacement(ctx context.Context, env events.Envelope, name eve
 			return err
 		}
 		return s.OnReleased(ctx, env, &rel)
+	case events.NamePlacementRejected:
+		var rej events.PlacementRejected
+		if err := bus.Decode(name, body, &rej); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.applyPlacement(bus.StreamSeq(ctx), &rej)
 	}
 	return nil
 }
 
-// OnDecided adds a placement to the working set.
-func (s *Service) OnDecided(_ context.Context, env events.Envelope, d *events.PlacementDecided) error {
+// OnDecided adds a placement to the working set, then tunes it.
+func (s *Service) OnDecided(ctx context.Context, env events.Envelope, d *events.PlacementDecided) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.applyPlacement(bus.StreamSeq(ctx), d)
+	return s.tune(ctx, env, d)
+}
+
+// OnReleased drops a placement from the working set.
+func (s *Service) OnReleased(ctx context.Context, _ events.Envelope, rel *events.PlacementReleased) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.applyPlacement(bus.StreamSeq(ctx), rel)
+	return nil
+}
+
+// applyPlacement applies one placement event unless a catch-up already
+// did (seq at or below what was applied; 0: unknown, applied).
+func (s *Service) applyPlacement(seq uint64, v any) {
+	if seq != 0 && seq <= s.placementSeq {
+		return
+	}
+	s.placementSeq = max(s.placementSeq, seq)
+	switch ev := v.(type) {
+	case *events.PlacementDecided:
+		s.applyDecided(ev)
+	case *events.PlacementReleased:
+		s.applyReleased(ev.JobID)
+	case *events.PlacementRejected:
+		if _, ok := s.live[ev.JobID]; !ok {
+			delete(s.analyses, ev.JobID)
+		}
+	}
+}
+
+func (s *Service) applyDecided(d *events.PlacementDecided) {
 	if _, ok := s.live[d.JobID]; ok {
-		return nil
+		return
 	}
 	for _, r := range d.Ranks {
 		k := gpuKey{r.Node, r.GPU}
 		if other, ok := s.holder[k]; ok && other != d.JobID {
 			s.log.Error("double booking: GPU held by two live jobs", "node", r.Node, "gpu", r.GPU,
-				"job_id", d.JobID, "other_job_id", other, "correlation_id", env.CorrelationID)
+				"job_id", d.JobID, "other_job_id", other)
 			continue
 		}
 		s.holder[k] = d.JobID
 	}
-	s.live[d.JobID] = d
+	lj := &liveJob{decision: d, spec: s.analyses[d.JobID]}
+	delete(s.analyses, d.JobID)
+	s.live[d.JobID] = lj
+	// Restore, not Allocate: the store holds what was decided even where a
+	// GPU failed since; a conflict is the double booking logged above.
+	if err := s.store.Restore(d.JobID, gpusOf(d)); err != nil {
+		s.log.Warn("store: allocation not restored", "job_id", d.JobID, "err", err)
+	}
+	s.recordJob(lj)
 	s.log.Debug("tracking placement", "job_id", d.JobID, "ranks", len(d.Ranks))
-	return nil
 }
 
-// OnReleased drops a placement from the working set.
-func (s *Service) OnReleased(_ context.Context, _ events.Envelope, rel *events.PlacementReleased) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	d, ok := s.live[rel.JobID]
-	if !ok {
-		return nil
+// recordJob keeps a live job in the store, where the planner's what-ifs
+// and the congestion search read it.
+func (s *Service) recordJob(lj *liveJob) {
+	j := store.Job{ID: lj.decision.JobID, State: store.JobPlaced, Decision: lj.decision}
+	if lj.spec != nil {
+		j.Spec, j.Priority = *lj.spec, lj.spec.Job.Priority
 	}
-	for _, r := range d.Ranks {
+	if err := s.store.UpsertJob(j); err != nil {
+		s.log.Warn("store: job not recorded", "job_id", j.ID, "err", err)
+	}
+}
+
+func (s *Service) applyReleased(job string) {
+	delete(s.analyses, job)
+	lj, ok := s.live[job]
+	if !ok {
+		return
+	}
+	for _, r := range lj.decision.Ranks {
 		k := gpuKey{r.Node, r.GPU}
-		if s.holder[k] == rel.JobID {
+		if s.holder[k] == job {
 			delete(s.holder, k)
 		}
 	}
-	delete(s.live, rel.JobID)
-	return nil
+	delete(s.live, job)
+	if _, err := s.store.Release(job); err != nil {
+		s.log.Warn("store: release failed", "job_id", job, "err", err)
+	}
+	if err := s.store.DeleteJob(job); err != nil {
+		s.log.Warn("store: job not deleted", "job_id", job, "err", err)
+	}
 }
 
 // Live reports the number of live placements and GPUs they hold.
@@ -116,4 +366,27 @@ func (s *Service) Live() (jobs, gpus int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.live), len(s.holder)
+}
+
+// gpusOf lists the GPUs of a decision in rank order.
+func gpusOf(d *events.PlacementDecided) []store.GPUKey {
+	out := make([]store.GPUKey, len(d.Ranks))
+	for i, r := range d.Ranks {
+		out[i] = store.GPUKey{Node: r.Node, Index: r.GPU}
+	}
+	return out
+}
+
+// sameDecision reports whether a and b are the same decision (a
+// redelivery), not a later one for the same job id.
+func sameDecision(a, b *events.PlacementDecided) bool {
+	if a == b {
+		return true
+	}
+	if a == nil || b == nil || a.JobID != b.JobID || !a.DecidedAt.Equal(b.DecidedAt) || len(a.Ranks) != len(b.Ranks) {
+		return false
+	}
+	return slices.EqualFunc(a.Ranks, b.Ranks, func(x, y events.RankPlacement) bool {
+		return x.Node == y.Node && x.GPU == y.GPU && x.Rank == y.Rank
+	})
 }

@@ -6,8 +6,15 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/services/analysis"
+	"github.com/toposched/toposched/services/discovery"
+	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/services/placement"
 )
 
 func decision(job string, gpus ...int) *events.PlacementDecided {
@@ -21,8 +28,7 @@ func decision(job string, gpus ...int) *events.PlacementDecided {
 func TestWorkingSetAndAudit(t *testing.T) {
 	t.Parallel()
 	var logs bytes.Buffer
-	s := New(slog.New(slog.NewTextHandler(&logs, nil)))
-	ctx := context.Background()
+	s := New(nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	steps := []struct {
 		decided  *events.PlacementDecided
 		released string
@@ -37,13 +43,13 @@ func TestWorkingSetAndAudit(t *testing.T) {
 		{decided: decision("c", 0), jobs: 2, gpus: 3},
 	}
 	for i, st := range steps {
+		s.mu.Lock()
 		if st.decided != nil {
-			if err := s.OnDecided(ctx, events.Envelope{}, st.decided); err != nil {
-				t.Fatal(err)
-			}
-		} else if err := s.OnReleased(ctx, events.Envelope{}, &events.PlacementReleased{JobID: st.released}); err != nil {
-			t.Fatal(err)
+			s.applyPlacement(0, st.decided)
+		} else {
+			s.applyPlacement(0, &events.PlacementReleased{JobID: st.released})
 		}
+		s.mu.Unlock()
 		if j, g := s.Live(); j != st.jobs || g != st.gpus {
 			t.Fatalf("step %d: %d jobs on %d GPUs, want %d on %d", i, j, g, st.jobs, st.gpus)
 		}
@@ -51,10 +57,180 @@ func TestWorkingSetAndAudit(t *testing.T) {
 	if strings.Contains(logs.String(), "double booking") {
 		t.Fatalf("false alarm: %s", logs.String())
 	}
-	if err := s.OnDecided(ctx, events.Envelope{}, decision("d", 3)); err != nil {
-		t.Fatal(err)
-	}
+	s.mu.Lock()
+	s.applyPlacement(0, decision("d", 3))
+	s.mu.Unlock()
 	if !strings.Contains(logs.String(), "double booking") || !strings.Contains(logs.String(), "other_job_id=b") {
 		t.Fatalf("double booking not reported: %s", logs.String())
+	}
+}
+
+// cluster is a test cluster on a real embedded NATS: nodes and fabric in
+// the topology stream, and a placement service (no handlers running) to
+// make real decisions into the placement stream.
+type cluster struct {
+	t     *testing.T
+	b     *bus.Bus
+	ctx   context.Context
+	place *placement.Service
+}
+
+// twoLeaves is four dgx-a100 nodes, two under each of two leaves whose
+// uplinks are 4:3 oversubscribed (issue 4's four-node case).
+func twoLeaves() events.TopologyFabric {
+	return events.TopologyFabric{Cluster: "c", Switches: []events.Switch{
+		{Name: "spine", Tier: "spine", Switches: []string{"leafA", "leafB"}},
+		{Name: "leafA", Tier: "leaf", Nodes: []string{"n1", "n2"}, LinkGbps: 100, Uplinks: 6, UplinkGbps: 100, Oversubscription: 4.0 / 3},
+		{Name: "leafB", Tier: "leaf", Nodes: []string{"n3", "n4"}, LinkGbps: 100, Uplinks: 6, UplinkGbps: 100, Oversubscription: 4.0 / 3},
+	}}
+}
+
+// dgx is a dgx-a100 node report, with its NICs at nicGbps (0: the model's).
+func dgx(t testing.TB, name string, position int, nicGbps float64) events.TopologyNode {
+	t.Helper()
+	n, err := discovery.Model("dgx-a100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Name = name
+	if nicGbps > 0 {
+		for i := range n.NICs {
+			n.NICs[i].RateGbps = nicGbps
+		}
+	}
+	ev := n.Event()
+	ev.Position = position
+	ev.GPUModel = "A100-SXM4-80GB"
+	return ev
+}
+
+func newCluster(t *testing.T, nodes []events.TopologyNode, fabric *events.TopologyFabric) *cluster {
+	t.Helper()
+	srv := eventstest.Server(t)
+	c := &cluster{t: t, b: eventstest.Bus(t, srv.ClientURL(), "test"), ctx: eventstest.Context(t, 60*time.Second)}
+	for i := range nodes {
+		c.publish(&nodes[i])
+	}
+	if fabric != nil {
+		c.publish(fabric)
+	}
+	c.place = placement.New(c.b, nil)
+	if err := c.place.Rebuild(c.ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (c *cluster) publish(v any) events.Envelope {
+	c.t.Helper()
+	env, err := c.b.Publish(c.ctx, v)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return env
+}
+
+// submit analyses a job, publishes the analysis, and has placement decide
+// it; it returns the analysis and the decision.
+func (c *cluster) submit(job events.JobSubmitted) (*events.JobAnalyzed, *events.PlacementDecided) {
+	c.t.Helper()
+	a, reasons := analysis.Analyze(job)
+	if len(reasons) > 0 {
+		c.t.Fatal(reasons)
+	}
+	env := c.publish(&a)
+	if err := c.place.OnAnalyzed(bus.WithCause(c.ctx, env), env, &a); err != nil {
+		c.t.Fatal(err)
+	}
+	j, _ := c.place.Store().Snapshot().Job(job.JobID)
+	if j.State != store.JobPlaced {
+		c.t.Fatalf("job %s: %s %+v", job.JobID, j.State, j.Reasons)
+	}
+	return &a, j.Decision
+}
+
+func (c *cluster) finish(job string) {
+	c.t.Helper()
+	ev := &events.JobFinished{JobID: job, Status: events.StatusSucceeded}
+	env := c.publish(ev)
+	if err := c.place.OnFinished(bus.WithCause(c.ctx, env), env, ev); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// A decision handled before the optimizer has read the job's analysis or
+// its nodes' reports is not tuned on partial data: the optimizer catches up
+// with the streams first, and when the analysis is nowhere it fails
+// Transient so that the decision is retried.
+func TestDecisionCatchesUp(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, []events.TopologyNode{dgx(t, "n1", 0, 0), dgx(t, "n2", 1, 0)}, nil)
+	_, d := c.submit(events.JobSubmitted{JobID: "j", GPUs: 16})
+	o := New(c.b, nil) // nothing applied: no Rebuild, no handlers
+	if err := o.OnDecided(c.ctx, events.Envelope{ID: "x"}, d); err != nil {
+		t.Fatal(err)
+	}
+	o.mu.Lock()
+	lj := o.live["j"]
+	o.mu.Unlock()
+	if lj == nil || lj.spec == nil || lj.spec.Job.GPUs != 16 {
+		t.Fatalf("live job %+v", lj)
+	}
+	snap := o.Store().Snapshot()
+	if len(snap.Nodes()) != 2 || len(snap.GPUsOfJob("j")) != 16 {
+		t.Fatalf("store: %d nodes, %d GPUs of j", len(snap.Nodes()), len(snap.GPUsOfJob("j")))
+	}
+
+	ghost := *d
+	ghost.JobID = "ghost"
+	ghost.Ranks = nil
+	err := o.OnDecided(c.ctx, events.Envelope{ID: "y"}, &ghost)
+	if !bus.IsTransient(err) || !strings.Contains(err.Error(), "analysis") {
+		t.Fatalf("decision without analysis: %v, want a transient error", err)
+	}
+}
+
+// A restarted optimizer rebuilds the same state from the streams: a job
+// decided, released and its GPUs decided again to another job are one live
+// job, with no double booking.
+func TestRebuild(t *testing.T) {
+	t.Parallel()
+	fab := twoLeaves()
+	c := newCluster(t, []events.TopologyNode{dgx(t, "n1", 0, 0), dgx(t, "n2", 1, 0), dgx(t, "n3", 2, 0), dgx(t, "n4", 3, 0)}, &fab)
+	c.submit(events.JobSubmitted{JobID: "a", GPUs: 32})
+	c.finish("a")
+	c.submit(events.JobSubmitted{JobID: "b", GPUs: 16})
+	c.submit(events.JobSubmitted{JobID: "c", GPUs: 8})
+	c.publish(&events.TopologyHealth{Node: "n4", Component: events.ComponentNIC, ID: "mlx5_0", Health: events.HealthUnhealthy,
+		Reason: "link down", ObservedAt: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)})
+
+	var logs bytes.Buffer
+	o := New(c.b, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err := o.Rebuild(c.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if jobs, gpus := o.Live(); jobs != 2 || gpus != 24 {
+		t.Fatalf("live: %d jobs on %d GPUs, want 2 on 24", jobs, gpus)
+	}
+	if strings.Contains(logs.String(), "double booking") {
+		t.Fatal(logs.String())
+	}
+	snap := o.Store().Snapshot()
+	if got := len(snap.GPUsOfJob("b")); got != 16 {
+		t.Errorf("b holds %d GPUs in the store", got)
+	}
+	if got := len(snap.GPUsOfJob("a")); got != 0 {
+		t.Errorf("released a holds %d GPUs in the store", got)
+	}
+	if n, _ := snap.Node("n4"); len(n.DownNICs) != 1 {
+		t.Errorf("n4 down NICs %v", n.DownNICs)
+	}
+	if o.fabric == nil || len(o.health["n4"]) != 1 {
+		t.Errorf("fabric %v, health %v", o.fabric, o.health)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.analyses) != 0 || o.live["b"].spec == nil || o.live["c"].spec == nil {
+		t.Errorf("analyses kept %d, live specs %v %v", len(o.analyses), o.live["b"].spec != nil, o.live["c"].spec != nil)
 	}
 }

@@ -1,0 +1,160 @@
+package optimizer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+)
+
+// errNotYet marks state a handler needs that the streams do not hold yet.
+var errNotYet = errors.New("not in the streams yet")
+
+// Rebuild restores the state from the streams: the topology, the analysed
+// jobs, then every decision and release in the order placement published
+// them. Run it before Register's handlers start.
+func (s *Service) Rebuild(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bus == nil {
+		return errors.New("optimizer: rebuild needs a bus")
+	}
+	if err := s.catchUpTopology(ctx); err != nil {
+		return err
+	}
+	if err := s.catchUpJobs(ctx); err != nil {
+		return err
+	}
+	if err := s.catchUpPlacement(ctx); err != nil {
+		return err
+	}
+	if err := s.rebuildRuntime(ctx); err != nil {
+		return err
+	}
+	s.log.Info("state rebuilt from streams", "nodes", len(s.store.Snapshot().Nodes()), "live_jobs", len(s.live),
+		"analysed_jobs_waiting", len(s.analyses), "topology_seq", s.topoSeq, "jobs_seq", s.jobsSeq, "placement_seq", s.placementSeq)
+	return nil
+}
+
+// catchUpTopology applies what the topology stream holds beyond what the
+// state has applied. An event that no longer applies (a health change for
+// a node since removed) is skipped, loudly: a rebuild must not stop on it.
+func (s *Service) catchUpTopology(ctx context.Context) error {
+	if s.bus == nil {
+		return nil
+	}
+	subj := s.bus.Subjects
+	err := s.bus.ReplayFrom(ctx, "topology", []string{subj.Domain("topology")}, s.topoSeq, func(r bus.Record) error {
+		s.topoSeq = max(s.topoSeq, r.Seq)
+		if err := s.applyTopology(r.Name, r.Body); err != nil {
+			s.log.Warn("catch-up: topology event skipped", "event", r.Name, "seq", r.Seq, "err", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return bus.Transient(fmt.Errorf("optimizer: catch up with topology: %w", err))
+	}
+	return nil
+}
+
+// catchUpJobs applies the analyses the jobs stream holds beyond what the
+// state has applied.
+func (s *Service) catchUpJobs(ctx context.Context) error {
+	if s.bus == nil {
+		return nil
+	}
+	err := s.bus.ReplayFrom(ctx, "jobs", []string{s.bus.Subjects.Of(events.NameJobAnalyzed)}, s.jobsSeq, func(r bus.Record) error {
+		s.jobsSeq = max(s.jobsSeq, r.Seq)
+		var a events.JobAnalyzed
+		if err := bus.Decode(r.Name, r.Body, &a); err != nil {
+			s.log.Warn("catch-up: analysis skipped", "seq", r.Seq, "err", err)
+			return nil
+		}
+		s.applyAnalyzed(&a)
+		return nil
+	})
+	if err != nil {
+		return bus.Transient(fmt.Errorf("optimizer: catch up with jobs: %w", err))
+	}
+	return nil
+}
+
+// catchUpPlacement applies the decisions and releases the placement stream
+// holds beyond what the state has applied. It publishes nothing: the
+// placement consumer, which skips applying them again, tunes each decision
+// it delivers whose job still runs.
+func (s *Service) catchUpPlacement(ctx context.Context) error {
+	if s.bus == nil {
+		return nil
+	}
+	err := s.bus.ReplayFrom(ctx, "placement", []string{s.bus.Subjects.Domain("placement")}, s.placementSeq, func(r bus.Record) error {
+		var v any
+		switch r.Name {
+		case events.NamePlacementDecided:
+			v = new(events.PlacementDecided)
+		case events.NamePlacementReleased:
+			v = new(events.PlacementReleased)
+		case events.NamePlacementRejected:
+			v = new(events.PlacementRejected)
+		default:
+			s.placementSeq = max(s.placementSeq, r.Seq)
+			return nil
+		}
+		if err := bus.Decode(r.Name, r.Body, v); err != nil {
+			s.log.Warn("catch-up: placement event skipped", "event", r.Name, "seq", r.Seq, "err", err)
+			s.placementSeq = max(s.placementSeq, r.Seq)
+			return nil
+		}
+		s.applyPlacement(r.Seq, v)
+		return nil
+	})
+	if err != nil {
+		return bus.Transient(fmt.Errorf("optimizer: catch up with placement: %w", err))
+	}
+	return nil
+}
+
+// ready makes sure a live job can be tuned on whole data: its analysis and
+// the reports of every node it runs on, catching up with the streams
+// where they are missing. It fails Transient (errNotYet) when they are
+// still missing, so the event is retried rather than tuned on partial
+// data.
+func (s *Service) ready(ctx context.Context, lj *liveJob) error {
+	d := lj.decision
+	if lj.spec == nil {
+		if err := s.catchUpJobs(ctx); err != nil {
+			return err
+		}
+		if lj.spec == nil {
+			return bus.Transient(fmt.Errorf("optimizer: job %s: analysis %w", d.JobID, errNotYet))
+		}
+		s.recordJob(lj)
+	}
+	if s.topologyMissing(d) || (len(d.Nodes) > 1 && s.fabric == nil) {
+		if err := s.catchUpTopology(ctx); err != nil {
+			return err
+		}
+		if s.topologyMissing(d) {
+			return bus.Transient(fmt.Errorf("optimizer: job %s: a node's report %w", d.JobID, errNotYet))
+		}
+		// No fabric after catching up: the cluster has none, and the
+		// model takes the nodes as one non-blocking leaf, as placement
+		// did.
+	}
+	return nil
+}
+
+// topologyMissing reports whether a node or GPU of the decision has no
+// report in the store.
+func (s *Service) topologyMissing(d *events.PlacementDecided) bool {
+	snap := s.store.Snapshot()
+	for _, np := range d.Nodes {
+		n, ok := snap.Node(np.Node)
+		if !ok || n.GPUCount == 0 {
+			return true
+		}
+	}
+	return false
+}
