@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toposched/toposched/services/placement/loadtest"
+)
+
+type loadFlags struct {
+	clusters, jobs, strategies string
+	occupancy                  float64
+	seed                       uint64
+	model                      string
+	noPolicies                 bool
+	decisions                  int
+	budget                     time.Duration
+	e2e, e2eGPUs, e2eJobGPUs   int
+	e2eOnly                    bool
+}
+
+func newLoad(g *globals) *cobra.Command {
+	var f loadFlags
+	cmd := &cobra.Command{
+		Use:   "load",
+		Short: "Measure placement speed: decision latency on 1k-100k GPU clusters, and decisions/s end to end through NATS",
+		Long: `load builds synthetic clusters (8-GPU NVSwitch nodes of a built-in model on a
+rail-optimized leaf/spine fabric: pods of 32 nodes, 8 rails, 16 pods per
+core), fills them to --occupancy with a seeded random mix of 1- to 64-GPU
+jobs, puts the shipped policy set in force (--no-policies leaves it out),
+and times the placement planner (the function the service and
+topoctl place --dry-run decide with) on TP8 jobs of each --jobs size: p50,
+p99 and max over repeated decisions on one snapshot.
+
+With --e2e N it also starts an embedded NATS server and every service in
+this process on a --e2e-gpus cluster, publishes N jobs of --e2e-job-gpus
+as fast as JetStream acknowledges them and reports the sustained
+decisions per second and the publish-to-decision latency.
+
+Targets (issue 5): p99 <= 10 ms for jobs of up to 64 GPUs on 10k GPUs at 50%
+occupancy with policies on; >= 500 decisions/s end to end.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			clusters, err := parseSizes(f.clusters)
+			if err != nil {
+				return fmt.Errorf("--clusters: %w", err)
+			}
+			jobs, err := parseSizes(f.jobs)
+			if err != nil {
+				return fmt.Errorf("--jobs: %w", err)
+			}
+			cfg := loadtest.Config{
+				Clusters: clusters, Jobs: jobs, Occupancy: f.occupancy, Seed: f.seed, Model: f.model,
+				Strategies: strings.Split(f.strategies, ","), NoPolicies: f.noPolicies,
+				Decisions: f.decisions, Budget: f.budget,
+				E2E: f.e2e, E2EGPUs: f.e2eGPUs, E2EJobGPUs: f.e2eJobGPUs, E2EOnly: f.e2eOnly,
+			}
+			if f.e2eOnly && f.e2e <= 0 {
+				return fmt.Errorf("--e2e-only needs --e2e N")
+			}
+			return loadtest.Run(cmd.Context(), cmd.OutOrStdout(), cfg)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.clusters, "clusters", "1k,10k,100k", "cluster sizes in GPUs, comma separated (k = 1000)")
+	fl.StringVar(&f.jobs, "jobs", "8,64,512,4096", "job sizes in GPUs (TP8), comma separated")
+	fl.StringVar(&f.strategies, "strategy", "topology-aware", "strategies to time side by side: topology-aware, blind, comma separated")
+	fl.Float64Var(&f.occupancy, "occupancy", 0.5, "share of GPUs held by the fill")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the fill")
+	fl.StringVar(&f.model, "model", "dgx-h100", "built-in node model (8 GPUs)")
+	fl.BoolVar(&f.noPolicies, "no-policies", false, "time without the shipped policy set")
+	fl.IntVar(&f.decisions, "decisions", 200, "decisions timed per cell, at most")
+	fl.DurationVar(&f.budget, "budget", 5*time.Second, "time per cell, after at least 5 decisions")
+	fl.IntVar(&f.e2e, "e2e", 0, "also measure N decisions end to end through NATS")
+	fl.IntVar(&f.e2eGPUs, "e2e-gpus", 10000, "cluster size of the end-to-end run")
+	fl.IntVar(&f.e2eJobGPUs, "e2e-job-gpus", 1, "GPUs of each end-to-end job")
+	fl.BoolVar(&f.e2eOnly, "e2e-only", false, "skip the decision table")
+	_ = g
+	return cmd
+}
+
+// parseSizes reads "1k,10k,512" as 1000, 10000, 512.
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		mult := 1
+		if rest, ok := strings.CutSuffix(part, "k"); ok {
+			part, mult = rest, 1000
+		}
+		n, err := strconv.Atoi(part)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive size", part)
+		}
+		out = append(out, n*mult)
+	}
+	return out, nil
+}

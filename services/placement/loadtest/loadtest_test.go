@@ -1,0 +1,87 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/toposched/toposched/policies"
+	"github.com/toposched/toposched/services/placement"
+	"github.com/toposched/toposched/services/placement/aware"
+)
+
+// The fill holds what it was asked to, in whole jobs, and the fabric holds
+// together (NewFabric accepted it; every node has a leaf).
+func TestBuildCluster(t *testing.T) {
+	t.Parallel()
+	c, err := BuildCluster(1024, "dgx-h100", 0.5, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := c.Store.Snapshot()
+	if total, _ := snap.Capacity(""); total != 1024 {
+		t.Errorf("capacity %d, want 1024", total)
+	}
+	if free := snap.FreeCount(); free != 1024-c.Held || c.Held != 512 {
+		t.Errorf("held %d, free %d; want 512 held", c.Held, free)
+	}
+	for _, n := range c.Nodes {
+		if len(snap.FabricDomains(n)) == 0 {
+			t.Fatalf("node %s has no fabric domains", n)
+		}
+	}
+	again, err := BuildCluster(1024, "dgx-h100", 0.5, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes {
+		a, b := snap.FreeGPUs(n), again.Store.Snapshot().FreeGPUs(n)
+		if fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Fatalf("node %s: fill is not seeded: %v then %v", n, a, b)
+		}
+	}
+}
+
+// The cluster file the e2e mode writes parses to the same fabric.
+func TestClusterYAML(t *testing.T) {
+	t.Parallel()
+	y := ClusterYAML(NodeNames(40), "dgx-h100")
+	for _, want := range []string{"{name: node-00039, model: dgx-h100}", "rail: 7", "tier: core"} {
+		if !strings.Contains(y, want) {
+			t.Errorf("cluster file lacks %q", want)
+		}
+	}
+}
+
+// BenchmarkPlan is one planner decision on a half-full 10k-GPU cluster
+// with the shipped policies, as toposched load times it.
+func BenchmarkPlan(b *testing.B) {
+	c, err := BuildCluster(10000, "dgx-h100", 0.5, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	set, err := policies.Compile(policies.Default, "default")
+	if err != nil {
+		b.Fatal(err)
+	}
+	snap := c.Store.Snapshot()
+	for _, n := range []int{1, 8, 64} {
+		for _, pol := range []bool{false, true} {
+			b.Run(fmt.Sprintf("job=%d/policies=%v", n, pol), func(b *testing.B) {
+				p := &placement.Planner{Fabric: c.Fabric, Log: slog.New(slog.DiscardHandler)}
+				if pol {
+					p.Policies = set
+				}
+				job := aware.SyntheticJob("j", n, min(n, 8), 1)
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := p.Plan(context.Background(), snap, job, placement.PlanOptions{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,312 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/events/client"
+	"github.com/toposched/toposched/events/natsserver"
+	"github.com/toposched/toposched/policies"
+	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/services/operator"
+	"github.com/toposched/toposched/services/placement"
+	"github.com/toposched/toposched/services/placement/aware"
+)
+
+// Config is what Run measures.
+type Config struct {
+	// Clusters are the cluster sizes in GPUs (default 1k, 10k, 100k).
+	Clusters []int
+	// Jobs are the job sizes in GPUs, TP8 jobs (default 8, 64, 512, 4096).
+	Jobs []int
+	// Occupancy is the share of GPUs the fill holds (default 0.5).
+	Occupancy float64
+	// Seed draws the fill.
+	Seed uint64
+	// Model is the built-in node model (default dgx-h100).
+	Model string
+	// Strategies are the planner's strategies to time, side by side
+	// (default topology-aware).
+	Strategies []string
+	// NoPolicies leaves the shipped policy set out.
+	NoPolicies bool
+	// Decisions is how many decisions to time per cell, at most (default
+	// 200); a cell stops early after Budget (default 5 s), with at least
+	// 5 decisions.
+	Decisions int
+	Budget    time.Duration
+
+	// E2E, when above 0, also measures that many decisions end to end.
+	E2E int
+	// E2EGPUs is the end-to-end cluster size (default 10k).
+	E2EGPUs int
+	// E2EJobGPUs is the size of each end-to-end job (default 1).
+	E2EJobGPUs int
+	// E2EOnly skips the decision table.
+	E2EOnly bool
+	// Log receives the services' logs in e2e mode (nil: discarded).
+	Log *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if len(c.Clusters) == 0 {
+		c.Clusters = []int{1000, 10000, 100000}
+	}
+	if len(c.Jobs) == 0 {
+		c.Jobs = []int{8, 64, 512, 4096}
+	}
+	if c.Occupancy == 0 {
+		c.Occupancy = 0.5
+	}
+	if c.Model == "" {
+		c.Model = "dgx-h100"
+	}
+	if len(c.Strategies) == 0 {
+		c.Strategies = []string{placement.StrategyTopologyAware}
+	}
+	if c.Decisions <= 0 {
+		c.Decisions = 200
+	}
+	if c.Budget <= 0 {
+		c.Budget = 5 * time.Second
+	}
+	if c.E2EGPUs <= 0 {
+		c.E2EGPUs = 10000
+	}
+	if c.E2EJobGPUs <= 0 {
+		c.E2EJobGPUs = 1
+	}
+}
+
+// Run measures and prints the tables.
+func Run(ctx context.Context, out io.Writer, cfg Config) error {
+	cfg.defaults()
+	fmt.Fprintf(out, "toposched load: %s nodes of %d GPUs, rail-optimized fabric (%d rails, %d nodes per pod), GOMAXPROCS %d\n",
+		cfg.Model, NodeGPUs, Rails, NodesPerPod, runtime.GOMAXPROCS(0))
+	if !cfg.E2EOnly {
+		if err := runDecisions(ctx, out, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.E2E > 0 {
+		if !cfg.E2EOnly {
+			fmt.Fprintln(out)
+		}
+		return runE2E(ctx, out, cfg)
+	}
+	return nil
+}
+
+func loadPolicies(off bool) (*policies.Set, string, error) {
+	if off {
+		return nil, "off", nil
+	}
+	set, err := policies.Compile(policies.Default, "default")
+	if err != nil {
+		return nil, "", fmt.Errorf("shipped policy set: %w", err)
+	}
+	return set, "shipped set", nil
+}
+
+func runDecisions(ctx context.Context, out io.Writer, cfg Config) error {
+	set, polName, err := loadPolicies(cfg.NoPolicies)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "decision latency through placement.Planner.Plan, policies: %s; %.0f%% occupied by a seeded random job mix (seed %d); TP8 jobs; each cell repeats one decision on one snapshot, up to %d times or %v\n\n",
+		polName, 100*cfg.Occupancy, cfg.Seed, cfg.Decisions, cfg.Budget)
+	header := []string{"cluster", "build", "job", "strategy", "verdict", "n", "p50", "p99", "max"}
+	var rows [][]string
+	flush := func() {
+		table(out, header, rows)
+		rows = nil
+	}
+	for ci, size := range cfg.Clusters {
+		cl, err := BuildCluster(size, cfg.Model, cfg.Occupancy, cfg.Seed)
+		if err != nil {
+			return fmt.Errorf("cluster of %d GPUs: %w", size, err)
+		}
+		snap := cl.Store.Snapshot()
+		build := fmt.Sprintf("%.1f s", cl.Build.Seconds())
+		for _, n := range cfg.Jobs {
+			job := aware.SyntheticJob(fmt.Sprintf("load-%d", n), n, min(n, 8), 1)
+			for _, strategy := range cfg.Strategies {
+				p := &placement.Planner{Strategy: strategy, Fabric: cl.Fabric, Policies: set, Log: slog.New(slog.DiscardHandler)}
+				decide := func(ctx context.Context, snap *store.Snapshot, job events.JobAnalyzed) (string, error) {
+					plan, err := p.Plan(ctx, snap, job, placement.PlanOptions{})
+					return plan.Verdict.String(), err
+				}
+				lat, verdict, err := TimeDecisions(ctx, snap, job, decide, 5, cfg.Decisions, cfg.Budget)
+				if err != nil {
+					return fmt.Errorf("%d-GPU job on %d GPUs (%s): %w", n, cl.GPUs, strategy, err)
+				}
+				s := StatsOf(lat)
+				rows = append(rows, []string{FormatSize(cl.GPUs), build, fmt.Sprint(n), strategy, verdict, fmt.Sprint(s.N),
+					FormatDuration(s.P50), FormatDuration(s.P99), FormatDuration(s.Max)})
+				build = ""
+			}
+		}
+		if ci == len(cfg.Clusters)-1 {
+			flush()
+		}
+	}
+	return nil
+}
+
+// runE2E measures sustained decisions per second through NATS: an
+// embedded server with file-backed streams, every service in this process
+// (the shipped policies unless NoPolicies), the cluster published by
+// discovery from a cluster file, then a burst of E2E jobs published as
+// fast as JetStream acknowledges them, until a watcher has read every
+// decision back.
+func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
+	dir, err := os.MkdirTemp("", "toposched-load-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ncfg := natsserver.DefaultConfig()
+	ncfg.Host, ncfg.Port, ncfg.StoreDir = "127.0.0.1", -1, filepath.Join(dir, "nats")
+	srv, err := natsserver.Start(ncfg)
+	if err != nil {
+		return fmt.Errorf("embedded nats: %w", err)
+	}
+	defer srv.Shutdown()
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b, err := bus.Connect(ctx, bus.Config{URL: srv.ClientURL(), Source: "urn:toposched:load"})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+
+	names := NodeNames(cfg.E2EGPUs / NodeGPUs)
+	file := filepath.Join(dir, "cluster.yaml")
+	if err := os.WriteFile(file, []byte(ClusterYAML(names, cfg.Model)), 0o600); err != nil {
+		return err
+	}
+	pol := operator.PoliciesDefault
+	polName := "shipped set"
+	if cfg.NoPolicies {
+		pol, polName = operator.PoliciesNone, "off"
+	}
+	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: file, Policies: pol}, log)
+	if err != nil {
+		return err
+	}
+	defer op.Stop()
+	total := len(names) * NodeGPUs
+	for {
+		if t, _ := op.Placement.Store().Snapshot().Capacity(""); t == total {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+
+	n := cfg.E2E
+	sent := make([]time.Time, n)
+	var mu sync.Mutex
+	lat := make([]time.Duration, 0, n)
+	other := 0
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		done <- client.Watch(wctx, b, client.FromNow, ready, func(o client.Outcome) error {
+			var i int
+			if _, err := fmt.Sscanf(o.JobID(), "load-%d", &i); err != nil || i < 0 || i >= n {
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if o.Decided != nil {
+				lat = append(lat, time.Since(sent[i]))
+			} else {
+				other++
+			}
+			if len(lat)+other == n {
+				return bus.ErrStop
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		return fmt.Errorf("watch: %w", err)
+	}
+	start := time.Now()
+	for i := range n {
+		mu.Lock()
+		sent[i] = time.Now()
+		mu.Unlock()
+		job := &events.JobSubmitted{JobID: fmt.Sprintf("load-%d", i), GPUs: cfg.E2EJobGPUs}
+		if _, err := client.Submit(ctx, b, job); err != nil {
+			return err
+		}
+	}
+	if err := <-done; err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	elapsed := time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	s := StatsOf(lat)
+	fmt.Fprintf(out, "end to end through NATS: %d jobs of %d GPUs on %s GPUs (%s), all services in one process, file-backed embedded server, policies: %s\n\n",
+		n, cfg.E2EJobGPUs, FormatSize(total), cfg.Model, polName)
+	table(out, []string{"decided", "other", "seconds", "decisions/s", "p50 latency", "p99 latency"}, [][]string{{
+		fmt.Sprint(len(lat)), fmt.Sprint(other), fmt.Sprintf("%.2f", elapsed.Seconds()),
+		fmt.Sprintf("%.0f", float64(len(lat))/elapsed.Seconds()), FormatDuration(s.P50), FormatDuration(s.P99)}})
+	return nil
+}
+
+// ClusterYAML is a cluster file of the nodes (one entry each, of the
+// built-in model) with the rail-optimized fabric.
+func ClusterYAML(names []string, model string) string {
+	var b strings.Builder
+	b.WriteString("name: load\nnodes:\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  - {name: %s, model: %s}\n", n, model)
+	}
+	b.WriteString("fabric:\n  switches:\n")
+	for _, sw := range FabricEvent(names).Switches {
+		fmt.Fprintf(&b, "    - {name: %s, tier: %s", sw.Name, sw.Tier)
+		if sw.LinkGbps > 0 {
+			fmt.Fprintf(&b, ", link_gbps: %g", sw.LinkGbps)
+		}
+		if sw.Oversubscription > 0 {
+			fmt.Fprintf(&b, ", oversubscription: %g", sw.Oversubscription)
+		}
+		if sw.Uplinks > 0 {
+			fmt.Fprintf(&b, ", uplinks: %d, uplink_gbps: %g", sw.Uplinks, sw.UplinkGbps)
+		}
+		if sw.Rail != nil {
+			fmt.Fprintf(&b, ", rail: %d", *sw.Rail)
+		}
+		if len(sw.Nodes) > 0 {
+			fmt.Fprintf(&b, ", nodes: [%s]", strings.Join(sw.Nodes, ", "))
+		}
+		if len(sw.Switches) > 0 {
+			fmt.Fprintf(&b, ", switches: [%s]", strings.Join(sw.Switches, ", "))
+		}
+		b.WriteString("}\n")
+	}
+	return b.String()
+}
