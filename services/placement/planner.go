@@ -125,7 +125,9 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 	}
 	ex.NodesDenied = pv.denials()
 	ex.NodesReserved = reserved
-	if r.Verdict != blind.Never || len(ex.Candidates) > 0 || ex.NodesConsidered > 0 {
+	// Blind's verdict on capacity comes before any candidate is looked
+	// at; an explanation says something only once placement got further.
+	if ex.NodesConsidered > 0 || len(ex.Candidates) > 0 || len(ex.NodesDenied) > 0 || reserved > 0 {
 		out.Explanation = &ex
 	}
 	switch {
