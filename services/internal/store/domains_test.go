@@ -298,6 +298,9 @@ func checkNodeCounts(t *testing.T, snap *Snapshot) {
 			(*h)[c]++
 		}
 		for _, c := range nodes {
+			if c.free == c.total {
+				want.WholeFree++
+			}
 			hist(&want.Total, c.total)
 			hist(&want.Healthy, c.healthy)
 			hist(&want.Free, c.free)

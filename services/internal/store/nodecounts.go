@@ -29,6 +29,9 @@ import (
 type NodeCounts struct {
 	Model                string // "" counts GPUs of any model
 	Total, Healthy, Free []int
+	// WholeFree counts the nodes whose GPUs of the model are all free
+	// (and that have some).
+	WholeFree int
 }
 
 // MaxTotal returns the most GPUs of the model on one node, healthy or not.
@@ -103,7 +106,7 @@ func (w *writer) addNodeCount(model string, total, healthy, free, sign int) erro
 		if raw != nil {
 			e.old = raw.(*NodeCounts)
 			e.cur = &NodeCounts{Model: model, Total: slices.Clone(e.old.Total),
-				Healthy: slices.Clone(e.old.Healthy), Free: slices.Clone(e.old.Free)}
+				Healthy: slices.Clone(e.old.Healthy), Free: slices.Clone(e.old.Free), WholeFree: e.old.WholeFree}
 		} else {
 			e.cur = &NodeCounts{Model: model}
 		}
@@ -130,6 +133,11 @@ func (w *writer) addNodeCount(model string, total, healthy, free, sign int) erro
 	}
 	if err := add(&e.cur.Healthy, healthy); err != nil {
 		return err
+	}
+	if total > 0 && free == total {
+		if e.cur.WholeFree += sign; e.cur.WholeFree < 0 {
+			return fmt.Errorf("store: whole free nodes of model %q went negative: a store bug", model)
+		}
 	}
 	return add(&e.cur.Free, free)
 }
@@ -170,7 +178,8 @@ func (w *writer) flushNodeCounts() error {
 }
 
 func nodeCountsEqual(a, b *NodeCounts) bool {
-	return a.Model == b.Model && slices.Equal(a.Total, b.Total) && slices.Equal(a.Healthy, b.Healthy) && slices.Equal(a.Free, b.Free)
+	return a.Model == b.Model && slices.Equal(a.Total, b.Total) && slices.Equal(a.Healthy, b.Healthy) &&
+		slices.Equal(a.Free, b.Free) && a.WholeFree == b.WholeFree
 }
 
 // modelIndexer keys a NodeCounts row by its Model, "" included: model NUL.
