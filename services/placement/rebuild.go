@@ -17,6 +17,7 @@ func (s *Service) Rebuild(ctx context.Context) error {
 	defer s.mu.Unlock()
 	subj := s.bus.Subjects
 	s.topoSeq = 0
+	s.mig = migrations{} // proposals are read again when a user accepts one
 	var placed, pending int
 	nodes, health, err := s.catchUpTopology(ctx)
 	if err != nil {
@@ -120,8 +121,10 @@ func (s *Service) replayPlacement(r bus.Record) error {
 			return nil
 		}
 		// Restore, not Allocate: a GPU that has failed or left since the
-		// decision is still held by the job until it is released.
-		if err := s.store.Restore(d.JobID, gpusOf(d)); err != nil {
+		// decision is still held by the job until it is released. A job
+		// decided again (a migration) moves: the new decision replaces
+		// the old one's GPUs, as it did live.
+		if _, err := s.store.RestoreMove(d.JobID, gpusOf(d)); err != nil {
 			s.log.Error("rebuild: allocation conflicts with another job", "job_id", d.JobID, "err", err)
 		}
 		delete(s.pendingSince, d.JobID)

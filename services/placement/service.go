@@ -54,6 +54,8 @@ type Service struct {
 	// nextReserve is when a new submission next checks the queue's head
 	// for a reservation (retries always do).
 	nextReserve time.Time
+	// mig holds the optimizer's migration proposals (migrate.go).
+	mig migrations
 }
 
 // Strategies.
@@ -121,6 +123,7 @@ func (s *Service) Register(r *bus.Router) {
 	bus.Handle(r, bus.Handler[events.TopologyNode]{Name: HandlerNode, Event: events.NameTopologyNode, Fn: s.OnNode})
 	bus.Handle(r, bus.Handler[events.TopologyHealth]{Name: HandlerHealth, Event: events.NameTopologyHealth, Fn: s.OnHealth})
 	bus.Handle(r, bus.Handler[events.TopologyFabric]{Name: HandlerFabric, Event: events.NameTopologyFabric, Fn: s.OnFabric})
+	bus.Handle(r, bus.Handler[events.JobMigrationAccepted]{Name: HandlerMigrate, Event: events.NameJobMigrationAccepted, Fn: s.OnMigrationAccepted})
 }
 
 // OnAnalyzed places a new job. A job id already known has no second effect,
