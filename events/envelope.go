@@ -146,7 +146,7 @@ func KeyOfBody(name Name, body []byte) string {
 		return ""
 	}
 	switch name.Domain() {
-	case "jobs", "placement":
+	case "jobs", "placement", "runtime":
 		if probe.JobID != "" {
 			return probe.JobID
 		}
@@ -198,6 +198,12 @@ func KeyOf(v any) string {
 	case *JobMigrationAccepted:
 		return e.JobID
 	case *PlacementMigrationRefused:
+		return e.JobID
+	case *RuntimeTuning:
+		return e.JobID
+	case *RuntimeTelemetry:
+		return e.JobID
+	case *RuntimeDiagnosis:
 		return e.JobID
 	}
 	return ""

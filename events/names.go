@@ -31,6 +31,11 @@ const (
 	NamePlacementMigration        Name = "placement.migration"
 	NamePlacementMigrationRefused Name = "placement.migration_refused"
 	NameJobMigrationAccepted      Name = "jobs.migration_accepted"
+
+	// Runtime (runtime.go).
+	NameRuntimeTuning    Name = "runtime.tuning"
+	NameRuntimeTelemetry Name = "runtime.telemetry"
+	NameRuntimeDiagnosis Name = "runtime.diagnosis"
 )
 
 // Version is the schema version carried in every ce-type.
@@ -43,6 +48,7 @@ var Catalogue = []Name{
 	NameTopologyNode, NameTopologyFabric, NameTopologyHealth,
 	NamePolicyApplied, NamePolicyRejected,
 	NamePlacementMigration, NameJobMigrationAccepted, NamePlacementMigrationRefused,
+	NameRuntimeTuning, NameRuntimeTelemetry, NameRuntimeDiagnosis,
 }
 
 // NodeScoped reports whether the event's subject ends in a node token.
@@ -110,6 +116,12 @@ func (n Name) New() any {
 		return new(JobMigrationAccepted)
 	case NamePlacementMigrationRefused:
 		return new(PlacementMigrationRefused)
+	case NameRuntimeTuning:
+		return new(RuntimeTuning)
+	case NameRuntimeTelemetry:
+		return new(RuntimeTelemetry)
+	case NameRuntimeDiagnosis:
+		return new(RuntimeDiagnosis)
 	}
 	return nil
 }
@@ -147,6 +159,12 @@ func NameOf(v any) (Name, error) {
 		return NameJobMigrationAccepted, nil
 	case *PlacementMigrationRefused, PlacementMigrationRefused:
 		return NamePlacementMigrationRefused, nil
+	case *RuntimeTuning, RuntimeTuning:
+		return NameRuntimeTuning, nil
+	case *RuntimeTelemetry, RuntimeTelemetry:
+		return NameRuntimeTelemetry, nil
+	case *RuntimeDiagnosis, RuntimeDiagnosis:
+		return NameRuntimeDiagnosis, nil
 	}
 	return "", fmt.Errorf("events: %T is not in the catalogue", v)
 }

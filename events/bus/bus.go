@@ -143,8 +143,9 @@ func (b *Bus) Close() error {
 }
 
 // Stream domains. The dead-letter stream keeps what no handler could take;
-// the policy stream, which sets were applied and refused.
-var streamDomains = []string{"jobs", "placement", "topology", "policy", "dlq"}
+// the policy stream, which sets were applied and refused; the runtime
+// stream, the optimizer's tuning and diagnoses and the jobs' telemetry.
+var streamDomains = []string{"jobs", "placement", "topology", "policy", "runtime", "dlq"}
 
 // StreamName is the JetStream stream that holds a domain's subjects. Stream
 // names cannot hold dots, so they are not the subjects themselves.
@@ -173,6 +174,10 @@ func (b *Bus) streamConfig(domain string) jetstream.StreamConfig {
 	case "policy":
 		// An audit trail of policy changes, not a log to replay: bounded.
 		cfg.MaxMsgsPerSubject = 4096
+	case "runtime":
+		// Telemetry arrives every few steps from every job: keep a month,
+		// which outlives the jobs whose diagnoses a restart reads back.
+		cfg.MaxAge = 30 * 24 * time.Hour
 	}
 	return cfg
 }
