@@ -64,6 +64,7 @@ placement.rejected.`,
 	root.AddCommand(newPolicy(g))
 	root.AddCommand(newPlace(g))
 	root.AddCommand(newExplain(g))
+	root.AddCommand(newMigrate(g))
 	return root
 }
 
