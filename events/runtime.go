@@ -100,10 +100,10 @@ type TunedGroup struct {
 	Collective string `json:"collective"`
 	// Members is how many groups of this kind run side by side, each of
 	// Ranks ranks.
-	Members      int   `json:"members"`
-	Ranks        int   `json:"ranks"`
-	Bytes        int64 `json:"bytes"`
-	CallsPerStep int   `json:"calls_per_step"`
+	Members      int    `json:"members"`
+	Ranks        int    `json:"ranks"`
+	Bytes        int64  `json:"bytes"`
+	CallsPerStep int    `json:"calls_per_step"`
 	Algorithm    string `json:"algorithm"`
 	Protocol     string `json:"protocol"`
 	// SecondsPerStep is the predicted time of all calls of a step;
