@@ -178,6 +178,12 @@ func liveCluster(ctx context.Context, b *bus.Bus) (discovery.Cluster, discovery.
 		case events.NamePlacementDecided:
 			var d events.PlacementDecided
 			if bus.Decode(r.Name, r.Body, &d) == nil {
+				// A job decided again (a migration) left its old GPUs.
+				for k, j := range used {
+					if j == d.JobID {
+						delete(used, k)
+					}
+				}
 				for _, rk := range d.Ranks {
 					used[key(rk.Node, rk.GPU)] = d.JobID
 				}
