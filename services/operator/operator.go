@@ -51,9 +51,19 @@ type Config struct {
 	// PolicyPoll is how often the policy directory is read; 0 means
 	// policies.DefaultWatchInterval.
 	PolicyPoll time.Duration
-	// Replica names this process in policy events; host name/pid when
-	// empty.
+	// Replica names this process in policy events and in placement's
+	// lease; host name/pid when empty. Names must be unique among live
+	// replicas (a pod name is): a replica restarted under its name takes
+	// its lease back at once.
 	Replica string
+	// LeaseTTL is how long placement's lease outlives its holder's last
+	// renewal (leader.go); 0 means DefaultLeaseTTL. Every placement
+	// replica should use the same value: the bucket keeps the last one set.
+	LeaseTTL time.Duration
+	// OnPlacementTerm, if set, is told the placement service of each term
+	// this replica leads, and nil when the term ends (metrics read the
+	// store through it).
+	OnPlacementTerm func(*placement.Service)
 }
 
 // Validate reports every problem at once.
@@ -67,6 +77,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("service %q: unknown (have %v)", s, All))
 		}
 	}
+	if c.LeaseTTL < 0 || (c.LeaseTTL > 0 && c.LeaseTTL < 500*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("lease ttl %s: at least 500ms", c.LeaseTTL))
+	}
 	if slices.Contains(c.Services, Discovery) && c.ClusterFile == "" {
 		errs = append(errs, errors.New("cluster file: required by discovery (--cluster)"))
 	}
@@ -75,9 +88,16 @@ func (c Config) Validate() error {
 
 // Operator is a set of running services.
 type Operator struct {
-	router    *bus.Router
+	router *bus.Router
+	// Placement is the placement service of the term this replica led
+	// when Start returned; nil when it started as a standby. A replica
+	// that loses the lease and takes it again runs a new service:
+	// PlacementService is the current one.
 	Placement *placement.Service
 	Optimizer *optimizer.Service
+
+	terms *placementTerms
+	lease *lease
 
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -99,7 +119,7 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 	if err != nil {
 		return nil, err
 	}
-	o := &Operator{router: router, done: make(chan struct{})}
+	o := &Operator{done: make(chan struct{})}
 	has := func(s string) bool { return slices.Contains(cfg.Services, s) }
 	// Discovery publishes first, so that placement's rebuild below already
 	// holds the whole cluster when the first job is handled.
@@ -113,21 +133,6 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 	if has(Analysis) {
 		analysis.New(b, log).Register(router)
 	}
-	if has(Placement) {
-		o.Placement = placement.New(b, log)
-		if cfg.ReserveAfter != nil {
-			o.Placement.SetReserveAfter(*cfg.ReserveAfter)
-		}
-		if cfg.Strategy != "" {
-			if err := o.Placement.SetStrategy(cfg.Strategy); err != nil {
-				return nil, err
-			}
-		}
-		if err := o.Placement.Rebuild(ctx); err != nil {
-			return nil, err
-		}
-		o.Placement.Register(router)
-	}
 	if has(Optimizer) {
 		o.Optimizer = optimizer.New(b, log)
 		if err := o.Optimizer.Rebuild(ctx); err != nil {
@@ -135,19 +140,28 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 		}
 		o.Optimizer.Register(router)
 	}
-	// The services' own context outlives a signal: Stop closes the router
+	// The services' own context outlives a signal: Stop closes the routers
 	// first so that in-flight handlers finish with a live context.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	o.cancel = cancel
-	// The policy set is in force before the first job is handled.
+	abort := func(err error) (*Operator, error) {
+		cancel()
+		o.wg.Wait()
+		return nil, err
+	}
 	if has(Placement) {
-		if err := startPolicies(ctx, runCtx, b, o.Placement, cfg, log, &o.wg); err != nil {
-			cancel()
-			o.wg.Wait()
-			return nil, err
+		// The policy set is in force before the first job is handled;
+		// placement itself runs only while this replica holds the lease.
+		o.terms = &placementTerms{b: b, cfg: cfg, log: log, fail: o.fail, onTerm: cfg.OnPlacementTerm}
+		if err := startPolicies(ctx, runCtx, b, o.terms, cfg, log, &o.wg); err != nil {
+			return abort(err)
+		}
+		if err := o.startLease(ctx, runCtx, b, cfg, log); err != nil {
+			return abort(err)
 		}
 	}
-	if has(Analysis) || has(Placement) || has(Optimizer) {
+	if has(Analysis) || has(Optimizer) {
+		o.router = router
 		o.wg.Add(1)
 		go func() {
 			defer o.wg.Done()
@@ -157,9 +171,7 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 		case <-router.Running():
 		case <-ctx.Done():
 			_ = router.Close()
-			cancel()
-			o.wg.Wait()
-			return nil, ctx.Err()
+			return abort(ctx.Err())
 		}
 	}
 	if disc != nil {
@@ -204,7 +216,10 @@ func (o *Operator) Err() error {
 // Stop stops taking new messages, lets in-flight handlers finish and settle,
 // and waits for every service. Messages not yet taken stay in the streams.
 func (o *Operator) Stop() error {
-	err := o.router.Close()
+	var err error
+	if o.router != nil {
+		err = o.router.Close()
+	}
 	o.cancel()
 	<-o.done
 	if err != nil {

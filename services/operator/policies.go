@@ -14,7 +14,6 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/policies"
-	"github.com/toposched/toposched/services/placement"
 )
 
 // Values of Config.Policies besides a directory.
@@ -47,7 +46,7 @@ const (
 // from the revision and, for a push, the KV entry), so JetStream keeps one.
 type policyLoop struct {
 	b       *bus.Bus
-	place   *placement.Service
+	place   policyTarget
 	log     *slog.Logger
 	replica string
 	// boot names this start of the replica in the ids of what it applies
@@ -75,7 +74,7 @@ type candidate struct {
 // leaves the sources watched until runCtx ends. It returns an error, after
 // publishing policy.rejected, when the base set is refused at start-up:
 // there is no old set to keep.
-func startPolicies(ctx, runCtx context.Context, b *bus.Bus, place *placement.Service, cfg Config, log *slog.Logger, wg *sync.WaitGroup) error {
+func startPolicies(ctx, runCtx context.Context, b *bus.Bus, place policyTarget, cfg Config, log *slog.Logger, wg *sync.WaitGroup) error {
 	log = log.With("component", "policies")
 	if cfg.Policies == PoliciesNone {
 		log.Info("policies off (--policies none); pushed sets are not followed")

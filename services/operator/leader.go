@@ -1,0 +1,396 @@
+package operator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/services/placement"
+)
+
+// Placement replicas and the single applier.
+//
+// Placement decides on its own in-memory store, one job at a time, and its
+// stream is the log of what it allocated. Two replicas sharing the durable
+// consumers would each take half the jobs and allocate from stores that do
+// not see each other's decisions: they would give one GPU to two jobs. So
+// only one replica applies decisions at a time: the holder of a lease in the
+// NATS KV bucket <prefix>-leases, key "placement". The others are standbys:
+// they keep their connection, their policy loop and their readiness, and
+// try to take the lease every renewal interval. A replica that takes it
+// builds a fresh placement service, rebuilds it from the streams (which hold
+// every decision its predecessor published) and only then starts the
+// handlers; one that loses it closes its handlers (in-flight ones finish,
+// untaken messages stay in the streams) and goes back to standby.
+//
+// Why a single applier rather than partitioned ownership of topology
+// domains: a job may span any domain (a gang over leaves and pods), the
+// policies and the reservation for the head of the queue look at the whole
+// cluster, and the pending queue is global; partitions would need a
+// cross-partition protocol for exactly the jobs that matter most. One
+// applier keeps placement's decision code unchanged, and measured decisions
+// take milliseconds, so one replica is not the bottleneck of a cluster's
+// job rate. Standbys bound failover time, not throughput.
+//
+// The lease is a KV entry whose bucket expires entries after TTL (the
+// bucket's MaxAge). The leader renews it every TTL/5 with a compare-and-set
+// on the revision it last wrote, so a renewal never overwrites another
+// holder. It steps down when a renewal is refused, or when none has
+// succeeded for TTL/2 (measured from before the request was sent, so the
+// server-side expiry cannot come first); the entry cannot expire, and no
+// standby can take it, before TTL after that request. The remaining half of
+// the TTL is the margin for the handler in flight to finish. A handler
+// blocked longer than that (a publish stalled through a broker outage) is
+// not fenced: see README, "Placement replicas".
+//
+// A replica restarted under the same name (--replica, such as a pod name)
+// takes its own lease back at once instead of waiting for it to lapse: a
+// name is held by one live process at a time.
+
+// LeaseKey is the lease of placement's single applier.
+const LeaseKey = "placement"
+
+// DefaultLeaseTTL is how long a lease outlives its holder's last renewal.
+const DefaultLeaseTTL = 10 * time.Second
+
+// LeaseBucket is the KV bucket of the leases under a subject prefix.
+func LeaseBucket(prefix string) string {
+	clean := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, prefix)
+	return clean + "-leases"
+}
+
+// Role is what a placement replica is now.
+type Role string
+
+// Roles.
+const (
+	RoleUnknown Role = ""        // not yet known whether anyone leads
+	RoleLeader  Role = "leader"  // this replica applies decisions
+	RoleStandby Role = "standby" // another replica, named in LeaderStatus, does
+)
+
+// LeaderStatus is a replica's view of the lease.
+type LeaderStatus struct {
+	Role Role
+	// Holder is the replica holding the lease, when known.
+	Holder string
+	// Since is when this replica took its role.
+	Since time.Time
+	// Terms counts the terms this replica has led.
+	Terms int
+}
+
+// leaseValue is what the KV entry holds.
+type leaseValue struct {
+	Holder   string    `json:"holder"`
+	Acquired time.Time `json:"acquired"`
+}
+
+// term is what a replica runs while it holds the lease: done is closed if
+// it ends on its own (its handlers failed), stop ends it.
+type term interface {
+	done() <-chan struct{}
+	stop() error
+}
+
+// lease campaigns for one key and runs a term while it holds it.
+type lease struct {
+	kv     jetstream.KeyValue
+	key    string
+	holder string
+	ttl    time.Duration
+	log    *slog.Logger
+	// start begins a term; ctx ends with the term.
+	start func(ctx context.Context) (term, error)
+	// onChange, if set, is told every change of status.
+	onChange func(LeaderStatus)
+
+	mu     sync.Mutex
+	status LeaderStatus
+}
+
+// ensureLeaseKV creates or updates the lease bucket: one value per key,
+// expired ttl after its last write.
+func ensureLeaseKV(ctx context.Context, b *bus.Bus, ttl time.Duration) (jetstream.KeyValue, error) {
+	cfg := jetstream.KeyValueConfig{
+		Bucket:      LeaseBucket(b.Subjects.Prefix),
+		Description: "toposched leases: the replica holding key " + LeaseKey + " is placement's single applier",
+		History:     1,
+		TTL:         ttl,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(b.Replicas(), 1),
+	}
+	kv, err := b.JetStream().CreateOrUpdateKeyValue(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("lease bucket %s: %w", cfg.Bucket, err)
+	}
+	return kv, nil
+}
+
+func (l *lease) renewEvery() time.Duration { return l.ttl / 5 }
+
+// Status is the replica's current view.
+func (l *lease) Status() LeaderStatus {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.status
+}
+
+func (l *lease) set(role Role, holder string) {
+	l.mu.Lock()
+	changed := l.status.Role != role || l.status.Holder != holder
+	if l.status.Role != role {
+		l.status.Since = time.Now()
+	}
+	l.status.Role, l.status.Holder = role, holder
+	if role == RoleLeader && changed {
+		l.status.Terms++
+	}
+	st := l.status
+	l.mu.Unlock()
+	if changed && l.onChange != nil {
+		l.onChange(st)
+	}
+}
+
+// tryAcquire takes the lease if it is free (or ours from a previous life)
+// and returns its revision; 0 when another replica holds it.
+func (l *lease) tryAcquire(ctx context.Context) (uint64, error) {
+	val, err := json.Marshal(leaseValue{Holder: l.holder, Acquired: time.Now().UTC()})
+	if err != nil {
+		return 0, err
+	}
+	rev, err := l.kv.Create(ctx, l.key, val)
+	if err == nil {
+		return rev, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, fmt.Errorf("take lease %s: %w", l.key, err)
+	}
+	e, err := l.kv.Get(ctx, l.key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return 0, nil // lapsed meanwhile: the next try takes it
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read lease %s: %w", l.key, err)
+	}
+	var cur leaseValue
+	_ = json.Unmarshal(e.Value(), &cur)
+	if cur.Holder == l.holder {
+		// Our own name: the process that held it is gone.
+		rev, err := l.kv.Update(ctx, l.key, val, e.Revision())
+		if err != nil {
+			return 0, nil // changed meanwhile: someone else has it
+		}
+		l.log.Info("lease held under this replica's name by a previous process; taken back", "key", l.key)
+		return rev, nil
+	}
+	l.set(RoleStandby, cur.Holder)
+	return 0, nil
+}
+
+// acquireOnce tries once; when it gets the lease it starts a term.
+func (l *lease) acquireOnce(ctx context.Context) (rev uint64, sent time.Time, t term, termCancel context.CancelFunc, err error) {
+	sent = time.Now()
+	actx, cancel := context.WithTimeout(ctx, l.renewEvery())
+	rev, err = l.tryAcquire(actx)
+	cancel()
+	if err != nil || rev == 0 {
+		return 0, sent, nil, nil, err
+	}
+	l.set(RoleLeader, l.holder)
+	l.log.Info("lease taken: this replica applies placement decisions", "key", l.key, "holder", l.holder, "revision", rev)
+	termCtx, termCancel := context.WithCancel(ctx)
+	t, err = l.start(termCtx)
+	if err != nil {
+		termCancel()
+		l.release(context.WithoutCancel(ctx), rev)
+		l.set(RoleUnknown, "")
+		return 0, sent, nil, nil, fmt.Errorf("start placement after taking the lease: %w", err)
+	}
+	return rev, sent, t, termCancel, nil
+}
+
+// run campaigns until ctx ends, leading whenever it holds the lease. first
+// is the result of a first acquireOnce made by the caller (rev 0: none).
+func (l *lease) run(ctx context.Context, rev uint64, sent time.Time, t term, termCancel context.CancelFunc) {
+	tick := time.NewTicker(l.renewEvery())
+	defer tick.Stop()
+	// A released lease is taken at once: the watch reports its deletion.
+	// One that lapses (its holder died) leaves no marker, so the tick
+	// tries too.
+	var released <-chan jetstream.KeyValueEntry
+	if w, err := l.kv.Watch(ctx, l.key, jetstream.UpdatesOnly()); err == nil {
+		defer func() { _ = w.Stop() }()
+		released = w.Updates()
+	} else {
+		l.log.Warn("lease: no watch; a released lease is noticed on the next tick", "err", err)
+	}
+	for {
+		if t == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			case e, ok := <-released:
+				if !ok {
+					released = nil
+					continue
+				}
+				if e == nil || e.Operation() == jetstream.KeyValuePut {
+					continue
+				}
+			}
+			var err error
+			rev, sent, t, termCancel, err = l.acquireOnce(ctx)
+			if err != nil && ctx.Err() == nil {
+				l.log.Warn("lease: campaign failed; trying again", "key", l.key, "err", err)
+			}
+			continue
+		}
+		// Leading: renew until the lease is lost or ctx ends.
+		lost := ""
+		select {
+		case <-ctx.Done():
+		case <-t.done():
+			lost = "placement handlers stopped"
+		case _, ok := <-released:
+			// Our own renewals: nothing to do, but keep the watch drained.
+			if !ok {
+				released = nil
+			}
+			continue
+		case <-tick.C:
+			now := time.Now()
+			deadline := sent.Add(l.ttl / 2)
+			callDeadline := now.Add(l.renewEvery())
+			if deadline.Before(callDeadline) {
+				callDeadline = deadline
+			}
+			rctx, cancel := context.WithDeadline(ctx, callDeadline)
+			val, _ := json.Marshal(leaseValue{Holder: l.holder, Acquired: now.UTC()})
+			nrev, err := l.kv.Update(rctx, l.key, val, rev)
+			cancel()
+			var apiErr *jetstream.APIError
+			switch {
+			case err == nil:
+				rev, sent = nrev, now
+			case ctx.Err() != nil:
+			case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr):
+				lost = "renewal refused (the lease lapsed or another replica holds it): " + err.Error()
+			case !time.Now().Before(deadline):
+				lost = fmt.Sprintf("no renewal for %s (half the lease TTL): %v", time.Since(sent).Round(time.Millisecond), err)
+			default:
+				l.log.Warn("lease renewal failed; retrying", "key", l.key, "err", err)
+			}
+			if lost == "" && ctx.Err() == nil {
+				continue
+			}
+		}
+		if lost != "" {
+			l.log.Warn("lease lost: stepping down", "key", l.key, "why", lost)
+		}
+		termCancel()
+		if err := t.stop(); err != nil {
+			l.log.Error("placement term ended with an error", "err", err)
+		}
+		t = nil
+		if ctx.Err() != nil {
+			// A graceful stop hands the lease over at once.
+			l.release(context.WithoutCancel(ctx), rev)
+			l.set(RoleUnknown, "")
+			return
+		}
+		l.set(RoleUnknown, "")
+	}
+}
+
+// release deletes the lease if this replica still holds revision rev.
+func (l *lease) release(ctx context.Context, rev uint64) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(rev)); err != nil {
+		l.log.Warn("lease not released; it lapses on its own", "key", l.key, "err", err)
+		return
+	}
+	l.log.Info("lease released", "key", l.key)
+}
+
+// startLease opens the lease bucket, makes a first campaign (so that a
+// replica alone, or the first one, leads when Start returns) and leaves
+// the campaign running until runCtx ends.
+func (o *Operator) startLease(ctx, runCtx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) error {
+	ttl := cfg.LeaseTTL
+	if ttl == 0 {
+		ttl = DefaultLeaseTTL
+	}
+	kv, err := ensureLeaseKV(ctx, b, ttl)
+	if err != nil {
+		return err
+	}
+	l := &lease{
+		kv: kv, key: LeaseKey, holder: replicaName(cfg), ttl: ttl, log: log.With("component", "lease"),
+		start: o.terms.start,
+	}
+	o.lease = l
+	rev, sent, t, termCancel, err := l.acquireOnce(runCtx)
+	if err != nil {
+		return err
+	}
+	if t != nil {
+		o.Placement = o.terms.current()
+	} else {
+		st := l.Status()
+		log.Info("placement standby: another replica applies decisions", "holder", st.Holder)
+	}
+	o.wg.Add(1)
+	go func() {
+		defer o.wg.Done()
+		l.run(runCtx, rev, sent, t, termCancel)
+	}()
+	return nil
+}
+
+// PlacementService is the placement service of the term this replica
+// leads now; nil on a standby or when placement does not run here.
+func (o *Operator) PlacementService() *placement.Service {
+	if o.terms == nil {
+		return nil
+	}
+	return o.terms.current()
+}
+
+// LeaderStatus is placement's lease as this replica sees it; ok is false
+// when placement does not run here.
+func (o *Operator) LeaderStatus() (st LeaderStatus, ok bool) {
+	if o.lease == nil {
+		return LeaderStatus{}, false
+	}
+	return o.lease.Status(), true
+}
+
+// replicaName is the configured replica name, or host name/pid and a
+// random suffix: without a configured name no two operators, even in one
+// process, may mistake each other's lease for their own.
+func replicaName(cfg Config) string {
+	if cfg.Replica != "" {
+		return cfg.Replica
+	}
+	host, _ := os.Hostname()
+	return host + "/" + strconv.Itoa(os.Getpid()) + "/" + bus.NewID()[:8]
+}

@@ -1,0 +1,282 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/events/client"
+	"github.com/toposched/toposched/events/eventstest"
+)
+
+const leaseCluster = `name: lease
+nodes:
+  - {name: n, count: 2, gpus: 8, gpu_model: A100}
+`
+
+// outcomes follows the placement stream from its start.
+type outcomes struct {
+	mu      sync.Mutex
+	byJob   map[string][]client.Outcome
+	changed chan struct{}
+}
+
+func watchOutcomes(t *testing.T, b *bus.Bus) *outcomes {
+	t.Helper()
+	o := &outcomes{byJob: map[string][]client.Outcome{}, changed: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = client.Watch(ctx, b, client.FromStart, ready, func(oc client.Outcome) error {
+			o.mu.Lock()
+			o.byJob[oc.JobID()] = append(o.byJob[oc.JobID()], oc)
+			o.mu.Unlock()
+			select {
+			case o.changed <- struct{}{}:
+			default:
+			}
+			return nil
+		})
+	}()
+	<-ready
+	t.Cleanup(func() { cancel(); <-done })
+	return o
+}
+
+// until waits for cond, checked on every outcome and every 50 ms (for
+// conditions on a replica's lease).
+func (o *outcomes) until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-o.changed:
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// counts is how many jobs of ids have each kind of outcome.
+func (o *outcomes) counts(ids []string) (decided, pending int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, id := range ids {
+		for _, oc := range o.byJob[id] {
+			switch {
+			case oc.Decided != nil:
+				decided++
+			case oc.Pending != nil:
+				pending++
+			}
+		}
+	}
+	return decided, pending
+}
+
+func submitJobs(t *testing.T, b *bus.Bus, prefix string, n, gpus int) []string {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		if _, err := client.Submit(eventstest.Context(t, 10*time.Second), b, &events.JobSubmitted{JobID: id, GPUs: gpus}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// auditLog replays the placement stream: no job decided twice, no GPU in
+// two live decisions.
+func auditLog(t *testing.T, b *bus.Bus) (decided int) {
+	t.Helper()
+	holder := map[string]string{}
+	seen := map[string]bool{}
+	err := b.Replay(eventstest.Context(t, 10*time.Second), "placement", []string{b.Subjects.Domain("placement")}, func(r bus.Record) error {
+		switch r.Name {
+		case events.NamePlacementDecided:
+			var d events.PlacementDecided
+			if err := bus.Decode(r.Name, r.Body, &d); err != nil {
+				return err
+			}
+			if seen[d.JobID] {
+				t.Errorf("job %s decided twice (#%d)", d.JobID, r.Seq)
+			}
+			seen[d.JobID] = true
+			decided++
+			for _, rk := range d.Ranks {
+				g := fmt.Sprintf("%s/%d", rk.Node, rk.GPU)
+				if other, ok := holder[g]; ok {
+					t.Errorf("GPU %s given to %s (#%d) while %s holds it", g, d.JobID, r.Seq, other)
+				}
+				holder[g] = d.JobID
+			}
+		case events.NamePlacementReleased:
+			var rel events.PlacementReleased
+			if err := bus.Decode(r.Name, r.Body, &rel); err != nil {
+				return err
+			}
+			for g, j := range holder {
+				if j == rel.JobID {
+					delete(holder, g)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decided
+}
+
+func role(o *Operator) Role {
+	st, _ := o.LeaderStatus()
+	return st.Role
+}
+
+// TestPlacementLeaseFailover runs two placement replicas: one leads, the
+// other stands by. The leader loses NATS as a crashed process would (its
+// connection closes, nothing is released); the standby takes the lease
+// once it lapses, rebuilds from the streams and carries on, and no GPU is
+// given twice.
+func TestPlacementLeaseFailover(t *testing.T) {
+	srv := eventstest.Server(t)
+	url := srv.ClientURL()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "cluster.yaml")
+	if err := os.WriteFile(file, []byte(leaseCluster), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	ctx := eventstest.Context(t, 60*time.Second)
+
+	front := eventstest.Bus(t, url, "front")
+	ops, err := Start(ctx, front, Config{Services: []string{Discovery, Analysis}, ClusterFile: file}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ops.Stop() })
+
+	replica := func(name string) (*Operator, *bus.Bus) {
+		b := eventstest.Bus(t, url, name)
+		op, err := Start(ctx, b, Config{Services: []string{Placement}, Replica: name, Policies: PoliciesNone, LeaseTTL: time.Second}, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = op.Stop() })
+		return op, b
+	}
+	r1, b1 := replica("r1")
+	r2, _ := replica("r2")
+	if role(r1) != RoleLeader || r1.Placement == nil {
+		t.Fatalf("r1: %+v, want leader with a service", r1.lease.Status())
+	}
+	if st, _ := r2.LeaderStatus(); st.Role != RoleStandby || st.Holder != "r1" || r2.PlacementService() != nil {
+		t.Fatalf("r2: %+v, want standby behind r1 with no service", st)
+	}
+
+	o := watchOutcomes(t, front)
+	first := submitJobs(t, front, "before", 4, 2)
+	o.until(t, "4 decisions from r1", func() bool { d, _ := o.counts(first); return d == 4 })
+
+	// r1 crashes: its connection goes, its lease stays until it lapses.
+	b1.Conn().Close()
+	o.until(t, "r2 to lead", func() bool { return role(r2) == RoleLeader && r2.PlacementService() != nil })
+	o.until(t, "r1 to step down", func() bool { return role(r1) != RoleLeader })
+
+	// r2 rebuilt r1's allocations: 8 GPUs are left, so four more jobs of
+	// two fit and a fifth waits.
+	second := submitJobs(t, front, "after", 5, 2)
+	o.until(t, "4 more decisions and 1 wait from r2", func() bool {
+		d, p := o.counts(second)
+		return d == 4 && p == 1
+	})
+	if free := r2.PlacementService().Store().Snapshot().FreeCount(); free != 0 {
+		t.Errorf("r2 sees %d GPUs free, want 0", free)
+	}
+	if n := auditLog(t, front); n != 8 {
+		t.Errorf("%d decisions in the log, want 8", n)
+	}
+}
+
+// TestPlacementLeaseHandover stops the leader gracefully: it releases the
+// lease, so the standby leads long before the (one minute) TTL.
+func TestPlacementLeaseHandover(t *testing.T) {
+	srv := eventstest.Server(t)
+	log := slog.New(slog.DiscardHandler)
+	ctx := eventstest.Context(t, 30*time.Second)
+	start := func(name string) *Operator {
+		op, err := Start(ctx, eventstest.Bus(t, srv.ClientURL(), name),
+			Config{Services: []string{Placement}, Replica: name, Policies: PoliciesNone, LeaseTTL: time.Minute}, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = op.Stop() })
+		return op
+	}
+	r1, r2 := start("r1"), start("r2")
+	if role(r1) != RoleLeader || role(r2) != RoleStandby {
+		t.Fatalf("roles %q and %q, want leader and standby", role(r1), role(r2))
+	}
+	began := time.Now()
+	if err := r1.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(20 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for role(r2) != RoleLeader {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("r2 still %q 20s after r1 stopped", role(r2))
+		}
+	}
+	if d := time.Since(began); d > 10*time.Second {
+		t.Errorf("handover took %s", d)
+	}
+	// A lease left by a process that died under the name "ghost": a
+	// replica restarted under that name takes it back at once.
+	if err := r2.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	b := eventstest.Bus(t, srv.ClientURL(), "ghost-writer")
+	kv, err := ensureLeaseKV(ctx, b, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, LeaseKey, []byte(`{"holder":"ghost"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if r := start("other"); role(r) != RoleStandby {
+		t.Fatalf("another name with the ghost's lease: %q, want standby", role(r))
+	}
+	if r := start("ghost"); role(r) != RoleLeader {
+		t.Fatalf("the ghost restarted: %q, want leader", role(r))
+	}
+}
+
+func TestLeaseConfig(t *testing.T) {
+	for _, tc := range []struct {
+		ttl time.Duration
+		ok  bool
+	}{{0, true}, {time.Second, true}, {100 * time.Millisecond, false}, {-time.Second, false}} {
+		err := Config{Services: []string{Placement}, LeaseTTL: tc.ttl}.Validate()
+		if (err == nil) != tc.ok {
+			t.Errorf("ttl %s: err %v, want ok=%v", tc.ttl, err, tc.ok)
+		}
+	}
+}
