@@ -262,7 +262,21 @@ func summary(e HistoryEvent) string {
 		}
 		return s
 	case *events.PlacementDecided:
-		return fmt.Sprintf("%s, %d ranks on %s", d.Strategy, len(d.Ranks), plural(len(d.Nodes), "node"))
+		s := fmt.Sprintf("%s, %d ranks on %s", d.Strategy, len(d.Ranks), plural(len(d.Nodes), "node"))
+		if m := d.Migration; m != nil {
+			s += fmt.Sprintf("; migrated by proposal %s from %s", m.ProposalID, NodesString(m.PreviousNodes))
+		}
+		return s
+	case *events.PlacementMigration:
+		return fmt.Sprintf("proposal %s (%s): to %s, %s less per step, break-even %s",
+			d.ProposalID, d.Reason, NodesString(d.Nodes), seconds(d.GainSecondsPerStep), seconds(d.BreakEvenSeconds))
+	case *events.JobMigrationAccepted:
+		if d.ProposalID == "" {
+			return "the latest proposal accepted"
+		}
+		return "proposal " + d.ProposalID + " accepted"
+	case *events.PlacementMigrationRefused:
+		return codes(d.Reasons)
 	case *events.PlacementPending:
 		return codes(d.Reasons)
 	case *events.PlacementRejected:

@@ -184,3 +184,24 @@ func TestAcceptMigrationAndWaitTimesOut(t *testing.T) {
 		t.Fatal("no error without an answer")
 	}
 }
+
+func TestMigrationSummaries(t *testing.T) {
+	t.Parallel()
+	moved := place("j", np("b", "0,1"))
+	moved.Migration = &events.Migration{ProposalID: "p1", RequestID: "r", PreviousNodes: []events.NodePlacement{np("a", "0"), np("c", "0")}}
+	tests := []struct {
+		data any
+		want string
+	}{
+		{moved, "topology-aware, 2 ranks on 1 node; migrated by proposal p1 from a:0 c:0"},
+		{proposal("p1", place("j", np("a", "0")), place("j", np("b", "0"))), "proposal p1 (congestion): to b:0, 750.0 ms less per step, break-even 1200.00 s"},
+		{&events.JobMigrationAccepted{JobID: "j"}, "the latest proposal accepted"},
+		{&events.JobMigrationAccepted{JobID: "j", ProposalID: "p1"}, "proposal p1 accepted"},
+		{&events.PlacementMigrationRefused{JobID: "j", Reasons: []events.Reason{{Code: events.RefusedSuperseded}}}, "proposal_superseded"},
+	}
+	for _, tt := range tests {
+		if got := summary(HistoryEvent{Data: tt.data}); got != tt.want {
+			t.Errorf("summary(%T) = %q, want %q", tt.data, got, tt.want)
+		}
+	}
+}
