@@ -16,6 +16,7 @@ import (
 
 	"github.com/toposched/toposched/services/collective"
 	"github.com/toposched/toposched/services/discovery"
+	"github.com/toposched/toposched/services/optimizer/tuning"
 )
 
 // defaultValidateDir is where `model validate` looks for the measurement
@@ -67,7 +68,7 @@ cluster's fabric (--cluster).
 	fl.StringVar(&f.collective, "collective", "all_reduce", "all_reduce, all_gather, reduce_scatter, sendrecv or all_to_all")
 	fl.StringVar(&f.bytes, "bytes", "", "message size in bytes (nccl-tests' size); suffixes K, M, G, T (powers of 1024) and KiB... accepted")
 	fl.StringVar(&f.gpus, "gpus", "", "with --topology: comma-separated GPU positions, in rank order (default: all)")
-	fl.StringVar(&f.algo, "algorithm", "auto", "ring, tree, nvls, hierarchical, halving_doubling, p2p, direct or auto (the fastest predicted of those NCCL runs)")
+	fl.StringVar(&f.algo, "algorithm", "auto", "ring, tree, nvls, hierarchical, halving_doubling, p2p, direct or auto (what the optimizer's tuner would set: NCCL's own choice unless the model, seeing the fabric, predicts a better one)")
 	fl.BoolVar(&f.anyAlgorithm, "any-algorithm", false, "with --algorithm auto, also consider algorithms NCCL does not run (halving_doubling, hierarchical)")
 	fl.StringVar(&f.format, "format", "text", "text or json")
 	return cmd
@@ -100,6 +101,10 @@ func runPredict(out io.Writer, f predictFlags) error {
 		// What NCCL itself would run: the tuner's choice is an NCCL_ALGO.
 		opt.Candidates = collective.NCCLAlgorithms
 	}
+	// With auto, the algorithm and protocol are the tuner's (package
+	// tuning): what runtime.tuning would set for this collective alone.
+	var tc *tunerChoice
+	useTuner := algo == collective.Auto && !f.anyAlgorithm
 	var r collective.Result
 	var what string
 	if f.topology != "" {
@@ -113,6 +118,11 @@ func runPredict(out io.Writer, f predictFlags) error {
 		gpus, err := parseGPUs(f.gpus)
 		if err != nil {
 			return fmt.Errorf("model predict: --gpus: %w", err)
+		}
+		if useTuner {
+			if tc, err = newTunerChoice(tuning.ChooseNode(ev, gpus, c, size)); err == nil {
+				opt.Algorithm = tc.chosen.Algorithm
+			}
 		}
 		if r, err = collective.PredictNode(ev, gpus, c, size, opt); err != nil {
 			return fmt.Errorf("model predict: %w", err)
@@ -143,14 +153,29 @@ func runPredict(out io.Writer, f predictFlags) error {
 		if g == 0 {
 			g = len(nodes[0].GPUs)
 		}
+		if useTuner && g <= len(nodes[0].GPUs) {
+			if tc, err = newTunerChoice(tuning.ChooseCluster(nodes, cl.Fabric, g, c, size)); err == nil {
+				opt.Algorithm = tc.chosen.Algorithm
+			}
+		}
 		if r, err = collective.PredictCluster(nodes, cl.Fabric, g, c, size, opt); err != nil {
 			return fmt.Errorf("model predict: %w", err)
 		}
 		what = fmt.Sprintf("%d nodes x %d GPUs of %s", len(nodes), g, f.cluster)
 	}
+	protocol := ""
+	if tc != nil {
+		// The tuner's protocol may be LL or LL128, whose time the plain
+		// prediction (Simple) does not give.
+		protocol = string(tc.chosen.Protocol)
+		if t := tc.chosenSeconds; t > 0 {
+			r.TimeSeconds, r.AlgBWGBps = t, size/t/1e9
+			r.BusBWGBps = r.AlgBWGBps * collective.BusFactor(c, r.Ranks)
+		}
+	}
 	if f.format == "json" {
 		enc := json.NewEncoder(out)
-		return enc.Encode(struct {
+		v := struct {
 			TimeSeconds float64 `json:"time_seconds"`
 			BusBWGBps   float64 `json:"busbw_gbps"`
 			Algorithm   string  `json:"algorithm"`
@@ -159,11 +184,47 @@ func runPredict(out io.Writer, f predictFlags) error {
 			Bytes       float64 `json:"bytes"`
 			Collective  string  `json:"collective"`
 			Bottleneck  string  `json:"bottleneck,omitempty"`
-		}{r.TimeSeconds, r.BusBWGBps, string(r.Algorithm), r.AlgBWGBps, r.Ranks, r.Bytes, string(r.Collective), r.Bottleneck})
+			// With --algorithm auto: the tuner's protocol, and NCCL's
+			// own choice with its predicted time.
+			Protocol           string  `json:"protocol,omitempty"`
+			NCCLAlgorithm      string  `json:"nccl_algorithm,omitempty"`
+			NCCLProtocol       string  `json:"nccl_protocol,omitempty"`
+			NCCLTimeSeconds    float64 `json:"nccl_time_seconds,omitempty"`
+			TunerOverridesNCCL bool    `json:"tuner_overrides_nccl,omitempty"`
+		}{TimeSeconds: r.TimeSeconds, BusBWGBps: r.BusBWGBps, Algorithm: string(r.Algorithm), AlgBWGBps: r.AlgBWGBps, Ranks: r.Ranks,
+			Bytes: r.Bytes, Collective: string(r.Collective), Bottleneck: r.Bottleneck, Protocol: protocol}
+		if tc != nil {
+			v.NCCLAlgorithm, v.NCCLProtocol, v.NCCLTimeSeconds, v.TunerOverridesNCCL =
+				string(tc.def.Algorithm), string(tc.def.Protocol), tc.defSeconds, tc.tuned
+		}
+		return enc.Encode(v)
+	}
+	algoLine := string(r.Algorithm)
+	if tc != nil {
+		algoLine += "/" + protocol
+		if tc.tuned {
+			algoLine += fmt.Sprintf(" (tuner; NCCL's own %s takes %s)", tc.def, formatSeconds(tc.defSeconds))
+		} else {
+			algoLine += " (NCCL's own choice; the tuner would leave it)"
+		}
 	}
 	_, err = fmt.Fprintf(out, "%s of %s on %s\nalgorithm:  %s\ntime:       %s\nalgbw:      %.2f GB/s\nbusbw:      %.2f GB/s\nbottleneck: %s\n",
-		c, formatBytes(size), what, r.Algorithm, formatSeconds(r.TimeSeconds), r.AlgBWGBps, r.BusBWGBps, orNone(r.Bottleneck))
+		c, formatBytes(size), what, algoLine, formatSeconds(r.TimeSeconds), r.AlgBWGBps, r.BusBWGBps, orNone(r.Bottleneck))
 	return err
+}
+
+// tunerChoice is what package tuning chose for one collective.
+type tunerChoice struct {
+	chosen, def               tuning.Option
+	chosenSeconds, defSeconds float64
+	tuned                     bool
+}
+
+func newTunerChoice(chosen, def tuning.Option, ct, dt float64, tuned bool, err error) (*tunerChoice, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &tunerChoice{chosen: chosen, def: def, chosenSeconds: ct, defSeconds: dt, tuned: tuned}, nil
 }
 
 func orNone(s string) string {

@@ -99,6 +99,8 @@ type liveJob struct {
 	decision *events.PlacementDecided
 	// spec is the job's analysis; nil until it has been read.
 	spec *events.JobAnalyzed
+	// tuning is what was published for the decision; nil until tuned.
+	tuning *events.RuntimeTuning
 }
 
 type gpuKey struct {
@@ -304,8 +306,16 @@ func (s *Service) applyPlacement(seq uint64, v any) {
 }
 
 func (s *Service) applyDecided(d *events.PlacementDecided) {
-	if _, ok := s.live[d.JobID]; ok {
-		return
+	spec := s.analyses[d.JobID]
+	if old, ok := s.live[d.JobID]; ok {
+		if d.Migration == nil || sameDecision(old.decision, d) {
+			return // a redelivery, or a decision placement ignored
+		}
+		// An applied migration replaces the job's decision: its old GPUs
+		// are free from here on, and the job keeps its analysis.
+		spec = old.spec
+		s.dropLive(d.JobID)
+		s.log.Info("job migrated", "job_id", d.JobID, "proposal_id", d.Migration.ProposalID)
 	}
 	for _, r := range d.Ranks {
 		k := gpuKey{r.Node, r.GPU}
@@ -316,7 +326,7 @@ func (s *Service) applyDecided(d *events.PlacementDecided) {
 		}
 		s.holder[k] = d.JobID
 	}
-	lj := &liveJob{decision: d, spec: s.analyses[d.JobID]}
+	lj := &liveJob{decision: d, spec: spec}
 	delete(s.analyses, d.JobID)
 	s.live[d.JobID] = lj
 	// Restore, not Allocate: the store holds what was decided even where a
@@ -342,6 +352,11 @@ func (s *Service) recordJob(lj *liveJob) {
 
 func (s *Service) applyReleased(job string) {
 	delete(s.analyses, job)
+	s.dropLive(job)
+}
+
+// dropLive forgets a live job and frees its GPUs.
+func (s *Service) dropLive(job string) {
 	lj, ok := s.live[job]
 	if !ok {
 		return

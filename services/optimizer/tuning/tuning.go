@@ -56,6 +56,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/services/collective"
 	"github.com/toposched/toposched/services/internal/topology"
 )
@@ -132,6 +133,9 @@ type PhaseResult struct {
 	DefaultSeconds  float64
 	// BusBWGBps is the chosen option's bus bandwidth of one call.
 	BusBWGBps float64
+	// Alpha and Beta are the chosen option's one call with the fabric:
+	// Alpha + Beta·bytes seconds (latency and bandwidth terms).
+	Alpha, Beta float64
 	// MinBytes and MaxBytes bound the message sizes (powers of two around
 	// the phase's own) over which the settings still give Chosen.
 	MinBytes, MaxBytes float64
@@ -343,6 +347,8 @@ func Tune(in Input) (Plan, error) {
 			r := PhaseResult{Phase: m.ph, Chosen: ch, Default: def,
 				ChosenSeconds: calls * m.time(true, ch, m.ph.Bytes), DefaultSeconds: calls * m.time(true, def, m.ph.Bytes),
 				Bottleneck: m.bottleneck[ch.Algorithm], DefaultBottleneck: m.bottleneck[def.Algorithm]}
+			r.Alpha = m.time(true, ch, 0)
+			r.Beta = max(m.time(true, ch, m.ph.Bytes)-r.Alpha, 0) / m.ph.Bytes
 			if t := m.time(true, ch, m.ph.Bytes); t > 0 {
 				r.BusBWGBps = m.ph.Bytes / t / 1e9 * collective.BusFactor(m.ph.Collective, len(m.ph.Members[0]))
 			}
@@ -574,4 +580,42 @@ func Choose(p collective.Placement, c collective.Collective, bytes float64) (cho
 	}
 	r := plan.Phases[0]
 	return r.Chosen, r.Default, r.ChosenSeconds, r.DefaultSeconds, len(plan.Settings) > 0, nil
+}
+
+// ChooseNode is Choose on GPUs (by position; all when none is given) of
+// one node given as its topology.node event, as collective.PredictNode
+// reads it.
+func ChooseNode(ev events.TopologyNode, gpus []int, c collective.Collective, bytes float64) (chosen, def Option, chosenSeconds, defSeconds float64, tuned bool, err error) {
+	n, err := topology.FromEvent(ev)
+	if err != nil {
+		return Option{}, Option{}, 0, 0, false, err
+	}
+	for _, g := range gpus {
+		if g < 0 || g >= len(n.GPUs) {
+			return Option{}, Option{}, 0, 0, false, fmt.Errorf("GPU %d: the node has GPUs 0 to %d", g, len(n.GPUs)-1)
+		}
+	}
+	return Choose(collective.Placement{Ranks: collective.NodeRanks(n, gpus...)}, c, bytes)
+}
+
+// ChooseCluster is Choose on the first gpusPerNode GPUs of each node,
+// across the fabric, as collective.PredictCluster reads them.
+func ChooseCluster(nodes []events.TopologyNode, fabric events.TopologyFabric, gpusPerNode int, c collective.Collective, bytes float64) (chosen, def Option, chosenSeconds, defSeconds float64, tuned bool, err error) {
+	var ns []*topology.Node
+	for _, ev := range nodes {
+		n, err := topology.FromEvent(ev)
+		if err != nil {
+			return Option{}, Option{}, 0, 0, false, fmt.Errorf("node %q: %w", ev.Name, err)
+		}
+		ns = append(ns, n)
+	}
+	p := collective.Placement{Ranks: collective.NodesRanks(ns, gpusPerNode)}
+	if len(fabric.Switches) > 0 {
+		f, err := topology.NewFabric(fabric)
+		if err != nil {
+			return Option{}, Option{}, 0, 0, false, err
+		}
+		p.Fabric = f
+	}
+	return Choose(p, c, bytes)
 }
