@@ -66,6 +66,7 @@ or see it work on a sample cluster:
 	root.AddCommand(newServe(g), newDemo(g), newAgent(g))
 	root.AddCommand(newModel(g))
 	root.AddCommand(newQuality(g))
+	root.AddCommand(newReplay(g), newScale(g))
 	root.AddCommand(newLoad(g))
 	for _, s := range []struct{ name, short string }{
 		{"discovery", "Run the discovery service alone: publish the cluster's topology"},

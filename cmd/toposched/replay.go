@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/toposched/toposched/services/placement"
+	"github.com/toposched/toposched/services/replay"
+)
+
+type replayFlags struct {
+	trace, nodes, jobs, cluster string
+	speed                       string
+	strategy                    string
+	compare                     bool
+	seed                        uint64
+	limit                       int
+	report                      string
+	policies                    string
+	reserveAfter                time.Duration
+	dataDir                     string
+	noProgress                  bool
+	stall                       time.Duration
+	// synthetic
+	gpus           int
+	count, burst   int
+	sizes          string
+	durationMedian time.Duration
+	durationSigma  float64
+	rate, load     float64
+	wholeNodes     float64
+}
+
+func newReplay(g *globals) *cobra.Command {
+	f := replayFlags{}
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Replay a job trace on a cluster through every service and report placement, queueing, fragmentation and speed",
+		Long: `replay starts an embedded NATS server and every service (policies on, as
+serve runs them), publishes the cluster, submits the trace's jobs at their
+arrival times and sends jobs.finished when each ends, then reports.
+
+Traces (read by path; nothing is copied):
+  --trace alibaba-openb --nodes openb_node_list_gpu_node.csv --jobs openb_pod_list_default.csv
+  --trace itp|philly|helios --jobs FILE --cluster CLUSTERFILE
+  --trace synthetic [--cluster FILE | --gpus N] --count N --seed S   (Poisson arrivals)
+  --trace synthetic --gpus N --burst 10000    (N jobs at once: throughput and latency)
+
+--speed max (default) replays on a virtual clock, one event at a time,
+waiting for every outcome an event causes; --speed N paces the wall clock
+at N trace seconds per second. --compare replays the trace twice,
+topology-aware and blind, and plots both. The report directory gets
+summary.json, jobs.csv, timeline.csv and replay.svg. The model (clocks,
+fragmentation, how jobs get a parallelism) is in services/replay's
+package doc.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.logLevel == "info" {
+				g.logLevel = "warn" // the output is the report
+			}
+			return runReplay(cmd.Context(), g, f, cmd.OutOrStdout())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.trace, "trace", "", "alibaba-openb, itp, philly, helios or synthetic")
+	fl.StringVar(&f.nodes, "nodes", "", "alibaba-openb: the node list (openb_node_list_gpu_node.csv)")
+	fl.StringVar(&f.jobs, "jobs", "", "the pod list or job log")
+	fl.StringVar(&f.cluster, "cluster", "", "cluster file (job logs; synthetic instead of --gpus)")
+	fl.StringVar(&f.speed, "speed", "max", "max (virtual clock) or trace seconds per wall second")
+	fl.StringVar(&f.strategy, "strategy", placement.StrategyTopologyAware, "topology-aware or blind")
+	fl.BoolVar(&f.compare, "compare", false, "replay twice, topology-aware and blind, and plot both")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic trace and of the jobs' parallelism and models")
+	fl.IntVar(&f.limit, "limit", 0, "replay only the first N jobs by arrival (0: all)")
+	fl.StringVar(&f.report, "report", "", "directory for summary.json, jobs.csv, timeline.csv and replay.svg")
+	fl.StringVar(&f.policies, "policies", "", "policy set: a directory, none, or empty for the shipped set")
+	fl.DurationVar(&f.reserveAfter, "reserve-after", -1, "placement's reservation for the queue's head (negative: off; it counts wall time, see the package doc)")
+	fl.StringVar(&f.dataDir, "data-dir", "", "where the embedded server keeps its streams (default: a temporary directory)")
+	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar (it is off anyway when stderr is not a terminal)")
+	fl.DurationVar(&f.stall, "stall", 2*time.Minute, "give up when no outcome comes for this long")
+	fl.IntVar(&f.gpus, "gpus", 1024, "synthetic: GPUs of the generated cluster (whole pods of 32 8-GPU nodes)")
+	fl.IntVar(&f.count, "count", 1000, "synthetic: jobs to draw")
+	fl.IntVar(&f.burst, "burst", 0, "synthetic: submit this many jobs at once, send no finish, measure throughput and latency")
+	fl.StringVar(&f.sizes, "sizes", "", "synthetic: job-size mix GPUS:WEIGHT,... (default 1:40,2:10,4:10,8:20,16:8,32:6,64:4,128:2)")
+	fl.DurationVar(&f.durationMedian, "duration-median", time.Hour, "synthetic: median run time (log-normal)")
+	fl.Float64Var(&f.durationSigma, "duration-sigma", 1.5, "synthetic: sigma of the log-normal run time")
+	fl.Float64Var(&f.rate, "rate", 0, "synthetic: arrivals per hour (0: from --load)")
+	fl.Float64Var(&f.load, "load", 0.9, "synthetic: offered load that sets the arrival rate")
+	fl.Float64Var(&f.wholeNodes, "whole-nodes", 0.5, "synthetic: share of multi-node jobs that ask for whole nodes")
+	return cmd
+}
+
+// prepared is a cluster and a trace ready to replay.
+type prepared struct {
+	clusterFile string
+	inv         *replay.Inventory
+	trace       *replay.Trace
+	cleanup     func()
+}
+
+func prepareReplay(f replayFlags) (*prepared, error) {
+	work, err := os.MkdirTemp("", "toposched-replay-")
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	p := &prepared{cleanup: func() { os.RemoveAll(work) }}
+	fail := func(err error) (*prepared, error) {
+		p.cleanup()
+		return nil, err
+	}
+	need := func(flag, v string) error {
+		if v == "" {
+			return fmt.Errorf("replay --trace %s: %s is required", f.trace, flag)
+		}
+		return nil
+	}
+	writeCluster := func(c *replay.ClusterSpec) error {
+		p.clusterFile = filepath.Join(work, "cluster.yaml")
+		return c.WriteFile(p.clusterFile)
+	}
+	var notes []string
+	switch f.trace {
+	case replay.KindAlibaba:
+		if err := errors.Join(need("--nodes", f.nodes), need("--jobs", f.jobs)); err != nil {
+			return fail(err)
+		}
+		if f.cluster != "" {
+			return fail(errors.New("replay --trace alibaba-openb: the cluster comes from --nodes; --cluster is not used"))
+		}
+		nodes, n, err := replay.LoadAlibabaNodes(f.nodes)
+		if err != nil {
+			return fail(err)
+		}
+		notes = n
+		if err := writeCluster(replay.AlibabaCluster(nodes, filepath.Base(f.nodes))); err != nil {
+			return fail(err)
+		}
+	case replay.KindITP, replay.KindPhilly, replay.KindHelios:
+		if err := errors.Join(need("--jobs", f.jobs), need("--cluster", f.cluster)); err != nil {
+			return fail(err)
+		}
+		p.clusterFile = f.cluster
+	case replay.KindSynthetic:
+		if f.cluster != "" {
+			p.clusterFile = f.cluster
+		} else if err := writeCluster(replay.SyntheticCluster(f.gpus)); err != nil {
+			return fail(err)
+		}
+	default:
+		return fail(fmt.Errorf("replay --trace %q: expected alibaba-openb, itp, philly, helios or synthetic", f.trace))
+	}
+	if p.inv, err = replay.LoadInventory(p.clusterFile); err != nil {
+		return fail(err)
+	}
+	if f.trace == replay.KindSynthetic {
+		cfg := replay.SynthConfig{Jobs: f.count, Seed: f.seed, WholeNodes: f.wholeNodes,
+			DurationMedian: f.durationMedian.Seconds(), DurationSigma: f.durationSigma, RatePerHour: f.rate, Load: f.load}
+		if f.burst > 0 {
+			cfg.Jobs = f.burst
+		}
+		if f.sizes != "" {
+			if cfg.Sizes, err = replay.ParseSizes(f.sizes); err != nil {
+				return fail(err)
+			}
+		}
+		p.trace, err = replay.Generate(cfg, p.inv.GPUs, p.inv.MaxNodeGPUs)
+	} else {
+		if f.burst > 0 {
+			return fail(errors.New("replay: --burst is for --trace synthetic"))
+		}
+		p.trace, err = replay.LoadTrace(f.trace, f.jobs)
+		if err == nil && f.trace != replay.KindAlibaba {
+			replay.SingleNode(p.trace, p.inv.MaxNodeGPUs)
+		}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	p.trace.Notes = append(notes, p.trace.Notes...)
+	p.trace.Limit(f.limit)
+	return p, nil
+}
+
+func parseSpeed(s string) (float64, error) {
+	if s == "max" || s == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(v > 0) || v > 1e12 {
+		return 0, fmt.Errorf("--speed %q: expected max or a positive number of trace seconds per second", s)
+	}
+	return v, nil
+}
+
+func runReplay(ctx context.Context, g *globals, f replayFlags, out io.Writer) error {
+	log, err := g.logger()
+	if err != nil {
+		return err
+	}
+	speed, err := parseSpeed(f.speed)
+	if err != nil {
+		return err
+	}
+	strategies := []string{f.strategy}
+	switch f.strategy {
+	case placement.StrategyTopologyAware, placement.StrategyBlind:
+	default:
+		return fmt.Errorf("--strategy %q: expected %s or %s", f.strategy, placement.StrategyTopologyAware, placement.StrategyBlind)
+	}
+	if f.compare {
+		strategies = []string{placement.StrategyTopologyAware, placement.StrategyBlind}
+	}
+	p, err := prepareReplay(f)
+	if err != nil {
+		return err
+	}
+	defer p.cleanup()
+	tr := p.trace
+	fmt.Fprintf(out, "replay: %s (%d records, %d jobs", tr.Source, tr.Records, len(tr.Jobs))
+	if n := tr.SkippedTotal(); n > 0 {
+		fmt.Fprintf(out, ", %d skipped", n)
+	}
+	fmt.Fprintf(out, ") on %s: %d nodes, %d GPUs\n", p.inv.Name, len(p.inv.Nodes), p.inv.GPUs)
+	for reason, n := range tr.Skipped {
+		fmt.Fprintf(out, "  skipped %d: %s\n", n, reason)
+	}
+	for _, n := range tr.Notes {
+		fmt.Fprintf(out, "  note: %s\n", n)
+	}
+	var results []*replay.Result
+	for _, s := range strategies {
+		cfg := replay.Config{ClusterFile: p.clusterFile, Inventory: p.inv, Trace: tr, Strategy: s, Speed: speed,
+			Burst: f.burst > 0, Seed: f.seed, Policies: f.policies, ReserveAfter: f.reserveAfter, DataDir: f.dataDir,
+			Stall: f.stall, Log: log}
+		if !f.noProgress && isTerminal(os.Stderr) {
+			cfg.Progress = func(total int) replay.Progress { return newBar(total, s) }
+		}
+		r, err := replay.Run(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
+	fmt.Fprintln(out)
+	var sums []*replay.Summary
+	for _, r := range results {
+		sums = append(sums, &r.Summary)
+	}
+	if err := replay.WriteTable(out, sums...); err != nil {
+		return err
+	}
+	if f.report != "" {
+		var blind *replay.Result
+		if len(results) > 1 {
+			blind = results[1]
+		}
+		if err := replay.WriteReport(f.report, results[0], blind); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nreport: %s\n", strings.Join([]string{
+			filepath.Join(f.report, "summary.json"), "jobs.csv", "timeline.csv", "replay.svg"}, ", "))
+	}
+	return nil
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// bar is the progress bar: one step per job submitted and per finish sent.
+type bar struct{ b *progressbar.ProgressBar }
+
+func newBar(total int, label string) replay.Progress {
+	return bar{progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription(label),
+		progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionSetWidth(30),
+		progressbar.OptionClearOnFinish())}
+}
+
+func (b bar) Add(n int) { _ = b.b.Add(n) }
+func (b bar) Finish()   { _ = b.b.Finish() }

@@ -1,0 +1,662 @@
+package replay
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/events/client"
+	"github.com/toposched/toposched/events/natsserver"
+	"github.com/toposched/toposched/services/operator"
+)
+
+// Config says what one replay runs.
+type Config struct {
+	// ClusterFile is given to discovery; Inventory is the same cluster
+	// as the replay sees it (LoadInventory).
+	ClusterFile string
+	Inventory   *Inventory
+	Trace       *Trace
+	// Strategy is placement's: topology-aware or blind.
+	Strategy string
+	// Speed is trace seconds per wall second; 0 replays as fast as
+	// possible on a virtual clock (see the package doc).
+	Speed float64
+	// Burst submits every job at once, sends no finish, and measures
+	// throughput and latency (arrival times are ignored).
+	Burst bool
+	// Seed draws the jobs' parallelism and models (Shape).
+	Seed uint64
+	// Policies is the operator's policy set: "" the shipped set, "none",
+	// or a directory.
+	Policies string
+	// ReserveAfter is placement's --reserve-after (negative: never).
+	ReserveAfter time.Duration
+	// DataDir holds the embedded server's streams; "" a temporary one.
+	DataDir string
+	// Samples is the number of points of the timeline (default 400).
+	Samples int
+	// Progress receives a progress bar; nil for none.
+	Progress func(total int) Progress
+	// Stall is how long the replay waits for an outcome before it gives
+	// up (default 2 minutes).
+	Stall time.Duration
+	Log   *slog.Logger
+}
+
+// Progress is told about every event handled.
+type Progress interface {
+	Add(n int)
+	Finish()
+}
+
+// probeID names the barrier job of the virtual clock (see the package
+// doc); it asks for a GPU model no cluster has, so it is always rejected.
+const (
+	probeID    = "replay-barrier"
+	probeModel = "replay-barrier-no-such-model"
+)
+
+// job states.
+const (
+	stNone = iota
+	stPlaced
+	stPending
+	stRejected
+)
+
+type jobState struct {
+	job   Job
+	state int
+	// wall times of the submission and of the first outcome.
+	submitted, decided time.Time
+	// virtual start (placement) time; -1 until placed.
+	start        float64
+	waited       bool
+	nodes        []nodeAlloc
+	released     bool
+	finishSent   bool
+	pred, base   float64
+	hasPred      bool
+	reason       string
+	nodesSpanned int
+}
+
+type nodeAlloc struct{ node, gpus int }
+
+// finishHeap orders planned finishes by virtual time, then by job order.
+type finish struct {
+	at  float64
+	job int
+}
+type finishHeap []finish
+
+func (h finishHeap) Len() int { return len(h) }
+func (h finishHeap) Less(i, j int) bool {
+	return h[i].at < h[j].at || (h[i].at == h[j].at && h[i].job < h[j].job)
+}
+func (h finishHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *finishHeap) Push(x any)   { *h = append(*h, x.(finish)) }
+func (h *finishHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// runner is one replay in progress.
+type runner struct {
+	cfg   Config
+	b     *bus.Bus
+	log   *slog.Logger
+	jobs  []jobState
+	byID  map[string]int
+	subs  []events.JobSubmitted
+	occ   *occupancy
+	work  []jobClass
+	queue map[int]bool // pending jobs
+
+	outcomes chan client.Outcome
+	finishes finishHeap
+	now      float64 // virtual seconds
+	wall0    time.Time
+	probes   int
+	probeOK  int
+	decs     int // outcomes placement published for trace jobs
+	retries  int // decisions of waiting jobs
+
+	// timeline sampling
+	step     float64
+	nextSamp float64
+	timeline []Point
+	progress Progress
+}
+
+// Point is the cluster's state at one time of the replay.
+type Point struct {
+	// T is virtual seconds from the trace's start.
+	T float64 `json:"t"`
+	// Allocated is the share of GPUs allocated.
+	Allocated float64 `json:"allocated"`
+	// Fragmentation is the expected share of free GPUs a job of the
+	// trace's mix cannot use (see the package doc).
+	Fragmentation float64 `json:"fragmentation"`
+	// Queue is the number of jobs waiting.
+	Queue int `json:"queue"`
+}
+
+// Run replays cfg.Trace on cfg.ClusterFile through every service on an
+// embedded NATS server and returns the measurements.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Samples <= 0 {
+		cfg.Samples = 400
+	}
+	if cfg.Stall <= 0 {
+		cfg.Stall = 2 * time.Minute
+	}
+	if cfg.Inventory == nil || cfg.Trace == nil {
+		return nil, errors.New("replay: a cluster and a trace are required")
+	}
+	if len(cfg.Trace.Jobs) == 0 {
+		return nil, fmt.Errorf("replay: trace %s has no job to replay", cfg.Trace.Source)
+	}
+	setup := time.Now()
+	dir := cfg.DataDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "toposched-replay-")
+		if err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	ncfg := natsserver.DefaultConfig()
+	ncfg.Port, ncfg.StoreDir = -1, filepath.Join(dir, "nats-"+cfg.Strategy)
+	srv, err := natsserver.Start(ncfg)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	defer srv.Shutdown()
+	b, err := bus.Connect(ctx, bus.Config{URL: srv.ClientURL(), Prefix: events.DefaultPrefix, Source: "urn:toposched:replay", Logger: cfg.Log})
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	defer b.Close()
+	ra := cfg.ReserveAfter
+	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: cfg.ClusterFile,
+		Strategy: cfg.Strategy, ReserveAfter: &ra, Policies: cfg.Policies, Replica: "replay"}, cfg.Log)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	defer op.Stop()
+	if err := awaitCapacity(ctx, op, cfg.Inventory.GPUs); err != nil {
+		return nil, err
+	}
+
+	r := newRunner(cfg, b)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	ready := make(chan struct{})
+	watchErr := make(chan error, 1)
+	go func() {
+		watchErr <- client.Watch(watchCtx, b, client.FromNow, ready, func(o client.Outcome) error {
+			select {
+			case r.outcomes <- o:
+				return nil
+			case <-watchCtx.Done():
+				return bus.ErrStop
+			}
+		})
+	}()
+	select {
+	case <-ready:
+	case err := <-watchErr:
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	var mem memSampler
+	mem.start()
+	if cfg.Progress != nil {
+		total := len(r.jobs)
+		if !cfg.Burst {
+			total *= 2
+		}
+		r.progress = cfg.Progress(total)
+	}
+	setupTook := time.Since(setup)
+	r.wall0 = time.Now()
+	switch {
+	case cfg.Burst:
+		err = r.burst(ctx)
+	case cfg.Speed > 0:
+		err = r.paced(ctx)
+	default:
+		err = r.virtual(ctx)
+	}
+	wall := time.Since(r.wall0)
+	if r.progress != nil {
+		r.progress.Finish()
+	}
+	mem.stop()
+	if err != nil {
+		return nil, err
+	}
+	if err := op.Err(); err != nil {
+		return nil, fmt.Errorf("replay: a service failed: %w", err)
+	}
+	return r.result(wall, setupTook, mem.peak()), nil
+}
+
+func awaitCapacity(ctx context.Context, op *operator.Operator, want int) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if total, _ := op.Placement.Store().Snapshot().Capacity(""); total >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			total, _ := op.Placement.Store().Snapshot().Capacity("")
+			return fmt.Errorf("replay: placement holds %d of the cluster's %d GPUs after 2 minutes", total, want)
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func newRunner(cfg Config, b *bus.Bus) *runner {
+	r := &runner{cfg: cfg, b: b, log: cfg.Log, byID: map[string]int{}, queue: map[int]bool{},
+		outcomes: make(chan client.Outcome, 1024), occ: newOccupancy(cfg.Inventory)}
+	r.jobs = make([]jobState, len(cfg.Trace.Jobs))
+	r.subs = make([]events.JobSubmitted, len(cfg.Trace.Jobs))
+	for i, j := range cfg.Trace.Jobs {
+		r.jobs[i] = jobState{job: j, start: -1}
+		r.byID[j.ID] = i
+		r.subs[i] = Shape(j, i, cfg.Inventory.MaxNodeGPUs, cfg.Seed)
+	}
+	r.work = workloadClasses(cfg.Trace.Jobs)
+	r.step = max(cfg.Trace.Span(), 1) / float64(cfg.Samples)
+	return r
+}
+
+// sample records the state, unchanged since the last event, at every
+// timeline point before t.
+func (r *runner) sample(t float64) {
+	if r.nextSamp > t {
+		return
+	}
+	p := r.point()
+	for ; r.nextSamp <= t; r.nextSamp += r.step {
+		p.T = r.nextSamp
+		r.timeline = append(r.timeline, p)
+	}
+}
+
+func (r *runner) point() Point {
+	exp := r.occ.fragmentation(r.work)
+	p := Point{T: r.now, Allocated: float64(r.occ.alloc) / float64(r.cfg.Inventory.GPUs), Queue: len(r.queue)}
+	if free := r.occ.free(); free > 0 {
+		p.Fragmentation = exp / float64(free)
+	}
+	return p
+}
+
+// virtual replays on the virtual clock: one event at a time, each
+// followed by a barrier that waits for every outcome it causes.
+func (r *runner) virtual(ctx context.Context) error {
+	next := 0
+	for next < len(r.jobs) || r.finishes.Len() > 0 {
+		// Finishes at the same time as an arrival go first: the GPUs
+		// are free when the job arrives.
+		if r.finishes.Len() > 0 && (next == len(r.jobs) || r.finishes[0].at <= r.jobs[next].job.Arrival) {
+			f := heap.Pop(&r.finishes).(finish)
+			r.sample(f.at)
+			r.now = max(r.now, f.at)
+			if err := r.finish(ctx, f.job); err != nil {
+				return err
+			}
+			id := r.jobs[f.job].job.ID
+			if err := r.await(ctx, "release of "+id, func() bool { return r.jobs[f.job].released }); err != nil {
+				return err
+			}
+			if len(r.queue) > 0 {
+				if err := r.barrier(ctx); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		i := next
+		next++
+		r.sample(r.jobs[i].job.Arrival)
+		r.now = max(r.now, r.jobs[i].job.Arrival)
+		if err := r.submit(ctx, i); err != nil {
+			return err
+		}
+		if err := r.await(ctx, "outcome of "+r.jobs[i].job.ID, func() bool { return r.jobs[i].state != stNone }); err != nil {
+			return err
+		}
+	}
+	r.sample(r.now)
+	r.timeline = append(r.timeline, r.point())
+	return nil
+}
+
+// paced replays on the wall clock, speed trace seconds per second.
+func (r *runner) paced(ctx context.Context) error {
+	next := 0
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	tick := time.NewTicker(max(time.Duration(r.step/r.cfg.Speed*float64(time.Second)), 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		r.now = time.Since(r.wall0).Seconds() * r.cfg.Speed
+		r.sample(r.now)
+		due := math.Inf(1)
+		if next < len(r.jobs) {
+			due = r.jobs[next].job.Arrival
+		}
+		if r.finishes.Len() > 0 {
+			due = min(due, r.finishes[0].at)
+		}
+		if math.IsInf(due, 1) {
+			// Nothing planned: wait for every outcome, then let the
+			// queue settle; a decision may plan a new finish.
+			if err := r.await(ctx, "outstanding outcomes", r.allDecided); err != nil {
+				return err
+			}
+			if len(r.queue) > 0 {
+				if err := r.barrier(ctx); err != nil {
+					return err
+				}
+			}
+			if r.finishes.Len() == 0 {
+				r.timeline = append(r.timeline, r.point())
+				return nil
+			}
+			continue
+		}
+		if due <= r.now {
+			if r.finishes.Len() > 0 && r.finishes[0].at <= due {
+				f := heap.Pop(&r.finishes).(finish)
+				if err := r.finish(ctx, f.job); err != nil {
+					return err
+				}
+			} else {
+				if err := r.submit(ctx, next); err != nil {
+					return err
+				}
+				next++
+			}
+			continue
+		}
+		timer.Reset(time.Duration((due - r.now) / r.cfg.Speed * float64(time.Second)))
+		select {
+		case o := <-r.outcomes:
+			r.handle(o)
+		case <-timer.C:
+		case <-tick.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// burst submits every job as fast as JetStream acknowledges, then waits
+// for every outcome.
+func (r *runner) burst(ctx context.Context) error {
+	errc := make(chan error, 1)
+	var mu sync.Mutex
+	go func() {
+		for i := range r.jobs {
+			mu.Lock()
+			r.jobs[i].submitted = time.Now()
+			mu.Unlock()
+			if _, err := client.Submit(ctx, r.b, &r.subs[i]); err != nil {
+				errc <- fmt.Errorf("submit %s: %w", r.jobs[i].job.ID, err)
+				return
+			}
+		}
+		errc <- nil
+	}()
+	stall := time.NewTimer(r.cfg.Stall)
+	defer stall.Stop()
+	published := false
+	for !published || !r.allDecided() {
+		select {
+		case o := <-r.outcomes:
+			mu.Lock()
+			r.handle(o)
+			mu.Unlock()
+			stall.Reset(r.cfg.Stall)
+		case err := <-errc:
+			if err != nil {
+				return err
+			}
+			published = true
+		case <-stall.C:
+			return fmt.Errorf("replay: no outcome for %s", r.cfg.Stall)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	r.timeline = append(r.timeline, r.point())
+	return nil
+}
+
+func (r *runner) allDecided() bool {
+	for i := range r.jobs {
+		if r.jobs[i].state == stNone {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *runner) submit(ctx context.Context, i int) error {
+	r.jobs[i].submitted = time.Now()
+	if _, err := client.Submit(ctx, r.b, &r.subs[i]); err != nil {
+		return fmt.Errorf("replay: submit %s: %w", r.jobs[i].job.ID, err)
+	}
+	return nil
+}
+
+func (r *runner) finish(ctx context.Context, i int) error {
+	r.jobs[i].finishSent = true
+	if _, err := client.Finish(ctx, r.b, r.jobs[i].job.ID, events.StatusSucceeded); err != nil {
+		return fmt.Errorf("replay: finish %s: %w", r.jobs[i].job.ID, err)
+	}
+	if r.progress != nil {
+		r.progress.Add(1)
+	}
+	return nil
+}
+
+// barrier submits the probe job and waits for its rejection. Placement
+// handles one event at a time and publishes a release's follow-up
+// decisions before it takes the next, so everything the last finish
+// caused is seen before the probe's rejection.
+func (r *runner) barrier(ctx context.Context) error {
+	r.probes++
+	want := r.probes
+	probe := &events.JobSubmitted{JobID: probeID, GPUs: 1, GPUModel: probeModel, Labels: map[string]string{"replay.barrier": "true"}}
+	if _, err := client.Submit(ctx, r.b, probe); err != nil {
+		return fmt.Errorf("replay: barrier: %w", err)
+	}
+	return r.await(ctx, "barrier", func() bool { return r.probeOK >= want })
+}
+
+// await handles outcomes until done holds.
+func (r *runner) await(ctx context.Context, what string, done func() bool) error {
+	stall := time.NewTimer(r.cfg.Stall)
+	defer stall.Stop()
+	for !done() {
+		select {
+		case o := <-r.outcomes:
+			r.handle(o)
+		case <-stall.C:
+			return fmt.Errorf("replay: waited %s for the %s", r.cfg.Stall, what)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// handle applies one placement outcome to the replay's view.
+func (r *runner) handle(o client.Outcome) {
+	id := o.JobID()
+	if id == probeID {
+		if o.Rejected != nil || o.Pending != nil || o.Decided != nil {
+			r.probeOK++
+		}
+		return
+	}
+	i, ok := r.byID[id]
+	if !ok {
+		return
+	}
+	s := &r.jobs[i]
+	now := r.now
+	if r.cfg.Speed > 0 {
+		now = time.Since(r.wall0).Seconds() * r.cfg.Speed
+	}
+	first := func() {
+		if s.decided.IsZero() {
+			s.decided = time.Now()
+			if r.progress != nil {
+				r.progress.Add(1)
+			}
+		}
+	}
+	switch {
+	case o.Decided != nil:
+		r.decs++
+		r.freeJob(s)
+		if s.state == stPending {
+			r.retries++
+		}
+		first()
+		s.state, s.start, s.released = stPlaced, now, false
+		delete(r.queue, i)
+		for _, n := range o.Decided.Nodes {
+			if k, ok := r.cfg.Inventory.index[n.Node]; ok {
+				s.nodes = append(s.nodes, nodeAlloc{k, len(n.GPUs)})
+				r.occ.add(k, len(n.GPUs))
+			}
+		}
+		s.nodesSpanned = len(o.Decided.Nodes)
+		if p, bl := o.Decided.Prediction, o.Decided.Baseline; p != nil && bl != nil {
+			s.pred, s.base, s.hasPred = p.CommSecondsPerStep, bl.CommSecondsPerStep, true
+		}
+		if !r.cfg.Burst && s.job.Duration >= 0 {
+			heap.Push(&r.finishes, finish{at: now + s.job.Duration, job: i})
+		}
+	case o.Pending != nil:
+		r.decs++
+		first()
+		if s.state == stNone {
+			s.state, s.waited = stPending, true
+			r.queue[i] = true
+			if len(o.Pending.Reasons) > 0 {
+				s.reason = o.Pending.Reasons[0].Code
+			}
+		}
+	case o.Rejected != nil:
+		r.decs++
+		first()
+		r.freeJob(s)
+		s.state = stRejected
+		delete(r.queue, i)
+		if len(o.Rejected.Reasons) > 0 {
+			s.reason = o.Rejected.Reasons[0].Code
+		}
+	case o.Released != nil:
+		r.freeJob(s)
+		s.released = true
+	}
+}
+
+func (r *runner) freeJob(s *jobState) {
+	for _, n := range s.nodes {
+		r.occ.add(n.node, -n.gpus)
+	}
+	s.nodes = nil
+}
+
+// memSampler keeps the largest heap in use seen while a replay runs.
+type memSampler struct {
+	mu   sync.Mutex
+	max  uint64
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func (m *memSampler) start() {
+	m.done = make(chan struct{})
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			m.read()
+			select {
+			case <-t.C:
+			case <-m.done:
+				return
+			}
+		}
+	}()
+}
+
+func (m *memSampler) read() {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m.mu.Lock()
+	m.max = max(m.max, ms.HeapInuse)
+	m.mu.Unlock()
+}
+
+func (m *memSampler) stop() {
+	close(m.done)
+	m.wg.Wait()
+	m.read()
+}
+
+func (m *memSampler) peak() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.max
+}
+
+// peakRSS is the process's peak resident set (Linux VmHWM), 0 elsewhere.
+func peakRSS() uint64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for l := range strings.Lines(string(data)) {
+		var kb uint64
+		if _, err := fmt.Sscanf(l, "VmHWM: %d kB", &kb); err == nil {
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -1,0 +1,99 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestReplayEndToEnd replays a small synthetic trace, contended enough
+// that jobs wait, plus one job too large for the cluster, through an
+// embedded NATS server and every service with the shipped policies, under
+// both strategies, and checks that every job is accounted for once and
+// that the report is written.
+func TestReplayEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an embedded NATS server and every service")
+	}
+	dir := t.TempDir()
+	clusterFile := filepath.Join(dir, "cluster.yaml")
+	if err := SyntheticCluster(256).WriteFile(clusterFile); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := LoadInventory(clusterFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := Generate(SynthConfig{Jobs: 40, Seed: 3, Load: 3, DurationMedian: 600, DurationSigma: 0.5,
+		Sizes: []SizeWeight{{1, 4}, {8, 4}, {16, 2}, {64, 1}}}, inv.GPUs, inv.MaxNodeGPUs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Jobs = append(tr.Jobs, Job{ID: "too-big", Arrival: tr.Jobs[len(tr.Jobs)-1].Arrival + 1, Duration: 10, GPUs: 512})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var results []*Result
+	for _, strategy := range []string{"topology-aware", "blind"} {
+		r, err := Run(ctx, Config{ClusterFile: clusterFile, Inventory: inv, Trace: tr, Strategy: strategy, Seed: 1,
+			ReserveAfter: -1, DataDir: filepath.Join(dir, "data"), Stall: time.Minute, Samples: 50})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := r.Summary
+		if s.JobsTotal != len(tr.Jobs) || s.Placed+s.Pending+s.Rejected != s.JobsTotal {
+			t.Errorf("%s: %d jobs = %d placed + %d pending + %d rejected; trace has %d", strategy, s.JobsTotal, s.Placed, s.Pending, s.Rejected, len(tr.Jobs))
+		}
+		if s.Rejected != 1 || s.RejectReasons == nil {
+			t.Errorf("%s: %d rejected (%v), want the one too big", strategy, s.Rejected, s.RejectReasons)
+		}
+		if s.PlacedAfterWait == 0 || s.QueueDelayP99Seconds <= 0 {
+			t.Errorf("%s: no job waited (p99 delay %v); the trace is meant to contend", strategy, s.QueueDelayP99Seconds)
+		}
+		if s.Pending != 0 {
+			t.Errorf("%s: %d jobs still pending with the cluster drained", strategy, s.Pending)
+		}
+		for _, j := range r.Jobs {
+			if j.Outcome == "placed" && (j.Start < j.Arrival || j.QueueDelay < 0) {
+				t.Errorf("%s: %s placed at %v before its arrival %v", strategy, j.ID, j.Start, j.Arrival)
+			}
+		}
+		for _, p := range r.Timeline {
+			if p.Allocated < 0 || p.Allocated > 1 || p.Fragmentation < 0 || p.Fragmentation > 1 {
+				t.Fatalf("%s: timeline point out of range: %+v", strategy, p)
+			}
+		}
+		if s.Decisions < s.JobsTotal || s.DecisionsPerSecond <= 0 || s.DecisionLatencyP99Seconds <= 0 {
+			t.Errorf("%s: decisions %d, %v/s, p99 %v", strategy, s.Decisions, s.DecisionsPerSecond, s.DecisionLatencyP99Seconds)
+		}
+		if s.CommJobs == 0 || s.MultiGPUCommJobs == 0 {
+			t.Errorf("%s: no prediction carried by the decisions", strategy)
+		}
+		results = append(results, r)
+	}
+	report := filepath.Join(dir, "report")
+	if err := WriteReport(report, results[0], results[1]); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(report, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum map[string]any
+	if err := json.Unmarshal(data, &sum); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"jobs_total", "placed", "pending", "rejected", "decisions_per_second", "decision_latency_p99_seconds",
+		"mean_comm_seconds_per_step", "blind_mean_comm_seconds_per_step", "fragmentation_mean", "blind"} {
+		if _, ok := sum[k]; !ok {
+			t.Errorf("summary.json lacks %s", k)
+		}
+	}
+	for _, f := range []string{"jobs.csv", "timeline.csv", "replay.svg"} {
+		if st, err := os.Stat(filepath.Join(report, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
