@@ -101,6 +101,9 @@ type liveJob struct {
 	spec *events.JobAnalyzed
 	// tuning is what was published for the decision; nil until tuned.
 	tuning *events.RuntimeTuning
+	// finding is the last diagnosis published ("" before the first).
+	finding   string
+	diagnosis *events.RuntimeDiagnosis
 }
 
 type gpuKey struct {
@@ -138,6 +141,7 @@ func (s *Service) Register(r *bus.Router) {
 	bus.HandleDomain(r, bus.DomainHandler{Name: HandlerTopology, Domain: "topology", Fn: s.onTopology})
 	bus.Handle(r, bus.Handler[events.JobAnalyzed]{Name: HandlerAnalyzed, Event: events.NameJobAnalyzed, Fn: s.OnAnalyzed})
 	bus.HandleDomain(r, bus.DomainHandler{Name: HandlerPlacement, Domain: "placement", Fn: s.onPlacement})
+	bus.Handle(r, bus.Handler[events.RuntimeTelemetry]{Name: HandlerTelemetry, Event: events.NameRuntimeTelemetry, Fn: s.OnTelemetry})
 }
 
 // onTopology applies the topology stream in order.

@@ -93,7 +93,9 @@ func next[T any](c *cluster, ch <-chan *T, match func(*T) bool) *T {
 	}
 }
 
-func forJob[T interface{ *events.RuntimeTuning | *events.RuntimeDiagnosis }](job string) func(T) bool {
+func forJob[T interface {
+	*events.RuntimeTuning | *events.RuntimeDiagnosis
+}](job string) func(T) bool {
 	return func(v T) bool {
 		switch e := any(v).(type) {
 		case *events.RuntimeTuning:

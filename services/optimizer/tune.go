@@ -206,7 +206,7 @@ func Tuning(snap *store.Snapshot, fabric *topology.Fabric, d *events.PlacementDe
 		return nil, fmt.Errorf("job %s: %w", d.JobID, err)
 	}
 	ev := &events.RuntimeTuning{JobID: d.JobID, DecidedAt: d.DecidedAt, NCCLVersion: NCCLVersion,
-		Recommendations: []events.Recommendation{},
+		Recommendations:             []events.Recommendation{},
 		PredictedCommSecondsPerStep: plan.PredictedSeconds, DefaultCommSecondsPerStep: plan.DefaultSeconds}
 	all := map[string]string{}
 	algo, proto := plan.Env()
@@ -425,6 +425,3 @@ func formatBytes(b float64) string {
 	}
 	return strconv.FormatFloat(b, 'f', 0, 64) + " B"
 }
-
-// rebuildRuntime restores what the optimizer published about live jobs.
-func (s *Service) rebuildRuntime(context.Context) error { return nil }

@@ -1,0 +1,152 @@
+package optimizer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+)
+
+// HandlerTelemetry is the durable consumer of runtime.telemetry.
+const HandlerTelemetry = "optimizer-runtime-telemetry"
+
+// ErrTelemetry is wrapped by the errors of telemetry that passes its schema
+// but cannot be true. Such a message goes to the dead letters with the
+// reason, as a malformed one does.
+var ErrTelemetry = errors.New("telemetry refused")
+
+// ParseTelemetry reads a runtime.telemetry body: its schema (which bounds
+// the groups at events.MaxTelemetryGroups and the ranks at
+// events.MaxTelemetryRanks, and every figure's range), then what a schema
+// cannot say: compute no longer than the step, no group twice, no group
+// longer than the step, no rank twice.
+func ParseTelemetry(body []byte) (*events.RuntimeTelemetry, error) {
+	var t events.RuntimeTelemetry
+	if err := bus.Decode(events.NameRuntimeTelemetry, body, &t); err != nil {
+		return nil, err
+	}
+	if err := CheckTelemetry(&t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// CheckTelemetry is ParseTelemetry's checks beyond the schema.
+func CheckTelemetry(t *events.RuntimeTelemetry) error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: job %s step %d: %s", ErrTelemetry, t.JobID, t.Step, fmt.Sprintf(format, args...)))
+	}
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	if !finite(t.StepSeconds) || !finite(t.ComputeSeconds) || t.StepSeconds <= 0 || t.ComputeSeconds < 0 {
+		bad("step_seconds %v and compute_seconds %v: expected a positive step and a compute time of at least 0", t.StepSeconds, t.ComputeSeconds)
+	} else if t.ComputeSeconds > t.StepSeconds*1.001 {
+		bad("compute_seconds %.6g is longer than step_seconds %.6g", t.ComputeSeconds, t.StepSeconds)
+	}
+	if len(t.Groups) > events.MaxTelemetryGroups {
+		bad("%d groups: at most %d", len(t.Groups), events.MaxTelemetryGroups)
+	}
+	if len(t.Ranks) > events.MaxTelemetryRanks {
+		bad("%d ranks: at most %d", len(t.Ranks), events.MaxTelemetryRanks)
+	}
+	seen := map[string]bool{}
+	for i, g := range t.Groups {
+		key := g.Group + "/" + g.Collective
+		if seen[key] {
+			bad("groups[%d]: group %s %s given twice", i, g.Group, g.Collective)
+		}
+		seen[key] = true
+		if g.Seconds <= 0 && g.BusBWGBps <= 0 {
+			bad("groups[%d]: group %s gives neither seconds nor busbw_gbps", i, g.Group)
+		}
+		if g.Seconds > t.StepSeconds*1.001 {
+			bad("groups[%d]: group %s takes %.6g s, longer than the step's %.6g s", i, g.Group, g.Seconds, t.StepSeconds)
+		}
+	}
+	ranks := map[int]bool{}
+	for i, r := range t.Ranks {
+		if ranks[r.Rank] {
+			bad("ranks[%d]: rank %d given twice", i, r.Rank)
+		}
+		ranks[r.Rank] = true
+	}
+	return errors.Join(errs...)
+}
+
+// OnTelemetry compares a running job's telemetry with its prediction and
+// publishes a runtime.diagnosis when the finding changes.
+func (s *Service) OnTelemetry(ctx context.Context, env events.Envelope, t *events.RuntimeTelemetry) error {
+	if err := CheckTelemetry(t); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lj := s.live[t.JobID]
+	if lj == nil {
+		// Telemetry may come before the optimizer has read the decision
+		// of its job: catch up with the placement stream first.
+		if err := s.catchUpPlacement(ctx); err != nil {
+			return err
+		}
+		if lj = s.live[t.JobID]; lj == nil {
+			s.log.Warn("telemetry for a job that does not run ignored", "job_id", t.JobID, "step", t.Step)
+			return nil
+		}
+	}
+	for _, r := range t.Ranks {
+		if r.Rank >= len(lj.decision.Ranks) {
+			return fmt.Errorf("%w: job %s step %d: rank %d: the job has %d ranks", ErrTelemetry, t.JobID, t.Step, r.Rank, len(lj.decision.Ranks))
+		}
+	}
+	if lj.tuning == nil {
+		if err := s.ready(ctx, lj); err != nil {
+			return err
+		}
+		ev, err := Tuning(s.store.Snapshot(), s.fabric, lj.decision, lj.spec)
+		if err != nil {
+			s.log.Warn("telemetry not diagnosed: no prediction", "job_id", t.JobID, "err", err)
+			return nil
+		}
+		lj.tuning = ev
+	}
+	dg := s.diagnose(lj, t)
+	dg.DiagnosedAt = s.now().UTC()
+	if dg.Finding == lj.finding {
+		return nil // published on change only
+	}
+	dg.Previous = lj.finding
+	if s.bus != nil {
+		if _, err := s.bus.Publish(ctx, dg); err != nil {
+			return err
+		}
+	}
+	lj.finding, lj.diagnosis = dg.Finding, dg
+	s.log.Info("job diagnosed", "job_id", t.JobID, "finding", dg.Finding, "previous", dg.Previous, "step", t.Step,
+		"ratio", dg.Evidence.Ratio, "message", dg.Message)
+	return nil
+}
+
+// rebuildRuntime restores the last finding published per live job, so a
+// restart does not repeat it.
+func (s *Service) rebuildRuntime(ctx context.Context) error {
+	err := s.bus.Replay(ctx, "runtime", []string{s.bus.Subjects.Of(events.NameRuntimeDiagnosis)}, func(r bus.Record) error {
+		var dg events.RuntimeDiagnosis
+		if err := bus.Decode(r.Name, r.Body, &dg); err != nil {
+			s.log.Warn("rebuild: diagnosis skipped", "seq", r.Seq, "err", err)
+			return nil
+		}
+		// A finding made before the job's current decision (it migrated
+		// since) is not the current one's.
+		if lj := s.live[dg.JobID]; lj != nil && !dg.DiagnosedAt.Before(lj.decision.DecidedAt) {
+			lj.finding, lj.diagnosis = dg.Finding, &dg
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("optimizer: rebuild findings: %w", err)
+	}
+	return nil
+}
