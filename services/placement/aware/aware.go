@@ -380,6 +380,19 @@ func (p *placer) pick(c *candNode, k int) (inNode, error) {
 			level, poolDom, poolFree = l, d, f
 		}
 	}
+	if k == 1 {
+		// What the seed loop below picks for one GPU, without its
+		// slices: the pool's first GPU of the smallest hole (seeds are
+		// sorted stably by hole, and a later seed wins only with fewer
+		// holes; bandwidths are all zero).
+		bi := -1
+		for i, g := range c.free {
+			if (poolDom == "" || slices.Contains(g.Domains, poolDom)) && (bi < 0 || hole[i] < hole[bi]) {
+				bi = i
+			}
+		}
+		return inNode{c: c, level: 0, gpus: []int{c.free[bi].Index}, holes: hole[bi], fit: len(c.free) - 1}, nil
+	}
 	var pool []int // positions in c.free
 	for i, g := range c.free {
 		if poolDom == "" || slices.Contains(g.Domains, poolDom) {
@@ -566,9 +579,18 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 				cmp.Compare(a.holes, b.holes), cmp.Compare(a.fit, b.fit))
 		})
 	}
+	// The candidates and their keys in two slabs, not two objects each
+	// (a 1-GPU job has up to 256).
 	out := make([]*cand, len(picks))
+	slab := make([]cand, len(picks))
+	keyBuf := make([]store.GPUKey, 0, len(picks)*k)
 	for i, pk := range picks {
-		out[i] = &cand{domain: pk.domain(), gpus: keys(pk.c.node.Name, pk.gpus), comm: math.NaN()}
+		at := len(keyBuf)
+		for _, x := range pk.gpus {
+			keyBuf = append(keyBuf, store.GPUKey{Node: pk.c.node.Name, Index: x})
+		}
+		slab[i] = cand{domain: pk.domain(), gpus: keyBuf[at:len(keyBuf):len(keyBuf)], comm: math.NaN()}
+		out[i] = &slab[i]
 		if k == 1 {
 			out[i].comm = 0
 		}
