@@ -28,6 +28,7 @@ const (
 	subjectTelemetry = "toposched.runtime.telemetry"
 	subjectDiagnosis = "toposched.runtime.diagnosis"
 	subjectMigration = "toposched.placement.migration"
+	subjectTuning    = "toposched.runtime.tuning"
 )
 
 // Wire shapes of the migration scenario, declared here as the other tests
@@ -69,19 +70,16 @@ type (
 		BreakEvenSeconds           float64    `json:"break_even_seconds"`
 		ProposedAt                 string     `json:"proposed_at"`
 	}
-	analyzedJSON struct {
-		Job struct {
-			JobID string `json:"job_id"`
-		} `json:"job"`
-		Groups []struct {
-			Dimension   string `json:"dimension"`
-			Size        int    `json:"size"`
-			Collectives []struct {
-				Collective   string `json:"collective"`
-				Bytes        int64  `json:"bytes"`
-				CallsPerStep int    `json:"calls_per_step"`
-			} `json:"collectives"`
-		} `json:"groups"`
+	tunedGroupJSON struct {
+		Name           string  `json:"name"`
+		Bytes          int64   `json:"bytes"`
+		CallsPerStep   int     `json:"calls_per_step"`
+		SecondsPerStep float64 `json:"seconds_per_step"`
+		BusBWGBps      float64 `json:"busbw_gbps"`
+	}
+	tuningJSON struct {
+		JobID  string           `json:"job_id"`
+		Groups []tunedGroupJSON `json:"groups"`
 	}
 )
 
@@ -142,16 +140,31 @@ func TestMigrationScenario(t *testing.T) {
 	}
 
 	// The job reports a step with its data-parallel all-reduce at 40% of
-	// the predicted bus bandwidth: 2.5 times the predicted time.
-	dp := predictedGroup(t, trainFull.Prediction, "dp")
-	bytes, calls := allReduceOf(t, js, "train", "dp")
-	// nccl-tests' bus bandwidth of an all-reduce over 2 ranks is its
-	// algorithm bandwidth times 2(n-1)/n = 1.
-	predictedBusBW := float64(bytes) / (dp / float64(calls)) / 1e9
-	measured := dp / 0.4
+	// the predicted bus bandwidth (2.5 times the predicted time), against
+	// the prediction of the optimizer's runtime.tuning for the decision:
+	// what a launcher ran with and what telemetry is compared with.
+	var tuned tunedGroupJSON
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		mustBeAlive(t, serve)
+		for _, m := range readStream(t, js, streamRuntime, subjectTuning) {
+			var tu tuningJSON
+			if json.Unmarshal(m, &tu) != nil || tu.JobID != "train" {
+				continue
+			}
+			for _, g := range tu.Groups {
+				if strings.HasPrefix(g.Name, "dp") && g.SecondsPerStep > 0 && g.BusBWGBps > 0 {
+					tuned = g
+				}
+			}
+		}
+		return tuned.Name != "", "no runtime.tuning with a dp group for train"
+	})
+	bytes, calls := tuned.Bytes, max(tuned.CallsPerStep, 1)
+	measured := tuned.SecondsPerStep / 0.4
+	predictedBusBW := tuned.BusBWGBps
 	telemetry, err := json.Marshal(map[string]any{
 		"job_id": "train", "step": 100, "step_seconds": 0.5 + measured, "compute_seconds": 0.5,
-		"groups": []map[string]any{{"group": "dp", "collective": "all_reduce", "seconds": measured,
+		"groups": []map[string]any{{"group": tuned.Name, "collective": "all_reduce", "seconds": measured,
 			"busbw_gbps": 0.4 * predictedBusBW, "bytes": bytes, "calls": calls}},
 	})
 	if err != nil {
@@ -311,43 +324,6 @@ func lastDecision(t *testing.T, js jetstream.JetStream, job string) decidedFullJ
 		t.Fatalf("no decision for %s", job)
 	}
 	return d
-}
-
-func predictedGroup(t *testing.T, p *predictionJSON, name string) float64 {
-	t.Helper()
-	for _, g := range p.Groups {
-		// Groups are named by dimension, with a suffix where a dimension
-		// has several kinds (dp0: the gradient all-reduce).
-		if strings.HasPrefix(g.Name, name) && g.SecondsPerStep > 0 {
-			return g.SecondsPerStep
-		}
-	}
-	t.Fatalf("prediction has no %s group with a time: %+v", name, p)
-	return 0
-}
-
-// allReduceOf reads a job's analysis from the jobs stream: the message size
-// and calls per step of the all-reduce of its group of dimension dim.
-func allReduceOf(t *testing.T, js jetstream.JetStream, job, dim string) (int64, int) {
-	t.Helper()
-	for _, m := range readStream(t, js, streamJobs, "toposched.jobs.analyzed") {
-		var a analyzedJSON
-		if json.Unmarshal(m, &a) != nil || a.Job.JobID != job {
-			continue
-		}
-		for _, g := range a.Groups {
-			if g.Dimension != dim {
-				continue
-			}
-			for _, c := range g.Collectives {
-				if c.Collective == "all_reduce" && c.Bytes > 0 {
-					return c.Bytes, max(c.CallsPerStep, 1)
-				}
-			}
-		}
-	}
-	t.Fatalf("no %s all-reduce in %s's analysis", dim, job)
-	return 0, 0
 }
 
 // readStream returns the bodies of a stream's messages on subject, in
