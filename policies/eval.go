@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -91,6 +92,7 @@ func failClosed(err error) Violation {
 // eval runs a prepared query on an input, returning the document (nil
 // when undefined).
 func (s *Set) eval(ctx context.Context, pq rego.PreparedEvalQuery, input any) (map[string]any, error) {
+	defer observeEval(time.Now())
 	b, err := json.Marshal(input)
 	if err != nil {
 		return nil, err

@@ -48,7 +48,11 @@ the check to run by hand on a GPU machine.`,
 				url = "nats://127.0.0.1:4222"
 			}
 			ctx := cmd.Context()
-			b, err := bus.Connect(ctx, g.busConfig(url, "agent", log))
+			// The operator creates the streams: an agent's NATS role
+			// (deploy/nats) may publish its node's topology and no more.
+			bcfg := g.busConfig(url, "agent", log)
+			bcfg.SkipStreams = true
+			b, err := bus.Connect(ctx, bcfg)
 			if err != nil {
 				return err
 			}

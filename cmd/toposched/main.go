@@ -17,6 +17,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/natsflags"
 )
 
 func main() {
@@ -34,6 +35,10 @@ type globals struct {
 	prefix    string
 	logLevel  string
 	logFormat string
+	// conn is how to authenticate to NATS and secure the connection;
+	// replicas how many copies of each stream to ask for (ops.go).
+	conn     natsflags.Flags
+	replicas int
 }
 
 func newRoot() *cobra.Command {
@@ -63,6 +68,7 @@ or see it work on a sample cluster:
 	pf.StringVar(&g.prefix, "prefix", envOr("TOPOSCHED_PREFIX", events.DefaultPrefix), "first token of every event subject")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
+	g.registerOps(pf)
 	root.AddCommand(newServe(g), newDemo(g), newAgent(g))
 	root.AddCommand(newModel(g))
 	root.AddCommand(newQuality(g))
@@ -102,5 +108,6 @@ func (g *globals) logger() (*slog.Logger, error) {
 }
 
 func (g *globals) busConfig(url, source string, log *slog.Logger) bus.Config {
-	return bus.Config{URL: url, Prefix: g.prefix, Source: "urn:toposched:" + source, Logger: log}
+	return bus.Config{URL: url, Prefix: g.prefix, Source: "urn:toposched:" + source, Logger: log,
+		Replicas: g.replicas, NATSOptions: g.natsOptions()}
 }

@@ -26,6 +26,7 @@ type serveFlags struct {
 	strategy string
 	reserve  time.Duration
 	policies string
+	ops      opsFlags
 }
 
 func newServe(g *globals) *cobra.Command {
@@ -65,6 +66,7 @@ that was not handled is acknowledged, and the server flushes its streams.`,
 	cmd.Flags().StringVar(&f.strategy, "strategy", "topology-aware", "placement strategy: topology-aware or blind (the first-fit baseline)")
 	cmd.Flags().DurationVar(&f.reserve, "reserve-after", placement.DefaultReserveAfter, "how long the head of the queue waits before nodes are held for it so small jobs cannot starve it (0: at once; negative: never)")
 	cmd.Flags().StringVar(&f.policies, "policies", "", policiesUsage)
+	f.ops.register(cmd.Flags(), true)
 	return cmd
 }
 
@@ -88,7 +90,8 @@ func runServe(ctx context.Context, g *globals, f *serveFlags) error {
 	}
 	return runServices(ctx, g, url, "operator", operator.Config{
 		Services: f.services, ClusterFile: f.cluster, Poll: f.poll, Strategy: f.strategy, Policies: f.policies, ReserveAfter: &f.reserve,
-	}, log)
+		Replica: f.ops.replica, LeaseTTL: f.ops.leaseTTL,
+	}, &f.ops, log)
 }
 
 func startEmbedded(listen, dataDir string, log *slog.Logger) (*natsserver.Server, error) {
@@ -108,8 +111,11 @@ func startEmbedded(listen, dataDir string, log *slog.Logger) (*natsserver.Server
 
 // runServices connects to NATS, runs the services until ctx ends, then
 // stops them gracefully and drains the connection.
-func runServices(ctx context.Context, g *globals, url, source string, cfg operator.Config, log *slog.Logger) error {
-	b, err := bus.Connect(ctx, g.busConfig(url, source, log))
+func runServices(ctx context.Context, g *globals, url, source string, cfg operator.Config, ops *opsFlags, log *slog.Logger) error {
+	mr := newMetricsRun(ops)
+	bcfg := g.busConfig(url, source, log)
+	mr.observer(&bcfg)
+	b, err := bus.Connect(ctx, bcfg)
 	if err != nil {
 		return err
 	}
@@ -118,6 +124,16 @@ func runServices(ctx context.Context, g *globals, url, source string, cfg operat
 		_ = b.Close()
 		return err
 	}
+	if err := mr.serve(ops, b, op, g); err != nil {
+		_ = op.Stop()
+		_ = b.Close()
+		return err
+	}
+	defer func() {
+		if err := mr.close(); err != nil {
+			log.Warn("metrics endpoint", "err", err)
+		}
+	}()
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
@@ -137,6 +153,7 @@ func newSingle(g *globals, name, short string) *cobra.Command {
 	var cluster, strategy, policySet string
 	var reserve time.Duration
 	var poll time.Duration
+	var ops opsFlags
 	cmd := &cobra.Command{
 		Use:   name,
 		Short: short,
@@ -156,7 +173,8 @@ consumers: each event is handled by one of them.`,
 				url = "nats://127.0.0.1:4222"
 			}
 			return runServices(cmd.Context(), g, url, name,
-				operator.Config{Services: []string{name}, ClusterFile: cluster, Poll: poll, Strategy: strategy, Policies: policySet, ReserveAfter: &reserve}, log.With("service", name))
+				operator.Config{Services: []string{name}, ClusterFile: cluster, Poll: poll, Strategy: strategy, Policies: policySet, ReserveAfter: &reserve,
+					Replica: ops.replica, LeaseTTL: ops.leaseTTL}, &ops, log.With("service", name))
 		},
 	}
 	if name == operator.Discovery {
@@ -169,5 +187,6 @@ consumers: each event is handled by one of them.`,
 		cmd.Flags().DurationVar(&reserve, "reserve-after", placement.DefaultReserveAfter, "how long the head of the queue waits before nodes are held for it (0: at once; negative: never)")
 		cmd.Flags().StringVar(&policySet, "policies", "", policiesUsage)
 	}
+	ops.register(cmd.Flags(), name == operator.Placement)
 	return cmd
 }

@@ -37,6 +37,9 @@ type Config struct {
 	// NATSOptions are extra connection options (credentials, TLS).
 	NATSOptions []nats.Option
 	Logger      *slog.Logger
+	// Observer, if set, is told of every delivery handled and every event
+	// published (metrics).
+	Observer Observer
 }
 
 func (c *Config) setDefaults() {
@@ -270,7 +273,13 @@ func (b *Bus) Publish(ctx context.Context, v any) (events.Envelope, error) {
 	if name.NodeScoped() {
 		subject = b.Subjects.ForNode(name, key)
 	}
-	return env, b.PublishRaw(ctx, subject, env.Headers(), body)
+	if err := b.PublishRaw(ctx, subject, env.Headers(), body); err != nil {
+		return env, err
+	}
+	if b.cfg.Observer != nil {
+		b.cfg.Observer.Published(ctx, name, env)
+	}
+	return env, nil
 }
 
 // PublishRaw sends a body with the given headers and waits for the PubAck.

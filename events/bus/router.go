@@ -60,7 +60,11 @@ func (b *Bus) NewRouter() (*Router, error) {
 		ShouldRetry:     func(p middleware.RetryParams) bool { return IsTransient(p.Err) },
 		Logger:          wlog,
 	}
-	r.AddMiddleware(dead, retry.Middleware, middleware.Timeout(HandlerTimeout), middleware.Recoverer)
+	r.AddMiddleware(dead)
+	if b.cfg.Observer != nil {
+		r.AddMiddleware(b.observe)
+	}
+	r.AddMiddleware(retry.Middleware, middleware.Timeout(HandlerTimeout), middleware.Recoverer)
 	return &Router{b: b, r: r, log: b.log}, nil
 }
 

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/pflag"
+
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/metrics"
+	"github.com/toposched/toposched/policies"
+	"github.com/toposched/toposched/services/operator"
+)
+
+// registerOps adds the flags of a production deployment that every command
+// shares: NATS credentials and TLS, and stream replication.
+func (g *globals) registerOps(pf *pflag.FlagSet) {
+	g.conn.Register(pf)
+	replicas := 1
+	if v, err := strconv.Atoi(os.Getenv("TOPOSCHED_STREAM_REPLICAS")); err == nil {
+		replicas = v
+	}
+	pf.IntVar(&g.replicas, "replicas", replicas,
+		"copies of each JetStream stream and KV bucket the services create: 1 on one server, 3 on a 3-node cluster (env TOPOSCHED_STREAM_REPLICAS)")
+}
+
+// natsOptions are the connection's credentials and TLS. A flag error
+// becomes an option that fails the connection with it, so that every
+// command reports it where it connects.
+func (g *globals) natsOptions() []nats.Option {
+	opts, err := g.conn.Options()
+	if err != nil {
+		return []nats.Option{func(*nats.Options) error { return err }}
+	}
+	return opts
+}
+
+// opsFlags are the operator's production flags: metrics and placement's
+// lease.
+type opsFlags struct {
+	metricsListen string
+	replica       string
+	leaseTTL      time.Duration
+}
+
+func (f *opsFlags) register(fs *pflag.FlagSet, placement bool) {
+	fs.StringVar(&f.metricsListen, "metrics-listen", "",
+		"serve /metrics (Prometheus), /healthz and /readyz on HOST:PORT (empty: off)")
+	if placement {
+		fs.StringVar(&f.replica, "replica", os.Getenv("TOPOSCHED_REPLICA"),
+			"this replica's name in placement's lease and policy events, unique among live replicas, such as the pod name (env TOPOSCHED_REPLICA; default host/pid)")
+		fs.DurationVar(&f.leaseTTL, "lease-ttl", operator.DefaultLeaseTTL,
+			"how long placement's lease outlives its holder's last renewal: the failover time after a crash (same on every replica)")
+	}
+}
+
+// startMetrics installs the metrics observers and, when asked, serves them.
+// It returns the bus observer (nil when metrics are off) and a function
+// that, once the operator runs, starts serving; stop ends it.
+type metricsRun struct {
+	m   *metrics.Metrics
+	srv *metrics.Server
+}
+
+func newMetricsRun(f *opsFlags) *metricsRun {
+	if f.metricsListen == "" {
+		return nil
+	}
+	m := metrics.New()
+	policies.SetEvalObserver(m.PolicyEvaluated)
+	return &metricsRun{m: m}
+}
+
+func (r *metricsRun) observer(cfg *bus.Config) {
+	if r != nil {
+		cfg.Observer = r.m
+	}
+}
+
+// serve starts the endpoint for a running operator.
+func (r *metricsRun) serve(f *opsFlags, b *bus.Bus, op *operator.Operator, g *globals) error {
+	if r == nil {
+		return nil
+	}
+	r.m.WatchOperator(op)
+	log, _ := g.logger()
+	srv, err := metrics.Listen(f.metricsListen, r.m.Handler(readiness(b, op)), log)
+	if err != nil {
+		return err
+	}
+	r.srv = srv
+	if log != nil {
+		log.Info("metrics endpoint ready", "addr", srv.Addr().String(), "paths", "/metrics /healthz /readyz")
+	}
+	return nil
+}
+
+func (r *metricsRun) close() error {
+	if r == nil || r.srv == nil {
+		return nil
+	}
+	policies.SetEvalObserver(nil)
+	return r.srv.Close()
+}
+
+// readiness is ready once the services run (streams ensured, state rebuilt:
+// Start returned), while the connection is up, and for placement once this
+// replica knows who applies decisions (itself or a named leader).
+func readiness(b *bus.Bus, op *operator.Operator) func() error {
+	return func() error {
+		var errs []error
+		if !b.Conn().IsConnected() {
+			errs = append(errs, fmt.Errorf("nats: %s", b.Conn().Status()))
+		}
+		select {
+		case <-op.Done():
+			errs = append(errs, errors.New("services stopped"))
+		default:
+		}
+		if st, ok := op.LeaderStatus(); ok && st.Role == operator.RoleUnknown {
+			errs = append(errs, errors.New("placement: no leader known yet"))
+		}
+		return errors.Join(errs...)
+	}
+}

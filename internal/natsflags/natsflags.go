@@ -1,0 +1,96 @@
+// Package natsflags holds the command-line flags that say how a toposched
+// binary authenticates to NATS and secures the connection: credentials
+// (a .creds file, an nkey seed, or a user and password) and TLS (a CA to
+// trust, a client certificate for mutual TLS). toposched and topoctl
+// register the same flags, so a deployment configures both the same way.
+package natsflags
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/pflag"
+)
+
+// Flags are the connection's security settings.
+type Flags struct {
+	Creds    string // a NATS .creds file (JWT and nkey seed)
+	NKey     string // a file holding an nkey seed (SU...)
+	User     string
+	Password string
+	TLSCA    string // PEM CA bundle the server's certificate must chain to
+	TLSCert  string // client certificate (mutual TLS)
+	TLSKey   string // its key
+}
+
+// Register adds the flags to fs. Defaults come from the environment
+// (TOPOSCHED_NATS_CREDS, _NKEY, _USER, _PASSWORD, _TLS_CA, _TLS_CERT,
+// _TLS_KEY), so that a password need not be on a command line.
+func (f *Flags) Register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.Creds, "nats-creds", os.Getenv("TOPOSCHED_NATS_CREDS"), "NATS credentials file (.creds: JWT and nkey seed) (env TOPOSCHED_NATS_CREDS)")
+	fs.StringVar(&f.NKey, "nats-nkey", os.Getenv("TOPOSCHED_NATS_NKEY"), "file holding an nkey seed to sign in with (env TOPOSCHED_NATS_NKEY)")
+	fs.StringVar(&f.User, "nats-user", os.Getenv("TOPOSCHED_NATS_USER"), "NATS user name (env TOPOSCHED_NATS_USER); the password comes from TOPOSCHED_NATS_PASSWORD")
+	fs.StringVar(&f.Password, "nats-password", "", "NATS password; prefer the environment variable TOPOSCHED_NATS_PASSWORD")
+	fs.StringVar(&f.TLSCA, "nats-tls-ca", os.Getenv("TOPOSCHED_NATS_TLS_CA"), "PEM CA file the NATS server's certificate must chain to; turns TLS on (env TOPOSCHED_NATS_TLS_CA)")
+	fs.StringVar(&f.TLSCert, "nats-tls-cert", os.Getenv("TOPOSCHED_NATS_TLS_CERT"), "client certificate for mutual TLS (env TOPOSCHED_NATS_TLS_CERT)")
+	fs.StringVar(&f.TLSKey, "nats-tls-key", os.Getenv("TOPOSCHED_NATS_TLS_KEY"), "key of --nats-tls-cert (env TOPOSCHED_NATS_TLS_KEY)")
+}
+
+// Validate reports every inconsistent combination at once.
+func (f *Flags) Validate() error {
+	var errs []error
+	n := 0
+	for _, set := range []bool{f.Creds != "", f.NKey != "", f.User != ""} {
+		if set {
+			n++
+		}
+	}
+	if n > 1 {
+		errs = append(errs, errors.New("--nats-creds, --nats-nkey and --nats-user: choose one"))
+	}
+	if (f.TLSCert == "") != (f.TLSKey == "") {
+		errs = append(errs, errors.New("--nats-tls-cert and --nats-tls-key: give both or neither"))
+	}
+	for flag, path := range map[string]string{"--nats-creds": f.Creds, "--nats-nkey": f.NKey, "--nats-tls-ca": f.TLSCA, "--nats-tls-cert": f.TLSCert, "--nats-tls-key": f.TLSKey} {
+		if path == "" {
+			continue
+		}
+		if _, err := os.Stat(path); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", flag, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Options are the nats.go options the flags ask for.
+func (f *Flags) Options() ([]nats.Option, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	var opts []nats.Option
+	switch {
+	case f.Creds != "":
+		opts = append(opts, nats.UserCredentials(f.Creds))
+	case f.NKey != "":
+		o, err := nats.NkeyOptionFromSeed(f.NKey)
+		if err != nil {
+			return nil, fmt.Errorf("--nats-nkey %s: %w", f.NKey, err)
+		}
+		opts = append(opts, o)
+	case f.User != "":
+		pw := f.Password
+		if pw == "" {
+			pw = os.Getenv("TOPOSCHED_NATS_PASSWORD")
+		}
+		opts = append(opts, nats.UserInfo(f.User, pw))
+	}
+	if f.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(f.TLSCA))
+	}
+	if f.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(f.TLSCert, f.TLSKey))
+	}
+	return opts, nil
+}

@@ -1,0 +1,153 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/events/client"
+	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/policies"
+	"github.com/toposched/toposched/services/operator"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// TestEndpoints runs every service with metrics on, places one job and
+// rejects another, and reads the listed series from /metrics.
+func TestEndpoints(t *testing.T) {
+	srv := eventstest.Server(t)
+	m := New()
+	policies.SetEvalObserver(m.PolicyEvaluated)
+	t.Cleanup(func() { policies.SetEvalObserver(nil) })
+	ctx := eventstest.Context(t, 30*time.Second)
+	b, err := bus.Connect(ctx, bus.Config{URL: srv.ClientURL(), Source: "urn:toposched:test", Observer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	file := filepath.Join(t.TempDir(), "cluster.yaml")
+	if err := os.WriteFile(file, []byte("name: m\nnodes:\n  - {name: n, count: 2, gpus: 8, gpu_model: A100}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: file}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = op.Stop() })
+	m.WatchOperator(op)
+	notReady := errors.New("not yet")
+	readyErr := notReady
+	s, err := Listen("127.0.0.1:0", m.Handler(func() error { return readyErr }), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	base := "http://" + s.Addr().String()
+
+	if code, body := get(t, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not yet") {
+		t.Errorf("/readyz before ready: %d %q", code, body)
+	}
+	readyErr = nil
+	if code, _ := get(t, base+"/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz: %d", code)
+	}
+	if code, _ := get(t, base+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz: %d", code)
+	}
+
+	// One job placed, one that can never fit.
+	finals := 0
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- client.Watch(wctx, b, client.FromStart, ready, func(o client.Outcome) error {
+			if o.Final() {
+				finals++
+				if finals == 2 {
+					return bus.ErrStop
+				}
+			}
+			return nil
+		})
+	}()
+	<-ready
+	for _, j := range []events.JobSubmitted{{JobID: "fits", GPUs: 4}, {JobID: "never", GPUs: 64}} {
+		if _, err := client.Submit(ctx, b, &j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	_, body := get(t, base+"/metrics")
+	for _, want := range []string{
+		"toposched_placement_decisions_total 1",
+		"toposched_placement_rejections_total 1",
+		"toposched_placement_pending_jobs 0",
+		"toposched_placement_decision_latency_seconds_count 1",
+		"toposched_policy_evaluation_seconds_count",
+		`toposched_handler_duration_seconds_count{handler="placement-jobs-analyzed"} 2`,
+		`toposched_handler_errors_total{handler="placement-jobs-analyzed"} 0`,
+		`toposched_handler_redeliveries_total{handler="placement-jobs-analyzed"} 0`,
+		`toposched_store_gpus{kind="total"} 16`,
+		`toposched_store_gpus{kind="free"} 12`,
+		`toposched_store_jobs{state="placed"} 1`,
+		"toposched_store_nodes 2",
+		"toposched_placement_leader 1",
+		"go_goroutines",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", body)
+	}
+}
+
+func TestHandledCountsErrorsAndRedeliveries(t *testing.T) {
+	m := New()
+	m.Handled("h", time.Millisecond, nil, 1)
+	m.Handled("h", time.Millisecond, errors.New("boom"), 2)
+	m.Handled("h", time.Millisecond, nil, 3)
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		for _, mt := range f.GetMetric() {
+			if c := mt.GetCounter(); c != nil {
+				got[f.GetName()] += c.GetValue()
+			}
+		}
+	}
+	if got["toposched_handler_errors_total"] != 1 || got["toposched_handler_redeliveries_total"] != 2 {
+		t.Fatalf("errors %v, redeliveries %v; want 1 and 2", got["toposched_handler_errors_total"], got["toposched_handler_redeliveries_total"])
+	}
+}
