@@ -18,6 +18,7 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/client"
+	"github.com/toposched/toposched/internal/natsflags"
 )
 
 func main() {
@@ -33,6 +34,8 @@ type globals struct {
 	natsURL string
 	prefix  string
 	format  string
+	// conn is how to authenticate to NATS and secure the connection.
+	conn natsflags.Flags
 }
 
 func newRoot() *cobra.Command {
@@ -60,6 +63,7 @@ placement.rejected.`,
 	pf.StringVarP(&g.format, "format", "o", "table", "output format: table or json (topology show also takes dot)")
 	pf.StringVar(&g.format, "output", "table", "same as --format")
 	_ = pf.MarkHidden("output")
+	g.conn.Register(pf)
 	root.AddCommand(newSubmit(g), newWatch(g), newFinish(g), newTopology(g))
 	root.AddCommand(newPolicy(g))
 	root.AddCommand(newPlace(g))
@@ -76,7 +80,12 @@ func envOr(key, def string) string {
 }
 
 func (g *globals) connect(ctx context.Context) (*bus.Bus, error) {
-	return bus.Connect(ctx, bus.Config{URL: g.natsURL, Prefix: g.prefix, Source: "urn:toposched:topoctl", ConnectTimeout: 5 * time.Second, SkipStreams: true})
+	opts, err := g.conn.Options()
+	if err != nil {
+		return nil, err
+	}
+	return bus.Connect(ctx, bus.Config{URL: g.natsURL, Prefix: g.prefix, Source: "urn:toposched:topoctl", ConnectTimeout: 5 * time.Second, SkipStreams: true,
+		NATSOptions: opts})
 }
 
 func (g *globals) print(w io.Writer, o client.Outcome) error {
