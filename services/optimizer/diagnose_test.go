@@ -262,3 +262,66 @@ func FuzzParseTelemetry(f *testing.F) {
 		}
 	})
 }
+
+// Issue 6's scenario: a job placed across two leaves, a neighbour floods
+// the shared uplinks (telemetry shows 40% of the predicted bus
+// bandwidth); the optimizer diagnoses congestion; when GPUs free, it
+// proposes a same-leaf placement with its gain and break-even; accepted,
+// placement moves the job and the optimizer tunes the new decision.
+func TestCongestionToMigration(t *testing.T) {
+	t.Parallel()
+	c := victimAndFlood(t, true)
+	o := c.running()
+	diags := follow[events.RuntimeDiagnosis](c, events.NameRuntimeDiagnosis)
+	props := follow[events.PlacementMigration](c, events.NamePlacementMigration)
+	tunings := follow[events.RuntimeTuning](c, events.NameRuntimeTuning)
+
+	o.mu.Lock()
+	for o.live["victim"] == nil || o.live["victim"].tuning == nil {
+		o.mu.Unlock()
+		next(c, tunings, forJob[*events.RuntimeTuning]("victim"))
+		o.mu.Lock()
+	}
+	busbw := o.live["victim"].tuning.Groups[0].BusBWGBps
+	o.mu.Unlock()
+	c.publish(&events.RuntimeTelemetry{JobID: "victim", Step: 10, StepSeconds: 1, ComputeSeconds: 0.5,
+		Groups: []events.GroupTelemetry{{Group: "dp", Collective: "all_reduce", BusBWGBps: 0.4 * busbw}}})
+	dg := next(c, diags, forJob[*events.RuntimeDiagnosis]("victim"))
+	if dg.Finding != events.FindingCongestion {
+		t.Fatalf("finding %s: %s", dg.Finding, dg.Message)
+	}
+
+	c.finish("flood")
+	var p *events.PlacementMigration
+	select {
+	case p = <-props:
+	case <-c.ctx.Done():
+		t.Fatal("no proposal")
+	}
+	t.Logf("proposal: %s", p.Message)
+	leaves := map[string]bool{}
+	for _, np := range p.Nodes {
+		leaves[map[string]string{"n1": "leafA", "n2": "leafA", "n3": "leafB", "n4": "leafB"}[np.Node]] = true
+	}
+	if p.JobID != "victim" || p.Reason != events.MigrationCongestion || len(leaves) != 1 || p.GainSecondsPerStep <= 0 ||
+		p.RestartCostSource != events.RestartCostFromDefault || p.MeasuredCommSecondsPerStep != 0.5 {
+		t.Fatalf("proposal %+v", p)
+	}
+	if want := events.BreakEven(p.RestartCostSeconds, p.StepSeconds, p.GainSecondsPerStep); p.BreakEvenSeconds != want {
+		t.Errorf("break-even %.1f, want %.1f", p.BreakEvenSeconds, want)
+	}
+
+	accept := &events.JobMigrationAccepted{JobID: "victim"}
+	env := c.publish(accept)
+	if err := c.place.OnMigrationAccepted(bus.WithCause(c.ctx, env), env, accept); err != nil {
+		t.Fatal(err)
+	}
+	moved := next(c, tunings, func(tu *events.RuntimeTuning) bool { return tu.JobID == "victim" })
+	j, _ := c.place.Store().Snapshot().Job("victim")
+	if j.Decision.Migration == nil || !moved.DecidedAt.Equal(j.Decision.DecidedAt) {
+		t.Fatalf("after the move: decision %+v, tuning for %v", j.Decision.Migration, moved.DecidedAt)
+	}
+	if got := len(c.place.Store().Snapshot().GPUsOfJob("victim")); got != 16 {
+		t.Errorf("victim holds %d GPUs after the move", got)
+	}
+}

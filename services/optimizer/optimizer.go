@@ -101,9 +101,15 @@ type liveJob struct {
 	spec *events.JobAnalyzed
 	// tuning is what was published for the decision; nil until tuned.
 	tuning *events.RuntimeTuning
-	// finding is the last diagnosis published ("" before the first).
-	finding   string
-	diagnosis *events.RuntimeDiagnosis
+	// finding is the last diagnosis published ("" before the first),
+	// diagnosisID its event id.
+	finding     string
+	diagnosis   *events.RuntimeDiagnosis
+	diagnosisID string
+	// telemetry is the latest telemetry received.
+	telemetry *events.RuntimeTelemetry
+	// proposed is the GPUs of the last migration proposed, as keyOf.
+	proposed string
 }
 
 type gpuKey struct {
@@ -156,7 +162,8 @@ func (s *Service) onTopology(ctx context.Context, _ events.Envelope, name events
 		return err
 	}
 	s.topoSeq = max(s.topoSeq, seq)
-	return nil
+	// A part recovered, or a node came: a better placement may exist.
+	return s.reconsider(ctx)
 }
 
 // applyTopology applies one topology event. Errors are permanent: the
@@ -287,7 +294,8 @@ func (s *Service) OnReleased(ctx context.Context, _ events.Envelope, rel *events
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.applyPlacement(bus.StreamSeq(ctx), rel)
-	return nil
+	// GPUs were freed: a better placement may exist.
+	return s.reconsider(ctx)
 }
 
 // applyPlacement applies one placement event unless a catch-up already

@@ -112,6 +112,7 @@ func (s *Service) OnTelemetry(ctx context.Context, env events.Envelope, t *event
 		}
 		lj.tuning = ev
 	}
+	lj.telemetry = t
 	dg := s.diagnose(lj, t)
 	dg.DiagnosedAt = s.now().UTC()
 	if dg.Finding == lj.finding {
@@ -119,14 +120,16 @@ func (s *Service) OnTelemetry(ctx context.Context, env events.Envelope, t *event
 	}
 	dg.Previous = lj.finding
 	if s.bus != nil {
-		if _, err := s.bus.Publish(ctx, dg); err != nil {
+		env, err := s.bus.Publish(ctx, dg)
+		if err != nil {
 			return err
 		}
+		lj.diagnosisID = env.ID
 	}
-	lj.finding, lj.diagnosis = dg.Finding, dg
+	lj.finding, lj.diagnosis, lj.proposed = dg.Finding, dg, ""
 	s.log.Info("job diagnosed", "job_id", t.JobID, "finding", dg.Finding, "previous", dg.Previous, "step", t.Step,
 		"ratio", dg.Evidence.Ratio, "message", dg.Message)
-	return nil
+	return s.propose(ctx, lj)
 }
 
 // rebuildRuntime restores the last finding published per live job, so a

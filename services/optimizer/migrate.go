@@ -1,0 +1,165 @@
+package optimizer
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/services/placement"
+	"github.com/toposched/toposched/services/placement/aware"
+	"github.com/toposched/toposched/services/placement/blind"
+	"github.com/toposched/toposched/services/placement/launch"
+)
+
+// MinMigrationGain is the least share of a step a move must save to be
+// proposed: below it the prediction's error is as large as the gain.
+const MinMigrationGain = 0.05
+
+// Findings a move may fix, and the proposal reason for each.
+var movable = map[string]string{
+	events.FindingCongestion:   events.MigrationCongestion,
+	events.FindingLinkDegraded: events.MigrationLinkDegraded,
+}
+
+// reconsider looks for better placements for every live job whose last
+// finding a move may fix: called when GPUs are freed or a part recovers,
+// which is when a better placement can appear.
+func (s *Service) reconsider(ctx context.Context) error {
+	for _, id := range slices.Sorted(func(yield func(string) bool) {
+		for id := range s.live {
+			if !yield(id) {
+				return
+			}
+		}
+	}) {
+		lj := s.live[id]
+		if _, ok := movable[lj.finding]; !ok || lj.spec == nil {
+			continue
+		}
+		if err := s.propose(ctx, lj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// propose plans the job anew on a fork of the store where its own GPUs
+// are free, with placement's planner, and publishes placement.migration
+// when the plan differs from where the job runs and saves at least
+// MinMigrationGain of its step. A congested job is not moved onto another
+// placement that shares a link with its neighbours, nor a degraded one
+// onto unhealthy parts (the planner takes healthy GPUs only, and the
+// fork's topology has the down links taken out).
+func (s *Service) propose(ctx context.Context, lj *liveJob) error {
+	d := lj.decision
+	reason, ok := movable[lj.finding]
+	if !ok {
+		return nil
+	}
+	what := s.store.Fork()
+	if _, err := what.Release(d.JobID); err != nil {
+		return fmt.Errorf("optimizer: what-if release of %s: %w", d.JobID, err)
+	}
+	snap := what.Snapshot()
+	planner := &placement.Planner{Strategy: placement.StrategyTopologyAware, Fabric: s.fabric, Log: s.log}
+	plan, err := planner.Plan(ctx, snap, *lj.spec, placement.PlanOptions{})
+	if err != nil || plan.Verdict != blind.Placed {
+		return nil // nowhere to go now
+	}
+	if slices.Equal(plan.GPUs, gpusOf(d)) {
+		return nil
+	}
+	key := keyOf(plan.GPUs)
+	if key == lj.proposed {
+		return nil // proposed already
+	}
+	proposed, err := aware.Predict(snap, *lj.spec, plan.GPUs, s.fabric)
+	if err != nil {
+		s.log.Warn("migration: proposal not predicted", "job_id", d.JobID, "err", err)
+		return nil
+	}
+	target := blind.Decide(d.JobID, plan.GPUs, placement.StrategyTopologyAware)
+	launch.Fill(&target, snap)
+	if reason == events.MigrationCongestion && s.stillShared(lj, &target) {
+		return nil
+	}
+	current := lj.tuning.PredictedCommSecondsPerStep
+	m := &events.PlacementMigration{JobID: d.JobID, Reason: reason, CurrentNodes: d.Nodes, Ranks: target.Ranks, Nodes: target.Nodes,
+		CurrentCommSecondsPerStep: current, ProposedCommSecondsPerStep: proposed.CommSeconds, ProposedAt: s.now().UTC()}
+	base := current
+	step := lj.spec.Job.StepComputeSeconds + current
+	if t := lj.telemetry; t != nil {
+		m.MeasuredCommSecondsPerStep = max(t.StepSeconds-t.ComputeSeconds, 0)
+		base, step = m.MeasuredCommSecondsPerStep, t.StepSeconds
+	}
+	m.GainSecondsPerStep = base - m.ProposedCommSecondsPerStep
+	m.StepSeconds = step
+	if m.GainSecondsPerStep <= 0 || step <= 0 || m.GainSecondsPerStep < MinMigrationGain*step {
+		return nil
+	}
+	m.RestartCostSeconds, m.RestartCostSource = lj.spec.Job.RestartCostSeconds, events.RestartCostFromJob
+	if m.RestartCostSeconds <= 0 {
+		m.RestartCostSeconds, m.RestartCostSource = events.DefaultRestartCostSeconds, events.RestartCostFromDefault
+	}
+	m.BreakEvenSeconds = events.BreakEven(m.RestartCostSeconds, m.StepSeconds, m.GainSecondsPerStep)
+	if lj.diagnosisID != "" {
+		m.FindingID = lj.diagnosisID
+	}
+	// The proposal id is the event's own id, derived from the input being
+	// handled, so that a redelivery proposes the same.
+	if s.bus != nil {
+		cause := "optimizer"
+		if env, ok := bus.CauseFrom(ctx); ok {
+			cause = env.ID
+		}
+		m.ProposalID = events.DeriveID(cause, events.NamePlacementMigration, d.JobID)
+	} else {
+		m.ProposalID = events.DeriveID(key, events.NamePlacementMigration, d.JobID)
+	}
+	var nodes []string
+	for _, np := range target.Nodes {
+		nodes = append(nodes, np.Node)
+	}
+	m.Message = fmt.Sprintf("%s: move to %s; communication %.3g s per step there against %.3g s %s now, saving %.3g s of a %.3g s step; pays back a %.0f s restart after %.0f s",
+		lj.finding, strings.Join(nodes, ", "), m.ProposedCommSecondsPerStep, base, map[bool]string{true: "measured", false: "predicted"}[lj.telemetry != nil],
+		m.GainSecondsPerStep, m.StepSeconds, m.RestartCostSeconds, m.BreakEvenSeconds)
+	if s.bus != nil {
+		if _, err := s.bus.Publish(ctx, m); err != nil {
+			return err
+		}
+	}
+	lj.proposed = key
+	s.log.Info("migration proposed", "job_id", d.JobID, "proposal_id", m.ProposalID, "reason", reason,
+		"gain_s_per_step", m.GainSecondsPerStep, "break_even_s", m.BreakEvenSeconds, "nodes", strings.Join(nodes, ","))
+	return nil
+}
+
+// stillShared reports whether a target placement would share a link with
+// the neighbours the job's congestion finding named.
+func (s *Service) stillShared(lj *liveJob, target *events.PlacementDecided) bool {
+	if lj.diagnosis == nil {
+		return false
+	}
+	moved := &liveJob{decision: target}
+	for _, l := range s.sharedLinks(moved) {
+		for _, j := range l.Jobs {
+			if slices.Contains(lj.diagnosis.Evidence.NeighbourJobs, j) && j != lj.decision.JobID {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func keyOf(gpus []store.GPUKey) string {
+	var b strings.Builder
+	for _, g := range gpus {
+		b.WriteString(g.String())
+		b.WriteByte(',')
+	}
+	return b.String()
+}
