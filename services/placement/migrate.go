@@ -10,6 +10,7 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/services/placement/aware"
 	"github.com/toposched/toposched/services/placement/blind"
 	"github.com/toposched/toposched/services/placement/launch"
 )
@@ -221,6 +222,21 @@ func (s *Service) migrationBlocked(ctx context.Context, snap *store.Snapshot, j 
 		}
 		if !pv.allowNode(node) {
 			return CodeMigrationPolicyDenied, fmt.Sprintf("the node policies deny node %s to job %s", n, j.ID)
+		}
+	}
+	if pv.judges() {
+		// The placement policies judge the proposed placement as they
+		// would any candidate (the job's own GPUs count as held).
+		c := aware.Candidate{Domain: store.ClusterDomain, GPUs: gpus}
+		if r, err := aware.Predict(snap, j.Spec, gpus, s.fabric); err == nil {
+			c.CommSeconds = r.CommSeconds
+		}
+		if jd := pv.judge(c); jd.Deny {
+			msgs := make([]string, len(jd.Reasons))
+			for i, r := range jd.Reasons {
+				msgs[i] = r.Policy + ": " + r.Message
+			}
+			return CodeMigrationPolicyDenied, fmt.Sprintf("the placement policies deny the proposed placement: %s", strings.Join(msgs, "; "))
 		}
 	}
 	return "", ""

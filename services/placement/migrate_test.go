@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/policies"
 	"github.com/toposched/toposched/services/internal/store"
 	"github.com/toposched/toposched/services/placement"
 	"github.com/toposched/toposched/services/placement/blind"
@@ -357,6 +359,25 @@ func TestMigrationRefused(t *testing.T) {
 				stale.CurrentNodes = p.Nodes // made against a placement j never had
 				w.publish(&stale)
 				return "j", "p2"
+			}},
+		{name: "placement policy denies", code: placement.CodeMigrationPolicyDenied, proposal: "p1",
+			arrange: func(w *migWorld) (string, string) {
+				w.finish("fill-n1")
+				w.propose("p1", "j", node("n1", 0, 1))
+				set, err := policies.Compile(fstest.MapFS{"no_n1.rego": {Data: []byte(`package toposched.placement.no_n1
+
+deny contains {"code": "no_n1", "msg": "n1 is being drained"} if {
+	some n in input.placement.nodes
+	n.name == "n1"
+}
+`)}}, "no-n1")
+				if err != nil {
+					w.t.Fatal(err)
+				}
+				if err := w.s.SetPolicies(w.ctx, set); err != nil {
+					w.t.Fatal(err)
+				}
+				return "j", "p1"
 			}},
 		{name: "too few ranks", code: events.RefusedInvalid, proposal: "p1",
 			arrange: func(w *migWorld) (string, string) {
