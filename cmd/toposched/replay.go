@@ -30,6 +30,7 @@ type replayFlags struct {
 	reserveAfter                time.Duration
 	dataDir                     string
 	noProgress                  bool
+	hold                        bool
 	stall                       time.Duration
 	// synthetic
 	gpus           int
@@ -79,6 +80,7 @@ package doc.`,
 	fl.StringVar(&f.speed, "speed", "max", "max (virtual clock) or trace seconds per wall second")
 	fl.StringVar(&f.strategy, "strategy", placement.StrategyTopologyAware, "topology-aware or blind")
 	fl.BoolVar(&f.compare, "compare", false, "replay twice, topology-aware and blind, and plot both")
+	fl.BoolVar(&f.hold, "hold", false, "jobs never finish: the cluster fills in arrival order (the ATC'23 fragmentation study's method)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic trace and of the jobs' parallelism and models")
 	fl.IntVar(&f.limit, "limit", 0, "replay only the first N jobs by arrival (0: all)")
 	fl.StringVar(&f.report, "report", "", "directory for summary.json, jobs.csv, timeline.csv and replay.svg")
@@ -186,6 +188,9 @@ func prepareReplay(f replayFlags) (*prepared, error) {
 		return fail(err)
 	}
 	p.trace.Notes = append(notes, p.trace.Notes...)
+	if f.hold {
+		replay.Hold(p.trace)
+	}
 	p.trace.Limit(f.limit)
 	return p, nil
 }
