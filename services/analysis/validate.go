@@ -126,10 +126,21 @@ func checkModel(m events.Model, p events.Parallelism) []events.Reason {
 	return reasons
 }
 
+// MaxGroups bounds a job's explicit communication groups. A derived
+// layout has at most gpus groups per dimension; explicit ones past this are
+// a mistake or an attack, and every group costs the cost model a pass.
+const MaxGroups = 4096
+
 func checkGroups(groups []events.CommGroup, gpus int) []events.Reason {
 	var reasons []events.Reason
 	add := func(code, field, format string, args ...any) {
 		reasons = append(reasons, events.Reason{Code: code, Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	if len(groups) > MaxGroups {
+		// Refused before any per-group work: a job's size, not its
+		// contents, is what is wrong.
+		add("too_many_groups", "groups", "groups lists %d groups; the limit is %d per job", len(groups), MaxGroups)
+		return reasons
 	}
 	first := map[string]int{}
 	for i, g := range groups {
