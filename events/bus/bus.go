@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/schemas"
 )
 
 // Config says how to reach NATS and how this process signs its events.
@@ -266,7 +265,7 @@ func (b *Bus) Publish(ctx context.Context, v any) (events.Envelope, error) {
 		return env, fmt.Errorf("encode %s: %w", name, err)
 	}
 	// What we send must meet the contract we ask of others.
-	if err := schemas.Validate(string(name), body); err != nil {
+	if err := validate(name, body); err != nil {
 		return env, fmt.Errorf("publish %s %s: breaks its schema: %w", name, key, err)
 	}
 	subject := b.Subjects.Of(name)

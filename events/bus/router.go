@@ -13,7 +13,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/schemas"
 )
 
 // Router runs a service's handlers. Every service builds it with NewRouter,
@@ -208,7 +207,7 @@ func (b *Bus) envelopeOf(m *message.Message) (events.Envelope, []byte, error) {
 // v, a pointer to the event's Go type. A schema failure is a
 // *schemas.ValidationError naming every field and rule.
 func Decode(name events.Name, body []byte, v any) error {
-	if err := schemas.Validate(string(name), body); err != nil {
+	if err := validate(name, body); err != nil {
 		return err
 	}
 	if err := json.Unmarshal(body, v); err != nil {
