@@ -110,9 +110,15 @@ func candidates(snap *store.Snapshot, model string, filter func(store.Node) bool
 // nodeLocalOrCluster reports whether a domain ID is of a node-local kind
 // (island, pcie, numa, node) or the cluster: not a fabric domain.
 func nodeLocalOrCluster(d string) bool {
-	return strings.HasPrefix(d, store.DomainIsland+":") || strings.HasPrefix(d, store.DomainPCIe+":") ||
-		strings.HasPrefix(d, store.DomainNUMA+":") || strings.HasPrefix(d, store.DomainNode+":") ||
-		strings.HasPrefix(d, store.DomainCluster+":")
+	i := strings.IndexByte(d, ':')
+	if i < 0 {
+		return false
+	}
+	switch d[:i] {
+	case store.DomainIsland, store.DomainPCIe, store.DomainNUMA, store.DomainNode, store.DomainCluster:
+		return true
+	}
+	return false
 }
 
 // fabricDomains returns a GPU's fabric domains (all but the node-local
