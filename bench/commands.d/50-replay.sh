@@ -16,4 +16,4 @@ else
   echo "skip itp: $itp not found"
 fi
 "$TOPOSCHED" replay --trace synthetic --gpus 1024 --count 1000 --seed 1 --compare --report "$OUT/synthetic-1k"
-"$TOPOSCHED" scale --gpus 1000,10000,100000 --burst 1000 --report "$OUT/scale"
+"$TOPOSCHED" scale --gpus 1000,10000 --burst 1000 --report "$OUT/scale"
