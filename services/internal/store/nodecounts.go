@@ -281,7 +281,7 @@ func (s *Snapshot) NodeCounts(model string) NodeCounts {
 func (s *Snapshot) NodesByFree(model string, min int) iter.Seq[Domain] {
 	return func(yield func(Domain) bool) {
 		counts := s.NodeCounts(model)
-		txn := s.db.Txn(false)
+		txn := s.txn
 		for c := max(min, 1); c < len(counts.Free); c++ {
 			if counts.Free[c] == 0 {
 				continue
@@ -310,7 +310,7 @@ func (s *Snapshot) NodesWithFree(model string, min int) iter.Seq[Domain] {
 // eachNodeWithFree is NodesWithFree on the rows themselves.
 func (s *Snapshot) eachNodeWithFree(model string, min int, yield func(*Domain) bool) {
 	counts := s.NodeCounts(model)
-	txn := s.db.Txn(false)
+	txn := s.txn
 	type head struct {
 		it  memdb.ResultIterator
 		cur *Domain

@@ -13,17 +13,22 @@ import (
 // inside them are shared and must not be modified.
 type Snapshot struct {
 	db *memdb.MemDB
+	// txn is the one read transaction every read of the snapshot goes
+	// through: a read transaction only reads the immutable trees of its
+	// root, so one serves any number of reads, concurrent ones included,
+	// and a read no longer allocates its own.
+	txn *memdb.Txn
 }
 
 // get opens a read transaction and iterates table by index.
 func (s *Snapshot) get(table, index string, args ...any) memdb.ResultIterator {
-	it, err := s.db.Txn(false).Get(table, index, args...)
+	it, err := s.txn.Get(table, index, args...)
 	must(err)
 	return it
 }
 
 func (s *Snapshot) first(table, index string, args ...any) any {
-	raw, err := s.db.Txn(false).First(table, index, args...)
+	raw, err := s.txn.First(table, index, args...)
 	must(err)
 	return raw
 }
@@ -231,7 +236,7 @@ func (s *Snapshot) eachFreeGPUIn(d Domain, model string) iter.Seq[GPU] {
 				}
 			}
 		}
-		txn := s.db.Txn(false)
+		txn := s.txn
 		type head struct {
 			it  memdb.ResultIterator
 			cur *GPU

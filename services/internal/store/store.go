@@ -61,7 +61,8 @@ func New() (*Store, error) {
 
 // Snapshot returns a point-in-time view of the store in O(1).
 func (s *Store) Snapshot() *Snapshot {
-	return &Snapshot{db: s.db.Snapshot()}
+	db := s.db.Snapshot()
+	return &Snapshot{db: db, txn: db.Txn(false)}
 }
 
 // WatchFree returns a channel that is closed on the next change to the set
