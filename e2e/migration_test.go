@@ -16,12 +16,10 @@ import (
 )
 
 // optimizerMigrates says whether the optimizer diagnoses congestion from
-// runtime.telemetry and proposes migrations (issue 6, items 3 and 4). Until
-// it does, the scenario plays the optimizer's part itself: it publishes the
-// proposal the optimizer is to make, with the nats CLI, and the rest runs
-// against the real processes unchanged. Set it to true when the optimizer
-// publishes runtime.diagnosis and placement.migration.
-const optimizerMigrates = false
+// runtime.telemetry and proposes the migration itself (it does); false
+// plays the optimizer's part with the nats CLI, to test placement's side
+// alone.
+const optimizerMigrates = true
 
 const (
 	streamRuntime    = "TOPOSCHED_RUNTIME"
