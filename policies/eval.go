@@ -46,7 +46,26 @@ type PlacementResult struct {
 // with code policy_error, together with the error. Error results are not
 // cached.
 func (s *Set) EvalNode(ctx context.Context, job JobClass, node Node) (NodeResult, error) {
-	key := nodeKey(job, node)
+	return s.ForClass(job).EvalNode(ctx, node)
+}
+
+// ClassEvaluator evaluates toposched.nodes for one job class: the class's
+// share of the cache key is hashed once, not once per node.
+type ClassEvaluator struct {
+	set   *Set
+	job   JobClass
+	class uint64
+}
+
+// ForClass returns the node evaluator of a job class.
+func (s *Set) ForClass(job JobClass) ClassEvaluator {
+	return ClassEvaluator{set: s, job: job, class: classHash(job)}
+}
+
+// EvalNode is Set.EvalNode for the evaluator's class.
+func (c ClassEvaluator) EvalNode(ctx context.Context, node Node) (NodeResult, error) {
+	s, job := c.set, c.job
+	key := nodeKey(c.class, node)
 	if r, ok := s.cache.get(key); ok {
 		return r, nil
 	}
@@ -260,7 +279,7 @@ func (h *hasher) labels(m map[string]string) {
 	}
 }
 
-func nodeKey(job JobClass, node Node) cacheKey {
+func classHash(job JobClass) uint64 {
 	f := fnv.New64a()
 	h := &hasher{h: f}
 	h.str(job.Tenant)
@@ -269,9 +288,12 @@ func nodeKey(job JobClass, node Node) cacheKey {
 	h.int(job.GPUsPerNode)
 	h.str(job.GPUModel)
 	h.labels(job.Labels)
-	class := f.Sum64()
+	return f.Sum64()
+}
 
-	f.Reset()
+func nodeKey(class uint64, node Node) cacheKey {
+	f := fnv.New64a()
+	h := &hasher{h: f}
 	if node.Version != "" {
 		h.int(1)
 		h.str(node.Version)

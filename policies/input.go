@@ -93,7 +93,8 @@ type Node struct {
 	Version string `json:"-"`
 }
 
-// NodeGPUs counts a node's GPUs: Free are healthy and held by no job.
+// NodeGPUs counts a node's GPUs: Free are healthy and held by no job (of
+// the job's GPU model, when the job names one).
 type NodeGPUs struct {
 	Total int `json:"total"`
 	Free  int `json:"free"`

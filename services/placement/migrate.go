@@ -220,7 +220,7 @@ func (s *Service) migrationBlocked(ctx context.Context, snap *store.Snapshot, j 
 		if !ok {
 			continue // Move names a missing node's GPUs
 		}
-		if !pv.allowNode(node) {
+		if !pv.allowNode(pv.viewOf(node)) {
 			return CodeMigrationPolicyDenied, fmt.Sprintf("the node policies deny node %s to job %s", n, j.ID)
 		}
 	}

@@ -77,8 +77,8 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 	opts := aware.Options{Fabric: p.Fabric, Explain: x}
 	reserved := 0
 	res := p.Reservation.holds(job)
-	opts.Filter = func(n store.Node) bool {
-		if res != nil && res.Nodes[n.Name] {
+	opts.Filter = func(n aware.NodeView) bool {
+		if res != nil && res.Nodes[n.Node.Name] {
 			reserved++
 			return false
 		}
@@ -157,7 +157,7 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 					reserved, res.JobID, res.Priority, res.Since.UTC().Format(time.RFC3339))})
 		}
 		if o.Counterfactuals {
-			out.Counterfactuals = jobsCounterfactual(snap, job, opts.Filter)
+			out.Counterfactuals = jobsCounterfactual(snap, job, func(n store.Node) bool { return opts.Filter(pv.viewOf(n)) })
 		}
 	case r.Verdict == blind.Never:
 		out.Counterfactuals = capacityCounterfactual(snap, job)

@@ -25,6 +25,7 @@ type policyView struct {
 	job   policies.Job
 	class policies.JobClass
 	log   *slog.Logger
+	nodes policies.ClassEvaluator
 
 	denied   map[[2]string]*events.NodeDenial // by (policy, code)
 	nodeWarn map[string][]policies.Violation
@@ -37,6 +38,7 @@ func newPolicyView(ctx context.Context, snap *store.Snapshot, set *policies.Set,
 	if set != nil {
 		pv.job = policies.JobFromAnalyzed(&job)
 		pv.class = pv.job.Class()
+		pv.nodes = set.ForClass(pv.class)
 	}
 	return pv
 }
@@ -44,17 +46,26 @@ func newPolicyView(ctx context.Context, snap *store.Snapshot, set *policies.Set,
 func (pv *policyView) judges() bool { return pv.set != nil && pv.set.HasPlacementPolicies() }
 
 // allowNode runs the node policies on a node, counting its denials.
-func (pv *policyView) allowNode(n store.Node) bool { return pv.evalNode(n, true) }
+func (pv *policyView) allowNode(v aware.NodeView) bool { return pv.evalNode(v, true) }
 
-func (pv *policyView) evalNode(n store.Node, count bool) bool {
+// viewOf is a node's view read from the snapshot, for the paths outside
+// the candidate walk (which has it at hand).
+func (pv *policyView) viewOf(n store.Node) aware.NodeView {
+	v := aware.NodeView{Node: n, Fabric: pv.snap.FabricDomains(n.Name)}
+	if d, ok := pv.snap.Domain(store.DomainNode + ":" + n.Name); ok {
+		v.Free = d.FreeOf(pv.spec.Job.GPUModel)
+	}
+	return v
+}
+
+func (pv *policyView) evalNode(v aware.NodeView, count bool) bool {
 	if pv.set == nil || !pv.set.HasNodePolicies() {
 		return true
 	}
-	node := policies.Node{Name: n.Name, Labels: n.Labels, GPUModel: n.GPUModel, Domains: pv.snap.FabricDomains(n.Name)}
-	if d, ok := pv.snap.Domain(store.DomainNode + ":" + n.Name); ok {
-		node.GPUs = policies.NodeGPUs{Total: d.Total, Free: d.Free}
-	}
-	r, err := pv.set.EvalNode(pv.ctx, pv.class, node)
+	n := v.Node
+	node := policies.Node{Name: n.Name, Labels: n.Labels, GPUModel: n.GPUModel, Domains: v.Fabric,
+		GPUs: policies.NodeGPUs{Total: n.GPUCount, Free: v.Free}}
+	r, err := pv.nodes.EvalNode(pv.ctx, node)
 	if err != nil {
 		pv.log.Warn("node policy failed; node denied", "job_id", pv.spec.Job.JobID, "node", n.Name, "err", err)
 	}
@@ -118,7 +129,7 @@ func (pv *policyView) nodesForbid(job events.JobAnalyzed) (bool, []events.Reason
 			continue
 		}
 		nd, ok := pv.snap.Node(d.Node)
-		if !ok || !pv.evalNode(nd, false) {
+		if !ok || !pv.evalNode(pv.viewOf(nd), false) {
 			continue
 		}
 		if gpn > 0 {
@@ -268,23 +279,21 @@ func mapKeys(m map[string]bool) func(func(string) bool) {
 	}
 }
 
-// clusterSummary is input.cluster, computed once per decision.
+// clusterSummary is input.cluster, computed once per decision from the
+// store's counters (no walk over the nodes).
 func (pv *policyView) clusterSummary() policies.Cluster {
 	if pv.cluster != nil {
 		return *pv.cluster
 	}
-	c := policies.Cluster{FreeGPUsByModel: map[string]int{}, WholeFreeNodesByModel: map[string]int{}}
-	for _, d := range pv.snap.DomainsOfKind(store.DomainNode) {
-		c.FreeGPUs += d.Free
-		if d.Total > 0 && d.Free == d.Total {
-			c.WholeFreeNodes++
-		}
+	c := policies.Cluster{FreeGPUs: pv.snap.FreeCount(), WholeFreeNodes: pv.snap.NodeCounts("").WholeFree,
+		FreeGPUsByModel: map[string]int{}, WholeFreeNodesByModel: map[string]int{}}
+	if d, ok := pv.snap.Domain(store.ClusterDomain); ok {
 		for _, m := range d.Models {
 			if m.Free > 0 {
-				c.FreeGPUsByModel[m.Model] += m.Free
+				c.FreeGPUsByModel[m.Model] = m.Free
 			}
-			if m.Total > 0 && m.Free == m.Total {
-				c.WholeFreeNodesByModel[m.Model]++
+			if w := pv.snap.NodeCounts(m.Model).WholeFree; w > 0 {
+				c.WholeFreeNodesByModel[m.Model] = w
 			}
 		}
 	}

@@ -160,7 +160,7 @@ func (s *Service) pickReserved(ctx context.Context, snap *store.Snapshot, job ev
 		if usable(d, model, gpn) == 0 {
 			continue
 		}
-		if n, ok := snap.Node(d.Node); !ok || !pv.evalNode(n, false) {
+		if n, ok := snap.Node(d.Node); !ok || !pv.evalNode(pv.viewOf(n), false) {
 			continue
 		}
 		cands = append(cands, d)

@@ -370,3 +370,35 @@ func (s *Snapshot) EachNodeFree(model string) iter.Seq2[Node, []FreeGPU] {
 		})
 	}
 }
+
+// EachNodeFreeByFit is EachNodeFree in best-fit order: the nodes with at
+// least min free GPUs of the model, fewest free first, then enumeration
+// order (as NodesByFree). A caller that wants only the best-fitting few
+// stops early and walks no more of the index.
+func (s *Snapshot) EachNodeFreeByFit(model string, min int) iter.Seq2[Node, []FreeGPU] {
+	return func(yield func(Node, []FreeGPU) bool) {
+		counts := s.NodeCounts(model)
+		for c := max(min, 1); c < len(counts.Free); c++ {
+			if counts.Free[c] == 0 {
+				continue
+			}
+			it, err := s.txn.Get(TableDomains, IndexNodeFree, model, c)
+			must(err)
+			for raw := it.Next(); raw != nil; raw = it.Next() {
+				d := raw.(*Domain)
+				free := d.free
+				if model != "" && (len(d.Models) != 1 || d.Models[0].Model != model) {
+					free = nil
+					for _, g := range d.free {
+						if g.Model == model {
+							free = append(free, g)
+						}
+					}
+				}
+				if !yield(*d.node, free[:len(free):len(free)]) {
+					return
+				}
+			}
+		}
+	}
+}

@@ -41,7 +41,7 @@ type Options struct {
 	// Filter, when set, keeps only the nodes it accepts (node policies
 	// plug in here). It is asked only about nodes with free GPUs of the
 	// job's model.
-	Filter func(store.Node) bool
+	Filter func(NodeView) bool
 	// Judge, when set, judges candidate placements (placement policies
 	// plug in here): see judge.go.
 	Judge func(Candidate) Judgement
@@ -76,6 +76,41 @@ type candNode struct {
 	offer  int             // GPUs it offers a multi-node placement
 }
 
+// oneGPULimit is how many nodes a one-GPU job looks at, best fit first:
+// holes matter more than the node's fit.
+const oneGPULimit = 256
+
+// bestFitCandidates is candidates for the first limit nodes the filter
+// accepts in best-fit order (fewest free GPUs of the model first, then
+// enumeration order), which is the order singleNode ranks one-GPU jobs
+// by: it stops there instead of walking the cluster.
+func bestFitCandidates(snap *store.Snapshot, model string, filter func(NodeView) bool, limit int) (out []*candNode, total int) {
+	slab := make([]candNode, 0, limit)
+	for node, free := range snap.EachNodeFreeByFit(model, 1) {
+		fabric := fabricDomains(free[0].Domains)
+		if filter != nil && !filter(NodeView{Node: node, Free: len(free), Fabric: fabric}) {
+			continue
+		}
+		slab = append(slab, candNode{node: node, free: free, fabric: fabric})
+		out = append(out, &slab[len(slab)-1])
+		total += len(free)
+		if len(out) == limit {
+			break
+		}
+	}
+	return out, total
+}
+
+// NodeView is what a Filter is told of a node: what the candidate walk
+// has at hand, so that filtering costs no store lookups.
+type NodeView struct {
+	Node store.Node
+	// Free counts its free GPUs of the job's model.
+	Free int
+	// Fabric lists its fabric domains (leaf, pod, core), smallest first.
+	Fabric []string
+}
+
 // candidates collects the nodes with free GPUs of the job's model that the
 // filter accepts. considered counts the nodes with such GPUs before the
 // filter.
@@ -85,7 +120,7 @@ type candNode struct {
 // free lists are the store's own, and the candNodes come from one slab
 // sized from the store's counts, so a decision allocates a handful of
 // objects, not a few per node.
-func candidates(snap *store.Snapshot, model string, filter func(store.Node) bool) (out []*candNode, total, considered int) {
+func candidates(snap *store.Snapshot, model string, filter func(NodeView) bool) (out []*candNode, total, considered int) {
 	nodes := snap.NodeCounts(model).FreeAtLeast(1)
 	if nodes == 0 {
 		return nil, 0, 0
@@ -94,13 +129,14 @@ func candidates(snap *store.Snapshot, model string, filter func(store.Node) bool
 	out = make([]*candNode, 0, nodes)
 	for node, free := range snap.EachNodeFree(model) {
 		considered++
-		if filter != nil && !filter(node) {
+		fabric := fabricDomains(free[0].Domains)
+		if filter != nil && !filter(NodeView{Node: node, Free: len(free), Fabric: fabric}) {
 			continue
 		}
 		if len(slab) == cap(slab) {
 			slab = make([]candNode, 0, 16) // counts and walk disagree: never cut pointers into slab
 		}
-		slab = append(slab, candNode{node: node, free: free, fabric: fabricDomains(free[0].Domains)})
+		slab = append(slab, candNode{node: node, free: free, fabric: fabric})
 		total += len(free)
 		out = append(out, &slab[len(slab)-1])
 	}
@@ -173,7 +209,16 @@ func PlaceWithBaseline(snap *store.Snapshot, job events.JobAnalyzed, opts Option
 
 func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) Result {
 	n, gpn, model := job.Job.GPUs, job.Job.GPUsPerNode, job.Job.GPUModel
-	cands, total, considered := candidates(snap, model, opts.Filter)
+	var cands []*candNode
+	var total, considered int
+	if n == 1 && gpn <= 1 {
+		// One GPU: the choice is among the best-fitting nodes only (see
+		// singleNode), so only they are walked and filtered.
+		cands, total = bestFitCandidates(snap, model, opts.Filter, oneGPULimit)
+		considered = snap.NodeCounts(model).FreeAtLeast(1)
+	} else {
+		cands, total, considered = candidates(snap, model, opts.Filter)
+	}
 	x := opts.Explain
 	if x != nil {
 		x.Explanation.NodesConsidered = considered
@@ -560,7 +605,7 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 	// shapes get a look.
 	limit := 32
 	if k == 1 {
-		limit = 256 // holes matter more than the node's fit
+		limit = oneGPULimit
 	}
 	if len(qs) > limit {
 		qs = qs[:limit]

@@ -170,7 +170,7 @@ func TestGPUsPerNodeAndModel(t *testing.T) {
 	}
 	// The filter hook.
 	j.Job.GPUsPerNode = 4
-	r = Place(snap, j, Options{Filter: func(n store.Node) bool { return n.Name != "h2" && n.Name != "h1" }})
+	r = Place(snap, j, Options{Filter: func(n NodeView) bool { return n.Node.Name != "h2" && n.Node.Name != "h1" }})
 	if r.Verdict != blind.Wait || r.Reasons[0].Code != blind.CodeInsufficientFreeNodes {
 		t.Errorf("filtered: %+v", r)
 	}
@@ -191,7 +191,7 @@ func TestOneGPUKeepsPairsAndWholeNodes(t *testing.T) {
 	}
 	// Off the NVSwitch node (faster, so the cost model would take it), a
 	// 2-GPU job takes the NVLink pair of the fullest node.
-	r = Place(snap, SyntheticJob("j", 2, 1, 1), Options{Filter: func(n store.Node) bool { return n.Name != "whole" }})
+	r = Place(snap, SyntheticJob("j", 2, 1, 1), Options{Filter: func(n NodeView) bool { return n.Node.Name != "whole" }})
 	checkFree(t, snap, r, 2)
 	if got := slices.Sorted(slices.Values([]int{r.GPUs[0].Index, r.GPUs[1].Index})); r.GPUs[0].Node != "p1" || r.GPUs[1].Node != "p1" || !slices.Equal(got, []int{2, 3}) {
 		t.Errorf("2-GPU job took %v, want p1/2, p1/3", r.GPUs)

@@ -264,14 +264,14 @@ func placeNotWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, b
 	var refused map[string]bool
 	if f := opts.Filter; f != nil {
 		// Refusals are few next to acceptances, so they are what is kept.
-		opts.Filter = func(n store.Node) bool {
+		opts.Filter = func(n NodeView) bool {
 			if f(n) {
 				return true
 			}
 			if refused == nil {
 				refused = map[string]bool{}
 			}
-			refused[n.Name] = true
+			refused[n.Node.Name] = true
 			return false
 		}
 	}

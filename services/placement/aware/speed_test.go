@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/internal/store"
 	"github.com/toposched/toposched/services/placement/blind"
 )
 
@@ -92,7 +91,7 @@ func TestDecisionDigest(t *testing.T) {
 					case 2:
 						j.Job.GPUsPerNode = min(n, tp)
 					case 3:
-						opts.Filter = func(node store.Node) bool { return node.Name[len(node.Name)-1]%3 != 0 }
+						opts.Filter = func(n NodeView) bool { return n.Node.Name[len(n.Node.Name)-1]%3 != 0 }
 					case 4:
 						opts.Judge = func(c Candidate) Judgement {
 							if strings.HasPrefix(c.Domain, "node:") || len(c.GPUs)%3 == 0 {
