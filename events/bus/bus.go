@@ -189,7 +189,11 @@ func (b *Bus) streamConfig(domain string) jetstream.StreamConfig {
 func (b *Bus) EnsureStreams(ctx context.Context) error {
 	for _, d := range streamDomains {
 		cfg := b.streamConfig(d)
-		if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		err := RetryJetStream(ctx, func(ctx context.Context) error {
+			_, err := b.js.CreateOrUpdateStream(ctx, cfg)
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("create stream %s: %w", cfg.Name, err)
 		}
 	}

@@ -70,13 +70,20 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if err != nil {
 		return nil, err
 	}
-	cons, err := s.b.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable:       s.durable,
-		FilterSubject: topic,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxAckPending: 1024,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
+	var cons jetstream.Consumer
+	// Retried: a replica starting while the stream elects a leader (a
+	// cluster node just died) must wait for it, not exit.
+	err = RetryJetStream(ctx, func(ctx context.Context) error {
+		var err error
+		cons, err = s.b.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+			Durable:       s.durable,
+			FilterSubject: topic,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       30 * time.Second,
+			MaxAckPending: 1024,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s on %s: %w", s.durable, stream, err)
@@ -134,7 +141,11 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 // deliver hands one message to the router and settles it with JetStream.
 func (s *subscriber) deliver(ctx context.Context, m jetstream.Msg, out chan<- *message.Message) {
 	wm := toWatermill(m)
-	wm.SetContext(ctx)
+	// The router cancels ctx as soon as it starts closing; a handler
+	// already given its message must finish with a live context (bounded
+	// by the timeout middleware), or a stop in the middle of a decision
+	// turns into a failed, dead-lettered one.
+	wm.SetContext(context.WithoutCancel(ctx))
 	select {
 	case out <- wm:
 	case <-s.closing:

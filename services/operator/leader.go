@@ -135,7 +135,12 @@ func ensureLeaseKV(ctx context.Context, b *bus.Bus, ttl time.Duration) (jetstrea
 		Storage:     jetstream.FileStorage,
 		Replicas:    max(b.Replicas(), 1),
 	}
-	kv, err := b.JetStream().CreateOrUpdateKeyValue(ctx, cfg)
+	var kv jetstream.KeyValue
+	err := bus.RetryJetStream(ctx, func(ctx context.Context) error {
+		var err error
+		kv, err = b.JetStream().CreateOrUpdateKeyValue(ctx, cfg)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("lease bucket %s: %w", cfg.Bucket, err)
 	}

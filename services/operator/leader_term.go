@@ -104,6 +104,11 @@ func (p *placementTerms) start(ctx context.Context) (term, error) {
 	go func() {
 		defer close(t.finished)
 		t.err = router.Run(runCtx)
+		select {
+		case <-router.Running():
+		default:
+			return // failed to start: start reports it and the lease is retried
+		}
 		if t.err != nil && runCtx.Err() == nil && p.fail != nil {
 			p.fail(fmt.Errorf("placement: %w", t.err))
 		}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/policies"
@@ -126,7 +128,12 @@ func startPolicies(ctx, runCtx context.Context, b *bus.Bus, place policyTarget, 
 	}
 
 	// The pushed set.
-	kv, err := policies.EnsureKV(ctx, b.JetStream(), b.Subjects.Prefix, b.Replicas())
+	var kv jetstream.KeyValue
+	err := bus.RetryJetStream(ctx, func(ctx context.Context) error {
+		var err error
+		kv, err = policies.EnsureKV(ctx, b.JetStream(), b.Subjects.Prefix, b.Replicas())
+		return err
+	})
 	if err != nil {
 		return err
 	}
