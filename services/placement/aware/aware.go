@@ -80,25 +80,60 @@ type candNode struct {
 // holes matter more than the node's fit.
 const oneGPULimit = 256
 
-// bestFitCandidates is candidates for the first limit nodes the filter
-// accepts in best-fit order (fewest free GPUs of the model first, then
-// enumeration order), which is the order singleNode ranks one-GPU jobs
-// by: it stops there instead of walking the cluster.
-func bestFitCandidates(snap *store.Snapshot, model string, filter func(NodeView) bool, limit int) (out []*candNode, total int) {
+// singleLimit is how many nodes a job of more GPUs that one node can hold
+// looks at (the first by level, then fit).
+const singleLimit = 32
+
+// bestFitSingle walks the nodes with at least k free GPUs of the model in
+// best-fit order (fewest free first, then enumeration order) and returns
+// those the filter accepts, up to where the walk can stop without changing
+// singleNode's choice: singleNode ranks nodes by level (the smallest
+// node-local domain with k free GPUs: island, PCIe group, NUMA node, node)
+// then fit, and keeps the first singleLimit (oneGPULimit for one GPU, where
+// every node is of level 0). Once that many accepted nodes of level 0 are
+// seen, no node further on (same or worse fit, later on ties) can rank
+// among them. seen records the filter's answer per node walked.
+func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) bool, k int) (out []*candNode, seen map[string]bool) {
+	limit := singleLimit
+	if k == 1 {
+		limit = oneGPULimit
+	}
+	var counts []domainCount
 	slab := make([]candNode, 0, limit)
-	for node, free := range snap.EachNodeFreeByFit(model, 1) {
+	level0 := 0
+	for node, free := range snap.EachNodeFreeByFit(model, k) {
 		fabric := fabricDomains(free[0].Domains)
-		if filter != nil && !filter(NodeView{Node: node, Free: len(free), Fabric: fabric}) {
-			continue
+		if filter != nil {
+			ok := filter(NodeView{Node: node, Free: len(free), Fabric: fabric})
+			if seen == nil {
+				seen = map[string]bool{}
+			}
+			seen[node.Name] = ok
+			if !ok {
+				continue
+			}
+		}
+		if len(slab) == cap(slab) {
+			slab = make([]candNode, 0, limit) // never cut pointers into slab
 		}
 		slab = append(slab, candNode{node: node, free: free, fabric: fabric})
 		out = append(out, &slab[len(slab)-1])
-		total += len(free)
-		if len(out) == limit {
+		if k == 1 {
+			level0++
+		} else {
+			counts = countLocal(counts, free)
+			for _, dc := range counts {
+				if dc.free >= k && levelOfID(dc.id) == 0 {
+					level0++
+					break
+				}
+			}
+		}
+		if level0 >= limit {
 			break
 		}
 	}
-	return out, total
+	return out, seen
 }
 
 // NodeView is what a Filter is told of a node: what the candidate walk
@@ -209,42 +244,74 @@ func PlaceWithBaseline(snap *store.Snapshot, job events.JobAnalyzed, opts Option
 
 func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) Result {
 	n, gpn, model := job.Job.GPUs, job.Job.GPUsPerNode, job.Job.GPUModel
-	var cands []*candNode
-	var total, considered int
-	if n == 1 && gpn <= 1 {
-		// One GPU: the choice is among the best-fitting nodes only (see
-		// singleNode), so only they are walked and filtered.
-		cands, total = bestFitCandidates(snap, model, opts.Filter, oneGPULimit)
-		considered = snap.NodeCounts(model).FreeAtLeast(1)
-	} else {
-		cands, total, considered = candidates(snap, model, opts.Filter)
-	}
 	x := opts.Explain
-	if x != nil {
-		x.Explanation.NodesConsidered = considered
+	var cands []*candNode
+	var total int
+	single := gpn == 0 || gpn == n
+	// A job one node can hold is placed among the best-fitting nodes
+	// only (see bestFitSingle): they are walked and filtered first, and
+	// the whole cluster only when no node holds the job, or a Judge asks
+	// for more.
+	var fit []*candNode
+	filter := opts.Filter
+	if single && snap.NodeCounts(model).FreeAtLeast(n) > 0 {
+		var seen map[string]bool
+		fit, seen = bestFitSingle(snap, model, opts.Filter, n)
+		if x != nil {
+			x.Explanation.NodesConsidered = snap.NodeCounts(model).FreeAtLeast(1)
+		}
+		if f := opts.Filter; f != nil {
+			// The cluster walk, if it comes, asks no node twice.
+			filter = func(v NodeView) bool {
+				if ok, asked := seen[v.Node.Name]; asked {
+					return ok
+				}
+				return f(v)
+			}
+		}
 	}
-	if wait, ok := filterWait(cands, total, n, gpn, model); ok {
-		return wait
+	var fullDone bool
+	full := func() []*candNode {
+		if !fullDone {
+			var considered int
+			cands, total, considered = candidates(snap, model, filter)
+			fullDone = true
+			if x != nil {
+				x.Explanation.NodesConsidered = considered
+			}
+		}
+		return cands
+	}
+	if len(fit) == 0 {
+		full()
+		if wait, ok := filterWait(cands, total, n, gpn, model); ok {
+			return wait
+		}
 	}
 	e := newEvaluator(snap, job, n, opts)
-	p := &placer{opts: opts, e: e, n: n, cands: cands}
+	p := &placer{opts: opts, e: e, n: n, cands: fit}
+	if len(fit) == 0 {
+		p.cands = cands
+	}
 	var list []*cand
 	var more func() []*cand
-	if gpn == 0 || gpn == n {
-		list = p.singleNode(cands)
+	if len(fit) > 0 {
+		list = p.singleNode(fit)
 		if gpn == 0 {
 			// Spread over nodes, for when every one-node candidate is
 			// denied; those that land on one node were seen already.
 			more = func() []*cand {
-				return slices.DeleteFunc(p.multiNode(cands, job, gpn, p.limit()), func(c *cand) bool {
+				p.cands = full() // holds the nodes of fit too
+				return slices.DeleteFunc(p.multiNode(p.cands, job, gpn, p.limit()), func(c *cand) bool {
 					return !slices.ContainsFunc(c.gpus, func(g store.GPUKey) bool { return g.Node != c.gpus[0].Node })
 				})
 			}
 		}
 	}
 	if len(list) == 0 {
-		list = p.multiNode(cands, job, gpn, 1)
-		more = func() []*cand { return p.multiNode(cands, job, gpn, p.limit())[1:] }
+		p.cands = full()
+		list = p.multiNode(p.cands, job, gpn, 1)
+		more = func() []*cand { return p.multiNode(p.cands, job, gpn, p.limit())[1:] }
 	}
 	if len(list) == 0 {
 		// Cannot happen when blind placed and the filter left enough; be
@@ -259,7 +326,7 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) Result {
 		p.explain(judged, nil)
 		return Result{Verdict: blind.Wait, Reasons: denyReasons(judged[0])}
 	}
-	if gpus := p.localSearch(chosen.gpus, cands); !slices.Equal(gpus, chosen.gpus) {
+	if gpus := p.localSearch(chosen.gpus, p.cands); !slices.Equal(gpus, chosen.gpus) {
 		refined := &cand{domain: chosen.domain, gpus: gpus, comm: math.NaN(), cost: chosen.cost}
 		if p.opts.Judge == nil {
 			*chosen = *refined
@@ -603,7 +670,7 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 	slices.SortStableFunc(qs, func(a, b quick) int { return cmp.Or(cmp.Compare(a.level, b.level), cmp.Compare(a.fit, b.fit)) })
 	// Subsets for the most promising nodes; keep enough that distinct
 	// shapes get a look.
-	limit := 32
+	limit := singleLimit
 	if k == 1 {
 		limit = oneGPULimit
 	}

@@ -204,7 +204,14 @@ func (c *Cluster) fill(occupancy float64, seed uint64) error {
 			}
 		}
 		c.Jobs++
-		if err := c.Store.Allocate(fmt.Sprintf("fill-%d", c.Jobs), keys); err != nil {
+		id := fmt.Sprintf("fill-%d", c.Jobs)
+		if err := c.Store.Allocate(id, keys); err != nil {
+			return err
+		}
+		// Recorded as running, as placement records its jobs: a policy
+		// denial then waits (a finish could change it) rather than being
+		// final.
+		if err := c.Store.UpsertJob(store.Job{ID: id, State: store.JobPlaced}); err != nil {
 			return err
 		}
 		c.Held += len(keys)
