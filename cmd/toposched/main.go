@@ -100,9 +100,9 @@ func (g *globals) logger() (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}
 	switch strings.ToLower(g.logFormat) {
 	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+		return slog.New(bus.LogHandler(slog.NewTextHandler(os.Stderr, opts))), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		return slog.New(bus.LogHandler(slog.NewJSONHandler(os.Stderr, opts))), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: expected text or json", g.logFormat)
 }

@@ -79,7 +79,7 @@ func (s *Service) propose(ctx context.Context, lj *liveJob) error {
 	}
 	proposed, err := aware.Predict(snap, *lj.spec, plan.GPUs, s.fabric)
 	if err != nil {
-		s.log.Warn("migration: proposal not predicted", "job_id", d.JobID, "err", err)
+		s.log.WarnContext(ctx, "migration: proposal not predicted", "job_id", d.JobID, "err", err)
 		return nil
 	}
 	target := blind.Decide(d.JobID, plan.GPUs, placement.StrategyTopologyAware)
@@ -133,7 +133,7 @@ func (s *Service) propose(ctx context.Context, lj *liveJob) error {
 		}
 	}
 	lj.proposed = key
-	s.log.Info("migration proposed", "job_id", d.JobID, "proposal_id", m.ProposalID, "reason", reason,
+	s.log.InfoContext(ctx, "migration proposed", "job_id", d.JobID, "proposal_id", m.ProposalID, "reason", reason,
 		"gain_s_per_step", m.GainSecondsPerStep, "break_even_s", m.BreakEvenSeconds, "nodes", strings.Join(nodes, ","))
 	return nil
 }

@@ -92,7 +92,7 @@ func (s *Service) OnTelemetry(ctx context.Context, env events.Envelope, t *event
 			return err
 		}
 		if lj = s.live[t.JobID]; lj == nil {
-			s.log.Warn("telemetry for a job that does not run ignored", "job_id", t.JobID, "step", t.Step)
+			s.log.WarnContext(ctx, "telemetry for a job that does not run ignored", "job_id", t.JobID, "step", t.Step)
 			return nil
 		}
 	}
@@ -107,7 +107,7 @@ func (s *Service) OnTelemetry(ctx context.Context, env events.Envelope, t *event
 		}
 		ev, err := Tuning(s.store.Snapshot(), s.fabric, lj.decision, lj.spec)
 		if err != nil {
-			s.log.Warn("telemetry not diagnosed: no prediction", "job_id", t.JobID, "err", err)
+			s.log.WarnContext(ctx, "telemetry not diagnosed: no prediction", "job_id", t.JobID, "err", err)
 			return nil
 		}
 		lj.tuning = ev
@@ -127,7 +127,7 @@ func (s *Service) OnTelemetry(ctx context.Context, env events.Envelope, t *event
 		lj.diagnosisID = env.ID
 	}
 	lj.finding, lj.diagnosis, lj.proposed = dg.Finding, dg, ""
-	s.log.Info("job diagnosed", "job_id", t.JobID, "finding", dg.Finding, "previous", dg.Previous, "step", t.Step,
+	s.log.InfoContext(ctx, "job diagnosed", "job_id", t.JobID, "finding", dg.Finding, "previous", dg.Previous, "step", t.Step,
 		"ratio", dg.Evidence.Ratio, "message", dg.Message)
 	return s.propose(ctx, lj)
 }

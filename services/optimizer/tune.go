@@ -49,7 +49,7 @@ func (s *Service) tune(ctx context.Context, _ events.Envelope, d *events.Placeme
 	if err != nil {
 		// A decision the model cannot read (a GPU its node no longer
 		// reports) gets no tuning; nothing a retry would change.
-		s.log.Warn("tuning failed", "job_id", d.JobID, "err", err)
+		s.log.WarnContext(ctx, "tuning failed", "job_id", d.JobID, "err", err)
 		return nil
 	}
 	lj.tuning = ev
@@ -60,7 +60,7 @@ func (s *Service) tune(ctx context.Context, _ events.Envelope, d *events.Placeme
 		return err
 	}
 	algo, proto := ev.Env.All["NCCL_ALGO"], ev.Env.All["NCCL_PROTO"]
-	s.log.Info("job tuned", "job_id", d.JobID, "recommendations", len(ev.Recommendations), "nccl_algo", algo, "nccl_proto", proto,
+	s.log.InfoContext(ctx, "job tuned", "job_id", d.JobID, "recommendations", len(ev.Recommendations), "nccl_algo", algo, "nccl_proto", proto,
 		"predicted_comm_s", ev.PredictedCommSecondsPerStep, "default_comm_s", ev.DefaultCommSecondsPerStep)
 	return nil
 }

@@ -171,7 +171,7 @@ func (s *Service) OnMigrationAccepted(ctx context.Context, env events.Envelope, 
 	launch.Fill(&d, s.store.Snapshot())
 	// The baseline is blind first fit for the job on the cluster as it
 	// was, the job's own GPUs still held: what a resubmission would get.
-	d.Prediction, d.Baseline = s.predict(before, j.Spec, gpus, blind.Place(before, j.Spec))
+	d.Prediction, d.Baseline = s.predict(ctx, before, j.Spec, gpus, blind.Place(before, j.Spec))
 	d.Migration = &events.Migration{ProposalID: p.ProposalID, RequestID: env.ID, PreviousNodes: bareNodes(prev.Nodes), Reason: p.Reason}
 	if _, err := s.bus.Publish(ctx, &d); err != nil {
 		// Put the job back where it was: the GPUs it left are still free,

@@ -67,7 +67,7 @@ func (pv *policyView) evalNode(v aware.NodeView, count bool) bool {
 		GPUs: policies.NodeGPUs{Total: n.GPUCount, Free: v.Free}}
 	r, err := pv.nodes.EvalNode(pv.ctx, node)
 	if err != nil {
-		pv.log.Warn("node policy failed; node denied", "job_id", pv.spec.Job.JobID, "node", n.Name, "err", err)
+		pv.log.WarnContext(pv.ctx, "node policy failed; node denied", "job_id", pv.spec.Job.JobID, "node", n.Name, "err", err)
 	}
 	if len(r.Warn) > 0 {
 		if pv.nodeWarn == nil {
@@ -156,7 +156,7 @@ func (pv *policyView) judge(c aware.Candidate) aware.Judgement {
 	in := policies.PlacementInput{Job: pv.job, Placement: pv.candidate(c), Cluster: pv.clusterSummary()}
 	r, err := pv.set.EvalPlacement(pv.ctx, in)
 	if err != nil {
-		pv.log.Warn("placement policy failed; candidate denied", "job_id", pv.spec.Job.JobID, "domain", c.Domain, "err", err)
+		pv.log.WarnContext(pv.ctx, "placement policy failed; candidate denied", "job_id", pv.spec.Job.JobID, "domain", c.Domain, "err", err)
 	}
 	return aware.Judgement{Deny: len(r.Deny) > 0, Score: r.Score, Reasons: reasonsOf(r.Deny), Warnings: reasonsOf(r.Warn)}
 }

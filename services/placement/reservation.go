@@ -125,7 +125,7 @@ func (s *Service) reserve(ctx context.Context, snap *store.Snapshot, queue []sto
 		return
 	}
 	s.reservation = &Reservation{JobID: head.ID, Priority: head.Priority, Since: since, Nodes: nodes}
-	s.log.Info("nodes held for the head of the queue", "job_id", head.ID, "nodes", len(nodes), "waiting", s.now().Sub(since).Round(time.Second))
+	s.log.InfoContext(ctx, "nodes held for the head of the queue", "job_id", head.ID, "nodes", len(nodes), "waiting", s.now().Sub(since).Round(time.Second))
 }
 
 // usable is what a node can give a job of the given model and

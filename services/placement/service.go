@@ -244,7 +244,7 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 		d := blind.Decide(job.ID, plan.GPUs, s.strategy)
 		d.DecidedAt = s.now().UTC()
 		launch.Fill(&d, s.store.Snapshot())
-		d.Prediction, d.Baseline = s.predict(before, job.Spec, plan.GPUs, plan.Baseline)
+		d.Prediction, d.Baseline = s.predict(ctx, before, job.Spec, plan.GPUs, plan.Baseline)
 		d.Warnings, d.Explanation = plan.Warnings, plan.Explanation
 		if _, err := s.bus.Publish(ctx, &d); err != nil {
 			if _, rerr := s.store.Release(job.ID); rerr != nil {
@@ -320,8 +320,8 @@ func (s *Service) planner() *Planner {
 // predict scores the chosen GPUs and, as the baseline, what blind first
 // fit took on the same state (before the reservation), with the same cost
 // model.
-func (s *Service) predict(before *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, b blind.Result) (ours, base *events.Prediction) {
-	ours = s.prediction(before, job, gpus, s.strategy)
+func (s *Service) predict(ctx context.Context, before *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, b blind.Result) (ours, base *events.Prediction) {
+	ours = s.prediction(ctx, before, job, gpus, s.strategy)
 	switch {
 	case b.Verdict != blind.Placed:
 	case slices.Equal(b.GPUs, gpus) && ours != nil:
@@ -330,15 +330,15 @@ func (s *Service) predict(before *store.Snapshot, job events.JobAnalyzed, gpus [
 		copied.Strategy = StrategyBlind
 		base = &copied
 	default:
-		base = s.prediction(before, job, b.GPUs, StrategyBlind)
+		base = s.prediction(ctx, before, job, b.GPUs, StrategyBlind)
 	}
 	return ours, base
 }
 
-func (s *Service) prediction(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, strategy string) *events.Prediction {
+func (s *Service) prediction(ctx context.Context, snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, strategy string) *events.Prediction {
 	p, err := predictionOf(snap, job, gpus, s.fabric, strategy)
 	if err != nil {
-		s.log.Warn("prediction failed", "job_id", job.Job.JobID, "strategy", strategy, "err", err)
+		s.log.WarnContext(ctx, "prediction failed", "job_id", job.Job.JobID, "strategy", strategy, "err", err)
 	}
 	return p
 }
