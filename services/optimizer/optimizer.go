@@ -88,6 +88,9 @@ type Service struct {
 	health map[string]map[string]events.TopologyHealth
 	// The last stream sequence applied, per stream.
 	topoSeq, jobsSeq, placementSeq uint64
+	// placementSynced is when this replica last knew it had applied the
+	// whole placement stream.
+	placementSynced time.Time
 
 	analyses map[string]*events.JobAnalyzed
 	live     map[string]*liveJob
@@ -157,6 +160,14 @@ func (s *Service) onTopology(ctx context.Context, _ events.Envelope, name events
 	seq := bus.StreamSeq(ctx)
 	if seq != 0 && seq <= s.topoSeq {
 		return nil // a catch-up applied it already
+	}
+	if behind(seq, s.topoSeq) {
+		if err := s.catchUpTopology(ctx); err != nil {
+			return err
+		}
+		if seq <= s.topoSeq {
+			return s.reconsider(ctx)
+		}
 	}
 	if err := s.applyTopology(name, body); err != nil {
 		return err
@@ -276,6 +287,9 @@ func (s *Service) onPlacement(ctx context.Context, env events.Envelope, name eve
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if err := s.syncPlacement(ctx); err != nil {
+			return err
+		}
 		s.applyPlacement(bus.StreamSeq(ctx), &rej)
 	}
 	return nil
@@ -285,6 +299,9 @@ func (s *Service) onPlacement(ctx context.Context, env events.Envelope, name eve
 func (s *Service) OnDecided(ctx context.Context, env events.Envelope, d *events.PlacementDecided) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.syncPlacement(ctx); err != nil {
+		return err
+	}
 	s.applyPlacement(bus.StreamSeq(ctx), d)
 	return s.tune(ctx, env, d)
 }
@@ -293,9 +310,34 @@ func (s *Service) OnDecided(ctx context.Context, env events.Envelope, d *events.
 func (s *Service) OnReleased(ctx context.Context, _ events.Envelope, rel *events.PlacementReleased) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.syncPlacement(ctx); err != nil {
+		return err
+	}
 	s.applyPlacement(bus.StreamSeq(ctx), rel)
 	// GPUs were freed: a better placement may exist.
 	return s.reconsider(ctx)
+}
+
+// behind reports whether the event at seq comes after events of its
+// stream this replica has not applied: replicas share each durable
+// consumer, so another replica handled them, and this one reads them
+// from the stream (in order) before it acts on seq.
+func behind(seq, applied uint64) bool { return seq > applied+1 }
+
+// placementFresh bounds how old a replica's view of the placement stream
+// may be when telemetry, which comes on another stream, is diagnosed
+// against it (the live jobs and who shares a link).
+const placementFresh = time.Second
+
+// syncPlacement catches up with the placement stream when the event being
+// handled (its sequence in ctx) comes after events not applied here.
+func (s *Service) syncPlacement(ctx context.Context) error {
+	seq := bus.StreamSeq(ctx)
+	if !behind(seq, s.placementSeq) {
+		s.placementSynced = time.Now()
+		return nil
+	}
+	return s.catchUpPlacement(ctx)
 }
 
 // applyPlacement applies one placement event unless a catch-up already

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
@@ -110,6 +111,9 @@ func (s *Service) catchUpPlacement(ctx context.Context) error {
 		s.applyPlacement(r.Seq, v)
 		return nil
 	})
+	if err == nil {
+		s.placementSynced = time.Now()
+	}
 	if err != nil {
 		return bus.Transient(fmt.Errorf("optimizer: catch up with placement: %w", err))
 	}

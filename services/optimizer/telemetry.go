@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
@@ -84,6 +85,12 @@ func (s *Service) OnTelemetry(ctx context.Context, env events.Envelope, t *event
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if time.Since(s.placementSynced) > placementFresh {
+		// Decisions and releases may have gone to another replica.
+		if err := s.catchUpPlacement(ctx); err != nil {
+			return err
+		}
+	}
 	lj := s.live[t.JobID]
 	if lj == nil {
 		// Telemetry may come before the optimizer has read the decision
