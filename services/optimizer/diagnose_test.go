@@ -325,3 +325,43 @@ func TestCongestionToMigration(t *testing.T) {
 		t.Errorf("victim holds %d GPUs after the move", got)
 	}
 }
+
+// A job spread over two leaves with nothing diagnosed gets a
+// better_placement proposal when GPUs under one leaf free up.
+func TestBetterPlacementWhenGPUsFree(t *testing.T) {
+	t.Parallel()
+	c := fourNodeCluster(t)
+	if err := c.place.SetStrategy("blind"); err != nil {
+		t.Fatal(err)
+	}
+	// Communication-bound: the move saves more than 5% of a step.
+	victim, flood := gpt2("victim", 16), gpt2("flood", 16)
+	victim.StepComputeSeconds = 0.01
+	c.submit(victim)
+	c.submit(flood)
+	o := c.running()
+	props := follow[events.PlacementMigration](c, events.NamePlacementMigration)
+	tunings := follow[events.RuntimeTuning](c, events.NameRuntimeTuning)
+	o.mu.Lock()
+	for o.live["victim"] == nil || o.live["victim"].tuning == nil || o.live["flood"] == nil || o.live["flood"].tuning == nil {
+		o.mu.Unlock()
+		next(c, tunings, func(*events.RuntimeTuning) bool { return true })
+		o.mu.Lock()
+	}
+	o.mu.Unlock()
+	c.finish("flood")
+	var p *events.PlacementMigration
+	select {
+	case p = <-props:
+	case <-c.ctx.Done():
+		t.Fatal("no proposal")
+	}
+	leaves := map[string]bool{}
+	for _, np := range p.Nodes {
+		leaves[map[string]string{"n1": "leafA", "n2": "leafA", "n3": "leafB", "n4": "leafB"}[np.Node]] = true
+	}
+	if p.JobID != "victim" || p.Reason != events.MigrationBetterPlacement || len(leaves) != 1 || p.GainSecondsPerStep <= 0 || p.FindingID != "" {
+		t.Fatalf("proposal %+v", p)
+	}
+	t.Logf("proposal: %s", p.Message)
+}

@@ -1,6 +1,7 @@
 package optimizer
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -25,10 +26,19 @@ var movable = map[string]string{
 	events.FindingLinkDegraded: events.MigrationLinkDegraded,
 }
 
-// reconsider looks for better placements for every live job whose last
-// finding a move may fix: called when GPUs are freed or a part recovers,
-// which is when a better placement can appear.
+// maxBetterPerEvent bounds how many jobs without a finding to fix are
+// planned anew per event: planning every live job on every release would
+// cost as much as placing them all again.
+const maxBetterPerEvent = 4
+
+// reconsider looks for better placements, called when GPUs are freed or a
+// part recovers, which is when a better placement can appear: for every
+// live job whose last finding a move may fix, and for the spread-out jobs
+// with nothing wrong diagnosed (more nodes than their size needs), the
+// maxBetterPerEvent of them predicted to communicate the most, proposed
+// as better_placement.
 func (s *Service) reconsider(ctx context.Context) error {
+	var spread []*liveJob
 	for _, id := range slices.Sorted(func(yield func(string) bool) {
 		for id := range s.live {
 			if !yield(id) {
@@ -37,14 +47,50 @@ func (s *Service) reconsider(ctx context.Context) error {
 		}
 	}) {
 		lj := s.live[id]
-		if _, ok := movable[lj.finding]; !ok || lj.spec == nil {
+		if lj.spec == nil {
 			continue
 		}
-		if err := s.propose(ctx, lj); err != nil {
+		if reason, ok := movable[lj.finding]; ok {
+			if err := s.propose(ctx, lj, reason); err != nil {
+				return err
+			}
+			continue
+		}
+		if (lj.finding == "" || lj.finding == events.FindingAsPredicted) && lj.tuning != nil && s.spreadOut(lj) {
+			spread = append(spread, lj)
+		}
+	}
+	slices.SortStableFunc(spread, func(a, b *liveJob) int {
+		return cmp.Compare(b.tuning.PredictedCommSecondsPerStep, a.tuning.PredictedCommSecondsPerStep)
+	})
+	for _, lj := range spread[:min(len(spread), maxBetterPerEvent)] {
+		if err := s.propose(ctx, lj, events.MigrationBetterPlacement); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// spreadOut reports whether a job runs on more nodes than its size needs
+// on nodes like its first, or under more than one leaf switch.
+func (s *Service) spreadOut(lj *liveJob) bool {
+	d := lj.decision
+	if len(d.Nodes) < 2 {
+		return false
+	}
+	snap := s.store.Snapshot()
+	if n, ok := snap.Node(d.Nodes[0].Node); ok && n.GPUCount > 0 && len(d.Nodes) > (len(d.Ranks)+n.GPUCount-1)/n.GPUCount {
+		return true
+	}
+	leaves := map[string]bool{}
+	for _, np := range d.Nodes {
+		for _, dom := range snap.FabricDomains(np.Node) {
+			if store.DomainKind(dom) == store.DomainLeaf {
+				leaves[dom] = true
+			}
+		}
+	}
+	return len(leaves) > 1
 }
 
 // propose plans the job anew on a fork of the store where its own GPUs
@@ -54,12 +100,8 @@ func (s *Service) reconsider(ctx context.Context) error {
 // placement that shares a link with its neighbours, nor a degraded one
 // onto unhealthy parts (the planner takes healthy GPUs only, and the
 // fork's topology has the down links taken out).
-func (s *Service) propose(ctx context.Context, lj *liveJob) error {
+func (s *Service) propose(ctx context.Context, lj *liveJob, reason string) error {
 	d := lj.decision
-	reason, ok := movable[lj.finding]
-	if !ok {
-		return nil
-	}
 	what := s.store.Fork()
 	if _, err := what.Release(d.JobID); err != nil {
 		return fmt.Errorf("optimizer: what-if release of %s: %w", d.JobID, err)
@@ -124,8 +166,12 @@ func (s *Service) propose(ctx context.Context, lj *liveJob) error {
 	for _, np := range target.Nodes {
 		nodes = append(nodes, np.Node)
 	}
+	why := lj.finding
+	if why == "" || reason == events.MigrationBetterPlacement {
+		why = "a better placement is free"
+	}
 	m.Message = fmt.Sprintf("%s: move to %s; communication %.3g s per step there against %.3g s %s now, saving %.3g s of a %.3g s step; pays back a %.0f s restart after %.0f s",
-		lj.finding, strings.Join(nodes, ", "), m.ProposedCommSecondsPerStep, base, map[bool]string{true: "measured", false: "predicted"}[lj.telemetry != nil],
+		why, strings.Join(nodes, ", "), m.ProposedCommSecondsPerStep, base, map[bool]string{true: "measured", false: "predicted"}[lj.telemetry != nil],
 		m.GainSecondsPerStep, m.StepSeconds, m.RestartCostSeconds, m.BreakEvenSeconds)
 	if s.bus != nil {
 		if _, err := s.bus.Publish(ctx, m); err != nil {

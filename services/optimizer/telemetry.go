@@ -136,7 +136,10 @@ func (s *Service) OnTelemetry(ctx context.Context, env events.Envelope, t *event
 	lj.finding, lj.diagnosis, lj.proposed = dg.Finding, dg, ""
 	s.log.InfoContext(ctx, "job diagnosed", "job_id", t.JobID, "finding", dg.Finding, "previous", dg.Previous, "step", t.Step,
 		"ratio", dg.Evidence.Ratio, "message", dg.Message)
-	return s.propose(ctx, lj)
+	if reason, ok := movable[lj.finding]; ok {
+		return s.propose(ctx, lj, reason)
+	}
+	return nil
 }
 
 // rebuildRuntime restores the last finding published per live job, so a
