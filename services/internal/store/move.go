@@ -59,41 +59,9 @@ func (s *Store) move(jobID string, gpus []GPUKey, restore bool) ([]GPUKey, error
 		for _, g := range held {
 			mine[g.Key()] = true
 		}
-		var problems []string
-		olds := make([]*GPU, 0, len(want))
-		upds := make([]*GPU, 0, len(want))
-		for _, k := range want {
-			if mine[k] {
-				continue // kept, as it is
-			}
-			raw, err := txn.First(TableGPUs, IndexID, k.Node, k.Index)
-			if err != nil {
-				return err
-			}
-			if raw == nil {
-				if !restore {
-					problems = append(problems, fmt.Sprintf("GPU %s does not exist", k))
-					continue
-				}
-				g, err := placeholderGPU(txn, k)
-				if err != nil {
-					return err
-				}
-				g.JobID = jobID
-				olds, upds = append(olds, nil), append(upds, g)
-				continue
-			}
-			g := raw.(*GPU)
-			switch {
-			case g.JobID != "":
-				problems = append(problems, fmt.Sprintf("GPU %s is held by job %q", k, g.JobID))
-			case !g.Healthy && !restore:
-				problems = append(problems, fmt.Sprintf("GPU %s is unhealthy (%s)", k, g.HealthReason))
-			default:
-				upd := *g
-				upd.JobID = jobID
-				olds, upds = append(olds, g), append(upds, &upd)
-			}
+		olds, upds, problems, err := claim(txn, jobID, want, restore, func(k GPUKey) bool { return mine[k] })
+		if err != nil {
+			return err
 		}
 		if len(problems) > 0 {
 			return fmt.Errorf("%w: move job %q: %s", ErrConflict, jobID, strings.Join(problems, "; "))

@@ -519,38 +519,9 @@ func (s *Store) allocate(jobID string, gpus []GPUKey, restore bool) error {
 			return fmt.Errorf("%w: job %q already holds %d other GPUs; release them first", ErrConflict, jobID, len(held))
 		}
 
-		var problems []string
-		olds := make([]*GPU, 0, len(want))
-		upds := make([]*GPU, 0, len(want))
-		for _, k := range want {
-			raw, err := txn.First(TableGPUs, IndexID, k.Node, k.Index)
-			if err != nil {
-				return err
-			}
-			if raw == nil {
-				if !restore {
-					problems = append(problems, fmt.Sprintf("GPU %s does not exist", k))
-					continue
-				}
-				g, err := placeholderGPU(txn, k)
-				if err != nil {
-					return err
-				}
-				g.JobID = jobID
-				olds, upds = append(olds, nil), append(upds, g)
-				continue
-			}
-			g := raw.(*GPU)
-			switch {
-			case g.JobID != "":
-				problems = append(problems, fmt.Sprintf("GPU %s is held by job %q", k, g.JobID))
-			case !g.Healthy && !restore:
-				problems = append(problems, fmt.Sprintf("GPU %s is unhealthy (%s)", k, g.HealthReason))
-			default:
-				upd := *g
-				upd.JobID = jobID
-				olds, upds = append(olds, g), append(upds, &upd)
-			}
+		olds, upds, problems, err := claim(txn, jobID, want, restore, nil)
+		if err != nil {
+			return err
 		}
 		if len(problems) > 0 {
 			return fmt.Errorf("%w: job %q: %s", ErrConflict, jobID, strings.Join(problems, "; "))
@@ -740,4 +711,48 @@ func must(err error) {
 	if err != nil {
 		panic("store: " + err.Error())
 	}
+}
+
+// claim reads the GPUs a job is to take, skipping those skip names (ones
+// it holds already), and returns their rows before and after (olds[i] nil
+// for a placeholder of a GPU no report lists, made only when restore) and
+// every reason they cannot be taken: held by a job, unhealthy (allowed when
+// restore, which replays what was decided before), missing.
+func claim(txn *memdb.Txn, jobID string, want []GPUKey, restore bool, skip func(GPUKey) bool) (olds, upds []*GPU, problems []string, err error) {
+	olds = make([]*GPU, 0, len(want))
+	upds = make([]*GPU, 0, len(want))
+	for _, k := range want {
+		if skip != nil && skip(k) {
+			continue
+		}
+		raw, err := txn.First(TableGPUs, IndexID, k.Node, k.Index)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if raw == nil {
+			if !restore {
+				problems = append(problems, fmt.Sprintf("GPU %s does not exist", k))
+				continue
+			}
+			g, err := placeholderGPU(txn, k)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			g.JobID = jobID
+			olds, upds = append(olds, nil), append(upds, g)
+			continue
+		}
+		g := raw.(*GPU)
+		switch {
+		case g.JobID != "":
+			problems = append(problems, fmt.Sprintf("GPU %s is held by job %q", k, g.JobID))
+		case !g.Healthy && !restore:
+			problems = append(problems, fmt.Sprintf("GPU %s is unhealthy (%s)", k, g.HealthReason))
+		default:
+			upd := *g
+			upd.JobID = jobID
+			olds, upds = append(olds, g), append(upds, &upd)
+		}
+	}
+	return olds, upds, problems, nil
 }
