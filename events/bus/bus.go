@@ -298,3 +298,13 @@ func (b *Bus) PublishRaw(ctx context.Context, subject string, headers map[string
 	}
 	return nil
 }
+
+// Dial opens a second connection to the same servers with the same
+// credentials, for traffic that must not queue behind this one's: a lease
+// renewal waiting behind megabytes of a burst's publishes on one socket
+// misses its deadline. It creates no streams; close it after use.
+func (b *Bus) Dial(ctx context.Context, source string) (*Bus, error) {
+	cfg := b.cfg
+	cfg.Source, cfg.SkipStreams, cfg.Observer = source, true, nil
+	return Connect(ctx, cfg)
+}

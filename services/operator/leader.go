@@ -119,6 +119,10 @@ type lease struct {
 	start func(ctx context.Context) (term, error)
 	// onChange, if set, is told every change of status.
 	onChange func(LeaderStatus)
+	// alive reports whether the connection the term works over is up: the
+	// lease renews over a connection of its own, and must lapse when the
+	// work cannot go on (nil: always up).
+	alive func() bool
 
 	mu     sync.Mutex
 	status LeaderStatus
@@ -176,6 +180,9 @@ func (l *lease) set(role Role, holder string) {
 // tryAcquire takes the lease if it is free (or ours from a previous life)
 // and returns its revision; 0 when another replica holds it.
 func (l *lease) tryAcquire(ctx context.Context) (uint64, error) {
+	if l.alive != nil && !l.alive() {
+		return 0, fmt.Errorf("take lease %s: the services' connection is down", l.key)
+	}
 	val, err := json.Marshal(leaseValue{Holder: l.holder, Acquired: time.Now().UTC()})
 	if err != nil {
 		return 0, err
@@ -287,10 +294,16 @@ func (l *lease) run(ctx context.Context, rev uint64, sent time.Time, t term, ter
 			if deadline.Before(callDeadline) {
 				callDeadline = deadline
 			}
-			rctx, cancel := context.WithDeadline(ctx, callDeadline)
-			val, _ := json.Marshal(leaseValue{Holder: l.holder, Acquired: now.UTC()})
-			nrev, err := l.kv.Update(rctx, l.key, val, rev)
-			cancel()
+			var nrev uint64
+			var err error
+			if l.alive != nil && !l.alive() {
+				err = errors.New("the services' connection is down")
+			} else {
+				rctx, cancel := context.WithDeadline(ctx, callDeadline)
+				val, _ := json.Marshal(leaseValue{Holder: l.holder, Acquired: now.UTC()})
+				nrev, err = l.kv.Update(rctx, l.key, val, rev)
+				cancel()
+			}
 			var apiErr *jetstream.APIError
 			switch {
 			case err == nil:
@@ -344,17 +357,27 @@ func (o *Operator) startLease(ctx, runCtx context.Context, b *bus.Bus, cfg Confi
 	if ttl == 0 {
 		ttl = DefaultLeaseTTL
 	}
-	kv, err := ensureLeaseKV(ctx, b, ttl)
+	// The lease speaks over a connection of its own: on the shared one its
+	// renewals queue behind every event the services publish, and a burst
+	// makes them miss their deadline and the leader step down for nothing.
+	lb, err := b.Dial(ctx, "urn:toposched:lease")
 	if err != nil {
+		return fmt.Errorf("lease connection: %w", err)
+	}
+	kv, err := ensureLeaseKV(ctx, lb, ttl)
+	if err != nil {
+		_ = lb.Close()
 		return err
 	}
 	l := &lease{
 		kv: kv, key: LeaseKey, holder: replicaName(cfg), ttl: ttl, log: log.With("component", "lease"),
 		start: o.terms.start,
+		alive: func() bool { return b.Conn().IsConnected() },
 	}
 	o.lease = l
 	rev, sent, t, termCancel, err := l.acquireOnce(runCtx)
 	if err != nil {
+		_ = lb.Close()
 		return err
 	}
 	if t != nil {
@@ -367,6 +390,7 @@ func (o *Operator) startLease(ctx, runCtx context.Context, b *bus.Bus, cfg Confi
 	go func() {
 		defer o.wg.Done()
 		l.run(runCtx, rev, sent, t, termCancel)
+		_ = lb.Close() // run has released the lease on its way out
 	}()
 	return nil
 }
