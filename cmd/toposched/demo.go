@@ -72,7 +72,7 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, log *slog.Logger) e
 		return err
 	}
 	defer b.Close()
-	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: clusterFile}, log)
+	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: clusterFile, Sole: true}, log)
 	if err != nil {
 		return err
 	}

@@ -79,7 +79,11 @@ func runServe(ctx context.Context, g *globals, f *serveFlags) error {
 		return err
 	}
 	url := g.natsURL
+	sole := false
 	if url == "" {
+		// Replicas share a NATS cluster (--nats-url); the embedded server
+		// serves this process's services alone.
+		sole = true
 		srv, err := startEmbedded(f.listen, f.dataDir, log)
 		if err != nil {
 			return err
@@ -90,7 +94,7 @@ func runServe(ctx context.Context, g *globals, f *serveFlags) error {
 	}
 	return runServices(ctx, g, url, "operator", operator.Config{
 		Services: f.services, ClusterFile: f.cluster, Poll: f.poll, Strategy: f.strategy, Policies: f.policies, ReserveAfter: &f.reserve,
-		Replica: f.ops.replica, LeaseTTL: f.ops.leaseTTL,
+		Replica: f.ops.replica, LeaseTTL: f.ops.leaseTTL, Sole: sole,
 	}, &f.ops, log)
 }
 

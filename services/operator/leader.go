@@ -423,3 +423,26 @@ func replicaName(cfg Config) string {
 	host, _ := os.Hostname()
 	return host + "/" + strconv.Itoa(os.Getpid()) + "/" + bus.NewID()[:8]
 }
+
+// startSole runs placement's one term for the life of the operator, with
+// no lease (Config.Sole).
+func (o *Operator) startSole(ctx, runCtx context.Context, _ *bus.Bus, _ Config, log *slog.Logger) error {
+	t, err := o.terms.start(runCtx)
+	if err != nil {
+		return err
+	}
+	o.Placement = o.terms.current()
+	log.Info("placement runs as the only replica (no lease)")
+	o.wg.Add(1)
+	go func() {
+		defer o.wg.Done()
+		select {
+		case <-runCtx.Done():
+		case <-t.done():
+		}
+		if err := t.stop(); err != nil {
+			o.fail(fmt.Errorf("placement: %w", err))
+		}
+	}()
+	return nil
+}

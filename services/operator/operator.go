@@ -56,6 +56,11 @@ type Config struct {
 	// replicas (a pod name is): a replica restarted under its name takes
 	// its lease back at once.
 	Replica string
+	// Sole says no other placement replica can reach this NATS server
+	// (the private embedded server of serve, demo and replay): placement
+	// then runs without a lease, which would only cost renewals that a
+	// saturated single process can miss.
+	Sole bool
 	// LeaseTTL is how long placement's lease outlives its holder's last
 	// renewal (leader.go); 0 means DefaultLeaseTTL. Every placement
 	// replica should use the same value: the bucket keeps the last one set.
@@ -156,7 +161,11 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 		if err := startPolicies(ctx, runCtx, b, o.terms, cfg, log, &o.wg); err != nil {
 			return abort(err)
 		}
-		if err := o.startLease(ctx, runCtx, b, cfg, log); err != nil {
+		start := o.startLease
+		if cfg.Sole {
+			start = o.startSole
+		}
+		if err := start(ctx, runCtx, b, cfg, log); err != nil {
 			return abort(err)
 		}
 	}

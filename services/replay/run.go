@@ -197,7 +197,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer b.Close()
 	ra := cfg.ReserveAfter
-	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: cfg.ClusterFile,
+	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: cfg.ClusterFile, Sole: true,
 		Strategy: cfg.Strategy, ReserveAfter: &ra, Policies: cfg.Policies, Replica: "replay"}, cfg.Log)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)

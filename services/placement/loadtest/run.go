@@ -202,7 +202,7 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 	if cfg.NoPolicies {
 		pol, polName = operator.PoliciesNone, "off"
 	}
-	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: file, Policies: pol}, log)
+	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: file, Policies: pol, Sole: true}, log)
 	if err != nil {
 		return err
 	}
