@@ -1,0 +1,10 @@
+# Placement: quality against the optimum and blind, decision latency through
+# the planner, end to end through NATS (BENCHMARKS.md "Issue 5", "Placement
+# quality"). Go benchmarks print their figures with the test binary.
+set -euo pipefail
+"$TOPOSCHED" quality
+"$TOPOSCHED" load --budget 2s --strategy topology-aware,blind
+"$TOPOSCHED" load --e2e 2000 --e2e-only
+go test -run '^$' -bench EndToEnd -benchtime 2000x ./services/placement
+go test -run '^$' -bench '^BenchmarkPlace$' -benchtime 20x -benchmem ./services/placement/aware
+go test -run '^$' -bench 'Place' -benchmem ./services/placement/blind
