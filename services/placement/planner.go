@@ -165,12 +165,7 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 	return out, nil
 }
 
-func hasRunning(snap *store.Snapshot) bool {
-	for range snap.JobsInState(store.JobPlaced) {
-		return true
-	}
-	return false
-}
+func hasRunning(snap *store.Snapshot) bool { return snap.AnyJobInState(store.JobPlaced) }
 
 // policyCounterfactuals names, per denying policy, what it would have to
 // allow.

@@ -341,6 +341,12 @@ func (s *Snapshot) JobsInState(state string) []Job {
 	return out
 }
 
+// AnyJobInState reports whether some job is in the state, without
+// copying the jobs out.
+func (s *Snapshot) AnyJobInState(state string) bool {
+	return s.first(TableJobs, IndexState, state) != nil
+}
+
 // PendingQueue returns the pending jobs in the order they are to be tried:
 // highest Priority first, then oldest (lowest Seq) first.
 func (s *Snapshot) PendingQueue() []Job {
