@@ -149,9 +149,19 @@ func (f *finisher) finishLocked(job string) {
 		return
 	}
 	body := fmt.Sprintf(`{"job_id":%q,"status":"succeeded"}`, job)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := f.js.Publish(ctx, subjectFinished, []byte(body), jetstream.WithMsgID("e2e-sigkill-finish-"+job)); err != nil {
+	// A publish cut by a NATS node's death may have been stored with its
+	// acknowledgement lost: it is sent again under the same message id,
+	// which JetStream stores once, as a launcher would.
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err = f.js.Publish(ctx, subjectFinished, []byte(body), jetstream.WithMsgID("e2e-sigkill-finish-"+job))
+		cancel()
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
 		f.errs = append(f.errs, fmt.Errorf("finisher: publish finish of %s: %w", job, err))
 		return
 	}

@@ -316,11 +316,15 @@ func TestCongestionToMigration(t *testing.T) {
 	if err := c.place.OnMigrationAccepted(bus.WithCause(c.ctx, env), env, accept); err != nil {
 		t.Fatal(err)
 	}
-	moved := next(c, tunings, func(tu *events.RuntimeTuning) bool { return tu.JobID == "victim" })
 	j, _ := c.place.Store().Snapshot().Job("victim")
-	if j.Decision.Migration == nil || !moved.DecidedAt.Equal(j.Decision.DecidedAt) {
-		t.Fatalf("after the move: decision %+v, tuning for %v", j.Decision.Migration, moved.DecidedAt)
+	if j.Decision.Migration == nil {
+		t.Fatalf("after the move: decision %+v, want its migration", j.Decision)
 	}
+	// The tuning of the moved decision follows (an earlier tuning of
+	// victim may still be queued ahead of it: skipped).
+	next(c, tunings, func(tu *events.RuntimeTuning) bool {
+		return tu.JobID == "victim" && tu.DecidedAt.Equal(j.Decision.DecidedAt)
+	})
 	if got := len(c.place.Store().Snapshot().GPUsOfJob("victim")); got != 16 {
 		t.Errorf("victim holds %d GPUs after the move", got)
 	}
