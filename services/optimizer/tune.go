@@ -98,21 +98,11 @@ func (r *resolver) rank(node string, gpu int) (collective.Rank, error) {
 }
 
 func fallbackTopology(n store.Node, gpus []store.GPU) *topology.Node {
-	t := &topology.Node{Name: n.Name, Source: "optimizer fallback (no paths reported)"}
-	for _, g := range gpus {
-		t.GPUs = append(t.GPUs, topology.GPU{Index: g.Index, Model: g.Model, NUMA: -1})
+	tg := make([]topology.GPU, len(gpus))
+	for i, g := range gpus {
+		tg[i] = topology.GPU{Index: g.Index, Model: g.Model, NUMA: -1}
 	}
-	t.GPUPaths = make([][]topology.Link, len(gpus))
-	for a := range gpus {
-		t.GPUPaths[a] = make([]topology.Link, len(gpus))
-		for b := range gpus {
-			t.GPUPaths[a][b] = topology.Link{Class: topology.PHB}
-			if a == b {
-				t.GPUPaths[a][b] = topology.Link{Class: topology.Self}
-			}
-		}
-	}
-	return t
+	return topology.Flat(n.Name, "optimizer fallback (no paths reported)", tg)
 }
 
 // modelCollective maps an analysed collective to the cost model's; a

@@ -141,3 +141,21 @@ func (n *Node) bestNICClass(g int) Class {
 	}
 	return best
 }
+
+// Flat is the topology assumed for a node whose report gave no paths: its
+// GPUs, every pair through the host bridge (PHB), the slowest in-node path
+// a report would show short of SYS. source says who assumed it.
+func Flat(name, source string, gpus []GPU) *Node {
+	t := &Node{Name: name, Source: source, GPUs: gpus}
+	t.GPUPaths = make([][]Link, len(gpus))
+	for a := range gpus {
+		t.GPUPaths[a] = make([]Link, len(gpus))
+		for b := range gpus {
+			t.GPUPaths[a][b] = Link{Class: PHB}
+			if a == b {
+				t.GPUPaths[a][b] = Link{Class: Self}
+			}
+		}
+	}
+	return t
+}
