@@ -220,18 +220,9 @@ func (s *Service) applyTopology(name events.Name, body []byte) error {
 }
 
 func (s *Service) applyFabric(ev events.TopologyFabric) error {
-	f, err := topology.NewFabric(ev)
+	f, err := s.store.ApplyFabric(ev)
 	if err != nil {
-		return fmt.Errorf("fabric %s: %w", ev.Cluster, err)
-	}
-	domains := map[string][]string{}
-	for _, sw := range ev.Switches {
-		for _, n := range sw.Nodes {
-			domains[n] = f.Domains(n)
-		}
-	}
-	if err := s.store.UpsertFabric(domains); err != nil {
-		return fmt.Errorf("fabric %s: %w", ev.Cluster, err)
+		return err
 	}
 	s.fabric = f
 	return nil

@@ -44,14 +44,7 @@ func DryRun(c discovery.Cluster, occupied []Occupied, job events.JobSubmitted, s
 	}
 	var fabric *topology.Fabric
 	if len(c.Fabric.Switches) > 0 {
-		if fabric, err = topology.NewFabric(c.Fabric); err != nil {
-			return "", nil, fmt.Errorf("dry run: %w", err)
-		}
-		domains := map[string][]string{}
-		for _, n := range c.Nodes {
-			domains[n.Name] = fabric.Domains(n.Name)
-		}
-		if err := st.UpsertFabric(domains); err != nil {
+		if fabric, err = st.ApplyFabric(c.Fabric); err != nil {
 			return "", nil, fmt.Errorf("dry run: %w", err)
 		}
 	}

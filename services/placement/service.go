@@ -204,18 +204,9 @@ func (s *Service) OnFabric(ctx context.Context, _ events.Envelope, ev *events.To
 }
 
 func (s *Service) applyFabric(ev events.TopologyFabric) error {
-	f, err := topology.NewFabric(ev)
+	f, err := s.store.ApplyFabric(ev)
 	if err != nil {
-		return fmt.Errorf("fabric %s: %w", ev.Cluster, err)
-	}
-	domains := map[string][]string{}
-	for _, sw := range ev.Switches {
-		for _, n := range sw.Nodes {
-			domains[n] = f.Domains(n)
-		}
-	}
-	if err := s.store.UpsertFabric(domains); err != nil {
-		return fmt.Errorf("fabric %s: %w", ev.Cluster, err)
+		return err
 	}
 	s.fabric = f
 	return nil

@@ -12,6 +12,7 @@ import (
 
 	memdb "github.com/hashicorp/go-memdb"
 
+	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/services/internal/topology"
 )
 
@@ -725,4 +726,24 @@ func (freeDomainIndexer) FromArgs(args ...any) ([]byte, error) {
 // enumeration order.
 func compareGPUs(a, b GPU) int {
 	return cmp.Or(cmp.Compare(a.NodePosition, b.NodePosition), strings.Compare(a.Node, b.Node), cmp.Compare(a.Index, b.Index))
+}
+
+// ApplyFabric builds the switch tree of a topology.fabric report and
+// records every listed node's leaf, pod and core as domains of its GPUs,
+// returning the tree. A tree that does not hold together changes nothing.
+func (s *Store) ApplyFabric(ev events.TopologyFabric) (*topology.Fabric, error) {
+	f, err := topology.NewFabric(ev)
+	if err != nil {
+		return nil, fmt.Errorf("fabric %s: %w", ev.Cluster, err)
+	}
+	domains := map[string][]string{}
+	for _, sw := range ev.Switches {
+		for _, n := range sw.Nodes {
+			domains[n] = f.Domains(n)
+		}
+	}
+	if err := s.UpsertFabric(domains); err != nil {
+		return nil, fmt.Errorf("fabric %s: %w", ev.Cluster, err)
+	}
+	return f, nil
 }
