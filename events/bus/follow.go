@@ -6,8 +6,6 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/toposched/toposched/events"
 )
 
 // Follow calls fn for every event stored on the given subjects of one
@@ -47,23 +45,14 @@ func (b *Bus) Follow(ctx context.Context, domain string, subjects []string, read
 			}
 			return fmt.Errorf("follow %s: %w", stream, err)
 		}
-		md, err := m.Metadata()
+		r, ok, err := b.record(m, "follow")
 		if err != nil {
 			return fmt.Errorf("follow %s: %w", stream, err)
 		}
-		h := make(map[string]string, len(m.Headers()))
-		for k, v := range m.Headers() {
-			if len(v) > 0 {
-				h[normalizeHeader(k)] = v[0]
-			}
-		}
-		d := events.Delivery{Subject: m.Subject(), Stream: md.Stream, Seq: md.Sequence.Stream, Time: md.Timestamp}
-		env, name, err := events.ParseEnvelope(b.Subjects, h, m.Data(), d)
-		if err != nil {
-			b.log.Warn("follow: skipping unreadable message", "stream", stream, "seq", md.Sequence.Stream, "err", err)
+		if !ok {
 			continue
 		}
-		if err := fn(Record{Env: env, Name: name, Body: m.Data(), Seq: md.Sequence.Stream}); err != nil {
+		if err := fn(r); err != nil {
 			if errors.Is(err, ErrStop) {
 				return nil
 			}

@@ -53,23 +53,14 @@ func (b *Bus) ReplayFrom(ctx context.Context, domain string, subjects []string, 
 		}
 		for m := range batch.Messages() {
 			remaining--
-			md, err := m.Metadata()
+			r, ok, err := b.record(m, "replay")
 			if err != nil {
 				return fmt.Errorf("replay %s: %w", stream, err)
 			}
-			h := make(map[string]string, len(m.Headers()))
-			for k, v := range m.Headers() {
-				if len(v) > 0 {
-					h[normalizeHeader(k)] = v[0]
-				}
-			}
-			d := events.Delivery{Subject: m.Subject(), Stream: md.Stream, Seq: md.Sequence.Stream, Time: md.Timestamp}
-			env, name, err := events.ParseEnvelope(b.Subjects, h, m.Data(), d)
-			if err != nil {
-				b.log.Warn("replay: skipping unreadable message", "stream", stream, "seq", md.Sequence.Stream, "err", err)
+			if !ok {
 				continue
 			}
-			if err := fn(Record{Env: env, Name: name, Body: m.Data(), Seq: md.Sequence.Stream}); err != nil {
+			if err := fn(r); err != nil {
 				if errors.Is(err, ErrStop) {
 					return nil
 				}
@@ -81,4 +72,27 @@ func (b *Bus) ReplayFrom(ctx context.Context, domain string, subjects []string, 
 		}
 	}
 	return nil
+}
+
+// record reads a stored message as a Record. A message whose envelope
+// cannot be read is skipped (ok false), loudly: one bad message must not
+// stop a replay or a follower.
+func (b *Bus) record(m jetstream.Msg, what string) (r Record, ok bool, err error) {
+	md, err := m.Metadata()
+	if err != nil {
+		return Record{}, false, err
+	}
+	h := make(map[string]string, len(m.Headers()))
+	for k, v := range m.Headers() {
+		if len(v) > 0 {
+			h[normalizeHeader(k)] = v[0]
+		}
+	}
+	d := events.Delivery{Subject: m.Subject(), Stream: md.Stream, Seq: md.Sequence.Stream, Time: md.Timestamp}
+	env, name, err := events.ParseEnvelope(b.Subjects, h, m.Data(), d)
+	if err != nil {
+		b.log.Warn(what+": skipping unreadable message", "stream", md.Stream, "seq", md.Sequence.Stream, "err", err)
+		return Record{}, false, nil
+	}
+	return Record{Env: env, Name: name, Body: m.Data(), Seq: md.Sequence.Stream}, true, nil
 }

@@ -82,16 +82,7 @@ func (s *Store) move(jobID string, gpus []GPUKey, restore bool) ([]GPUKey, error
 				continue
 			}
 			freed = append(freed, g.Key())
-			if g.HealthReason == ReasonMissing || g.HealthReason == ReasonNodeRemoved {
-				// Kept only because the job held it: gone now.
-				if err := w.putGPU(g, nil); err != nil {
-					return err
-				}
-				continue
-			}
-			upd := *g
-			upd.JobID = ""
-			if err := w.putGPU(g, &upd); err != nil {
+			if err := w.freeGPU(g); err != nil {
 				return err
 			}
 		}

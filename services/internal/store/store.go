@@ -572,15 +572,7 @@ func (s *Store) Release(jobID string) ([]GPUKey, error) {
 		}
 		for _, g := range held {
 			keys = append(keys, g.Key())
-			if g.HealthReason == ReasonMissing || g.HealthReason == ReasonNodeRemoved {
-				if err := w.putGPU(g, nil); err != nil {
-					return err
-				}
-				continue
-			}
-			upd := *g
-			upd.JobID = ""
-			if err := w.putGPU(g, &upd); err != nil {
+			if err := w.freeGPU(g); err != nil {
 				return err
 			}
 		}
@@ -755,4 +747,16 @@ func claim(txn *memdb.Txn, jobID string, want []GPUKey, restore bool, skip func(
 		}
 	}
 	return olds, upds, problems, nil
+}
+
+// freeGPU gives a held GPU back: free again, or gone when it was kept only
+// because its job held it (missing from its node's report, or of a removed
+// node).
+func (w *writer) freeGPU(g *GPU) error {
+	if g.HealthReason == ReasonMissing || g.HealthReason == ReasonNodeRemoved {
+		return w.putGPU(g, nil)
+	}
+	upd := *g
+	upd.JobID = ""
+	return w.putGPU(g, &upd)
 }
