@@ -15,9 +15,6 @@ import (
 // both strategies, and checks that every job is accounted for once and
 // that the report is written.
 func TestReplayEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts an embedded NATS server and every service")
-	}
 	dir := t.TempDir()
 	clusterFile := filepath.Join(dir, "cluster.yaml")
 	if err := SyntheticCluster(256).WriteFile(clusterFile); err != nil {

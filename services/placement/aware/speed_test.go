@@ -1,10 +1,14 @@
 package aware
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,16 +42,17 @@ func BenchmarkPlaceSmall(b *testing.B) {
 	}
 }
 
-// TestDecisionDigest writes every decision (verdict, GPUs, reasons and the
-// explanation) of a seeded mix of clusters and jobs, filters and judges to
-// the file named by TOPOSCHED_DECISION_DIGEST, one line per case. Run it on
-// two versions of the code and diff the files: a speed-up must leave every
-// line as it was. Without the variable it is skipped.
+var updateDigest = flag.Bool("update-digest", false, "rewrite testdata/decisions.sha256 from the current decisions")
+
+// TestDecisionDigest holds every decision (verdict, GPUs, reasons and the
+// explanation) of a seeded mix of clusters and jobs, filters and judges,
+// one JSON line per case, to the SHA-256 kept in testdata/decisions.sha256:
+// a speed-up must leave every decision as it was. A change that means to
+// decide differently rewrites it with -update-digest. To see which cases
+// differ, set TOPOSCHED_DECISION_DIGEST=file on both versions and diff the
+// files. The local search is bounded by evaluations, not time, so the
+// decisions do not depend on the machine's speed.
 func TestDecisionDigest(t *testing.T) {
-	path := os.Getenv("TOPOSCHED_DECISION_DIGEST")
-	if path == "" {
-		t.Skip("set TOPOSCHED_DECISION_DIGEST=file to write the digest")
-	}
 	var out strings.Builder
 	for seed := range uint64(6) {
 		rng := rand.New(rand.NewPCG(seed, 99))
@@ -118,7 +123,28 @@ func TestDecisionDigest(t *testing.T) {
 			}
 		}
 	}
-	if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
-		t.Fatal(err)
+	if path := os.Getenv("TOPOSCHED_DECISION_DIGEST"); path != "" {
+		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum := sha256.Sum256([]byte(out.String()))
+	got := hex.EncodeToString(sum[:]) + "\n"
+	golden := filepath.Join("testdata", "decisions.sha256")
+	if *updateDigest {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run with -update-digest to write it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("decisions changed: digest %s, want %s; if that is meant, rerun with -update-digest (TOPOSCHED_DECISION_DIGEST=file writes the cases to diff)",
+			strings.TrimSpace(got), strings.TrimSpace(string(want)))
 	}
 }
