@@ -104,8 +104,7 @@ func TestEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, body := get(t, base+"/metrics")
-	for _, want := range []string{
+	wants := []string{
 		"toposched_placement_decisions_total 1",
 		"toposched_placement_rejections_total 1",
 		"toposched_placement_pending_jobs 0",
@@ -120,10 +119,29 @@ func TestEndpoints(t *testing.T) {
 		"toposched_store_nodes 2",
 		"toposched_placement_leader 1",
 		"go_goroutines",
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %q", want)
+	}
+	// The outcomes are published before their handlers finish (the job
+	// recorded, the handler's time observed): read until the series
+	// agree, or give up after a while.
+	var body string
+	lacking := func() []string {
+		_, body = get(t, base+"/metrics")
+		var out []string
+		for _, want := range wants {
+			if !strings.Contains(body, want) {
+				out = append(out, want)
+			}
 		}
+		return out
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for len(lacking()) > 0 && time.Now().Before(deadline) {
+		<-tick.C
+	}
+	for _, want := range lacking() {
+		t.Errorf("/metrics lacks %q", want)
 	}
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", body)
