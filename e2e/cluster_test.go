@@ -244,36 +244,52 @@ func TestClusterReplicasSIGKILL(t *testing.T) {
 			futures = append(futures, f)
 		}
 	}
-	var waitAcks func()
-	waitAcks = func() {
+	// waitAcks waits for the submissions' PubAcks and sends again, under
+	// the same ids, those lost with the killed node: a few rounds, each
+	// with one deadline for all its answers.
+	var waitAcks func(round int)
+	waitAcks = func(round int) {
 		t.Helper()
 		select {
 		case <-launcher.js.PublishAsyncComplete():
 		case <-time.After(60 * time.Second):
 		}
 		var retry []sigkillJob
+		deadline := time.After(10 * time.Second)
+		expired := false
 		for _, f := range futures {
-			select {
-			case <-f.Ok():
-			case <-f.Err():
-				// Lost with the killed node before its PubAck: the
-				// launcher publishes again (same id, so a copy that
-				// was stored is dropped).
-				id := strings.TrimPrefix(f.Msg().Header.Get("Nats-Msg-Id"), "e2e-cluster-submit-")
-				retry = append(retry, byID[id])
-			case <-time.After(10 * time.Second):
-				// No answer at all: the acknowledgement died with the
-				// node. Ambiguous, so the launcher sends it again under
-				// the same id, which JetStream stores once.
-				id := strings.TrimPrefix(f.Msg().Header.Get("Nats-Msg-Id"), "e2e-cluster-submit-")
-				retry = append(retry, byID[id])
+			if !expired {
+				select {
+				case <-f.Ok():
+					continue
+				case <-f.Err():
+					// Lost with the killed node before its PubAck.
+				case <-deadline:
+					// No answer at all: the acknowledgement died with
+					// the node. Ambiguous, like a lost PubAck.
+					expired = true
+				}
 			}
+			if expired {
+				select {
+				case <-f.Ok():
+					continue
+				default:
+				}
+			}
+			// The launcher publishes again under the same id: a copy
+			// that was stored is dropped.
+			id := strings.TrimPrefix(f.Msg().Header.Get("Nats-Msg-Id"), "e2e-cluster-submit-")
+			retry = append(retry, byID[id])
 		}
 		futures = nil
 		if len(retry) > 0 {
+			if round >= 5 {
+				t.Fatalf("%d submissions still unacknowledged after %d rounds", len(retry), round)
+			}
 			t.Logf("%d submissions republished after the node loss", len(retry))
 			submit(retry)
-			waitAcks()
+			waitAcks(round + 1)
 		}
 	}
 	grown := func(what string, before map[string]uint64, decided uint64) map[string]uint64 {
@@ -320,7 +336,7 @@ func TestClusterReplicasSIGKILL(t *testing.T) {
 	})
 	t.Logf("SIGKILLed %s and %s; streams answer again at %s: placement stream %v", killed.name, leader, time.Since(start).Round(time.Millisecond), placementCounts(t, js))
 	submit(jobs[2*third:])
-	waitAcks()
+	waitAcks(1)
 
 	var survivor string
 	for name := range placements {
