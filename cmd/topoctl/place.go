@@ -12,8 +12,8 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/client"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/policies"
-	"github.com/toposched/toposched/services/discovery"
 	"github.com/toposched/toposched/services/placement"
 )
 
@@ -45,7 +45,7 @@ enumerate; bigger ones are refused with a clear message.`,
 			if cluster == "" {
 				return errors.New("place: --cluster is required")
 			}
-			c, err := discovery.LoadCluster(cluster)
+			c, err := clusterfile.LoadCluster(cluster)
 			if err != nil {
 				return err
 			}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
-	"github.com/toposched/toposched/services/discovery"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
 )
 
 func newTopology(g *globals) *cobra.Command {
@@ -46,11 +46,11 @@ fabric as topology events.`,
 			}
 			switch g.format {
 			case "dot":
-				return discovery.WriteDot(cmd.OutOrStdout(), c, state)
+				return clusterfile.WriteDot(cmd.OutOrStdout(), c, state)
 			case "json":
 				return writeJSON(cmd.OutOrStdout(), c)
 			}
-			return discovery.WriteTree(cmd.OutOrStdout(), c, state)
+			return clusterfile.WriteTree(cmd.OutOrStdout(), c, state)
 		},
 	}
 	cmd.Flags().StringVar(&cluster, "cluster", "", "read this cluster file instead of the running operator")
@@ -60,7 +60,7 @@ fabric as topology events.`,
 func newTopologyMatrix(g *globals) *cobra.Command {
 	var cluster, file string
 	var bandwidth bool
-	var opts discovery.NodeFileOptions
+	var opts clusterfile.NodeFileOptions
 	cmd := &cobra.Command{
 		Use:   "matrix [NODE] [--file FILE | --cluster FILE]",
 		Short: "Print a node's GPU×GPU path-class matrix in nvidia-smi's shape",
@@ -79,7 +79,7 @@ or of the running operator. --bandwidth adds each pair's bandwidth in GB/s.`,
 			var node events.TopologyNode
 			switch {
 			case file != "":
-				n, err := discovery.LoadNodeFile(file, opts)
+				n, err := clusterfile.LoadNodeFile(file, opts)
 				if err != nil {
 					return err
 				}
@@ -98,7 +98,7 @@ or of the running operator. --bandwidth adds each pair's bandwidth in GB/s.`,
 			if g.format == "dot" {
 				return fmt.Errorf("--format dot: topology show draws the cluster; matrix prints table or json")
 			}
-			return discovery.WriteMatrix(cmd.OutOrStdout(), node, g.format == "json", bandwidth)
+			return clusterfile.WriteMatrix(cmd.OutOrStdout(), node, g.format == "json", bandwidth)
 		},
 	}
 	cmd.Flags().StringVar(&file, "file", "", "nvidia-smi topo -m output or NCCL topology XML to import offline")
@@ -111,20 +111,20 @@ or of the running operator. --bandwidth adds each pair's bandwidth in GB/s.`,
 
 // loadCluster reads a cluster file, or rebuilds the live cluster and its
 // GPUs' states from the operator's streams.
-func loadCluster(ctx context.Context, g *globals, file string) (discovery.Cluster, discovery.GPUState, error) {
+func loadCluster(ctx context.Context, g *globals, file string) (clusterfile.Cluster, clusterfile.GPUState, error) {
 	if file != "" {
-		c, err := discovery.LoadCluster(file)
+		c, err := clusterfile.LoadCluster(file)
 		return c, func(string, int) string { return "free" }, err
 	}
 	b, err := g.connect(ctx)
 	if err != nil {
-		return discovery.Cluster{}, nil, err
+		return clusterfile.Cluster{}, nil, err
 	}
 	defer b.Close()
 	return liveCluster(ctx, b)
 }
 
-func liveCluster(ctx context.Context, b *bus.Bus) (discovery.Cluster, discovery.GPUState, error) {
+func liveCluster(ctx context.Context, b *bus.Bus) (clusterfile.Cluster, clusterfile.GPUState, error) {
 	nodes := map[string]events.TopologyNode{}
 	var fabric events.TopologyFabric
 	unhealthy := map[string]string{}
@@ -170,7 +170,7 @@ func liveCluster(ctx context.Context, b *bus.Bus) (discovery.Cluster, discovery.
 		return nil
 	})
 	if err != nil {
-		return discovery.Cluster{}, nil, err
+		return clusterfile.Cluster{}, nil, err
 	}
 	used := map[string]string{}
 	err = b.Replay(ctx, "placement", []string{b.Subjects.Domain("placement")}, func(r bus.Record) error {
@@ -198,9 +198,9 @@ func liveCluster(ctx context.Context, b *bus.Bus) (discovery.Cluster, discovery.
 		return nil
 	})
 	if err != nil {
-		return discovery.Cluster{}, nil, err
+		return clusterfile.Cluster{}, nil, err
 	}
-	c := discovery.Cluster{Name: fabric.Cluster, Fabric: fabric}
+	c := clusterfile.Cluster{Name: fabric.Cluster, Fabric: fabric}
 	if c.Name == "" {
 		c.Name = "live"
 	}

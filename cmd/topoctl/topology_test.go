@@ -22,7 +22,7 @@ func run(t *testing.T, args ...string) string {
 
 func TestTopologyOffline(t *testing.T) {
 	t.Parallel()
-	smi := "../../services/discovery/nvsmi/testdata/a100-sxm-8gpu-nv12-17nic_xuesongtap-blog.txt"
+	smi := "../../internal/formats/nvsmi/testdata/a100-sxm-8gpu-nv12-17nic_xuesongtap-blog.txt"
 	cluster := "../../deploy/examples/cluster.yaml"
 	tests := []struct {
 		args []string

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toposched/toposched/events/bus"
-	"github.com/toposched/toposched/services/discovery"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/services/discovery/nvml"
 )
 
@@ -37,7 +37,7 @@ the check to run by hand on a GPU machine.`,
 					return err
 				}
 				ev := n.Event()
-				return discovery.WriteMatrix(cmd.OutOrStdout(), ev, false, true)
+				return clusterfile.WriteMatrix(cmd.OutOrStdout(), ev, false, true)
 			}
 			log, err := g.logger()
 			if err != nil {

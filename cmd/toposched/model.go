@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/toposched/toposched/services/collective"
-	"github.com/toposched/toposched/services/discovery"
+	"github.com/toposched/toposched/internal/collective"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/services/optimizer/tuning"
 )
 
@@ -111,7 +111,7 @@ func runPredict(out io.Writer, f predictFlags) error {
 		if f.nodes != 0 || f.gpusPerNode != 0 {
 			return errors.New("model predict: --nodes and --gpus-per-node go with --cluster")
 		}
-		ev, err := discovery.LoadNodeFile(f.topology, discovery.NodeFileOptions{})
+		ev, err := clusterfile.LoadNodeFile(f.topology, clusterfile.NodeFileOptions{})
 		if err != nil {
 			return fmt.Errorf("model predict: %w", err)
 		}
@@ -132,7 +132,7 @@ func runPredict(out io.Writer, f predictFlags) error {
 		if f.gpus != "" {
 			return errors.New("model predict: --gpus goes with --topology; use --gpus-per-node with --cluster")
 		}
-		cl, err := discovery.LoadCluster(f.cluster)
+		cl, err := clusterfile.LoadCluster(f.cluster)
 		if err != nil {
 			return fmt.Errorf("model predict: %w", err)
 		}
@@ -312,14 +312,14 @@ func newModelValidate() *cobra.Command {
 sizes) and prints predicted against measured bus bandwidth, at large
 messages (>= 128 MB) and around 1 MB, with the median and maximum error.
 The measurements are read from DIR, by default ` + defaultValidateDir + `
-when it exists, else from the project's copy (services/collective/testdata).`,
+when it exists, else from the project's copy (internal/collective/testdata).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "text" && format != "json" {
 				return fmt.Errorf("model validate: --format %q: expected text or json", format)
 			}
 			var fsys fs.FS
-			src := "the project's copy (services/collective/testdata)"
+			src := "the project's copy (internal/collective/testdata)"
 			switch {
 			case len(args) == 1:
 				fsys, src = os.DirFS(args[0]), args[0]

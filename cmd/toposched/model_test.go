@@ -111,7 +111,7 @@ func TestModelPredict(t *testing.T) {
 func TestModelValidate(t *testing.T) {
 	t.Parallel()
 	// The project's copy, through a directory given explicitly.
-	dir := filepath.Join("..", "..", "services", "collective", "testdata")
+	dir := filepath.Join("..", "..", "internal", "collective", "testdata")
 	out, err := runModel(t, "validate", dir)
 	if err != nil {
 		t.Fatal(err)

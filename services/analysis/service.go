@@ -8,6 +8,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/schemas"
 )
 
@@ -46,7 +47,7 @@ func (s *Service) Register(r *bus.Router) {
 // OnSubmitted analyses a job and publishes jobs.analyzed, or rejects it.
 func (s *Service) OnSubmitted(ctx context.Context, env events.Envelope, job *events.JobSubmitted) error {
 	log := s.log.With("job_id", job.JobID, "correlation_id", env.CorrelationID)
-	analyzed, reasons := Analyze(*job)
+	analyzed, reasons := pattern.Analyze(*job)
 	if len(reasons) > 0 {
 		log.Info("job rejected", "reasons", len(reasons), "first", reasons[0].Message)
 		_, err := s.bus.Publish(ctx, &events.PlacementRejected{JobID: job.JobID, Reasons: reasons})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
 )
 
 // Config says what discovery reads.
@@ -96,7 +97,7 @@ func (s *Service) publishFile(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf("cluster file: %w", err)
 	}
-	c, err := ParseCluster(s.cfg.ClusterFile, data)
+	c, err := clusterfile.ParseCluster(s.cfg.ClusterFile, data)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -107,7 +108,7 @@ func (s *Service) publishFile(ctx context.Context) (time.Time, error) {
 // Publish sends every node of c, withdraws nodes published before that are
 // no longer in c, and sends the fabric. version identifies this description:
 // event ids derive from it, so publishing one version twice is de-duplicated.
-func (s *Service) Publish(ctx context.Context, c Cluster, version string) error {
+func (s *Service) Publish(ctx context.Context, c clusterfile.Cluster, version string) error {
 	ctx = bus.WithCause(ctx, events.Envelope{ID: version, CorrelationID: version})
 	known := map[string]bool{}
 	err := s.bus.Replay(ctx, "topology", []string{s.bus.Subjects.Of(events.NameTopologyNode)}, func(r bus.Record) error {

@@ -1,6 +1,6 @@
 package operator
 
-import "github.com/toposched/toposched/services/internal/store"
+import "github.com/toposched/toposched/internal/store"
 
 // PlacementStats is the size of the leading placement replica's store, for
 // metrics.

@@ -9,9 +9,9 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/eventstest"
-	"github.com/toposched/toposched/services/analysis"
-	"github.com/toposched/toposched/services/internal/store"
-	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/internal/pattern"
+	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // benchCluster is nodes 8-GPU a100x4 nodes, 8 per leaf under one spine
@@ -42,7 +42,7 @@ func benchCluster(b *testing.B, gpus int) (*store.Snapshot, *topology.Fabric, *e
 		b.Fatal(err)
 	}
 	tp := min(8, gpus)
-	a, reasons := analysis.Analyze(events.JobSubmitted{JobID: "bench", GPUs: gpus, Strategy: events.StrategyMegatron,
+	a, reasons := pattern.Analyze(events.JobSubmitted{JobID: "bench", GPUs: gpus, Strategy: events.StrategyMegatron,
 		Parallelism: &events.Parallelism{TP: tp},
 		Model: &events.Model{Parameters: 13_000_000_000, Layers: 40, HiddenSize: 5120, Heads: 40, SeqLen: 2048,
 			MicroBatchSize: 1, GlobalBatchSize: 1024, Dtype: events.DtypeBF16}})

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/collective"
+	"github.com/toposched/toposched/internal/collective"
 	"github.com/toposched/toposched/services/optimizer/tuning"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
-	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/services/placement"
 	"github.com/toposched/toposched/services/placement/aware"
 	"github.com/toposched/toposched/services/placement/blind"

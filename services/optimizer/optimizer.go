@@ -6,7 +6,7 @@
 // The optimizer keeps its own view of the cluster, built only from the
 // streams, so that any replica (or a restarted one) holds the same:
 //
-//   - a store (services/internal/store) fed by the topology stream on one
+//   - a store (internal/store) fed by the topology stream on one
 //     ordered consumer (nodes, health changes and the fabric, in stream
 //     order, as placement's store is), with every live job's GPUs
 //     allocated in it, so that it can answer "who else uses this uplink"
@@ -54,8 +54,8 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
-	"github.com/toposched/toposched/services/internal/store"
-	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // Durable consumer names: part of the wire contract.

@@ -11,9 +11,9 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/eventstest"
-	"github.com/toposched/toposched/services/analysis"
-	"github.com/toposched/toposched/services/discovery"
-	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/pattern"
+	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/services/placement"
 )
 
@@ -88,7 +88,7 @@ func twoLeaves() events.TopologyFabric {
 // dgx is a dgx-a100 node report, with its NICs at nicGbps (0: the model's).
 func dgx(t testing.TB, name string, position int, nicGbps float64) events.TopologyNode {
 	t.Helper()
-	n, err := discovery.Model("dgx-a100")
+	n, err := clusterfile.Model("dgx-a100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func (c *cluster) publish(v any) events.Envelope {
 // it; it returns the analysis and the decision.
 func (c *cluster) submit(job events.JobSubmitted) (*events.JobAnalyzed, *events.PlacementDecided) {
 	c.t.Helper()
-	a, reasons := analysis.Analyze(job)
+	a, reasons := pattern.Analyze(job)
 	if len(reasons) > 0 {
 		c.t.Fatal(reasons)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
-	"github.com/toposched/toposched/services/collective"
+	"github.com/toposched/toposched/internal/collective"
 )
 
 // a100x4 is an 8x A100 NVSwitch node with 4x 100 Gb/s NICs, two GPUs per

@@ -10,9 +10,9 @@ import (
 	"strings"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/collective"
-	"github.com/toposched/toposched/services/internal/store"
-	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/internal/collective"
+	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/internal/topology"
 	"github.com/toposched/toposched/services/optimizer/tuning"
 	"github.com/toposched/toposched/services/placement/aware"
 )

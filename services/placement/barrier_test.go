@@ -7,14 +7,14 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/eventstest"
-	"github.com/toposched/toposched/services/analysis"
-	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/internal/pattern"
+	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/services/placement"
 )
 
 func analyzed(t *testing.T, job events.JobSubmitted) *events.JobAnalyzed {
 	t.Helper()
-	a, reasons := analysis.Analyze(job)
+	a, reasons := pattern.Analyze(job)
 	if len(reasons) > 0 {
 		t.Fatal(reasons)
 	}

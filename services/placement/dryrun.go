@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/pattern"
+	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/internal/topology"
 	"github.com/toposched/toposched/policies"
-	"github.com/toposched/toposched/services/analysis"
-	"github.com/toposched/toposched/services/discovery"
-	"github.com/toposched/toposched/services/internal/store"
-	"github.com/toposched/toposched/services/internal/topology"
 	"github.com/toposched/toposched/services/placement/blind"
 	"github.com/toposched/toposched/services/placement/launch"
 )
@@ -32,7 +32,7 @@ type Occupied struct {
 // outcome is exactly what placement would publish.
 //
 // set is the policy set in force (nil: none).
-func DryRun(c discovery.Cluster, occupied []Occupied, job events.JobSubmitted, strategy string, set *policies.Set) (events.Name, any, error) {
+func DryRun(c clusterfile.Cluster, occupied []Occupied, job events.JobSubmitted, strategy string, set *policies.Set) (events.Name, any, error) {
 	st, err := store.New()
 	if err != nil {
 		return "", nil, err
@@ -59,7 +59,7 @@ func DryRun(c discovery.Cluster, occupied []Occupied, job events.JobSubmitted, s
 			return "", nil, fmt.Errorf("dry run: occupied GPUs: %w", err)
 		}
 	}
-	analyzed, reasons := analysis.Analyze(job)
+	analyzed, reasons := pattern.Analyze(job)
 	if len(reasons) > 0 {
 		return events.NamePlacementRejected, &events.PlacementRejected{JobID: job.JobID, Reasons: reasons}, nil
 	}

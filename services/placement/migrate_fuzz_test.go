@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/internal/store"
 )
 
 // FuzzProposalGPUs feeds proposals' ranks, as anyone may publish them, to

@@ -11,8 +11,8 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/policies"
-	"github.com/toposched/toposched/services/internal/store"
 	"github.com/toposched/toposched/services/placement"
 	"github.com/toposched/toposched/services/placement/blind"
 )

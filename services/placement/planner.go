@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/internal/topology"
 	"github.com/toposched/toposched/policies"
-	"github.com/toposched/toposched/services/internal/store"
-	"github.com/toposched/toposched/services/internal/topology"
 	"github.com/toposched/toposched/services/placement/aware"
 	"github.com/toposched/toposched/services/placement/blind"
 )

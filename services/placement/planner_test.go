@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/pattern"
+	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/internal/topology"
 	"github.com/toposched/toposched/policies"
-	"github.com/toposched/toposched/services/analysis"
-	"github.com/toposched/toposched/services/discovery"
-	"github.com/toposched/toposched/services/internal/store"
-	"github.com/toposched/toposched/services/internal/topology"
 	"github.com/toposched/toposched/services/placement/blind"
 )
 
@@ -36,7 +36,7 @@ func newRig(t *testing.T, nodes int, labels map[string]map[string]string) *rig {
 	fe := events.TopologyFabric{Cluster: "c"}
 	var leaves []string
 	for i := range nodes {
-		m, err := discovery.Model("dgx-a100")
+		m, err := clusterfile.Model("dgx-a100")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +90,7 @@ func (r *rig) hold(id, node string, gpus ...int) {
 
 func (r *rig) plan(p *Planner, job events.JobSubmitted) Plan {
 	r.t.Helper()
-	a, reasons := analysis.Analyze(job)
+	a, reasons := pattern.Analyze(job)
 	if len(reasons) > 0 {
 		r.t.Fatalf("analysis: %v", reasons)
 	}

@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/policies"
-	"github.com/toposched/toposched/services/internal/store"
 	"github.com/toposched/toposched/services/placement/aware"
 )
 

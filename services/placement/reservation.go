@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/internal/store"
 )
 
 // DefaultReserveAfter is how long the head of the queue waits before nodes

@@ -7,9 +7,9 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/eventstest"
-	"github.com/toposched/toposched/services/analysis"
-	"github.com/toposched/toposched/services/discovery"
-	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/pattern"
+	"github.com/toposched/toposched/internal/store"
 )
 
 // A large job at the head of the queue gets nodes held once it has waited
@@ -25,7 +25,7 @@ func TestReservationStopsStarvation(t *testing.T) {
 	s.now = func() time.Time { return clock }
 	s.SetReserveAfter(10 * time.Minute)
 	for _, name := range []string{"n0", "n1"} {
-		m, err := discovery.Model("dgx-a100")
+		m, err := clusterfile.Model("dgx-a100")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,7 +37,7 @@ func TestReservationStopsStarvation(t *testing.T) {
 	}
 	submit := func(id string, gpus, prio int) store.Job {
 		t.Helper()
-		a, reasons := analysis.Analyze(events.JobSubmitted{JobID: id, GPUs: gpus, Priority: prio})
+		a, reasons := pattern.Analyze(events.JobSubmitted{JobID: id, GPUs: gpus, Priority: prio})
 		if len(reasons) > 0 {
 			t.Fatal(reasons)
 		}

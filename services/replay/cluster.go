@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/toposched/toposched/services/discovery"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
 )
 
 var nodeNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
@@ -251,7 +251,7 @@ type InvNode struct {
 // LoadInventory reads a cluster file with discovery's parser, so the
 // replay sees exactly the nodes discovery publishes.
 func LoadInventory(path string) (*Inventory, error) {
-	c, err := discovery.LoadCluster(path)
+	c, err := clusterfile.LoadCluster(path)
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
-	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // AgentConfig says how a node agent reports its node.

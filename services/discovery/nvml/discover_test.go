@@ -16,7 +16,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // noAncestor fails the test if NVML's common ancestor is asked for: on an

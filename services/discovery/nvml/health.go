@@ -13,7 +13,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // CriticalXIDs are the XIDs that make a GPU unhealthy, with what they mean.

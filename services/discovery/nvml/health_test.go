@@ -15,7 +15,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 var t0 = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)

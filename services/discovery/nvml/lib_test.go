@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 func TestNormalizeBusID(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // TestRealGPU discovers the machine it runs on through the system's NVML:

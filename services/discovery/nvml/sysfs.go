@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // sysfs reads /sys under a root, "/" in production and a fake tree in

@@ -1,5 +1,5 @@
 // Package tuning chooses NCCL algorithms and protocols for a job's groups
-// on the placement it got, by the cost model (services/collective), and
+// on the placement it got, by the cost model (internal/collective), and
 // says what the choice gains over NCCL's own.
 //
 // # What NCCL would pick, and what we pick
@@ -57,8 +57,8 @@ import (
 	"strings"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/collective"
-	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/internal/collective"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // Protocol is an NCCL protocol.

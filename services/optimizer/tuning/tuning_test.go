@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/collective"
-	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/internal/collective"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 func a100(name string, nics int, gbps float64) *topology.Node {

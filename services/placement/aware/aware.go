@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/internal/store"
-	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/internal/topology"
 	"github.com/toposched/toposched/services/placement/blind"
 )
 

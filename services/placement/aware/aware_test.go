@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/discovery"
-	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/services/placement/blind"
 )
 
@@ -23,7 +23,7 @@ type spec struct {
 
 func dgx(t testing.TB, name, model string) events.TopologyNode {
 	t.Helper()
-	n, err := discovery.Model(model)
+	n, err := clusterfile.Model(model)
 	if err != nil {
 		t.Fatal(err)
 	}

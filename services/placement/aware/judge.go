@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/services/placement/blind"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/services/placement/blind"
 )
 

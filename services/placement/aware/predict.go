@@ -5,9 +5,9 @@ import (
 	"strconv"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/collective"
-	"github.com/toposched/toposched/services/internal/store"
-	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/internal/collective"
+	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // DefaultBytes is the all-reduce message size assumed for a job whose

@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/discovery"
-	"github.com/toposched/toposched/services/discovery/fabric"
-	"github.com/toposched/toposched/services/internal/store"
-	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/formats/fabric"
+	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/internal/topology"
 	"github.com/toposched/toposched/services/placement/blind"
 )
 
@@ -91,7 +91,7 @@ func topologyFiles(dir string) ([]string, string, error) {
 		if d := findDir(defaultTopologiesDir); d != "" {
 			dirs, src = []string{d}, d
 		} else {
-			dirs = []string{findDir("services/discovery/nvsmi/testdata"), findDir("services/discovery/ncclxml/testdata")}
+			dirs = []string{findDir("internal/formats/nvsmi/testdata"), findDir("internal/formats/ncclxml/testdata")}
 			if dirs[0] == "" || dirs[1] == "" {
 				return nil, "", fmt.Errorf("quality: no topology directory found; give --topologies")
 			}
@@ -144,7 +144,7 @@ func qualityNodes(out io.Writer, f qualityFlags, opts Options) error {
 	fmt.Fprintf(out, "(a) single nodes: topology-aware vs exhaustive optimum vs blind first fit\ntopologies: %s\n\n", src)
 	var cases []*nodeCase
 	for fi, file := range files {
-		ev, err := discovery.LoadNodeFile(file, discovery.NodeFileOptions{})
+		ev, err := clusterfile.LoadNodeFile(file, clusterfile.NodeFileOptions{})
 		if err != nil {
 			fmt.Fprintf(out, "skipped %s: %v\n", filepath.Base(file), err)
 			continue
@@ -376,7 +376,7 @@ func qualityClusters(out io.Writer, f qualityFlags, opts Options) error {
 	if dir == "" {
 		dir = findDir(defaultFabricDir)
 		if dir == "" {
-			dir = findDir("services/discovery/fabric/testdata")
+			dir = findDir("internal/formats/fabric/testdata")
 		}
 		if dir == "" {
 			return fmt.Errorf("quality: no fabric directory found; give --fabrics")
@@ -491,7 +491,7 @@ func buildCluster(dir string, s clusterSpec) (*builtCluster, error) {
 		}
 	}
 	slices.Sort(nodes)
-	t, err := discovery.Model(s.model)
+	t, err := clusterfile.Model(s.model)
 	if err != nil {
 		return nil, err
 	}

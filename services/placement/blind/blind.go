@@ -13,7 +13,7 @@ import (
 	"fmt"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/internal/store"
 )
 
 // Name is the strategy's name, as recorded in PlacementDecided.Strategy.

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/internal/store"
 )
 
 // nodeSpec describes one node of a test cluster.

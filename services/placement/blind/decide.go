@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/internal/store"
 )
 
 // Decide turns an ordered GPU list into a placement decision: rank i runs on

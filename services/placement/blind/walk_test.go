@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/internal/store"
 )
 
 // placeWalk is Place as it was before the store kept node counts: one walk

@@ -14,9 +14,9 @@ import (
 	"strings"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/discovery/ncclxml"
-	"github.com/toposched/toposched/services/internal/store"
-	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/internal/formats/ncclxml"
+	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // MasterPort is the rendezvous port in torchrun's arguments.

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/discovery"
-	"github.com/toposched/toposched/services/internal/store"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/services/placement/blind"
 )
 
@@ -27,7 +27,7 @@ func storeWith(t *testing.T, nodes ...events.TopologyNode) *store.Store {
 
 func dgx(t *testing.T, name string) events.TopologyNode {
 	t.Helper()
-	n, err := discovery.Model("dgx-a100")
+	n, err := clusterfile.Model("dgx-a100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestFillBlocks(t *testing.T) {
 // gets no NCCL XML: NCCL matches GPUs by bus id.
 func TestFillNoBusIDs(t *testing.T) {
 	t.Parallel()
-	n, err := discovery.Model("dgx-a100")
+	n, err := clusterfile.Model("dgx-a100")
 	if err != nil {
 		t.Fatal(err)
 	}

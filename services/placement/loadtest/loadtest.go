@@ -22,9 +22,9 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/discovery"
-	"github.com/toposched/toposched/services/internal/store"
-	"github.com/toposched/toposched/services/internal/topology"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // Shape of the synthetic fabric.
@@ -95,7 +95,7 @@ func NodeNames(n int) []string {
 // mix drawn from seed.
 func BuildCluster(gpus int, model string, occupancy float64, seed uint64) (*Cluster, error) {
 	start := time.Now()
-	t, err := discovery.Model(model)
+	t, err := clusterfile.Model(model)
 	if err != nil {
 		return nil, err
 	}

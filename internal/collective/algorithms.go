@@ -1,0 +1,270 @@
+package collective
+
+import (
+	"math/bits"
+
+	"github.com/toposched/toposched/internal/topology"
+)
+
+// applies says whether algorithm a can run collective c on the model's
+// ranks.
+func (m *model) applies(c Collective, a Algorithm) bool {
+	n := len(m.ranks)
+	switch a {
+	case Ring:
+		return c == AllReduce || c == AllGather || c == ReduceScatter
+	case Tree:
+		return c == AllReduce
+	case HalvingDoubling:
+		return (c == AllReduce || c == AllGather || c == ReduceScatter) && n >= 2 && n&(n-1) == 0
+	case NVLS:
+		if c != AllReduce && c != AllGather && c != ReduceScatter || len(m.nodes) != 1 || n < 2 {
+			return false
+		}
+		nd := m.nodes[0]
+		return nd.nvSwitch && nd.n.NVLinkGen >= NVLSMinGen && m.allNV(0)
+	case Hierarchical:
+		if c != AllReduce || len(m.nodes) < 2 {
+			return false
+		}
+		g := len(m.nodes[0].ranks)
+		for _, nd := range m.nodes {
+			if len(nd.ranks) != g {
+				return false
+			}
+		}
+		return g >= 2
+	case PointToPoint:
+		return c == SendRecv
+	case Direct:
+		return c == AllToAll
+	}
+	return false
+}
+
+// allNV reports whether every pair of the node's ranks is on NVLink.
+func (m *model) allNV(node int32) bool {
+	nd := m.nodes[node]
+	if nd.n.GPUPaths == nil {
+		return false
+	}
+	for _, i := range nd.ranks {
+		for _, j := range nd.ranks {
+			if i != j && !nd.n.GPUPaths[m.ranks[i].gpu][m.ranks[j].gpu].Class.NVLink() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// build adds the flows of calls runs of collective c (S bytes) by
+// algorithm a to ps, phase by phase.
+func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls int) {
+	n := len(m.ranks)
+	cf := float64(calls)
+	if n == 1 {
+		ps.at(0)
+		return
+	}
+	fn := float64(n)
+	switch a {
+	case Ring:
+		f, steps := (fn-1)/fn, n-1
+		if c == AllReduce {
+			f, steps = 2*f, 2*(n-1)
+		}
+		m.ring(ps.at(0), nil, f*S*cf, steps*calls)
+	case Tree:
+		m.tree(ps.at(0), S*cf, calls)
+	case HalvingDoubling:
+		// Reduce-scatter by recursive halving (partner at distance n/2,
+		// then n/4, ...), all-gather by recursive doubling (the reverse).
+		k := 0
+		var rs, ag []int
+		for d := n / 2; d >= 1; d /= 2 {
+			rs = append(rs, d)
+		}
+		for d := 1; d < n; d *= 2 {
+			ag = append(ag, d)
+		}
+		var ds []int
+		switch c {
+		case AllReduce:
+			ds = append(rs, ag...)
+		case ReduceScatter:
+			ds = rs
+		default:
+			ds = ag
+		}
+		for _, d := range ds {
+			// Bytes exchanged at distance d: the share of the buffer still
+			// being halved (S/2 at the first halving step).
+			b := S * float64(d) / fn
+			ph := ps.at(k)
+			var lat float64
+			for i := range n {
+				lat = max(lat, m.route(ph, i, i^d, b*cf))
+			}
+			ph.step(calls, lat)
+			k++
+		}
+	case NVLS:
+		f := 1.0
+		if c != AllReduce {
+			f = (fn - 1) / fn
+		}
+		ph := ps.at(0)
+		var lat float64
+		for _, r := range m.ranks {
+			nd := m.nodes[r.node]
+			ph.add(nd.port(kNVLS, r.gpu, tx), f*S*cf)
+			ph.add(nd.port(kNVLS, r.gpu, rx), f*S*cf)
+		}
+		lat = m.bw.LatencyUS[topology.NV] + StepOverheadUS
+		ph.step(2*calls, lat)
+	case Hierarchical:
+		g := len(m.nodes[0].ranks)
+		fg := float64(g)
+		// 1. reduce-scatter inside each node.
+		p1 := ps.at(0)
+		for _, nd := range m.nodes {
+			m.ring(p1, nd.ranks, (fg-1)/fg*S*cf, (g-1)*calls)
+		}
+		// 2. all-reduce of S/g across nodes, one ring per local index (each
+		// rank through its own nearest NIC).
+		p2 := ps.at(1)
+		nn := len(m.nodes)
+		fm := float64(nn)
+		for l := range g {
+			ring := make([]int, nn)
+			for k, nd := range m.nodes {
+				ring[k] = nd.ranks[l]
+			}
+			m.ring(p2, ring, 2*(fm-1)/fm*S/fg*cf, 2*(nn-1)*calls)
+		}
+		// 3. all-gather inside each node.
+		p3 := ps.at(2)
+		for _, nd := range m.nodes {
+			m.ring(p3, nd.ranks, (fg-1)/fg*S*cf, (g-1)*calls)
+		}
+	case PointToPoint:
+		ph := ps.at(0)
+		var lat float64
+		for i := range n {
+			lat = max(lat, m.route(ph, i, (i+1)%n, S*cf))
+		}
+		ph.step(calls, lat)
+	case Direct:
+		ph := ps.at(0)
+		var lat float64
+		for i := range n {
+			for j := range n {
+				if i != j {
+					lat = max(lat, m.route(ph, i, j, S/fn*cf))
+				}
+			}
+		}
+		ph.step((n-1)*calls, lat)
+	}
+}
+
+// ring adds a ring over ranks (in that order; nil: all the model's, in
+// rank order) whose every edge carries b bytes. Edges inside a node are routed onto the GPUs' links; an edge
+// between nodes is spread over the NICs of both nodes, as NCCL's channels
+// enter and leave a node through different GPU-NIC pairs.
+func (m *model) ring(ph *phase, ranks []int, b float64, steps int) {
+	n := len(ranks)
+	at := func(i int) int { return ranks[i] }
+	if ranks == nil {
+		n = len(m.ranks)
+		at = func(i int) int { return i }
+	}
+	if n < 2 {
+		return
+	}
+	// A step moves every chunk one hop: the ring's steps cost its hops'
+	// mean latency each (NCCL's tuning counts intra- and inter-node steps
+	// apart the same way).
+	var lat float64
+	for i := range n {
+		r, next := at(i), at((i+1)%n)
+		if m.ranks[r].node == m.ranks[next].node {
+			lat += m.route(ph, r, next, b)
+		} else {
+			lat += m.nodeXfer(ph, m.ranks[r].node, m.ranks[next].node, b)
+		}
+	}
+	ph.step(steps, lat/float64(n))
+}
+
+// tree adds NCCL's all-reduce tree: a chain through the ranks of each
+// node (reduce up, broadcast down: S each way on every edge), and
+// between nodes (in order of first rank) a double binary tree, each tree
+// taking half the data, reduce and broadcast pipelined.
+func (m *model) tree(ph *phase, S float64, calls int) {
+	var lat float64
+	depth := 0
+	for _, nd := range m.nodes {
+		for k := 0; k+1 < len(nd.ranks); k++ {
+			lat = max(lat, m.route(ph, nd.ranks[k], nd.ranks[k+1], S))
+			lat = max(lat, m.route(ph, nd.ranks[k+1], nd.ranks[k], S))
+		}
+		depth = max(depth, len(nd.ranks)-1)
+	}
+	nn := len(m.nodes)
+	if nn > 1 {
+		for t := range 2 {
+			for r := range nn {
+				up := dtreeParent(nn, r, t)
+				if up < 0 {
+					continue
+				}
+				lat = max(lat, m.nodeXfer(ph, int32(r), int32(up), S/2))
+				lat = max(lat, m.nodeXfer(ph, int32(up), int32(r), S/2))
+			}
+		}
+		depth += 2 * bits.Len(uint(nn))
+	}
+	ph.step(2*depth*calls, lat)
+}
+
+// btreeParent is NCCL's binary tree (src/graph/trees.cc ncclGetBtree):
+// the parent of rank r among n, -1 for the root.
+func btreeParent(n, r int) int {
+	if r == 0 {
+		return -1
+	}
+	bit := 1
+	for ; bit < n; bit <<= 1 {
+		if bit&r != 0 {
+			break
+		}
+	}
+	up := (r ^ bit) | (bit << 1)
+	if up >= n {
+		up = r ^ bit
+	}
+	return up
+}
+
+// dtreeParent is NCCL's double binary tree (ncclGetDtree): tree 0 is the
+// binary tree, tree 1 its mirror (even n) or its shift by one (odd n).
+func dtreeParent(n, r, t int) int {
+	if t == 0 {
+		return btreeParent(n, r)
+	}
+	if n%2 == 1 {
+		s := (r - 1 + n) % n
+		u := btreeParent(n, s)
+		if u < 0 {
+			return -1
+		}
+		return (u + 1) % n
+	}
+	u := btreeParent(n, n-1-r)
+	if u < 0 {
+		return -1
+	}
+	return n - 1 - u
+}

@@ -1,0 +1,273 @@
+// Package collective is toposched's cost model for NCCL-style collectives:
+// an alpha-beta model per collective and algorithm, evaluated on the
+// physical links a placement uses.
+//
+// Every flow an algorithm generates is routed onto links: per GPU its
+// NVLink port (the aggregate NVLink bandwidth on an NVSwitch node, one
+// link per GPU pair on a direct-NVLink node) or its PCIe link, per node
+// the inter-socket link and each NIC, per leaf switch the uplink share of
+// the job's nodes below it. The bytes of all flows that cross a link are
+// summed, so several rings (or several groups, or other jobs through
+// Contention) on one link share it; the bandwidth term of a phase is the
+// most loaded link's bytes over its effective capacity, and the latency
+// term the phase's sequential steps times the slowest hop's latency.
+//
+// Bus bandwidth follows nccl-tests (doc/PERFORMANCE.md): all_reduce busbw
+// = algbw * 2(n-1)/n, all_gather, reduce_scatter and all_to_all
+// algbw * (n-1)/n, sendrecv busbw = algbw.
+//
+// Constants (see constants.go) come from public hardware figures
+// (topology.Bandwidths) and one efficiency per link type, taken from
+// NCCL maintainers' statements; none is fitted per validation case.
+package collective
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/toposched/toposched/internal/topology"
+)
+
+// Collective names an operation as nccl-tests does.
+type Collective string
+
+// Collectives.
+const (
+	AllReduce     Collective = "all_reduce"
+	AllGather     Collective = "all_gather"
+	ReduceScatter Collective = "reduce_scatter"
+	SendRecv      Collective = "sendrecv"
+	AllToAll      Collective = "all_to_all"
+)
+
+// ParseCollective accepts the names above (and "allreduce"-style
+// spellings without the underscore).
+func ParseCollective(s string) (Collective, error) {
+	k := strings.ReplaceAll(strings.ToLower(strings.TrimSpace(s)), "-", "_")
+	switch k {
+	case "all_reduce", "allreduce":
+		return AllReduce, nil
+	case "all_gather", "allgather":
+		return AllGather, nil
+	case "reduce_scatter", "reducescatter":
+		return ReduceScatter, nil
+	case "sendrecv", "send_recv", "p2p":
+		return SendRecv, nil
+	case "all_to_all", "alltoall":
+		return AllToAll, nil
+	}
+	return "", fmt.Errorf("collective %q: expected all_reduce, all_gather, reduce_scatter, sendrecv or all_to_all", s)
+}
+
+// Algorithm names a way to run a collective.
+type Algorithm string
+
+// Algorithms. Auto picks the fastest predicted one that applies.
+const (
+	Auto             Algorithm = "auto"
+	Ring             Algorithm = "ring"
+	Tree             Algorithm = "tree" // NCCL's double binary tree (chain inside a node)
+	HalvingDoubling  Algorithm = "halving_doubling"
+	NVLS             Algorithm = "nvls"
+	Hierarchical     Algorithm = "hierarchical"
+	Direct           Algorithm = "direct" // all-to-all: every pair at once
+	PointToPoint     Algorithm = "p2p"    // sendrecv
+	algorithmsListed           = "ring, tree, halving_doubling, nvls, hierarchical, direct, p2p or auto"
+)
+
+// ParseAlgorithm accepts the names above; "" is Auto.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	switch a := Algorithm(strings.ToLower(strings.TrimSpace(s))); a {
+	case "":
+		return Auto, nil
+	case Auto, Ring, Tree, HalvingDoubling, NVLS, Hierarchical, Direct, PointToPoint:
+		return a, nil
+	case "rhd", "recursive_halving_doubling":
+		return HalvingDoubling, nil
+	}
+	return "", fmt.Errorf("algorithm %q: expected %s", s, algorithmsListed)
+}
+
+// Rank is where one rank runs: a GPU of a node, by position in
+// Node.GPUs.
+type Rank struct {
+	Node *topology.Node
+	GPU  int
+}
+
+// Placement is the ranks of one communicator, in rank order, and the
+// fabric between their nodes (nil: the nodes share one non-blocking
+// leaf). Bandwidths nil means topology.DefaultBandwidths.
+type Placement struct {
+	Ranks      []Rank
+	Fabric     *topology.Fabric
+	Bandwidths *topology.Bandwidths
+}
+
+// Contention is the share (0 to 1) of a link's capacity already taken by
+// other jobs' flows, by link name (see LinkName): "nic:<node>:<k>:tx",
+// "uplink:<leaf>:up", "nvport:<node>:<gpu>:rx", ...
+type Contention map[string]float64
+
+// Options tune a prediction.
+type Options struct {
+	Algorithm  Algorithm
+	Contention Contention
+	// Candidates limits what Auto chooses from (nil: every algorithm;
+	// NCCLAlgorithms: those NCCL itself runs).
+	Candidates []Algorithm
+}
+
+// NCCLAlgorithms are the algorithms NCCL runs (NCCL has no recursive
+// halving-doubling all-reduce, and the hierarchical form is what its
+// tree and NVLS-tree do inside).
+var NCCLAlgorithms = []Algorithm{Ring, Tree, NVLS, PointToPoint, Direct}
+
+// Result is one predicted collective.
+type Result struct {
+	Collective  Collective `json:"collective"`
+	Algorithm   Algorithm  `json:"algorithm"`
+	Ranks       int        `json:"ranks"`
+	Bytes       float64    `json:"bytes"`
+	TimeSeconds float64    `json:"time_seconds"`
+	// AlgBWGBps is bytes / time; BusBWGBps the nccl-tests bus bandwidth.
+	AlgBWGBps float64 `json:"algbw_gbps"`
+	BusBWGBps float64 `json:"busbw_gbps"`
+	// Bottleneck names the most loaded link of the bandwidth term.
+	Bottleneck string `json:"bottleneck,omitempty"`
+}
+
+// BusFactor is nccl-tests' busbw/algbw factor for n ranks.
+func BusFactor(c Collective, n int) float64 {
+	if n <= 1 {
+		return 1
+	}
+	f := float64(n-1) / float64(n)
+	switch c {
+	case AllReduce:
+		return 2 * f
+	case AllGather, ReduceScatter, AllToAll:
+		return f
+	}
+	return 1
+}
+
+// SpeedUp is the speed-up of n workers over one when each step computes
+// for tcalc and then communicates for tcomm (no overlap):
+// n * tcalc / (tcalc + tcomm) = n / (1 + tcomm/tcalc). 64 GPUs with
+// tcomm = tcalc give 32; 8 GPUs with a 35% comm share give 5.2.
+//
+// The design's N / (1 + (N-1) * Tcomm/Tcalc) is Amdahl's law with
+// Tcomm/Tcalc read as the serial fraction of the one-GPU run (see
+// AmdahlSpeedUp); read as step times it would give 1 for 64 GPUs with
+// Tcomm = Tcalc, not the 32 the design's example asks for.
+func SpeedUp(n int, tcomm, tcalc float64) float64 {
+	if n <= 0 || tcalc <= 0 || tcomm < 0 {
+		return 0
+	}
+	return float64(n) / (1 + tcomm/tcalc)
+}
+
+// AmdahlSpeedUp is N / (1 + (N-1) s) for a serial fraction s.
+func AmdahlSpeedUp(n int, s float64) float64 {
+	if n <= 0 || s < 0 {
+		return 0
+	}
+	return float64(n) / (1 + float64(n-1)*s)
+}
+
+// Errors.
+var (
+	ErrNoRanks       = errors.New("collective: no ranks")
+	ErrNotApplicable = errors.New("collective: algorithm does not apply")
+)
+
+// Predict predicts one collective of size bytes (nccl-tests' size: the
+// buffer per rank for all_reduce and sendrecv, the gathered buffer for
+// all_gather and reduce_scatter, the send buffer per rank for all_to_all).
+func Predict(p Placement, c Collective, bytes float64, opt Options) (Result, error) {
+	m, err := newModel(p, opt.Contention)
+	if err != nil {
+		return Result{}, err
+	}
+	return m.predict(c, bytes, opt.Algorithm, opt.Candidates)
+}
+
+// Algorithms lists the algorithms that apply to c on p, in a fixed order
+// (not by cost).
+func Algorithms(p Placement, c Collective) []Algorithm {
+	m, err := newModel(p, nil)
+	if err != nil {
+		return nil
+	}
+	var out []Algorithm
+	for _, a := range candidates(c) {
+		if m.applies(c, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func candidates(c Collective) []Algorithm {
+	switch c {
+	case AllReduce:
+		return []Algorithm{Ring, Tree, HalvingDoubling, NVLS, Hierarchical}
+	case AllGather, ReduceScatter:
+		return []Algorithm{Ring, HalvingDoubling, NVLS, Hierarchical}
+	case SendRecv:
+		return []Algorithm{PointToPoint}
+	case AllToAll:
+		return []Algorithm{Direct}
+	}
+	return nil
+}
+
+func (m *model) predict(c Collective, bytes float64, a Algorithm, only []Algorithm) (Result, error) {
+	if a == "" {
+		a = Auto
+	}
+	if bytes < 0 || math.IsNaN(bytes) || math.IsInf(bytes, 0) {
+		return Result{}, fmt.Errorf("collective: bytes: expected at least 0, got %v", bytes)
+	}
+	if candidates(c) == nil {
+		return Result{}, fmt.Errorf("collective %q: expected all_reduce, all_gather, reduce_scatter, sendrecv or all_to_all", c)
+	}
+	if a == Auto {
+		var best Result
+		found := false
+		for _, cand := range candidates(c) {
+			if !m.applies(c, cand) || only != nil && !slices.Contains(only, cand) {
+				continue
+			}
+			r := m.eval(c, bytes, cand)
+			if !found || r.TimeSeconds < best.TimeSeconds {
+				best, found = r, true
+			}
+		}
+		if !found {
+			return Result{}, fmt.Errorf("%w: no algorithm for %s on %d ranks", ErrNotApplicable, c, len(m.ranks))
+		}
+		return best, nil
+	}
+	if !m.applies(c, a) {
+		return Result{}, fmt.Errorf("%w: %s for %s on this placement", ErrNotApplicable, a, c)
+	}
+	return m.eval(c, bytes, a), nil
+}
+
+func (m *model) eval(c Collective, bytes float64, a Algorithm) Result {
+	ph := phases{root: m.root()}
+	m.build(&ph, c, bytes, a, 1)
+	t, bn := m.time(&ph)
+	ph.release()
+	r := Result{Collective: c, Algorithm: a, Ranks: len(m.ranks), Bytes: bytes, TimeSeconds: t, Bottleneck: bn}
+	if t > 0 {
+		r.AlgBWGBps = bytes / t / 1e9
+		r.BusBWGBps = r.AlgBWGBps * BusFactor(c, len(m.ranks))
+	}
+	return r
+}

@@ -1,0 +1,285 @@
+package collective
+
+import (
+	"bufio"
+	"bytes"
+	"embed"
+	"fmt"
+	"io/fs"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/toposched/toposched/internal/topology"
+)
+
+// Testdata holds the project's copies of the measurement files the
+// validation reads (testdata/SOURCES.md names each file's source).
+//
+//go:embed testdata/*.txt testdata/SOURCES.md
+var Testdata embed.FS
+
+// TestdataFS is Testdata rooted at the measurement files.
+func TestdataFS() fs.FS {
+	sub, err := fs.Sub(Testdata, "testdata")
+	if err != nil {
+		panic(err)
+	}
+	return sub
+}
+
+// Point is one measured message size of a case: the row of the file that
+// holds it and the column of its bus bandwidth.
+type Point struct {
+	Bytes float64
+	// Key identifies the row: its first field ("8G", "1073741824"), or,
+	// when it holds a space, the start of the row with fields joined by
+	// single spaces ("NVL4 12 tree").
+	Key string
+	// Col is the bus bandwidth's field (0-based, "|" and a leading "0:"
+	// rank label dropped, a "GBps" suffix trimmed).
+	Col int
+}
+
+// Case is one validation case: a machine, its GPUs, a collective and the
+// measured bus bandwidth read from a file of nccl-tests (or similar)
+// output.
+type Case struct {
+	Name       string
+	File       string
+	Machine    string
+	Collective Collective
+	// Algorithm is what NCCL ran where the source says, else Auto (the
+	// fastest of NCCLAlgorithms).
+	Algorithm Algorithm
+	// Build makes the placement.
+	Build func() Placement
+	Large []Point // at least 128 MB
+	Small []Point // around 1 MB
+	// Note explains a miss or an assumption.
+	Note string
+}
+
+func nodes(spec NodeSpec, n int) []*topology.Node {
+	out := make([]*topology.Node, n)
+	for i := range out {
+		s := spec
+		s.Name = fmt.Sprintf("%s-%d", spec.Name, i)
+		out[i] = BuildNode(s)
+	}
+	return out
+}
+
+func onNodes(spec NodeSpec, n, g int) func() Placement {
+	return func() Placement { return Placement{Ranks: NodesRanks(nodes(spec, n), g)} }
+}
+
+var (
+	a100 = NodeSpec{Name: "a100", GPUs: 8, Model: "A100-SXM4", NVLinks: 12, NVLinkGen: 3, PCIeGen: 4}
+	h100 = NodeSpec{Name: "h100", GPUs: 8, Model: "H100-SXM", NVLinks: 18, NVLinkGen: 4, PCIeGen: 5}
+)
+
+func with(s NodeSpec, f func(*NodeSpec)) NodeSpec { f(&s); return s }
+
+// Cases is the validation table. Machines are rebuilt from the files'
+// descriptions (testdata README of the shared tree) and public product
+// figures; nothing in it is tuned to the measured values.
+var Cases = []Case{
+	{
+		Name: "azure-ndv4-a100-8gpu", File: "azure-nd-a100-v4-8gpu_single-vm_all_reduce_ai-benchmarking-guide.txt",
+		Machine: "1 node, 8x A100 SXM4 NVSwitch (NV12, NVLink 3)", Collective: AllReduce, Algorithm: Auto,
+		Build: onNodes(a100, 1, 8),
+		Large: []Point{{8 << 30, "8G", 1}}, Small: []Point{{1 << 20, "1M", 1}},
+	},
+	{
+		Name: "azure-ndgb200-4gpu-ring", File: "azure-nd-gb200-v6-4gpu_single-host_all_reduce-ring_ai-benchmarking-guide.txt",
+		Machine: "1 host, 4x GB200 (NV18, NVLink 5, NVLink Switch)", Collective: AllReduce, Algorithm: Ring,
+		Build: onNodes(NodeSpec{Name: "gb200", GPUs: 4, Model: "GB200", NVLinks: 18, NVLinkGen: 5, PCIeGen: 5}, 1, 4),
+		Large: []Point{{8 << 30, "8G", 1}}, Small: []Point{{1 << 20, "1M", 1}},
+	},
+	{
+		Name: "h200-8gpu-nvls", File: "h200-8gpu-nvswitch_single-node_torch-allreduce_stas00-ml-engineering.txt",
+		Machine: "1 node, 8x H200 SXM NVSwitch (NV18, NVLink 4)", Collective: AllReduce, Algorithm: Auto,
+		Build: onNodes(with(h100, func(s *NodeSpec) { s.Name, s.Model = "h200", "H200-SXM" }), 1, 8),
+		Large: []Point{{16 << 30, "16GiB", 1}}, Small: []Point{{1 << 20, "1MiB", 1}},
+		Note: "torch.distributed benchmark, not nccl-tests; NCCL picks NVLS (in-switch reduction)",
+	},
+	{
+		Name: "a100-8gpu-sendrecv", File: "a100-8gpu-nvswitch_sendrecv_li-plus-playground.txt",
+		Machine: "1 node, 8x A100 SXM NVSwitch (NV12)", Collective: SendRecv, Algorithm: PointToPoint,
+		Build: onNodes(a100, 1, 8),
+		Large: []Point{{1 << 30, "1073741824", 7}},
+		Note:  "p2p runs on fewer channels than collectives and does not reach the NVLink efficiency of rings: the model is high",
+	},
+	{
+		Name: "a100-3node-4xhdr", File: "a100-3node-24gpu-4xhdr_all_reduce_nccl-tests-issue-119.txt",
+		Machine: "3 nodes x 8x A100 SXM4, 4x HDR 200 Gb/s IB per node (2 GPUs per NIC)", Collective: AllReduce, Algorithm: Ring,
+		Build: onNodes(with(a100, func(s *NodeSpec) { s.NICs, s.NICGbps = 4, 200 }), 3, 8),
+		Large: []Point{{131072008, "131072008", 7}},
+		Note:  "algorithm not in the file; ring assumed (NCCL de-rates tree beyond 2 nodes; the busbw ~= 4 NICs x 24 GB/s is ring's signature)",
+	},
+	{
+		Name: "aws-p4de-2node-efa", File: "aws-p4de-a100_2node-16gpu-efa_all_reduce_awsome-distributed-training.txt",
+		Machine: "2 nodes x 8x A100 SXM4 80GB, 4x 100 Gb/s EFA per node", Collective: AllReduce, Algorithm: Auto,
+		Build: onNodes(with(a100, func(s *NodeSpec) { s.NICs, s.NICGbps = 4, 100 }), 2, 8),
+		Large: []Point{{2 << 30, "2147483648", 7}}, Small: []Point{{1 << 20, "1048576", 7}},
+		Note: "busbw above the 50 GB/s of the NICs: a 2-node tree; EFA (libfabric over SRD) has higher latency and lower efficiency than InfiniBand, which the one network efficiency does not know",
+	},
+	{
+		Name: "gcp-a3mega-2node", File: "gcp-a3mega-h100_2node-16gpu_all_reduce_create-a3mega-ztan-fork.txt",
+		Machine: "2 nodes x 8x H100 SXM (NV18), 8x 200 Gb/s GPU NICs per node (GPUDirect-TCPXO)", Collective: AllReduce, Algorithm: Auto,
+		Build: onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 200 }), 2, 8),
+		Large: []Point{{8 << 30, "8589934592", 7}}, Small: []Point{{1 << 20, "1048576", 7}},
+		Note: "2-node tree; small messages pay TCPXO's latency, far above InfiniBand's",
+	},
+	{
+		Name: "gb200-3x-nvl4-ring", File: "gb200-nvl72-partitions-over-ib_ring-vs-tree_nccl-issue-1801.txt",
+		Machine: "3 NVL partitions x 4 GB200 (NV18, NVLink 5), 1x 400 Gb/s IB per GPU", Collective: AllReduce, Algorithm: Ring,
+		Build: onNodes(gb200x(4), 3, 4),
+		Large: []Point{{16 << 30, "NVL4 12 ring,", 6}},
+	},
+	{
+		Name: "gb200-3x-nvl4-tree", File: "gb200-nvl72-partitions-over-ib_ring-vs-tree_nccl-issue-1801.txt",
+		Machine: "3 NVL partitions x 4 GB200, 1x 400 Gb/s IB per GPU", Collective: AllReduce, Algorithm: Tree,
+		Build: onNodes(gb200x(4), 3, 4),
+		Large: []Point{{16 << 30, "NVL4 12 tree", 5}},
+	},
+	{
+		Name: "gb200-3x-nvl8-ring", File: "gb200-nvl72-partitions-over-ib_ring-vs-tree_nccl-issue-1801.txt",
+		Machine: "3 NVL partitions x 8 GB200, 1x 400 Gb/s IB per GPU", Collective: AllReduce, Algorithm: Ring,
+		Build: onNodes(gb200x(8), 3, 8),
+		Large: []Point{{16 << 30, "NVL8 24 ring,", 6}},
+	},
+	{
+		Name: "gb200-3x-nvl8-tree", File: "gb200-nvl72-partitions-over-ib_ring-vs-tree_nccl-issue-1801.txt",
+		Machine: "3 NVL partitions x 8 GB200, 1x 400 Gb/s IB per GPU", Collective: AllReduce, Algorithm: Tree,
+		Build: onNodes(gb200x(8), 3, 8),
+		Large: []Point{{16 << 30, "NVL8 24 tree", 5}},
+	},
+}
+
+func gb200x(g int) NodeSpec {
+	return NodeSpec{Name: fmt.Sprintf("nvl%d", g), GPUs: g, Model: "GB200", NVLinks: 18, NVLinkGen: 5, PCIeGen: 5, NICs: g, NICGbps: 400}
+}
+
+// Row is one compared point.
+type Row struct {
+	Case      string  `json:"case"`
+	Machine   string  `json:"machine"`
+	Algorithm string  `json:"algorithm"`
+	Bytes     float64 `json:"bytes"`
+	Large     bool    `json:"large"`
+	Measured  float64 `json:"measured_busbw_gbps"`
+	Predicted float64 `json:"predicted_busbw_gbps"`
+	// Error is (predicted - measured) / measured.
+	Error  float64 `json:"error"`
+	Source string  `json:"source"`
+	Note   string  `json:"note,omitempty"`
+}
+
+// Summary is the validation's error figures.
+type Summary struct {
+	Rows        []Row   `json:"rows"`
+	LargeMedian float64 `json:"large_median_abs_error"`
+	LargeMax    float64 `json:"large_max_abs_error"`
+	SmallMedian float64 `json:"small_median_abs_error"`
+	SmallMax    float64 `json:"small_max_abs_error"`
+	LargeCount  int     `json:"large_count"`
+	SmallCount  int     `json:"small_count"`
+}
+
+// Validate predicts every case and compares with the measurement read
+// from fsys (a directory of the measurement files).
+func Validate(fsys fs.FS) (Summary, error) {
+	var s Summary
+	var large, small []float64
+	for _, c := range Cases {
+		data, err := fs.ReadFile(fsys, c.File)
+		if err != nil {
+			return s, fmt.Errorf("case %s: %w", c.Name, err)
+		}
+		p := c.Build()
+		for _, set := range []struct {
+			pts   []Point
+			large bool
+		}{{c.Large, true}, {c.Small, false}} {
+			for _, pt := range set.pts {
+				meas, line, err := measured(data, pt)
+				if err != nil {
+					return s, fmt.Errorf("case %s (%s): %w", c.Name, c.File, err)
+				}
+				r, err := Predict(p, c.Collective, pt.Bytes, Options{Algorithm: c.Algorithm, Candidates: NCCLAlgorithms})
+				if err != nil {
+					return s, fmt.Errorf("case %s: %w", c.Name, err)
+				}
+				e := (r.BusBWGBps - meas) / meas
+				s.Rows = append(s.Rows, Row{Case: c.Name, Machine: c.Machine, Algorithm: string(r.Algorithm), Bytes: pt.Bytes,
+					Large: set.large, Measured: meas, Predicted: r.BusBWGBps, Error: e,
+					Source: fmt.Sprintf("%s:%d", c.File, line), Note: c.Note})
+				if set.large {
+					large = append(large, math.Abs(e))
+				} else {
+					small = append(small, math.Abs(e))
+				}
+			}
+		}
+	}
+	s.LargeMedian, s.LargeMax = medianMax(large)
+	s.SmallMedian, s.SmallMax = medianMax(small)
+	s.LargeCount, s.SmallCount = len(large), len(small)
+	return s, nil
+}
+
+func medianMax(v []float64) (float64, float64) {
+	if len(v) == 0 {
+		return 0, 0
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	med := v[len(v)/2]
+	if len(v)%2 == 0 {
+		med = (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return med, v[len(v)-1]
+}
+
+// measured finds a point's bus bandwidth in a file and the line it is on.
+func measured(data []byte, pt Point) (float64, int, error) {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		f := fieldsOf(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		hit := f[0] == pt.Key
+		if strings.Contains(pt.Key, " ") {
+			hit = strings.HasPrefix(strings.Join(f, " "), pt.Key)
+		}
+		if !hit {
+			continue
+		}
+		if pt.Col >= len(f) {
+			return 0, line, fmt.Errorf("line %d: no field %d", line, pt.Col)
+		}
+		v, err := strconv.ParseFloat(strings.TrimSuffix(f[pt.Col], "GBps"), 64)
+		if err != nil || v <= 0 {
+			return 0, line, fmt.Errorf("line %d: field %d %q: expected a bandwidth", line, pt.Col, f[pt.Col])
+		}
+		return v, line, nil
+	}
+	return 0, 0, fmt.Errorf("no row %q", pt.Key)
+}
+
+func fieldsOf(s string) []string {
+	f := strings.Fields(strings.ReplaceAll(s, "|", " "))
+	if len(f) > 0 && strings.HasSuffix(f[0], ":") {
+		if _, err := strconv.Atoi(strings.TrimSuffix(f[0], ":")); err == nil {
+			f = f[1:]
+		}
+	}
+	return f
+}
