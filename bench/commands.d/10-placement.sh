@@ -6,5 +6,5 @@ set -euo pipefail
 "$TOPOSCHED" load --budget 2s --strategy topology-aware,blind
 "$TOPOSCHED" load --e2e 2000 --e2e-only
 go test -run '^$' -bench EndToEnd -benchtime 2000x ./services/placement
-go test -run '^$' -bench '^BenchmarkPlace$' -benchtime 20x -benchmem ./services/placement/aware
-go test -run '^$' -bench 'Place' -benchmem ./services/placement/blind
+go test -run '^$' -bench '^BenchmarkPlace$' -benchtime 20x -benchmem ./internal/placer/aware
+go test -run '^$' -bench 'Place' -benchmem ./internal/placer/blind

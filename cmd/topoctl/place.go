@@ -13,8 +13,8 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/client"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/policies"
-	"github.com/toposched/toposched/services/placement"
 )
 
 func newPlace(g *globals) *cobra.Command {
@@ -49,7 +49,7 @@ enumerate; bigger ones are refused with a clear message.`,
 			if err != nil {
 				return err
 			}
-			var occupied []placement.Occupied
+			var occupied []placer.Occupied
 			if occupiedFile != "" {
 				data, err := os.ReadFile(occupiedFile)
 				if err != nil {
@@ -76,7 +76,7 @@ enumerate; bigger ones are refused with a clear message.`,
 			if err != nil {
 				return fmt.Errorf("place: --policies: %w", err)
 			}
-			name, v, err := placement.DryRun(c, occupied, *job, strategy, set)
+			name, v, err := placer.DryRun(c, occupied, *job, strategy, set)
 			if err != nil {
 				return err
 			}
@@ -100,7 +100,7 @@ enumerate; bigger ones are refused with a clear message.`,
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "decide offline and print the decision (required)")
 	cmd.Flags().StringVar(&cluster, "cluster", "", "cluster file (YAML or JSON)")
 	cmd.Flags().StringVar(&occupiedFile, "occupied", "", "GPUs already in use: a list of {node, gpus: [indices]}")
-	cmd.Flags().StringVar(&strategy, "strategy", placement.StrategyTopologyAware, "topology-aware, blind or exhaustive")
+	cmd.Flags().StringVar(&strategy, "strategy", placer.StrategyTopologyAware, "topology-aware, blind or exhaustive")
 	cmd.Flags().StringVar(&policyDir, "policies", "", "policy set directory; none turns policies off (default: the shipped set)")
 	return cmd
 }

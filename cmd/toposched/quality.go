@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/toposched/toposched/services/placement/aware"
+	"github.com/toposched/toposched/internal/placer/aware"
 )
 
 type qualityFlags struct {

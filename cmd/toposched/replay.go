@@ -14,7 +14,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
-	"github.com/toposched/toposched/services/placement"
+	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/services/replay"
 )
 
@@ -78,7 +78,7 @@ package doc.`,
 	fl.StringVar(&f.jobs, "jobs", "", "the pod list or job log")
 	fl.StringVar(&f.cluster, "cluster", "", "cluster file (job logs; synthetic instead of --gpus)")
 	fl.StringVar(&f.speed, "speed", "max", "max (virtual clock) or trace seconds per wall second")
-	fl.StringVar(&f.strategy, "strategy", placement.StrategyTopologyAware, "topology-aware or blind")
+	fl.StringVar(&f.strategy, "strategy", placer.StrategyTopologyAware, "topology-aware or blind")
 	fl.BoolVar(&f.compare, "compare", false, "replay twice, topology-aware and blind, and plot both")
 	fl.BoolVar(&f.hold, "hold", false, "jobs never finish: the cluster fills in arrival order (the ATC'23 fragmentation study's method)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic trace and of the jobs' parallelism and models")
@@ -217,12 +217,12 @@ func runReplay(ctx context.Context, g *globals, f replayFlags, out io.Writer) er
 	}
 	strategies := []string{f.strategy}
 	switch f.strategy {
-	case placement.StrategyTopologyAware, placement.StrategyBlind:
+	case placer.StrategyTopologyAware, placer.StrategyBlind:
 	default:
-		return fmt.Errorf("--strategy %q: expected %s or %s", f.strategy, placement.StrategyTopologyAware, placement.StrategyBlind)
+		return fmt.Errorf("--strategy %q: expected %s or %s", f.strategy, placer.StrategyTopologyAware, placer.StrategyBlind)
 	}
 	if f.compare {
-		strategies = []string{placement.StrategyTopologyAware, placement.StrategyBlind}
+		strategies = []string{placer.StrategyTopologyAware, placer.StrategyBlind}
 	}
 	p, err := prepareReplay(f)
 	if err != nil {

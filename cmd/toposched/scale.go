@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/toposched/toposched/services/placement"
+	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/services/replay"
 )
 
@@ -85,7 +85,7 @@ and writes scale.json into --report.`,
 	fl := cmd.Flags()
 	fl.StringVar(&sizes, "gpus", "1000,10000,100000", "cluster sizes in GPUs, comma separated")
 	fl.IntVar(&burst, "burst", 10000, "jobs submitted at once")
-	fl.StringVar(&strategy, "strategy", placement.StrategyTopologyAware, "topology-aware or blind")
+	fl.StringVar(&strategy, "strategy", placer.StrategyTopologyAware, "topology-aware or blind")
 	fl.Uint64Var(&seed, "seed", 1, "seed of the job mix")
 	fl.StringVar(&report, "report", "", "directory for scale.json")
 	fl.StringVar(&policies, "policies", "", "policy set: a directory, none, or empty for the shipped set")

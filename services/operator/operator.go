@@ -40,7 +40,7 @@ type Config struct {
 	// Strategy is placement's: topology-aware (default) or blind.
 	Strategy string
 	// ReserveAfter is how long the head of placement's queue waits before
-	// nodes are held for it (placement.Reservation); nil for the default,
+	// nodes are held for it (placer.Reservation); nil for the default,
 	// negative for never.
 	ReserveAfter *time.Duration
 	// Policies is placement's base policy set: a directory, reloaded when

@@ -9,11 +9,11 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/placer"
+	"github.com/toposched/toposched/internal/placer/aware"
+	"github.com/toposched/toposched/internal/placer/launch"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
-	"github.com/toposched/toposched/services/placement"
-	"github.com/toposched/toposched/services/placement/aware"
-	"github.com/toposched/toposched/services/placement/blind"
-	"github.com/toposched/toposched/services/placement/launch"
 )
 
 // MinMigrationGain is the least share of a step a move must save to be
@@ -107,9 +107,9 @@ func (s *Service) propose(ctx context.Context, lj *liveJob, reason string) error
 		return fmt.Errorf("optimizer: what-if release of %s: %w", d.JobID, err)
 	}
 	snap := what.Snapshot()
-	planner := &placement.Planner{Strategy: placement.StrategyTopologyAware, Fabric: s.fabric, Log: s.log}
-	plan, err := planner.Plan(ctx, snap, *lj.spec, placement.PlanOptions{})
-	if err != nil || plan.Verdict != blind.Placed {
+	planner := &placer.Planner{Strategy: placer.StrategyTopologyAware, Fabric: s.fabric, Log: s.log}
+	plan, err := planner.Plan(ctx, snap, *lj.spec, placer.PlanOptions{})
+	if err != nil || plan.Verdict != outcome.Placed {
 		return nil // nowhere to go now
 	}
 	if slices.Equal(plan.GPUs, gpusOf(d)) {
@@ -124,7 +124,7 @@ func (s *Service) propose(ctx context.Context, lj *liveJob, reason string) error
 		s.log.WarnContext(ctx, "migration: proposal not predicted", "job_id", d.JobID, "err", err)
 		return nil
 	}
-	target := blind.Decide(d.JobID, plan.GPUs, placement.StrategyTopologyAware)
+	target := outcome.Decide(d.JobID, plan.GPUs, placer.StrategyTopologyAware)
 	launch.Fill(&target, snap)
 	if reason == events.MigrationCongestion && s.stillShared(lj, &target) {
 		return nil

@@ -11,10 +11,10 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/collective"
+	"github.com/toposched/toposched/internal/placer/aware"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 	"github.com/toposched/toposched/services/optimizer/tuning"
-	"github.com/toposched/toposched/services/placement/aware"
 )
 
 // NCCLVersion is the oldest NCCL that reads the settings of a tuning

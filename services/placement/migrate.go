@@ -9,10 +9,12 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/placer"
+	"github.com/toposched/toposched/internal/placer/aware"
+	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/launch"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
-	"github.com/toposched/toposched/services/placement/aware"
-	"github.com/toposched/toposched/services/placement/blind"
-	"github.com/toposched/toposched/services/placement/launch"
 )
 
 // HandlerMigrate is the durable consumer of jobs.migration_accepted: part
@@ -21,7 +23,7 @@ const HandlerMigrate = "placement-jobs-migration-accepted"
 
 // CodeMigrationPolicyDenied refuses a migration onto a node the node
 // policies deny the job.
-const CodeMigrationPolicyDenied = CodePolicyDenied
+const CodeMigrationPolicyDenied = placer.CodePolicyDenied
 
 // migrations are the optimizer's proposals placement knows: the latest per
 // running job. Proposals are advisory and live in the placement stream, so
@@ -166,7 +168,7 @@ func (s *Service) OnMigrationAccepted(ctx context.Context, env events.Envelope, 
 	if err != nil {
 		return fmt.Errorf("move %s: %w", j.ID, err)
 	}
-	d := blind.Decide(j.ID, gpus, s.strategy)
+	d := outcome.Decide(j.ID, gpus, s.strategy)
 	d.DecidedAt = s.now().UTC()
 	launch.Fill(&d, s.store.Snapshot())
 	// The baseline is blind first fit for the job on the cluster as it
@@ -206,7 +208,7 @@ func (s *Service) migrationBlocked(ctx context.Context, snap *store.Snapshot, j 
 			added = append(added, g.Node)
 		}
 	}
-	if res := s.reservation.holds(j.Spec); res != nil {
+	if res := s.reservation.Holds(j.Spec); res != nil {
 		for _, n := range added {
 			if res.Nodes[n] {
 				return events.RefusedReserved, fmt.Sprintf("node %s is held for job %s (priority %d), which has waited since %s",
@@ -214,24 +216,24 @@ func (s *Service) migrationBlocked(ctx context.Context, snap *store.Snapshot, j 
 			}
 		}
 	}
-	pv := newPolicyView(ctx, snap, s.policies, j.Spec, s.log)
+	pv := placer.NewPolicyCheck(ctx, snap, s.policies, j.Spec, s.log)
 	for _, n := range added {
 		node, ok := snap.Node(n)
 		if !ok {
 			continue // Move names a missing node's GPUs
 		}
-		if !pv.allowNode(pv.viewOf(node)) {
+		if !pv.AllowsNode(node) {
 			return CodeMigrationPolicyDenied, fmt.Sprintf("the node policies deny node %s to job %s", n, j.ID)
 		}
 	}
-	if pv.judges() {
+	if pv.Judges() {
 		// The placement policies judge the proposed placement as they
 		// would any candidate (the job's own GPUs count as held).
 		c := aware.Candidate{Domain: store.ClusterDomain, GPUs: gpus}
 		if r, err := aware.Predict(snap, j.Spec, gpus, s.fabric); err == nil {
 			c.CommSeconds = r.CommSeconds
 		}
-		if jd := pv.judge(c); jd.Deny {
+		if jd := pv.Judge(c); jd.Deny {
 			msgs := make([]string, len(jd.Reasons))
 			for i, r := range jd.Reasons {
 				msgs[i] = r.Policy + ": " + r.Message

@@ -11,10 +11,10 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/policies"
 	"github.com/toposched/toposched/services/placement"
-	"github.com/toposched/toposched/services/placement/blind"
 )
 
 // migWorld is a placement service on a real JetStream, driven by direct
@@ -116,7 +116,7 @@ func (w *migWorld) decision(job string) *events.PlacementDecided {
 // propose publishes a proposal to move job onto gpus (rank order).
 func (w *migWorld) propose(id, job string, gpus []store.GPUKey) *events.PlacementMigration {
 	w.t.Helper()
-	target := blind.Decide(job, gpus, "optimizer")
+	target := outcome.Decide(job, gpus, "optimizer")
 	p := &events.PlacementMigration{JobID: job, ProposalID: id, Reason: events.MigrationCongestion,
 		Message: "test", CurrentNodes: w.decision(job).Nodes, Ranks: target.Ranks, Nodes: target.Nodes,
 		CurrentCommSecondsPerStep: 0.4, MeasuredCommSecondsPerStep: 1, ProposedCommSecondsPerStep: 0.25,
@@ -491,7 +491,7 @@ func decided(job string, gpus ...[]store.GPUKey) *events.PlacementDecided {
 	for _, g := range gpus {
 		all = append(all, g...)
 	}
-	d := blind.Decide(job, all, "topology-aware")
+	d := outcome.Decide(job, all, "topology-aware")
 	d.DecidedAt = time.Now().UTC()
 	return &d
 }

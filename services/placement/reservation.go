@@ -8,58 +8,13 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/internal/store"
 )
 
 // DefaultReserveAfter is how long the head of the queue waits before nodes
 // are held for it.
 const DefaultReserveAfter = 5 * time.Minute
-
-// Reservation holds nodes for the job at the head of the pending queue, so
-// that small jobs do not starve it.
-//
-// # The rule
-//
-// The queue is ordered by priority, then age. Jobs behind the head are
-// placed wherever they fit (backfill), which keeps GPUs busy but can keep
-// a large head waiting for ever: every GPU that frees is taken by a small
-// job before enough free up together. So once the head has waited
-// ReserveAfter (--reserve-after, 5 minutes by default; 0 reserves at once,
-// a negative duration never), placement picks for it the fewest nodes
-// that could hold it — those allowed to it by its node policies, with the
-// most free GPUs of its model first, enough healthy GPUs in all — and
-// from then on places no other job on them, except jobs of higher
-// priority (which would be ahead of it in the queue). Those nodes drain
-// as their jobs finish, and the head is placed as soon as it fits,
-// anywhere. The hold moves when another job becomes the head (a higher
-// priority arrives, or the head is placed or withdrawn) and is recomputed
-// when its nodes can no longer hold the job.
-//
-// The trade is the classic one of EASY backfilling without run-time
-// estimates: reserved GPUs may idle while they drain, in exchange for a
-// bound on the head's wait (the longest remaining run time among the jobs
-// on its nodes). A job kept off reserved nodes says so in its pending
-// reasons (code reserved_for_older_job) and explanation (nodes_reserved).
-//
-// The hold lives in the placement service's memory: after a restart the
-// head's wait is taken from its first placement.pending event, and the
-// hold is made again on the next retry.
-type Reservation struct {
-	JobID    string
-	Priority int
-	// Since is when the job first waited.
-	Since time.Time
-	// Nodes are the nodes held.
-	Nodes map[string]bool
-}
-
-// holds returns r when it keeps its nodes from job, nil otherwise.
-func (r *Reservation) holds(job events.JobAnalyzed) *Reservation {
-	if r == nil || job.Job.JobID == r.JobID || job.Job.Priority > r.Priority {
-		return nil
-	}
-	return r
-}
 
 // SetReserveAfter sets how long the head of the queue waits before nodes
 // are held for it; 0 holds them at once, a negative duration never.
@@ -74,7 +29,7 @@ func (s *Service) SetReserveAfter(d time.Duration) {
 
 // Reservation returns the nodes held for the head of the queue, nil when
 // none are.
-func (s *Service) Reservation() *Reservation {
+func (s *Service) Reservation() *placer.Reservation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.reservation
@@ -124,7 +79,7 @@ func (s *Service) reserve(ctx context.Context, snap *store.Snapshot, queue []sto
 		s.reservation = nil
 		return
 	}
-	s.reservation = &Reservation{JobID: head.ID, Priority: head.Priority, Since: since, Nodes: nodes}
+	s.reservation = &placer.Reservation{JobID: head.ID, Priority: head.Priority, Since: since, Nodes: nodes}
 	s.log.InfoContext(ctx, "nodes held for the head of the queue", "job_id", head.ID, "nodes", len(nodes), "waiting", s.now().Sub(since).Round(time.Second))
 }
 
@@ -154,13 +109,13 @@ func canHold(snap *store.Snapshot, job events.JobAnalyzed, nodes map[string]bool
 // then enumeration order; nil when all of them could not hold it.
 func (s *Service) pickReserved(ctx context.Context, snap *store.Snapshot, job events.JobAnalyzed) map[string]bool {
 	model, gpn := job.Job.GPUModel, job.Job.GPUsPerNode
-	pv := newPolicyView(ctx, snap, s.policies, job, s.log)
+	pv := placer.NewPolicyCheck(ctx, snap, s.policies, job, s.log)
 	var cands []store.Domain
 	for _, d := range snap.DomainsOfKind(store.DomainNode) {
 		if usable(d, model, gpn) == 0 {
 			continue
 		}
-		if n, ok := snap.Node(d.Node); !ok || !pv.evalNode(pv.viewOf(n), false) {
+		if n, ok := snap.Node(d.Node); !ok || !pv.AllowsNode(n) {
 			continue
 		}
 		cands = append(cands, d)

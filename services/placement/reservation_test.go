@@ -9,6 +9,7 @@ import (
 	"github.com/toposched/toposched/events/eventstest"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/internal/pattern"
+	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/internal/store"
 )
 
@@ -68,7 +69,7 @@ func TestReservationStopsStarvation(t *testing.T) {
 	clock = clock.Add(11 * time.Minute)
 	// After it, the freed GPUs are held for large.
 	j := submit("s2", 4, 0)
-	if j.State != store.JobPending || !strings.Contains(j.Reasons[len(j.Reasons)-1].Code, CodeReserved) {
+	if j.State != store.JobPending || !strings.Contains(j.Reasons[len(j.Reasons)-1].Code, placer.CodeReserved) {
 		t.Fatalf("s2 after the hold: %s %v, want pending behind the reservation", j.State, j.Reasons)
 	}
 	if r := s.Reservation(); r == nil || r.JobID != "large" || len(r.Nodes) != 2 {

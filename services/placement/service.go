@@ -11,12 +11,12 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/placer"
+	"github.com/toposched/toposched/internal/placer/launch"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 	"github.com/toposched/toposched/policies"
-	"github.com/toposched/toposched/services/placement/aware"
-	"github.com/toposched/toposched/services/placement/blind"
-	"github.com/toposched/toposched/services/placement/launch"
 )
 
 // Durable consumer names: part of the wire contract.
@@ -49,7 +49,7 @@ type Service struct {
 	// are held for it (negative: never); reservation is the hold, nil
 	// when none; pendingSince is when each waiting job first waited.
 	reserveAfter time.Duration
-	reservation  *Reservation
+	reservation  *placer.Reservation
 	pendingSince map[string]time.Time
 	// nextReserve is when a new submission next checks the queue's head
 	// for a reservation (retries always do).
@@ -58,21 +58,15 @@ type Service struct {
 	mig migrations
 }
 
-// Strategies.
-const (
-	StrategyTopologyAware = "topology-aware"
-	StrategyBlind         = blind.Name
-)
-
 // SetStrategy chooses how jobs are placed: topology-aware (the default)
 // or blind, the first-fit baseline.
 func (s *Service) SetStrategy(name string) error {
-	switch name {
-	case StrategyTopologyAware, StrategyBlind:
-		s.strategy = name
-		return nil
+	st, err := placer.Lookup(name, true)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("strategy %q: expected %s or %s", name, StrategyTopologyAware, StrategyBlind)
+	s.strategy = st.Name()
+	return nil
 }
 
 // SetPolicies puts a compiled (and tested) policy set in force; nil turns
@@ -109,7 +103,7 @@ func New(b *bus.Bus, log *slog.Logger) *Service {
 	if err != nil {
 		panic(fmt.Sprintf("placement: store schema: %v", err))
 	}
-	return &Service{bus: b, store: st, log: log.With("component", "placement"), now: time.Now, strategy: StrategyTopologyAware,
+	return &Service{bus: b, store: st, log: log.With("component", "placement"), now: time.Now, strategy: placer.StrategyTopologyAware,
 		reserveAfter: DefaultReserveAfter, pendingSince: map[string]time.Time{}}
 }
 
@@ -225,14 +219,14 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 		log = log.With("correlation_id", cause.CorrelationID)
 	}
 	switch plan.Verdict {
-	case blind.Placed:
+	case outcome.Placed:
 		before := s.store.Snapshot()
 		// Allocate re-checks, in its one transaction, that every GPU is
 		// still free and healthy.
 		if err := s.store.Allocate(job.ID, plan.GPUs); err != nil {
 			return false, fmt.Errorf("reserve GPUs for %s: %w", job.ID, err)
 		}
-		d := blind.Decide(job.ID, plan.GPUs, s.strategy)
+		d := outcome.Decide(job.ID, plan.GPUs, s.strategy)
 		d.DecidedAt = s.now().UTC()
 		launch.Fill(&d, s.store.Snapshot())
 		d.Prediction, d.Baseline = s.predict(ctx, before, job.Spec, plan.GPUs, plan.Baseline)
@@ -245,7 +239,7 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 		}
 		job.State, job.Decision, job.Reasons = store.JobPlaced, &d, nil
 		log.Info("job placed", "strategy", d.Strategy, "gpus", len(d.Ranks), "nodes", len(d.Nodes), "warnings", len(d.Warnings))
-	case blind.Wait:
+	case outcome.Wait:
 		if !fresh {
 			return false, nil
 		}
@@ -258,7 +252,7 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 			s.pendingSince[job.ID] = s.now()
 		}
 		log.Info("job pending", "reason", plan.Reasons[0].Message)
-	case blind.Never:
+	case outcome.Never:
 		ev := &events.PlacementRejected{JobID: job.ID, Reasons: plan.Reasons, Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}
 		if _, err := s.bus.Publish(ctx, ev); err != nil {
 			return false, err
@@ -266,13 +260,13 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 		job.State, job.Reasons = store.JobRejected, plan.Reasons
 		log.Info("job rejected", "reason", plan.Reasons[0].Message)
 	}
-	if plan.Verdict != blind.Wait {
+	if plan.Verdict != outcome.Wait {
 		delete(s.pendingSince, job.ID)
 	}
 	if err := s.store.UpsertJob(job); err != nil {
 		return false, fmt.Errorf("record job %s: %w", job.ID, err)
 	}
-	return plan.Verdict != blind.Wait, nil
+	return plan.Verdict != outcome.Wait, nil
 }
 
 // decide plans with the strategy and policies in force. Before it calls a
@@ -281,85 +275,57 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 // not be rejected for lack of a node whose report is already stored but
 // not yet handled. With no topology at all, a job waits rather than being
 // rejected.
-func (s *Service) decide(ctx context.Context, job events.JobAnalyzed, fresh bool) (Plan, error) {
-	o := PlanOptions{Counterfactuals: fresh}
+func (s *Service) decide(ctx context.Context, job events.JobAnalyzed, fresh bool) (placer.Plan, error) {
+	o := placer.PlanOptions{Counterfactuals: fresh}
 	plan, err := s.planner().Plan(ctx, s.store.Snapshot(), job, o)
-	if err != nil || plan.Verdict != blind.Never {
+	if err != nil || plan.Verdict != outcome.Never {
 		return plan, err
 	}
 	if _, _, err := s.catchUpTopology(ctx); err != nil {
 		return plan, bus.Transient(err)
 	}
 	snap := s.store.Snapshot()
-	if plan, err = s.planner().Plan(ctx, snap, job, o); err != nil || plan.Verdict != blind.Never {
+	if plan, err = s.planner().Plan(ctx, snap, job, o); err != nil || plan.Verdict != outcome.Never {
 		return plan, err
 	}
 	for range snap.EachNode() {
 		return plan, nil
 	}
-	return Plan{Verdict: blind.Wait, Reasons: []events.Reason{{
+	return placer.Plan{Verdict: outcome.Wait, Reasons: []events.Reason{{
 		Code: "no_topology", Field: "gpus",
 		Message: "no node has reported yet; the job waits for the cluster's topology",
 	}}}, nil
 }
 
 // planner is the Planner of the service's current state.
-func (s *Service) planner() *Planner {
-	return &Planner{Strategy: s.strategy, Fabric: s.fabric, Policies: s.policies, Reservation: s.reservation, Log: s.log}
+func (s *Service) planner() *placer.Planner {
+	return &placer.Planner{Strategy: s.strategy, Fabric: s.fabric, Policies: s.policies, Reservation: s.reservation, Log: s.log}
 }
 
 // predict scores the chosen GPUs and, as the baseline, what blind first
 // fit took on the same state (before the reservation), with the same cost
 // model.
-func (s *Service) predict(ctx context.Context, before *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, b blind.Result) (ours, base *events.Prediction) {
+func (s *Service) predict(ctx context.Context, before *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, b outcome.Result) (ours, base *events.Prediction) {
 	ours = s.prediction(ctx, before, job, gpus, s.strategy)
 	switch {
-	case b.Verdict != blind.Placed:
+	case b.Verdict != outcome.Placed:
 	case slices.Equal(b.GPUs, gpus) && ours != nil:
 		// The same GPUs in the same order: the same prediction.
 		copied := *ours
-		copied.Strategy = StrategyBlind
+		copied.Strategy = placer.StrategyBlind
 		base = &copied
 	default:
-		base = s.prediction(ctx, before, job, b.GPUs, StrategyBlind)
+		base = s.prediction(ctx, before, job, b.GPUs, placer.StrategyBlind)
 	}
 	return ours, base
 }
 
 func (s *Service) prediction(ctx context.Context, snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, strategy string) *events.Prediction {
-	p, err := predictionOf(snap, job, gpus, s.fabric, strategy)
+	p, err := placer.Prediction(snap, job, gpus, s.fabric, strategy)
 	if err != nil {
 		s.log.WarnContext(ctx, "prediction failed", "job_id", job.Job.JobID, "strategy", strategy, "err", err)
 	}
 	return p
-}
-
-// predictionOf is the cost model's prediction for a job on the given GPUs,
-// per kind of group the slowest group (they run side by side).
-func predictionOf(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, fabric *topology.Fabric, strategy string) (*events.Prediction, error) {
-	r, err := aware.Predict(snap, job, gpus, fabric)
-	if err != nil {
-		return nil, err
-	}
-	p := &events.Prediction{Strategy: strategy, CommSecondsPerStep: r.CommSeconds}
-	if job.Job.StepComputeSeconds > 0 {
-		// Without a compute time the model can say nothing of the share
-		// of the step spent communicating.
-		p.CommFraction, p.SpeedUp = r.CommFraction, r.SpeedUp
-	}
-	at := map[string]int{}
-	for _, g := range r.Groups {
-		i, ok := at[g.Name]
-		if !ok {
-			i = len(p.Groups)
-			at[g.Name] = i
-			p.Groups = append(p.Groups, events.GroupPrediction{Name: g.Name, Algorithm: string(g.Result.Algorithm)})
-		}
-		if g.StepSeconds > p.Groups[i].SecondsPerStep {
-			p.Groups[i].SecondsPerStep, p.Groups[i].Algorithm = g.StepSeconds, string(g.Result.Algorithm)
-		}
-	}
-	return p, nil
 }
 
 // retryPending tries every queued job in queue order. A job asking for

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toposched/toposched/internal/placer"
+	"github.com/toposched/toposched/internal/placer/aware"
 	"github.com/toposched/toposched/policies"
-	"github.com/toposched/toposched/services/placement"
-	"github.com/toposched/toposched/services/placement/aware"
 )
 
 // The fill holds what it was asked to, in whole jobs, and the fabric holds
@@ -70,14 +70,14 @@ func BenchmarkPlan(b *testing.B) {
 	for _, n := range []int{1, 8, 64} {
 		for _, pol := range []bool{false, true} {
 			b.Run(fmt.Sprintf("job=%d/policies=%v", n, pol), func(b *testing.B) {
-				p := &placement.Planner{Fabric: c.Fabric, Log: slog.New(slog.DiscardHandler)}
+				p := &placer.Planner{Fabric: c.Fabric, Log: slog.New(slog.DiscardHandler)}
 				if pol {
 					p.Policies = set
 				}
 				job := aware.SyntheticJob("j", n, min(n, 8), 1)
 				b.ReportAllocs()
 				for b.Loop() {
-					if _, err := p.Plan(context.Background(), snap, job, placement.PlanOptions{}); err != nil {
+					if _, err := p.Plan(context.Background(), snap, job, placer.PlanOptions{}); err != nil {
 						b.Fatal(err)
 					}
 				}

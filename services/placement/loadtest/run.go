@@ -16,11 +16,11 @@ import (
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/client"
 	"github.com/toposched/toposched/events/natsserver"
+	"github.com/toposched/toposched/internal/placer"
+	"github.com/toposched/toposched/internal/placer/aware"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/policies"
 	"github.com/toposched/toposched/services/operator"
-	"github.com/toposched/toposched/services/placement"
-	"github.com/toposched/toposched/services/placement/aware"
 )
 
 // Config is what Run measures.
@@ -72,7 +72,7 @@ func (c *Config) defaults() {
 		c.Model = "dgx-h100"
 	}
 	if len(c.Strategies) == 0 {
-		c.Strategies = []string{placement.StrategyTopologyAware}
+		c.Strategies = []string{placer.StrategyTopologyAware}
 	}
 	if c.Decisions <= 0 {
 		c.Decisions = 200
@@ -123,7 +123,7 @@ func runDecisions(ctx context.Context, out io.Writer, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "decision latency through placement.Planner.Plan, policies: %s; %.0f%% occupied by a seeded random job mix (seed %d); TP8 jobs; each cell repeats one decision on one snapshot, up to %d times or %v\n\n",
+	fmt.Fprintf(out, "decision latency through placer.Planner.Plan, policies: %s; %.0f%% occupied by a seeded random job mix (seed %d); TP8 jobs; each cell repeats one decision on one snapshot, up to %d times or %v\n\n",
 		polName, 100*cfg.Occupancy, cfg.Seed, cfg.Decisions, cfg.Budget)
 	header := []string{"cluster", "build", "job", "strategy", "verdict", "n", "p50", "p99", "max"}
 	var rows [][]string
@@ -141,9 +141,9 @@ func runDecisions(ctx context.Context, out io.Writer, cfg Config) error {
 		for _, n := range cfg.Jobs {
 			job := aware.SyntheticJob(fmt.Sprintf("load-%d", n), n, min(n, 8), 1)
 			for _, strategy := range cfg.Strategies {
-				p := &placement.Planner{Strategy: strategy, Fabric: cl.Fabric, Policies: set, Log: slog.New(slog.DiscardHandler)}
+				p := &placer.Planner{Strategy: strategy, Fabric: cl.Fabric, Policies: set, Log: slog.New(slog.DiscardHandler)}
 				decide := func(ctx context.Context, snap *store.Snapshot, job events.JobAnalyzed) (string, error) {
-					plan, err := p.Plan(ctx, snap, job, placement.PlanOptions{})
+					plan, err := p.Plan(ctx, snap, job, placer.PlanOptions{})
 					return plan.Verdict.String(), err
 				}
 				lat, verdict, err := TimeDecisions(ctx, snap, job, decide, 5, cfg.Decisions, cfg.Budget)

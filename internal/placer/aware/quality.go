@@ -19,9 +19,10 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/internal/formats/fabric"
+	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
-	"github.com/toposched/toposched/services/placement/blind"
 )
 
 // Where the quality run looks first; the project's copies are the
@@ -280,7 +281,7 @@ func (c *nodeCase) run(opts Options) {
 	snap := st.Snapshot()
 	job := SyntheticJob("q", c.n, c.tp, 1)
 	score := func(r Result) float64 {
-		if r.Verdict != blind.Placed {
+		if r.Verdict != outcome.Placed {
 			c.err = fmt.Errorf("%v: %v", r.Verdict, r.Reasons)
 			return math.NaN()
 		}
@@ -553,13 +554,13 @@ func (c *clusterCase) run(seed uint64, opts Options, ideal *idealCache) {
 		return p.CommSeconds
 	}
 	r := Place(snap, job, o)
-	if r.Verdict != blind.Placed {
+	if r.Verdict != outcome.Placed {
 		c.err = fmt.Errorf("ours: %v %v", r.Verdict, r.Reasons)
 		return
 	}
 	c.ours = score(r.GPUs)
 	b := blind.Place(snap, job)
-	if b.Verdict != blind.Placed {
+	if b.Verdict != outcome.Placed {
 		c.err = fmt.Errorf("blind: %v %v", b.Verdict, b.Reasons)
 		return
 	}
@@ -613,7 +614,7 @@ func (ic *idealCache) get(b *builtCluster, kind string, n int) (float64, error) 
 	snap := st.Snapshot()
 	job := jobOf(kind, n)
 	r := Place(snap, job, ic.opts)
-	if r.Verdict != blind.Placed {
+	if r.Verdict != outcome.Placed {
 		return 0, fmt.Errorf("ideal: %v %v", r.Verdict, r.Reasons)
 	}
 	p, err := Predict(snap, job, r.GPUs, nil)

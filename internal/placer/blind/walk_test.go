@@ -8,25 +8,26 @@ import (
 	"testing"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
 
 // placeWalk is Place as it was before the store kept node counts: one walk
 // of every node and GPU. TestPlaceMatchesWalk holds Place to it.
-func placeWalk(snap *store.Snapshot, job events.JobAnalyzed) Result {
+func placeWalk(snap *store.Snapshot, job events.JobAnalyzed) outcome.Result {
 	n, gpn, model := job.Job.GPUs, job.Job.GPUsPerNode, job.Job.GPUModel
 
 	var invalid []events.Reason
 	if n <= 0 {
-		invalid = append(invalid, events.Reason{Code: CodeInvalidGPUs, Field: FieldGPUs,
+		invalid = append(invalid, events.Reason{Code: outcome.CodeInvalidGPUs, Field: outcome.FieldGPUs,
 			Message: fmt.Sprintf("job asks for %d GPUs; it needs at least 1", n)})
 	}
 	if gpn < 0 {
-		invalid = append(invalid, events.Reason{Code: CodeInvalidGPUsPerNode, Field: FieldGPUsPerNode,
+		invalid = append(invalid, events.Reason{Code: outcome.CodeInvalidGPUsPerNode, Field: outcome.FieldGPUsPerNode,
 			Message: fmt.Sprintf("gpus_per_node is %d; it must be positive or left out", gpn)})
 	}
 	if len(invalid) > 0 {
-		return Result{Verdict: Never, Reasons: invalid}
+		return outcome.Result{Verdict: outcome.Never, Reasons: invalid}
 	}
 
 	var (
@@ -90,50 +91,50 @@ func placeWalk(snap *store.Snapshot, job events.JobAnalyzed) Result {
 		}
 	}
 
-	// Never.
+	// outcome.Never.
 	var never []events.Reason
 	of := ""
 	if model != "" {
 		of = " of model " + model
 	}
 	if model != "" && total == 0 {
-		never = append(never, events.Reason{Code: CodeUnknownGPUModel, Field: FieldGPUModel,
+		never = append(never, events.Reason{Code: outcome.CodeUnknownGPUModel, Field: outcome.FieldGPUModel,
 			Message: fmt.Sprintf("the cluster has no GPU of model %s", model)})
 	}
 	if gpn > 0 && n%gpn != 0 {
-		never = append(never, events.Reason{Code: CodeGPUsPerNodeNotDivisor, Field: FieldGPUsPerNode,
+		never = append(never, events.Reason{Code: outcome.CodeGPUsPerNodeNotDivisor, Field: outcome.FieldGPUsPerNode,
 			Message: fmt.Sprintf("gpus_per_node %d does not divide gpus %d", gpn, n)})
 	}
 	if model == "" || total > 0 {
 		if n > healthy {
-			never = append(never, events.Reason{Code: CodeExceedsCluster, Field: FieldGPUs,
+			never = append(never, events.Reason{Code: outcome.CodeExceedsCluster, Field: outcome.FieldGPUs,
 				Message: fmt.Sprintf("job asks for %d GPUs; the cluster has %d healthy GPUs%s", n, healthy, of)})
 		}
 		tooBig := gpn > maxPerNode
 		if tooBig {
-			never = append(never, events.Reason{Code: CodeExceedsNodeSize, Field: FieldGPUsPerNode,
+			never = append(never, events.Reason{Code: outcome.CodeExceedsNodeSize, Field: outcome.FieldGPUsPerNode,
 				Message: fmt.Sprintf("job asks for %d GPUs per node; the largest node has %d GPUs%s", gpn, maxPerNode, of)})
 		}
 		if gpn > 0 && !tooBig && n%gpn == 0 && healthyNodes < n/gpn {
-			never = append(never, events.Reason{Code: CodeNotEnoughNodes, Field: FieldGPUsPerNode,
+			never = append(never, events.Reason{Code: outcome.CodeNotEnoughNodes, Field: outcome.FieldGPUsPerNode,
 				Message: fmt.Sprintf("job needs %s with %d healthy GPUs%s each; the cluster has %d",
 					nodes(n/gpn), gpn, of, healthyNodes)})
 		}
 	}
 	if len(never) > 0 {
-		return Result{Verdict: Never, Reasons: never}
+		return outcome.Result{Verdict: outcome.Never, Reasons: never}
 	}
 
-	// Wait or Placed.
+	// outcome.Wait or outcome.Placed.
 	if len(taken) < n {
 		if gpn > 0 {
-			return Result{Verdict: Wait, Reasons: []events.Reason{{Code: CodeInsufficientFreeNodes, Field: FieldGPUsPerNode,
+			return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeNodes, Field: outcome.FieldGPUsPerNode,
 				Message: fmt.Sprintf("needs %s with %d free GPUs%s each, %d such nodes now", nodes(n/gpn), gpn, of, freeNodes)}}}
 		}
-		return Result{Verdict: Wait, Reasons: []events.Reason{{Code: CodeInsufficientFreeGPUs, Field: FieldGPUs,
+		return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeGPUs, Field: outcome.FieldGPUs,
 			Message: fmt.Sprintf("needs %d free GPUs%s, %d free now", n, of, free)}}}
 	}
-	return Result{Verdict: Placed, GPUs: taken}
+	return outcome.Result{Verdict: outcome.Placed, GPUs: taken}
 }
 
 // TestPlaceMatchesWalk runs random topology, health and allocation changes

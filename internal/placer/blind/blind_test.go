@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
 
@@ -102,45 +103,45 @@ func TestPlace(t *testing.T) {
 		name    string
 		nodes   []nodeSpec
 		job     events.JobAnalyzed
-		verdict Verdict
+		verdict outcome.Verdict
 		gpus    []store.GPUKey
 		codes   []string
 		fields  []string
 		message string // of the first reason, when given
 	}{
-		// Never.
+		// outcome.Never.
 		{
 			name: "exceeds cluster capacity", nodes: four8(nil), job: job(64, 0, "A100"),
-			verdict: Never, codes: []string{CodeExceedsCluster}, fields: []string{FieldGPUs},
+			verdict: outcome.Never, codes: []string{outcome.CodeExceedsCluster}, fields: []string{outcome.FieldGPUs},
 			message: "job asks for 64 GPUs; the cluster has 32 healthy GPUs of model A100",
 		},
 		{
 			name: "exceeds cluster capacity counting healthy only", nodes: four8(func(i int, ns *nodeSpec) { ns.unhealthy = []int{0} }),
-			job: job(30, 0, ""), verdict: Never, codes: []string{CodeExceedsCluster},
+			job: job(30, 0, ""), verdict: outcome.Never, codes: []string{outcome.CodeExceedsCluster},
 			message: "job asks for 30 GPUs; the cluster has 28 healthy GPUs",
 		},
 		{
 			name: "unknown model", nodes: four8(nil), job: job(8, 0, "V100"),
-			verdict: Never, codes: []string{CodeUnknownGPUModel}, fields: []string{FieldGPUModel},
+			verdict: outcome.Never, codes: []string{outcome.CodeUnknownGPUModel}, fields: []string{outcome.FieldGPUModel},
 		},
 		{
 			name: "unknown model and bad divisor", nodes: four8(nil), job: job(12, 8, "V100"),
-			verdict: Never, codes: []string{CodeUnknownGPUModel, CodeGPUsPerNodeNotDivisor},
-			fields: []string{FieldGPUModel, FieldGPUsPerNode},
+			verdict: outcome.Never, codes: []string{outcome.CodeUnknownGPUModel, outcome.CodeGPUsPerNodeNotDivisor},
+			fields: []string{outcome.FieldGPUModel, outcome.FieldGPUsPerNode},
 		},
 		{
 			name: "not a divisor", nodes: four8(nil), job: job(12, 8, ""),
-			verdict: Never, codes: []string{CodeGPUsPerNodeNotDivisor}, fields: []string{FieldGPUsPerNode},
+			verdict: outcome.Never, codes: []string{outcome.CodeGPUsPerNodeNotDivisor}, fields: []string{outcome.FieldGPUsPerNode},
 		},
 		{
 			name: "exceeds node size", nodes: four8(nil), job: job(32, 16, "A100"),
-			verdict: Never, codes: []string{CodeExceedsNodeSize}, fields: []string{FieldGPUsPerNode},
+			verdict: outcome.Never, codes: []string{outcome.CodeExceedsNodeSize}, fields: []string{outcome.FieldGPUsPerNode},
 			message: "job asks for 16 GPUs per node; the largest node has 8 GPUs of model A100",
 		},
 		{
 			name: "several at once", nodes: four8(nil), job: job(72, 16, "A100"),
-			verdict: Never, codes: []string{CodeGPUsPerNodeNotDivisor, CodeExceedsCluster, CodeExceedsNodeSize},
-			fields: []string{FieldGPUsPerNode, FieldGPUs, FieldGPUsPerNode},
+			verdict: outcome.Never, codes: []string{outcome.CodeGPUsPerNodeNotDivisor, outcome.CodeExceedsCluster, outcome.CodeExceedsNodeSize},
+			fields: []string{outcome.FieldGPUsPerNode, outcome.FieldGPUs, outcome.FieldGPUsPerNode},
 		},
 		{
 			name: "not enough nodes", nodes: four8(func(i int, ns *nodeSpec) {
@@ -148,33 +149,33 @@ func TestPlace(t *testing.T) {
 					ns.unhealthy = []int{7}
 				}
 			}),
-			job: job(24, 8, "A100"), verdict: Never, codes: []string{CodeNotEnoughNodes}, fields: []string{FieldGPUsPerNode},
+			job: job(24, 8, "A100"), verdict: outcome.Never, codes: []string{outcome.CodeNotEnoughNodes}, fields: []string{outcome.FieldGPUsPerNode},
 			message: "job needs 3 nodes with 8 healthy GPUs of model A100 each; the cluster has 2",
 		},
 		{
 			name: "not enough nodes and capacity", nodes: four8(func(i int, ns *nodeSpec) { ns.unhealthy = []int{7} }),
-			job: job(32, 8, ""), verdict: Never, codes: []string{CodeExceedsCluster, CodeNotEnoughNodes},
+			job: job(32, 8, ""), verdict: outcome.Never, codes: []string{outcome.CodeExceedsCluster, outcome.CodeNotEnoughNodes},
 		},
 		{
 			name: "model exists only on too small nodes", nodes: hetero, job: job(4, 4, "H100"),
-			verdict: Placed, gpus: on("h0", 0, 1, 2, 3),
+			verdict: outcome.Placed, gpus: on("h0", 0, 1, 2, 3),
 		},
 		{
 			name: "heterogeneous node size per model", nodes: hetero, job: job(8, 8, "A100"),
-			verdict: Never, codes: []string{CodeExceedsNodeSize},
+			verdict: outcome.Never, codes: []string{outcome.CodeExceedsNodeSize},
 			message: "job asks for 8 GPUs per node; the largest node has 4 GPUs of model A100",
 		},
 		{
 			name: "empty cluster", job: job(1, 0, ""),
-			verdict: Never, codes: []string{CodeExceedsCluster},
+			verdict: outcome.Never, codes: []string{outcome.CodeExceedsCluster},
 			message: "job asks for 1 GPUs; the cluster has 0 healthy GPUs",
 		},
 		{
 			name: "invalid request", nodes: four8(nil), job: job(0, -1, ""),
-			verdict: Never, codes: []string{CodeInvalidGPUs, CodeInvalidGPUsPerNode},
+			verdict: outcome.Never, codes: []string{outcome.CodeInvalidGPUs, outcome.CodeInvalidGPUsPerNode},
 		},
 
-		// Wait.
+		// outcome.Wait.
 		{
 			name: "wait for free GPUs", nodes: four8(func(i int, ns *nodeSpec) {
 				switch i {
@@ -184,7 +185,7 @@ func TestPlace(t *testing.T) {
 					ns.held = []int{0, 1, 2, 3}
 				}
 			}),
-			job: job(16, 0, "A100"), verdict: Wait, codes: []string{CodeInsufficientFreeGPUs}, fields: []string{FieldGPUs},
+			job: job(16, 0, "A100"), verdict: outcome.Wait, codes: []string{outcome.CodeInsufficientFreeGPUs}, fields: []string{outcome.FieldGPUs},
 			message: "needs 16 free GPUs of model A100, 12 free now",
 		},
 		{
@@ -194,7 +195,7 @@ func TestPlace(t *testing.T) {
 				}
 				ns.unhealthy = []int{7}
 			}),
-			job: job(8, 0, ""), verdict: Wait, codes: []string{CodeInsufficientFreeGPUs},
+			job: job(8, 0, ""), verdict: outcome.Wait, codes: []string{outcome.CodeInsufficientFreeGPUs},
 			message: "needs 8 free GPUs, 7 free now",
 		},
 		{
@@ -203,15 +204,15 @@ func TestPlace(t *testing.T) {
 					ns.held = []int{i}
 				}
 			}),
-			job: job(16, 8, ""), verdict: Wait, codes: []string{CodeInsufficientFreeNodes}, fields: []string{FieldGPUsPerNode},
+			job: job(16, 8, ""), verdict: outcome.Wait, codes: []string{outcome.CodeInsufficientFreeNodes}, fields: []string{outcome.FieldGPUsPerNode},
 			message: "needs 2 nodes with 8 free GPUs each, 1 such nodes now",
 		},
 
-		// Placed.
-		{name: "first fit", nodes: four8(nil), job: job(4, 0, "A100"), verdict: Placed, gpus: on("n0", 0, 1, 2, 3)},
-		{name: "whole cluster", nodes: four8(nil), job: job(32, 0, ""), verdict: Placed,
+		// outcome.Placed.
+		{name: "first fit", nodes: four8(nil), job: job(4, 0, "A100"), verdict: outcome.Placed, gpus: on("n0", 0, 1, 2, 3)},
+		{name: "whole cluster", nodes: four8(nil), job: job(32, 0, ""), verdict: outcome.Placed,
 			gpus: cat(on("n0", 0, 1, 2, 3, 4, 5, 6, 7), on("n1", 0, 1, 2, 3, 4, 5, 6, 7), on("n2", 0, 1, 2, 3, 4, 5, 6, 7), on("n3", 0, 1, 2, 3, 4, 5, 6, 7))},
-		{name: "spans nodes", nodes: four8(nil), job: job(10, 0, ""), verdict: Placed,
+		{name: "spans nodes", nodes: four8(nil), job: job(10, 0, ""), verdict: outcome.Placed,
 			gpus: cat(on("n0", 0, 1, 2, 3, 4, 5, 6, 7), on("n1", 0, 1))},
 		{
 			name: "skips unhealthy and allocated", nodes: four8(func(i int, ns *nodeSpec) {
@@ -220,7 +221,7 @@ func TestPlace(t *testing.T) {
 					ns.held = []int{2, 3}
 				}
 			}),
-			job: job(6, 0, ""), verdict: Placed, gpus: cat(on("n0", 0, 4, 5, 7), on("n1", 0, 1)),
+			job: job(6, 0, ""), verdict: outcome.Placed, gpus: cat(on("n0", 0, 4, 5, 7), on("n1", 0, 1)),
 		},
 		{
 			name: "per node skips nodes short of room", nodes: four8(func(i int, ns *nodeSpec) {
@@ -233,25 +234,25 @@ func TestPlace(t *testing.T) {
 					ns.unhealthy = []int{0, 1, 2, 3, 4} // 3 healthy
 				}
 			}),
-			job: job(8, 4, "A100"), verdict: Placed, gpus: cat(on("n1", 0, 2, 4, 5), on("n3", 0, 1, 2, 3)),
+			job: job(8, 4, "A100"), verdict: outcome.Placed, gpus: cat(on("n1", 0, 2, 4, 5), on("n3", 0, 1, 2, 3)),
 		},
-		{name: "per node whole nodes", nodes: four8(nil), job: job(16, 8, ""), verdict: Placed,
+		{name: "per node whole nodes", nodes: four8(nil), job: job(16, 8, ""), verdict: outcome.Placed,
 			gpus: cat(on("n0", 0, 1, 2, 3, 4, 5, 6, 7), on("n1", 0, 1, 2, 3, 4, 5, 6, 7))},
-		{name: "per node one each", nodes: four8(nil), job: job(3, 1, ""), verdict: Placed,
+		{name: "per node one each", nodes: four8(nil), job: job(3, 1, ""), verdict: outcome.Placed,
 			gpus: cat(on("n0", 0), on("n1", 0), on("n2", 0))},
 		{
 			name: "enumeration order, not names", nodes: []nodeSpec{
 				{name: "zeta", model: "A100", gpus: 2}, {name: "alpha", model: "A100", gpus: 2},
 			},
-			job: job(3, 0, ""), verdict: Placed, gpus: cat(on("zeta", 0, 1), on("alpha", 0)),
+			job: job(3, 0, ""), verdict: outcome.Placed, gpus: cat(on("zeta", 0, 1), on("alpha", 0)),
 		},
-		{name: "model H100", nodes: hetero, job: job(10, 0, "H100"), verdict: Placed,
+		{name: "model H100", nodes: hetero, job: job(10, 0, "H100"), verdict: outcome.Placed,
 			gpus: cat(on("h0", 0, 1, 2, 3, 4, 5, 6, 7), on("mix", 0, 1))},
-		{name: "model A100", nodes: hetero, job: job(6, 0, "A100"), verdict: Placed,
+		{name: "model A100", nodes: hetero, job: job(6, 0, "A100"), verdict: outcome.Placed,
 			gpus: cat(on("a0", 0, 1, 2, 3), on("mix", 2, 3))},
-		{name: "model A100 per node", nodes: hetero, job: job(4, 2, "A100"), verdict: Placed,
+		{name: "model A100 per node", nodes: hetero, job: job(4, 2, "A100"), verdict: outcome.Placed,
 			gpus: cat(on("a0", 0, 1), on("mix", 2, 3))},
-		{name: "any model", nodes: hetero, job: job(14, 0, ""), verdict: Placed,
+		{name: "any model", nodes: hetero, job: job(14, 0, ""), verdict: outcome.Placed,
 			gpus: cat(on("h0", 0, 1, 2, 3, 4, 5, 6, 7), on("a0", 0, 1, 2, 3), on("mix", 0, 1))},
 	}
 	for _, tt := range tests {
@@ -281,7 +282,7 @@ func TestPlace(t *testing.T) {
 			if tt.message != "" && (len(got.Reasons) == 0 || got.Reasons[0].Message != tt.message) {
 				t.Errorf("message = %+v, want %q", got.Reasons, tt.message)
 			}
-			if got.Verdict == Placed {
+			if got.Verdict == outcome.Placed {
 				// The choice commits.
 				if err := s.Allocate("j", got.GPUs); err != nil {
 					t.Errorf("Allocate(placed GPUs): %v", err)
@@ -313,65 +314,6 @@ func TestPlaceDeterministic(t *testing.T) {
 	}
 }
 
-func TestDecide(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name  string
-		gpus  []store.GPUKey
-		ranks []events.RankPlacement
-		nodes []events.NodePlacement
-	}{
-		{
-			name: "one node",
-			gpus: on("n0", 0, 1, 2, 3),
-			ranks: []events.RankPlacement{
-				{Rank: 0, Node: "n0", GPU: 0, LocalRank: 0}, {Rank: 1, Node: "n0", GPU: 1, LocalRank: 1},
-				{Rank: 2, Node: "n0", GPU: 2, LocalRank: 2}, {Rank: 3, Node: "n0", GPU: 3, LocalRank: 3},
-			},
-			nodes: []events.NodePlacement{{Node: "n0", GPUs: []int{0, 1, 2, 3}, CUDAVisibleDevices: "0,1,2,3"}},
-		},
-		{
-			name: "interleaved nodes keep rank order",
-			gpus: cat(on("n1", 4, 5), on("n0", 7), on("n1", 2)),
-			ranks: []events.RankPlacement{
-				{Rank: 0, Node: "n1", GPU: 4, LocalRank: 0}, {Rank: 1, Node: "n1", GPU: 5, LocalRank: 1},
-				{Rank: 2, Node: "n0", GPU: 7, LocalRank: 0}, {Rank: 3, Node: "n1", GPU: 2, LocalRank: 2},
-			},
-			nodes: []events.NodePlacement{
-				{Node: "n1", GPUs: []int{4, 5, 2}, CUDAVisibleDevices: "4,5,2"},
-				{Node: "n0", GPUs: []int{7}, CUDAVisibleDevices: "7"},
-			},
-		},
-		{
-			name:  "nothing",
-			ranks: []events.RankPlacement{},
-			nodes: []events.NodePlacement{},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			d := Decide("job-1", tt.gpus, Name)
-			want := events.PlacementDecided{JobID: "job-1", Strategy: "blind", Ranks: tt.ranks, Nodes: tt.nodes}
-			if !reflect.DeepEqual(d, want) {
-				t.Errorf("Decide =\n%+v\nwant\n%+v", d, want)
-			}
-			if !d.DecidedAt.IsZero() {
-				t.Error("DecidedAt stamped")
-			}
-		})
-	}
-}
-
-func TestVerdictString(t *testing.T) {
-	t.Parallel()
-	for v, want := range map[Verdict]string{Placed: "placed", Wait: "wait", Never: "never", 0: "Verdict(0)"} {
-		if got := v.String(); got != want {
-			t.Errorf("%d.String() = %q, want %q", int(v), got, want)
-		}
-	}
-}
-
 func BenchmarkPlace(b *testing.B) {
 	for _, nodes := range []int{1_000, 10_000} {
 		specs := make([]nodeSpec, nodes)
@@ -386,7 +328,7 @@ func BenchmarkPlace(b *testing.B) {
 		b.Run(fmt.Sprintf("%dk", nodes/1000), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if r := Place(snap, j); r.Verdict != Placed {
+				if r := Place(snap, j); r.Verdict != outcome.Placed {
 					b.Fatal(r)
 				}
 			}

@@ -10,8 +10,9 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
-	"github.com/toposched/toposched/services/placement/blind"
 )
 
 type spec struct {
@@ -85,7 +86,7 @@ func build(t testing.TB, specs ...spec) *store.Store {
 
 func checkFree(t *testing.T, snap *store.Snapshot, r Result, n int) {
 	t.Helper()
-	if r.Verdict != blind.Placed || len(r.GPUs) != n {
+	if r.Verdict != outcome.Placed || len(r.GPUs) != n {
 		t.Fatalf("verdict %v, %d GPUs, want %d placed: %+v", r.Verdict, len(r.GPUs), n, r.Reasons)
 	}
 	seen := map[store.GPUKey]bool{}
@@ -133,7 +134,7 @@ func TestOnlyFreeHealthy(t *testing.T) {
 			checkFree(t, snap, r, n)
 		}
 	}
-	if r := Place(snap, SyntheticJob("j", free+1, 1, 1), Options{}); r.Verdict != blind.Wait {
+	if r := Place(snap, SyntheticJob("j", free+1, 1, 1), Options{}); r.Verdict != outcome.Wait {
 		t.Errorf("over capacity: %v", r.Verdict)
 	}
 }
@@ -165,13 +166,13 @@ func TestGPUsPerNodeAndModel(t *testing.T) {
 	}
 	// Never verdicts are blind's.
 	j.Job.GPUsPerNode = 3
-	if r := Place(snap, j, Options{}); r.Verdict != blind.Never || r.Reasons[0].Code != blind.CodeGPUsPerNodeNotDivisor {
+	if r := Place(snap, j, Options{}); r.Verdict != outcome.Never || r.Reasons[0].Code != outcome.CodeGPUsPerNodeNotDivisor {
 		t.Errorf("bad divisor: %+v", r)
 	}
 	// The filter hook.
 	j.Job.GPUsPerNode = 4
 	r = Place(snap, j, Options{Filter: func(n NodeView) bool { return n.Node.Name != "h2" && n.Node.Name != "h1" }})
-	if r.Verdict != blind.Wait || r.Reasons[0].Code != blind.CodeInsufficientFreeNodes {
+	if r.Verdict != outcome.Wait || r.Reasons[0].Code != outcome.CodeInsufficientFreeNodes {
 		t.Errorf("filtered: %+v", r)
 	}
 }
@@ -292,7 +293,7 @@ func BenchmarkPlace(b *testing.B) {
 			b.Run(fmt.Sprintf("gpus=%d/job=%d", gpus, n), func(b *testing.B) {
 				j := SyntheticJob("j", n, 8, 1)
 				for b.Loop() {
-					if r := Place(snap, j, Options{}); r.Verdict != blind.Placed {
+					if r := Place(snap, j, Options{}); r.Verdict != outcome.Placed {
 						b.Fatal(r.Reasons)
 					}
 				}

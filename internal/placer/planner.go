@@ -1,4 +1,4 @@
-package placement
+package placer
 
 import (
 	"cmp"
@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/aware"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 	"github.com/toposched/toposched/policies"
-	"github.com/toposched/toposched/services/placement/aware"
-	"github.com/toposched/toposched/services/placement/blind"
 )
 
 // Planner decides where one job goes on a snapshot of the store, changing
@@ -22,7 +22,7 @@ import (
 // for a starving job. The service commits what it plans; dry runs and the
 // load command call it directly, so all three decide alike.
 type Planner struct {
-	// Strategy is topology-aware (""), blind or exhaustive.
+	// Strategy names one of Names(false); "" is topology-aware.
 	Strategy string
 	Fabric   *topology.Fabric
 	// Policies in force; nil means none.
@@ -36,13 +36,13 @@ type Planner struct {
 
 // Plan is what a Planner decided for one job.
 type Plan struct {
-	Verdict blind.Verdict
+	Verdict outcome.Verdict
 	// GPUs in rank order, when placed.
 	GPUs []store.GPUKey
 	// Reasons of a wait or a rejection.
 	Reasons []events.Reason
 	// Baseline is what blind first fit does on the same snapshot.
-	Baseline blind.Result
+	Baseline outcome.Result
 	// Warnings are the policies' warnings on the chosen placement.
 	Warnings []events.Reason
 	// Explanation says what was looked at and why this came out.
@@ -76,7 +76,7 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 	x := &aware.Explain{}
 	opts := aware.Options{Fabric: p.Fabric, Explain: x}
 	reserved := 0
-	res := p.Reservation.holds(job)
+	res := p.Reservation.Holds(job)
 	opts.Filter = func(n aware.NodeView) bool {
 		if res != nil && res.Nodes[n.Node.Name] {
 			reserved++
@@ -87,36 +87,13 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 	if pv.judges() {
 		opts.Judge = pv.judge
 	}
-	var r, base blind.Result
-	switch p.Strategy {
-	case StrategyBlind:
-		r = blind.Place(snap, job)
-		base = r
-		if r.Verdict == blind.Placed && opts.Judge != nil {
-			c := aware.Candidate{GPUs: r.GPUs, Domain: store.ClusterDomain}
-			if pr, err := predictionOf(snap, job, r.GPUs, p.Fabric, StrategyBlind); err == nil {
-				c.CommSeconds = pr.CommSecondsPerStep
-			}
-			j := pv.judge(c)
-			if j.Deny {
-				r = blind.Result{Verdict: blind.Wait, Reasons: j.Reasons}
-				x.PolicyDenied = true
-			}
-			x.Judgement = j
-		}
-	case StrategyExhaustive:
-		base = blind.Place(snap, job)
-		r = base
-		if base.Verdict == blind.Placed {
-			var err error
-			if r, err = aware.Exhaustive(snap, job, opts); err != nil {
-				return Plan{}, err
-			}
-		}
-	case StrategyTopologyAware, "":
-		r, base = aware.PlaceWithBaseline(snap, job, opts)
-	default:
-		return Plan{}, fmt.Errorf("strategy %q: expected %s, %s or %s", p.Strategy, StrategyTopologyAware, StrategyBlind, StrategyExhaustive)
+	strat, err := Lookup(p.Strategy, false)
+	if err != nil {
+		return Plan{}, err
+	}
+	r, base, err := strat.Place(snap, job, opts)
+	if err != nil {
+		return Plan{}, err
 	}
 	out := Plan{Verdict: r.Verdict, GPUs: r.GPUs, Reasons: r.Reasons, Baseline: base}
 	ex := x.Explanation
@@ -131,9 +108,9 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 		out.Explanation = &ex
 	}
 	switch {
-	case r.Verdict == blind.Placed:
+	case r.Verdict == outcome.Placed:
 		out.Warnings = pv.warnings(x.Judgement, r.GPUs)
-	case r.Verdict == blind.Wait && x.PolicyDenied:
+	case r.Verdict == outcome.Wait && x.PolicyDenied:
 		out.Reasons = r.Reasons
 		if o.Counterfactuals || !hasRunning(snap) {
 			out.Counterfactuals = policyCounterfactuals(r.Reasons)
@@ -141,13 +118,13 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 		if !hasRunning(snap) {
 			// Nothing runs: no job's end can change what the policies
 			// see, so the denial is final on this cluster.
-			out.Verdict = blind.Never
+			out.Verdict = outcome.Never
 		}
-	case r.Verdict == blind.Wait:
+	case r.Verdict == outcome.Wait:
 		if never, reasons := pv.nodesForbid(job); never {
 			// The nodes the node policies allow could not hold the job
 			// even empty.
-			out.Verdict, out.Reasons = blind.Never, reasons
+			out.Verdict, out.Reasons = outcome.Never, reasons
 			out.Counterfactuals = policyCounterfactuals(reasons)
 			break
 		}
@@ -159,7 +136,7 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 		if o.Counterfactuals {
 			out.Counterfactuals = jobsCounterfactual(snap, job, func(n store.Node) bool { return opts.Filter(pv.viewOf(n)) })
 		}
-	case r.Verdict == blind.Never:
+	case r.Verdict == outcome.Never:
 		out.Counterfactuals = capacityCounterfactual(snap, job)
 	}
 	return out, nil

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
-	"github.com/toposched/toposched/services/placement/blind"
 )
 
 func TestJudge(t *testing.T) {
@@ -29,7 +29,7 @@ func TestJudge(t *testing.T) {
 		}
 	}
 	nodeOf := func(r Result) string {
-		if r.Verdict != blind.Placed {
+		if r.Verdict != outcome.Placed {
 			return fmt.Sprintf("(%s %v)", r.Verdict, r.Reasons)
 		}
 		return r.GPUs[0].Node
@@ -76,7 +76,7 @@ func TestJudge(t *testing.T) {
 					t.Errorf("outcomes %v, want %v (%+v)", got, tt.outcomes, x.Explanation.Candidates)
 				}
 			}
-			if r.Verdict == blind.Wait && !x.PolicyDenied {
+			if r.Verdict == outcome.Wait && !x.PolicyDenied {
 				t.Error("every candidate denied, but PolicyDenied is not set")
 			}
 		})
@@ -97,7 +97,7 @@ func TestJudgeAfterLocalSearch(t *testing.T) {
 		}
 		return Judgement{Deny: true}
 	}})
-	if r.Verdict != blind.Placed || fmt.Sprint(r.GPUs) != fmt.Sprint(first) {
+	if r.Verdict != outcome.Placed || fmt.Sprint(r.GPUs) != fmt.Sprint(first) {
 		t.Fatalf("placed %v, want the favourite as judged %v", r.GPUs, first)
 	}
 }

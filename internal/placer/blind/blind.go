@@ -13,72 +13,16 @@ import (
 	"fmt"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
 
 // Name is the strategy's name, as recorded in PlacementDecided.Strategy.
 const Name = "blind"
 
-// Verdict is the outcome of a placement attempt.
-type Verdict int
-
-// Verdicts. The zero Verdict is none of them.
-const (
-	// Placed: Result.GPUs holds the job's GPUs, in rank order.
-	Placed Verdict = iota + 1
-	// Wait: no room now; the job may fit once GPUs free up or heal.
-	Wait
-	// Never: the job can never fit on the cluster as it is.
-	Never
-)
-
-func (v Verdict) String() string {
-	switch v {
-	case Placed:
-		return "placed"
-	case Wait:
-		return "wait"
-	case Never:
-		return "never"
-	}
-	return fmt.Sprintf("Verdict(%d)", int(v))
-}
-
-// Reason codes.
-const (
-	CodeInvalidGPUs           = "invalid_gpus"
-	CodeInvalidGPUsPerNode    = "invalid_gpus_per_node"
-	CodeUnknownGPUModel       = "unknown_gpu_model"
-	CodeExceedsCluster        = "exceeds_cluster_capacity"
-	CodeExceedsNodeSize       = "exceeds_node_size"
-	CodeGPUsPerNodeNotDivisor = "gpus_per_node_not_divisor"
-	CodeNotEnoughNodes        = "not_enough_nodes"
-	CodeInsufficientFreeGPUs  = "insufficient_free_gpus"
-	CodeInsufficientFreeNodes = "insufficient_free_nodes"
-)
-
-// Fields blamed by the reasons (JSON paths of events.JobSubmitted within
-// the job).
-const (
-	FieldGPUs        = "gpus"
-	FieldGPUsPerNode = "gpus_per_node"
-	FieldGPUModel    = "gpu_model"
-)
-
-// Result is the outcome of Place.
-type Result struct {
-	Verdict Verdict
-	// GPUs are the chosen GPUs in rank order (rank i on GPUs[i]); set only
-	// when Placed.
-	GPUs []store.GPUKey
-	// Reasons explain Wait and Never; Never lists every reason that
-	// applies.
-	Reasons []events.Reason
-}
-
 // Place decides where job goes on snap, first fit in enumeration order.
 //
-// Never, with every reason that applies: a model is asked for and the
+// outcome.Never, with every reason that applies: a model is asked for and the
 // cluster has no GPU of it; more GPUs than the cluster's healthy GPUs of the
 // model; more GPUs per node than the largest node has of the model;
 // gpus_per_node not dividing gpus; fewer nodes with gpus_per_node healthy
@@ -90,8 +34,8 @@ type Result struct {
 // Otherwise it takes, in enumeration order of nodes and index order of
 // GPUs, free healthy GPUs of the model until it has gpus of them; with
 // gpus_per_node it takes the first gpus_per_node free GPUs of each node that
-// has that many, until it has gpus/gpus_per_node nodes. Placed if that
-// works, else Wait.
+// has that many, until it has gpus/gpus_per_node nodes. outcome.Placed if that
+// works, else outcome.Wait.
 //
 // Place is deterministic (the same snapshot gives the same result). It
 // does not walk the cluster: the counts behind its reasons are the store's
@@ -99,20 +43,20 @@ type Result struct {
 // is a walk of the store's free GPUs (or of its nodes with enough free
 // GPUs) in enumeration order that stops at the job's size, so it costs
 // O(gpus) index steps however large the cluster.
-func Place(snap *store.Snapshot, job events.JobAnalyzed) Result {
+func Place(snap *store.Snapshot, job events.JobAnalyzed) outcome.Result {
 	n, gpn, model := job.Job.GPUs, job.Job.GPUsPerNode, job.Job.GPUModel
 
 	var invalid []events.Reason
 	if n <= 0 {
-		invalid = append(invalid, events.Reason{Code: CodeInvalidGPUs, Field: FieldGPUs,
+		invalid = append(invalid, events.Reason{Code: outcome.CodeInvalidGPUs, Field: outcome.FieldGPUs,
 			Message: fmt.Sprintf("job asks for %d GPUs; it needs at least 1", n)})
 	}
 	if gpn < 0 {
-		invalid = append(invalid, events.Reason{Code: CodeInvalidGPUsPerNode, Field: FieldGPUsPerNode,
+		invalid = append(invalid, events.Reason{Code: outcome.CodeInvalidGPUsPerNode, Field: outcome.FieldGPUsPerNode,
 			Message: fmt.Sprintf("gpus_per_node is %d; it must be positive or left out", gpn)})
 	}
 	if len(invalid) > 0 {
-		return Result{Verdict: Never, Reasons: invalid}
+		return outcome.Result{Verdict: outcome.Never, Reasons: invalid}
 	}
 
 	// The counts a walk of every node would give: a GPU's model is its
@@ -128,51 +72,51 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed) Result {
 		freeNodes = nc.FreeAtLeast(gpn)       // nodes with >= gpn free GPUs of the model
 	}
 
-	// Never.
+	// outcome.Never.
 	var never []events.Reason
 	of := ""
 	if model != "" {
 		of = " of model " + model
 	}
 	if model != "" && total == 0 {
-		never = append(never, events.Reason{Code: CodeUnknownGPUModel, Field: FieldGPUModel,
+		never = append(never, events.Reason{Code: outcome.CodeUnknownGPUModel, Field: outcome.FieldGPUModel,
 			Message: fmt.Sprintf("the cluster has no GPU of model %s", model)})
 	}
 	if gpn > 0 && n%gpn != 0 {
-		never = append(never, events.Reason{Code: CodeGPUsPerNodeNotDivisor, Field: FieldGPUsPerNode,
+		never = append(never, events.Reason{Code: outcome.CodeGPUsPerNodeNotDivisor, Field: outcome.FieldGPUsPerNode,
 			Message: fmt.Sprintf("gpus_per_node %d does not divide gpus %d", gpn, n)})
 	}
 	if model == "" || total > 0 {
 		if n > healthy {
-			never = append(never, events.Reason{Code: CodeExceedsCluster, Field: FieldGPUs,
+			never = append(never, events.Reason{Code: outcome.CodeExceedsCluster, Field: outcome.FieldGPUs,
 				Message: fmt.Sprintf("job asks for %d GPUs; the cluster has %d healthy GPUs%s", n, healthy, of)})
 		}
 		tooBig := gpn > maxPerNode
 		if tooBig {
-			never = append(never, events.Reason{Code: CodeExceedsNodeSize, Field: FieldGPUsPerNode,
+			never = append(never, events.Reason{Code: outcome.CodeExceedsNodeSize, Field: outcome.FieldGPUsPerNode,
 				Message: fmt.Sprintf("job asks for %d GPUs per node; the largest node has %d GPUs%s", gpn, maxPerNode, of)})
 		}
 		if gpn > 0 && !tooBig && n%gpn == 0 && healthyNodes < n/gpn {
-			never = append(never, events.Reason{Code: CodeNotEnoughNodes, Field: FieldGPUsPerNode,
+			never = append(never, events.Reason{Code: outcome.CodeNotEnoughNodes, Field: outcome.FieldGPUsPerNode,
 				Message: fmt.Sprintf("job needs %s with %d healthy GPUs%s each; the cluster has %d",
 					nodes(n/gpn), gpn, of, healthyNodes)})
 		}
 	}
 	if len(never) > 0 {
-		return Result{Verdict: Never, Reasons: never}
+		return outcome.Result{Verdict: outcome.Never, Reasons: never}
 	}
 
-	// Wait.
+	// outcome.Wait.
 	if gpn > 0 && freeNodes < n/gpn {
-		return Result{Verdict: Wait, Reasons: []events.Reason{{Code: CodeInsufficientFreeNodes, Field: FieldGPUsPerNode,
+		return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeNodes, Field: outcome.FieldGPUsPerNode,
 			Message: fmt.Sprintf("needs %s with %d free GPUs%s each, %d such nodes now", nodes(n/gpn), gpn, of, freeNodes)}}}
 	}
 	if gpn == 0 && free < n {
-		return Result{Verdict: Wait, Reasons: []events.Reason{{Code: CodeInsufficientFreeGPUs, Field: FieldGPUs,
+		return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeGPUs, Field: outcome.FieldGPUs,
 			Message: fmt.Sprintf("needs %d free GPUs%s, %d free now", n, of, free)}}}
 	}
 
-	// Placed: first fit.
+	// outcome.Placed: first fit.
 	taken := make([]store.GPUKey, 0, n)
 	if gpn == 0 {
 		for g := range snap.EachFreeGPUIn(store.ClusterDomain, model) {
@@ -200,11 +144,11 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed) Result {
 	}
 	if len(taken) < n {
 		// The counts said there was room: they and the walks read one
-		// snapshot, so this is a store bug. Wait rather than place wrong.
-		return Result{Verdict: Wait, Reasons: []events.Reason{{Code: CodeInsufficientFreeGPUs, Field: FieldGPUs,
+		// snapshot, so this is a store bug. outcome.Wait rather than place wrong.
+		return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeGPUs, Field: outcome.FieldGPUs,
 			Message: fmt.Sprintf("needs %d free GPUs%s, %d found now", n, of, len(taken))}}}
 	}
-	return Result{Verdict: Placed, GPUs: taken}
+	return outcome.Result{Verdict: outcome.Placed, GPUs: taken}
 }
 
 // nodes says "1 node" or "n nodes".

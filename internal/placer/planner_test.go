@@ -1,4 +1,4 @@
-package placement
+package placer
 
 import (
 	"context"
@@ -12,10 +12,10 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/internal/pattern"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 	"github.com/toposched/toposched/policies"
-	"github.com/toposched/toposched/services/placement/blind"
 )
 
 // rig is a store of 8-GPU DGX A100 nodes, two per leaf, with the shipped
@@ -82,7 +82,7 @@ func (r *rig) hold(id, node string, gpus ...int) {
 	if err := r.st.Allocate(id, keys); err != nil {
 		r.t.Fatal(err)
 	}
-	d := blind.Decide(id, keys, "test")
+	d := outcome.Decide(id, keys, "test")
 	if err := r.st.UpsertJob(store.Job{ID: id, State: store.JobPlaced, Decision: &d}); err != nil {
 		r.t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestPlannerNodePolicies(t *testing.T) {
 
 	// A red job keeps off the blue nodes; the explanation counts them.
 	got := r.plan(p, events.JobSubmitted{JobID: "red", Tenant: "red", GPUs: 8})
-	if got.Verdict != blind.Placed || slices.ContainsFunc(got.GPUs, func(g store.GPUKey) bool { return g.Node == "n0" || g.Node == "n1" }) {
+	if got.Verdict != outcome.Placed || slices.ContainsFunc(got.GPUs, func(g store.GPUKey) bool { return g.Node == "n0" || g.Node == "n1" }) {
 		t.Fatalf("red job: %v on %v, want placed off n0, n1", got.Verdict, nodesOf(got.GPUs))
 	}
 	x := got.Explanation
@@ -143,7 +143,7 @@ func TestPlannerNodePolicies(t *testing.T) {
 
 	// More GPUs than the red job may ever use: rejected, naming the policy.
 	got = r.plan(p, events.JobSubmitted{JobID: "big", Tenant: "red", GPUs: 24})
-	if got.Verdict != blind.Never || !strings.Contains(codes(got.Reasons), "tenant_mismatch") {
+	if got.Verdict != outcome.Never || !strings.Contains(codes(got.Reasons), "tenant_mismatch") {
 		t.Fatalf("big red job: %v %v, want rejected for tenant_mismatch", got.Verdict, got.Reasons)
 	}
 	if len(got.Counterfactuals) == 0 || got.Counterfactuals[0].Kind != events.CounterfactualPolicy ||
@@ -152,7 +152,7 @@ func TestPlannerNodePolicies(t *testing.T) {
 	}
 
 	// The blue tenant may use every node.
-	if got = r.plan(p, events.JobSubmitted{JobID: "blue", Tenant: "blue", GPUs: 32}); got.Verdict != blind.Placed {
+	if got = r.plan(p, events.JobSubmitted{JobID: "blue", Tenant: "blue", GPUs: 32}); got.Verdict != outcome.Placed {
 		t.Errorf("blue job on the whole cluster: %v %v", got.Verdict, got.Reasons)
 	}
 }
@@ -168,13 +168,13 @@ func TestPlannerPlacementPolicies(t *testing.T) {
 
 	// 16 GPUs may span 2 leaves (leaf_span): placed on one or two.
 	got := r.plan(p, events.JobSubmitted{JobID: "a", GPUs: 16, Parallelism: &events.Parallelism{TP: 4, DP: 4}})
-	if got.Verdict != blind.Placed {
+	if got.Verdict != outcome.Placed {
 		t.Fatalf("16-GPU job: %v %v", got.Verdict, got.Reasons)
 	}
 	// 24 GPUs, at most 2 leaves, 8 free per leaf: denied, waits, and the
 	// counterfactual names leaf_span.
 	got = r.plan(p, events.JobSubmitted{JobID: "b", GPUs: 24, Parallelism: &events.Parallelism{TP: 4, DP: 6}})
-	if got.Verdict != blind.Wait || !strings.Contains(codes(got.Reasons), "leaf_span") {
+	if got.Verdict != outcome.Wait || !strings.Contains(codes(got.Reasons), "leaf_span") {
 		t.Fatalf("24-GPU job: %v %v, want a wait for leaf_span", got.Verdict, got.Reasons)
 	}
 	if len(got.Counterfactuals) == 0 || got.Counterfactuals[0].Policy != "toposched.placement.leaf_span" ||
@@ -185,7 +185,7 @@ func TestPlannerPlacementPolicies(t *testing.T) {
 		t.Errorf("explanation %+v, want denied candidates", x)
 	}
 	// Without policies it is placed.
-	if got = r.plan(&Planner{}, events.JobSubmitted{JobID: "b", GPUs: 24, Parallelism: &events.Parallelism{TP: 4, DP: 6}}); got.Verdict != blind.Placed {
+	if got = r.plan(&Planner{}, events.JobSubmitted{JobID: "b", GPUs: 24, Parallelism: &events.Parallelism{TP: 4, DP: 6}}); got.Verdict != outcome.Placed {
 		t.Errorf("24-GPU job without policies: %v %v", got.Verdict, got.Reasons)
 	}
 }
@@ -195,7 +195,7 @@ func TestPlannerRejectsWhatNoFinishCanChange(t *testing.T) {
 	r := newRig(t, 6, nil)
 	// Nothing runs: a job leaf_span denies on the empty cluster never fits.
 	got := r.plan(&Planner{Policies: r.set}, events.JobSubmitted{JobID: "wide", GPUs: 48, Parallelism: &events.Parallelism{TP: 8, DP: 6}})
-	if got.Verdict != blind.Never || !strings.Contains(codes(got.Reasons), "leaf_span") || len(got.Counterfactuals) == 0 {
+	if got.Verdict != outcome.Never || !strings.Contains(codes(got.Reasons), "leaf_span") || len(got.Counterfactuals) == 0 {
 		t.Fatalf("48 GPUs over 3 leaves with nothing running: %v %v %v", got.Verdict, got.Reasons, got.Counterfactuals)
 	}
 }
@@ -207,7 +207,7 @@ func TestPlannerWarningsAndScore(t *testing.T) {
 	// A 2-GPU job must break the last wholly free node: placed, with the
 	// keep_whole_nodes warning.
 	got := r.plan(&Planner{Policies: r.set}, events.JobSubmitted{JobID: "small", GPUs: 2})
-	if got.Verdict != blind.Placed || codes(got.Warnings) != "breaks_whole_node" || got.Warnings[0].Policy != "toposched.placement.keep_whole_nodes" {
+	if got.Verdict != outcome.Placed || codes(got.Warnings) != "breaks_whole_node" || got.Warnings[0].Policy != "toposched.placement.keep_whole_nodes" {
 		t.Fatalf("small job: %v, warnings %+v", got.Verdict, got.Warnings)
 	}
 	if c := got.Explanation.Candidates[0]; c.Score != 1 || c.Outcome != events.OutcomeChosen {
@@ -221,7 +221,7 @@ func TestPlannerJobsFinishCounterfactual(t *testing.T) {
 	r.hold("small", "n0", 0, 1)
 	r.hold("large", "n1", 0, 1, 2, 3, 4, 5)
 	got := r.plan(&Planner{}, events.JobSubmitted{JobID: "w", GPUs: 12})
-	if got.Verdict != blind.Wait || len(got.Counterfactuals) != 1 {
+	if got.Verdict != outcome.Wait || len(got.Counterfactuals) != 1 {
 		t.Fatalf("12-GPU job: %v %+v", got.Verdict, got.Counterfactuals)
 	}
 	if c := got.Counterfactuals[0]; c.Kind != events.CounterfactualJobsFinish || !slices.Equal(c.Jobs, []string{"large"}) {
@@ -239,15 +239,15 @@ func TestPlannerReservation(t *testing.T) {
 	res := &Reservation{JobID: "head", Priority: 5, Since: time.Unix(0, 0), Nodes: map[string]bool{"n0": true}}
 	p := &Planner{Reservation: res}
 	got := r.plan(p, events.JobSubmitted{JobID: "low", GPUs: 8, Priority: 5})
-	if got.Verdict != blind.Placed || slices.Contains(nodesOf(got.GPUs), "n0") {
+	if got.Verdict != outcome.Placed || slices.Contains(nodesOf(got.GPUs), "n0") {
 		t.Fatalf("equal-priority job: %v on %v, want it off the held n0", got.Verdict, nodesOf(got.GPUs))
 	}
 	got = r.plan(p, events.JobSubmitted{JobID: "low", GPUs: 16, Priority: 5})
-	if got.Verdict != blind.Wait || !strings.Contains(codes(got.Reasons), CodeReserved) || got.Explanation.NodesReserved != 1 {
+	if got.Verdict != outcome.Wait || !strings.Contains(codes(got.Reasons), CodeReserved) || got.Explanation.NodesReserved != 1 {
 		t.Fatalf("16-GPU job behind the hold: %v %v", got.Verdict, got.Reasons)
 	}
 	for _, job := range []events.JobSubmitted{{JobID: "head", GPUs: 16, Priority: 5}, {JobID: "urgent", GPUs: 16, Priority: 9}} {
-		if got = r.plan(p, job); got.Verdict != blind.Placed {
+		if got = r.plan(p, job); got.Verdict != outcome.Placed {
 			t.Errorf("%s: %v %v, want placed (the hold is not for it)", job.JobID, got.Verdict, got.Reasons)
 		}
 	}
@@ -268,7 +268,7 @@ deny contains {"code": "never", "msg": "x"} if {
 		t.Fatal(err)
 	}
 	got := r.plan(&Planner{Policies: set}, events.JobSubmitted{JobID: "j", GPUs: 2, Tenant: "not-a-number"})
-	if got.Verdict == blind.Placed || !strings.Contains(codes(got.Reasons), policies.CodePolicyError) {
+	if got.Verdict == outcome.Placed || !strings.Contains(codes(got.Reasons), policies.CodePolicyError) {
 		t.Fatalf("%v %v, want denied with %s", got.Verdict, got.Reasons, policies.CodePolicyError)
 	}
 }

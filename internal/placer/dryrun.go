@@ -1,4 +1,4 @@
-package placement
+package placer
 
 import (
 	"context"
@@ -10,16 +10,12 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/internal/pattern"
+	"github.com/toposched/toposched/internal/placer/launch"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 	"github.com/toposched/toposched/policies"
-	"github.com/toposched/toposched/services/placement/blind"
-	"github.com/toposched/toposched/services/placement/launch"
 )
-
-// StrategyExhaustive is the optimum under the cost model, for dry runs of
-// jobs small enough to enumerate.
-const StrategyExhaustive = "exhaustive"
 
 // Occupied lists GPUs already in use on a node, for a dry run.
 type Occupied struct {
@@ -72,32 +68,32 @@ func DryRun(c clusterfile.Cluster, occupied []Occupied, job events.JobSubmitted,
 	if err != nil {
 		return "", nil, fmt.Errorf("dry run: %w", err)
 	}
-	res, base := blind.Result{Verdict: plan.Verdict, GPUs: plan.GPUs}, plan.Baseline
+	res, base := outcome.Result{Verdict: plan.Verdict, GPUs: plan.GPUs}, plan.Baseline
 	switch res.Verdict {
-	case blind.Never:
+	case outcome.Never:
 		return events.NamePlacementRejected, &events.PlacementRejected{JobID: job.JobID, Reasons: plan.Reasons,
 			Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}, nil
-	case blind.Wait:
+	case outcome.Wait:
 		return events.NamePlacementPending, &events.PlacementPending{JobID: job.JobID, Reasons: plan.Reasons,
 			Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}, nil
-	case blind.Placed:
+	case outcome.Placed:
 	default:
 		return "", nil, errors.New("dry run: no verdict")
 	}
-	d := blind.Decide(job.JobID, res.GPUs, strategy)
+	d := outcome.Decide(job.JobID, res.GPUs, strategy)
 	d.DecidedAt = time.Now().UTC()
 	launch.Fill(&d, snap)
 	d.Warnings, d.Explanation = plan.Warnings, plan.Explanation
-	d.Prediction, err = predictionOf(snap, analyzed, res.GPUs, fabric, strategy)
+	d.Prediction, err = Prediction(snap, analyzed, res.GPUs, fabric, strategy)
 	if err != nil {
 		return "", nil, fmt.Errorf("dry run: %w", err)
 	}
-	if base.Verdict == blind.Placed {
+	if base.Verdict == outcome.Placed {
 		if slices.Equal(base.GPUs, res.GPUs) {
 			copied := *d.Prediction
 			copied.Strategy = StrategyBlind
 			d.Baseline = &copied
-		} else if d.Baseline, err = predictionOf(snap, analyzed, base.GPUs, fabric, StrategyBlind); err != nil {
+		} else if d.Baseline, err = Prediction(snap, analyzed, base.GPUs, fabric, StrategyBlind); err != nil {
 			return "", nil, fmt.Errorf("dry run: %w", err)
 		}
 	}

@@ -1,4 +1,4 @@
-package placement
+package placer
 
 import (
 	"cmp"
@@ -9,9 +9,9 @@ import (
 	"strings"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/aware"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/policies"
-	"github.com/toposched/toposched/services/placement/aware"
 )
 
 // policyView evaluates one job's policies during one decision: it turns
@@ -300,3 +300,26 @@ func (pv *policyView) clusterSummary() policies.Cluster {
 	pv.cluster = &c
 	return c
 }
+
+// PolicyCheck applies one job's policies on one snapshot outside a Plan:
+// the placement service asks it which nodes a reservation may hold and
+// whether a proposed migration is allowed, so those paths judge exactly as
+// the Planner does.
+type PolicyCheck struct{ pv *policyView }
+
+// NewPolicyCheck is the policies of set (nil: none) for job on snap.
+func NewPolicyCheck(ctx context.Context, snap *store.Snapshot, set *policies.Set, job events.JobAnalyzed, log *slog.Logger) PolicyCheck {
+	if log == nil {
+		log = slog.Default()
+	}
+	return PolicyCheck{pv: newPolicyView(ctx, snap, set, job, log)}
+}
+
+// AllowsNode says whether the node policies allow node to the job.
+func (c PolicyCheck) AllowsNode(node store.Node) bool { return c.pv.evalNode(c.pv.viewOf(node), false) }
+
+// Judges says whether any placement policy is in force.
+func (c PolicyCheck) Judges() bool { return c.pv.judges() }
+
+// Judge runs the placement policies on a candidate placement.
+func (c PolicyCheck) Judge(cand aware.Candidate) aware.Judgement { return c.pv.judge(cand) }

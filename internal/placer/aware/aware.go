@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
-	"github.com/toposched/toposched/services/placement/blind"
 )
 
 // Strategy names.
@@ -22,7 +23,7 @@ const (
 
 // Result is a decision, as blind's: Verdict, the GPUs in rank order when
 // Placed, and the reasons of a Wait or Never.
-type Result = blind.Result
+type Result = outcome.Result
 
 // Options tune Place and Exhaustive. The zero value is usable.
 type Options struct {
@@ -236,7 +237,7 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) Result {
 // baseline, so the cluster is walked once for both.
 func PlaceWithBaseline(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (ours, base Result) {
 	base = blind.Place(snap, job)
-	if base.Verdict != blind.Placed {
+	if base.Verdict != outcome.Placed {
 		return base, base
 	}
 	return placeNotWorse(snap, job, opts, base), base
@@ -324,7 +325,7 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) Result {
 			x.PolicyDenied = true
 		}
 		p.explain(judged, nil)
-		return Result{Verdict: blind.Wait, Reasons: denyReasons(judged[0])}
+		return Result{Verdict: outcome.Wait, Reasons: denyReasons(judged[0])}
 	}
 	if gpus := p.localSearch(chosen.gpus, p.cands); !slices.Equal(gpus, chosen.gpus) {
 		refined := &cand{domain: chosen.domain, gpus: gpus, comm: math.NaN(), cost: chosen.cost}
@@ -341,7 +342,7 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) Result {
 		}
 	}
 	p.explain(judged, chosen)
-	return Result{Verdict: blind.Placed, GPUs: chosen.gpus}
+	return Result{Verdict: outcome.Placed, GPUs: chosen.gpus}
 }
 
 func filterWait(cands []*candNode, total, n, gpn int, model string) (Result, bool) {
@@ -373,10 +374,10 @@ func waitReason(n, gpn int, model string, free, freeNodes int) Result {
 		if n/gpn == 1 {
 			nodes = "1 node"
 		}
-		return Result{Verdict: blind.Wait, Reasons: []events.Reason{{Code: blind.CodeInsufficientFreeNodes, Field: blind.FieldGPUsPerNode,
+		return Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeNodes, Field: outcome.FieldGPUsPerNode,
 			Message: fmt.Sprintf("needs %s with %d free GPUs%s each, %d such nodes now (on nodes the placement policy allows)", nodes, gpn, of, freeNodes)}}}
 	}
-	return Result{Verdict: blind.Wait, Reasons: []events.Reason{{Code: blind.CodeInsufficientFreeGPUs, Field: blind.FieldGPUs,
+	return Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeGPUs, Field: outcome.FieldGPUs,
 		Message: fmt.Sprintf("needs %d free GPUs%s, %d free now (on nodes the placement policy allows)", n, of, free)}}}
 }
 

@@ -7,8 +7,8 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
-	"github.com/toposched/toposched/services/placement/blind"
 )
 
 func storeWith(t *testing.T, nodes ...events.TopologyNode) *store.Store {
@@ -53,7 +53,7 @@ func TestFillBlocks(t *testing.T) {
 			gpus = append(gpus, store.GPUKey{Node: n, Index: 2 + g})
 		}
 	}
-	d := blind.Decide("j", gpus, "blind")
+	d := outcome.Decide("j", gpus, "blind")
 	Fill(&d, s.Snapshot())
 	r := d.Ranks[3]
 	if r.UUID != "GPU-b-3" || r.NUMA == nil || *r.NUMA != 1 || r.NIC != "mlx5_3" {
@@ -84,7 +84,7 @@ func TestFillNoBusIDs(t *testing.T) {
 	ev := n.Event()
 	ev.Name = "m"
 	s := storeWith(t, ev)
-	d := blind.Decide("j", []store.GPUKey{{Node: "m", Index: 0}}, "blind")
+	d := outcome.Decide("j", []store.GPUKey{{Node: "m", Index: 0}}, "blind")
 	Fill(&d, s.Snapshot())
 	if d.Nodes[0].NCCLTopoXML != "" || d.Ranks[0].NIC != "mlx5_0" {
 		t.Errorf("%+v %+v", d.Nodes[0], d.Ranks[0])
@@ -97,7 +97,7 @@ func TestFillInterleaved(t *testing.T) {
 	t.Parallel()
 	s := storeWith(t, events.TopologyNode{Name: "a", GPUs: []events.GPU{{Index: 0}, {Index: 1}}},
 		events.TopologyNode{Name: "b", GPUs: []events.GPU{{Index: 0}}})
-	d := blind.Decide("j", []store.GPUKey{{Node: "a", Index: 0}, {Node: "b", Index: 0}, {Node: "a", Index: 1}}, "blind")
+	d := outcome.Decide("j", []store.GPUKey{{Node: "a", Index: 0}, {Node: "b", Index: 0}, {Node: "a", Index: 1}}, "blind")
 	Fill(&d, s.Snapshot())
 	for _, np := range d.Nodes {
 		if np.Torchrun != nil || np.NCCLTopoXML != "" {

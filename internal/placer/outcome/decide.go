@@ -1,4 +1,4 @@
-package blind
+package outcome
 
 import (
 	"strconv"

@@ -6,8 +6,9 @@ import (
 	"slices"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
-	"github.com/toposched/toposched/services/placement/blind"
 )
 
 // ExhaustiveLimit is the most cost-model evaluations Exhaustive makes:
@@ -37,7 +38,7 @@ func ExhaustiveCount(free, n int) float64 {
 // exceeds ExhaustiveLimit.
 func Exhaustive(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (Result, error) {
 	base := blind.Place(snap, job)
-	if base.Verdict != blind.Placed {
+	if base.Verdict != outcome.Placed {
 		return base, nil
 	}
 	n, gpn, model := job.Job.GPUs, job.Job.GPUsPerNode, job.Job.GPUModel
@@ -89,7 +90,7 @@ func Exhaustive(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (Res
 	if best == nil {
 		return waitReason(n, gpn, model, total, 0), nil
 	}
-	return Result{Verdict: blind.Placed, GPUs: best}, nil
+	return Result{Verdict: outcome.Placed, GPUs: best}, nil
 }
 
 func perNode(gpus []store.GPUKey, gpn int) bool {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/services/placement/blind"
+	"github.com/toposched/toposched/internal/placer/outcome"
 )
 
 // BenchmarkPlaceSmall is the decision time of one- and few-GPU jobs (the
@@ -33,7 +33,7 @@ func BenchmarkPlaceSmall(b *testing.B) {
 					if explain {
 						opts.Explain = &Explain{}
 					}
-					if r, _ := PlaceWithBaseline(snap, j, opts); r.Verdict != blind.Placed {
+					if r, _ := PlaceWithBaseline(snap, j, opts); r.Verdict != outcome.Placed {
 						b.Fatal(r.Reasons)
 					}
 				}

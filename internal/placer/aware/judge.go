@@ -6,8 +6,8 @@ import (
 	"slices"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
-	"github.com/toposched/toposched/services/placement/blind"
 )
 
 // Candidate is a placement Place considered, as a Judge sees it.
@@ -214,7 +214,7 @@ func (p *placer) leafOf(node string) string {
 // refused names the nodes the Filter refused: blind ignores the Filter, so
 // its GPUs count only when none lies on such a node.
 func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours, base Result, refused map[string]bool) Result {
-	if ours.Verdict != blind.Placed || base.Verdict != blind.Placed || slices.Equal(ours.GPUs, base.GPUs) {
+	if ours.Verdict != outcome.Placed || base.Verdict != outcome.Placed || slices.Equal(ours.GPUs, base.GPUs) {
 		return ours
 	}
 	for _, g := range base.GPUs {
@@ -256,7 +256,7 @@ func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours, 
 		x.Explanation.Candidates = append([]events.CandidateScore{cs}, x.Explanation.Candidates...)
 		x.Judgement = j
 	}
-	return Result{Verdict: blind.Placed, GPUs: base.GPUs}
+	return Result{Verdict: outcome.Placed, GPUs: base.GPUs}
 }
 
 // placeNotWorse is place, then notWorse against base.

@@ -1,0 +1,118 @@
+package placer
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/aware"
+	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/outcome"
+	"github.com/toposched/toposched/internal/store"
+)
+
+// Strategy names, as recorded in PlacementDecided.Strategy.
+const (
+	StrategyTopologyAware = aware.Name
+	StrategyBlind         = blind.Name
+	StrategyExhaustive    = aware.NameExhaustive
+)
+
+// Strategy is one way of choosing a job's GPUs. The Planner gives it the
+// policies (opts.Filter, opts.Judge), the fabric and the explanation to
+// fill; it answers its own result and blind first fit's on the same
+// snapshot, the baseline every decision reports.
+type Strategy interface {
+	Name() string
+	Place(snap *store.Snapshot, job events.JobAnalyzed, opts aware.Options) (ours, base outcome.Result, err error)
+}
+
+// registered is the one list of strategies: the Planner, the placement
+// service's configuration and the CLIs' flags all read it.
+var registered = []struct {
+	Strategy
+	// dryRunOnly strategies are too slow for a live queue (exhaustive
+	// enumerates every subset); dry runs and harnesses may use them.
+	dryRunOnly bool
+}{
+	{Strategy: awareStrategy{}},
+	{Strategy: blindStrategy{}},
+	{Strategy: exhaustiveStrategy{}, dryRunOnly: true},
+}
+
+// Lookup returns the strategy called name ("" is topology-aware). With
+// live set, only the strategies the placement service may run are found.
+func Lookup(name string, live bool) (Strategy, error) {
+	if name == "" {
+		name = StrategyTopologyAware
+	}
+	for _, r := range registered {
+		if r.Name() == name && !(live && r.dryRunOnly) {
+			return r.Strategy, nil
+		}
+	}
+	return nil, fmt.Errorf("strategy %q: expected %s", name, strings.Join(Names(live), ", "))
+}
+
+// Names lists the strategies, the default first; with live set, only those
+// the placement service may run.
+func Names(live bool) []string {
+	var out []string
+	for _, r := range registered {
+		if !(live && r.dryRunOnly) {
+			out = append(out, r.Name())
+		}
+	}
+	return out
+}
+
+type awareStrategy struct{}
+
+func (awareStrategy) Name() string { return StrategyTopologyAware }
+
+func (awareStrategy) Place(snap *store.Snapshot, job events.JobAnalyzed, opts aware.Options) (outcome.Result, outcome.Result, error) {
+	ours, base := aware.PlaceWithBaseline(snap, job, opts)
+	return ours, base, nil
+}
+
+// blindStrategy is first fit, with the placement policies judging the one
+// placement it finds (it has no other to offer).
+type blindStrategy struct{}
+
+func (blindStrategy) Name() string { return StrategyBlind }
+
+func (blindStrategy) Place(snap *store.Snapshot, job events.JobAnalyzed, opts aware.Options) (outcome.Result, outcome.Result, error) {
+	r := blind.Place(snap, job)
+	base := r
+	if r.Verdict != outcome.Placed || opts.Judge == nil {
+		return r, base, nil
+	}
+	c := aware.Candidate{GPUs: r.GPUs, Domain: store.ClusterDomain}
+	if pr, err := Prediction(snap, job, r.GPUs, opts.Fabric, StrategyBlind); err == nil {
+		c.CommSeconds = pr.CommSecondsPerStep
+	}
+	j := opts.Judge(c)
+	if j.Deny {
+		r = outcome.Result{Verdict: outcome.Wait, Reasons: j.Reasons}
+	}
+	if opts.Explain != nil {
+		opts.Explain.PolicyDenied = j.Deny
+		opts.Explain.Judgement = j
+	}
+	return r, base, nil
+}
+
+// exhaustiveStrategy is the optimum under the cost model, for jobs small
+// enough to enumerate.
+type exhaustiveStrategy struct{}
+
+func (exhaustiveStrategy) Name() string { return StrategyExhaustive }
+
+func (exhaustiveStrategy) Place(snap *store.Snapshot, job events.JobAnalyzed, opts aware.Options) (outcome.Result, outcome.Result, error) {
+	base := blind.Place(snap, job)
+	if base.Verdict != outcome.Placed {
+		return base, base, nil
+	}
+	r, err := aware.Exhaustive(snap, job, opts)
+	return r, base, err
+}
