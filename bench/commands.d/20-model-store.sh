@@ -1,7 +1,8 @@
 # Cost model error against measurements, cost evaluation, store, paths and
 # policy evaluation (BENCHMARKS.md sections of the same names).
 set -euo pipefail
-"$TOPOSCHED" model validate
+S=../shared/testdata/nccl-tests
+if [ -d "$S" ]; then "$TOPOSCHED" model validate "$S"; else "$TOPOSCHED" model validate; fi
 go test -run '^$' -bench 'AllocateRelease|UpsertNode' -benchmem ./internal/store/
 go test -run '^$' -bench 'Load' -benchtime 1x ./internal/store/
 go test -run '^$' -bench 'NewFabric|GPUPath' -benchmem ./internal/topology/

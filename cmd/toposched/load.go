@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/toposched/toposched/services/placement/loadtest"
+	"github.com/toposched/toposched/sim/load"
 )
 
 type loadFlags struct {
@@ -53,7 +53,7 @@ occupancy with policies on; >= 500 decisions/s end to end.`,
 			if err != nil {
 				return fmt.Errorf("--jobs: %w", err)
 			}
-			cfg := loadtest.Config{
+			cfg := load.Config{
 				Clusters: clusters, Jobs: jobs, Occupancy: f.occupancy, Seed: f.seed, Model: f.model,
 				Strategies: strings.Split(f.strategies, ","), NoPolicies: f.noPolicies,
 				Decisions: f.decisions, Budget: f.budget,
@@ -62,7 +62,7 @@ occupancy with policies on; >= 500 decisions/s end to end.`,
 			if f.e2eOnly && f.e2e <= 0 {
 				return fmt.Errorf("--e2e-only needs --e2e N")
 			}
-			return loadtest.Run(cmd.Context(), cmd.OutOrStdout(), cfg)
+			return load.Run(cmd.Context(), cmd.OutOrStdout(), cfg)
 		},
 	}
 	fl := cmd.Flags()

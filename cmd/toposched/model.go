@@ -19,10 +19,6 @@ import (
 	"github.com/toposched/toposched/services/optimizer/tuning"
 )
 
-// defaultValidateDir is where `model validate` looks for the measurement
-// files first; the project's embedded copy is used when it is absent.
-const defaultValidateDir = "../shared/testdata/nccl-tests"
-
 func newModel(_ *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "model",
@@ -311,8 +307,8 @@ func newModelValidate() *cobra.Command {
 		Long: `validate predicts every validation case (machine, GPUs, collective, message
 sizes) and prints predicted against measured bus bandwidth, at large
 messages (>= 128 MB) and around 1 MB, with the median and maximum error.
-The measurements are read from DIR, by default ` + defaultValidateDir + `
-when it exists, else from the project's copy (internal/collective/testdata).`,
+The measurements are read from DIR, by default from the project's copy
+(internal/collective/testdata, embedded in the binary).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "text" && format != "json" {
@@ -324,11 +320,7 @@ when it exists, else from the project's copy (internal/collective/testdata).`,
 			case len(args) == 1:
 				fsys, src = os.DirFS(args[0]), args[0]
 			default:
-				if st, err := os.Stat(defaultValidateDir); err == nil && st.IsDir() {
-					fsys, src = os.DirFS(defaultValidateDir), defaultValidateDir
-				} else {
-					fsys = collective.TestdataFS()
-				}
+				fsys = collective.TestdataFS()
 			}
 			s, err := collective.Validate(fsys)
 			if err != nil {

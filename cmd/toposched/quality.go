@@ -2,8 +2,7 @@ package main
 
 import (
 	"github.com/spf13/cobra"
-
-	"github.com/toposched/toposched/internal/placer/aware"
+	"github.com/toposched/toposched/sim/quality"
 )
 
 type qualityFlags struct {
@@ -41,12 +40,12 @@ The run is seeded and deterministic (local search is bounded by --evals,
 not by time).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return aware.RunQuality(cmd.OutOrStdout(), aware.QualityConfig{Topologies: f.topologies, Fabrics: f.fabrics, Seed: f.seed, Quick: f.quick, Evals: f.evals})
+			return quality.Run(cmd.OutOrStdout(), quality.Config{Topologies: f.topologies, Fabrics: f.fabrics, Seed: f.seed, Quick: f.quick, Evals: f.evals})
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.topologies, "topologies", "", "directory of node topology files (default ../shared/testdata/topologies if present, else the project's copies)")
-	fl.StringVar(&f.fabrics, "fabrics", "", "fabric directory with lingjun/topo.csv and slurm/*.conf.txt (default ../shared/testdata/fabric if present, else the project's copy)")
+	fl.StringVar(&f.topologies, "topologies", "", "directory of node topology files (default: the project's copies in internal/formats/{nvsmi,ncclxml}/testdata)")
+	fl.StringVar(&f.fabrics, "fabrics", "", "fabric directory with lingjun/topo.csv and slurm/*.conf.txt (default: the project's copy in internal/formats/fabric/testdata)")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed of occupancies and random placements")
 	fl.BoolVar(&f.quick, "quick", false, "a small, fast subset of both tables")
 	fl.IntVar(&f.evals, "evals", 200, "cost-model evaluations the local search may make per placement")

@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toposched/toposched/internal/placer"
-	"github.com/toposched/toposched/services/replay"
+	"github.com/toposched/toposched/sim/replay"
 )
 
 type replayFlags struct {
@@ -62,7 +62,7 @@ waiting for every outcome an event causes; --speed N paces the wall clock
 at N trace seconds per second. --compare replays the trace twice,
 topology-aware and blind, and plots both. The report directory gets
 summary.json, jobs.csv, timeline.csv and replay.svg. The model (clocks,
-fragmentation, how jobs get a parallelism) is in services/replay's
+fragmentation, how jobs get a parallelism) is in sim/replay's
 package doc.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toposched/toposched/internal/placer"
-	"github.com/toposched/toposched/services/replay"
+	"github.com/toposched/toposched/sim/replay"
 )
 
 func newScale(g *globals) *cobra.Command {

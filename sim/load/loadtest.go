@@ -10,7 +10,7 @@
 // They are filled with a seeded random mix of jobs (1 to 64 GPUs; jobs of
 // up to 8 GPUs take random free GPUs of a random node, larger ones whole
 // random nodes), so the free GPUs are fragmented as a busy cluster's are.
-package loadtest
+package load
 
 import (
 	"context"

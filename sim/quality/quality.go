@@ -1,4 +1,4 @@
-package aware
+package quality
 
 import (
 	"cmp"
@@ -19,25 +19,19 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/internal/formats/fabric"
+	"github.com/toposched/toposched/internal/placer/aware"
 	"github.com/toposched/toposched/internal/placer/blind"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 )
 
-// Where the quality run looks first; the project's copies are the
-// fallback (paths relative to the repository root, or to cmd/toposched).
-const (
-	defaultTopologiesDir = "../shared/testdata/topologies"
-	defaultFabricDir     = "../shared/testdata/fabric"
-)
-
-// QualityConfig says what RunQuality measures.
-type QualityConfig struct {
-	// Topologies is the directory of node topology files ("": the shared
-	// testdata if present, else the project's copies).
+// Config says what Run measures.
+type Config struct {
+	// Topologies is the directory of node topology files ("": the
+	// project's copies, found from the repository root or below it).
 	Topologies string
-	// Fabrics is the fabric directory ("": likewise).
+	// Fabrics is the fabric directory ("": the project's copy).
 	Fabrics string
 	Seed    uint64
 	// Quick runs a small subset of both tables.
@@ -53,11 +47,11 @@ type qualityFlags struct {
 	evals               int
 }
 
-// RunQuality prints the quality tables (see toposched quality --help).
-func RunQuality(out io.Writer, cfg QualityConfig) error {
+// Run prints the quality tables (see toposched quality --help).
+func Run(out io.Writer, cfg Config) error {
 	f := qualityFlags{topologies: cfg.Topologies, fabrics: cfg.Fabrics, seed: cfg.Seed, quick: cfg.Quick, evals: cfg.Evals}
 	start := time.Now()
-	opts := Options{Budget: time.Hour, MaxEvals: f.evals}
+	opts := aware.Options{Budget: time.Hour, MaxEvals: f.evals}
 	if f.evals <= 0 {
 		opts.MaxEvals = -1
 	}
@@ -89,15 +83,11 @@ func topologyFiles(dir string) ([]string, string, error) {
 	dirs := []string{dir}
 	src := dir
 	if dir == "" {
-		if d := findDir(defaultTopologiesDir); d != "" {
-			dirs, src = []string{d}, d
-		} else {
-			dirs = []string{findDir("internal/formats/nvsmi/testdata"), findDir("internal/formats/ncclxml/testdata")}
-			if dirs[0] == "" || dirs[1] == "" {
-				return nil, "", fmt.Errorf("quality: no topology directory found; give --topologies")
-			}
-			src = strings.Join(dirs, ", ")
+		dirs = []string{findDir("internal/formats/nvsmi/testdata"), findDir("internal/formats/ncclxml/testdata")}
+		if dirs[0] == "" || dirs[1] == "" {
+			return nil, "", fmt.Errorf("quality: no topology directory found; give --topologies")
 		}
+		src = strings.Join(dirs, ", ")
 	}
 	var files []string
 	for _, d := range dirs {
@@ -137,7 +127,7 @@ type nodeCase struct {
 	err               error
 }
 
-func qualityNodes(out io.Writer, f qualityFlags, opts Options) error {
+func qualityNodes(out io.Writer, f qualityFlags, opts aware.Options) error {
 	files, src, err := topologyFiles(f.topologies)
 	if err != nil {
 		return err
@@ -256,7 +246,7 @@ func ratio(a, b float64) float64 {
 
 func fmtMS(s float64) string { return fmt.Sprintf("%.3f ms", 1e3*s) }
 
-func (c *nodeCase) run(opts Options) {
+func (c *nodeCase) run(opts aware.Options) {
 	st, err := store.New()
 	if err != nil {
 		c.err = err
@@ -279,21 +269,21 @@ func (c *nodeCase) run(opts Options) {
 		}
 	}
 	snap := st.Snapshot()
-	job := SyntheticJob("q", c.n, c.tp, 1)
-	score := func(r Result) float64 {
+	job := aware.SyntheticJob("q", c.n, c.tp, 1)
+	score := func(r outcome.Result) float64 {
 		if r.Verdict != outcome.Placed {
 			c.err = fmt.Errorf("%v: %v", r.Verdict, r.Reasons)
 			return math.NaN()
 		}
-		p, err := Predict(snap, job, r.GPUs, nil)
+		p, err := aware.Predict(snap, job, r.GPUs, nil)
 		if err != nil {
 			c.err = err
 		}
 		return p.CommSeconds
 	}
-	c.ours = score(Place(snap, job, opts))
+	c.ours = score(aware.Place(snap, job, opts))
 	c.blind = score(blind.Place(snap, job))
-	ex, err := Exhaustive(snap, job, opts)
+	ex, err := aware.Exhaustive(snap, job, opts)
 	if err != nil {
 		c.refused = err.Error()
 		return
@@ -349,15 +339,15 @@ type builtCluster struct {
 func jobOf(kind string, n int) events.JobAnalyzed {
 	switch kind {
 	case "tp8xdp":
-		return SyntheticJob("q", n, 8, 1)
+		return aware.SyntheticJob("q", n, 8, 1)
 	case "tp8xppxdp":
 		pp := 4
 		if n < 64 {
 			pp = 2
 		}
-		return SyntheticJob("q", n, 8, pp)
+		return aware.SyntheticJob("q", n, 8, pp)
 	}
-	return SyntheticJob("q", n, 1, 1)
+	return aware.SyntheticJob("q", n, 1, 1)
 }
 
 func jobName(kind string, n int) string {
@@ -372,13 +362,10 @@ func jobName(kind string, n int) string {
 	return fmt.Sprintf("dp%d", n)
 }
 
-func qualityClusters(out io.Writer, f qualityFlags, opts Options) error {
+func qualityClusters(out io.Writer, f qualityFlags, opts aware.Options) error {
 	dir := f.fabrics
 	if dir == "" {
-		dir = findDir(defaultFabricDir)
-		if dir == "" {
-			dir = findDir("internal/formats/fabric/testdata")
-		}
+		dir = findDir("internal/formats/fabric/testdata")
 		if dir == "" {
 			return fmt.Errorf("quality: no fabric directory found; give --fabrics")
 		}
@@ -531,7 +518,7 @@ func (b *builtCluster) store(occ float64, rng *rand.Rand) (*store.Store, error) 
 	return st, nil
 }
 
-func (c *clusterCase) run(seed uint64, opts Options, ideal *idealCache) {
+func (c *clusterCase) run(seed uint64, opts aware.Options, ideal *idealCache) {
 	rng := rand.New(rand.NewPCG(seed, uint64(1000*c.occ)*131+uint64(c.trial)*7+uint64(len(c.cl.nodes))))
 	st, err := c.cl.store(c.occ, rng)
 	if err != nil {
@@ -547,13 +534,13 @@ func (c *clusterCase) run(seed uint64, opts Options, ideal *idealCache) {
 	o := opts
 	o.Fabric = c.cl.fab
 	score := func(gpus []store.GPUKey) float64 {
-		p, err := Predict(snap, job, gpus, c.cl.fab)
+		p, err := aware.Predict(snap, job, gpus, c.cl.fab)
 		if err != nil {
 			c.err = err
 		}
 		return p.CommSeconds
 	}
-	r := Place(snap, job, o)
+	r := aware.Place(snap, job, o)
 	if r.Verdict != outcome.Placed {
 		c.err = fmt.Errorf("ours: %v %v", r.Verdict, r.Reasons)
 		return
@@ -583,12 +570,12 @@ func (c *clusterCase) run(seed uint64, opts Options, ideal *idealCache) {
 
 // idealCache computes the ideal bound once per node model, job and size.
 type idealCache struct {
-	opts Options
+	opts aware.Options
 	mu   sync.Mutex
 	vals map[string]float64
 }
 
-func newIdeal(opts Options) *idealCache {
+func newIdeal(opts aware.Options) *idealCache {
 	return &idealCache{opts: opts, vals: map[string]float64{}}
 }
 
@@ -613,11 +600,11 @@ func (ic *idealCache) get(b *builtCluster, kind string, n int) (float64, error) 
 	}
 	snap := st.Snapshot()
 	job := jobOf(kind, n)
-	r := Place(snap, job, ic.opts)
+	r := aware.Place(snap, job, ic.opts)
 	if r.Verdict != outcome.Placed {
 		return 0, fmt.Errorf("ideal: %v %v", r.Verdict, r.Reasons)
 	}
-	p, err := Predict(snap, job, r.GPUs, nil)
+	p, err := aware.Predict(snap, job, r.GPUs, nil)
 	if err != nil {
 		return 0, err
 	}
