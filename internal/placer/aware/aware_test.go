@@ -84,7 +84,7 @@ func build(t testing.TB, specs ...spec) *store.Store {
 	return s
 }
 
-func checkFree(t *testing.T, snap *store.Snapshot, r Result, n int) {
+func checkFree(t *testing.T, snap *store.Snapshot, r outcome.Result, n int) {
 	t.Helper()
 	if r.Verdict != outcome.Placed || len(r.GPUs) != n {
 		t.Fatalf("verdict %v, %d GPUs, want %d placed: %+v", r.Verdict, len(r.GPUs), n, r.Reasons)

@@ -9,6 +9,27 @@
 // the analysed job's groups, per dimension, with their collectives' bytes
 // and calls per step, on the chosen GPUs.
 //
+// # Stages
+//
+// The files follow one job through placement, a stage each, in order:
+//
+//   - options.go: the strategy names, Options and the package's constants.
+//   - place.go: Place and PlaceWithBaseline (blind's verdict first), and
+//     place, which runs the stages below in order.
+//   - candidates.go: the candidate walk, the nodes the job may use (a Wait
+//     when the Filter leaves too few).
+//   - single.go: the single-node choice, for a job one node can hold.
+//   - multi.go: the multi-node choice, the fabric domains that hold the job
+//     and the spread over their nodes.
+//   - judge.go: the policies' choice among the candidates, and the check
+//     against the blind baseline.
+//   - search.go: the local search on the chosen candidate, whose result is
+//     judged again.
+//
+// predict.go holds the cost model every stage scores with, exhaustive.go
+// the exhaustive optimum, and jobs.go synthetic jobs for benchmarks and
+// tests.
+//
 // # Validity
 //
 // Place first asks blind.Place: a request blind rejects (Never) or cannot

@@ -36,7 +36,7 @@ func ExhaustiveCount(free, n int) float64 {
 // enumeration order). Jobs blind refuses or cannot fit get blind's
 // verdict. It returns an error, and makes no evaluation, when the count
 // exceeds ExhaustiveLimit.
-func Exhaustive(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (Result, error) {
+func Exhaustive(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.Result, error) {
 	base := blind.Place(snap, job)
 	if base.Verdict != outcome.Placed {
 		return base, nil
@@ -47,7 +47,7 @@ func Exhaustive(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (Res
 		return wait, nil
 	}
 	if cnt := ExhaustiveCount(total, n); cnt > ExhaustiveLimit {
-		return Result{}, fmt.Errorf("exhaustive: %.0f candidates exceed the limit of %d; use %s", cnt, ExhaustiveLimit, Name)
+		return outcome.Result{}, fmt.Errorf("exhaustive: %.0f candidates exceed the limit of %d; use %s", cnt, ExhaustiveLimit, Name)
 	}
 	var all []store.GPUKey
 	for _, c := range cands {
@@ -90,7 +90,7 @@ func Exhaustive(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (Res
 	if best == nil {
 		return waitReason(n, gpn, model, total, 0), nil
 	}
-	return Result{Verdict: outcome.Placed, GPUs: best}, nil
+	return outcome.Result{Verdict: outcome.Placed, GPUs: best}, nil
 }
 
 func perNode(gpus []store.GPUKey, gpn int) bool {

@@ -213,7 +213,7 @@ func (p *placer) leafOf(node string) string {
 //
 // refused names the nodes the Filter refused: blind ignores the Filter, so
 // its GPUs count only when none lies on such a node.
-func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours, base Result, refused map[string]bool) Result {
+func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours, base outcome.Result, refused map[string]bool) outcome.Result {
 	if ours.Verdict != outcome.Placed || base.Verdict != outcome.Placed || slices.Equal(ours.GPUs, base.GPUs) {
 		return ours
 	}
@@ -256,11 +256,11 @@ func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours, 
 		x.Explanation.Candidates = append([]events.CandidateScore{cs}, x.Explanation.Candidates...)
 		x.Judgement = j
 	}
-	return Result{Verdict: outcome.Placed, GPUs: base.GPUs}
+	return outcome.Result{Verdict: outcome.Placed, GPUs: base.GPUs}
 }
 
 // placeNotWorse is place, then notWorse against base.
-func placeNotWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, base Result) Result {
+func placeNotWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, base outcome.Result) outcome.Result {
 	var refused map[string]bool
 	if f := opts.Filter; f != nil {
 		// Refusals are few next to acceptances, so they are what is kept.

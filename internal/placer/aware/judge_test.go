@@ -28,7 +28,7 @@ func TestJudge(t *testing.T) {
 			return Judgement{}
 		}
 	}
-	nodeOf := func(r Result) string {
+	nodeOf := func(r outcome.Result) string {
 		if r.Verdict != outcome.Placed {
 			return fmt.Sprintf("(%s %v)", r.Verdict, r.Reasons)
 		}

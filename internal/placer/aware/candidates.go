@@ -1,0 +1,202 @@
+package aware
+
+// Stage 1, the candidate walk: the nodes with free GPUs of the job's model
+// that the Filter accepts, and the Wait a Filter that leaves too few earns.
+// Next: the single-node choice (single.go) or the multi-node choice
+// (multi.go).
+//
+// Flow (place.go): candidates → single node or multi-node → judge →
+// local search → judge again.
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/outcome"
+	"github.com/toposched/toposched/internal/store"
+)
+
+// NodeView is what a Filter is told of a node: what the candidate walk
+// has at hand, so that filtering costs no store lookups.
+type NodeView struct {
+	Node store.Node
+	// Free counts its free GPUs of the job's model.
+	Free int
+	// Fabric lists its fabric domains (leaf, pod, core), smallest first.
+	Fabric []string
+}
+
+// candNode is a node with free GPUs the job may use.
+type candNode struct {
+	node   store.Node
+	free   []store.FreeGPU // free GPUs of the model, by index; the store's: do not modify
+	fabric []string        // fabric domains, smallest first
+	offer  int             // GPUs it offers a multi-node placement
+}
+
+// bestFitSingle walks the nodes with at least k free GPUs of the model in
+// best-fit order (fewest free first, then enumeration order) and returns
+// those the filter accepts, up to where the walk can stop without changing
+// singleNode's choice: singleNode ranks nodes by level (the smallest
+// node-local domain with k free GPUs: island, PCIe group, NUMA node, node)
+// then fit, and keeps the first singleLimit (oneGPULimit for one GPU, where
+// every node is of level 0). Once that many accepted nodes of level 0 are
+// seen, no node further on (same or worse fit, later on ties) can rank
+// among them. seen records the filter's answer per node walked.
+func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) bool, k int) (out []*candNode, seen map[string]bool) {
+	limit := singleLimit
+	if k == 1 {
+		limit = oneGPULimit
+	}
+	var counts []domainCount
+	slab := make([]candNode, 0, limit)
+	level0 := 0
+	for node, free := range snap.EachNodeFreeByFit(model, k) {
+		fabric := fabricDomains(free[0].Domains)
+		if filter != nil {
+			ok := filter(NodeView{Node: node, Free: len(free), Fabric: fabric})
+			if seen == nil {
+				seen = map[string]bool{}
+			}
+			seen[node.Name] = ok
+			if !ok {
+				continue
+			}
+		}
+		if len(slab) == cap(slab) {
+			slab = make([]candNode, 0, limit) // never cut pointers into slab
+		}
+		slab = append(slab, candNode{node: node, free: free, fabric: fabric})
+		out = append(out, &slab[len(slab)-1])
+		if k == 1 {
+			level0++
+		} else {
+			counts = countLocal(counts, free)
+			for _, dc := range counts {
+				if dc.free >= k && levelOfID(dc.id) == 0 {
+					level0++
+					break
+				}
+			}
+		}
+		if level0 >= limit {
+			break
+		}
+	}
+	return out, seen
+}
+
+// candidates collects the nodes with free GPUs of the job's model that the
+// filter accepts. considered counts the nodes with such GPUs before the
+// filter.
+//
+// It reads the store's nodes with free GPUs of the model
+// (EachNodeFree): one index step per node with room and no GPU rows; the
+// free lists are the store's own, and the candNodes come from one slab
+// sized from the store's counts, so a decision allocates a handful of
+// objects, not a few per node.
+func candidates(snap *store.Snapshot, model string, filter func(NodeView) bool) (out []*candNode, total, considered int) {
+	nodes := snap.NodeCounts(model).FreeAtLeast(1)
+	if nodes == 0 {
+		return nil, 0, 0
+	}
+	slab := make([]candNode, 0, nodes)
+	out = make([]*candNode, 0, nodes)
+	for node, free := range snap.EachNodeFree(model) {
+		considered++
+		fabric := fabricDomains(free[0].Domains)
+		if filter != nil && !filter(NodeView{Node: node, Free: len(free), Fabric: fabric}) {
+			continue
+		}
+		if len(slab) == cap(slab) {
+			slab = make([]candNode, 0, 16) // counts and walk disagree: never cut pointers into slab
+		}
+		slab = append(slab, candNode{node: node, free: free, fabric: fabric})
+		total += len(free)
+		out = append(out, &slab[len(slab)-1])
+	}
+	return out, total, considered
+}
+
+// nodeLocalOrCluster reports whether a domain ID is of a node-local kind
+// (island, pcie, numa, node) or the cluster: not a fabric domain.
+func nodeLocalOrCluster(d string) bool {
+	i := strings.IndexByte(d, ':')
+	if i < 0 {
+		return false
+	}
+	switch d[:i] {
+	case store.DomainIsland, store.DomainPCIe, store.DomainNUMA, store.DomainNode, store.DomainCluster:
+		return true
+	}
+	return false
+}
+
+// fabricDomains returns a GPU's fabric domains (all but the node-local
+// ones and the cluster), in order. The store lists them as one run between
+// the node and the cluster, so this is a capped window of the GPU's shared
+// Domains (appending copies); a list of another shape gets a new slice.
+func fabricDomains(ds []string) []string {
+	i := 0
+	for i < len(ds) && nodeLocalOrCluster(ds[i]) {
+		i++
+	}
+	j := i
+	for j < len(ds) && !nodeLocalOrCluster(ds[j]) {
+		j++
+	}
+	k := j
+	for k < len(ds) && nodeLocalOrCluster(ds[k]) {
+		k++
+	}
+	if i == j {
+		return nil
+	}
+	if k == len(ds) {
+		return ds[i:j:j]
+	}
+	var out []string
+	for _, d := range ds {
+		if !nodeLocalOrCluster(d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func filterWait(cands []*candNode, total, n, gpn int, model string) (outcome.Result, bool) {
+	if gpn > 0 {
+		nodes := 0
+		for _, c := range cands {
+			if len(c.free) >= gpn {
+				nodes++
+			}
+		}
+		if nodes < n/gpn {
+			return waitReason(n, gpn, model, total, nodes), true
+		}
+		return outcome.Result{}, false
+	}
+	if total < n {
+		return waitReason(n, gpn, model, total, 0), true
+	}
+	return outcome.Result{}, false
+}
+
+func waitReason(n, gpn int, model string, free, freeNodes int) outcome.Result {
+	of := ""
+	if model != "" {
+		of = " of model " + model
+	}
+	if gpn > 0 {
+		nodes := fmt.Sprintf("%d nodes", n/gpn)
+		if n/gpn == 1 {
+			nodes = "1 node"
+		}
+		return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeNodes, Field: outcome.FieldGPUsPerNode,
+			Message: fmt.Sprintf("needs %s with %d free GPUs%s each, %d such nodes now (on nodes the placement policy allows)", nodes, gpn, of, freeNodes)}}}
+	}
+	return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeGPUs, Field: outcome.FieldGPUs,
+		Message: fmt.Sprintf("needs %d free GPUs%s, %d free now (on nodes the placement policy allows)", n, of, free)}}}
+}

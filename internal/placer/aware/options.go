@@ -1,0 +1,72 @@
+package aware
+
+// Options: the strategy's names, its Options and the package's
+// constants, read by every stage.
+//
+// Flow (place.go): candidates → single node or multi-node → judge →
+// local search → judge again.
+
+import (
+	"math"
+	"time"
+
+	"github.com/toposched/toposched/internal/topology"
+)
+
+// Strategy names.
+const (
+	Name           = "topology-aware"
+	NameExhaustive = "exhaustive"
+)
+
+// Options tune Place and Exhaustive. The zero value is usable.
+type Options struct {
+	// Fabric between the nodes (nil: one non-blocking leaf).
+	Fabric *topology.Fabric
+	// Bandwidths of the links (nil: topology.DefaultBandwidths).
+	Bandwidths *topology.Bandwidths
+	// Budget bounds the local search's wall time (0: 2 ms).
+	Budget time.Duration
+	// MaxEvals bounds the local search's cost-model evaluations (0: 200;
+	// negative: no local search).
+	MaxEvals int
+	// Candidates is how many single-node candidates the cost model scores
+	// (0: 4).
+	Candidates int
+	// Filter, when set, keeps only the nodes it accepts (node policies
+	// plug in here). It is asked only about nodes with free GPUs of the
+	// job's model.
+	Filter func(NodeView) bool
+	// Judge, when set, judges candidate placements (placement policies
+	// plug in here): see judge.go.
+	Judge func(Candidate) Judgement
+	// Explain, when set, is filled with how the decision was reached.
+	Explain *Explain
+}
+
+const inf = math.MaxFloat64
+
+// oneGPULimit is how many nodes a one-GPU job looks at, best fit first:
+// holes matter more than the node's fit.
+const oneGPULimit = 256
+
+// singleLimit is how many nodes a job of more GPUs that one node can hold
+// looks at (the first by level, then fit).
+const singleLimit = 32
+
+func (o Options) budget() time.Duration {
+	if o.Budget > 0 {
+		return o.Budget
+	}
+	return 2 * time.Millisecond
+}
+
+func (o Options) maxEvals() int {
+	switch {
+	case o.MaxEvals < 0:
+		return 0
+	case o.MaxEvals == 0:
+		return 200
+	}
+	return o.MaxEvals
+}

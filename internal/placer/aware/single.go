@@ -1,0 +1,364 @@
+package aware
+
+// Stage 2a, the single-node choice: for a job one node can hold, each
+// fitting node's best subset of free GPUs (pick) and the one-node
+// candidates ranked by level, fit and the cost model (singleNode). After
+// the candidate walk (candidates.go); next, the judge (judge.go) and the
+// local search (search.go). The multi-node choice (multi.go) reuses pick
+// for each node's share.
+//
+// Flow (place.go): candidates → single node or multi-node → judge →
+// local search → judge again.
+
+import (
+	"cmp"
+	"math"
+	"slices"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/store"
+)
+
+// inNode is a chosen subset of one node's free GPUs.
+type inNode struct {
+	c            *candNode
+	gpus         []int // GPU indices, in rank order
+	level        int   // 0 island, 1 PCIe group, 2 NUMA, 3 node
+	minBW, sumBW float64
+	holes        int // sum over the taken GPUs of the free GPUs of their smallest domain
+	fit          int // free GPUs the node keeps
+}
+
+// domainCount is one node-local domain and its free GPUs; a node has a
+// few, so a slice searched in order beats a map.
+type domainCount struct {
+	id   string
+	free int
+}
+
+// countLocal adds a node's free GPUs' node-local domains (island, PCIe
+// group, NUMA node) to counts, reused, and returns it.
+func countLocal(counts []domainCount, free []store.FreeGPU) []domainCount {
+	counts = counts[:0]
+	for _, g := range free {
+		for _, d := range g.Domains {
+			if levelOfID(d) == 3 {
+				continue
+			}
+			i := slices.IndexFunc(counts, func(c domainCount) bool { return c.id == d })
+			if i < 0 {
+				counts = append(counts, domainCount{id: d})
+				i = len(counts) - 1
+			}
+			counts[i].free++
+		}
+	}
+	return counts
+}
+
+func freeOf(counts []domainCount, id string) int {
+	for _, c := range counts {
+		if c.id == id {
+			return c.free
+		}
+	}
+	return 0
+}
+
+// pick chooses k of the node's free GPUs: the smallest node-local domain
+// with room, then a greedy bandwidth-grown subset, best fit on ties.
+func (p *placer) pick(c *candNode, k int) (inNode, error) {
+	// One GPU needs no bandwidth, so no topology: the node is in the
+	// snapshot (it is a candidate), which is all resolving it checks.
+	var nt *nodeTopo
+	if k > 1 {
+		var err error
+		if nt, err = p.e.res.node(c.node.Name); err != nil {
+			return inNode{}, err
+		}
+	}
+	// Free counts of the node-local domains.
+	p.counts = countLocal(p.counts, c.free)
+	freeIn := p.counts
+	// hole of a GPU: free GPUs of its smallest domain (1: alone).
+	hole := make([]int, len(c.free))
+	for i, g := range c.free {
+		hole[i] = len(c.free)
+		best := 4
+		for _, d := range g.Domains {
+			if l := levelOfID(d); l < best {
+				best, hole[i] = l, freeOf(freeIn, d)
+			}
+		}
+		if best == 4 || best == 3 {
+			hole[i] = len(c.free)
+		}
+	}
+	// Pool: the free GPUs of the smallest domain that fits.
+	level, poolDom, poolFree := 3, "", len(c.free)
+	for _, dc := range freeIn {
+		d, f := dc.id, dc.free
+		l := levelOfID(d)
+		if f >= k && (l < level || (l == level && (f < poolFree || (f == poolFree && d < poolDom)))) {
+			level, poolDom, poolFree = l, d, f
+		}
+	}
+	if k == 1 {
+		// What the seed loop below picks for one GPU, without its
+		// slices: the pool's first GPU of the smallest hole (seeds are
+		// sorted stably by hole, and a later seed wins only with fewer
+		// holes; bandwidths are all zero).
+		bi := -1
+		for i, g := range c.free {
+			if (poolDom == "" || slices.Contains(g.Domains, poolDom)) && (bi < 0 || hole[i] < hole[bi]) {
+				bi = i
+			}
+		}
+		return inNode{c: c, level: 0, gpus: []int{c.free[bi].Index}, holes: hole[bi], fit: len(c.free) - 1}, nil
+	}
+	var pool []int // positions in c.free
+	for i, g := range c.free {
+		if poolDom == "" || slices.Contains(g.Domains, poolDom) {
+			pool = append(pool, i)
+		}
+	}
+	if k == 1 {
+		level = 0
+	}
+	// Bandwidth between pool GPUs (none read for one GPU).
+	m := len(pool)
+	var bw [][]float64
+	if k > 1 {
+		pos := make([]int, len(c.free))
+		for i, g := range c.free {
+			pos[i] = nt.pos[g.Index]
+		}
+		bwOf := func(a, b int) float64 {
+			return nt.topo.Path(pos[a], pos[b], p.e.bw).BandwidthGBps
+		}
+		bw = make([][]float64, m)
+		for a := range m {
+			bw[a] = make([]float64, m)
+			for b := range m {
+				if a != b {
+					bw[a][b] = bwOf(pool[a], pool[b])
+				}
+			}
+		}
+	}
+	best := inNode{c: c, level: level, minBW: -1, fit: len(c.free) - k}
+	bestSet := []int(nil)
+	better := func(minBW, sumBW float64, holes int) bool {
+		switch {
+		case minBW != best.minBW:
+			return minBW > best.minBW
+		case sumBW != best.sumBW:
+			return sumBW > best.sumBW
+		}
+		return holes < best.holes
+	}
+	seeds := make([]int, m)
+	for i := range seeds {
+		seeds[i] = i
+	}
+	slices.SortStableFunc(seeds, func(a, b int) int { return cmp.Compare(hole[pool[a]], hole[pool[b]]) })
+	if len(seeds) > 16 {
+		seeds = seeds[:16]
+	}
+	in := make([]bool, m)
+	for _, s := range seeds {
+		clear(in)
+		set := []int{s}
+		in[s] = true
+		for len(set) < k {
+			cand, cs, ch := -1, -1.0, 0
+			for x := range m {
+				if in[x] {
+					continue
+				}
+				sum := 0.0
+				for _, y := range set {
+					sum += bw[x][y]
+				}
+				if sum > cs || (sum == cs && hole[pool[x]] < ch) {
+					cand, cs, ch = x, sum, hole[pool[x]]
+				}
+			}
+			set = append(set, cand)
+			in[cand] = true
+		}
+		minBW, sumBW, holes := math.Inf(1), 0.0, 0
+		for i, a := range set {
+			holes += hole[pool[a]]
+			for _, b := range set[i+1:] {
+				minBW = min(minBW, bw[a][b])
+				sumBW += bw[a][b]
+			}
+		}
+		if k == 1 {
+			minBW = 0
+		}
+		if bestSet == nil || better(minBW, sumBW, holes) {
+			best.minBW, best.sumBW, best.holes = minBW, sumBW, holes
+			bestSet = slices.Clone(set)
+		}
+	}
+	// Rank order: a chain of best links from the first GPU.
+	order := []int{bestSet[0]}
+	left := bestSet[1:]
+	for len(left) > 0 {
+		last := order[len(order)-1]
+		bi := 0
+		for i, x := range left {
+			if bw[last][x] > bw[last][left[bi]] || (bw[last][x] == bw[last][left[bi]] && c.free[pool[x]].Index < c.free[pool[left[bi]]].Index) {
+				bi = i
+			}
+		}
+		order = append(order, left[bi])
+		left = slices.Delete(slices.Clone(left), bi, bi+1)
+	}
+	for _, x := range order {
+		best.gpus = append(best.gpus, c.free[pool[x]].Index)
+	}
+	return best, nil
+}
+
+// singleNode lists the one-node candidates, the favourite first: by
+// level (island, PCIe group, NUMA node, node) and fit, each node's best
+// subset, the first Options.Candidates scored by the cost model (the
+// fastest wins, ties within 0.5% going to the better fit). Nil when no node
+// has room.
+func (p *placer) singleNode(cands []*candNode) []*cand {
+	k := p.n
+	type quick struct {
+		c     *candNode
+		level int
+		fit   int
+	}
+	var qs []quick
+	fitting := [4]int{}
+	for _, c := range cands {
+		if len(c.free) < k {
+			continue
+		}
+		level := 0 // one GPU fits the smallest domain
+		if k > 1 {
+			level = 3
+			p.counts = countLocal(p.counts, c.free)
+			for _, dc := range p.counts {
+				if dc.free >= k {
+					level = min(level, levelOfID(dc.id))
+				}
+			}
+		}
+		fitting[level]++
+		qs = append(qs, quick{c, level, len(c.free) - k})
+	}
+	if x := p.opts.Explain; x != nil {
+		// A node whose best fitting domain is an island also has a
+		// fitting PCIe group (or NUMA node) only if it has one; count the
+		// nodes whose smallest fitting domain is at each level or below.
+		names := [4]string{store.DomainIsland, store.DomainPCIe, store.DomainNUMA, store.DomainNode}
+		acc := 0
+		for l, name := range names {
+			acc += fitting[l]
+			domains := len(qs)
+			if l == 3 {
+				domains = len(cands)
+			}
+			x.Explanation.Levels = append(x.Explanation.Levels, events.LevelCount{Level: name, Domains: domains, Fitting: acc})
+		}
+	}
+	if len(qs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(qs, func(a, b quick) int { return cmp.Or(cmp.Compare(a.level, b.level), cmp.Compare(a.fit, b.fit)) })
+	// Subsets for the most promising nodes; keep enough that distinct
+	// shapes get a look.
+	limit := singleLimit
+	if k == 1 {
+		limit = oneGPULimit
+	}
+	if len(qs) > limit {
+		qs = qs[:limit]
+	}
+	var picks []inNode
+	for _, q := range qs {
+		in, err := p.pick(q.c, k)
+		if err != nil {
+			continue
+		}
+		picks = append(picks, in)
+	}
+	if len(picks) == 0 {
+		return nil
+	}
+	if k == 1 {
+		// No communication: the fit decides.
+		slices.SortStableFunc(picks, func(a, b inNode) int { return cmp.Or(cmp.Compare(a.holes, b.holes), cmp.Compare(a.fit, b.fit)) })
+	} else {
+		slices.SortStableFunc(picks, func(a, b inNode) int {
+			return cmp.Or(cmp.Compare(a.level, b.level), cmp.Compare(b.minBW, a.minBW), cmp.Compare(b.sumBW, a.sumBW),
+				cmp.Compare(a.holes, b.holes), cmp.Compare(a.fit, b.fit))
+		})
+	}
+	// The candidates and their keys in two slabs, not two objects each
+	// (a 1-GPU job has up to 256).
+	out := make([]*cand, len(picks))
+	slab := make([]cand, len(picks))
+	keyBuf := make([]store.GPUKey, 0, len(picks)*k)
+	for i, pk := range picks {
+		at := len(keyBuf)
+		for _, x := range pk.gpus {
+			keyBuf = append(keyBuf, store.GPUKey{Node: pk.c.node.Name, Index: x})
+		}
+		slab[i] = cand{domain: pk.domain(), gpus: keyBuf[at:len(keyBuf):len(keyBuf)], comm: math.NaN()}
+		out[i] = &slab[i]
+		if k == 1 {
+			out[i].comm = 0
+		}
+	}
+	if k == 1 {
+		return out
+	}
+	bestI, bestT := -1, inf
+	for i := range min(p.limit(), len(out)) {
+		t := p.score(out[i])
+		if bestI < 0 || t < bestT*(1-0.005) {
+			bestI, bestT = i, t
+		}
+	}
+	// The fastest first, then the rest in the heuristic's order.
+	first := out[bestI]
+	copy(out[1:bestI+1], out[:bestI])
+	out[0] = first
+	return out
+}
+
+// domain names the smallest node-local domain holding the subset.
+func (in inNode) domain() string {
+	best, bestL := store.DomainNode+":"+in.c.node.Name, 3
+	for _, g := range in.c.free {
+		if g.Index != in.gpus[0] {
+			continue
+		}
+		for _, d := range g.Domains {
+			l := levelOf(store.DomainKind(d))
+			if l >= bestL {
+				continue
+			}
+			all := true
+			for _, idx := range in.gpus[1:] {
+				for _, h := range in.c.free {
+					if h.Index == idx && !slices.Contains(h.Domains, d) {
+						all = false
+					}
+				}
+			}
+			if all {
+				best, bestL = d, l
+			}
+		}
+	}
+	return best
+}
