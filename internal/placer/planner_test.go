@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
@@ -29,42 +29,15 @@ type rig struct {
 
 func newRig(t *testing.T, nodes int, labels map[string]map[string]string) *rig {
 	t.Helper()
-	st, err := store.New()
-	if err != nil {
-		t.Fatal(err)
+	ns := make([]fixtures.Node, nodes)
+	names := make([]string, nodes)
+	for i := range ns {
+		names[i] = fmt.Sprintf("n%d", i)
+		ns[i].Event = fixtures.MustModelNode(t, "dgx-a100", names[i])
+		ns[i].Event.Labels = labels[names[i]]
 	}
-	fe := events.TopologyFabric{Cluster: "c"}
-	var leaves []string
-	for i := range nodes {
-		m, err := clusterfile.Model("dgx-a100")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Name = fmt.Sprintf("n%d", i)
-		ev := m.Event()
-		ev.Labels = labels[m.Name]
-		if err := st.UpsertNode(ev); err != nil {
-			t.Fatal(err)
-		}
-		if i%2 == 0 {
-			leaves = append(leaves, fmt.Sprintf("l%d", i/2))
-			fe.Switches = append(fe.Switches, events.Switch{Name: leaves[len(leaves)-1], Tier: "leaf"})
-		}
-		fe.Switches[len(fe.Switches)-1].Nodes = append(fe.Switches[len(fe.Switches)-1].Nodes, m.Name)
-	}
-	fe.Switches = append(fe.Switches, events.Switch{Name: "spine", Tier: "spine", Switches: leaves})
-	f, err := topology.NewFabric(fe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	domains := map[string][]string{}
-	for i := range nodes {
-		n := fmt.Sprintf("n%d", i)
-		domains[n] = f.Domains(n)
-	}
-	if err := st.UpsertFabric(domains); err != nil {
-		t.Fatal(err)
-	}
+	f := fixtures.MustFabric(t, fixtures.LeafSpine("c", names, 2))
+	st := fixtures.MustStore(t, ns, f)
 	set, err := policies.Compile(policies.Default, "default")
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 )
@@ -52,33 +52,8 @@ type Cluster struct {
 // FabricEvent describes the rail-optimized fabric over nodes (see the
 // package doc).
 func FabricEvent(nodes []string) events.TopologyFabric {
-	ev := events.TopologyFabric{Cluster: "load"}
-	rail := func(k int) *int { return &k }
-	pods := (len(nodes) + NodesPerPod - 1) / NodesPerPod
-	var cores []string
-	for c := 0; c*PodsPerCore < pods; c++ {
-		core := fmt.Sprintf("core-%d", c)
-		cores = append(cores, core)
-		var podNames []string
-		for p := c * PodsPerCore; p < min(pods, (c+1)*PodsPerCore); p++ {
-			pod := fmt.Sprintf("pod-%d", p)
-			podNames = append(podNames, pod)
-			var leaves []string
-			members := nodes[p*NodesPerPod : min(len(nodes), (p+1)*NodesPerPod)]
-			for k := range Rails {
-				leaf := fmt.Sprintf("pod-%d-rail-%d", p, k)
-				leaves = append(leaves, leaf)
-				ev.Switches = append(ev.Switches, events.Switch{Name: leaf, Tier: "leaf", Nodes: members,
-					LinkGbps: 400, Oversubscription: 2, Uplinks: 16, UplinkGbps: 400, Rail: rail(k)})
-			}
-			ev.Switches = append(ev.Switches, events.Switch{Name: pod, Tier: "spine", Switches: leaves, LinkGbps: 400})
-		}
-		ev.Switches = append(ev.Switches, events.Switch{Name: core, Tier: "core", Switches: podNames, LinkGbps: 400})
-	}
-	if len(cores) > 1 {
-		ev.Switches = append(ev.Switches, events.Switch{Name: "top", Tier: "core", Switches: cores, LinkGbps: 400})
-	}
-	return ev
+	return fixtures.RailFabric("load", nodes, fixtures.RailShape{NodesPerPod: NodesPerPod, Rails: Rails, PodsPerCore: PodsPerCore,
+		LinkGbps: 400, Uplinks: 16, UplinkGbps: 400, Oversubscription: 2, SpineGbps: 400})
 }
 
 // NodeNames names n nodes node-00000, node-00001, ...
@@ -95,11 +70,10 @@ func NodeNames(n int) []string {
 // mix drawn from seed.
 func BuildCluster(gpus int, model string, occupancy float64, seed uint64) (*Cluster, error) {
 	start := time.Now()
-	t, err := clusterfile.Model(model)
+	nodeEv, err := fixtures.ModelNode(model, "")
 	if err != nil {
 		return nil, err
 	}
-	nodeEv := t.Event()
 	if len(nodeEv.GPUs) != NodeGPUs {
 		return nil, fmt.Errorf("node model %s has %d GPUs; the load cluster wants %d", model, len(nodeEv.GPUs), NodeGPUs)
 	}
@@ -107,25 +81,17 @@ func BuildCluster(gpus int, model string, occupancy float64, seed uint64) (*Clus
 	if len(names) == 0 {
 		return nil, fmt.Errorf("%d GPUs make no node of %d", gpus, NodeGPUs)
 	}
+	nodes := make([]fixtures.Node, len(names))
+	for i, name := range names {
+		nodes[i] = fixtures.Node{Event: nodeEv, Name: name}
+	}
 	fe := FabricEvent(names)
 	fab, err := topology.NewFabric(fe)
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.New()
+	st, err := fixtures.NewStore(nodes, fab)
 	if err != nil {
-		return nil, err
-	}
-	domains := make(map[string][]string, len(names))
-	for pos, name := range names {
-		ev := nodeEv
-		ev.Name, ev.Position = name, pos
-		if err := st.UpsertNode(ev); err != nil {
-			return nil, err
-		}
-		domains[name] = fab.Domains(name)
-	}
-	if err := st.UpsertFabric(domains); err != nil {
 		return nil, err
 	}
 	c := &Cluster{GPUs: len(names) * NodeGPUs, Nodes: names, Model: model, Fabric: fab, Event: fe, Store: st}

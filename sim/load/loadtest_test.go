@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/placer"
-	"github.com/toposched/toposched/internal/placer/aware"
 	"github.com/toposched/toposched/policies"
 )
 
@@ -74,7 +74,7 @@ func BenchmarkPlan(b *testing.B) {
 				if pol {
 					p.Policies = set
 				}
-				job := aware.SyntheticJob("j", n, min(n, 8), 1)
+				job := fixtures.SyntheticJob("j", n, min(n, 8), 1)
 				b.ReportAllocs()
 				for b.Loop() {
 					if _, err := p.Plan(context.Background(), snap, job, placer.PlanOptions{}); err != nil {

@@ -16,8 +16,8 @@ import (
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/client"
 	"github.com/toposched/toposched/events/natsserver"
+	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/placer"
-	"github.com/toposched/toposched/internal/placer/aware"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/policies"
 	"github.com/toposched/toposched/services/operator"
@@ -139,7 +139,7 @@ func runDecisions(ctx context.Context, out io.Writer, cfg Config) error {
 		snap := cl.Store.Snapshot()
 		build := fmt.Sprintf("%.1f s", cl.Build.Seconds())
 		for _, n := range cfg.Jobs {
-			job := aware.SyntheticJob(fmt.Sprintf("load-%d", n), n, min(n, 8), 1)
+			job := fixtures.SyntheticJob(fmt.Sprintf("load-%d", n), n, min(n, 8), 1)
 			for _, strategy := range cfg.Strategies {
 				p := &placer.Planner{Strategy: strategy, Fabric: cl.Fabric, Policies: set, Log: slog.New(slog.DiscardHandler)}
 				decide := func(ctx context.Context, snap *store.Snapshot, job events.JobAnalyzed) (string, error) {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/internal/formats/fabric"
 	"github.com/toposched/toposched/internal/placer/aware"
@@ -247,29 +248,13 @@ func ratio(a, b float64) float64 {
 func fmtMS(s float64) string { return fmt.Sprintf("%.3f ms", 1e3*s) }
 
 func (c *nodeCase) run(opts aware.Options) {
-	st, err := store.New()
+	st, err := fixtures.NewStore([]fixtures.Node{{Event: c.ev, Name: "node", Held: c.held, HeldBy: "other"}}, nil)
 	if err != nil {
 		c.err = err
 		return
 	}
-	ev := c.ev
-	ev.Name = "node"
-	if err := st.UpsertNode(ev); err != nil {
-		c.err = err
-		return
-	}
-	if len(c.held) > 0 {
-		keys := make([]store.GPUKey, len(c.held))
-		for i, x := range c.held {
-			keys[i] = store.GPUKey{Node: "node", Index: x}
-		}
-		if err := st.Allocate("other", keys); err != nil {
-			c.err = err
-			return
-		}
-	}
 	snap := st.Snapshot()
-	job := aware.SyntheticJob("q", c.n, c.tp, 1)
+	job := fixtures.SyntheticJob("q", c.n, c.tp, 1)
 	score := func(r outcome.Result) float64 {
 		if r.Verdict != outcome.Placed {
 			c.err = fmt.Errorf("%v: %v", r.Verdict, r.Reasons)
@@ -339,15 +324,15 @@ type builtCluster struct {
 func jobOf(kind string, n int) events.JobAnalyzed {
 	switch kind {
 	case "tp8xdp":
-		return aware.SyntheticJob("q", n, 8, 1)
+		return fixtures.SyntheticJob("q", n, 8, 1)
 	case "tp8xppxdp":
 		pp := 4
 		if n < 64 {
 			pp = 2
 		}
-		return aware.SyntheticJob("q", n, 8, pp)
+		return fixtures.SyntheticJob("q", n, 8, pp)
 	}
-	return aware.SyntheticJob("q", n, 1, 1)
+	return fixtures.SyntheticJob("q", n, 1, 1)
 }
 
 func jobName(kind string, n int) string {
@@ -488,34 +473,16 @@ func buildCluster(dir string, s clusterSpec) (*builtCluster, error) {
 
 // store builds the cluster with each GPU held with probability occ.
 func (b *builtCluster) store(occ float64, rng *rand.Rand) (*store.Store, error) {
-	st, err := store.New()
-	if err != nil {
-		return nil, err
-	}
-	domains := map[string][]string{}
-	for pos, name := range b.nodes {
-		ev := b.nodeEv
-		ev.Name, ev.Position = name, pos
-		if err := st.UpsertNode(ev); err != nil {
-			return nil, err
-		}
-		domains[name] = b.fab.Domains(name)
-		var keys []store.GPUKey
-		for _, g := range ev.GPUs {
+	nodes := make([]fixtures.Node, len(b.nodes))
+	for i, name := range b.nodes {
+		nodes[i] = fixtures.Node{Event: b.nodeEv, Name: name, HeldBy: "bg-" + name}
+		for _, g := range b.nodeEv.GPUs {
 			if rng.Float64() < occ {
-				keys = append(keys, store.GPUKey{Node: name, Index: g.Index})
-			}
-		}
-		if len(keys) > 0 {
-			if err := st.Allocate("bg-"+name, keys); err != nil {
-				return nil, err
+				nodes[i].Held = append(nodes[i].Held, g.Index)
 			}
 		}
 	}
-	if err := st.UpsertFabric(domains); err != nil {
-		return nil, err
-	}
-	return st, nil
+	return fixtures.NewStore(nodes, b.fab)
 }
 
 func (c *clusterCase) run(seed uint64, opts aware.Options, ideal *idealCache) {
@@ -587,16 +554,13 @@ func (ic *idealCache) get(b *builtCluster, kind string, n int) (float64, error) 
 	if ok {
 		return v, nil
 	}
-	st, err := store.New()
+	nodes := make([]fixtures.Node, (n+7)/8)
+	for i := range nodes {
+		nodes[i] = fixtures.Node{Event: b.nodeEv, Name: fmt.Sprintf("ideal%03d", i)}
+	}
+	st, err := fixtures.NewStore(nodes, nil)
 	if err != nil {
 		return 0, err
-	}
-	for i := range (n + 7) / 8 {
-		ev := b.nodeEv
-		ev.Name, ev.Position = fmt.Sprintf("ideal%03d", i), i
-		if err := st.UpsertNode(ev); err != nil {
-			return 0, err
-		}
 	}
 	snap := st.Snapshot()
 	job := jobOf(kind, n)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/placer/blind"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
@@ -24,64 +24,19 @@ type spec struct {
 
 func dgx(t testing.TB, name, model string) events.TopologyNode {
 	t.Helper()
-	n, err := clusterfile.Model(model)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Name = name
-	return n.Event()
+	return fixtures.MustModelNode(t, model, name)
 }
 
 // pairs is a 4-GPU node with NVLink pairs 0-1 and 2-3, PHB otherwise.
-func pairs(name string) events.TopologyNode {
-	ev := events.TopologyNode{Name: name, GPUModel: "A10"}
-	for i := range 4 {
-		ev.GPUs = append(ev.GPUs, events.GPU{Index: i})
-		row := make([]string, 4)
-		for j := range 4 {
-			switch {
-			case i == j:
-				row[j] = "X"
-			case i/2 == j/2:
-				row[j] = "NV2"
-			default:
-				row[j] = "PHB"
-			}
-		}
-		ev.GPUPaths = append(ev.GPUPaths, row)
-	}
-	return ev
-}
+func pairs(name string) events.TopologyNode { return fixtures.PairsNode(name, "A10", 4) }
 
 func build(t testing.TB, specs ...spec) *store.Store {
 	t.Helper()
-	s, err := store.New()
-	if err != nil {
-		t.Fatal(err)
+	nodes := make([]fixtures.Node, len(specs))
+	for i, sp := range specs {
+		nodes[i] = fixtures.Node{Event: sp.ev, Name: sp.name, Held: sp.held, Unhealthy: sp.unhealthy}
 	}
-	for pos, sp := range specs {
-		ev := sp.ev
-		ev.Name, ev.Position = sp.name, pos
-		if err := s.UpsertNode(ev); err != nil {
-			t.Fatal(err)
-		}
-		if len(sp.held) > 0 {
-			var keys []store.GPUKey
-			for _, i := range sp.held {
-				keys = append(keys, store.GPUKey{Node: sp.name, Index: i})
-			}
-			if err := s.Allocate("other-"+sp.name, keys); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, i := range sp.unhealthy {
-			h := events.TopologyHealth{Node: sp.name, Component: events.ComponentGPU, ID: fmt.Sprint(i), Health: events.HealthUnhealthy}
-			if err := s.SetHealth(h); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return s
+	return fixtures.MustStore(t, nodes, nil)
 }
 
 func checkFree(t *testing.T, snap *store.Snapshot, r outcome.Result, n int) {
@@ -130,11 +85,11 @@ func TestOnlyFreeHealthy(t *testing.T) {
 			if n%tp != 0 {
 				continue
 			}
-			r := Place(snap, SyntheticJob("j", n, tp, 1), Options{})
+			r := Place(snap, fixtures.SyntheticJob("j", n, tp, 1), Options{})
 			checkFree(t, snap, r, n)
 		}
 	}
-	if r := Place(snap, SyntheticJob("j", free+1, 1, 1), Options{}); r.Verdict != outcome.Wait {
+	if r := Place(snap, fixtures.SyntheticJob("j", free+1, 1, 1), Options{}); r.Verdict != outcome.Wait {
 		t.Errorf("over capacity: %v", r.Verdict)
 	}
 }
@@ -148,7 +103,7 @@ func TestGPUsPerNodeAndModel(t *testing.T) {
 		spec{name: "h2", ev: dgx(t, "", "dgx-h100")},
 	).Snapshot()
 	model := snap.GPUs("h0")[0].Model
-	j := SyntheticJob("j", 8, 2, 1)
+	j := fixtures.SyntheticJob("j", 8, 2, 1)
 	j.Job.GPUsPerNode, j.Job.GPUModel = 4, model
 	r := Place(snap, j, Options{})
 	checkFree(t, snap, r, 8)
@@ -185,14 +140,14 @@ func TestOneGPUKeepsPairsAndWholeNodes(t *testing.T) {
 		spec{name: "p1", ev: pairs(""), held: []int{0}},
 		spec{name: "p2", ev: pairs("")},
 	).Snapshot()
-	r := Place(snap, SyntheticJob("j", 1, 1, 1), Options{})
+	r := Place(snap, fixtures.SyntheticJob("j", 1, 1, 1), Options{})
 	checkFree(t, snap, r, 1)
 	if want := (store.GPUKey{Node: "p1", Index: 1}); r.GPUs[0] != want {
 		t.Errorf("1-GPU job took %s, want %s (the GPU whose NVLink partner is taken)", r.GPUs[0], want)
 	}
 	// Off the NVSwitch node (faster, so the cost model would take it), a
 	// 2-GPU job takes the NVLink pair of the fullest node.
-	r = Place(snap, SyntheticJob("j", 2, 1, 1), Options{Filter: func(n NodeView) bool { return n.Node.Name != "whole" }})
+	r = Place(snap, fixtures.SyntheticJob("j", 2, 1, 1), Options{Filter: func(n NodeView) bool { return n.Node.Name != "whole" }})
 	checkFree(t, snap, r, 2)
 	if got := slices.Sorted(slices.Values([]int{r.GPUs[0].Index, r.GPUs[1].Index})); r.GPUs[0].Node != "p1" || r.GPUs[1].Node != "p1" || !slices.Equal(got, []int{2, 3}) {
 		t.Errorf("2-GPU job took %v, want p1/2, p1/3", r.GPUs)
@@ -210,7 +165,7 @@ func TestTPInsideNodeAndWholeNode(t *testing.T) {
 		specs = append(specs, sp)
 	}
 	snap := build(t, specs...).Snapshot()
-	r := Place(snap, SyntheticJob("j", 8, 8, 1), Options{})
+	r := Place(snap, fixtures.SyntheticJob("j", 8, 8, 1), Options{})
 	checkFree(t, snap, r, 8)
 	for _, k := range r.GPUs {
 		if k.Node != "n3" {
@@ -218,7 +173,7 @@ func TestTPInsideNodeAndWholeNode(t *testing.T) {
 		}
 	}
 	// TP4 x DP4 over nodes with 6 free GPUs each: each TP group on one node.
-	r = Place(snap, SyntheticJob("j", 16, 4, 1), Options{})
+	r = Place(snap, fixtures.SyntheticJob("j", 16, 4, 1), Options{})
 	checkFree(t, snap, r, 16)
 	for g := 0; g < 16; g += 4 {
 		for _, k := range r.GPUs[g : g+4] {
@@ -228,9 +183,9 @@ func TestTPInsideNodeAndWholeNode(t *testing.T) {
 		}
 	}
 	// Blind is no better under the same cost model.
-	b := blind.Place(snap, SyntheticJob("j", 16, 4, 1))
-	ours, _ := Predict(snap, SyntheticJob("j", 16, 4, 1), r.GPUs, nil)
-	theirs, _ := Predict(snap, SyntheticJob("j", 16, 4, 1), b.GPUs, nil)
+	b := blind.Place(snap, fixtures.SyntheticJob("j", 16, 4, 1))
+	ours, _ := Predict(snap, fixtures.SyntheticJob("j", 16, 4, 1), r.GPUs, nil)
+	theirs, _ := Predict(snap, fixtures.SyntheticJob("j", 16, 4, 1), b.GPUs, nil)
 	if ours.CommSeconds > theirs.CommSeconds*1.0001 {
 		t.Errorf("ours %.3g s > blind %.3g s", ours.CommSeconds, theirs.CommSeconds)
 	}
@@ -243,7 +198,7 @@ func TestExhaustive(t *testing.T) {
 		spec{name: "p1", ev: pairs("")},
 	).Snapshot()
 	for n := 2; n <= 4; n++ {
-		j := SyntheticJob("j", n, 1, 1)
+		j := fixtures.SyntheticJob("j", n, 1, 1)
 		ex, err := Exhaustive(snap, j, Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -264,7 +219,7 @@ func TestExhaustive(t *testing.T) {
 		specs = append(specs, spec{name: fmt.Sprintf("n%d", i), ev: dgx(t, "", "dgx-a100")})
 	}
 	big := build(t, specs...).Snapshot()
-	_, err := Exhaustive(big, SyntheticJob("j", 16, 1, 1), Options{})
+	_, err := Exhaustive(big, fixtures.SyntheticJob("j", 16, 1, 1), Options{})
 	if err == nil || !strings.Contains(err.Error(), "exceed the limit of 200000; use topology-aware") {
 		t.Errorf("big job: %v", err)
 	}
@@ -291,7 +246,7 @@ func BenchmarkPlace(b *testing.B) {
 		snap := cluster(b, gpus/8, 0.5)
 		for _, n := range []int{8, 64, 512} {
 			b.Run(fmt.Sprintf("gpus=%d/job=%d", gpus, n), func(b *testing.B) {
-				j := SyntheticJob("j", n, 8, 1)
+				j := fixtures.SyntheticJob("j", n, 8, 1)
 				for b.Loop() {
 					if r := Place(snap, j, Options{}); r.Verdict != outcome.Placed {
 						b.Fatal(r.Reasons)
@@ -311,7 +266,7 @@ func TestPlaceOnTenThousandGPUs(t *testing.T) {
 	}
 	snap := cluster(t, 1280, 0.5)
 	start := time.Now()
-	r := Place(snap, SyntheticJob("j", 64, 8, 1), Options{})
+	r := Place(snap, fixtures.SyntheticJob("j", 64, 8, 1), Options{})
 	checkFree(t, snap, r, 64)
 	t.Logf("64-GPU job on 10k GPUs: %v", time.Since(start))
 }

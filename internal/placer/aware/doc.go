@@ -26,9 +26,9 @@
 //   - search.go: the local search on the chosen candidate, whose result is
 //     judged again.
 //
-// predict.go holds the cost model every stage scores with, exhaustive.go
-// the exhaustive optimum, and jobs.go synthetic jobs for benchmarks and
-// tests.
+// predict.go holds the cost model every stage scores with, and
+// exhaustive.go the exhaustive optimum. The synthetic jobs of the
+// benchmarks and tests are internal/fixtures' SyntheticJob.
 //
 // # Validity
 //

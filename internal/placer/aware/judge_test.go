@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
@@ -57,7 +58,7 @@ func TestJudge(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			x := &Explain{}
-			r := Place(snap, SyntheticJob("j", tt.gpus, tt.gpus, 1), Options{Judge: tt.judge, Explain: x})
+			r := Place(snap, fixtures.SyntheticJob("j", tt.gpus, tt.gpus, 1), Options{Judge: tt.judge, Explain: x})
 			if got := nodeOf(r); got != tt.want {
 				t.Fatalf("placed on %s, want %s", got, tt.want)
 			}
@@ -88,7 +89,7 @@ func TestJudge(t *testing.T) {
 func TestJudgeAfterLocalSearch(t *testing.T) {
 	t.Parallel()
 	snap := build(t, spec{name: "n0", ev: dgx(t, "", "dgx-a100")}).Snapshot()
-	job := SyntheticJob("j", 8, 2, 1)
+	job := fixtures.SyntheticJob("j", 8, 2, 1)
 	var first []store.GPUKey
 	r := Place(snap, job, Options{Judge: func(c Candidate) Judgement {
 		if first == nil {

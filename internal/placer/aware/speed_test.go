@@ -1,19 +1,20 @@
 package aware
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
+	"bufio"
+	"bytes"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/placer/outcome"
 )
 
@@ -26,7 +27,7 @@ func BenchmarkPlaceSmall(b *testing.B) {
 	for _, n := range []int{1, 2, 8} {
 		for _, explain := range []bool{false, true} {
 			b.Run(fmt.Sprintf("gpus=10240/job=%d/explain=%v", n, explain), func(b *testing.B) {
-				j := SyntheticJob("j", n, min(n, 8), 1)
+				j := fixtures.SyntheticJob("j", n, min(n, 8), 1)
 				b.ReportAllocs()
 				for b.Loop() {
 					opts := Options{}
@@ -42,23 +43,35 @@ func BenchmarkPlaceSmall(b *testing.B) {
 	}
 }
 
-var updateDigest = flag.Bool("update-digest", false, "rewrite testdata/decisions.sha256 from the current decisions")
+var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/decisions.golden from the current decisions")
 
-// TestDecisionDigest holds every decision (verdict, GPUs, reasons and the
-// explanation) of a seeded mix of clusters and jobs, filters and judges,
-// one JSON line per case, to the SHA-256 kept in testdata/decisions.sha256:
-// a speed-up must leave every decision as it was. A change that means to
-// decide differently rewrites it with -update-digest. To see which cases
-// differ, set TOPOSCHED_DECISION_DIGEST=file on both versions and diff the
-// files. The local search is bounded by evaluations, not time, so the
+// goldenDecisions is the file TestDecisionGolden holds the decisions to.
+var goldenDecisions = filepath.Join("testdata", "decisions.golden")
+
+// decisionCase is one decision of TestDecisionGolden's seeded mix.
+type decisionCase struct {
+	name       string
+	ours, base outcome.Result
+	explain    *Explain // nil when the case asks for none
+}
+
+// decisionVariants name the variants of each job: plain, a GPU model
+// asked for, gpus_per_node, a node filter, a placement judge, a model
+// with no explanation asked for.
+var decisionVariants = []string{"plain", "model-h100", "gpus-per-node", "filter", "judge", "model-a10-unexplained"}
+
+// decisionCases places a seeded mix of clusters (24 to 63 nodes of four
+// kinds, 20/50/80% held, some GPUs unhealthy, leaves of 4 nodes and pods
+// of 16) and jobs (1 to 64 GPUs, TP 1 to 8) with each variant: 1152
+// cases. The local search is bounded by evaluations, not time, so the
 // decisions do not depend on the machine's speed.
-func TestDecisionDigest(t *testing.T) {
-	var out strings.Builder
+func decisionCases(t *testing.T) []decisionCase {
+	t.Helper()
+	var out []decisionCase
 	for seed := range uint64(6) {
 		rng := rand.New(rand.NewPCG(seed, 99))
 		var specs []spec
-		kinds := []events.TopologyNode{dgx(t, "", "dgx-h100"), dgx(t, "", "pcie-8gpu"), pairs(""),
-			{GPUModel: "A100", GPUs: []events.GPU{{Index: 0}, {Index: 1}, {Index: 2}, {Index: 3}, {Index: 4}, {Index: 5}, {Index: 6}, {Index: 7}}}}
+		kinds := []events.TopologyNode{dgx(t, "", "dgx-h100"), dgx(t, "", "pcie-8gpu"), pairs(""), fixtures.PlainNode("", "A100", 8)}
 		nodes := 24 + rng.IntN(40)
 		for i := range nodes {
 			sp := spec{name: fmt.Sprintf("n%03d", i), ev: kinds[rng.IntN(len(kinds))]}
@@ -87,8 +100,8 @@ func TestDecisionDigest(t *testing.T) {
 				if n%tp != 0 {
 					continue
 				}
-				for variant := range 6 {
-					j := SyntheticJob("j", n, tp, 1)
+				for variant := range decisionVariants {
+					j := fixtures.SyntheticJob("j", n, tp, 1)
 					opts := Options{MaxEvals: 30, Budget: time.Hour, Explain: &Explain{}}
 					switch variant {
 					case 1:
@@ -109,42 +122,225 @@ func TestDecisionDigest(t *testing.T) {
 						opts.Explain = nil
 					}
 					ours, base := PlaceWithBaseline(snap, j, opts)
-					var x any
-					if opts.Explain != nil {
-						x = opts.Explain
-					}
-					line, err := json.Marshal([]any{seed, n, tp, variant, ours, base, x})
-					if err != nil {
-						t.Fatal(err)
-					}
-					out.Write(line)
-					out.WriteByte('\n')
+					out = append(out, decisionCase{
+						name: fmt.Sprintf("s%d/n%d/tp%d/%s", seed, n, tp, decisionVariants[variant]),
+						ours: ours, base: base, explain: opts.Explain,
+					})
 				}
 			}
 		}
 	}
-	if path := os.Getenv("TOPOSCHED_DECISION_DIGEST"); path != "" {
-		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
+	return out
+}
+
+// line is the case's decision on one line: its name, then ours (verdict,
+// GPUs in rank order as node:indices runs, reasons), blind's baseline
+// ("same" when it is ours) and the explanation, every field and every
+// float in full (shortest exact form), so that any change to a decision
+// shows.
+func (c decisionCase) line() string {
+	var b strings.Builder
+	b.WriteString(c.name)
+	b.WriteString(" ours=")
+	writeResult(&b, c.ours)
+	b.WriteString(" base=")
+	if sameResult(c.ours, c.base) {
+		b.WriteString("same")
+	} else {
+		writeResult(&b, c.base)
+	}
+	x := c.explain
+	if x == nil {
+		b.WriteString(" explain=none")
+		return b.String()
+	}
+	e := x.Explanation
+	fmt.Fprintf(&b, " considered=%d", e.NodesConsidered)
+	if e.PolicyRevision != "" {
+		fmt.Fprintf(&b, " revision=%q", e.PolicyRevision)
+	}
+	for _, d := range e.NodesDenied {
+		fmt.Fprintf(&b, " denied=%s:%s:%d:%q", d.Policy, d.Code, d.Nodes, d.Example)
+	}
+	if e.NodesReserved != 0 {
+		fmt.Fprintf(&b, " reserved=%d", e.NodesReserved)
+	}
+	b.WriteString(" levels=")
+	if len(e.Levels) == 0 {
+		b.WriteString("-")
+	}
+	for i, l := range e.Levels {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%s:%d/%d", l.Level, l.Domains, l.Fitting)
+	}
+	for _, cs := range e.Candidates {
+		fmt.Fprintf(&b, " cand={%s nodes=%d", cs.Domain, cs.Nodes)
+		if cs.Leaves != 0 {
+			fmt.Fprintf(&b, " leaves=%d", cs.Leaves)
+		}
+		fmt.Fprintf(&b, " comm=%s cost=%s", float(cs.CommSecondsPerStep), float(cs.Cost))
+		if cs.Score != 0 {
+			fmt.Fprintf(&b, " score=%s", float(cs.Score))
+		}
+		b.WriteString(" " + cs.Outcome)
+		writeReasons(&b, " reasons=", cs.Reasons)
+		b.WriteByte('}')
+	}
+	j := x.Judgement
+	if j.Deny {
+		b.WriteString(" judged=deny")
+	}
+	if j.Score != 0 {
+		fmt.Fprintf(&b, " judged-score=%s", float(j.Score))
+	}
+	writeReasons(&b, " judged-reasons=", j.Reasons)
+	writeReasons(&b, " judged-warnings=", j.Warnings)
+	if x.PolicyDenied {
+		b.WriteString(" policy-denied")
+	}
+	return b.String()
+}
+
+func float(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// writeResult writes "placed n1:0,1+n2:4" or "wait reasons=...".
+func writeResult(b *strings.Builder, r outcome.Result) {
+	b.WriteString(r.Verdict.String())
+	for i, g := range r.GPUs {
+		switch {
+		case i == 0:
+			b.WriteString(" " + g.Node + ":")
+		case g.Node != r.GPUs[i-1].Node:
+			b.WriteString("+" + g.Node + ":")
+		default:
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(g.Index))
+	}
+	writeReasons(b, " reasons=", r.Reasons)
+}
+
+// writeReasons writes code[@field][#policy]:"message", comma-separated,
+// after prefix; nothing when there are none.
+func writeReasons(b *strings.Builder, prefix string, rs []events.Reason) {
+	for i, r := range rs {
+		if i == 0 {
+			b.WriteString(prefix)
+		} else {
+			b.WriteByte(',')
+		}
+		b.WriteString(r.Code)
+		if r.Field != "" {
+			b.WriteString("@" + r.Field)
+		}
+		if r.Policy != "" {
+			b.WriteString("#" + r.Policy)
+		}
+		b.WriteString(":" + strconv.Quote(r.Message))
+	}
+}
+
+func sameResult(a, b outcome.Result) bool {
+	if a.Verdict != b.Verdict || len(a.GPUs) != len(b.GPUs) || len(a.Reasons) != len(b.Reasons) {
+		return false
+	}
+	for i := range a.GPUs {
+		if a.GPUs[i] != b.GPUs[i] {
+			return false
+		}
+	}
+	for i := range a.Reasons {
+		if a.Reasons[i] != b.Reasons[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestDecisionGolden holds every decision (verdict, GPUs, reasons and the
+// explanation) of decisionCases, one line per case, to
+// testdata/decisions.golden: a speed-up must leave every decision as it
+// was. A change that means to decide differently rewrites it with
+// -update-golden, and the diff of the file shows what changed.
+func TestDecisionGolden(t *testing.T) {
+	cases := decisionCases(t)
+	var got bytes.Buffer
+	for _, c := range cases {
+		got.WriteString(c.line())
+		got.WriteByte('\n')
+	}
+	if *updateGolden {
+		if err := os.MkdirAll(filepath.Dir(goldenDecisions), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(goldenDecisions, got.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sum := sha256.Sum256([]byte(out.String()))
-	got := hex.EncodeToString(sum[:]) + "\n"
-	golden := filepath.Join("testdata", "decisions.sha256")
-	if *updateDigest {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
+	data, err := os.ReadFile(goldenDecisions)
 	if err != nil {
-		t.Fatalf("%v (run with -update-digest to write it)", err)
+		t.Fatalf("%v (run with -update-golden to write it)", err)
 	}
-	if got != string(want) {
-		t.Errorf("decisions changed: digest %s, want %s; if that is meant, rerun with -update-digest (TOPOSCHED_DECISION_DIGEST=file writes the cases to diff)",
-			strings.TrimSpace(got), strings.TrimSpace(string(want)))
+	wantNames, want := goldenLines(t, data)
+	gotNames, gotLines := goldenLines(t, got.Bytes())
+	diffGolden(t, wantNames, want, gotNames, gotLines)
+}
+
+// goldenLines maps each line's case name (its first field) to the line,
+// keeping the names in order.
+func goldenLines(t *testing.T, data []byte) ([]string, map[string]string) {
+	t.Helper()
+	var names []string
+	lines := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		name, _, _ := strings.Cut(line, " ")
+		if _, dup := lines[name]; dup {
+			t.Fatalf("case %s twice", name)
+		}
+		names = append(names, name)
+		lines[name] = line
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return names, lines
+}
+
+// diffGolden reports, case by case, the first 10 lines that differ.
+func diffGolden(t *testing.T, wantNames []string, want map[string]string, gotNames []string, got map[string]string) {
+	t.Helper()
+	var diffs []string
+	changed := 0
+	report := func(s string) {
+		changed++
+		if len(diffs) < 10 {
+			diffs = append(diffs, s)
+		}
+	}
+	for _, name := range gotNames {
+		w, ok := want[name]
+		switch {
+		case !ok:
+			report(fmt.Sprintf("%s: new case\n  got:  %s", name, got[name]))
+		case w != got[name]:
+			report(fmt.Sprintf("%s:\n  want: %s\n  got:  %s", name, w, got[name]))
+		}
+	}
+	for _, name := range wantNames {
+		if _, ok := got[name]; !ok {
+			report(fmt.Sprintf("%s: case gone\n  want: %s", name, want[name]))
+		}
+	}
+	if changed > 0 {
+		t.Errorf("%d of %d decisions differ from %s (if that is meant, rerun with -update-golden); the first %d:\n%s",
+			changed, len(gotNames), goldenDecisions, len(diffs), strings.Join(diffs, "\n"))
 	}
 }

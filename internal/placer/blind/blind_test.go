@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
@@ -24,36 +25,15 @@ type nodeSpec struct {
 // cluster builds a store with the nodes in enumeration order.
 func cluster(t testing.TB, nodes ...nodeSpec) *store.Store {
 	t.Helper()
-	s, err := store.New()
-	if err != nil {
-		t.Fatal(err)
+	fx := make([]fixtures.Node, len(nodes))
+	for i, ns := range nodes {
+		ev := fixtures.PlainNode(ns.name, ns.model, ns.gpus)
+		for g := range ev.GPUs {
+			ev.GPUs[g].Model = ns.models[g]
+		}
+		fx[i] = fixtures.Node{Event: ev, Held: ns.held, Unhealthy: ns.unhealthy}
 	}
-	for pos, ns := range nodes {
-		r := events.TopologyNode{Name: ns.name, Position: pos, GPUModel: ns.model}
-		for i := range ns.gpus {
-			r.GPUs = append(r.GPUs, events.GPU{Index: i, Model: ns.models[i]})
-		}
-		if err := s.UpsertNode(r); err != nil {
-			t.Fatal(err)
-		}
-		if len(ns.held) > 0 {
-			var keys []store.GPUKey
-			for _, i := range ns.held {
-				keys = append(keys, store.GPUKey{Node: ns.name, Index: i})
-			}
-			if err := s.Allocate("other-"+ns.name, keys); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// Health last, so that a GPU may be both held and unhealthy.
-		for _, i := range ns.unhealthy {
-			h := events.TopologyHealth{Node: ns.name, Component: events.ComponentGPU, ID: fmt.Sprint(i), Health: events.HealthUnhealthy}
-			if err := s.SetHealth(h); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return s
+	return fixtures.MustStore(t, fx, nil)
 }
 
 func job(gpus, perNode int, model string) events.JobAnalyzed {
