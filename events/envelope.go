@@ -146,7 +146,7 @@ func KeyOfBody(name Name, body []byte) string {
 		return ""
 	}
 	switch name.Domain() {
-	case "jobs", "placement", "runtime":
+	case DomainJobs, DomainPlacement, DomainRuntime:
 		if probe.JobID != "" {
 			return probe.JobID
 		}

@@ -15,7 +15,7 @@ func TestSubjects(t *testing.T) {
 		{s.Of(NameTopologyNode), "toposched.topology.node.*"},
 		{s.ForNode(NameTopologyNode, "gpu-01.dc1"), "toposched.topology.node.gpu-01%2Edc1"},
 		{NewSubjects("acme").Of(NameJobFinished), "acme.jobs.finished"},
-		{s.Domain("jobs"), "toposched.jobs.>"},
+		{s.Domain(DomainJobs), "toposched.jobs.>"},
 		{s.DeadLetter(), "toposched.dlq"},
 		{NamePlacementDecided.CEType(), "io.toposched.placement.decided.v1"},
 	}

@@ -56,10 +56,26 @@ func (n Name) NodeScoped() bool {
 	return n == NameTopologyNode || n == NameTopologyHealth
 }
 
-// Domain is the first token of the name: jobs, placement, topology, policy.
-func (n Name) Domain() string {
+// Domain is the stream domain of the event, the first token of its name.
+// It is looked up, not cut from the name, so that the catalogue states each
+// event's stream once (TestNameDomain checks the two agree). A name outside
+// the catalogue gets its first token, as a subject of it would travel on.
+func (n Name) Domain() Domain {
+	switch n {
+	case NameJobSubmitted, NameJobAnalyzed, NameJobFinished, NameJobMigrationAccepted:
+		return DomainJobs
+	case NamePlacementDecided, NamePlacementPending, NamePlacementRejected, NamePlacementReleased,
+		NamePlacementMigration, NamePlacementMigrationRefused:
+		return DomainPlacement
+	case NameTopologyNode, NameTopologyFabric, NameTopologyHealth:
+		return DomainTopology
+	case NamePolicyApplied, NamePolicyRejected:
+		return DomainPolicy
+	case NameRuntimeTuning, NameRuntimeTelemetry, NameRuntimeDiagnosis:
+		return DomainRuntime
+	}
 	d, _, _ := strings.Cut(string(n), ".")
-	return d
+	return Domain(d)
 }
 
 // CEType is the CloudEvents type, such as io.toposched.placement.decided.v1.
@@ -197,7 +213,7 @@ func (s Subjects) ForNode(n Name, node string) string {
 }
 
 // Domain is the wildcard subject over one domain, for a stream.
-func (s Subjects) Domain(domain string) string { return s.Prefix + "." + domain + ".>" }
+func (s Subjects) Domain(domain Domain) string { return s.Prefix + "." + string(domain) + ".>" }
 
 // DeadLetter is the subject where messages that cannot be handled are kept.
 func (s Subjects) DeadLetter() string { return s.Prefix + ".dlq" }

@@ -154,19 +154,73 @@ type JobAnalyzed struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
-// Job status values of JobFinished.
+// JobStatus is how a job ended, as JobFinished and PlacementReleased carry
+// it (the schema's jobStatus enum). It is a named type so that a finish
+// status and a placement state (JobState) cannot be mixed up; on the wire it
+// is the plain string.
+type JobStatus string
+
+// Job status values of JobFinished and PlacementReleased.
 const (
-	StatusSucceeded = "succeeded"
-	StatusFailed    = "failed"
-	StatusCancelled = "cancelled"
+	// StatusSucceeded: the job ran to completion.
+	StatusSucceeded JobStatus = "succeeded"
+	// StatusFailed: the job stopped with an error.
+	StatusFailed JobStatus = "failed"
+	// StatusCancelled: the job was stopped by a person, or withdrawn while
+	// it still waited for GPUs.
+	StatusCancelled JobStatus = "cancelled"
 )
+
+// Valid reports whether s is one of the statuses the schema allows.
+func (s JobStatus) Valid() bool {
+	switch s {
+	case StatusSucceeded, StatusFailed, StatusCancelled:
+		return true
+	}
+	return false
+}
 
 // JobFinished says a job ended, or was withdrawn while pending
 // (jobs.finished). Its GPUs are freed.
 type JobFinished struct {
-	JobID   string `json:"job_id"`
-	Status  string `json:"status"`
-	Message string `json:"message,omitempty"`
+	JobID   string    `json:"job_id"`
+	Status  JobStatus `json:"status"`
+	Message string    `json:"message,omitempty"`
+}
+
+// JobState is where a job stands in placement: the state placement keeps
+// for each job it knows (the store's Job.State), rebuilt from the placement
+// stream. It travels in no event; the client's job history has states of
+// its own, read from the streams. The constants carry the type's name
+// (JobStateFinished, not JobFinished, which is the event).
+type JobState string
+
+// Job states.
+const (
+	// JobStatePending: the job waits for GPUs; it is retried when GPUs
+	// free up or the topology changes (placement.pending).
+	JobStatePending JobState = "pending"
+	// JobStatePlaced: the job holds GPUs under a decision
+	// (placement.decided).
+	JobStatePlaced JobState = "placed"
+	// JobStateRejected: the job can never be placed as asked, or is invalid
+	// (placement.rejected); a new submission with the same id is taken.
+	JobStateRejected JobState = "rejected"
+	// JobStateFinished: the job ended or was withdrawn and its GPUs are free
+	// (jobs.finished, then placement.released).
+	JobStateFinished JobState = "finished"
+)
+
+// JobStates lists every job state.
+var JobStates = []JobState{JobStatePending, JobStatePlaced, JobStateRejected, JobStateFinished}
+
+// Valid reports whether s is one of the job states.
+func (s JobState) Valid() bool {
+	switch s {
+	case JobStatePending, JobStatePlaced, JobStateRejected, JobStateFinished:
+		return true
+	}
+	return false
 }
 
 // RankPlacement puts one global rank on a GPU of a node.
@@ -377,7 +431,7 @@ type PlacementRejected struct {
 // complete, ordered log of allocations from which any replica rebuilds.
 type PlacementReleased struct {
 	JobID  string          `json:"job_id"`
-	Status string          `json:"status"`
+	Status JobStatus       `json:"status"`
 	Nodes  []NodePlacement `json:"nodes,omitempty"`
 }
 

@@ -3,8 +3,10 @@
 //
 // The services are not edited to count things: the bus reports every
 // handled delivery and every published event to an Observer (events/bus),
-// the policy engine reports each evaluation's time (policies.SetEvalObserver),
-// and the placement store and the lease are read when Prometheus scrapes.
+// placement reports each policy evaluation's time (PolicyEvaluated, given
+// to it as its ObservePolicyEval), and the placement store and the lease
+// are read through a Stats function when Prometheus scrapes (Watch): the
+// wiring fills it, so this package imports no service.
 // So a decision is counted when placement.decided is stored, whichever code
 // path made it, and a metric can never disagree with the stream.
 package metrics
@@ -24,7 +26,6 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
-	"github.com/toposched/toposched/services/operator"
 )
 
 // Metrics is one process's registry.
@@ -120,14 +121,33 @@ func (m *Metrics) Published(ctx context.Context, name events.Name, _ events.Enve
 	}
 }
 
-// PolicyEvaluated records one evaluation's time; install it with
-// policies.SetEvalObserver.
+// PolicyEvaluated records one evaluation's time: give it to placement as
+// its ObservePolicyEval.
 func (m *Metrics) PolicyEvaluated(d time.Duration) { m.policyEval.Observe(d.Seconds()) }
 
-// WatchOperator adds the series read from a running operator when scraped:
-// the placement store's size and queue depth (on the leader), and the lease.
-func (m *Metrics) WatchOperator(op *operator.Operator) {
-	m.reg.MustRegister(&operatorCollector{op: op})
+// Stats is what the running services report at scrape time. The wiring
+// fills it; metrics knows nothing of the wiring.
+type Stats struct {
+	// LeaseKnown says this process campaigns for placement's lease;
+	// Leader whether it holds it, Terms how many terms it has led.
+	LeaseKnown bool
+	Leader     bool
+	Terms      int
+	// StoreKnown says this process leads placement and the store figures
+	// below are its store's.
+	StoreKnown bool
+	Nodes      int
+	GPUs       int // on the cluster's nodes
+	HealthyGPU int
+	FreeGPUs   int
+	// Jobs counts the store's jobs by state (pending, placed, ...).
+	Jobs map[string]int
+}
+
+// Watch adds the series read from stats when scraped: the placement
+// store's size and queue depth (on the leader), and the lease.
+func (m *Metrics) Watch(stats func() Stats) {
+	m.reg.MustRegister(&statsCollector{stats: stats})
 }
 
 var (
@@ -144,26 +164,26 @@ var (
 		"Terms this replica has led (each began with a rebuild from the streams).", nil, nil)
 )
 
-// operatorCollector reads the operator at scrape time.
-type operatorCollector struct{ op *operator.Operator }
+// statsCollector reads the services at scrape time.
+type statsCollector struct{ stats func() Stats }
 
-func (c *operatorCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPending, descJobs, descNodes, descGPUs, descLeader, descTerms} {
 		ch <- d
 	}
 }
 
-func (c *operatorCollector) Collect(ch chan<- prometheus.Metric) {
-	if st, ok := c.op.LeaderStatus(); ok {
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.stats()
+	if st.LeaseKnown {
 		v := 0.0
-		if st.Role == operator.RoleLeader {
+		if st.Leader {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, v)
 		ch <- prometheus.MustNewConstMetric(descTerms, prometheus.CounterValue, float64(st.Terms))
 	}
-	st, ok := c.op.PlacementStats()
-	if !ok {
+	if !st.StoreKnown {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(st.Jobs["pending"]))

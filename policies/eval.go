@@ -111,7 +111,7 @@ func failClosed(err error) Violation {
 // eval runs a prepared query on an input, returning the document (nil
 // when undefined).
 func (s *Set) eval(ctx context.Context, pq rego.PreparedEvalQuery, input any) (map[string]any, error) {
-	defer observeEval(time.Now())
+	defer observeEval(ctx, time.Now())
 	b, err := json.Marshal(input)
 	if err != nil {
 		return nil, err

@@ -1,26 +1,23 @@
 package policies
 
 import (
-	"sync/atomic"
+	"context"
 	"time"
 )
 
-// evalObserver, when set, is told how long each Rego evaluation took (cache
-// hits are not evaluations). The operator's metrics set it.
-var evalObserver atomic.Pointer[func(time.Duration)]
+type evalObserverKey struct{}
 
-// SetEvalObserver installs fn as the observer of evaluation times; nil
-// removes it.
-func SetEvalObserver(fn func(time.Duration)) {
-	if fn == nil {
-		evalObserver.Store(nil)
-		return
-	}
-	evalObserver.Store(&fn)
+// WithEvalObserver returns ctx carrying fn, which every Rego evaluation
+// made with that context is told its duration (cache hits are not
+// evaluations). The observer travels with the call rather than sitting in
+// a package variable, so two services (or two tests) in one process each
+// see only their own evaluations.
+func WithEvalObserver(ctx context.Context, fn func(time.Duration)) context.Context {
+	return context.WithValue(ctx, evalObserverKey{}, fn)
 }
 
-func observeEval(start time.Time) {
-	if fn := evalObserver.Load(); fn != nil {
-		(*fn)(time.Since(start))
+func observeEval(ctx context.Context, start time.Time) {
+	if fn, ok := ctx.Value(evalObserverKey{}).(func(time.Duration)); ok && fn != nil {
+		fn(time.Since(start))
 	}
 }

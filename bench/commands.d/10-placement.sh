@@ -6,6 +6,6 @@ S=../shared/testdata
 if [ -d "$S" ]; then "$TOPOSCHED" quality --topologies "$S/topologies" --fabrics "$S/fabric"; else "$TOPOSCHED" quality; fi
 "$TOPOSCHED" load --budget 2s --strategy topology-aware,blind
 "$TOPOSCHED" load --e2e 2000 --e2e-only
-go test -run '^$' -bench EndToEnd -benchtime 2000x ./services/placement
+go test -run '^$' -bench EndToEnd -benchtime 2000x ./services/operator
 go test -run '^$' -bench '^BenchmarkPlace$' -benchtime 20x -benchmem ./internal/placer/aware
 go test -run '^$' -bench 'Place' -benchmem ./internal/placer/blind

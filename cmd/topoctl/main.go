@@ -241,7 +241,7 @@ func newFinish(g *globals) *cobra.Command {
 		Short: "Say a job ended, freeing its GPUs (or withdraw it while it waits)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch status {
+			switch events.JobStatus(status) {
 			case events.StatusSucceeded, events.StatusFailed, events.StatusCancelled:
 			default:
 				return fmt.Errorf("--status %q: expected succeeded, failed or cancelled", status)
@@ -255,13 +255,13 @@ func newFinish(g *globals) *cobra.Command {
 				return err
 			}
 			defer b.Close()
-			if _, err := client.Finish(ctx, b, args[0], status); err != nil {
+			if _, err := client.Finish(ctx, b, args[0], events.JobStatus(status)); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "finished %s (%s)\n", args[0], status)
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&status, "status", events.StatusSucceeded, "how the job ended: succeeded, failed or cancelled")
+	cmd.Flags().StringVar(&status, "status", string(events.StatusSucceeded), "how the job ended: succeeded, failed or cancelled")
 	return cmd
 }

@@ -1,4 +1,4 @@
-package metrics
+package main
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/client"
 	"github.com/toposched/toposched/events/eventstest"
-	"github.com/toposched/toposched/policies"
+	"github.com/toposched/toposched/metrics"
 	"github.com/toposched/toposched/services/operator"
 )
 
@@ -34,13 +34,11 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// TestEndpoints runs every service with metrics on, places one job and
+// TestMetricsEndpoints runs every service with metrics on, places one job and
 // rejects another, and reads the listed series from /metrics.
-func TestEndpoints(t *testing.T) {
+func TestMetricsEndpoints(t *testing.T) {
 	srv := eventstest.Server(t)
-	m := New()
-	policies.SetEvalObserver(m.PolicyEvaluated)
-	t.Cleanup(func() { policies.SetEvalObserver(nil) })
+	m := metrics.New()
 	ctx := eventstest.Context(t, 30*time.Second)
 	b, err := bus.Connect(ctx, bus.Config{URL: srv.ClientURL(), Source: "urn:toposched:test", Observer: m})
 	if err != nil {
@@ -51,15 +49,15 @@ func TestEndpoints(t *testing.T) {
 	if err := os.WriteFile(file, []byte("name: m\nnodes:\n  - {name: n, count: 2, gpus: 8, gpu_model: A100}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: file}, slog.New(slog.DiscardHandler))
+	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: file, ObservePolicyEval: m.PolicyEvaluated}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = op.Stop() })
-	m.WatchOperator(op)
+	m.Watch(operatorStats(op))
 	notReady := errors.New("not yet")
 	readyErr := notReady
-	s, err := Listen("127.0.0.1:0", m.Handler(func() error { return readyErr }), nil)
+	s, err := metrics.Listen("127.0.0.1:0", m.Handler(func() error { return readyErr }), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,27 +143,5 @@ func TestEndpoints(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", body)
-	}
-}
-
-func TestHandledCountsErrorsAndRedeliveries(t *testing.T) {
-	m := New()
-	m.Handled("h", time.Millisecond, nil, 1)
-	m.Handled("h", time.Millisecond, errors.New("boom"), 2)
-	m.Handled("h", time.Millisecond, nil, 3)
-	fams, err := m.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, f := range fams {
-		for _, mt := range f.GetMetric() {
-			if c := mt.GetCounter(); c != nil {
-				got[f.GetName()] += c.GetValue()
-			}
-		}
-	}
-	if got["toposched_handler_errors_total"] != 1 || got["toposched_handler_redeliveries_total"] != 2 {
-		t.Fatalf("errors %v, redeliveries %v; want 1 and 2", got["toposched_handler_errors_total"], got["toposched_handler_redeliveries_total"])
 	}
 }

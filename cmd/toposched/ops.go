@@ -12,7 +12,6 @@ import (
 
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/metrics"
-	"github.com/toposched/toposched/policies"
 	"github.com/toposched/toposched/services/operator"
 )
 
@@ -70,14 +69,14 @@ func newMetricsRun(f *opsFlags) *metricsRun {
 	if f.metricsListen == "" {
 		return nil
 	}
-	m := metrics.New()
-	policies.SetEvalObserver(m.PolicyEvaluated)
-	return &metricsRun{m: m}
+	return &metricsRun{m: metrics.New()}
 }
 
-func (r *metricsRun) observer(cfg *bus.Config) {
+// observe makes the bus and placement report to the metrics.
+func (r *metricsRun) observe(bcfg *bus.Config, cfg *operator.Config) {
 	if r != nil {
-		cfg.Observer = r.m
+		bcfg.Observer = r.m
+		cfg.ObservePolicyEval = r.m.PolicyEvaluated
 	}
 }
 
@@ -86,7 +85,7 @@ func (r *metricsRun) serve(f *opsFlags, b *bus.Bus, op *operator.Operator, g *gl
 	if r == nil {
 		return nil
 	}
-	r.m.WatchOperator(op)
+	r.m.Watch(operatorStats(op))
 	log, _ := g.logger()
 	srv, err := metrics.Listen(f.metricsListen, r.m.Handler(readiness(b, op)), log)
 	if err != nil {
@@ -103,8 +102,23 @@ func (r *metricsRun) close() error {
 	if r == nil || r.srv == nil {
 		return nil
 	}
-	policies.SetEvalObserver(nil)
 	return r.srv.Close()
+}
+
+// operatorStats reads what the metrics show of a running operator: the
+// lease, and the leading placement replica's store.
+func operatorStats(op *operator.Operator) func() metrics.Stats {
+	return func() metrics.Stats {
+		var st metrics.Stats
+		if ls, ok := op.LeaderStatus(); ok {
+			st.LeaseKnown, st.Leader, st.Terms = true, ls.Role == operator.RoleLeader, ls.Terms
+		}
+		if ps, ok := op.PlacementStats(); ok {
+			st.StoreKnown = true
+			st.Nodes, st.GPUs, st.HealthyGPU, st.FreeGPUs, st.Jobs = ps.Nodes, ps.GPUs, ps.HealthyGPU, ps.FreeGPUs, ps.Jobs
+		}
+		return st
+	}
 }
 
 // readiness is ready once the services run (streams ensured, state rebuilt:

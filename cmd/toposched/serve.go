@@ -118,7 +118,7 @@ func startEmbedded(listen, dataDir string, log *slog.Logger) (*natsserver.Server
 func runServices(ctx context.Context, g *globals, url, source string, cfg operator.Config, ops *opsFlags, log *slog.Logger) error {
 	mr := newMetricsRun(ops)
 	bcfg := g.busConfig(url, source, log)
-	mr.observer(&bcfg)
+	mr.observe(&bcfg, &cfg)
 	b, err := bus.Connect(ctx, bcfg)
 	if err != nil {
 		return err

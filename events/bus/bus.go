@@ -28,7 +28,8 @@ type Config struct {
 	Source string
 	// Replicas of each stream: 1 on a single server, 3 on a cluster.
 	Replicas int
-	// ConnectTimeout bounds the first connection.
+	// ConnectTimeout bounds the first connection; zero means
+	// DefaultConnectTimeout.
 	ConnectTimeout time.Duration
 	// SkipStreams leaves stream creation to the services: clients such as
 	// topoctl or a launcher need no right to manage streams.
@@ -39,6 +40,9 @@ type Config struct {
 	// Observer, if set, is told of every delivery handled and every event
 	// published (metrics).
 	Observer Observer
+	// Transport tunes retries, back-offs, acknowledgements and batching;
+	// the zero value is the defaults (see Transport).
+	Transport Transport
 }
 
 func (c *Config) setDefaults() {
@@ -52,11 +56,12 @@ func (c *Config) setDefaults() {
 		c.Replicas = 1
 	}
 	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = 10 * time.Second
+		c.ConnectTimeout = DefaultConnectTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.Transport = c.Transport.withDefaults()
 }
 
 // Validate reports every problem at once.
@@ -71,6 +76,9 @@ func (c Config) Validate() error {
 	if c.Replicas < 0 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("stream replicas %d: must be 1 to 5", c.Replicas))
 	}
+	if err := c.Transport.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -81,6 +89,8 @@ type Bus struct {
 	js       jetstream.JetStream
 	Subjects events.Subjects
 	log      *slog.Logger
+	// validated remembers bodies that met their schema (validate.go).
+	validated *validationCache
 }
 
 // Connect dials NATS and creates or updates the streams.
@@ -92,8 +102,8 @@ func Connect(ctx context.Context, cfg Config) (*Bus, error) {
 	opts := append([]nats.Option{
 		nats.Name(cfg.Source),
 		nats.Timeout(cfg.ConnectTimeout),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond),
+		nats.MaxReconnects(cfg.Transport.MaxReconnects),
+		nats.ReconnectWait(cfg.Transport.ReconnectWait),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				cfg.Logger.Warn("nats disconnected", "err", err)
@@ -112,7 +122,10 @@ func Connect(ctx context.Context, cfg Config) (*Bus, error) {
 		nc.Close()
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	b := &Bus{cfg: cfg, nc: nc, js: js, Subjects: events.NewSubjects(cfg.Prefix), log: cfg.Logger}
+	b := &Bus{
+		cfg: cfg, nc: nc, js: js, Subjects: events.NewSubjects(cfg.Prefix), log: cfg.Logger,
+		validated: newValidationCache(validateCacheSize),
+	}
 	if cfg.SkipStreams {
 		return b, nil
 	}
@@ -133,53 +146,78 @@ func (b *Bus) JetStream() jetstream.JetStream { return b.js }
 // created beside the streams (the policy KV) use it too.
 func (b *Bus) Replicas() int { return b.cfg.Replicas }
 
+// closePollInterval is how often Close looks whether the drain has ended;
+// nats.go offers no channel for it without replacing the user's
+// ClosedHandler.
+const closePollInterval = 10 * time.Millisecond
+
 // Close drains the connection: pending publishes are flushed first.
 func (b *Bus) Close() error {
 	if err := b.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		return fmt.Errorf("drain nats connection: %w", err)
 	}
 	for !b.nc.IsClosed() {
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(closePollInterval)
 	}
 	return nil
 }
 
-// Stream domains. The dead-letter stream keeps what no handler could take;
-// the policy stream, which sets were applied and refused; the runtime
-// stream, the optimizer's tuning and diagnoses and the jobs' telemetry.
-var streamDomains = []string{"jobs", "placement", "topology", "policy", "runtime", "dlq"}
+// Stream limits. They are constants, not Transport settings: every process
+// creates or updates the same streams at start-up, and two processes with
+// different limits would rewrite each other's stream configuration.
+const (
+	// streamDuplicateWindow is how long JetStream remembers a Nats-Msg-Id
+	// to drop a republished copy: a redelivered input republishes its
+	// outputs under the same ids within it.
+	streamDuplicateWindow = 2 * time.Minute
+	// streamMaxMsgSize bounds one message; large gangs produce decisions
+	// of a few hundred KB (the embedded server's MaxPayload is the same).
+	streamMaxMsgSize = 8 << 20
+	// longRetention keeps dead letters and runtime events for a month.
+	longRetention = 30 * 24 * time.Hour
+	// topologyPerSubject is the history kept per topology subject.
+	topologyPerSubject = 1024
+	// policyPerSubject bounds the policy audit trail per subject.
+	policyPerSubject = 4096
+)
+
+// streamDomains are the domains that get a stream. The dead-letter stream
+// keeps what no handler could take; the policy stream, which sets were
+// applied and refused; the runtime stream, the optimizer's tuning and
+// diagnoses and the jobs' telemetry.
+var streamDomains = events.Domains
 
 // StreamName is the JetStream stream that holds a domain's subjects. Stream
 // names cannot hold dots, so they are not the subjects themselves.
-func (b *Bus) StreamName(domain string) string {
-	return strings.ToUpper(strings.NewReplacer("-", "_").Replace(b.cfg.Prefix) + "_" + domain)
+func (b *Bus) StreamName(domain events.Domain) string {
+	return strings.ToUpper(strings.NewReplacer("-", "_").Replace(b.cfg.Prefix) + "_" + string(domain))
 }
 
-func (b *Bus) streamConfig(domain string) jetstream.StreamConfig {
+func (b *Bus) streamConfig(domain events.Domain) jetstream.StreamConfig {
 	cfg := jetstream.StreamConfig{
 		Name:       b.StreamName(domain),
 		Subjects:   []string{b.Subjects.Domain(domain)},
 		Storage:    jetstream.FileStorage,
 		Retention:  jetstream.LimitsPolicy,
 		Replicas:   b.cfg.Replicas,
-		Duplicates: 2 * time.Minute,
-		MaxMsgSize: 8 << 20,
+		Duplicates: streamDuplicateWindow,
+		MaxMsgSize: streamMaxMsgSize,
 	}
 	switch domain {
-	case "dlq":
+	case events.DomainDLQ:
 		cfg.Subjects = []string{b.Subjects.DeadLetter(), b.Subjects.DeadLetter() + ".>"}
-		cfg.MaxAge = 30 * 24 * time.Hour
-	case "topology":
+		cfg.MaxAge = longRetention
+	case events.DomainTopology:
 		// A node's newest report is its description; keep a short history
 		// for health changes, which replay applies in order.
-		cfg.MaxMsgsPerSubject = 1024
-	case "policy":
+		cfg.MaxMsgsPerSubject = topologyPerSubject
+	case events.DomainPolicy:
 		// An audit trail of policy changes, not a log to replay: bounded.
-		cfg.MaxMsgsPerSubject = 4096
-	case "runtime":
+		cfg.MaxMsgsPerSubject = policyPerSubject
+	case events.DomainRuntime:
 		// Telemetry arrives every few steps from every job: keep a month,
 		// which outlives the jobs whose diagnoses a restart reads back.
-		cfg.MaxAge = 30 * 24 * time.Hour
+		cfg.MaxAge = longRetention
 	}
 	return cfg
 }
@@ -189,7 +227,7 @@ func (b *Bus) streamConfig(domain string) jetstream.StreamConfig {
 func (b *Bus) EnsureStreams(ctx context.Context) error {
 	for _, d := range streamDomains {
 		cfg := b.streamConfig(d)
-		err := RetryJetStream(ctx, func(ctx context.Context) error {
+		err := b.retryJetStream(ctx, func(ctx context.Context) error {
 			_, err := b.js.CreateOrUpdateStream(ctx, cfg)
 			return err
 		})
@@ -205,7 +243,8 @@ func (b *Bus) streamOf(subject string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("subject %s: outside prefix %s", subject, b.cfg.Prefix)
 	}
-	domain, _, _ := strings.Cut(rest, ".")
+	tok, _, _ := strings.Cut(rest, ".")
+	domain := events.Domain(tok)
 	for _, d := range streamDomains {
 		if d == domain {
 			return b.StreamName(d), nil
@@ -269,7 +308,7 @@ func (b *Bus) Publish(ctx context.Context, v any) (events.Envelope, error) {
 		return env, fmt.Errorf("encode %s: %w", name, err)
 	}
 	// What we send must meet the contract we ask of others.
-	if err := validate(name, body); err != nil {
+	if err := b.validated.validate(name, body); err != nil {
 		return env, fmt.Errorf("publish %s %s: breaks its schema: %w", name, key, err)
 	}
 	subject := b.Subjects.Of(name)
@@ -297,6 +336,11 @@ func (b *Bus) PublishRaw(ctx context.Context, subject string, headers map[string
 		return Transient(fmt.Errorf("publish %s: %w", subject, err))
 	}
 	return nil
+}
+
+// retryJetStream is RetryJetStream with this bus's Transport timings.
+func (b *Bus) retryJetStream(ctx context.Context, op func(context.Context) error) error {
+	return retryJetStream(ctx, b.cfg.Transport, op)
 }
 
 // Dial opens a second connection to the same servers with the same

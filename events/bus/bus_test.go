@@ -81,7 +81,7 @@ func (h *harness) wait(t *testing.T) events.Envelope {
 func (h *harness) deadLetter(t *testing.T) jetstream.Msg {
 	t.Helper()
 	ctx := eventstest.Context(t, 20*time.Second)
-	cons, err := h.b.JetStream().OrderedConsumer(ctx, h.b.StreamName("dlq"), jetstream.OrderedConsumerConfig{})
+	cons, err := h.b.JetStream().OrderedConsumer(ctx, h.b.StreamName(events.DomainDLQ), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestPublishDerivesFromCause(t *testing.T) {
 	if a.ID != again.ID || a.CausationID != "cause-1" || a.CorrelationID != "corr-1" {
 		t.Fatalf("derived envelopes %+v and %+v", a, again)
 	}
-	info, err := b.JetStream().Stream(ctx, b.StreamName("placement"))
+	info, err := b.JetStream().Stream(ctx, b.StreamName(events.DomainPlacement))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestReplayReadsInOrder(t *testing.T) {
 		}
 	}
 	var got []string
-	err := b.Replay(ctx, "jobs", []string{b.Subjects.Of(events.NameJobFinished)}, func(r bus.Record) error {
+	err := b.Replay(ctx, events.DomainJobs, []string{b.Subjects.Of(events.NameJobFinished)}, func(r bus.Record) error {
 		got = append(got, r.Env.Subject)
 		return nil
 	})

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toposched/toposched/events"
 )
 
 // Follow calls fn for every event stored on the given subjects of one
@@ -16,7 +18,7 @@ import (
 //
 // It is Replay's counterpart for clients that wait for an answer, such as
 // topoctl policy push waiting for policy.applied; it keeps no durable state.
-func (b *Bus) Follow(ctx context.Context, domain string, subjects []string, ready chan<- struct{}, fn func(Record) error) error {
+func (b *Bus) Follow(ctx context.Context, domain events.Domain, subjects []string, ready chan<- struct{}, fn func(Record) error) error {
 	stream := b.StreamName(domain)
 	cons, err := b.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: subjects,
@@ -40,7 +42,7 @@ func (b *Bus) Follow(ctx context.Context, domain string, subjects []string, read
 	for {
 		m, err := it.Next()
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			if ctx.Err() != nil || iteratorClosed(err) {
 				return nil
 			}
 			return fmt.Errorf("follow %s: %w", stream, err)

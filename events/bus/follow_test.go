@@ -35,7 +35,7 @@ func TestFollowFromNow(t *testing.T) {
 	done := make(chan error, 1)
 	fctx, cancel := context.WithCancel(ctx)
 	go func() {
-		done <- b.Follow(fctx, "policy", []string{b.Subjects.Domain("policy")}, ready, func(r bus.Record) error {
+		done <- b.Follow(fctx, events.DomainPolicy, []string{b.Subjects.Domain(events.DomainPolicy)}, ready, func(r bus.Record) error {
 			got <- r
 			if r.Env.Subject == rev('c') {
 				return bus.ErrStop

@@ -2,14 +2,10 @@ package bus
 
 import (
 	"context"
-	"errors"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toposched/toposched/events"
 )
@@ -38,42 +34,4 @@ func (b *Bus) observe(h message.HandlerFunc) message.HandlerFunc {
 		b.cfg.Observer.Handled(message.HandlerNameFromCtx(m.Context()), time.Since(start), err, delivered)
 		return out, err
 	}
-}
-
-// RetryJetStream runs op until it succeeds, ctx ends, or a minute has
-// passed, retrying the failures a JetStream cluster gives while it elects
-// leaders or is busy creating other streams (timeouts, "temporarily
-// unavailable", no responders). Every replica of every service creates
-// the streams at start-up: on a fresh R3 cluster they all do it at once.
-func RetryJetStream(ctx context.Context, op func(context.Context) error) error {
-	deadline := time.Now().Add(time.Minute)
-	wait := 100 * time.Millisecond
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := op(cctx)
-		cancel()
-		if err == nil || !retryableJS(err) || ctx.Err() != nil || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 2*time.Second)
-	}
-}
-
-func retryableJS(err error) bool {
-	var apiErr *jetstream.APIError
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
-		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrConnectionReconnecting):
-		return true
-	case errors.As(err, &apiErr):
-		// 503: JetStream (or the cluster's meta leader) temporarily
-		// unavailable; 10074: the stream is still being created.
-		return apiErr.Code == 503 || apiErr.Code == 408 || apiErr.ErrorCode == 10074 || strings.Contains(apiErr.Description, "temporarily unavailable")
-	}
-	return false
 }

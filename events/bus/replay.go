@@ -25,29 +25,41 @@ type Record struct {
 // of one domain's stream up to the moment Replay starts, and calls fn for
 // each. Services rebuild their state this way before they start handling:
 // the streams, not the process, hold the truth.
-func (b *Bus) Replay(ctx context.Context, domain string, subjects []string, fn func(Record) error) error {
+func (b *Bus) Replay(ctx context.Context, domain events.Domain, subjects []string, fn func(Record) error) error {
 	return b.ReplayFrom(ctx, domain, subjects, 0, fn)
 }
 
 // ReplayFrom is Replay starting after stream sequence after: it reads what
 // was stored since a state last caught up.
-func (b *Bus) ReplayFrom(ctx context.Context, domain string, subjects []string, after uint64, fn func(Record) error) error {
+func (b *Bus) ReplayFrom(ctx context.Context, domain events.Domain, subjects []string, after uint64, fn func(Record) error) error {
 	stream := b.StreamName(domain)
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy}
 	if after > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
 	}
-	cons, err := b.js.OrderedConsumer(ctx, stream, cfg)
+	// Creating the consumer is a set-up request: while a cluster elects the
+	// stream's leader it finds no responder for a while, which a replay at
+	// start-up must wait out rather than fail the service on. Nothing has
+	// been read yet, so asking again is safe.
+	var cons jetstream.Consumer
+	var remaining uint64
+	err := b.retryJetStream(ctx, func(ctx context.Context) error {
+		c, err := b.js.OrderedConsumer(ctx, stream, cfg)
+		if err != nil {
+			return err
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("consumer info: %w", err)
+		}
+		cons, remaining = c, info.NumPending
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("replay %s: %w", stream, err)
 	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("replay %s: consumer info: %w", stream, err)
-	}
-	remaining := info.NumPending
 	for remaining > 0 {
-		batch, err := cons.Fetch(int(min(remaining, 256)))
+		batch, err := cons.Fetch(int(min(remaining, uint64(b.cfg.Transport.ReplayFetchSize))))
 		if err != nil {
 			return fmt.Errorf("replay %s: fetch: %w", stream, err)
 		}

@@ -23,8 +23,11 @@ type Router struct {
 	log *slog.Logger
 }
 
-// HandlerTimeout bounds one attempt of a handler.
-const HandlerTimeout = 30 * time.Second
+// HandlerTimeout is the default bound of one attempt of a handler.
+//
+// Deprecated: a Bus bounds its handlers by Config.Transport.HandlerTimeout;
+// this is DefaultHandlerTimeout, kept for callers of the old name.
+const HandlerTimeout = DefaultHandlerTimeout
 
 // NewRouter builds a router with the one middleware stack, outermost first:
 //
@@ -42,7 +45,8 @@ const HandlerTimeout = 30 * time.Second
 func (b *Bus) NewRouter() (*Router, error) {
 	wlog := watermill.NewSlogLoggerWithLevelMapping(b.log.With("component", "router"),
 		map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
-	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: HandlerTimeout + 5*time.Second}, wlog)
+	t := b.cfg.Transport
+	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: t.HandlerTimeout + t.CloseGrace}, wlog)
 	if err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
@@ -52,10 +56,10 @@ func (b *Bus) NewRouter() (*Router, error) {
 		return nil, fmt.Errorf("dead-letter middleware: %w", err)
 	}
 	retry := middleware.Retry{
-		MaxRetries:      5,
-		InitialInterval: 100 * time.Millisecond,
-		MaxInterval:     5 * time.Second,
-		Multiplier:      2,
+		MaxRetries:      t.HandlerRetries,
+		InitialInterval: t.HandlerRetryInitial,
+		MaxInterval:     t.HandlerRetryMax,
+		Multiplier:      t.HandlerRetryMultiplier,
 		ShouldRetry:     func(p middleware.RetryParams) bool { return IsTransient(p.Err) },
 		Logger:          wlog,
 	}
@@ -63,7 +67,7 @@ func (b *Bus) NewRouter() (*Router, error) {
 	if b.cfg.Observer != nil {
 		r.AddMiddleware(b.observe)
 	}
-	r.AddMiddleware(retry.Middleware, middleware.Timeout(HandlerTimeout), middleware.Recoverer)
+	r.AddMiddleware(retry.Middleware, middleware.Timeout(t.HandlerTimeout), middleware.Recoverer)
 	return &Router{b: b, r: r, log: b.log}, nil
 }
 
@@ -124,7 +128,7 @@ func Handle[T any](r *Router, h Handler[T]) {
 		h.Concurrency = 1
 	}
 	sub := &subscriber{
-		b: r.b, durable: h.Name, concurrency: h.Concurrency, nakDelay: 2 * time.Second,
+		b: r.b, durable: h.Name, concurrency: h.Concurrency, nakDelay: r.b.cfg.Transport.NakDelay,
 		log: r.log, closing: make(chan struct{}),
 	}
 	topic := r.b.Subjects.Of(h.Event)
@@ -138,7 +142,7 @@ func Handle[T any](r *Router, h Handler[T]) {
 			ctx = context.WithValue(ctx, seqKey{}, seq)
 		}
 		var ev T
-		if err := Decode(h.Event, body, &ev); err != nil {
+		if err := r.b.Decode(h.Event, body, &ev); err != nil {
 			if h.Invalid != nil {
 				if ierr := h.Invalid(ctx, env, body, err); ierr != nil {
 					return ierr
@@ -157,8 +161,9 @@ func Handle[T any](r *Router, h Handler[T]) {
 // cannot promise.
 type DomainHandler struct {
 	Name   string
-	Domain string
-	// Fn gets each event's envelope, name and body; it decodes with Decode.
+	Domain events.Domain
+	// Fn gets each event's envelope, name and body; it decodes with the
+	// bus's Decode, which answers from its validation cache.
 	Fn func(ctx context.Context, env events.Envelope, name events.Name, body []byte) error
 }
 
@@ -166,7 +171,7 @@ type DomainHandler struct {
 // so handling follows the stream's order.
 func HandleDomain(r *Router, h DomainHandler) {
 	sub := &subscriber{
-		b: r.b, durable: h.Name, concurrency: 1, nakDelay: 2 * time.Second,
+		b: r.b, durable: h.Name, concurrency: 1, nakDelay: r.b.cfg.Transport.NakDelay,
 		log: r.log, closing: make(chan struct{}),
 	}
 	r.r.AddConsumerHandler(h.Name, r.b.Subjects.Domain(h.Domain), sub, func(m *message.Message) error {
@@ -206,8 +211,22 @@ func (b *Bus) envelopeOf(m *message.Message) (events.Envelope, []byte, error) {
 // Decode validates body against the event's JSON Schema and decodes it into
 // v, a pointer to the event's Go type. A schema failure is a
 // *schemas.ValidationError naming every field and rule.
+//
+// It validates every time; (*Bus).Decode gives the same answers and skips
+// the schema for bytes the bus has already seen pass, such as what a
+// service of the same process published.
 func Decode(name events.Name, body []byte, v any) error {
-	if err := validate(name, body); err != nil {
+	return decode(nil, name, body, v)
+}
+
+// Decode is the package's Decode with this bus's validation cache: prefer
+// it for events that may have been published or handled on this bus.
+func (b *Bus) Decode(name events.Name, body []byte, v any) error {
+	return decode(b.validated, name, body, v)
+}
+
+func decode(c *validationCache, name events.Name, body []byte, v any) error {
+	if err := c.validate(name, body); err != nil {
 		return err
 	}
 	if err := json.Unmarshal(body, v); err != nil {

@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -39,7 +38,7 @@ func (p publisher) Publish(topic string, msgs ...*message.Message) error {
 		h["Nats-Msg-Id"] = m.UUID
 		// The message's context may be spent (the timeout middleware
 		// cancels it on return) and a dead letter must still be sent.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.Context()), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.Context()), p.b.cfg.Transport.DeadLetterTimeout)
 		err := p.b.PublishRaw(ctx, topic, h, m.Payload)
 		cancel()
 		if err != nil {
@@ -70,17 +69,19 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if err != nil {
 		return nil, err
 	}
+	t := s.b.cfg.Transport
 	var cons jetstream.Consumer
 	// Retried: a replica starting while the stream elects a leader (a
 	// cluster node just died) must wait for it, not exit.
-	err = RetryJetStream(ctx, func(ctx context.Context) error {
+	err = s.b.retryJetStream(ctx, func(ctx context.Context) error {
 		var err error
 		cons, err = s.b.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 			Durable:       s.durable,
 			FilterSubject: topic,
 			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       30 * time.Second,
-			MaxAckPending: 1024,
+			AckWait:       t.AckWait,
+			MaxAckPending: t.MaxAckPending,
+			MaxDeliver:    t.MaxDeliver,
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 		})
 		return err
@@ -107,10 +108,10 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			_ = m.Nak()
 		}
 	},
-		jetstream.PullMaxMessages(2*s.concurrency+8),
-		jetstream.PullExpiry(5*time.Second),
+		jetstream.PullMaxMessages(t.pullMaxMessages(s.concurrency)),
+		jetstream.PullExpiry(t.PullExpiry),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			if !missedHeartbeat(err) {
 				s.log.Warn("consume", "durable", s.durable, "err", err)
 				return
 			}

@@ -8,28 +8,40 @@ import (
 	"github.com/toposched/toposched/schemas"
 )
 
-// validateCacheSize bounds the bodies remembered as valid.
+// validateCacheSize bounds the bodies a Bus remembers as valid.
 const validateCacheSize = 4096
 
-// validated remembers the last validateCacheSize (event name, body) pairs
-// that met their schema, by SHA-256. In one process the same bytes are
-// validated by their publisher and then by every subscriber in the
-// process (all services in one operator: analysis publishes
-// jobs.analyzed, placement receives it; placement publishes
-// placement.decided, the optimizer and watchers receive it), and JSON
-// Schema validation is a tenth of an all-in-one operator's CPU; the same
-// bytes against the same compiled schema give the same answer, so the
-// second and later checks are a hash. Failures are never remembered.
-var validated = struct {
-	sync.Mutex
+// validationCache remembers the last size (event name, body) pairs that met
+// their schema, by SHA-256. In one process the same bytes are validated by
+// their publisher and then by every subscriber on the same Bus (all
+// services in one operator share one: analysis publishes jobs.analyzed,
+// placement receives it; placement publishes placement.decided, the
+// optimizer and watchers receive it), and JSON Schema validation is a tenth
+// of an all-in-one operator's CPU; the same bytes against the same compiled
+// schema give the same answer, so the second and later checks are a hash.
+// Failures are never remembered.
+//
+// Each Bus owns one (created by Connect), so nothing is shared between
+// buses or tests; a nil *validationCache validates every time.
+type validationCache struct {
+	mu   sync.Mutex
+	size int
 	seen map[[sha256.Size]byte]struct{}
 	ring [][sha256.Size]byte
 	next int
-}{seen: make(map[[sha256.Size]byte]struct{}, validateCacheSize)}
+}
 
-// validate is schemas.Validate, answered from validated when the same
-// body of the same event already passed.
-func validate(name events.Name, body []byte) error {
+// newValidationCache returns an empty cache of size entries.
+func newValidationCache(size int) *validationCache {
+	return &validationCache{size: size, seen: make(map[[sha256.Size]byte]struct{}, size)}
+}
+
+// validate is schemas.Validate, answered from the cache when the same body
+// of the same event already passed.
+func (c *validationCache) validate(name events.Name, body []byte) error {
+	if c == nil {
+		return schemas.Validate(string(name), body)
+	}
 	h := sha256.New()
 	h.Write([]byte(name))
 	h.Write([]byte{0})
@@ -37,27 +49,34 @@ func validate(name events.Name, body []byte) error {
 	var key [sha256.Size]byte
 	h.Sum(key[:0])
 
-	validated.Lock()
-	_, ok := validated.seen[key]
-	validated.Unlock()
+	c.mu.Lock()
+	_, ok := c.seen[key]
+	c.mu.Unlock()
 	if ok {
 		return nil
 	}
 	if err := schemas.Validate(string(name), body); err != nil {
 		return err
 	}
-	validated.Lock()
-	defer validated.Unlock()
-	if _, ok := validated.seen[key]; ok {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.seen[key]; ok {
 		return nil
 	}
-	if len(validated.ring) < validateCacheSize {
-		validated.ring = append(validated.ring, key)
+	if len(c.ring) < c.size {
+		c.ring = append(c.ring, key)
 	} else {
-		delete(validated.seen, validated.ring[validated.next])
-		validated.ring[validated.next] = key
-		validated.next = (validated.next + 1) % validateCacheSize
+		delete(c.seen, c.ring[c.next])
+		c.ring[c.next] = key
+		c.next = (c.next + 1) % c.size
 	}
-	validated.seen[key] = struct{}{}
+	c.seen[key] = struct{}{}
 	return nil
+}
+
+// len reports how many keys the cache holds and the length of its ring.
+func (c *validationCache) len() (keys, ring int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.seen), len(c.ring)
 }

@@ -55,8 +55,8 @@ func Watch(ctx context.Context, b *bus.Bus, from From, ready chan<- struct{}, fn
 	if from == FromStart {
 		policy = jetstream.DeliverAllPolicy
 	}
-	cons, err := b.JetStream().OrderedConsumer(ctx, b.StreamName("placement"), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{b.Subjects.Domain("placement")},
+	cons, err := b.JetStream().OrderedConsumer(ctx, b.StreamName(events.DomainPlacement), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{b.Subjects.Domain(events.DomainPlacement)},
 		DeliverPolicy:  policy,
 	})
 	if err != nil {
@@ -129,7 +129,7 @@ func decodeOutcome(b *bus.Bus, m jetstream.Msg) (Outcome, error) {
 	default:
 		return Outcome{}, fmt.Errorf("not an outcome: %s", name)
 	}
-	if err := bus.Decode(name, m.Data(), v); err != nil {
+	if err := b.Decode(name, m.Data(), v); err != nil {
 		return Outcome{}, err
 	}
 	return o, nil
@@ -141,7 +141,7 @@ func Submit(ctx context.Context, b *bus.Bus, job *events.JobSubmitted) (events.E
 }
 
 // Finish says a job ended (or withdraws it while it waits).
-func Finish(ctx context.Context, b *bus.Bus, jobID, status string) (events.Envelope, error) {
+func Finish(ctx context.Context, b *bus.Bus, jobID string, status events.JobStatus) (events.Envelope, error) {
 	return b.Publish(ctx, &events.JobFinished{JobID: jobID, Status: status})
 }
 

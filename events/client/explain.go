@@ -33,7 +33,7 @@ func WriteExplain(w io.Writer, h *JobHistory) error {
 	var b strings.Builder
 	state := h.State
 	if h.Status != "" {
-		state += " (" + h.Status + ")"
+		state += " (" + string(h.Status) + ")"
 	}
 	if state == "" {
 		state = "unknown" // only events placement ignores
@@ -283,11 +283,11 @@ func summary(e HistoryEvent) string {
 		return codes(d.Reasons)
 	case *events.JobFinished:
 		if d.Message != "" {
-			return d.Status + ": " + d.Message
+			return string(d.Status) + ": " + d.Message
 		}
-		return d.Status
+		return string(d.Status)
 	case *events.PlacementReleased:
-		return d.Status + ", " + plural(len(d.Nodes), "node") + " freed"
+		return string(d.Status) + ", " + plural(len(d.Nodes), "node") + " freed"
 	}
 	return ""
 }

@@ -79,8 +79,8 @@ type JobHistory struct {
 	State string    `json:"state"`
 	Since time.Time `json:"since"`
 	// Status is how the job ended, for state finished.
-	Status string         `json:"status,omitempty"`
-	Events []HistoryEvent `json:"events"`
+	Status events.JobStatus `json:"status,omitempty"`
+	Events []HistoryEvent   `json:"events"`
 }
 
 // UnknownJobError says no event names the job.
@@ -99,7 +99,7 @@ var ErrUnknownJob = errors.New("unknown job")
 func (e *UnknownJobError) Is(target error) bool { return target == ErrUnknownJob }
 
 // historyDomains are the streams that hold a job's events.
-var historyDomains = []string{"jobs", "placement"}
+var historyDomains = []events.Domain{events.DomainJobs, events.DomainPlacement}
 
 // History reads every event about jobID from the jobs and placement streams
 // as they stand when it starts. The event subjects do not carry the job id,
@@ -150,7 +150,7 @@ func History(ctx context.Context, b *bus.Bus, jobID string) (*JobHistory, error)
 // start and keeps the events about jobID. The scan asks for headers only:
 // decisions and analyses of large jobs run to megabytes, and nearly all of
 // them are other jobs'. The job's own bodies are then got by sequence.
-func streamHistory(ctx context.Context, b *bus.Bus, domain, jobID string) ([]HistoryEvent, error) {
+func streamHistory(ctx context.Context, b *bus.Bus, domain events.Domain, jobID string) ([]HistoryEvent, error) {
 	name := b.StreamName(domain)
 	stream, err := b.JetStream().Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {

@@ -193,7 +193,7 @@ func TestSettle(t *testing.T) {
 		name    string
 		evs     []any
 		state   string
-		status  string
+		status  events.JobStatus
 		since   int // minute of the event that set the state
 		ignored []int
 	}{

@@ -40,23 +40,23 @@ func Proposals(ctx context.Context, b *bus.Bus) ([]Proposal, error) {
 	live := map[string]*events.PlacementDecided{}
 	latest := map[string]*Proposal{}
 	subj := b.Subjects
-	err := b.Replay(ctx, "placement", []string{subj.Of(events.NamePlacementDecided), subj.Of(events.NamePlacementReleased),
+	err := b.Replay(ctx, events.DomainPlacement, []string{subj.Of(events.NamePlacementDecided), subj.Of(events.NamePlacementReleased),
 		subj.Of(events.NamePlacementMigration)}, func(r bus.Record) error {
 		switch r.Name {
 		case events.NamePlacementDecided:
 			var d events.PlacementDecided
-			if bus.Decode(r.Name, r.Body, &d) == nil {
+			if b.Decode(r.Name, r.Body, &d) == nil {
 				live[d.JobID] = &d
 			}
 		case events.NamePlacementReleased:
 			var rel events.PlacementReleased
-			if bus.Decode(r.Name, r.Body, &rel) == nil {
+			if b.Decode(r.Name, r.Body, &rel) == nil {
 				delete(live, rel.JobID)
 				delete(latest, rel.JobID)
 			}
 		case events.NamePlacementMigration:
 			var p events.PlacementMigration
-			if bus.Decode(r.Name, r.Body, &p) == nil {
+			if b.Decode(r.Name, r.Body, &p) == nil {
 				n := 0
 				if prev := latest[p.JobID]; prev != nil {
 					n = prev.Superseded + 1
@@ -115,7 +115,7 @@ func AcceptMigrationAndWait(ctx context.Context, b *bus.Bus, jobID, proposalID s
 	var reqID string
 	idc := make(chan string, 1)
 	go func() {
-		errc <- b.Follow(ctx, "placement", []string{subj.Of(events.NamePlacementDecided), subj.Of(events.NamePlacementMigrationRefused)}, ready,
+		errc <- b.Follow(ctx, events.DomainPlacement, []string{subj.Of(events.NamePlacementDecided), subj.Of(events.NamePlacementMigrationRefused)}, ready,
 			func(r bus.Record) error {
 				if r.Env.Subject != jobID {
 					return nil
@@ -132,13 +132,13 @@ func AcceptMigrationAndWait(ctx context.Context, b *bus.Bus, jobID, proposalID s
 				switch r.Name {
 				case events.NamePlacementDecided:
 					var d events.PlacementDecided
-					if bus.Decode(r.Name, r.Body, &d) == nil && d.Migration != nil && d.Migration.RequestID == reqID {
+					if b.Decode(r.Name, r.Body, &d) == nil && d.Migration != nil && d.Migration.RequestID == reqID {
 						ans.Decided = &d
 						return bus.ErrStop
 					}
 				case events.NamePlacementMigrationRefused:
 					var ref events.PlacementMigrationRefused
-					if bus.Decode(r.Name, r.Body, &ref) == nil && ref.RequestID == reqID {
+					if b.Decode(r.Name, r.Body, &ref) == nil && ref.RequestID == reqID {
 						ans.Refused = &ref
 						return bus.ErrStop
 					}

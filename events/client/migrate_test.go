@@ -102,9 +102,9 @@ func respond(t *testing.T, b *bus.Bus, answer func(env events.Envelope, req *eve
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = b.Follow(ctx, "jobs", []string{b.Subjects.Of(events.NameJobMigrationAccepted)}, ready, func(r bus.Record) error {
+		_ = b.Follow(ctx, events.DomainJobs, []string{b.Subjects.Of(events.NameJobMigrationAccepted)}, ready, func(r bus.Record) error {
 			var req events.JobMigrationAccepted
-			if err := bus.Decode(r.Name, r.Body, &req); err != nil {
+			if err := b.Decode(r.Name, r.Body, &req); err != nil {
 				return err
 			}
 			_, err := b.Publish(bus.WithCause(ctx, r.Env), answer(r.Env, &req))

@@ -332,9 +332,9 @@ func (s *Snapshot) Job(id string) (Job, bool) {
 }
 
 // JobsInState returns the jobs in a state, sorted by id.
-func (s *Snapshot) JobsInState(state string) []Job {
+func (s *Snapshot) JobsInState(state JobState) []Job {
 	var out []Job
-	it := s.get(TableJobs, IndexState, state)
+	it := s.get(TableJobs, IndexState, string(state)) // memdb wants a plain string
 	for raw := it.Next(); raw != nil; raw = it.Next() {
 		out = append(out, *raw.(*Job))
 	}
@@ -343,8 +343,8 @@ func (s *Snapshot) JobsInState(state string) []Job {
 
 // AnyJobInState reports whether some job is in the state, without
 // copying the jobs out.
-func (s *Snapshot) AnyJobInState(state string) bool {
-	return s.first(TableJobs, IndexState, state) != nil
+func (s *Snapshot) AnyJobInState(state JobState) bool {
+	return s.first(TableJobs, IndexState, string(state)) != nil
 }
 
 // PendingQueue returns the pending jobs in the order they are to be tried:

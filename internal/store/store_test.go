@@ -656,7 +656,7 @@ func TestRelease(t *testing.T) {
 func TestJobs(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	put := func(id, state string, prio int) {
+	put := func(id string, state JobState, prio int) {
 		t.Helper()
 		if err := s.UpsertJob(Job{ID: id, State: state, Priority: prio, Seq: 999}); err != nil {
 			t.Fatal(err)

@@ -88,12 +88,16 @@ type GPUKey struct {
 // String returns "node/index".
 func (k GPUKey) String() string { return fmt.Sprintf("%s/%d", k.Node, k.Index) }
 
-// Job states.
+// JobState is where a job stands in placement (events.JobState).
+type JobState = events.JobState
+
+// Job states, as Job.State holds them. They are the events package's
+// JobState values under the names the store's callers have always used.
 const (
-	JobPending  = "pending"
-	JobPlaced   = "placed"
-	JobRejected = "rejected"
-	JobFinished = "finished"
+	JobPending  = events.JobStatePending
+	JobPlaced   = events.JobStatePlaced
+	JobRejected = events.JobStateRejected
+	JobFinished = events.JobStateFinished
 )
 
 // Job is a job known to placement. Spec, Decision and Reasons are shared
@@ -101,7 +105,7 @@ const (
 // back.
 type Job struct {
 	ID       string
-	State    string
+	State    JobState
 	Priority int
 	// Seq is assigned by the store when the job is first inserted; it
 	// orders jobs of equal priority by age.

@@ -16,32 +16,76 @@ import (
 // the wire contract: renaming it re-reads the stream from the start.
 const HandlerSubmitted = "analysis-jobs-submitted"
 
-// Service analyses every submitted job.
-type Service struct {
-	bus *bus.Bus
-	log *slog.Logger
+// Concurrency is how many submissions are analysed at once: analysis is
+// pure computation, so a few overlap the publishes.
+const Concurrency = 4
+
+// Config is the analysis service's configuration. It has none yet; the
+// type keeps the shape every service shares.
+type Config struct{}
+
+// Validate reports every problem at once.
+func (Config) Validate() error { return nil }
+
+// Deps are the ports the service uses.
+type Deps struct {
+	Publish bus.Publisher
+	Consume bus.Consumer
+	// Log is nil for slog.Default.
+	Log *slog.Logger
 }
 
-// New returns the analysis service on b.
-func New(b *bus.Bus, log *slog.Logger) *Service {
-	if b == nil {
-		panic("analysis: nil bus")
+func (d Deps) validate() error {
+	var errs []error
+	if d.Publish == nil {
+		errs = append(errs, errors.New("analysis: deps: Publish is required"))
 	}
+	if d.Consume == nil {
+		errs = append(errs, errors.New("analysis: deps: Consume is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// Service analyses every submitted job.
+type Service struct {
+	pub     bus.Publisher
+	consume bus.Consumer
+	log     *slog.Logger
+	ready   chan struct{}
+}
+
+// New returns the analysis service.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if err := errors.Join(cfg.Validate(), deps.validate()); err != nil {
+		return nil, err
+	}
+	log := deps.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{bus: b, log: log.With("component", "analysis")}
+	return &Service{pub: deps.Publish, consume: deps.Consume, log: log.With("component", "analysis"), ready: make(chan struct{})}, nil
 }
 
-// Register adds the service's handlers to r.
-func (s *Service) Register(r *bus.Router) {
+// Ready is closed once the service's handlers are consuming.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Run consumes jobs.submitted until ctx ends (see bus.Serve).
+func (s *Service) Run(ctx context.Context) error {
+	r, err := s.consume.NewRouter()
+	if err != nil {
+		return fmt.Errorf("analysis: %w", err)
+	}
 	bus.Handle(r, bus.Handler[events.JobSubmitted]{
 		Name:        HandlerSubmitted,
 		Event:       events.NameJobSubmitted,
-		Concurrency: 4,
+		Concurrency: Concurrency,
 		Fn:          s.OnSubmitted,
 		Invalid:     s.OnInvalid,
 	})
+	if err := bus.Serve(ctx, r, func() { close(s.ready) }); err != nil {
+		return fmt.Errorf("analysis: %w", err)
+	}
+	return nil
 }
 
 // OnSubmitted analyses a job and publishes jobs.analyzed, or rejects it.
@@ -50,10 +94,10 @@ func (s *Service) OnSubmitted(ctx context.Context, env events.Envelope, job *eve
 	analyzed, reasons := pattern.Analyze(*job)
 	if len(reasons) > 0 {
 		log.Info("job rejected", "reasons", len(reasons), "first", reasons[0].Message)
-		_, err := s.bus.Publish(ctx, &events.PlacementRejected{JobID: job.JobID, Reasons: reasons})
+		_, err := s.pub.Publish(ctx, &events.PlacementRejected{JobID: job.JobID, Reasons: reasons})
 		return err
 	}
-	if _, err := s.bus.Publish(ctx, &analyzed); err != nil {
+	if _, err := s.pub.Publish(ctx, &analyzed); err != nil {
 		return err
 	}
 	log.Debug("job analyzed", "gpus", job.GPUs, "groups", len(analyzed.Groups))
@@ -70,7 +114,7 @@ func (s *Service) OnInvalid(ctx context.Context, env events.Envelope, _ []byte, 
 	}
 	reasons := ReasonsOf(err)
 	s.log.Info("malformed job rejected", "job_id", env.Subject, "correlation_id", env.CorrelationID, "err", err)
-	_, perr := s.bus.Publish(ctx, &events.PlacementRejected{JobID: env.Subject, Reasons: reasons})
+	_, perr := s.pub.Publish(ctx, &events.PlacementRejected{JobID: env.Subject, Reasons: reasons})
 	return perr
 }
 

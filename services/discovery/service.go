@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -22,46 +23,76 @@ type Config struct {
 	Poll time.Duration
 }
 
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ClusterFile == "" {
+		errs = append(errs, errors.New("discovery: cluster file: required"))
+	}
+	if c.Poll < 0 {
+		errs = append(errs, fmt.Errorf("discovery: poll %s: must not be negative (0 disables it)", c.Poll))
+	}
+	return errors.Join(errs...)
+}
+
+// Deps are the ports the service uses.
+type Deps struct {
+	Publish bus.Publisher
+	// Read reads the topology stream, to withdraw nodes no longer listed.
+	Read     bus.Reader
+	Subjects events.Subjects
+	// Log is nil for slog.Default.
+	Log *slog.Logger
+}
+
+func (d Deps) validate() error {
+	var errs []error
+	if d.Publish == nil {
+		errs = append(errs, errors.New("discovery: deps: Publish is required"))
+	}
+	if d.Read == nil {
+		errs = append(errs, errors.New("discovery: deps: Read is required"))
+	}
+	return errors.Join(errs...)
+}
+
 // Service publishes the cluster's topology.
 type Service struct {
-	cfg   Config
-	bus   *bus.Bus
-	log   *slog.Logger
-	mtime time.Time // of the cluster file last published
+	cfg      Config
+	pub      bus.Publisher
+	read     bus.Reader
+	subjects events.Subjects
+	log      *slog.Logger
+	ready    chan struct{}
 }
 
 // New returns the discovery service.
-func New(cfg Config, b *bus.Bus, log *slog.Logger) *Service {
-	if b == nil {
-		panic("discovery: nil bus")
+func New(cfg Config, deps Deps) (*Service, error) {
+	if err := errors.Join(cfg.Validate(), deps.validate()); err != nil {
+		return nil, err
 	}
+	log := deps.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{cfg: cfg, bus: b, log: log.With("component", "discovery")}
+	return &Service{cfg: cfg, pub: deps.Publish, read: deps.Read, subjects: deps.Subjects,
+		log: log.With("component", "discovery"), ready: make(chan struct{})}, nil
 }
 
-// Init publishes the cluster file once and returns when JetStream has
-// stored every node, so that a service started after it sees the whole
-// cluster.
-func (s *Service) Init(ctx context.Context) error {
+// Ready is closed once the cluster file has been published and JetStream
+// has stored every node, so that a service started after it sees the
+// whole cluster.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Run publishes the cluster file, then republishes it whenever it changes,
+// until ctx ends. A file that cannot be read or parsed at the start is an
+// error; a broken edit later keeps the last good topology in place.
+func (s *Service) Run(ctx context.Context) error {
 	mtime, err := s.publishFile(ctx)
 	if err != nil {
 		return err
 	}
-	s.mtime = mtime
-	return nil
-}
-
-// Run publishes the cluster file unless Init did, then republishes it
-// whenever it changes, until ctx ends.
-func (s *Service) Run(ctx context.Context) error {
-	if s.mtime.IsZero() {
-		if err := s.Init(ctx); err != nil {
-			return err
-		}
-	}
-	mtime := s.mtime
+	close(s.ready)
 	if s.cfg.Poll <= 0 {
 		<-ctx.Done()
 		return nil
@@ -78,7 +109,6 @@ func (s *Service) Run(ctx context.Context) error {
 				continue
 			}
 			if m, err := s.publishFile(ctx); err != nil {
-				// A broken edit keeps the last good topology in place.
 				s.log.Error("cluster file refused; keeping the last one", "err", err)
 				mtime = st.ModTime()
 			} else {
@@ -102,18 +132,18 @@ func (s *Service) publishFile(ctx context.Context) (time.Time, error) {
 		return time.Time{}, err
 	}
 	sum := sha256.Sum256(data)
-	return st.ModTime(), s.Publish(ctx, c, "cluster-file:"+hex.EncodeToString(sum[:8]))
+	return st.ModTime(), s.publish(ctx, c, "cluster-file:"+hex.EncodeToString(sum[:8]))
 }
 
-// Publish sends every node of c, withdraws nodes published before that are
+// publish sends every node of c, withdraws nodes published before that are
 // no longer in c, and sends the fabric. version identifies this description:
 // event ids derive from it, so publishing one version twice is de-duplicated.
-func (s *Service) Publish(ctx context.Context, c clusterfile.Cluster, version string) error {
+func (s *Service) publish(ctx context.Context, c clusterfile.Cluster, version string) error {
 	ctx = bus.WithCause(ctx, events.Envelope{ID: version, CorrelationID: version})
 	known := map[string]bool{}
-	err := s.bus.Replay(ctx, "topology", []string{s.bus.Subjects.Of(events.NameTopologyNode)}, func(r bus.Record) error {
+	err := s.read.Replay(ctx, events.DomainTopology, []string{s.subjects.Of(events.NameTopologyNode)}, func(r bus.Record) error {
 		var n events.TopologyNode
-		if bus.Decode(r.Name, r.Body, &n) == nil {
+		if s.read.Decode(r.Name, r.Body, &n) == nil {
 			known[n.Name] = !n.Removed
 		}
 		return nil
@@ -122,7 +152,7 @@ func (s *Service) Publish(ctx context.Context, c clusterfile.Cluster, version st
 		return err
 	}
 	for i := range c.Nodes {
-		if _, err := s.bus.Publish(ctx, &c.Nodes[i]); err != nil {
+		if _, err := s.pub.Publish(ctx, &c.Nodes[i]); err != nil {
 			return err
 		}
 		delete(known, c.Nodes[i].Name)
@@ -131,13 +161,13 @@ func (s *Service) Publish(ctx context.Context, c clusterfile.Cluster, version st
 		if !live {
 			continue
 		}
-		if _, err := s.bus.Publish(ctx, &events.TopologyNode{Name: name, GPUs: []events.GPU{}, Removed: true}); err != nil {
+		if _, err := s.pub.Publish(ctx, &events.TopologyNode{Name: name, GPUs: []events.GPU{}, Removed: true}); err != nil {
 			return err
 		}
 		s.log.Info("node withdrawn: no longer in the cluster file", "node", name)
 	}
 	if len(c.Fabric.Switches) > 0 {
-		if _, err := s.bus.Publish(ctx, &c.Fabric); err != nil {
+		if _, err := s.pub.Publish(ctx, &c.Fabric); err != nil {
 			return err
 		}
 	}

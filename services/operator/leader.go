@@ -377,8 +377,15 @@ func (o *Operator) startLease(ctx, runCtx context.Context, b *bus.Bus, cfg Confi
 	o.lease = l
 	rev, sent, t, termCancel, err := l.acquireOnce(runCtx)
 	if err != nil {
-		_ = lb.Close()
-		return err
+		if ctx.Err() != nil {
+			_ = lb.Close()
+			return err
+		}
+		// The configuration was checked before (Config.Validate), so what
+		// failed is the term's start on a cluster not ready yet (a stream
+		// without a leader): stay a standby and campaign again, as a
+		// later failed term does, rather than exit.
+		log.Warn("lease: first campaign failed; trying again", "key", l.key, "err", err)
 	}
 	if t != nil {
 		o.Placement = o.terms.current()

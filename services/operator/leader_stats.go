@@ -28,8 +28,8 @@ func (o *Operator) PlacementStats() (st PlacementStats, ok bool) {
 	st.GPUs, st.HealthyGPU = snap.Capacity("")
 	st.FreeGPUs = snap.FreeCount()
 	st.Jobs = map[string]int{}
-	for _, s := range []string{store.JobPending, store.JobPlaced, store.JobRejected, store.JobFinished} {
-		st.Jobs[s] = len(snap.JobsInState(s))
+	for _, s := range []store.JobState{store.JobPending, store.JobPlaced, store.JobRejected, store.JobFinished} {
+		st.Jobs[string(s)] = len(snap.JobsInState(s))
 	}
 	return st, true
 }

@@ -36,7 +36,7 @@ type placementTerms struct {
 }
 
 // SetPolicies records the set in force and puts it on the current term's
-// service, if any.
+// service, if any. Lock order: placementTerms.mu, then the service's.
 func (p *placementTerms) SetPolicies(ctx context.Context, set *policies.Set) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -64,48 +64,33 @@ func (p *placementTerms) setCurrent(svc *placement.Service) {
 }
 
 // start begins a term: a new service with the configured strategy and the
-// policy set in force, rebuilt from the streams, then its handlers.
+// policy set in force, rebuilt from the streams, then its handlers. It
+// returns once the handlers consume.
 func (p *placementTerms) start(ctx context.Context) (term, error) {
-	svc := placement.New(p.b, p.log)
-	if p.cfg.ReserveAfter != nil {
-		svc.SetReserveAfter(*p.cfg.ReserveAfter)
-	}
-	if p.cfg.Strategy != "" {
-		if err := svc.SetStrategy(p.cfg.Strategy); err != nil {
-			return nil, err
-		}
-	}
 	p.mu.Lock()
-	if p.setKnown {
-		// On an empty store: nothing to retry yet.
-		if err := svc.SetPolicies(ctx, p.set); err != nil {
-			p.mu.Unlock()
-			return nil, err
-		}
-	}
-	p.mu.Unlock()
-	// Policy changes from here on reach this service; the service's own
-	// lock orders them with the rebuild.
-	p.setCurrent(svc)
-	if err := svc.Rebuild(ctx); err != nil {
-		p.setCurrent(nil)
-		return nil, fmt.Errorf("rebuild placement: %w", err)
-	}
-	router, err := p.b.NewRouter()
+	svc, err := placement.New(placement.Config{Strategy: p.cfg.Strategy, ReserveAfter: p.cfg.ReserveAfter, Policies: p.set},
+		placement.Deps{Publish: p.b, Read: p.b, Consume: p.b, Subjects: p.b.Subjects, Log: p.log, ObservePolicyEval: p.cfg.ObservePolicyEval})
 	if err != nil {
-		p.setCurrent(nil)
+		p.mu.Unlock()
 		return nil, err
 	}
-	svc.Register(router)
-	// The handlers' context outlives the term's: stop closes the router
-	// first so that in-flight handlers finish with a live context.
+	// Policy changes from here on reach this service (SetPolicies); the
+	// service's own lock orders them with its rebuild. Lock order:
+	// placementTerms.mu, then the service's.
+	p.svc = svc
+	p.mu.Unlock()
+	if p.onTerm != nil {
+		p.onTerm(svc)
+	}
+	// The term's context ends the service; its handlers outlive it only
+	// to finish what they hold (bus.Serve).
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	t := &placementTerm{router: router, cancel: cancel, finished: make(chan struct{}), terms: p}
+	t := &placementTerm{cancel: cancel, finished: make(chan struct{}), terms: p}
 	go func() {
 		defer close(t.finished)
-		t.err = router.Run(runCtx)
+		t.err = svc.Run(runCtx)
 		select {
-		case <-router.Running():
+		case <-svc.Ready():
 		default:
 			return // failed to start: start reports it and the lease is retried
 		}
@@ -114,11 +99,14 @@ func (p *placementTerms) start(ctx context.Context) (term, error) {
 		}
 	}()
 	select {
-	case <-router.Running():
+	case <-svc.Ready():
 	case <-t.finished:
 		cancel()
 		p.setCurrent(nil)
-		return nil, fmt.Errorf("placement handlers: %w", t.err)
+		if t.err == nil {
+			return nil, fmt.Errorf("placement stopped before it was ready")
+		}
+		return nil, t.err
 	case <-ctx.Done():
 		_ = t.stop()
 		return nil, ctx.Err()
@@ -128,7 +116,6 @@ func (p *placementTerms) start(ctx context.Context) (term, error) {
 
 // placementTerm is one running term.
 type placementTerm struct {
-	router   *bus.Router
 	cancel   context.CancelFunc
 	finished chan struct{}
 	err      error // valid once finished is closed
@@ -138,18 +125,15 @@ type placementTerm struct {
 
 func (t *placementTerm) done() <-chan struct{} { return t.finished }
 
-// stop closes the handlers (in-flight ones finish and settle; untaken
-// messages stay in the streams) and forgets the service.
+// stop ends the term's service (in-flight handlers finish and settle;
+// untaken messages stay in the streams) and forgets it.
 func (t *placementTerm) stop() error {
 	var err error
 	t.once.Do(func() {
-		err = t.router.Close()
 		t.cancel()
 		<-t.finished
 		t.terms.setCurrent(nil)
-		if err == nil {
-			err = t.err
-		}
+		err = t.err
 	})
 	return err
 }

@@ -65,6 +65,9 @@ type Config struct {
 	// renewal (leader.go); 0 means DefaultLeaseTTL. Every placement
 	// replica should use the same value: the bucket keeps the last one set.
 	LeaseTTL time.Duration
+	// ObservePolicyEval, if set, is told how long each of placement's Rego
+	// evaluations took (the metrics' histogram).
+	ObservePolicyEval func(time.Duration)
 	// OnPlacementTerm, if set, is told the placement service of each term
 	// this replica leads, and nil when the term ends (metrics read the
 	// store through it).
@@ -85,6 +88,11 @@ func (c Config) Validate() error {
 	if c.LeaseTTL < 0 || (c.LeaseTTL > 0 && c.LeaseTTL < 500*time.Millisecond) {
 		errs = append(errs, fmt.Errorf("lease ttl %s: at least 500ms", c.LeaseTTL))
 	}
+	if slices.Contains(c.Services, Placement) {
+		if err := (placement.Config{Strategy: c.Strategy}).Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if slices.Contains(c.Services, Discovery) && c.ClusterFile == "" {
 		errs = append(errs, errors.New("cluster file: required by discovery (--cluster)"))
 	}
@@ -93,7 +101,6 @@ func (c Config) Validate() error {
 
 // Operator is a set of running services.
 type Operator struct {
-	router *bus.Router
 	// Placement is the placement service of the term this replica led
 	// when Start returned; nil when it started as a standby. A replica
 	// that loses the lease and takes it again runs a new service:
@@ -111,7 +118,48 @@ type Operator struct {
 	done     chan struct{}
 }
 
-// Start rebuilds the services' state from the streams, starts them, and
+// service is what every service is once built: Run until its context ends,
+// Ready once it serves.
+type service interface {
+	Run(ctx context.Context) error
+	Ready() <-chan struct{}
+}
+
+// run starts svc on runCtx and returns once it is ready. An error before
+// that is returned (the caller aborts the start); one after it stops the
+// operator.
+func (o *Operator) run(ctx, runCtx context.Context, name string, svc service) error {
+	errc := make(chan error, 1)
+	o.wg.Add(1)
+	go func() {
+		defer o.wg.Done()
+		err := svc.Run(runCtx)
+		select {
+		case <-svc.Ready():
+			if err == nil && runCtx.Err() == nil {
+				err = errors.New("stopped on its own")
+			}
+			if err != nil {
+				o.fail(fmt.Errorf("%s: %w", name, err))
+			}
+		default:
+			errc <- err
+		}
+	}()
+	select {
+	case <-svc.Ready():
+		return nil
+	case err := <-errc:
+		if err == nil {
+			err = errors.New("stopped before it was ready")
+		}
+		return fmt.Errorf("%s: %w", name, err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Start builds the services, rebuilds their state from the streams, and
 // returns once every handler is consuming.
 func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Operator, error) {
 	if err := cfg.Validate(); err != nil {
@@ -120,39 +168,48 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 	if log == nil {
 		log = slog.Default()
 	}
-	router, err := b.NewRouter()
-	if err != nil {
-		return nil, err
-	}
 	o := &Operator{done: make(chan struct{})}
 	has := func(s string) bool { return slices.Contains(cfg.Services, s) }
-	// Discovery publishes first, so that placement's rebuild below already
-	// holds the whole cluster when the first job is handled.
-	var disc *discovery.Service
-	if has(Discovery) {
-		disc = discovery.New(discovery.Config{ClusterFile: cfg.ClusterFile, Poll: cfg.Poll}, b, log)
-		if err := disc.Init(ctx); err != nil {
-			return nil, err
-		}
-	}
-	if has(Analysis) {
-		analysis.New(b, log).Register(router)
-	}
-	if has(Optimizer) {
-		o.Optimizer = optimizer.New(b, log)
-		if err := o.Optimizer.Rebuild(ctx); err != nil {
-			return nil, err
-		}
-		o.Optimizer.Register(router)
-	}
-	// The services' own context outlives a signal: Stop closes the routers
-	// first so that in-flight handlers finish with a live context.
+	// The services' own context outlives a signal: Stop cancels it, and
+	// each service then closes its handlers, letting in-flight ones finish
+	// with a live context.
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	o.cancel = cancel
 	abort := func(err error) (*Operator, error) {
 		cancel()
 		o.wg.Wait()
 		return nil, err
+	}
+	// Discovery publishes first, so that placement's rebuild below already
+	// holds the whole cluster when the first job is handled.
+	if has(Discovery) {
+		disc, err := discovery.New(discovery.Config{ClusterFile: cfg.ClusterFile, Poll: cfg.Poll},
+			discovery.Deps{Publish: b, Read: b, Subjects: b.Subjects, Log: log})
+		if err != nil {
+			return abort(err)
+		}
+		if err := o.run(ctx, runCtx, Discovery, disc); err != nil {
+			return abort(err)
+		}
+	}
+	if has(Analysis) {
+		an, err := analysis.New(analysis.Config{}, analysis.Deps{Publish: b, Consume: b, Log: log})
+		if err != nil {
+			return abort(err)
+		}
+		if err := o.run(ctx, runCtx, Analysis, an); err != nil {
+			return abort(err)
+		}
+	}
+	if has(Optimizer) {
+		opt, err := optimizer.New(optimizer.Config{}, optimizer.Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects, Log: log})
+		if err != nil {
+			return abort(err)
+		}
+		if err := o.run(ctx, runCtx, Optimizer, opt); err != nil {
+			return abort(err)
+		}
+		o.Optimizer = opt
 	}
 	if has(Placement) {
 		// The policy set is in force before the first job is handled;
@@ -168,27 +225,6 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 		if err := start(ctx, runCtx, b, cfg, log); err != nil {
 			return abort(err)
 		}
-	}
-	if has(Analysis) || has(Optimizer) {
-		o.router = router
-		o.wg.Add(1)
-		go func() {
-			defer o.wg.Done()
-			o.fail(router.Run(runCtx))
-		}()
-		select {
-		case <-router.Running():
-		case <-ctx.Done():
-			_ = router.Close()
-			return abort(ctx.Err())
-		}
-	}
-	if disc != nil {
-		o.wg.Add(1)
-		go func() {
-			defer o.wg.Done()
-			o.fail(disc.Run(runCtx))
-		}()
 	}
 	go func() {
 		o.wg.Wait()
@@ -225,14 +261,7 @@ func (o *Operator) Err() error {
 // Stop stops taking new messages, lets in-flight handlers finish and settle,
 // and waits for every service. Messages not yet taken stay in the streams.
 func (o *Operator) Stop() error {
-	var err error
-	if o.router != nil {
-		err = o.router.Close()
-	}
 	o.cancel()
 	<-o.done
-	if err != nil {
-		return fmt.Errorf("stop router: %w", err)
-	}
 	return o.Err()
 }

@@ -1,4 +1,4 @@
-package placement_test
+package operator_test
 
 import (
 	"context"

@@ -85,7 +85,10 @@ func BenchmarkTelemetryIngest(b *testing.B) {
 	bs := eventstest.Bus(b, srv.ClientURL(), "bench")
 	ctx := context.Background()
 	_, f, d, a := benchCluster(b, 64)
-	o := New(bs, nil)
+	o, err := New(Config{}, Deps{Publish: bs, Read: bs, Subjects: bs.Subjects})
+	if err != nil {
+		b.Fatal(err)
+	}
 	// The optimizer's state, set by hand: the nodes, the fabric and one
 	// live, tuned job.
 	st := o.store

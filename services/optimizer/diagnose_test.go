@@ -11,6 +11,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/schemas"
 )
 
@@ -19,10 +20,7 @@ import (
 // and n3, "flood" on n2 and n4, both across leafA and leafB, so they share
 // both leaves' uplinks.
 func victimAndFlood(t *testing.T, withFlood bool) *cluster {
-	c := fourNodeCluster(t)
-	if err := c.place.SetStrategy("blind"); err != nil {
-		t.Fatal(err)
-	}
+	c := fourNodeCluster(t, placer.StrategyBlind)
 	c.submit(gpt2("victim", 16))
 	if withFlood {
 		c.submit(gpt2("flood", 16))
@@ -33,7 +31,7 @@ func victimAndFlood(t *testing.T, withFlood bool) *cluster {
 // tuned returns the optimizer's live victim, tuned.
 func tuned(t *testing.T, c *cluster) (*Service, *liveJob) {
 	t.Helper()
-	o := New(c.b, nil)
+	o := c.optimizer(nil)
 	if err := o.Rebuild(c.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +149,7 @@ func TestTelemetryThroughNATS(t *testing.T) {
 	c := victimAndFlood(t, true)
 	c.running()
 	diags := follow[events.RuntimeDiagnosis](c, events.NameRuntimeDiagnosis)
-	o := New(c.b, nil) // to read the prediction the running optimizer has
+	o := c.optimizer(nil) // to read the prediction the running optimizer has
 	if err := o.Rebuild(c.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -263,81 +261,11 @@ func FuzzParseTelemetry(f *testing.F) {
 	})
 }
 
-// Issue 6's scenario: a job placed across two leaves, a neighbour floods
-// the shared uplinks (telemetry shows 40% of the predicted bus
-// bandwidth); the optimizer diagnoses congestion; when GPUs free, it
-// proposes a same-leaf placement with its gain and break-even; accepted,
-// placement moves the job and the optimizer tunes the new decision.
-func TestCongestionToMigration(t *testing.T) {
-	t.Parallel()
-	c := victimAndFlood(t, true)
-	o := c.running()
-	diags := follow[events.RuntimeDiagnosis](c, events.NameRuntimeDiagnosis)
-	props := follow[events.PlacementMigration](c, events.NamePlacementMigration)
-	tunings := follow[events.RuntimeTuning](c, events.NameRuntimeTuning)
-
-	o.mu.Lock()
-	for o.live["victim"] == nil || o.live["victim"].tuning == nil {
-		o.mu.Unlock()
-		next(c, tunings, forJob[*events.RuntimeTuning]("victim"))
-		o.mu.Lock()
-	}
-	busbw := o.live["victim"].tuning.Groups[0].BusBWGBps
-	o.mu.Unlock()
-	c.publish(&events.RuntimeTelemetry{JobID: "victim", Step: 10, StepSeconds: 1, ComputeSeconds: 0.5,
-		Groups: []events.GroupTelemetry{{Group: "dp", Collective: "all_reduce", BusBWGBps: 0.4 * busbw}}})
-	dg := next(c, diags, forJob[*events.RuntimeDiagnosis]("victim"))
-	if dg.Finding != events.FindingCongestion {
-		t.Fatalf("finding %s: %s", dg.Finding, dg.Message)
-	}
-
-	c.finish("flood")
-	var p *events.PlacementMigration
-	select {
-	case p = <-props:
-	case <-c.ctx.Done():
-		t.Fatal("no proposal")
-	}
-	t.Logf("proposal: %s", p.Message)
-	leaves := map[string]bool{}
-	for _, np := range p.Nodes {
-		leaves[map[string]string{"n1": "leafA", "n2": "leafA", "n3": "leafB", "n4": "leafB"}[np.Node]] = true
-	}
-	if p.JobID != "victim" || p.Reason != events.MigrationCongestion || len(leaves) != 1 || p.GainSecondsPerStep <= 0 ||
-		p.RestartCostSource != events.RestartCostFromDefault || p.MeasuredCommSecondsPerStep != 0.5 {
-		t.Fatalf("proposal %+v", p)
-	}
-	if want := events.BreakEven(p.RestartCostSeconds, p.StepSeconds, p.GainSecondsPerStep); p.BreakEvenSeconds != want {
-		t.Errorf("break-even %.1f, want %.1f", p.BreakEvenSeconds, want)
-	}
-
-	accept := &events.JobMigrationAccepted{JobID: "victim"}
-	env := c.publish(accept)
-	if err := c.place.OnMigrationAccepted(bus.WithCause(c.ctx, env), env, accept); err != nil {
-		t.Fatal(err)
-	}
-	j, _ := c.place.Store().Snapshot().Job("victim")
-	if j.Decision.Migration == nil {
-		t.Fatalf("after the move: decision %+v, want its migration", j.Decision)
-	}
-	// The tuning of the moved decision follows (an earlier tuning of
-	// victim may still be queued ahead of it: skipped).
-	next(c, tunings, func(tu *events.RuntimeTuning) bool {
-		return tu.JobID == "victim" && tu.DecidedAt.Equal(j.Decision.DecidedAt)
-	})
-	if got := len(c.place.Store().Snapshot().GPUsOfJob("victim")); got != 16 {
-		t.Errorf("victim holds %d GPUs after the move", got)
-	}
-}
-
 // A job spread over two leaves with nothing diagnosed gets a
 // better_placement proposal when GPUs under one leaf free up.
 func TestBetterPlacementWhenGPUsFree(t *testing.T) {
 	t.Parallel()
-	c := fourNodeCluster(t)
-	if err := c.place.SetStrategy("blind"); err != nil {
-		t.Fatal(err)
-	}
+	c := fourNodeCluster(t, placer.StrategyBlind)
 	// Communication-bound: the move saves more than 5% of a step.
 	victim, flood := gpt2("victim", 16), gpt2("flood", 16)
 	victim.StepComputeSeconds = 0.01

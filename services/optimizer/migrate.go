@@ -153,15 +153,11 @@ func (s *Service) propose(ctx context.Context, lj *liveJob, reason string) error
 	}
 	// The proposal id is the event's own id, derived from the input being
 	// handled, so that a redelivery proposes the same.
-	if s.bus != nil {
-		cause := "optimizer"
-		if env, ok := bus.CauseFrom(ctx); ok {
-			cause = env.ID
-		}
-		m.ProposalID = events.DeriveID(cause, events.NamePlacementMigration, d.JobID)
-	} else {
-		m.ProposalID = events.DeriveID(key, events.NamePlacementMigration, d.JobID)
+	cause := "optimizer"
+	if env, ok := bus.CauseFrom(ctx); ok {
+		cause = env.ID
 	}
+	m.ProposalID = events.DeriveID(cause, events.NamePlacementMigration, d.JobID)
 	var nodes []string
 	for _, np := range target.Nodes {
 		nodes = append(nodes, np.Node)
@@ -173,10 +169,8 @@ func (s *Service) propose(ctx context.Context, lj *liveJob, reason string) error
 	m.Message = fmt.Sprintf("%s: move to %s; communication %.3g s per step there against %.3g s %s now, saving %.3g s of a %.3g s step; pays back a %.0f s restart after %.0f s",
 		why, strings.Join(nodes, ", "), m.ProposedCommSecondsPerStep, base, map[bool]string{true: "measured", false: "predicted"}[lj.telemetry != nil],
 		m.GainSecondsPerStep, m.StepSeconds, m.RestartCostSeconds, m.BreakEvenSeconds)
-	if s.bus != nil {
-		if _, err := s.bus.Publish(ctx, m); err != nil {
-			return err
-		}
+	if _, err := s.pub.Publish(ctx, m); err != nil {
+		return err
 	}
 	lj.proposed = key
 	s.log.InfoContext(ctx, "migration proposed", "job_id", d.JobID, "proposal_id", m.ProposalID, "reason", reason,

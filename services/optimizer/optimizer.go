@@ -46,6 +46,7 @@ package optimizer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -71,11 +72,48 @@ const (
 	HandlerAnalyzed = "optimizer-jobs-analyzed"
 )
 
+// Config is the optimizer's configuration. It has none yet; the type
+// keeps the shape every service shares.
+type Config struct{}
+
+// Validate reports every problem at once.
+func (Config) Validate() error { return nil }
+
+// Deps are the ports the optimizer uses.
+type Deps struct {
+	Publish bus.Publisher
+	// Read catches up with the topology, jobs, placement and runtime
+	// streams.
+	Read bus.Reader
+	// Consume runs the handlers; only Run needs it, so a unit test that
+	// drives the handlers by hand may leave it out.
+	Consume  bus.Consumer
+	Subjects events.Subjects
+	// Log is nil for slog.Default; Now is nil for time.Now.
+	Log *slog.Logger
+	Now func() time.Time
+}
+
+func (d Deps) validate() error {
+	var errs []error
+	if d.Publish == nil {
+		errs = append(errs, errors.New("optimizer: deps: Publish is required"))
+	}
+	if d.Read == nil {
+		errs = append(errs, errors.New("optimizer: deps: Read is required"))
+	}
+	return errors.Join(errs...)
+}
+
 // Service is the optimizer.
 type Service struct {
-	bus *bus.Bus
-	log *slog.Logger
-	now func() time.Time
+	pub      bus.Publisher
+	read     bus.Reader
+	consume  bus.Consumer
+	subjects events.Subjects
+	log      *slog.Logger
+	now      func() time.Time
+	serving  chan struct{}
 
 	// mu serialises every handler: they share the state below, and a
 	// catch-up from one handler applies events another would have.
@@ -120,37 +158,67 @@ type gpuKey struct {
 	gpu  int
 }
 
-// New returns the optimizer with an empty state. b may be nil in tests
-// that drive the state by hand: nothing is then caught up or published.
-func New(b *bus.Bus, log *slog.Logger) *Service {
-	if log == nil {
-		log = slog.Default()
+// New returns the optimizer with an empty state; Run rebuilds it from the
+// streams.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if err := errors.Join(cfg.Validate(), deps.validate()); err != nil {
+		return nil, err
 	}
 	st, err := store.New()
 	if err != nil {
-		panic(fmt.Sprintf("optimizer: store schema: %v", err))
+		return nil, fmt.Errorf("optimizer: store schema: %w", err)
+	}
+	log := deps.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	now := deps.Now
+	if now == nil {
+		now = time.Now
 	}
 	return &Service{
-		bus:      b,
+		pub:      deps.Publish,
+		read:     deps.Read,
+		consume:  deps.Consume,
+		subjects: deps.Subjects,
 		log:      log.With("component", "optimizer"),
-		now:      time.Now,
+		now:      now,
+		serving:  make(chan struct{}),
 		store:    st,
 		health:   map[string]map[string]events.TopologyHealth{},
 		analyses: map[string]*events.JobAnalyzed{},
 		live:     map[string]*liveJob{},
 		holder:   map[gpuKey]string{},
-	}
+	}, nil
 }
 
 // Store is the optimizer's inventory, for tests and read-only views.
 func (s *Service) Store() *store.Store { return s.store }
 
-// Register adds the service's handlers to r.
-func (s *Service) Register(r *bus.Router) {
-	bus.HandleDomain(r, bus.DomainHandler{Name: HandlerTopology, Domain: "topology", Fn: s.onTopology})
+// Ready is closed once the state is rebuilt and every handler consumes.
+func (s *Service) Ready() <-chan struct{} { return s.serving }
+
+// Run rebuilds the state from the streams, then follows topology, jobs,
+// decisions and telemetry until ctx ends (see bus.Serve).
+func (s *Service) Run(ctx context.Context) error {
+	if s.consume == nil {
+		return errors.New("optimizer: deps: Consume is required to run")
+	}
+	if err := s.rebuild(ctx); err != nil {
+		return err
+	}
+	r, err := s.consume.NewRouter()
+	if err != nil {
+		return fmt.Errorf("optimizer: %w", err)
+	}
+	bus.HandleDomain(r, bus.DomainHandler{Name: HandlerTopology, Domain: events.DomainTopology, Fn: s.onTopology})
 	bus.Handle(r, bus.Handler[events.JobAnalyzed]{Name: HandlerAnalyzed, Event: events.NameJobAnalyzed, Fn: s.OnAnalyzed})
-	bus.HandleDomain(r, bus.DomainHandler{Name: HandlerPlacement, Domain: "placement", Fn: s.onPlacement})
+	bus.HandleDomain(r, bus.DomainHandler{Name: HandlerPlacement, Domain: events.DomainPlacement, Fn: s.onPlacement})
 	bus.Handle(r, bus.Handler[events.RuntimeTelemetry]{Name: HandlerTelemetry, Event: events.NameRuntimeTelemetry, Fn: s.OnTelemetry})
+	if err := bus.Serve(ctx, r, func() { close(s.serving) }); err != nil {
+		return fmt.Errorf("optimizer: %w", err)
+	}
+	return nil
 }
 
 // onTopology applies the topology stream in order.
@@ -183,7 +251,7 @@ func (s *Service) applyTopology(name events.Name, body []byte) error {
 	switch name {
 	case events.NameTopologyNode:
 		var n events.TopologyNode
-		if err := bus.Decode(name, body, &n); err != nil {
+		if err := s.read.Decode(name, body, &n); err != nil {
 			return err
 		}
 		if err := s.store.UpsertNode(n); err != nil {
@@ -194,7 +262,7 @@ func (s *Service) applyTopology(name events.Name, body []byte) error {
 		}
 	case events.NameTopologyHealth:
 		var h events.TopologyHealth
-		if err := bus.Decode(name, body, &h); err != nil {
+		if err := s.read.Decode(name, body, &h); err != nil {
 			return err
 		}
 		if err := s.store.SetHealth(h); err != nil {
@@ -211,7 +279,7 @@ func (s *Service) applyTopology(name events.Name, body []byte) error {
 		}
 	case events.NameTopologyFabric:
 		var f events.TopologyFabric
-		if err := bus.Decode(name, body, &f); err != nil {
+		if err := s.read.Decode(name, body, &f); err != nil {
 			return err
 		}
 		return s.applyFabric(f)
@@ -261,19 +329,19 @@ func (s *Service) onPlacement(ctx context.Context, env events.Envelope, name eve
 	switch name {
 	case events.NamePlacementDecided:
 		var d events.PlacementDecided
-		if err := bus.Decode(name, body, &d); err != nil {
+		if err := s.read.Decode(name, body, &d); err != nil {
 			return err
 		}
 		return s.OnDecided(ctx, env, &d)
 	case events.NamePlacementReleased:
 		var rel events.PlacementReleased
-		if err := bus.Decode(name, body, &rel); err != nil {
+		if err := s.read.Decode(name, body, &rel); err != nil {
 			return err
 		}
 		return s.OnReleased(ctx, env, &rel)
 	case events.NamePlacementRejected:
 		var rej events.PlacementRejected
-		if err := bus.Decode(name, body, &rej); err != nil {
+		if err := s.read.Decode(name, body, &rej); err != nil {
 			return err
 		}
 		s.mu.Lock()

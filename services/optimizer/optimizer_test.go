@@ -13,8 +13,6 @@ import (
 	"github.com/toposched/toposched/events/eventstest"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/internal/pattern"
-	"github.com/toposched/toposched/internal/store"
-	"github.com/toposched/toposched/services/placement"
 )
 
 func decision(job string, gpus ...int) *events.PlacementDecided {
@@ -28,7 +26,10 @@ func decision(job string, gpus ...int) *events.PlacementDecided {
 func TestWorkingSetAndAudit(t *testing.T) {
 	t.Parallel()
 	var logs bytes.Buffer
-	s := New(nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	s, err := New(Config{}, Deps{Publish: &eventstest.Memory{}, Read: &eventstest.Memory{}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
 	steps := []struct {
 		decided  *events.PlacementDecided
 		released string
@@ -66,13 +67,13 @@ func TestWorkingSetAndAudit(t *testing.T) {
 }
 
 // cluster is a test cluster on a real embedded NATS: nodes and fabric in
-// the topology stream, and a placement service (no handlers running) to
-// make real decisions into the placement stream.
+// the topology stream, and a decider making placement's decisions into the
+// placement stream.
 type cluster struct {
 	t     *testing.T
 	b     *bus.Bus
 	ctx   context.Context
-	place *placement.Service
+	place *decider
 }
 
 // twoLeaves is four dgx-a100 nodes, two under each of two leaves whose
@@ -104,30 +105,43 @@ func dgx(t testing.TB, name string, position int, nicGbps float64) events.Topolo
 	return ev
 }
 
-func newCluster(t *testing.T, nodes []events.TopologyNode, fabric *events.TopologyFabric) *cluster {
+// newCluster publishes the nodes and fabric; its decider places jobs with
+// strategy ("" is placement's default).
+func newCluster(t *testing.T, strategy string, nodes []events.TopologyNode, fabric *events.TopologyFabric) *cluster {
 	t.Helper()
 	srv := eventstest.Server(t)
 	c := &cluster{t: t, b: eventstest.Bus(t, srv.ClientURL(), "test"), ctx: eventstest.Context(t, 60*time.Second)}
+	c.place = newDecider(t, c.b, strategy)
 	for i := range nodes {
 		c.publish(&nodes[i])
 	}
 	if fabric != nil {
 		c.publish(fabric)
 	}
-	c.place = placement.New(c.b, nil)
-	if err := c.place.Rebuild(c.ctx); err != nil {
-		t.Fatal(err)
-	}
 	return c
 }
 
+// publish publishes v; a topology event reaches the decider's store too,
+// as it reaches placement's.
 func (c *cluster) publish(v any) events.Envelope {
 	c.t.Helper()
 	env, err := c.b.Publish(c.ctx, v)
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	c.place.topology(v)
 	return env
+}
+
+// optimizer is an optimizer on c's bus, its state empty and no handler
+// running; log nil is slog.Default.
+func (c *cluster) optimizer(log *slog.Logger) *Service {
+	c.t.Helper()
+	o, err := New(Config{}, Deps{Publish: c.b, Read: c.b, Consume: c.b, Subjects: c.b.Subjects, Log: log})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return o
 }
 
 // submit analyses a job, publishes the analysis, and has placement decide
@@ -139,23 +153,14 @@ func (c *cluster) submit(job events.JobSubmitted) (*events.JobAnalyzed, *events.
 		c.t.Fatal(reasons)
 	}
 	env := c.publish(&a)
-	if err := c.place.OnAnalyzed(bus.WithCause(c.ctx, env), env, &a); err != nil {
-		c.t.Fatal(err)
-	}
-	j, _ := c.place.Store().Snapshot().Job(job.JobID)
-	if j.State != store.JobPlaced {
-		c.t.Fatalf("job %s: %s %+v", job.JobID, j.State, j.Reasons)
-	}
-	return &a, j.Decision
+	return &a, c.place.decide(c.ctx, env, &a)
 }
 
 func (c *cluster) finish(job string) {
 	c.t.Helper()
 	ev := &events.JobFinished{JobID: job, Status: events.StatusSucceeded}
 	env := c.publish(ev)
-	if err := c.place.OnFinished(bus.WithCause(c.ctx, env), env, ev); err != nil {
-		c.t.Fatal(err)
-	}
+	c.place.finish(c.ctx, env, ev)
 }
 
 // A decision handled before the optimizer has read the job's analysis or
@@ -164,9 +169,9 @@ func (c *cluster) finish(job string) {
 // Transient so that the decision is retried.
 func TestDecisionCatchesUp(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, []events.TopologyNode{dgx(t, "n1", 0, 0), dgx(t, "n2", 1, 0)}, nil)
+	c := newCluster(t, "", []events.TopologyNode{dgx(t, "n1", 0, 0), dgx(t, "n2", 1, 0)}, nil)
 	_, d := c.submit(events.JobSubmitted{JobID: "j", GPUs: 16})
-	o := New(c.b, nil) // nothing applied: no Rebuild, no handlers
+	o := c.optimizer(nil) // nothing applied: no Rebuild, no handlers
 	if err := o.OnDecided(c.ctx, events.Envelope{ID: "x"}, d); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +201,7 @@ func TestDecisionCatchesUp(t *testing.T) {
 func TestRebuild(t *testing.T) {
 	t.Parallel()
 	fab := twoLeaves()
-	c := newCluster(t, []events.TopologyNode{dgx(t, "n1", 0, 0), dgx(t, "n2", 1, 0), dgx(t, "n3", 2, 0), dgx(t, "n4", 3, 0)}, &fab)
+	c := newCluster(t, "", []events.TopologyNode{dgx(t, "n1", 0, 0), dgx(t, "n2", 1, 0), dgx(t, "n3", 2, 0), dgx(t, "n4", 3, 0)}, &fab)
 	c.submit(events.JobSubmitted{JobID: "a", GPUs: 32})
 	c.finish("a")
 	c.submit(events.JobSubmitted{JobID: "b", GPUs: 16})
@@ -205,7 +210,7 @@ func TestRebuild(t *testing.T) {
 		Reason: "link down", ObservedAt: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)})
 
 	var logs bytes.Buffer
-	o := New(c.b, slog.New(slog.NewTextHandler(&logs, nil)))
+	o := c.optimizer(slog.New(slog.NewTextHandler(&logs, nil)))
 	if err := o.Rebuild(c.ctx); err != nil {
 		t.Fatal(err)
 	}

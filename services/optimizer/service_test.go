@@ -8,6 +8,7 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/internal/collective"
+	"github.com/toposched/toposched/internal/placer"
 )
 
 // a100x4 is an 8x A100 NVSwitch node with 4x 100 Gb/s NICs, two GPUs per
@@ -20,33 +21,31 @@ func a100x4(name string, position int) events.TopologyNode {
 	return ev
 }
 
-// running starts the optimizer's handlers on c's bus after a rebuild.
+// running runs an optimizer on c's bus (Run: a rebuild, then the
+// handlers) until the test ends.
 func (c *cluster) running() *Service {
 	c.t.Helper()
-	o := New(c.b, nil)
-	if err := o.Rebuild(c.ctx); err != nil {
-		c.t.Fatal(err)
-	}
-	r, err := c.b.NewRouter()
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	o.Register(r)
+	o := c.optimizer(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	var runErr error
 	go func() {
 		defer close(done)
-		_ = r.Run(ctx)
+		runErr = o.Run(ctx)
 	}()
 	c.t.Cleanup(func() {
-		_ = r.Close()
 		cancel()
 		<-done
+		if runErr != nil {
+			c.t.Errorf("optimizer: %v", runErr)
+		}
 	})
 	select {
-	case <-r.Running():
+	case <-o.Ready():
+	case <-done:
+		c.t.Fatalf("optimizer stopped before it was ready: %v", runErr)
 	case <-c.ctx.Done():
-		c.t.Fatal("router did not start")
+		c.t.Fatal("optimizer did not start")
 	}
 	return o
 }
@@ -110,9 +109,9 @@ func forJob[T interface {
 // fourNodeCluster is issue 4's cluster: n1, n2 under leafA and n3, n4
 // under leafB, enumerated n1, n3, n2, n4 so that blind first fit
 // alternates leaves.
-func fourNodeCluster(t *testing.T) *cluster {
+func fourNodeCluster(t *testing.T, strategy string) *cluster {
 	fab := twoLeaves()
-	return newCluster(t, []events.TopologyNode{a100x4("n1", 0), a100x4("n3", 1), a100x4("n2", 2), a100x4("n4", 3)}, &fab)
+	return newCluster(t, strategy, []events.TopologyNode{a100x4("n1", 0), a100x4("n3", 1), a100x4("n2", 2), a100x4("n4", 3)}, &fab)
 }
 
 // gpt2 is GPT-2 1.5B trained with DDP in fp16 on 32 GPUs: one 3 GB
@@ -128,10 +127,7 @@ func gpt2(id string, gpus int) events.JobSubmitted {
 // and a job inside one node gets no recommendation, only bindings.
 func TestTuningOnEveryDecision(t *testing.T) {
 	t.Parallel()
-	c := fourNodeCluster(t)
-	if err := c.place.SetStrategy("blind"); err != nil {
-		t.Fatal(err)
-	}
+	c := fourNodeCluster(t, placer.StrategyBlind)
 	c.running()
 	tunings := follow[events.RuntimeTuning](c, events.NameRuntimeTuning)
 
@@ -185,8 +181,8 @@ func TestTuningOnEveryDecision(t *testing.T) {
 // event id.
 func TestBucketAndRedelivery(t *testing.T) {
 	t.Parallel()
-	c := fourNodeCluster(t)
-	o := New(c.b, nil)
+	c := fourNodeCluster(t, "")
+	o := c.optimizer(nil)
 	// Many small all-reduce calls across 4 nodes: 8 B parameters in bf16
 	// are 16 GB of gradients, 640 calls of 25 MiB.
 	a, d := c.submit(events.JobSubmitted{JobID: "big", GPUs: 32, Strategy: events.StrategyDDP,

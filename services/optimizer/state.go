@@ -13,15 +13,12 @@ import (
 // errNotYet marks state a handler needs that the streams do not hold yet.
 var errNotYet = errors.New("not in the streams yet")
 
-// Rebuild restores the state from the streams: the topology, the analysed
+// rebuild restores the state from the streams: the topology, the analysed
 // jobs, then every decision and release in the order placement published
 // them. Run it before Register's handlers start.
-func (s *Service) Rebuild(ctx context.Context) error {
+func (s *Service) rebuild(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.bus == nil {
-		return errors.New("optimizer: rebuild needs a bus")
-	}
 	if err := s.catchUpTopology(ctx); err != nil {
 		return err
 	}
@@ -43,11 +40,8 @@ func (s *Service) Rebuild(ctx context.Context) error {
 // state has applied. An event that no longer applies (a health change for
 // a node since removed) is skipped, loudly: a rebuild must not stop on it.
 func (s *Service) catchUpTopology(ctx context.Context) error {
-	if s.bus == nil {
-		return nil
-	}
-	subj := s.bus.Subjects
-	err := s.bus.ReplayFrom(ctx, "topology", []string{subj.Domain("topology")}, s.topoSeq, func(r bus.Record) error {
+	subj := s.subjects
+	err := s.read.ReplayFrom(ctx, events.DomainTopology, []string{subj.Domain(events.DomainTopology)}, s.topoSeq, func(r bus.Record) error {
 		s.topoSeq = max(s.topoSeq, r.Seq)
 		if err := s.applyTopology(r.Name, r.Body); err != nil {
 			s.log.Warn("catch-up: topology event skipped", "event", r.Name, "seq", r.Seq, "err", err)
@@ -63,13 +57,10 @@ func (s *Service) catchUpTopology(ctx context.Context) error {
 // catchUpJobs applies the analyses the jobs stream holds beyond what the
 // state has applied.
 func (s *Service) catchUpJobs(ctx context.Context) error {
-	if s.bus == nil {
-		return nil
-	}
-	err := s.bus.ReplayFrom(ctx, "jobs", []string{s.bus.Subjects.Of(events.NameJobAnalyzed)}, s.jobsSeq, func(r bus.Record) error {
+	err := s.read.ReplayFrom(ctx, events.DomainJobs, []string{s.subjects.Of(events.NameJobAnalyzed)}, s.jobsSeq, func(r bus.Record) error {
 		s.jobsSeq = max(s.jobsSeq, r.Seq)
 		var a events.JobAnalyzed
-		if err := bus.Decode(r.Name, r.Body, &a); err != nil {
+		if err := s.read.Decode(r.Name, r.Body, &a); err != nil {
 			s.log.Warn("catch-up: analysis skipped", "seq", r.Seq, "err", err)
 			return nil
 		}
@@ -87,10 +78,7 @@ func (s *Service) catchUpJobs(ctx context.Context) error {
 // placement consumer, which skips applying them again, tunes each decision
 // it delivers whose job still runs.
 func (s *Service) catchUpPlacement(ctx context.Context) error {
-	if s.bus == nil {
-		return nil
-	}
-	err := s.bus.ReplayFrom(ctx, "placement", []string{s.bus.Subjects.Domain("placement")}, s.placementSeq, func(r bus.Record) error {
+	err := s.read.ReplayFrom(ctx, events.DomainPlacement, []string{s.subjects.Domain(events.DomainPlacement)}, s.placementSeq, func(r bus.Record) error {
 		var v any
 		switch r.Name {
 		case events.NamePlacementDecided:
@@ -103,7 +91,7 @@ func (s *Service) catchUpPlacement(ctx context.Context) error {
 			s.placementSeq = max(s.placementSeq, r.Seq)
 			return nil
 		}
-		if err := bus.Decode(r.Name, r.Body, v); err != nil {
+		if err := s.read.Decode(r.Name, r.Body, v); err != nil {
 			s.log.Warn("catch-up: placement event skipped", "event", r.Name, "seq", r.Seq, "err", err)
 			s.placementSeq = max(s.placementSeq, r.Seq)
 			return nil

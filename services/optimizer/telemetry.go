@@ -126,13 +126,11 @@ func (s *Service) OnTelemetry(ctx context.Context, env events.Envelope, t *event
 		return nil // published on change only
 	}
 	dg.Previous = lj.finding
-	if s.bus != nil {
-		env, err := s.bus.Publish(ctx, dg)
-		if err != nil {
-			return err
-		}
-		lj.diagnosisID = env.ID
+	env, err := s.pub.Publish(ctx, dg)
+	if err != nil {
+		return err
 	}
+	lj.diagnosisID = env.ID
 	lj.finding, lj.diagnosis, lj.proposed = dg.Finding, dg, ""
 	s.log.InfoContext(ctx, "job diagnosed", "job_id", t.JobID, "finding", dg.Finding, "previous", dg.Previous, "step", t.Step,
 		"ratio", dg.Evidence.Ratio, "message", dg.Message)
@@ -145,9 +143,9 @@ func (s *Service) OnTelemetry(ctx context.Context, env events.Envelope, t *event
 // rebuildRuntime restores the last finding published per live job, so a
 // restart does not repeat it.
 func (s *Service) rebuildRuntime(ctx context.Context) error {
-	err := s.bus.Replay(ctx, "runtime", []string{s.bus.Subjects.Of(events.NameRuntimeDiagnosis)}, func(r bus.Record) error {
+	err := s.read.Replay(ctx, events.DomainRuntime, []string{s.subjects.Of(events.NameRuntimeDiagnosis)}, func(r bus.Record) error {
 		var dg events.RuntimeDiagnosis
-		if err := bus.Decode(r.Name, r.Body, &dg); err != nil {
+		if err := s.read.Decode(r.Name, r.Body, &dg); err != nil {
 			s.log.Warn("rebuild: diagnosis skipped", "seq", r.Seq, "err", err)
 			return nil
 		}

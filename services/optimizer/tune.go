@@ -53,10 +53,7 @@ func (s *Service) tune(ctx context.Context, _ events.Envelope, d *events.Placeme
 		return nil
 	}
 	lj.tuning = ev
-	if s.bus == nil {
-		return nil
-	}
-	if _, err := s.bus.Publish(ctx, ev); err != nil {
+	if _, err := s.pub.Publish(ctx, ev); err != nil {
 		return err
 	}
 	algo, proto := ev.Env.All["NCCL_ALGO"], ev.Env.All["NCCL_PROTO"]

@@ -28,7 +28,7 @@ func TestNoRejectionBeforeTopologyIsRead(t *testing.T) {
 	srv := eventstest.Server(t)
 	b := eventstest.Bus(t, srv.ClientURL(), "test")
 	ctx := eventstest.Context(t, 30*time.Second)
-	s := placement.New(b, nil) // no handlers running: topology is only in the stream
+	s := placement.NewOnBus(t, b, placement.Config{}) // no handlers running: topology is only in the stream
 
 	// Nothing reported at all: the job waits instead of being rejected.
 	if err := s.OnAnalyzed(ctx, events.Envelope{ID: "e1"}, analyzed(t, events.JobSubmitted{JobID: "early", GPUs: 8})); err != nil {

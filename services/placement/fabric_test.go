@@ -18,7 +18,7 @@ func TestFabricDomains(t *testing.T) {
 	srv := eventstest.Server(t)
 	b := eventstest.Bus(t, srv.ClientURL(), "test")
 	ctx := eventstest.Context(t, 30*time.Second)
-	s := placement.New(b, nil)
+	s := placement.NewOnBus(t, b, placement.Config{})
 	fabric := &events.TopologyFabric{Cluster: "c", Switches: []events.Switch{
 		{Name: "l1", Tier: "leaf", Nodes: []string{"a"}},
 		{Name: "l2", Tier: "leaf", Nodes: []string{"b"}},
@@ -57,7 +57,7 @@ func TestFabricDomains(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fresh := placement.New(b, nil)
+	fresh := placement.NewOnBus(t, b, placement.Config{})
 	if err := fresh.Rebuild(ctx); err != nil {
 		t.Fatal(err)
 	}

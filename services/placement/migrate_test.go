@@ -51,7 +51,7 @@ func newMigWorld(t *testing.T) *migWorld {
 // replica starts a fresh placement service rebuilt from the streams.
 func (w *migWorld) replica() *placement.Service {
 	w.t.Helper()
-	s := placement.New(w.b, nil)
+	s := placement.NewOnBus(w.t, w.b, placement.Config{})
 	if err := s.Rebuild(w.ctx); err != nil {
 		w.t.Fatal(err)
 	}

@@ -9,13 +9,13 @@ import (
 	"github.com/toposched/toposched/internal/store"
 )
 
-// Rebuild restores the store from the streams: the topology, then every
+// rebuild restores the store from the streams: the topology, then every
 // allocation and release in the order placement published them, then the
-// specs of the jobs still waiting. Run it before Register's handlers start.
-func (s *Service) Rebuild(ctx context.Context) error {
+// specs of the jobs still waiting. Run calls it before the handlers start.
+func (s *Service) rebuild(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	subj := s.bus.Subjects
+	subj := s.subjects
 	s.topoSeq = 0
 	s.mig = migrations{} // proposals are read again when a user accepts one
 	var placed, pending int
@@ -23,7 +23,7 @@ func (s *Service) Rebuild(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = s.bus.Replay(ctx, "placement", []string{subj.Domain("placement")}, func(r bus.Record) error {
+	err = s.read.Replay(ctx, events.DomainPlacement, []string{subj.Domain(events.DomainPlacement)}, func(r bus.Record) error {
 		return s.replayPlacement(r)
 	})
 	if err != nil {
@@ -34,7 +34,7 @@ func (s *Service) Rebuild(ctx context.Context) error {
 		waiting[j.ID] = true
 	}
 	if len(waiting) > 0 {
-		err = s.bus.Replay(ctx, "jobs", []string{subj.Of(events.NameJobAnalyzed)}, func(r bus.Record) error {
+		err = s.read.Replay(ctx, events.DomainJobs, []string{subj.Of(events.NameJobAnalyzed)}, func(r bus.Record) error {
 			if !waiting[r.Env.Subject] {
 				return nil
 			}
@@ -73,8 +73,8 @@ func (s *Service) Rebuild(ctx context.Context) error {
 // store has seen. Topology events are idempotent, so one that the durable
 // consumer delivers again later changes nothing.
 func (s *Service) catchUpTopology(ctx context.Context) (nodes, health int, err error) {
-	subj := s.bus.Subjects
-	err = s.bus.ReplayFrom(ctx, "topology",
+	subj := s.subjects
+	err = s.read.ReplayFrom(ctx, events.DomainTopology,
 		[]string{subj.Of(events.NameTopologyNode), subj.Of(events.NameTopologyHealth), subj.Of(events.NameTopologyFabric)}, s.topoSeq,
 		func(r bus.Record) error {
 			s.topoSeq = max(s.topoSeq, r.Seq)
@@ -167,7 +167,7 @@ func (s *Service) replayPlacement(r bus.Record) error {
 // handled or published, so one that no longer decodes is skipped, loudly.
 func decode[T any](s *Service, r bus.Record) (*T, bool) {
 	v := new(T)
-	if err := bus.Decode(r.Name, r.Body, v); err != nil {
+	if err := s.read.Decode(r.Name, r.Body, v); err != nil {
 		s.log.Warn("rebuild: skipping an event that does not decode", "event", r.Name, "seq", r.Seq, "err", err)
 		return nil, false
 	}

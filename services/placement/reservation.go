@@ -16,17 +16,6 @@ import (
 // are held for it.
 const DefaultReserveAfter = 5 * time.Minute
 
-// SetReserveAfter sets how long the head of the queue waits before nodes
-// are held for it; 0 holds them at once, a negative duration never.
-func (s *Service) SetReserveAfter(d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.reserveAfter = d
-	if d < 0 {
-		s.reservation = nil
-	}
-}
-
 // Reservation returns the nodes held for the head of the queue, nil when
 // none are.
 func (s *Service) Reservation() *placer.Reservation {

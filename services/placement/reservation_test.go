@@ -21,10 +21,13 @@ func TestReservationStopsStarvation(t *testing.T) {
 	srv := eventstest.Server(t)
 	b := eventstest.Bus(t, srv.ClientURL(), "test")
 	ctx := eventstest.Context(t, 30*time.Second)
-	s := New(b, nil)
 	clock := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	s.now = func() time.Time { return clock }
-	s.SetReserveAfter(10 * time.Minute)
+	after := 10 * time.Minute
+	s, err := New(Config{ReserveAfter: &after}, Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects,
+		Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"n0", "n1"} {
 		m, err := clusterfile.Model("dgx-a100")
 		if err != nil {
@@ -54,7 +57,7 @@ func TestReservationStopsStarvation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	state := func(id string) string { j, _ := s.Store().Snapshot().Job(id); return j.State }
+	state := func(id string) store.JobState { j, _ := s.Store().Snapshot().Job(id); return j.State }
 
 	submit("a", 4, 0)
 	submit("b", 4, 0)

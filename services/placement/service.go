@@ -28,12 +28,74 @@ const (
 	HandlerFabric   = "placement-topology-fabric"
 )
 
+// Config is the placement service's configuration.
+type Config struct {
+	// Strategy is one of placer.Names(true); "" is DefaultStrategy.
+	Strategy string
+	// ReserveAfter is how long the head of the queue waits before nodes
+	// are held for it (see placer.Reservation): nil is
+	// DefaultReserveAfter, 0 holds them at once, a negative duration never.
+	ReserveAfter *time.Duration
+	// Policies is the policy set in force from the start (nil: none);
+	// SetPolicies changes it while the service runs.
+	Policies *policies.Set
+}
+
+// DefaultStrategy is the strategy of a Config that names none.
+const DefaultStrategy = placer.StrategyTopologyAware
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	if _, err := placer.Lookup(c.Strategy, true); err != nil {
+		return fmt.Errorf("placement: %w", err)
+	}
+	return nil
+}
+
+// Deps are the ports the service uses.
+type Deps struct {
+	Publish bus.Publisher
+	// Read rebuilds the store from the streams and catches up with them.
+	Read     bus.Reader
+	Consume  bus.Consumer
+	Subjects events.Subjects
+	// Log is nil for slog.Default; Now is nil for time.Now.
+	Log *slog.Logger
+	Now func() time.Time
+	// ObservePolicyEval, if set, is told how long each Rego evaluation of
+	// this service's decisions took (the metrics' histogram).
+	ObservePolicyEval func(time.Duration)
+}
+
+func (d Deps) validate() error {
+	var errs []error
+	if d.Publish == nil {
+		errs = append(errs, errors.New("placement: deps: Publish is required"))
+	}
+	if d.Read == nil {
+		errs = append(errs, errors.New("placement: deps: Read is required"))
+	}
+	if d.Consume == nil {
+		errs = append(errs, errors.New("placement: deps: Consume is required"))
+	}
+	return errors.Join(errs...)
+}
+
 // Service places jobs.
+//
+// Lock order: mu is the service's only lock and every handler, SetPolicies
+// and the rebuild take it first; the store's own transactions and the
+// policy set's node cache lock inside it, never the other way round.
 type Service struct {
-	bus   *bus.Bus
-	store *store.Store
-	log   *slog.Logger
-	now   func() time.Time
+	pub      bus.Publisher
+	read     bus.Reader
+	consume  bus.Consumer
+	subjects events.Subjects
+	store    *store.Store
+	log      *slog.Logger
+	now      func() time.Time
+	observe  func(time.Duration)
+	ready    chan struct{}
 
 	// mu serialises decisions and their publication, so the placement
 	// stream is in the order the store changed. It guards topoSeq too.
@@ -58,15 +120,33 @@ type Service struct {
 	mig migrations
 }
 
-// SetStrategy chooses how jobs are placed: topology-aware (the default)
-// or blind, the first-fit baseline.
-func (s *Service) SetStrategy(name string) error {
-	st, err := placer.Lookup(name, true)
-	if err != nil {
-		return err
+// New returns the placement service with an empty store; Run rebuilds it
+// from the streams.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if err := errors.Join(cfg.Validate(), deps.validate()); err != nil {
+		return nil, err
 	}
-	s.strategy = st.Name()
-	return nil
+	st, err := store.New()
+	if err != nil {
+		return nil, fmt.Errorf("placement: store schema: %w", err)
+	}
+	log := deps.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	now := deps.Now
+	if now == nil {
+		now = time.Now
+	}
+	strategy, _ := placer.Lookup(cfg.Strategy, true)
+	reserveAfter := DefaultReserveAfter
+	if cfg.ReserveAfter != nil {
+		reserveAfter = *cfg.ReserveAfter
+	}
+	return &Service{pub: deps.Publish, read: deps.Read, consume: deps.Consume, subjects: deps.Subjects,
+		store: st, log: log.With("component", "placement"), now: now, observe: deps.ObservePolicyEval,
+		ready: make(chan struct{}), strategy: strategy.Name(), policies: cfg.Policies,
+		reserveAfter: reserveAfter, pendingSince: map[string]time.Time{}}, nil
 }
 
 // SetPolicies puts a compiled (and tested) policy set in force; nil turns
@@ -91,33 +171,32 @@ func (s *Service) Policies() *policies.Set {
 	return s.policies
 }
 
-// New returns the placement service with an empty store.
-func New(b *bus.Bus, log *slog.Logger) *Service {
-	if b == nil {
-		panic("placement: nil bus")
-	}
-	if log == nil {
-		log = slog.Default()
-	}
-	st, err := store.New()
-	if err != nil {
-		panic(fmt.Sprintf("placement: store schema: %v", err))
-	}
-	return &Service{bus: b, store: st, log: log.With("component", "placement"), now: time.Now, strategy: placer.StrategyTopologyAware,
-		reserveAfter: DefaultReserveAfter, pendingSince: map[string]time.Time{}}
-}
-
 // Store is the service's inventory, for tests and read-only views.
 func (s *Service) Store() *store.Store { return s.store }
 
-// Register adds the service's handlers to r.
-func (s *Service) Register(r *bus.Router) {
+// Ready is closed once the store is rebuilt and every handler consumes.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Run rebuilds the store from the streams, then handles jobs, finishes,
+// topology and migration acceptances until ctx ends (see bus.Serve).
+func (s *Service) Run(ctx context.Context) error {
+	if err := s.rebuild(ctx); err != nil {
+		return fmt.Errorf("rebuild placement: %w", err)
+	}
+	r, err := s.consume.NewRouter()
+	if err != nil {
+		return fmt.Errorf("placement: %w", err)
+	}
 	bus.Handle(r, bus.Handler[events.JobAnalyzed]{Name: HandlerAnalyzed, Event: events.NameJobAnalyzed, Fn: s.OnAnalyzed})
 	bus.Handle(r, bus.Handler[events.JobFinished]{Name: HandlerFinished, Event: events.NameJobFinished, Fn: s.OnFinished})
 	bus.Handle(r, bus.Handler[events.TopologyNode]{Name: HandlerNode, Event: events.NameTopologyNode, Fn: s.OnNode})
 	bus.Handle(r, bus.Handler[events.TopologyHealth]{Name: HandlerHealth, Event: events.NameTopologyHealth, Fn: s.OnHealth})
 	bus.Handle(r, bus.Handler[events.TopologyFabric]{Name: HandlerFabric, Event: events.NameTopologyFabric, Fn: s.OnFabric})
 	bus.Handle(r, bus.Handler[events.JobMigrationAccepted]{Name: HandlerMigrate, Event: events.NameJobMigrationAccepted, Fn: s.OnMigrationAccepted})
+	if err := bus.Serve(ctx, r, func() { close(s.ready) }); err != nil {
+		return fmt.Errorf("placement: %w", err)
+	}
+	return nil
 }
 
 // OnAnalyzed places a new job. A job id already known has no second effect,
@@ -149,7 +228,7 @@ func (s *Service) OnFinished(ctx context.Context, env events.Envelope, ev *event
 		if j.Decision != nil {
 			rel.Nodes = j.Decision.Nodes
 		}
-		if _, err := s.bus.Publish(ctx, rel); err != nil {
+		if _, err := s.pub.Publish(ctx, rel); err != nil {
 			return err
 		}
 		if err := s.applyReleased(rel); err != nil {
@@ -231,7 +310,7 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 		launch.Fill(&d, s.store.Snapshot())
 		d.Prediction, d.Baseline = s.predict(ctx, before, job.Spec, plan.GPUs, plan.Baseline)
 		d.Warnings, d.Explanation = plan.Warnings, plan.Explanation
-		if _, err := s.bus.Publish(ctx, &d); err != nil {
+		if _, err := s.pub.Publish(ctx, &d); err != nil {
 			if _, rerr := s.store.Release(job.ID); rerr != nil {
 				return false, errors.Join(err, fmt.Errorf("roll back reservation of %s: %w", job.ID, rerr))
 			}
@@ -244,7 +323,7 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 			return false, nil
 		}
 		ev := &events.PlacementPending{JobID: job.ID, Reasons: plan.Reasons, Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}
-		if _, err := s.bus.Publish(ctx, ev); err != nil {
+		if _, err := s.pub.Publish(ctx, ev); err != nil {
 			return false, err
 		}
 		job.State, job.Reasons = store.JobPending, plan.Reasons
@@ -254,7 +333,7 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 		log.Info("job pending", "reason", plan.Reasons[0].Message)
 	case outcome.Never:
 		ev := &events.PlacementRejected{JobID: job.ID, Reasons: plan.Reasons, Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}
-		if _, err := s.bus.Publish(ctx, ev); err != nil {
+		if _, err := s.pub.Publish(ctx, ev); err != nil {
 			return false, err
 		}
 		job.State, job.Reasons = store.JobRejected, plan.Reasons
@@ -277,6 +356,9 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 // rejected.
 func (s *Service) decide(ctx context.Context, job events.JobAnalyzed, fresh bool) (placer.Plan, error) {
 	o := placer.PlanOptions{Counterfactuals: fresh}
+	if s.observe != nil {
+		ctx = policies.WithEvalObserver(ctx, s.observe)
+	}
 	plan, err := s.planner().Plan(ctx, s.store.Snapshot(), job, o)
 	if err != nil || plan.Verdict != outcome.Never {
 		return plan, err

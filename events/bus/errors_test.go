@@ -1,0 +1,59 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func TestRetryableJS(t *testing.T) {
+	t.Parallel()
+	api := func(code int, errCode jetstream.ErrorCode, desc string) error {
+		return fmt.Errorf("create stream: %w", &jetstream.APIError{Code: code, ErrorCode: errCode, Description: desc})
+	}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"deadline", fmt.Errorf("x: %w", context.DeadlineExceeded), true},
+		{"nats timeout", nats.ErrTimeout, true},
+		{"no responders", fmt.Errorf("x: %w", nats.ErrNoResponders), true},
+		{"no stream response", jetstream.ErrNoStreamResponse, true},
+		{"reconnecting", nats.ErrConnectionReconnecting, true},
+		{"cluster not available", api(503, 10008, "JetStream system temporarily unavailable"), true},
+		{"jetstream not enabled", jetstream.ErrJetStreamNotEnabled, true},
+		{"request timeout", api(408, 0, "request timeout"), true},
+		{"replicas not supported yet", api(500, errCodeReplicasNotSupported, "replicas > 1 not supported in non-clustered mode"), true},
+		{"stream not found", jetstream.ErrStreamNotFound, false},
+		{"name in use", jetstream.ErrStreamNameAlreadyInUse, false},
+		{"bad request", api(400, jetstream.JSErrCodeBadRequest, "bad request"), false},
+		{"cancelled", context.Canceled, false},
+		{"other", errors.New("temporarily unavailable"), false},
+	}
+	for _, tc := range tests {
+		if got := retryableJS(tc.err); got != tc.want {
+			t.Errorf("%s: retryableJS(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestRetryJetStreamUsesTransport(t *testing.T) {
+	t.Parallel()
+	tr := Transport{SetupRetryFor: 50 * time.Millisecond, SetupRetryInitial: time.Millisecond, SetupRetryMax: 2 * time.Millisecond}.withDefaults()
+	n := 0
+	err := retryJetStream(context.Background(), tr, func(context.Context) error { n++; return nats.ErrTimeout })
+	if !errors.Is(err, nats.ErrTimeout) || n < 2 {
+		t.Errorf("retryJetStream = %v after %d attempts, want a timeout after several", err, n)
+	}
+	n = 0
+	err = retryJetStream(context.Background(), tr, func(context.Context) error { n++; return jetstream.ErrStreamNotFound })
+	if !errors.Is(err, jetstream.ErrStreamNotFound) || n != 1 {
+		t.Errorf("permanent error: %v after %d attempts, want 1", err, n)
+	}
+}

@@ -1,0 +1,22 @@
+package placement
+
+import (
+	"context"
+	"testing"
+
+	"github.com/toposched/toposched/events/bus"
+)
+
+// Rebuild is rebuild, for the tests that look at a store rebuilt from the
+// streams without running the handlers (they call them by hand).
+func (s *Service) Rebuild(ctx context.Context) error { return s.rebuild(ctx) }
+
+// NewOnBus is New with every port on b, failing the test on an error.
+func NewOnBus(t testing.TB, b *bus.Bus, cfg Config) *Service {
+	t.Helper()
+	s, err := New(cfg, Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
