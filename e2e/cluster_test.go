@@ -262,7 +262,7 @@ func TestClusterReplicasSIGKILL(t *testing.T) {
 				select {
 				case <-f.Ok():
 					continue
-				case <-f.Err():
+				case <-f.Err(): //nolint:errcheck // the submission is sent again below, whatever the error
 					// Lost with the killed node before its PubAck.
 				case <-deadline:
 					// No answer at all: the acknowledgement died with

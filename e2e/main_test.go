@@ -84,7 +84,11 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+		}
+	}()
 	if err := build(dir); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
@@ -127,8 +131,12 @@ func build(dir string) error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", tool.env, err)
 			}
-			if st, err := os.Stat(abs); err != nil || st.IsDir() {
-				return fmt.Errorf("%s=%s: not a binary (%v)", tool.env, p, err)
+			st, err := os.Stat(abs)
+			if err != nil {
+				return fmt.Errorf("%s=%s: not a binary (%w)", tool.env, p, err)
+			}
+			if st.IsDir() {
+				return fmt.Errorf("%s=%s: not a binary (a directory)", tool.env, p)
 			}
 			*tool.dst = abs
 			fmt.Printf("e2e: %s from %s=%s\n", tool.name, tool.env, abs)
@@ -216,8 +224,11 @@ func freePort(t *testing.T) int {
 	if err != nil {
 		t.Fatalf("free port: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	return port
 }
 
 // waitFor polls cond until it holds, failing the test after timeout with

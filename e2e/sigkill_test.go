@@ -390,8 +390,9 @@ func TestPlacementSIGKILLMidBurst(t *testing.T) {
 	fin.finishSome(5) // releases and retries in flight when it dies
 	kill(placement)
 
-	// And once more.
-	placement = startPlacement()
+	// And once more. This placement stays up to the end: alive() watches
+	// it, the last of placements.
+	startPlacement()
 	before = placementCounts(t, js)
 	submit(jobs[420:])
 	waitAcks()

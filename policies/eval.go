@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash"
 	"hash/fnv"
 	"slices"
 	"sync"
@@ -243,8 +244,10 @@ func (s *Set) CacheLen() int {
 	return len(s.cache.m)
 }
 
+// hasher feeds a cache key to h, whose Write never returns an error (see
+// package hash).
 type hasher struct {
-	h   interface{ Write([]byte) (int, error) }
+	h   hash.Hash
 	buf [8]byte
 }
 

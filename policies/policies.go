@@ -268,7 +268,7 @@ func readSet(fsys fs.FS) (*sources, error) {
 func revisionOf(files map[string][]byte) string {
 	h := sha256.New()
 	for _, p := range slices.Sorted(mapsKeys(files)) {
-		fmt.Fprintf(h, "%s\x00%d\x00", p, len(files[p]))
+		h.Write(fmt.Appendf(nil, "%s\x00%d\x00", p, len(files[p])))
 		h.Write(files[p])
 	}
 	return hex.EncodeToString(h.Sum(nil))

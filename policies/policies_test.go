@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,8 +42,8 @@ func TestRefused(t *testing.T) {
 			if err == nil || s != nil {
 				t.Fatalf("compiled: %v", s)
 			}
-			es, ok := err.(Errors)
-			if !ok || len(es) == 0 || es[0].File == "" || es[0].Line == 0 {
+			var es Errors
+			if !errors.As(err, &es) || len(es) == 0 || es[0].File == "" || es[0].Line == 0 {
 				t.Fatalf("error %T %v: want Errors with file and line", err, err)
 			}
 			for _, w := range tc.want {

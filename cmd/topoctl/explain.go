@@ -42,7 +42,7 @@ times, the events in order, and the latest outcome in full:
 			if err != nil {
 				return err
 			}
-			defer b.Close()
+			defer closeBus(b)
 			h, err := client.History(ctx, b, args[0])
 			if err != nil {
 				return err

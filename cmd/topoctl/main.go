@@ -88,6 +88,11 @@ func (g *globals) connect(ctx context.Context) (*bus.Bus, error) {
 		NATSOptions: opts})
 }
 
+// closeBus closes a command's connection on its way out. Its error is
+// dropped: JetStream has acknowledged whatever the command published before
+// the command returns, so a failed drain loses nothing it reported.
+func closeBus(b *bus.Bus) { _ = b.Close() }
+
 func (g *globals) print(w io.Writer, o client.Outcome) error {
 	if g.format == "json" {
 		var v any
@@ -139,14 +144,14 @@ A job file looks like:
 			if err != nil {
 				return err
 			}
-			defer b.Close()
+			defer closeBus(b)
 			if !wait {
 				env, err := client.Submit(ctx, b, job)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "submitted %s (event %s)\n", job.JobID, env.ID)
-				return nil
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "submitted %s (event %s)\n", job.JobID, env.ID)
+				return err
 			}
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
@@ -216,7 +221,7 @@ With --all it starts from the beginning of the placement stream.`,
 			if err != nil {
 				return err
 			}
-			defer b.Close()
+			defer closeBus(b)
 			from := client.FromNow
 			if all {
 				from = client.FromStart
@@ -254,12 +259,12 @@ func newFinish(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer b.Close()
+			defer closeBus(b)
 			if _, err := client.Finish(ctx, b, args[0], events.JobStatus(status)); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "finished %s (%s)\n", args[0], status)
-			return nil
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "finished %s (%s)\n", args[0], status)
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&status, "status", string(events.StatusSucceeded), "how the job ended: succeeded, failed or cancelled")

@@ -45,7 +45,7 @@ applied, with the gain per step, the break-even time and the placements.`,
 			if err != nil {
 				return err
 			}
-			defer b.Close()
+			defer closeBus(b)
 			ps, err := client.Proposals(ctx, b)
 			if err != nil {
 				return err
@@ -95,15 +95,15 @@ With --wait it prints the new placement or why it was refused (exit status 1).`,
 			if err != nil {
 				return err
 			}
-			defer b.Close()
+			defer closeBus(b)
 			out := cmd.OutOrStdout()
 			if !wait {
 				env, err := client.AcceptMigration(ctx, b, job, proposal)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(out, "accepted the migration of %s (event %s); topoctl watch shows the new placement\n", job, env.ID)
-				return nil
+				_, err = fmt.Fprintf(out, "accepted the migration of %s (event %s); topoctl watch shows the new placement\n", job, env.ID)
+				return err
 			}
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/toposched/toposched/internal/textout"
 	"github.com/toposched/toposched/policies"
 )
 
@@ -35,7 +36,7 @@ Without DIR it tests the shipped set.`,
 		Example: "  topoctl policy test policies/default",
 		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var fsys fs.FS = policies.Default
+			fsys := policies.Default
 			name, prefix := "default", ""
 			if len(args) == 1 {
 				st, err := os.Stat(args[0])
@@ -89,8 +90,8 @@ func policyTest(cmd *cobra.Command, g *globals, fsys fs.FS, name, prefix string)
 		}{rev, results, errs, passed, failed}); err != nil {
 			return err
 		}
-	} else {
-		writePolicyTests(out, results, errs, passed, failed)
+	} else if err := writePolicyTests(out, results, errs, passed, failed); err != nil {
+		return err
 	}
 	switch {
 	case results == nil && len(errs) > 0:
@@ -103,10 +104,11 @@ func policyTest(cmd *cobra.Command, g *globals, fsys fs.FS, name, prefix string)
 	return nil
 }
 
-func writePolicyTests(w io.Writer, results []policies.TestResult, errs policies.Errors, passed, failed int) {
+func writePolicyTests(out io.Writer, results []policies.TestResult, errs policies.Errors, passed, failed int) error {
+	w := textout.New(out)
 	for _, e := range errs {
 		if e.Code != "test_failed" && e.Code != "test_error" {
-			fmt.Fprintln(w, e.Error())
+			w.Println(e.Error())
 		}
 	}
 	for _, r := range results {
@@ -119,16 +121,17 @@ func writePolicyTests(w io.Writer, results []policies.TestResult, errs policies.
 		case !r.Pass:
 			outcome = "FAIL"
 		}
-		fmt.Fprintf(w, "%-5s %s.%s (%s:%d)", outcome, r.Package, r.Name, r.File, r.Line)
+		w.Printf("%-5s %s.%s (%s:%d)", outcome, r.Package, r.Name, r.File, r.Line)
 		if r.Error != "" {
-			fmt.Fprintf(w, ": %s", r.Error)
+			w.Printf(": %s", r.Error)
 		}
-		fmt.Fprintln(w)
+		w.Println()
 		if !r.Pass && r.Output != "" {
-			fmt.Fprint(w, r.Output)
+			w.Print(r.Output)
 		}
 	}
 	if len(errs) == 0 || passed+failed > 0 {
-		fmt.Fprintf(w, "%d passed, %d failed\n", passed, failed)
+		w.Printf("%d passed, %d failed\n", passed, failed)
 	}
+	return w.Err()
 }

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/textout"
 	"github.com/toposched/toposched/policies"
 )
 
@@ -75,16 +75,21 @@ func policyPush(ctx context.Context, g *globals, out io.Writer, dir, name string
 	fsys := os.DirFS(dir)
 	set, _, err := policies.Check(ctx, fsys, name)
 	if err != nil {
+		w := textout.New(out)
 		var errs policies.Errors
 		if errors.As(err, &errs) {
 			for _, e := range errs {
 				if e.File != "" {
 					e.File = filepath.Join(dir, e.File)
 				}
-				fmt.Fprintln(out, e.Error())
+				w.Println(e.Error())
 			}
 		}
-		return fmt.Errorf("policy set %s refused; nothing pushed: %w", dir, err)
+		refused := fmt.Errorf("policy set %s refused; nothing pushed: %w", dir, err)
+		if werr := w.Err(); werr != nil {
+			return errors.Join(refused, werr)
+		}
+		return refused
 	}
 	data, rev, err := policies.EncodeBundle(name, fsys)
 	if err != nil {
@@ -95,7 +100,7 @@ func policyPush(ctx context.Context, g *globals, out io.Writer, dir, name string
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	defer closeBus(b)
 	kv, err := policies.OpenKV(ctx, b.JetStream(), g.prefix)
 	if err != nil {
 		return err
@@ -110,7 +115,7 @@ func policyPush(ctx context.Context, g *globals, out io.Writer, dir, name string
 		answers, errc = make(chan any, 16), make(chan error, 1)
 		ready := make(chan struct{})
 		go func() {
-			errc <- b.Follow(waitCtx, "policy", []string{b.Subjects.Domain("policy")}, ready, func(r bus.Record) error {
+			errc <- b.Follow(waitCtx, events.DomainPolicy, []string{b.Subjects.Domain(events.DomainPolicy)}, ready, func(r bus.Record) error {
 				v := r.Name.New()
 				if json.Unmarshal(r.Body, v) == nil {
 					answers <- v
@@ -122,7 +127,7 @@ func policyPush(ctx context.Context, g *globals, out io.Writer, dir, name string
 		case <-ready:
 		case err := <-errc:
 			if errors.Is(err, jetstream.ErrStreamNotFound) {
-				return fmt.Errorf("no policy stream %s: is toposched running (it creates the stream at start-up)?", b.StreamName("policy"))
+				return fmt.Errorf("no policy stream %s: is toposched running (it creates the stream at start-up)?", b.StreamName(events.DomainPolicy))
 			}
 			return err
 		}
@@ -138,8 +143,10 @@ func policyPush(ctx context.Context, g *globals, out io.Writer, dir, name string
 		}
 	}
 	if g.format != "json" {
-		fmt.Fprintf(out, "pushed %s@%s to %s (kv revision %d): %d files, %d tests passed locally\n",
-			name, shortRev(rev), kv.Bucket(), kvRev, len(set.Files), passed)
+		if _, err := fmt.Fprintf(out, "pushed %s@%s to %s (kv revision %d): %d files, %d tests passed locally\n",
+			name, shortRev(rev), kv.Bucket(), kvRev, len(set.Files), passed); err != nil {
+			return err
+		}
 	}
 	if !wait {
 		if g.format == "json" {
@@ -158,8 +165,7 @@ func policyPush(ctx context.Context, g *globals, out io.Writer, dir, name string
 				if g.format == "json" {
 					return printPolicyEvent(out, events.NamePolicyApplied, e)
 				}
-				writeApplied(out, e)
-				return nil
+				return writeApplied(out, e)
 			case *events.PolicyRejected:
 				if e.Revision != rev || e.KVRevision != kvRev {
 					continue
@@ -168,8 +174,8 @@ func policyPush(ctx context.Context, g *globals, out io.Writer, dir, name string
 					if err := printPolicyEvent(out, events.NamePolicyRejected, e); err != nil {
 						return err
 					}
-				} else {
-					writeRejected(out, e)
+				} else if err := writeRejected(out, e); err != nil {
+					return err
 				}
 				return fmt.Errorf("policy set %s@%s rejected by the operator", name, shortRev(rev))
 			}
@@ -193,25 +199,29 @@ func printPolicyEvent(out io.Writer, name events.Name, v any) error {
 	}{string(name), v})
 }
 
-func writeApplied(w io.Writer, e *events.PolicyApplied) {
-	fmt.Fprintf(w, "applied by %s: %s@%s from %s, %d files, %d tests passed", e.Replica, e.Name, shortRev(e.Revision),
+func writeApplied(out io.Writer, e *events.PolicyApplied) error {
+	w := textout.New(out)
+	w.Printf("applied by %s: %s@%s from %s, %d files, %d tests passed", e.Replica, e.Name, shortRev(e.Revision),
 		e.Source, len(e.Files), e.TestsPassed)
 	if e.Previous != "" {
-		fmt.Fprintf(w, " (replaced %s)", shortRev(e.Previous))
+		w.Printf(" (replaced %s)", shortRev(e.Previous))
 	}
-	fmt.Fprintln(w)
+	w.Println()
+	return w.Err()
 }
 
-func writeRejected(w io.Writer, e *events.PolicyRejected) {
-	fmt.Fprintf(w, "rejected by %s: %s@%s from %s\n", e.Replica, e.Name, shortRev(e.Revision), e.Source)
+func writeRejected(out io.Writer, e *events.PolicyRejected) error {
+	w := textout.New(out)
+	w.Printf("rejected by %s: %s@%s from %s\n", e.Replica, e.Name, shortRev(e.Revision), e.Source)
 	for _, pe := range e.Errors {
-		fmt.Fprintf(w, "  %s\n", (&policies.Error{File: pe.File, Line: pe.Line, Msg: pe.Message, Code: pe.Code}).Error())
+		w.Printf("  %s\n", (&policies.Error{File: pe.File, Line: pe.Line, Msg: pe.Message, Code: pe.Code}).Error())
 	}
 	if e.InForce != "" {
-		fmt.Fprintf(w, "the set in force stays: %s\n", shortRev(e.InForce))
+		w.Printf("the set in force stays: %s\n", shortRev(e.InForce))
 	} else {
-		fmt.Fprintln(w, "no set is in force")
+		w.Println("no set is in force")
 	}
+	return w.Err()
 }
 
 func shortRev(rev string) string {
@@ -250,7 +260,7 @@ func policyShow(ctx context.Context, g *globals, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	defer closeBus(b)
 	var pushed *pushedSet
 	kv, err := b.JetStream().KeyValue(ctx, policies.BucketName(g.prefix))
 	switch {
@@ -273,7 +283,7 @@ func policyShow(ctx context.Context, g *globals, out io.Writer) error {
 		}
 	}
 	last := map[string]*events.PolicyApplied{}
-	err = b.Replay(ctx, "policy", []string{b.Subjects.Of(events.NamePolicyApplied)}, func(r bus.Record) error {
+	err = b.Replay(ctx, events.DomainPolicy, []string{b.Subjects.Of(events.NamePolicyApplied)}, func(r bus.Record) error {
 		var e events.PolicyApplied
 		if json.Unmarshal(r.Body, &e) == nil {
 			last[e.Replica] = &e
@@ -299,25 +309,29 @@ func policyShow(ctx context.Context, g *globals, out io.Writer) error {
 			Replicas []*events.PolicyApplied `json:"replicas"`
 		}{pushed, replicas})
 	}
+	w := textout.New(out)
 	switch {
 	case pushed == nil:
-		fmt.Fprintln(out, "pushed: none (replicas use their --policies directory or the shipped set)")
+		w.Println("pushed: none (replicas use their --policies directory or the shipped set)")
 	case pushed.Error != "":
-		fmt.Fprintf(out, "pushed: unreadable value, kv revision %d at %s: %s\n", pushed.KVRevision,
+		w.Printf("pushed: unreadable value, kv revision %d at %s: %s\n", pushed.KVRevision,
 			pushed.Created.UTC().Format(time.RFC3339), pushed.Error)
 	default:
-		fmt.Fprintf(out, "pushed: %s@%s, %d files, kv revision %d at %s\n", pushed.Name, shortRev(pushed.Revision),
+		w.Printf("pushed: %s@%s, %d files, kv revision %d at %s\n", pushed.Name, shortRev(pushed.Revision),
 			pushed.Files, pushed.KVRevision, pushed.Created.UTC().Format(time.RFC3339))
 	}
 	if len(replicas) == 0 {
-		fmt.Fprintln(out, "no replica has announced a policy set")
-		return nil
+		w.Println("no replica has announced a policy set")
+		return w.Err()
 	}
-	fmt.Fprintln(out)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "REPLICA\tREVISION\tSOURCE\tNAME\tTESTS\tAPPLIED")
+	w.Println()
+	if err := w.Err(); err != nil {
+		return err
+	}
+	tw := textout.Table(out, 0, 0, 2, ' ', 0)
+	tw.Println("REPLICA\tREVISION\tSOURCE\tNAME\tTESTS\tAPPLIED")
 	for _, e := range replicas {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.Replica, shortRev(e.Revision), e.Source, e.Name, e.TestsPassed,
+		tw.Printf("%s\t%s\t%s\t%s\t%d\t%s\n", e.Replica, shortRev(e.Revision), e.Source, e.Name, e.TestsPassed,
 			e.AppliedAt.UTC().Format(time.RFC3339))
 	}
 	return tw.Flush()

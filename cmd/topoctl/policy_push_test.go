@@ -48,7 +48,11 @@ func TestPolicyPushAndShow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer op.Stop()
+	defer func() {
+		if err := op.Stop(); err != nil {
+			t.Error(err)
+		}
+	}()
 	url := srv.ClientURL()
 
 	dir := filepath.Join(t.TempDir(), "lab")

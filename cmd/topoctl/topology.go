@@ -120,7 +120,7 @@ func loadCluster(ctx context.Context, g *globals, file string) (clusterfile.Clus
 	if err != nil {
 		return clusterfile.Cluster{}, nil, err
 	}
-	defer b.Close()
+	defer closeBus(b)
 	return liveCluster(ctx, b)
 }
 
@@ -130,7 +130,7 @@ func liveCluster(ctx context.Context, b *bus.Bus) (clusterfile.Cluster, clusterf
 	unhealthy := map[string]string{}
 	parts := map[string]string{} // node NUL "nvlink 3/5" or "nic mlx5_0" -> reason
 	key := func(node string, gpu int) string { return node + "/" + strconv.Itoa(gpu) }
-	err := b.Replay(ctx, "topology", []string{b.Subjects.Domain("topology")}, func(r bus.Record) error {
+	err := b.Replay(ctx, events.DomainTopology, []string{b.Subjects.Domain(events.DomainTopology)}, func(r bus.Record) error {
 		switch r.Name {
 		case events.NameTopologyNode:
 			var n events.TopologyNode
@@ -173,7 +173,7 @@ func liveCluster(ctx context.Context, b *bus.Bus) (clusterfile.Cluster, clusterf
 		return clusterfile.Cluster{}, nil, err
 	}
 	used := map[string]string{}
-	err = b.Replay(ctx, "placement", []string{b.Subjects.Domain("placement")}, func(r bus.Record) error {
+	err = b.Replay(ctx, events.DomainPlacement, []string{b.Subjects.Domain(events.DomainPlacement)}, func(r bus.Record) error {
 		switch r.Name {
 		case events.NamePlacementDecided:
 			var d events.PlacementDecided

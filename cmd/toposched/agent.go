@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -56,11 +57,20 @@ the check to run by hand on a GPU machine.`,
 			if err != nil {
 				return err
 			}
-			defer b.Close()
-			if err := nvml.RunAgent(ctx, lib, b, cfg, log); err != nil {
-				return fmt.Errorf("agent: %w", err)
+			agent, err := nvml.NewAgent(cfg, nvml.AgentDeps{Lib: lib, Publish: b, Log: log})
+			if err != nil {
+				_ = b.Close()
+				return err
 			}
-			return nil
+			err = agent.Run(ctx)
+			if err != nil {
+				err = fmt.Errorf("agent: %w", err)
+			}
+			// A failed drain is reported, as runServices does.
+			if cerr := b.Close(); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()

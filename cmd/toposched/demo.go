@@ -16,6 +16,7 @@ import (
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/client"
 	"github.com/toposched/toposched/events/natsserver"
+	"github.com/toposched/toposched/internal/textout"
 	"github.com/toposched/toposched/services/operator"
 )
 
@@ -46,12 +47,12 @@ prints each decision, finishes a job so that a waiting one is placed, and exits.
 	return cmd
 }
 
-func runDemo(ctx context.Context, g *globals, out io.Writer, log *slog.Logger) error {
+func runDemo(ctx context.Context, g *globals, stdout io.Writer, log *slog.Logger) error {
 	dir, err := os.MkdirTemp("", "toposched-demo-")
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // a temporary directory: best effort
 	clusterYAML, err := examples.FS.ReadFile("cluster.yaml")
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
@@ -71,14 +72,19 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, log *slog.Logger) e
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	// Closed as the demo ends: JetStream acknowledged all it published,
+	// and the embedded server goes next.
+	defer func() { _ = b.Close() }()
 	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: clusterFile, Sole: true}, log)
 	if err != nil {
 		return err
 	}
-	defer op.Stop()
+	defer func() { _ = op.Stop() }() // a failed service shows as an outcome that never comes
 
-	fmt.Fprintf(out, "toposched demo: embedded NATS at %s, sample cluster %q (4 x 8 A100 NVSwitch, 2 x 4 L40S PCIe)\n\n",
+	// out remembers the first failed write; the demo stops at the next
+	// step with it.
+	out := textout.New(stdout)
+	out.Printf("toposched demo: embedded NATS at %s, sample cluster %q (4 x 8 A100 NVSwitch, 2 x 4 L40S PCIe)\n\n",
 		srv.ClientURL(), "lab")
 	outcomes := make(chan client.Outcome, 64)
 	ready := make(chan struct{})
@@ -97,8 +103,8 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, log *slog.Logger) e
 			select {
 			case o := <-outcomes:
 				if o.Released == nil {
-					_ = client.WriteOutcome(out, o)
-					fmt.Fprintln(out)
+					_ = client.WriteOutcome(out, o) // its error is out's
+					out.Println()
 				}
 				if o.JobID() == job && want(o) {
 					return nil
@@ -118,7 +124,10 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, log *slog.Logger) e
 		if err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}
-		fmt.Fprintf(out, "$ topoctl submit %s\n", path)
+		out.Printf("$ topoctl submit %s\n", path)
+		if err := out.Err(); err != nil {
+			return err
+		}
 		if _, err := client.Submit(ctx, b, job); err != nil {
 			return err
 		}
@@ -128,7 +137,10 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, log *slog.Logger) e
 	}
 	// A person with the nats CLI, no CloudEvents headers, and a typo.
 	typo := `{"job_id":"typo","gpu":8}`
-	fmt.Fprintf(out, "$ nats pub toposched.jobs.submitted '%s'\n", typo)
+	out.Printf("$ nats pub toposched.jobs.submitted '%s'\n", typo)
+	if err := out.Err(); err != nil {
+		return err
+	}
 	if err := b.PublishRaw(ctx, b.Subjects.Of(events.NameJobSubmitted), nil, []byte(typo)); err != nil {
 		return err
 	}
@@ -136,19 +148,22 @@ func runDemo(ctx context.Context, g *globals, out io.Writer, log *slog.Logger) e
 		return err
 	}
 	for _, job := range []string{"notebook-4", "bert-ddp8"} {
-		fmt.Fprintf(out, "$ topoctl finish %s\n", job)
+		out.Printf("$ topoctl finish %s\n", job)
+		if err := out.Err(); err != nil {
+			return err
+		}
 		if _, err := client.Finish(ctx, b, job, events.StatusSucceeded); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintln(out, "# two nodes are free again: the waiting moe-ep4 is placed")
+	out.Println("# two nodes are free again: the waiting moe-ep4 is placed")
 	if err := await("moe-ep4", func(o client.Outcome) bool { return o.Decided != nil }); err != nil {
 		return err
 	}
 	st := op.Placement.Store().Snapshot()
 	total, _ := st.Capacity("")
-	fmt.Fprintf(out, "done: %d of %d GPUs free. Each decision shows the cost model's prediction for the\n"+
+	out.Printf("done: %d of %d GPUs free. Each decision shows the cost model's prediction for the\n"+
 		"topology-aware placement beside the blind first-fit baseline on the same cluster state.\n",
 		st.FreeCount(), total)
-	return nil
+	return out.Err()
 }

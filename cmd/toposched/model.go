@@ -10,12 +10,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/toposched/toposched/internal/collective"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/textout"
 	"github.com/toposched/toposched/services/optimizer/tuning"
 )
 
@@ -346,31 +346,32 @@ The measurements are read from DIR, by default from the project's copy
 
 func targetsHeld(s collective.Summary) bool { return s.LargeMedian <= 0.10 && s.LargeMax <= 0.25 }
 
-func printValidation(out io.Writer, src string, s collective.Summary) error {
-	fmt.Fprintf(out, "measurements: %s\n\n", src)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "case\tsize\tkind\talgorithm\tmeasured GB/s\tpredicted GB/s\terror\tsource")
+func printValidation(stdout io.Writer, src string, s collective.Summary) error {
+	out := textout.New(stdout)
+	out.Printf("measurements: %s\n\n", src)
+	tw := textout.Table(out, 0, 0, 2, ' ', 0)
+	tw.Println("case\tsize\tkind\talgorithm\tmeasured GB/s\tpredicted GB/s\terror\tsource")
 	for _, r := range s.Rows {
 		kind := "small"
 		if r.Large {
 			kind = "large"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f\t%.2f\t%+.1f%%\t%s\n", r.Case, formatBytes(r.Bytes), kind, r.Algorithm,
+		tw.Printf("%s\t%s\t%s\t%s\t%.2f\t%.2f\t%+.1f%%\t%s\n", r.Case, formatBytes(r.Bytes), kind, r.Algorithm,
 			r.Measured, r.Predicted, 100*r.Error, r.Source)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\nlarge messages (>= 128 MB): median |error| %.1f%%, max %.1f%% (target: median <= 10%%, max <= 25%%: %s)\n",
+	out.Printf("\nlarge messages (>= 128 MB): median |error| %.1f%%, max %.1f%% (target: median <= 10%%, max <= 25%%: %s)\n",
 		100*s.LargeMedian, 100*s.LargeMax, map[bool]string{true: "held", false: "MISSED"}[targetsHeld(s)])
-	fmt.Fprintf(out, "small messages (~1 MB):     median |error| %.1f%%, max %.1f%% (no target: latency terms are NCCL tuning-table orders, not measured)\n",
+	out.Printf("small messages (~1 MB):     median |error| %.1f%%, max %.1f%% (no target: latency terms are NCCL tuning-table orders, not measured)\n",
 		100*s.SmallMedian, 100*s.SmallMax)
-	fmt.Fprintln(out, "\nnotes:")
+	out.Println("\nnotes:")
 	seen := map[string]bool{}
 	for _, r := range s.Rows {
 		if r.Note != "" && !seen[r.Case] {
 			seen[r.Case] = true
-			fmt.Fprintf(out, "  %s: %s\n", r.Case, r.Note)
+			out.Printf("  %s: %s\n", r.Case, r.Note)
 		}
 	}
 	for _, r := range s.Rows {
@@ -380,8 +381,8 @@ func printValidation(out io.Writer, src string, s collective.Summary) error {
 			if r.Error < 0 {
 				why = "predicted too slow: NCCL's LL/LL128 protocols step faster than the Simple-protocol latency the model charges"
 			}
-			fmt.Fprintf(out, "  %s at %s: %s\n", r.Case, formatBytes(r.Bytes), why)
+			out.Printf("  %s at %s: %s\n", r.Case, formatBytes(r.Bytes), why)
 		}
 	}
-	return nil
+	return out.Err()
 }

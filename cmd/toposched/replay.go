@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toposched/toposched/internal/placer"
+	"github.com/toposched/toposched/internal/textout"
 	"github.com/toposched/toposched/sim/replay"
 )
 
@@ -114,7 +115,7 @@ func prepareReplay(f replayFlags) (*prepared, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	p := &prepared{cleanup: func() { os.RemoveAll(work) }}
+	p := &prepared{cleanup: func() { _ = os.RemoveAll(work) }} // a temporary directory: best effort
 	fail := func(err error) (*prepared, error) {
 		p.cleanup()
 		return nil, err
@@ -230,16 +231,20 @@ func runReplay(ctx context.Context, g *globals, f replayFlags, out io.Writer) er
 	}
 	defer p.cleanup()
 	tr := p.trace
-	fmt.Fprintf(out, "replay: %s (%d records, %d jobs", tr.Source, tr.Records, len(tr.Jobs))
+	w := textout.New(out)
+	w.Printf("replay: %s (%d records, %d jobs", tr.Source, tr.Records, len(tr.Jobs))
 	if n := tr.SkippedTotal(); n > 0 {
-		fmt.Fprintf(out, ", %d skipped", n)
+		w.Printf(", %d skipped", n)
 	}
-	fmt.Fprintf(out, ") on %s: %d nodes, %d GPUs\n", p.inv.Name, len(p.inv.Nodes), p.inv.GPUs)
+	w.Printf(") on %s: %d nodes, %d GPUs\n", p.inv.Name, len(p.inv.Nodes), p.inv.GPUs)
 	for reason, n := range tr.Skipped {
-		fmt.Fprintf(out, "  skipped %d: %s\n", n, reason)
+		w.Printf("  skipped %d: %s\n", n, reason)
 	}
 	for _, n := range tr.Notes {
-		fmt.Fprintf(out, "  note: %s\n", n)
+		w.Printf("  note: %s\n", n)
+	}
+	if err := w.Err(); err != nil {
+		return err
 	}
 	var results []*replay.Result
 	for _, s := range strategies {
@@ -255,7 +260,9 @@ func runReplay(ctx context.Context, g *globals, f replayFlags, out io.Writer) er
 		}
 		results = append(results, r)
 	}
-	fmt.Fprintln(out)
+	if _, err := fmt.Fprintln(out); err != nil {
+		return err
+	}
 	var sums []*replay.Summary
 	for _, r := range results {
 		sums = append(sums, &r.Summary)
@@ -271,8 +278,10 @@ func runReplay(ctx context.Context, g *globals, f replayFlags, out io.Writer) er
 		if err := replay.WriteReport(f.report, results[0], blind); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "\nreport: %s\n", strings.Join([]string{
-			filepath.Join(f.report, "summary.json"), "jobs.csv", "timeline.csv", "replay.svg"}, ", "))
+		if _, err := fmt.Fprintf(out, "\nreport: %s\n", strings.Join([]string{
+			filepath.Join(f.report, "summary.json"), "jobs.csv", "timeline.csv", "replay.svg"}, ", ")); err != nil {
+			return err
+		}
 	}
 	return nil
 }

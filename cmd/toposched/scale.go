@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toposched/toposched/internal/placer"
+	"github.com/toposched/toposched/internal/textout"
 	"github.com/toposched/toposched/sim/replay"
 )
 
@@ -62,11 +63,17 @@ and writes scale.json into --report.`,
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(out, "%d GPUs: %.0f decisions/s, p99 %.2f s\n", sum.ClusterGPUs, sum.DecisionsPerSecond, sum.DecisionLatencyP99Seconds)
+				if _, err := fmt.Fprintf(out, "%d GPUs: %.0f decisions/s, p99 %.2f s\n", sum.ClusterGPUs, sum.DecisionsPerSecond, sum.DecisionLatencyP99Seconds); err != nil {
+					return err
+				}
 				rows = append(rows, *sum)
 			}
-			fmt.Fprintln(out)
-			writeScaleTable(out, rows)
+			if _, err := fmt.Fprintln(out); err != nil {
+				return err
+			}
+			if err := writeScaleTable(out, rows); err != nil {
+				return err
+			}
 			if report != "" {
 				if err := os.MkdirAll(report, 0o755); err != nil {
 					return fmt.Errorf("scale: %w", err)
@@ -111,13 +118,13 @@ func scaleOne(ctx context.Context, f replayFlags, strategy, policies string, sta
 	return &r.Summary, nil
 }
 
-func writeScaleTable(w io.Writer, rows []replay.Summary) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "GPUs\tnodes\tjobs\tplaced/pending/rejected\tsetup\tdecisions/s\tlatency p50\tp99\tpeak heap\tpeak RSS\t")
+func writeScaleTable(w io.Writer, rows []replay.Summary) error {
+	tw := textout.Table(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw.Println("GPUs\tnodes\tjobs\tplaced/pending/rejected\tsetup\tdecisions/s\tlatency p50\tp99\tpeak heap\tpeak RSS\t")
 	for _, s := range rows {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d/%d/%d\t%.1f s\t%.0f\t%.2f s\t%.2f s\t%d MiB\t%d MiB\t\n", s.ClusterGPUs, s.Nodes, s.JobsTotal,
+		tw.Printf("%d\t%d\t%d\t%d/%d/%d\t%.1f s\t%.0f\t%.2f s\t%.2f s\t%d MiB\t%d MiB\t\n", s.ClusterGPUs, s.Nodes, s.JobsTotal,
 			s.Placed, s.Pending, s.Rejected, s.SetupSeconds, s.DecisionsPerSecond, s.DecisionLatencyP50Seconds,
 			s.DecisionLatencyP99Seconds, s.PeakHeapBytes>>20, s.PeakRSSBytes>>20)
 	}
-	_ = tw.Flush()
+	return tw.Flush()
 }

@@ -60,7 +60,7 @@ func Serve(ctx context.Context, r *Router, ready func()) error {
 		return fmt.Errorf("start handlers: %w", err)
 	case <-ctx.Done():
 		_ = r.Close()
-		<-done
+		<-done //nolint:errcheck // stopped while starting: a shutdown, not a failure to start
 		return nil
 	}
 	select {

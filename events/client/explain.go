@@ -5,10 +5,10 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/textout"
 )
 
 // Beyond compactOver rows, a table shows its first compactHead and last
@@ -385,7 +385,7 @@ func eachCompact(n int, row func(int), elided func(int)) {
 // column, and is written out in full afterwards.
 type tab struct {
 	buf     strings.Builder
-	tw      *tabwriter.Writer
+	tw      *textout.Writer // a table into buf
 	cols    int
 	elision string
 }
@@ -393,14 +393,14 @@ type tab struct {
 // newTab starts a table under header, whose columns are tab-separated.
 func newTab(header string) *tab {
 	t := &tab{cols: strings.Count(header, "\t") + 1}
-	t.tw = tabwriter.NewWriter(&t.buf, 2, 4, 2, ' ', 0)
+	t.tw = textout.Table(&t.buf, 2, 4, 2, ' ', 0)
 	t.row("%s", header)
 	return t
 }
 
 // row writes one row, indented by two spaces.
 func (t *tab) row(format string, args ...any) {
-	fmt.Fprintf(t.tw, "  "+format+"\n", args...)
+	t.tw.Printf("  "+format+"\n", args...)
 }
 
 // elide stands for the rows left out. The empty cells keep the rows after

@@ -7,10 +7,10 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/textout"
 )
 
 // Statuses of a Proposal.
@@ -171,10 +171,10 @@ func WriteProposals(w io.Writer, ps []Proposal) error {
 		_, err := io.WriteString(w, "no migration proposals for running jobs\n")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tPROPOSAL\tSTATUS\tREASON\tGAIN/STEP\tBREAK-EVEN\tFROM\tTO")
+	tw := textout.Table(w, 2, 4, 2, ' ', 0)
+	tw.Println("JOB\tPROPOSAL\tSTATUS\tREASON\tGAIN/STEP\tBREAK-EVEN\tFROM\tTO")
 	for _, p := range ps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.JobID, p.ProposalID, p.Status, p.Reason,
+		tw.Printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.JobID, p.ProposalID, p.Status, p.Reason,
 			seconds(p.GainSecondsPerStep), seconds(p.BreakEvenSeconds), NodesString(p.CurrentNodes), NodesString(p.Nodes))
 	}
 	if err := tw.Flush(); err != nil {

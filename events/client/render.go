@@ -5,9 +5,9 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/textout"
 )
 
 // WriteOutcome prints an outcome for people: a decision as a table of nodes
@@ -18,12 +18,12 @@ func WriteOutcome(w io.Writer, o Outcome) error {
 	case o.Decided != nil:
 		d := o.Decided
 		fmt.Fprintf(&b, "%s: decided by %s, %d ranks on %s\n", d.JobID, d.Strategy, len(d.Ranks), plural(len(d.Nodes), "node"))
-		tw := tabwriter.NewWriter(&b, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  NODE\tRANKS\tCUDA_VISIBLE_DEVICES")
+		tw := textout.Table(&b, 2, 4, 2, ' ', 0)
+		tw.Println("  NODE\tRANKS\tCUDA_VISIBLE_DEVICES")
 		for _, n := range d.Nodes {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\n", n.Node, RanksOn(d, n.Node), n.CUDAVisibleDevices)
+			tw.Printf("  %s\t%s\t%s\n", n.Node, RanksOn(d, n.Node), n.CUDAVisibleDevices)
 		}
-		_ = tw.Flush()
+		_ = tw.Flush() // into b: cannot fail
 		if p := d.Prediction; p != nil {
 			fmt.Fprintf(&b, "  predicted communication: %s per step", seconds(p.CommSecondsPerStep))
 			if base := d.Baseline; base != nil {

@@ -65,11 +65,10 @@ type JobResult struct {
 // SpeedUp(N, Tcomm, Tcalc).
 func EvaluateJob(j Job) (JobResult, error) {
 	type phaseSet struct {
-		name   string
-		ps     phases
-		m      *model
-		groups int
-		calls  int
+		name  string
+		ps    phases
+		m     *model
+		calls int
 	}
 	var order []*phaseSet
 	byName := map[string]*phaseSet{}

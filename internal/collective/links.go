@@ -365,7 +365,7 @@ func (m *model) describe(n *topology.Node) *nodeInfo {
 // fabric's default rate.
 func (m *model) nicsOf(nd *nodeView) {
 	var buf [64]bool
-	set := buf[:0]
+	var set []bool
 	if len(nd.nicGBps) <= len(buf) {
 		set = buf[:len(nd.nicGBps)]
 	} else {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/toposched/toposched/events"
@@ -84,18 +83,8 @@ func DryRun(c clusterfile.Cluster, occupied []Occupied, job events.JobSubmitted,
 	d.DecidedAt = time.Now().UTC()
 	launch.Fill(&d, snap)
 	d.Warnings, d.Explanation = plan.Warnings, plan.Explanation
-	d.Prediction, err = Prediction(snap, analyzed, res.GPUs, fabric, strategy)
-	if err != nil {
+	if d.Prediction, d.Baseline, err = Predictions(snap, analyzed, res.GPUs, base, fabric, strategy); err != nil {
 		return "", nil, fmt.Errorf("dry run: %w", err)
-	}
-	if base.Verdict == outcome.Placed {
-		if slices.Equal(base.GPUs, res.GPUs) {
-			copied := *d.Prediction
-			copied.Strategy = StrategyBlind
-			d.Baseline = &copied
-		} else if d.Baseline, err = Prediction(snap, analyzed, base.GPUs, fabric, StrategyBlind); err != nil {
-			return "", nil, fmt.Errorf("dry run: %w", err)
-		}
 	}
 	return events.NamePlacementDecided, &d, nil
 }

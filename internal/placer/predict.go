@@ -1,8 +1,13 @@
 package placer
 
 import (
+	"errors"
+	"fmt"
+	"slices"
+
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/placer/aware"
+	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 )
@@ -33,4 +38,29 @@ func Prediction(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKe
 		}
 	}
 	return p, nil
+}
+
+// Predictions scores the chosen GPUs with strategy's name and, as the
+// baseline, what blind first fit took on the same snapshot (base; no
+// baseline when it did not place). The same GPUs in the same order share
+// one prediction. A prediction that fails is nil and its error is
+// returned (both joined when both fail): the decision stands without it.
+func Predictions(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, base outcome.Result, fabric *topology.Fabric, strategy string) (ours, baseline *events.Prediction, err error) {
+	ours, oerr := Prediction(snap, job, gpus, fabric, strategy)
+	if oerr != nil {
+		oerr = fmt.Errorf("prediction (%s): %w", strategy, oerr)
+	}
+	var berr error
+	switch {
+	case base.Verdict != outcome.Placed:
+	case slices.Equal(base.GPUs, gpus) && ours != nil:
+		copied := *ours
+		copied.Strategy = StrategyBlind
+		baseline = &copied
+	default:
+		if baseline, berr = Prediction(snap, job, base.GPUs, fabric, StrategyBlind); berr != nil {
+			berr = fmt.Errorf("baseline prediction: %w", berr)
+		}
+	}
+	return ours, baseline, errors.Join(oerr, berr)
 }

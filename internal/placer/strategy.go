@@ -47,7 +47,7 @@ func Lookup(name string, live bool) (Strategy, error) {
 		name = StrategyTopologyAware
 	}
 	for _, r := range registered {
-		if r.Name() == name && !(live && r.dryRunOnly) {
+		if r.Name() == name && (!live || !r.dryRunOnly) {
 			return r.Strategy, nil
 		}
 	}
@@ -59,7 +59,7 @@ func Lookup(name string, live bool) (Strategy, error) {
 func Names(live bool) []string {
 	var out []string
 	for _, r := range registered {
-		if !(live && r.dryRunOnly) {
+		if !live || !r.dryRunOnly {
 			out = append(out, r.Name())
 		}
 	}

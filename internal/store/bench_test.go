@@ -169,7 +169,6 @@ func BenchmarkLoad(b *testing.B) {
 					b.StopTimer()
 					perGPU = float64(heapAlloc()-before) / float64(size.gpus)
 					runtime.KeepAlive(s)
-					s = nil
 					b.StartTimer()
 				}
 				b.ReportMetric(perGPU, "B/GPU")

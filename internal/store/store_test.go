@@ -772,8 +772,12 @@ func TestWatchFree(t *testing.T) {
 		{"same report", func() error { return s.UpsertNode(report("n1", 0, "A100", 4)) }, false},
 		{"job table only", func() error { return s.UpsertJob(Job{ID: "x", State: JobPending}) }, false},
 		{"failed allocate", func() error {
-			if err := s.Allocate("job", keys("n1", 3)); !errors.Is(err, ErrConflict) {
-				return fmt.Errorf("want ErrConflict, got %v", err)
+			err := s.Allocate("job", keys("n1", 3))
+			if err == nil {
+				return errors.New("want ErrConflict, got nil")
+			}
+			if !errors.Is(err, ErrConflict) {
+				return fmt.Errorf("want ErrConflict, got %w", err)
 			}
 			return nil
 		}, false},

@@ -228,15 +228,12 @@ func newTree(ev events.TopologyFabric) (*Fabric, error) {
 		*fs = fabricSwitch{name: s.Name, tier: s.Tier, parent: -1, root: int32(i), rail: -1,
 			linkGbps: s.LinkGbps, uplinkGbps: s.UplinkGbps, over: max(s.Oversubscription, 1)}
 		nodeCount += len(s.Nodes)
-		switch {
-		case s.Name == "":
+		if s.Name == "" {
 			errs = append(errs, fmt.Errorf("fabric: switch %d: no name", i))
-		default:
-			if _, dup := f.index[s.Name]; dup {
-				bad(s.Name, "defined twice")
-			} else {
-				f.index[s.Name] = int32(i)
-			}
+		} else if _, dup := f.index[s.Name]; dup {
+			bad(s.Name, "defined twice")
+		} else {
+			f.index[s.Name] = int32(i)
 		}
 		switch s.Tier {
 		case TierLeaf:
@@ -295,7 +292,7 @@ func newTree(ev events.TopologyFabric) (*Fabric, error) {
 			child := &f.switches[ci]
 			pr, pok := tierRank[s.Tier]
 			cr, cok := tierRank[child.tier]
-			if pok && cok && pr > 0 && cr >= pr && !(cr == 2 && pr == 2) {
+			if pok && cok && pr > 0 && cr >= pr && (cr != 2 || pr != 2) { // a core may sit below a core
 				bad(s.Name, "tier inconsistent: %s %q is below %s %q", child.tier, c, s.Tier, s.Name)
 			}
 			child.parents = append(child.parents, int32(i))

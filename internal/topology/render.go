@@ -5,7 +5,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
+
+	"github.com/toposched/toposched/internal/textout"
 )
 
 // WriteMatrix prints a node's matrix in nvidia-smi's shape: one row per
@@ -14,7 +15,7 @@ import (
 // bandwidth in GB/s.
 func WriteMatrix(w io.Writer, n *Node, bw *Bandwidths) error {
 	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	tw := textout.Table(&b, 0, 4, 2, ' ', 0)
 	header := []string{""}
 	for _, g := range n.GPUs {
 		header = append(header, "GPU"+strconv.Itoa(g.Index))
@@ -23,7 +24,7 @@ func WriteMatrix(w io.Writer, n *Node, bw *Bandwidths) error {
 		header = append(header, "NIC"+strconv.Itoa(k))
 	}
 	header = append(header, "NUMA")
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	tw.Println(strings.Join(header, "\t"))
 	for i, g := range n.GPUs {
 		row := []string{"GPU" + strconv.Itoa(g.Index)}
 		for j := range n.GPUs {
@@ -41,7 +42,7 @@ func WriteMatrix(w io.Writer, n *Node, bw *Bandwidths) error {
 			row = append(row, cell)
 		}
 		row = append(row, numa(g.NUMA))
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
+		tw.Println(strings.Join(row, "\t"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

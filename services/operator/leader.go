@@ -63,6 +63,14 @@ const LeaseKey = "placement"
 // DefaultLeaseTTL is how long a lease outlives its holder's last renewal.
 const DefaultLeaseTTL = 10 * time.Second
 
+// MinLeaseTTL is the shortest TTL a lease may have: renewals every TTL/5
+// must fit a round trip to a loaded server.
+const MinLeaseTTL = 500 * time.Millisecond
+
+// leaseReleaseTimeout bounds the delete that hands a lease back on the way
+// out; when it runs out, the lease lapses after its TTL instead.
+const leaseReleaseTimeout = 2 * time.Second
+
 // LeaseBucket is the KV bucket of the leases under a subject prefix.
 func LeaseBucket(prefix string) string {
 	clean := strings.Map(func(r rune) rune {
@@ -340,7 +348,7 @@ func (l *lease) run(ctx context.Context, rev uint64, sent time.Time, t term, ter
 
 // release deletes the lease if this replica still holds revision rev.
 func (l *lease) release(ctx context.Context, rev uint64) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, leaseReleaseTimeout)
 	defer cancel()
 	if err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(rev)); err != nil {
 		l.log.Warn("lease not released; it lapses on its own", "key", l.key, "err", err)

@@ -104,7 +104,7 @@ func auditLog(t *testing.T, b *bus.Bus) (decided int) {
 	t.Helper()
 	holder := map[string]string{}
 	seen := map[string]bool{}
-	err := b.Replay(eventstest.Context(t, 10*time.Second), "placement", []string{b.Subjects.Domain("placement")}, func(r bus.Record) error {
+	err := b.Replay(eventstest.Context(t, 10*time.Second), "placement", []string{b.Subjects.Domain(events.DomainPlacement)}, func(r bus.Record) error {
 		switch r.Name {
 		case events.NamePlacementDecided:
 			var d events.PlacementDecided

@@ -85,8 +85,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("service %q: unknown (have %v)", s, All))
 		}
 	}
-	if c.LeaseTTL < 0 || (c.LeaseTTL > 0 && c.LeaseTTL < 500*time.Millisecond) {
-		errs = append(errs, fmt.Errorf("lease ttl %s: at least 500ms", c.LeaseTTL))
+	if c.LeaseTTL < 0 || (c.LeaseTTL > 0 && c.LeaseTTL < MinLeaseTTL) {
+		errs = append(errs, fmt.Errorf("lease ttl %s: at least %s", c.LeaseTTL, MinLeaseTTL))
 	}
 	if slices.Contains(c.Services, Placement) {
 		if err := (placement.Config{Strategy: c.Strategy}).Validate(); err != nil {
@@ -244,8 +244,10 @@ func (o *Operator) fail(err error) {
 	}
 	o.errMu.Unlock()
 	// One service failing stops the process: a half-running operator
-	// looks healthy and decides nothing.
-	go o.Stop()
+	// looks healthy and decides nothing. Stop waits for every service,
+	// the caller's included, so it runs on its own; what it returns is
+	// the error recorded above, which Err and the owner's Stop report.
+	go func() { _ = o.Stop() }()
 }
 
 // Done is closed when every service has stopped.

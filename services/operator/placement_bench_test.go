@@ -34,7 +34,11 @@ func BenchmarkEndToEnd(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer op.Stop()
+	defer func() {
+		if err := op.Stop(); err != nil {
+			b.Error(err)
+		}
+	}()
 	for {
 		if total, _ := op.Placement.Store().Snapshot().Capacity(""); total == 10000 {
 			break

@@ -36,7 +36,7 @@ func followPolicies(t *testing.T, b *bus.Bus) *policyLog {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		err := b.Follow(ctx, "policy", []string{b.Subjects.Domain("policy")}, ready, func(r bus.Record) error {
+		err := b.Follow(ctx, events.DomainPolicy, []string{b.Subjects.Domain(events.DomainPolicy)}, ready, func(r bus.Record) error {
 			v := r.Name.New()
 			if err := json.Unmarshal(r.Body, v); err != nil {
 				t.Errorf("policy event %s: %v", r.Name, err)
@@ -485,7 +485,7 @@ func TestReplicasRejectOnce(t *testing.T) {
 		}
 	}
 	n := 0
-	err = b.Replay(ctx, "policy", []string{b.Subjects.Of(events.NamePolicyRejected)}, func(bus.Record) error { n++; return nil })
+	err = b.Replay(ctx, events.DomainPolicy, []string{b.Subjects.Of(events.NamePolicyRejected)}, func(bus.Record) error { n++; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -523,7 +523,11 @@ func TestStartPolicyConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer op.Stop()
+			defer func() {
+				if err := op.Stop(); err != nil {
+					t.Error(err)
+				}
+			}()
 			if s := op.Placement.Policies(); s != nil {
 				t.Fatalf("policies off, yet %v in force", s)
 			}

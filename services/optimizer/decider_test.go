@@ -2,7 +2,6 @@ package optimizer
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -106,28 +105,14 @@ func (d *decider) decide(ctx context.Context, env events.Envelope, a *events.Job
 	return &dec
 }
 
-// predict is placement's: the chosen GPUs scored, and blind first fit's on
-// the same state as the baseline.
+// predict is placement's: placer.Predictions on the state before the
+// decision, a failure logged.
 func (d *decider) predict(before *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, b outcome.Result) (ours, base *events.Prediction) {
-	ours = d.prediction(before, job, gpus, d.strategy)
-	switch {
-	case b.Verdict != outcome.Placed:
-	case slices.Equal(b.GPUs, gpus) && ours != nil:
-		copied := *ours
-		copied.Strategy = placer.StrategyBlind
-		base = &copied
-	default:
-		base = d.prediction(before, job, b.GPUs, placer.StrategyBlind)
+	ours, base, err := placer.Predictions(before, job, gpus, b, d.fabric, d.strategy)
+	if err != nil {
+		d.t.Logf("prediction of %s failed: %v", job.Job.JobID, err)
 	}
 	return ours, base
-}
-
-func (d *decider) prediction(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, strategy string) *events.Prediction {
-	p, err := placer.Prediction(snap, job, gpus, d.fabric, strategy)
-	if err != nil {
-		d.t.Logf("prediction of %s (%s) failed: %v", job.Job.JobID, strategy, err)
-	}
-	return p
 }
 
 // finish releases a job, handled as the JobFinished event env, as

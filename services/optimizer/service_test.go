@@ -211,7 +211,7 @@ func TestBucketAndRedelivery(t *testing.T) {
 		}
 	}
 	next(c, tunings, forJob[*events.RuntimeTuning]("big"))
-	info, err := c.b.JetStream().Stream(c.ctx, c.b.StreamName("runtime"))
+	info, err := c.b.JetStream().Stream(c.ctx, c.b.StreamName(events.DomainRuntime))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,7 +131,7 @@ func (w *migWorld) propose(id, job string, gpus []store.GPUKey) *events.Placemen
 func (w *migWorld) answers(job string) []bus.Record {
 	w.t.Helper()
 	var out []bus.Record
-	err := w.b.Replay(w.ctx, "placement", []string{w.b.Subjects.Domain("placement")}, func(r bus.Record) error {
+	err := w.b.Replay(w.ctx, events.DomainPlacement, []string{w.b.Subjects.Domain(events.DomainPlacement)}, func(r bus.Record) error {
 		if r.Env.Subject == job && (r.Name == events.NamePlacementDecided || r.Name == events.NamePlacementMigrationRefused) {
 			out = append(out, r)
 		}

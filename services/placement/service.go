@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -386,28 +385,13 @@ func (s *Service) planner() *placer.Planner {
 
 // predict scores the chosen GPUs and, as the baseline, what blind first
 // fit took on the same state (before the reservation), with the same cost
-// model.
+// model (placer.Predictions).
 func (s *Service) predict(ctx context.Context, before *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, b outcome.Result) (ours, base *events.Prediction) {
-	ours = s.prediction(ctx, before, job, gpus, s.strategy)
-	switch {
-	case b.Verdict != outcome.Placed:
-	case slices.Equal(b.GPUs, gpus) && ours != nil:
-		// The same GPUs in the same order: the same prediction.
-		copied := *ours
-		copied.Strategy = placer.StrategyBlind
-		base = &copied
-	default:
-		base = s.prediction(ctx, before, job, b.GPUs, placer.StrategyBlind)
+	ours, base, err := placer.Predictions(before, job, gpus, b, s.fabric, s.strategy)
+	if err != nil {
+		s.log.WarnContext(ctx, "prediction failed", "job_id", job.Job.JobID, "strategy", s.strategy, "err", err)
 	}
 	return ours, base
-}
-
-func (s *Service) prediction(ctx context.Context, snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, strategy string) *events.Prediction {
-	p, err := placer.Prediction(snap, job, gpus, s.fabric, strategy)
-	if err != nil {
-		s.log.WarnContext(ctx, "prediction failed", "job_id", job.Job.JobID, "strategy", strategy, "err", err)
-	}
-	return p
 }
 
 // retryPending tries every queued job in queue order. A job asking for

@@ -252,7 +252,7 @@ func FormatDuration(d time.Duration) string {
 }
 
 // table prints rows aligned under a header.
-func table(out io.Writer, header []string, rows [][]string) {
+func table(out io.Writer, header []string, rows [][]string) error {
 	width := make([]int, len(header))
 	for i, h := range header {
 		width[i] = len(h)
@@ -262,6 +262,7 @@ func table(out io.Writer, header []string, rows [][]string) {
 			width[i] = max(width[i], len(c))
 		}
 	}
+	var all strings.Builder
 	line := func(cells []string) {
 		var b strings.Builder
 		for i, c := range cells {
@@ -274,10 +275,13 @@ func table(out io.Writer, header []string, rows [][]string) {
 				b.WriteString(strings.Repeat(" ", width[i]-len(c)) + c)
 			}
 		}
-		fmt.Fprintln(out, strings.TrimRight(b.String(), " "))
+		all.WriteString(strings.TrimRight(b.String(), " "))
+		all.WriteString("\n")
 	}
 	line(header)
 	for _, r := range rows {
 		line(r)
 	}
+	_, err := io.WriteString(out, all.String())
+	return err
 }

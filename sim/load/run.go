@@ -91,8 +91,10 @@ func (c *Config) defaults() {
 // Run measures and prints the tables.
 func Run(ctx context.Context, out io.Writer, cfg Config) error {
 	cfg.defaults()
-	fmt.Fprintf(out, "toposched load: %s nodes of %d GPUs, rail-optimized fabric (%d rails, %d nodes per pod), GOMAXPROCS %d\n",
-		cfg.Model, NodeGPUs, Rails, NodesPerPod, runtime.GOMAXPROCS(0))
+	if _, err := fmt.Fprintf(out, "toposched load: %s nodes of %d GPUs, rail-optimized fabric (%d rails, %d nodes per pod), GOMAXPROCS %d\n",
+		cfg.Model, NodeGPUs, Rails, NodesPerPod, runtime.GOMAXPROCS(0)); err != nil {
+		return err
+	}
 	if !cfg.E2EOnly {
 		if err := runDecisions(ctx, out, cfg); err != nil {
 			return err
@@ -100,7 +102,9 @@ func Run(ctx context.Context, out io.Writer, cfg Config) error {
 	}
 	if cfg.E2E > 0 {
 		if !cfg.E2EOnly {
-			fmt.Fprintln(out)
+			if _, err := fmt.Fprintln(out); err != nil {
+				return err
+			}
 		}
 		return runE2E(ctx, out, cfg)
 	}
@@ -123,13 +127,16 @@ func runDecisions(ctx context.Context, out io.Writer, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "decision latency through placer.Planner.Plan, policies: %s; %.0f%% occupied by a seeded random job mix (seed %d); TP8 jobs; each cell repeats one decision on one snapshot, up to %d times or %v\n\n",
-		polName, 100*cfg.Occupancy, cfg.Seed, cfg.Decisions, cfg.Budget)
+	if _, err := fmt.Fprintf(out, "decision latency through placer.Planner.Plan, policies: %s; %.0f%% occupied by a seeded random job mix (seed %d); TP8 jobs; each cell repeats one decision on one snapshot, up to %d times or %v\n\n",
+		polName, 100*cfg.Occupancy, cfg.Seed, cfg.Decisions, cfg.Budget); err != nil {
+		return err
+	}
 	header := []string{"cluster", "build", "job", "strategy", "verdict", "n", "p50", "p99", "max"}
 	var rows [][]string
-	flush := func() {
-		table(out, header, rows)
+	flush := func() error {
+		err := table(out, header, rows)
 		rows = nil
+		return err
 	}
 	for ci, size := range cfg.Clusters {
 		cl, err := BuildCluster(size, cfg.Model, cfg.Occupancy, cfg.Seed)
@@ -157,7 +164,9 @@ func runDecisions(ctx context.Context, out io.Writer, cfg Config) error {
 			}
 		}
 		if ci == len(cfg.Clusters)-1 {
-			flush()
+			if err := flush(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -174,7 +183,7 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // a temporary directory: best effort
 	ncfg := natsserver.DefaultConfig()
 	ncfg.Host, ncfg.Port, ncfg.StoreDir = "127.0.0.1", -1, filepath.Join(dir, "nats")
 	srv, err := natsserver.Start(ncfg)
@@ -190,7 +199,7 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	defer func() { _ = b.Close() }() // after the measurement: JetStream acknowledged every job
 
 	names := NodeNames(cfg.E2EGPUs / NodeGPUs)
 	file := filepath.Join(dir, "cluster.yaml")
@@ -206,7 +215,7 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	defer op.Stop()
+	defer func() { _ = op.Stop() }() // a service that failed shows as decisions that never came
 	total := len(names) * NodeGPUs
 	for {
 		if t, _ := op.Placement.Store().Snapshot().Capacity(""); t == total {
@@ -269,12 +278,13 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 	mu.Lock()
 	defer mu.Unlock()
 	s := StatsOf(lat)
-	fmt.Fprintf(out, "end to end through NATS: %d jobs of %d GPUs on %s GPUs (%s), all services in one process, file-backed embedded server, policies: %s\n\n",
-		n, cfg.E2EJobGPUs, FormatSize(total), cfg.Model, polName)
-	table(out, []string{"decided", "other", "seconds", "decisions/s", "p50 latency", "p99 latency"}, [][]string{{
+	if _, err := fmt.Fprintf(out, "end to end through NATS: %d jobs of %d GPUs on %s GPUs (%s), all services in one process, file-backed embedded server, policies: %s\n\n",
+		n, cfg.E2EJobGPUs, FormatSize(total), cfg.Model, polName); err != nil {
+		return err
+	}
+	return table(out, []string{"decided", "other", "seconds", "decisions/s", "p50 latency", "p99 latency"}, [][]string{{
 		fmt.Sprint(len(lat)), fmt.Sprint(other), fmt.Sprintf("%.2f", elapsed.Seconds()),
 		fmt.Sprintf("%.0f", float64(len(lat))/elapsed.Seconds()), FormatDuration(s.P50), FormatDuration(s.P99)}})
-	return nil
 }
 
 // ClusterYAML is a cluster file of the nodes (one entry each, of the

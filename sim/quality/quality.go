@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/toposched/toposched/events"
@@ -24,6 +23,7 @@ import (
 	"github.com/toposched/toposched/internal/placer/blind"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/internal/textout"
 	"github.com/toposched/toposched/internal/topology"
 )
 
@@ -59,12 +59,14 @@ func Run(out io.Writer, cfg Config) error {
 	if err := qualityNodes(out, f, opts); err != nil {
 		return err
 	}
-	fmt.Fprintln(out)
+	if _, err := fmt.Fprintln(out); err != nil {
+		return err
+	}
 	if err := qualityClusters(out, f, opts); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\nquality run took %s\n", time.Since(start).Round(time.Millisecond))
-	return nil
+	_, err := fmt.Fprintf(out, "\nquality run took %s\n", time.Since(start).Round(time.Millisecond))
+	return err
 }
 
 // findDir returns rel if it is a directory, else rel seen from up to
@@ -128,17 +130,18 @@ type nodeCase struct {
 	err               error
 }
 
-func qualityNodes(out io.Writer, f qualityFlags, opts aware.Options) error {
+func qualityNodes(stdout io.Writer, f qualityFlags, opts aware.Options) error {
 	files, src, err := topologyFiles(f.topologies)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "(a) single nodes: topology-aware vs exhaustive optimum vs blind first fit\ntopologies: %s\n\n", src)
+	out := textout.New(stdout)
+	out.Printf("(a) single nodes: topology-aware vs exhaustive optimum vs blind first fit\ntopologies: %s\n\n", src)
 	var cases []*nodeCase
 	for fi, file := range files {
 		ev, err := clusterfile.LoadNodeFile(file, clusterfile.NodeFileOptions{})
 		if err != nil {
-			fmt.Fprintf(out, "skipped %s: %v\n", filepath.Base(file), err)
+			out.Printf("skipped %s: %v\n", filepath.Base(file), err)
 			continue
 		}
 		if f.quick && fi >= 3 {
@@ -180,10 +183,13 @@ func qualityNodes(out io.Writer, f qualityFlags, opts aware.Options) error {
 			}
 		}
 	}
+	if err := out.Err(); err != nil {
+		return err
+	}
 	parallel(len(cases), func(i int) { cases[i].run(opts) })
 
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "topology\toccupancy\tgpus\tjob\toptimum\tours\tblind\tours/opt\tblind/opt")
+	tw := textout.Table(out, 0, 0, 2, ' ', 0)
+	tw.Println("topology\toccupancy\tgpus\tjob\toptimum\tours\tblind\tours/opt\tblind/opt")
 	within, total, refused := 0, 0, 0
 	var worst float64
 	for _, c := range cases {
@@ -193,11 +199,11 @@ func qualityNodes(out io.Writer, f qualityFlags, opts aware.Options) error {
 		}
 		switch {
 		case c.err != nil:
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\terror: %v\n", short(c.file), c.pattern, c.n, job, c.err)
+			tw.Printf("%s\t%s\t%d\t%s\terror: %v\n", short(c.file), c.pattern, c.n, job, c.err)
 			continue
 		case c.refused != "":
 			refused++
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t(refused)\t%s\t%s\t\t\n", short(c.file), c.pattern, c.n, job, fmtMS(c.ours), fmtMS(c.blind))
+			tw.Printf("%s\t%s\t%d\t%s\t(refused)\t%s\t%s\t\t\n", short(c.file), c.pattern, c.n, job, fmtMS(c.ours), fmtMS(c.blind))
 			continue
 		}
 		total++
@@ -206,7 +212,7 @@ func qualityNodes(out io.Writer, f qualityFlags, opts aware.Options) error {
 			within++
 		}
 		worst = max(worst, r)
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%.3f\t%.3f\n", short(c.file), c.pattern, c.n, job,
+		tw.Printf("%s\t%s\t%d\t%s\t%s\t%s\t%s\t%.3f\t%.3f\n", short(c.file), c.pattern, c.n, job,
 			fmtMS(c.best), fmtMS(c.ours), fmtMS(c.blind), r, ratio(c.blind, c.best))
 	}
 	if err := tw.Flush(); err != nil {
@@ -216,9 +222,9 @@ func qualityNodes(out io.Writer, f qualityFlags, opts aware.Options) error {
 	if total > 0 {
 		share = float64(within) / float64(total)
 	}
-	fmt.Fprintf(out, "\nwithin 2%% of the optimum: %d of %d cases (%.1f%%; target >= 95%%: %s); worst ours/optimum %.3f; %d cases too big for exhaustive\n",
+	out.Printf("\nwithin 2%% of the optimum: %d of %d cases (%.1f%%; target >= 95%%: %s); worst ours/optimum %.3f; %d cases too big for exhaustive\n",
 		within, total, 100*share, held(share >= 0.95), worst, refused)
-	return nil
+	return out.Err()
 }
 
 func held(ok bool) string {
@@ -347,7 +353,7 @@ func jobName(kind string, n int) string {
 	return fmt.Sprintf("dp%d", n)
 }
 
-func qualityClusters(out io.Writer, f qualityFlags, opts aware.Options) error {
+func qualityClusters(stdout io.Writer, f qualityFlags, opts aware.Options) error {
 	dir := f.fabrics
 	if dir == "" {
 		dir = findDir("internal/formats/fabric/testdata")
@@ -366,7 +372,11 @@ func qualityClusters(out io.Writer, f qualityFlags, opts aware.Options) error {
 	if f.quick {
 		specs, occs, sizes, trials = specs[1:], []float64{0.5}, []int{16, 32}, 1
 	}
-	fmt.Fprintf(out, "(b) fragmented clusters: topology-aware vs blind vs random vs ideal bound\nfabrics: %s\n\n", dir)
+	out := textout.New(stdout)
+	out.Printf("(b) fragmented clusters: topology-aware vs blind vs random vs ideal bound\nfabrics: %s\n\n", dir)
+	if err := out.Err(); err != nil {
+		return err
+	}
 	var cases []*clusterCase
 	for _, s := range specs {
 		cl, err := buildCluster(dir, s)
@@ -386,8 +396,8 @@ func qualityClusters(out io.Writer, f qualityFlags, opts aware.Options) error {
 	ideal := newIdeal(opts)
 	parallel(len(cases), func(i int) { cases[i].run(f.seed, opts, ideal) })
 
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "fabric\toccupancy\ttrial\tjob\tgpus\tblind\trandom\tours\tideal\tours vs blind")
+	tw := textout.Table(out, 0, 0, 2, ' ', 0)
+	tw.Println("fabric\toccupancy\ttrial\tjob\tgpus\tblind\trandom\tours\tideal\tours vs blind")
 	var all []float64
 	byKind := map[string][]float64{}
 	byOcc := map[float64][]float64{}
@@ -395,31 +405,31 @@ func qualityClusters(out io.Writer, f qualityFlags, opts aware.Options) error {
 		prefix := fmt.Sprintf("%s\t%.0f%%\t%d\t%s\t%d", c.cl.spec.name, 100*c.occ, c.trial, jobName(c.kind, c.n), c.n)
 		switch {
 		case c.err != nil:
-			fmt.Fprintf(tw, "%s\terror: %v\n", prefix, c.err)
+			tw.Printf("%s\terror: %v\n", prefix, c.err)
 			continue
 		case c.skipped != "":
-			fmt.Fprintf(tw, "%s\t(%s)\n", prefix, c.skipped)
+			tw.Printf("%s\t(%s)\n", prefix, c.skipped)
 			continue
 		}
 		red := 1 - ratio(c.ours, c.blind)
 		all = append(all, red)
 		byKind[c.kind] = append(byKind[c.kind], red)
 		byOcc[c.occ] = append(byOcc[c.occ], red)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%+.1f%%\n", prefix, fmtMS(c.blind), fmtMS(c.random), fmtMS(c.ours), fmtMS(c.ideal), -100*red)
+		tw.Printf("%s\t%s\t%s\t%s\t%s\t%+.1f%%\n", prefix, fmtMS(c.blind), fmtMS(c.random), fmtMS(c.ours), fmtMS(c.ideal), -100*red)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(out)
+	out.Println()
 	for _, k := range kinds {
-		fmt.Fprintf(out, "median reduction vs blind, %-10s %5.1f%% (%d cases)\n", k+":", 100*median(byKind[k]), len(byKind[k]))
+		out.Printf("median reduction vs blind, %-10s %5.1f%% (%d cases)\n", k+":", 100*median(byKind[k]), len(byKind[k]))
 	}
 	for _, o := range occs {
-		fmt.Fprintf(out, "median reduction vs blind, %3.0f%% occupied: %5.1f%% (%d cases)\n", 100*o, 100*median(byOcc[o]), len(byOcc[o]))
+		out.Printf("median reduction vs blind, %3.0f%% occupied: %5.1f%% (%d cases)\n", 100*o, 100*median(byOcc[o]), len(byOcc[o]))
 	}
 	m := median(all)
-	fmt.Fprintf(out, "median reduction of predicted comm time per step vs blind: %.1f%% over %d cases (target >= 25%%: %s)\n", 100*m, len(all), held(m >= 0.25))
-	return nil
+	out.Printf("median reduction of predicted comm time per step vs blind: %.1f%% over %d cases (target >= 25%%: %s)\n", 100*m, len(all), held(m >= 0.25))
+	return out.Err()
 }
 
 func median(xs []float64) float64 {

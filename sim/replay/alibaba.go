@@ -188,7 +188,7 @@ func LoadAlibabaPods(path string) (*Trace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pod list: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // only read
 	return ReadAlibabaPods(path, f)
 }
 
@@ -198,6 +198,6 @@ func LoadAlibabaNodes(path string) ([]NodeSpec, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("node list: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // only read
 	return ReadAlibabaNodes(path, f)
 }

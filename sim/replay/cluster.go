@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -60,39 +59,39 @@ type ClusterSpec struct {
 // Write writes the cluster file (discovery's format; see README "The
 // cluster file").
 func (c *ClusterSpec) Write(w io.Writer) error {
-	bw := bufio.NewWriter(w)
+	var sb strings.Builder
 	q := strconv.Quote
 	for l := range strings.SplitSeq(strings.TrimSpace(c.Comment), "\n") {
 		if l != "" {
-			fmt.Fprintf(bw, "# %s\n", l)
+			fmt.Fprintf(&sb, "# %s\n", l)
 		}
 	}
-	fmt.Fprintf(bw, "name: %s\nnodes:\n", q(c.Name))
+	fmt.Fprintf(&sb, "name: %s\nnodes:\n", q(c.Name))
 	for _, n := range c.Nodes {
-		fmt.Fprintf(bw, "  - {name: %s", q(n.Name))
+		fmt.Fprintf(&sb, "  - {name: %s", q(n.Name))
 		if n.Count > 0 {
-			fmt.Fprintf(bw, ", count: %d", n.Count)
+			fmt.Fprintf(&sb, ", count: %d", n.Count)
 		}
 		if n.Model != "" {
-			fmt.Fprintf(bw, ", model: %s", q(n.Model))
+			fmt.Fprintf(&sb, ", model: %s", q(n.Model))
 		}
 		if n.GPUs > 0 {
-			fmt.Fprintf(bw, ", gpus: %d", n.GPUs)
+			fmt.Fprintf(&sb, ", gpus: %d", n.GPUs)
 		}
 		if n.GPUModel != "" {
-			fmt.Fprintf(bw, ", gpu_model: %s", q(n.GPUModel))
+			fmt.Fprintf(&sb, ", gpu_model: %s", q(n.GPUModel))
 		}
 		if len(n.Labels) > 0 {
 			var kv []string
 			for k, v := range n.Labels {
 				kv = append(kv, q(k)+": "+q(v))
 			}
-			fmt.Fprintf(bw, ", labels: {%s}", strings.Join(kv, ", "))
+			fmt.Fprintf(&sb, ", labels: {%s}", strings.Join(kv, ", "))
 		}
-		fmt.Fprintln(bw, "}")
+		fmt.Fprintln(&sb, "}")
 	}
 	if len(c.Switches) > 0 {
-		fmt.Fprintln(bw, "fabric:\n  switches:")
+		fmt.Fprintln(&sb, "fabric:\n  switches:")
 		list := func(s []string) string {
 			qs := make([]string, len(s))
 			for i, v := range s {
@@ -101,26 +100,27 @@ func (c *ClusterSpec) Write(w io.Writer) error {
 			return "[" + strings.Join(qs, ", ") + "]"
 		}
 		for _, s := range c.Switches {
-			fmt.Fprintf(bw, "    - {name: %s, tier: %s", q(s.Name), s.Tier)
+			fmt.Fprintf(&sb, "    - {name: %s, tier: %s", q(s.Name), s.Tier)
 			if s.LinkGbps > 0 {
-				fmt.Fprintf(bw, ", link_gbps: %g", s.LinkGbps)
+				fmt.Fprintf(&sb, ", link_gbps: %g", s.LinkGbps)
 			}
 			if s.Oversubscription > 0 {
-				fmt.Fprintf(bw, ", oversubscription: %g", s.Oversubscription)
+				fmt.Fprintf(&sb, ", oversubscription: %g", s.Oversubscription)
 			}
 			if s.Rail != nil {
-				fmt.Fprintf(bw, ", rail: %d", *s.Rail)
+				fmt.Fprintf(&sb, ", rail: %d", *s.Rail)
 			}
 			if len(s.Nodes) > 0 {
-				fmt.Fprintf(bw, ", nodes: %s", list(s.Nodes))
+				fmt.Fprintf(&sb, ", nodes: %s", list(s.Nodes))
 			}
 			if len(s.Switches) > 0 {
-				fmt.Fprintf(bw, ", switches: %s", list(s.Switches))
+				fmt.Fprintf(&sb, ", switches: %s", list(s.Switches))
 			}
-			fmt.Fprintln(bw, "}")
+			fmt.Fprintln(&sb, "}")
 		}
 	}
-	return bw.Flush()
+	_, err := io.WriteString(w, sb.String())
+	return err
 }
 
 // WriteFile writes the cluster file to path.
@@ -130,7 +130,7 @@ func (c *ClusterSpec) WriteFile(path string) error {
 		return fmt.Errorf("cluster file: %w", err)
 	}
 	if err := c.Write(f); err != nil {
-		f.Close()
+		_ = f.Close() // the write's error is the one to report
 		return fmt.Errorf("cluster file %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {

@@ -59,7 +59,7 @@ func openTable(file string, rd io.Reader, required ...string) (*table, error) {
 func csvError(file string, err error) error {
 	var pe *csv.ParseError
 	if errors.As(err, &pe) {
-		return fmt.Errorf("%s:%d: %v", file, pe.Line, pe.Err)
+		return fmt.Errorf("%s:%d: %w", file, pe.Line, pe.Err)
 	}
 	return fmt.Errorf("%s: %w", file, err)
 }

@@ -168,6 +168,6 @@ func LoadTrace(kind, path string) (*Trace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("job log: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // only read
 	return read(path, f)
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/toposched/toposched/internal/textout"
 )
 
 // Summary is a run's figures: summary.json's contents.
@@ -260,7 +262,7 @@ func writeFile(path string, fn func(io.Writer) error) error {
 		return fmt.Errorf("report: %w", err)
 	}
 	if err := fn(f); err != nil {
-		f.Close()
+		_ = f.Close() // the write's error is the one to report
 		return fmt.Errorf("report %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
@@ -308,13 +310,13 @@ func writeTimeline(w io.Writer, runs []*Result) error {
 
 // WriteTable prints the runs side by side.
 func WriteTable(w io.Writer, runs ...*Summary) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := textout.Table(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	row := func(name string, f func(s *Summary) string) {
 		cells := []string{name}
 		for _, s := range runs {
 			cells = append(cells, f(s))
 		}
-		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+		tw.Println(strings.Join(cells, "\t") + "\t")
 	}
 	row("", func(s *Summary) string { return s.Strategy })
 	row("jobs (placed/pending/rejected)", func(s *Summary) string {

@@ -181,7 +181,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("replay: %w", err)
 		}
-		defer os.RemoveAll(d)
+		defer func() { _ = os.RemoveAll(d) }() // a temporary directory: best effort
 		dir = d
 	}
 	ncfg := natsserver.DefaultConfig()
@@ -195,14 +195,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	defer b.Close()
+	defer func() { _ = b.Close() }() // after the replay: JetStream acknowledged all it published
 	ra := cfg.ReserveAfter
 	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: cfg.ClusterFile, Sole: true,
 		Strategy: cfg.Strategy, ReserveAfter: &ra, Policies: cfg.Policies, Replica: "replay"}, cfg.Log)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	defer op.Stop()
+	defer func() { _ = op.Stop() }() // a service's failure is reported from op.Err below
 	if err := awaitCapacity(ctx, op, cfg.Inventory.GPUs); err != nil {
 		return nil, err
 	}

@@ -247,16 +247,15 @@ func parseFabric(file string, root *yaml.Node, spec FabricSpec, seen map[string]
 		bad(fabricLine, "fabric: expected one of switches, slurm and clos_csv, got %s", strings.Join(given, " and "))
 		return fab
 	}
-	// field names the fabric's source in errors, prefix leads what
-	// NewFabric reports (its lines start "fabric: ").
-	field, prefix := "fabric", ""
+	// prefix leads what NewFabric reports (its lines start "fabric: ").
+	prefix := ""
 	switch {
 	case spec.Slurm != "" || spec.ClosCSV != "":
 		key, name, parse := "slurm", spec.Slurm, fabric.ParseSlurm
 		if spec.ClosCSV != "" {
 			key, name, parse = "clos_csv", spec.ClosCSV, fabric.ParseClosCSV
 		}
-		field = "fabric." + key
+		field := "fabric." + key // names the fabric's source in errors
 		fabricLine = max(keyLine(root, "fabric", key), fabricLine)
 		path := name
 		if !filepath.IsAbs(path) {

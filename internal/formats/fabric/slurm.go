@@ -307,10 +307,10 @@ func slurmTiers(p *problems, switches []*slurmSwitch, byName map[string]*slurmSw
 		if byName[sw.name] != sw {
 			continue // a repeated or bad name, reported already
 		}
-		switch h := visit(sw); {
-		case h == 0:
+		switch visit(sw) {
+		case 0:
 			tiers[sw.name] = TierLeaf
-		case h == 1:
+		case 1:
 			tiers[sw.name] = TierSpine
 		default:
 			tiers[sw.name] = TierCore

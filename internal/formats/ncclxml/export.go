@@ -238,8 +238,7 @@ func (x *exporter) group() error {
 	for i := range uf {
 		uf[i] = i
 	}
-	var find func(int) int
-	find = func(a int) int {
+	find := func(a int) int {
 		for uf[a] != a {
 			uf[a] = uf[uf[a]]
 			a = uf[a]

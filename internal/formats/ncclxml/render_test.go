@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
+	"github.com/toposched/toposched/internal/textout"
 	"github.com/toposched/toposched/internal/topology"
 )
 
@@ -16,15 +16,16 @@ func render(n *topology.Node) string {
 	fmt.Fprintf(&b, "source: %s\n", n.Source)
 	fmt.Fprintf(&b, "GPUs: %d  NICs: %d  NVSwitches: %d  NVLink gen: %d  PCIe gen: %d\n\n",
 		len(n.GPUs), len(n.NICs), n.NVSwitches, n.NVLinkGen, n.PCIeGen)
-	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GPU\tbus id\tNUMA\tCPU affinity")
+	// Into b, a strings.Builder: no write, so no flush, can fail.
+	tw := textout.Table(&b, 0, 4, 2, ' ', 0)
+	tw.Println("GPU\tbus id\tNUMA\tCPU affinity")
 	for _, g := range n.GPUs {
-		fmt.Fprintf(tw, "GPU%d\t%s\t%s\t%s\n", g.Index, dash(g.BusID), numa(g.NUMA), dash(g.CPUAffinity))
+		tw.Printf("GPU%d\t%s\t%s\t%s\n", g.Index, dash(g.BusID), numa(g.NUMA), dash(g.CPUAffinity))
 	}
-	tw.Flush()
+	_ = tw.Flush()
 	if len(n.NICs) > 0 {
 		b.WriteString("\n")
-		fmt.Fprintln(tw, "NIC\tname\tbus id\tNUMA\tGb/s\tRDMA")
+		tw.Println("NIC\tname\tbus id\tNUMA\tGb/s\tRDMA")
 		for k, nic := range n.NICs {
 			rate := "-"
 			if nic.RateGbps > 0 {
@@ -34,9 +35,9 @@ func render(n *topology.Node) string {
 			if nic.RDMA {
 				rdma = "yes"
 			}
-			fmt.Fprintf(tw, "NIC%d\t%s\t%s\t%s\t%s\t%s\n", k, nic.Name, dash(nic.BusID), numa(nic.NUMA), rate, rdma)
+			tw.Printf("NIC%d\t%s\t%s\t%s\t%s\t%s\n", k, nic.Name, dash(nic.BusID), numa(nic.NUMA), rate, rdma)
 		}
-		tw.Flush()
+		_ = tw.Flush()
 	}
 	b.WriteString("\n")
 	header := []string{""}
@@ -46,7 +47,7 @@ func render(n *topology.Node) string {
 	for k := range n.NICs {
 		header = append(header, "NIC"+strconv.Itoa(k))
 	}
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	tw.Println(strings.Join(header, "\t"))
 	for i := range n.GPUs {
 		row := []string{"GPU" + strconv.Itoa(i)}
 		for j := range n.GPUs {
@@ -55,9 +56,9 @@ func render(n *topology.Node) string {
 		for k := range n.NICs {
 			row = append(row, n.NICPaths[i][k].String())
 		}
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
+		tw.Println(strings.Join(row, "\t"))
 	}
-	tw.Flush()
+	_ = tw.Flush()
 	if len(n.Warnings) > 0 {
 		b.WriteString("\nwarnings:\n")
 		for _, w := range n.Warnings {

@@ -374,7 +374,7 @@ func Parse(file string, data []byte) (*topology.Node, error) {
 				p.errorf(rowLine[a], "%s-%s is %s: expected X on the diagonal", h.label(a), h.label(b), l)
 			case a != b && l.Class == topology.Self:
 				p.errorf(rowLine[a], "%s-%s is X off the diagonal", h.label(a), h.label(b))
-			case l.Class.NVLink() && !(h.isGPU(a) && h.isGPU(b)):
+			case l.Class.NVLink() && (!h.isGPU(a) || !h.isGPU(b)):
 				p.errorf(rowLine[a], "%s-%s is %s: NVLink does not reach a NIC", h.label(a), h.label(b), l)
 			case b > a && matrix[b] != nil && matrix[b][a] != l:
 				p.errorf(rowLine[a], "%s-%s is %s but %s-%s is %s (line %d)",

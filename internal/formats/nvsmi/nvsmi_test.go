@@ -11,8 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"text/tabwriter"
 
+	"github.com/toposched/toposched/internal/textout"
 	"github.com/toposched/toposched/internal/topology"
 )
 
@@ -49,38 +49,39 @@ func parseFile(t *testing.T, name string) (*topology.Node, error) {
 func render(n *topology.Node) string {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "source: %s\ngpus: %d\nnics: %d\nnvlink_gen: %d\n", n.Source, len(n.GPUs), len(n.NICs), n.NVLinkGen)
-	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nGPU\tindex\tnuma\tcpu affinity")
+	// Into b, a bytes.Buffer: no write, so no flush, can fail.
+	tw := textout.Table(&b, 0, 4, 2, ' ', 0)
+	tw.Println("\nGPU\tindex\tnuma\tcpu affinity")
 	for i, g := range n.GPUs {
-		fmt.Fprintf(tw, "GPU%d\t%d\t%d\t%s\n", i, g.Index, g.NUMA, g.CPUAffinity)
+		tw.Printf("GPU%d\t%d\t%d\t%s\n", i, g.Index, g.NUMA, g.CPUAffinity)
 	}
 	if len(n.NICs) > 0 {
-		fmt.Fprintln(tw, "\nNIC\tindex\tname\tnuma")
+		tw.Println("\nNIC\tindex\tname\tnuma")
 		for k, nic := range n.NICs {
-			fmt.Fprintf(tw, "NIC%d\t%d\t%s\t%d\n", k, nic.Index, nic.Name, nic.NUMA)
+			tw.Printf("NIC%d\t%d\t%s\t%d\n", k, nic.Index, nic.Name, nic.NUMA)
 		}
 	}
-	fmt.Fprint(tw, "\n")
+	tw.Print("\n")
 	for i := range n.GPUs {
-		fmt.Fprintf(tw, "\tGPU%d", i)
+		tw.Printf("\tGPU%d", i)
 	}
 	for k := range n.NICs {
-		fmt.Fprintf(tw, "\tNIC%d", k)
+		tw.Printf("\tNIC%d", k)
 	}
-	fmt.Fprintln(tw)
+	tw.Println()
 	for i := range n.GPUs {
-		fmt.Fprintf(tw, "GPU%d", i)
+		tw.Printf("GPU%d", i)
 		for _, l := range n.GPUPaths[i] {
-			fmt.Fprintf(tw, "\t%s", l)
+			tw.Printf("\t%s", l)
 		}
 		if n.NICPaths != nil {
 			for _, l := range n.NICPaths[i] {
-				fmt.Fprintf(tw, "\t%s", l)
+				tw.Printf("\t%s", l)
 			}
 		}
-		fmt.Fprintln(tw)
+		tw.Println()
 	}
-	tw.Flush()
+	_ = tw.Flush()
 	if len(n.Warnings) > 0 {
 		fmt.Fprintln(&b, "\nwarnings:")
 		for _, w := range n.Warnings {

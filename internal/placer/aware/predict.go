@@ -57,14 +57,6 @@ func (r *resolver) node(name string) (*nodeTopo, error) {
 	return nt, nil
 }
 
-func (r *resolver) setNode(name string, t *topology.Node) {
-	nt := &nodeTopo{topo: t, pos: make(map[int]int, len(t.GPUs))}
-	for p, g := range t.GPUs {
-		nt.pos[g.Index] = p
-	}
-	r.nodes[name] = nt
-}
-
 func fallbackTopology(n store.Node, gpus []store.GPU) *topology.Node {
 	tg := make([]topology.GPU, len(gpus))
 	for i, g := range gpus {

@@ -60,19 +60,21 @@ func TestAgentReportsNodeAndHealth(t *testing.T) {
 	b := eventstest.Bus(t, ns.ClientURL(), "agent")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- RunAgent(ctx, srv, b, AgentConfig{
-			Options:  Options{NodeName: "dgx-7", SysfsRoot: t.TempDir()},
-			Position: 7, Labels: map[string]string{"rack": "r2"},
-			Watcher: &Watcher{Poll: time.Hour, Wait: 10 * time.Millisecond},
-		}, slog.New(slog.DiscardHandler))
-	}()
+	agent, err := NewAgent(AgentConfig{
+		Options:  Options{NodeName: "dgx-7", SysfsRoot: t.TempDir()},
+		Position: 7, Labels: map[string]string{"rack": "r2"},
+		Watcher: &Watcher{Poll: time.Hour, Wait: 10 * time.Millisecond},
+	}, AgentDeps{Lib: srv, Publish: b, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- agent.Run(ctx) }()
 
 	var node *events.TopologyNode
 	var health *events.TopologyHealth
 	deadline := time.Now().Add(20 * time.Second)
 	for (node == nil || health == nil) && time.Now().Before(deadline) {
-		err := b.Replay(context.Background(), "topology", []string{b.Subjects.Domain("topology")}, func(r bus.Record) error {
+		err := b.Replay(context.Background(), events.DomainTopology, []string{b.Subjects.Domain(events.DomainTopology)}, func(r bus.Record) error {
 			switch r.Name {
 			case events.NameTopologyNode:
 				node = new(events.TopologyNode)
@@ -90,7 +92,7 @@ func TestAgentReportsNodeAndHealth(t *testing.T) {
 	}
 	cancel()
 	if err := <-done; err != nil {
-		t.Fatalf("RunAgent: %v", err)
+		t.Fatalf("agent.Run: %v", err)
 	}
 	if node == nil || health == nil {
 		t.Fatalf("node %v, health %v", node, health)

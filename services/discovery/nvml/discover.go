@@ -63,7 +63,7 @@ func Discover(lib nvml.Interface, opts Options) (*topology.Node, error) {
 	if err := initLib(lib); err != nil {
 		return nil, err
 	}
-	defer call0(lib.Shutdown)
+	defer release(lib.Shutdown)
 
 	root := opts.SysfsRoot
 	if root == "" {

@@ -33,10 +33,14 @@ var CriticalXIDs = map[uint64]string{
 	95: "uncontained ECC error",
 }
 
+// DefaultHealthPoll is how often a Watcher reads the NVLink states (NVML
+// has no events for them).
+const DefaultHealthPoll = 10 * time.Second
+
 // Watcher watches a node's GPU and NVLink health. The zero value is ready
 // to use with the defaults.
 type Watcher struct {
-	// Poll is how often NVLink states are read; 0 means 10 s.
+	// Poll is how often NVLink states are read; 0 means DefaultHealthPoll.
 	Poll time.Duration
 	// Wait bounds one wait for NVML events, and so how soon Watch notices
 	// ctx ending; 0 means 1 s.
@@ -82,11 +86,11 @@ func (w *Watcher) Watch(ctx context.Context, lib nvml.Interface, node *topology.
 	if err := initLib(lib); err != nil {
 		return err
 	}
-	defer call0(lib.Shutdown)
+	defer release(lib.Shutdown)
 
 	poll := w.Poll
 	if poll <= 0 {
-		poll = 10 * time.Second
+		poll = DefaultHealthPoll
 	}
 	xids := w.XIDs
 	if xids == nil {
@@ -140,7 +144,7 @@ func (w *Watcher) Watch(ctx context.Context, lib nvml.Interface, node *topology.
 		defer func() {
 			cancel()
 			done.Wait()
-			call0(func() nvml.Return { return lib.EventSetFree(set) })
+			release(func() nvml.Return { return lib.EventSetFree(set) })
 		}()
 	}
 
@@ -176,7 +180,7 @@ func (w *Watcher) register(lib nvml.Interface, gpus []*watched) (set nvml.EventS
 		}
 	}
 	if !ok {
-		call0(func() nvml.Return { return lib.EventSetFree(set) })
+		release(func() nvml.Return { return lib.EventSetFree(set) })
 		return nil, false
 	}
 	return set, true

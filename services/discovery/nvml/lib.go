@@ -76,6 +76,11 @@ func call0(f func() nvml.Return) (ret nvml.Return) {
 	return f()
 }
 
+// release is call0 for the calls that give back what NVML handed out
+// (Shutdown, EventSetFree): on the way out, a failure leaves nothing to
+// do, so their Return is dropped.
+func release(f func() nvml.Return) { _ = call0(f) }
+
 // unavailable says whether ret means the call or the feature does not
 // exist here, as opposed to failing.
 func unavailable(ret nvml.Return) bool {
