@@ -151,15 +151,20 @@ func (f *finisher) finishLocked(job string) {
 	body := fmt.Sprintf(`{"job_id":%q,"status":"succeeded"}`, job)
 	// A publish cut by a NATS node's death may have been stored with its
 	// acknowledgement lost: it is sent again under the same message id,
-	// which JetStream stores once, as a launcher would.
+	// which JetStream stores once, as a launcher would. While the stream
+	// elects a new leader the answer is "no response from stream" at once,
+	// so the launcher backs off and keeps trying for a while rather than
+	// a fixed number of times.
 	var err error
-	for attempt := 0; attempt < 3; attempt++ {
+	deadline := time.Now().Add(60 * time.Second)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, err = f.js.Publish(ctx, subjectFinished, []byte(body), jetstream.WithMsgID("e2e-sigkill-finish-"+job))
 		cancel()
-		if err == nil {
+		if err == nil || time.Now().After(deadline) {
 			break
 		}
+		time.Sleep(wait)
 	}
 	if err != nil {
 		f.errs = append(f.errs, fmt.Errorf("finisher: publish finish of %s: %w", job, err))
