@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -21,13 +22,13 @@ type Router struct {
 	b   *Bus
 	r   *message.Router
 	log *slog.Logger
+	// abortCtx ends the contexts of handlers in flight when the router is
+	// aborted (AbortOnClose, then Close); aborted is set first.
+	abortCtx     context.Context
+	abort        context.CancelFunc
+	abortOnClose atomic.Bool
+	aborted      atomic.Bool
 }
-
-// HandlerTimeout is the default bound of one attempt of a handler.
-//
-// Deprecated: a Bus bounds its handlers by Config.Transport.HandlerTimeout;
-// this is DefaultHandlerTimeout, kept for callers of the old name.
-const HandlerTimeout = DefaultHandlerTimeout
 
 // NewRouter builds a router with the one middleware stack, outermost first:
 //
@@ -50,9 +51,14 @@ func (b *Bus) NewRouter() (*Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
+	abortCtx, abort := context.WithCancel(context.Background())
+	rt := &Router{b: b, r: r, log: b.log, abortCtx: abortCtx, abort: abort}
+	// An aborted handler's error is not the message's fault: it is nacked
+	// and redelivered, never dead-lettered.
 	dead, err := middleware.PoisonQueueWithFilter(deadLetters{publisher{b}}, b.Subjects.DeadLetter(),
-		func(err error) bool { return !IsTransient(err) })
+		func(err error) bool { return !IsTransient(err) && !rt.aborted.Load() })
 	if err != nil {
+		abort()
 		return nil, fmt.Errorf("dead-letter middleware: %w", err)
 	}
 	retry := middleware.Retry{
@@ -60,15 +66,20 @@ func (b *Bus) NewRouter() (*Router, error) {
 		InitialInterval: t.HandlerRetryInitial,
 		MaxInterval:     t.HandlerRetryMax,
 		Multiplier:      t.HandlerRetryMultiplier,
-		ShouldRetry:     func(p middleware.RetryParams) bool { return IsTransient(p.Err) },
-		Logger:          wlog,
+		ShouldRetry:     func(p middleware.RetryParams) bool { return IsTransient(p.Err) && !rt.aborted.Load() },
+		// Each attempt gets the message's own context back: the timeout
+		// middleware inside cancels the one it made when an attempt ends,
+		// and without this every retry would fail at once with "context
+		// canceled" (and, not being Transient, be dead-lettered).
+		ResetContextOnRetry: true,
+		Logger:              wlog,
 	}
 	r.AddMiddleware(dead)
 	if b.cfg.Observer != nil {
 		r.AddMiddleware(b.observe)
 	}
 	r.AddMiddleware(retry.Middleware, middleware.Timeout(t.HandlerTimeout), middleware.Recoverer)
-	return &Router{b: b, r: r, log: b.log}, nil
+	return rt, nil
 }
 
 // deadLetters puts the error where people look for it, toposched-error,
@@ -101,7 +112,24 @@ func (r *Router) Running() chan struct{} { return r.r.Running() }
 
 // Close stops taking messages, lets in-flight handlers finish and settle
 // their messages, and returns. Messages not yet handled stay in the stream.
-func (r *Router) Close() error { return r.r.Close() }
+// After AbortOnClose, in-flight handlers are cancelled instead.
+func (r *Router) Close() error {
+	if r.abortOnClose.Load() {
+		r.aborted.Store(true)
+	}
+	if r.aborted.Load() {
+		r.abort()
+	}
+	defer r.abort()
+	return r.r.Close()
+}
+
+// AbortOnClose makes Close cancel the handlers in flight rather than wait
+// for them: their contexts end, retries stop, and their messages are
+// nacked for redelivery (never dead-lettered). For a service whose work
+// must stop the moment it is told, such as a placement replica whose lease
+// term ends: another replica decides what it held.
+func (r *Router) AbortOnClose() { r.abortOnClose.Store(true) }
 
 // Handler is a typed event handler. Its Name is the JetStream durable
 // consumer name: renaming it makes the stream be consumed again from the
@@ -129,7 +157,7 @@ func Handle[T any](r *Router, h Handler[T]) {
 	}
 	sub := &subscriber{
 		b: r.b, durable: h.Name, concurrency: h.Concurrency, nakDelay: r.b.cfg.Transport.NakDelay,
-		log: r.log, closing: make(chan struct{}),
+		log: r.log, closing: make(chan struct{}), abort: r.abortCtx,
 	}
 	topic := r.b.Subjects.Of(h.Event)
 	r.r.AddConsumerHandler(h.Name, topic, sub, func(m *message.Message) error {
@@ -172,7 +200,7 @@ type DomainHandler struct {
 func HandleDomain(r *Router, h DomainHandler) {
 	sub := &subscriber{
 		b: r.b, durable: h.Name, concurrency: 1, nakDelay: r.b.cfg.Transport.NakDelay,
-		log: r.log, closing: make(chan struct{}),
+		log: r.log, closing: make(chan struct{}), abort: r.abortCtx,
 	}
 	r.r.AddConsumerHandler(h.Name, r.b.Subjects.Domain(h.Domain), sub, func(m *message.Message) error {
 		env, body, err := r.b.envelopeOf(m)

@@ -62,6 +62,9 @@ type subscriber struct {
 	closing   chan struct{}
 	closeOnce sync.Once
 	done      sync.WaitGroup
+	// abort, when it ends, ends the contexts of the handlers in flight
+	// (Router.AbortOnClose); nil never does.
+	abort context.Context
 }
 
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
@@ -146,7 +149,14 @@ func (s *subscriber) deliver(ctx context.Context, m jetstream.Msg, out chan<- *m
 	// already given its message must finish with a live context (bounded
 	// by the timeout middleware), or a stop in the middle of a decision
 	// turns into a failed, dead-lettered one.
-	wm.SetContext(context.WithoutCancel(ctx))
+	mctx := context.WithoutCancel(ctx)
+	if s.abort != nil {
+		var cancel context.CancelFunc
+		mctx, cancel = context.WithCancel(mctx)
+		defer cancel()
+		defer context.AfterFunc(s.abort, cancel)()
+	}
+	wm.SetContext(mctx)
 	select {
 	case out <- wm:
 	case <-s.closing:

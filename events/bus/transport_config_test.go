@@ -26,9 +26,6 @@ func TestDefaultTransportIsTheOldBehaviour(t *testing.T) {
 	if got := DefaultTransport().pullMaxMessages(3); got != 2*3+8 {
 		t.Errorf("pullMaxMessages(3) = %d, want 14", got)
 	}
-	if HandlerTimeout != DefaultTransport().HandlerTimeout {
-		t.Error("HandlerTimeout is not the default Transport's")
-	}
 	if err := (Transport{}).Validate(); err != nil {
 		t.Errorf("zero Transport: %v", err)
 	}

@@ -186,6 +186,10 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("placement: %w", err)
 	}
+	// When the term ends (the lease lost or handed over) this replica must
+	// stop deciding at once, not finish what it holds through retries that
+	// may last a broker outage: the next leader gets those messages again.
+	r.AbortOnClose()
 	bus.Handle(r, bus.Handler[events.JobAnalyzed]{Name: HandlerAnalyzed, Event: events.NameJobAnalyzed, Fn: s.OnAnalyzed})
 	bus.Handle(r, bus.Handler[events.JobFinished]{Name: HandlerFinished, Event: events.NameJobFinished, Fn: s.OnFinished})
 	bus.Handle(r, bus.Handler[events.TopologyNode]{Name: HandlerNode, Event: events.NameTopologyNode, Fn: s.OnNode})
