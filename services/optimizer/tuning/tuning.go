@@ -49,6 +49,12 @@
 // time per step and MinGainSeconds.
 package tuning
 
+// This file stays whole: the tuner is one algorithm (model each phase per
+// algorithm and protocol, search the settings NCCL_ALGO and NCCL_PROTO can
+// allow, report the plan), and it reads in the order the package doc above
+// explains it; Choose, ChooseNode and ChooseCluster at the end are thin
+// entry points over Tune.
+
 import (
 	"errors"
 	"fmt"

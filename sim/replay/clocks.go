@@ -1,0 +1,300 @@
+package replay
+
+// The clocks a replay runs on (see the package doc): the virtual clock
+// with its barrier, the paced wall clock, and burst; and how each outcome
+// placement publishes is applied to the replay's view of the jobs.
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/client"
+)
+
+// virtual replays on the virtual clock: one event at a time, each
+// followed by a barrier that waits for every outcome it causes.
+func (r *runner) virtual(ctx context.Context) error {
+	next := 0
+	for next < len(r.jobs) || r.finishes.Len() > 0 {
+		// Finishes at the same time as an arrival go first: the GPUs
+		// are free when the job arrives.
+		if r.finishes.Len() > 0 && (next == len(r.jobs) || r.finishes[0].at <= r.jobs[next].job.Arrival) {
+			f := heap.Pop(&r.finishes).(finish)
+			r.sample(f.at)
+			r.now = max(r.now, f.at)
+			if err := r.finish(ctx, f.job); err != nil {
+				return err
+			}
+			id := r.jobs[f.job].job.ID
+			if err := r.await(ctx, "release of "+id, func() bool { return r.jobs[f.job].released }); err != nil {
+				return err
+			}
+			if len(r.queue) > 0 {
+				if err := r.barrier(ctx); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		i := next
+		next++
+		r.sample(r.jobs[i].job.Arrival)
+		r.now = max(r.now, r.jobs[i].job.Arrival)
+		if err := r.submit(ctx, i); err != nil {
+			return err
+		}
+		if err := r.await(ctx, "outcome of "+r.jobs[i].job.ID, func() bool { return r.jobs[i].state != stNone }); err != nil {
+			return err
+		}
+	}
+	r.sample(r.now)
+	r.timeline = append(r.timeline, r.point())
+	return nil
+}
+
+// paced replays on the wall clock, speed trace seconds per second.
+func (r *runner) paced(ctx context.Context) error {
+	next := 0
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	tick := time.NewTicker(max(time.Duration(r.step/r.cfg.Speed*float64(time.Second)), 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		r.now = time.Since(r.wall0).Seconds() * r.cfg.Speed
+		r.sample(r.now)
+		due := math.Inf(1)
+		if next < len(r.jobs) {
+			due = r.jobs[next].job.Arrival
+		}
+		if r.finishes.Len() > 0 {
+			due = min(due, r.finishes[0].at)
+		}
+		if math.IsInf(due, 1) {
+			// Nothing planned: wait for every outcome, then let the
+			// queue settle; a decision may plan a new finish.
+			if err := r.await(ctx, "outstanding outcomes", r.allDecided); err != nil {
+				return err
+			}
+			if len(r.queue) > 0 {
+				if err := r.barrier(ctx); err != nil {
+					return err
+				}
+			}
+			if r.finishes.Len() == 0 {
+				r.timeline = append(r.timeline, r.point())
+				return nil
+			}
+			continue
+		}
+		if due <= r.now {
+			if r.finishes.Len() > 0 && r.finishes[0].at <= due {
+				f := heap.Pop(&r.finishes).(finish)
+				if err := r.finish(ctx, f.job); err != nil {
+					return err
+				}
+			} else {
+				if err := r.submit(ctx, next); err != nil {
+					return err
+				}
+				next++
+			}
+			continue
+		}
+		timer.Reset(time.Duration((due - r.now) / r.cfg.Speed * float64(time.Second)))
+		select {
+		case o := <-r.outcomes:
+			r.handle(o)
+		case <-timer.C:
+		case <-tick.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// burst submits every job as fast as JetStream acknowledges, then waits
+// for every outcome.
+func (r *runner) burst(ctx context.Context) error {
+	errc := make(chan error, 1)
+	var mu sync.Mutex
+	go func() {
+		for i := range r.jobs {
+			mu.Lock()
+			r.jobs[i].submitted = time.Now()
+			mu.Unlock()
+			if _, err := client.Submit(ctx, r.b, &r.subs[i]); err != nil {
+				errc <- fmt.Errorf("submit %s: %w", r.jobs[i].job.ID, err)
+				return
+			}
+		}
+		errc <- nil
+	}()
+	stall := time.NewTimer(r.cfg.Stall)
+	defer stall.Stop()
+	published := false
+	for !published || !r.allDecided() {
+		select {
+		case o := <-r.outcomes:
+			mu.Lock()
+			r.handle(o)
+			mu.Unlock()
+			stall.Reset(r.cfg.Stall)
+		case err := <-errc:
+			if err != nil {
+				return err
+			}
+			published = true
+		case <-stall.C:
+			return fmt.Errorf("replay: no outcome for %s", r.cfg.Stall)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	r.timeline = append(r.timeline, r.point())
+	return nil
+}
+
+func (r *runner) allDecided() bool {
+	for i := range r.jobs {
+		if r.jobs[i].state == stNone {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *runner) submit(ctx context.Context, i int) error {
+	r.jobs[i].submitted = time.Now()
+	if _, err := client.Submit(ctx, r.b, &r.subs[i]); err != nil {
+		return fmt.Errorf("replay: submit %s: %w", r.jobs[i].job.ID, err)
+	}
+	return nil
+}
+
+func (r *runner) finish(ctx context.Context, i int) error {
+	r.jobs[i].finishSent = true
+	if _, err := client.Finish(ctx, r.b, r.jobs[i].job.ID, events.StatusSucceeded); err != nil {
+		return fmt.Errorf("replay: finish %s: %w", r.jobs[i].job.ID, err)
+	}
+	if r.progress != nil {
+		r.progress.Add(1)
+	}
+	return nil
+}
+
+// barrier submits the probe job and waits for its rejection. Placement
+// handles one event at a time and publishes a release's follow-up
+// decisions before it takes the next, so everything the last finish
+// caused is seen before the probe's rejection.
+func (r *runner) barrier(ctx context.Context) error {
+	r.probes++
+	want := r.probes
+	probe := &events.JobSubmitted{JobID: probeID, GPUs: 1, GPUModel: probeModel, Labels: map[string]string{"replay.barrier": "true"}}
+	if _, err := client.Submit(ctx, r.b, probe); err != nil {
+		return fmt.Errorf("replay: barrier: %w", err)
+	}
+	return r.await(ctx, "barrier", func() bool { return r.probeOK >= want })
+}
+
+// await handles outcomes until done holds.
+func (r *runner) await(ctx context.Context, what string, done func() bool) error {
+	stall := time.NewTimer(r.cfg.Stall)
+	defer stall.Stop()
+	for !done() {
+		select {
+		case o := <-r.outcomes:
+			r.handle(o)
+		case <-stall.C:
+			return fmt.Errorf("replay: waited %s for the %s", r.cfg.Stall, what)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// handle applies one placement outcome to the replay's view.
+func (r *runner) handle(o client.Outcome) {
+	id := o.JobID()
+	if id == probeID {
+		if o.Rejected != nil || o.Pending != nil || o.Decided != nil {
+			r.probeOK++
+		}
+		return
+	}
+	i, ok := r.byID[id]
+	if !ok {
+		return
+	}
+	s := &r.jobs[i]
+	now := r.now
+	if r.cfg.Speed > 0 {
+		now = time.Since(r.wall0).Seconds() * r.cfg.Speed
+	}
+	first := func() {
+		if s.decided.IsZero() {
+			s.decided = time.Now()
+			if r.progress != nil {
+				r.progress.Add(1)
+			}
+		}
+	}
+	switch {
+	case o.Decided != nil:
+		r.decs++
+		r.freeJob(s)
+		if s.state == stPending {
+			r.retries++
+		}
+		first()
+		s.state, s.start, s.released = stPlaced, now, false
+		delete(r.queue, i)
+		for _, n := range o.Decided.Nodes {
+			if k, ok := r.cfg.Inventory.index[n.Node]; ok {
+				s.nodes = append(s.nodes, nodeAlloc{k, len(n.GPUs)})
+				r.occ.add(k, len(n.GPUs))
+			}
+		}
+		s.nodesSpanned = len(o.Decided.Nodes)
+		if p, bl := o.Decided.Prediction, o.Decided.Baseline; p != nil && bl != nil {
+			s.pred, s.base, s.hasPred = p.CommSecondsPerStep, bl.CommSecondsPerStep, true
+		}
+		if !r.cfg.Burst && s.job.Duration >= 0 {
+			heap.Push(&r.finishes, finish{at: now + s.job.Duration, job: i})
+		}
+	case o.Pending != nil:
+		r.decs++
+		first()
+		if s.state == stNone {
+			s.state, s.waited = stPending, true
+			r.queue[i] = true
+			if len(o.Pending.Reasons) > 0 {
+				s.reason = o.Pending.Reasons[0].Code
+			}
+		}
+	case o.Rejected != nil:
+		r.decs++
+		first()
+		r.freeJob(s)
+		s.state = stRejected
+		delete(r.queue, i)
+		if len(o.Rejected.Reasons) > 0 {
+			s.reason = o.Rejected.Reasons[0].Code
+		}
+	case o.Released != nil:
+		r.freeJob(s)
+		s.released = true
+	}
+}
+
+func (r *runner) freeJob(s *jobState) {
+	for _, n := range s.nodes {
+		r.occ.add(n.node, -n.gpus)
+	}
+	s.nodes = nil
+}
