@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,4 +58,57 @@ func TestHealthEventTakesGPUOutOfPlacement(t *testing.T) {
 	if !strings.Contains(out, "pcie-l40s-002") || strings.Contains(out, "pcie-l40s-001") {
 		t.Errorf("the job was not placed on the healthy node:\n%s", out)
 	}
+}
+
+// readyz is serve's /readyz answer at the metrics address addr.
+func readyz(addr string) (int, string, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = resp.Body.Close() }() // only read
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// waitReadyz polls /readyz until it answers code with a body holding every
+// one of want.
+func waitReadyz(t *testing.T, addr string, code int, want []string, procs ...*proc) string {
+	t.Helper()
+	var body string
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		mustBeAlive(t, procs...)
+		got, b, err := readyz(addr)
+		if err != nil {
+			return false, "GET /readyz: " + err.Error()
+		}
+		body = b
+		if got != code {
+			return false, fmt.Sprintf("/readyz answered %d %q, want %d", got, b, code)
+		}
+		for _, w := range want {
+			if !strings.Contains(b, w) {
+				return false, fmt.Sprintf("/readyz answered %d %q, want it to name %q", got, b, w)
+			}
+		}
+		return true, ""
+	})
+	return body
+}
+
+// TestReadyzNamesAMissingConsumer deletes analysis's durable consumer
+// with the nats CLI under a running serve: /readyz answers 503 naming it
+// (it answered 200 with analysis stopped before).
+func TestReadyzNamesAMissingConsumer(t *testing.T) {
+	needBinaries(t)
+	t.Parallel()
+	port, metrics := freePort(t), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	serve := startServe(t, "serve", testdata(t, "two-nodes.yaml"), port, t.TempDir(), "--metrics-listen", metrics, "--poll", "0")
+	waitReadyz(t, metrics, http.StatusOK, []string{"ready"}, serve)
+
+	natsCLI(t, url, "consumer", "rm", streamJobs, durableAnalysis, "-f")
+	body := waitReadyz(t, metrics, http.StatusServiceUnavailable, []string{durableAnalysis, streamJobs}, serve)
+	t.Logf("/readyz: %s", strings.TrimSpace(body))
 }

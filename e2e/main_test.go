@@ -52,6 +52,8 @@ const (
 	subjectPending   = "toposched.placement.pending"
 	subjectRejected  = "toposched.placement.rejected"
 	subjectReleased  = "toposched.placement.released"
+	// subjectTerm carries the placement replicas' term markers (fencing).
+	subjectTerm = "toposched.placement.term"
 )
 
 // bins are the binaries under test, set by TestMain.
@@ -596,6 +598,9 @@ func readPlacements(t *testing.T, js jetstream.JetStream) []placementEvent {
 		}
 		if err != nil {
 			t.Fatalf("get %s #%d: %v", streamPlacement, seq, err)
+		}
+		if m.Subject == subjectTerm {
+			continue // a replica's term marker (fencing), about no job
 		}
 		var probe struct {
 			JobID string `json:"job_id"`

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -119,6 +120,7 @@ func asUser(user string, extra ...string) []string {
 // roleConn connects as user and records the server's async errors (a
 // permission violation arrives as one).
 type roleConn struct {
+	nc   *nats.Conn
 	js   jetstream.JetStream
 	mu   sync.Mutex
 	errs []string
@@ -126,8 +128,14 @@ type roleConn struct {
 
 func connectAs(t *testing.T, url, user string, opts ...nats.Option) *roleConn {
 	t.Helper()
+	return connectWith(t, url, user, append(opts, nats.UserInfo(user, userPassword(user)))...)
+}
+
+// connectWith connects with the given credentials (who names them).
+func connectWith(t *testing.T, url, who string, opts ...nats.Option) *roleConn {
+	t.Helper()
 	rc := &roleConn{}
-	opts = append(opts, nats.UserInfo(user, userPassword(user)), nats.Timeout(5*time.Second),
+	opts = append(opts, nats.Timeout(5*time.Second),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			rc.mu.Lock()
 			rc.errs = append(rc.errs, err.Error())
@@ -135,14 +143,28 @@ func connectAs(t *testing.T, url, user string, opts ...nats.Option) *roleConn {
 		}))
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		t.Fatalf("connect as %s: %v", user, err)
+		t.Fatalf("connect as %s: %v", who, err)
 	}
 	t.Cleanup(nc.Close)
+	rc.nc = nc
 	rc.js, err = jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return rc
+}
+
+// refused reports whether the server answered a publish to subject with a
+// permissions violation (it arrives at once, as an async error).
+func (rc *roleConn) refused(subject string) (bool, string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for _, e := range rc.errs {
+		if strings.Contains(e, "Permissions Violation") && strings.Contains(e, `"`+subject+`"`) {
+			return true, ""
+		}
+	}
+	return false, fmt.Sprintf("no permissions violation for %s among %q", subject, rc.errs)
 }
 
 // publish publishes through JetStream and returns the error, with the
@@ -245,23 +267,156 @@ func TestNATSRolePermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The launcher's whole round trip with topoctl: submit, read the
-	// decision.
-	job := writeJob(t, t.TempDir(), "secure-1", 8)
-	r := runCmd(t, 60*time.Second, asUser("launcher"), bins.topoctl, "--nats-url", url, "--nats-user", "launcher", "submit", job, "--wait")
-	if r.code != 0 || !strings.Contains(r.stdout, "secure-1: decided") {
-		t.Errorf("topoctl submit --wait as launcher: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
-	}
+	// The launcher can neither stop nor bend the services through
+	// JetStream's API, and its own work with topoctl goes on.
+	op := connectAs(t, url, "operator").js
+	launcherCannotTouchServices(t, url, []string{"--user", "launcher", "--password", userPassword("launcher")}, connectAs(t, url, "launcher"), op)
+	launcherRoundTrip(t, url, asUser("launcher"), []string{"--nats-user", "launcher"}, "secure-1")
 
 	// Policy push: refused to a launcher, done by policy-admin.
 	dir := filepath.Join(moduleRoot, "policies", "default")
-	r = runCmd(t, 60*time.Second, asUser("launcher"), bins.topoctl, "--nats-url", url, "--nats-user", "launcher", "policy", "push", dir, "--timeout", "5s")
+	r := runCmd(t, 60*time.Second, asUser("launcher"), bins.topoctl, "--nats-url", url, "--nats-user", "launcher", "policy", "push", dir, "--timeout", "5s")
 	if r.code == 0 {
 		t.Errorf("topoctl policy push as launcher succeeded:\n%s", r.stdout)
 	}
 	r = runCmd(t, 60*time.Second, asUser("policy-admin"), bins.topoctl, "--nats-url", url, "--nats-user", "policy-admin", "policy", "push", dir)
 	if r.code != 0 {
 		t.Errorf("topoctl policy push as policy-admin: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// serviceConsumers are the durable consumers the launcher cases below try
+// to break, with the filter each must keep.
+var serviceConsumers = []struct{ stream, name, filter string }{
+	{streamJobs, durableAnalysis, subjectSubmitted},
+	{streamJobs, "placement-jobs-finished", "toposched.jobs.finished"},
+	{streamJobs, durablePlacementAnalyzed, "toposched.jobs.analyzed"},
+	{streamTopology, durablePlacementNode, "toposched.topology.node.*"},
+	{streamPlacement, durableOptimizerDecided, "toposched.placement.>"},
+}
+
+// launcherCannotTouchServices runs the nats CLI with a launcher's
+// credentials (auth: its flags) against the services' streams and durable
+// consumers: delete, edit or re-create a consumer, delete, purge or edit a
+// stream; and pulls from a service's durable through the launcher's own
+// connection. Each must be refused, and afterwards every consumer and
+// stream is as it was (checked as the operator, js).
+func launcherCannotTouchServices(t *testing.T, url string, auth []string, launcher *roleConn, js jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	jobs, err := js.Stream(ctx, streamJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobsInfo, err := jobs.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("launcher refused", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"consumer", "rm", streamJobs, durableAnalysis, "-f"},
+			{"consumer", "rm", streamPlacement, durableOptimizerDecided, "-f"},
+			{"consumer", "edit", streamJobs, "placement-jobs-finished", "--filter", "toposched.jobs.nothing", "-f"},
+			{"consumer", "add", streamJobs, durableAnalysis, "--filter", "toposched.jobs.nothing", "--pull", "--defaults"},
+			{"consumer", "add", streamTopology, durablePlacementNode, "--filter", "toposched.topology.nothing", "--pull", "--defaults"},
+			{"stream", "rm", streamPlacement, "-f"},
+			{"stream", "purge", streamJobs, "-f"},
+			{"stream", "edit", streamJobs, "--max-age", "1m", "-f"},
+		} {
+			t.Run(strings.Join(args[:3], " "), func(t *testing.T) {
+				t.Parallel()
+				full := append(append(append([]string{}, auth...), "--timeout", "2s"), args...)
+				if r := natsCLIResult(t, url, full...); r.code == 0 {
+					t.Errorf("nats %s as a launcher succeeded:\n%s%s", strings.Join(args, " "), r.stdout, r.stderr)
+				}
+			})
+		}
+	})
+	// A pull from a service's durable would take its messages away; the
+	// server refuses the request itself.
+	next := "$JS.API.CONSUMER.MSG.NEXT." + streamJobs + "." + durableAnalysis
+	if err := launcher.nc.PublishRequest(next, launcher.nc.NewRespInbox(), []byte(`{"batch":1,"no_wait":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := launcher.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(10 * time.Second); ; <-tick.C {
+		ok, state := launcher.refused(next)
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("a launcher pulling from %s: %s", durableAnalysis, state)
+			break
+		}
+	}
+	for _, c := range serviceConsumers {
+		ci, err := consumerInfo(js, c.stream, c.name)
+		switch {
+		case err != nil:
+			t.Errorf("after the launcher's attempts, consumer %s on %s: %v", c.name, c.stream, err)
+		case ci.Config.FilterSubject != c.filter:
+			t.Errorf("after the launcher's attempts, consumer %s filters %q, want %q", c.name, ci.Config.FilterSubject, c.filter)
+		}
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, name := range []string{streamJobs, streamPlacement} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Errorf("after the launcher's attempts, stream %s: %v", name, err)
+			continue
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == streamJobs && (info.Config.MaxAge != jobsInfo.Config.MaxAge || info.State.Msgs < jobsInfo.State.Msgs) {
+			t.Errorf("after the launcher's attempts, %s has max age %s and %d messages, was %s and %d",
+				name, info.Config.MaxAge, info.State.Msgs, jobsInfo.Config.MaxAge, jobsInfo.State.Msgs)
+		}
+	}
+}
+
+// launcherRoundTrip is what a launcher does with topoctl (env and flags:
+// its credentials): submit and wait for the decision, watch, finish,
+// accept a migration (refused: none was proposed, but the answer comes),
+// explain.
+func launcherRoundTrip(t *testing.T, url string, env, auth []string, id string) {
+	t.Helper()
+	tc := func(args ...string) []string {
+		return append(append([]string{"--nats-url", url}, auth...), args...)
+	}
+	watch := startProc(t, "topoctl watch (launcher)", env, bins.topoctl, tc("watch", "--all", "-o", "json")...)
+	job := writeJob(t, t.TempDir(), id, 8)
+	r := runCmd(t, 60*time.Second, env, bins.topoctl, tc("submit", job, "--wait")...)
+	if r.code != 0 || !strings.Contains(r.stdout, id+": decided") {
+		t.Errorf("topoctl submit --wait as launcher: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		mustBeAlive(t, watch)
+		for _, ev := range parseTopoctlJSON(t, watch.output()) {
+			if ev.Event == "placement.decided" && strings.Contains(string(ev.Data), `"job_id":"`+id+`"`) {
+				return true, ""
+			}
+		}
+		return false, "topoctl watch as launcher has not shown the decision of " + id
+	})
+	r = runCmd(t, 60*time.Second, env, bins.topoctl, tc("migrate", "accept", id, "--wait", "--timeout", "30s")...)
+	if r.code == 0 || !strings.Contains(r.stdout+r.stderr, "refused") || strings.Contains(r.stdout+r.stderr, "ermission") {
+		t.Errorf("topoctl migrate accept --wait as launcher: exit %d, want placement's refusal\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = runCmd(t, 60*time.Second, env, bins.topoctl, tc("finish", id)...)
+	if r.code != 0 || !strings.Contains(r.stdout, "finished "+id) {
+		t.Errorf("topoctl finish as launcher: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = runCmd(t, 60*time.Second, env, bins.topoctl, tc("explain", id)...)
+	if r.code != 0 || !strings.Contains(r.stdout, "jobs.submitted") {
+		t.Errorf("topoctl explain as launcher: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 }
 
@@ -356,4 +511,114 @@ func newTestPKI(t *testing.T) testPKI {
 	out.serverCert, out.serverKey = leaf(2, "server", x509.ExtKeyUsageServerAuth)
 	out.clientCert, out.clientKey = leaf(3, "client", x509.ExtKeyUsageClientAuth)
 	return out
+}
+
+// TestServeOpenListenRequiresGeneratedCredentials runs serve's embedded
+// server on every interface (--listen 0.0.0.0:PORT; the test dials
+// 127.0.0.1 only). serve generates an nkey per role in the data dir,
+// private files whose paths it logs and whose seeds it does not; anonymous
+// clients are refused; the launcher's key has the launcher role (refused
+// what TestNATSRolePermissions refuses, topoctl's round trip works); the
+// agent's publishes topology only; a restart keeps the keys.
+func TestServeOpenListenRequiresGeneratedCredentials(t *testing.T) {
+	needBinaries(t)
+	t.Parallel()
+	data := t.TempDir()
+	port := freePort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	start := func(name string) *proc {
+		p := startProc(t, name, childEnv(), bins.toposched, "serve", "--cluster", testdata(t, "two-nodes.yaml"),
+			"--listen", fmt.Sprintf("0.0.0.0:%d", port), "--data-dir", data, "--poll", "0")
+		waitFor(t, 30*time.Second, func() (bool, string) {
+			mustBeAlive(t, p)
+			if !strings.Contains(p.output(), "services running") {
+				return false, name + " has not logged 'services running'"
+			}
+			return dialable(fmt.Sprintf("127.0.0.1:%d", port))
+		})
+		return p
+	}
+	serve := start("toposched serve --listen 0.0.0.0")
+
+	dir := filepath.Join(data, "credentials")
+	if st, err := os.Stat(dir); err != nil {
+		t.Fatalf("credentials dir: %v", err)
+	} else if st.Mode().Perm() != 0o700 {
+		t.Errorf("credentials dir %s: mode %v, want 0700", dir, st.Mode().Perm())
+	}
+	seeds := map[string]string{}
+	for _, role := range []string{"operator", "launcher", "agent"} {
+		file := filepath.Join(dir, role+".nk")
+		st, err := os.Stat(file)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v, want 0600", file, st.Mode().Perm())
+		}
+		body, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seeds[role] = string(body)
+		if !strings.Contains(serve.output(), file) {
+			t.Errorf("serve's log does not name %s", file)
+		}
+		for line := range strings.Lines(string(body)) {
+			if seed := strings.TrimSpace(line); strings.HasPrefix(seed, "SU") && strings.Contains(serve.output(), seed) {
+				t.Errorf("serve's log holds the %s seed", role)
+			}
+		}
+	}
+	seedOf := func(role string) string { return filepath.Join(dir, role+".nk") }
+	nkeyOpt := func(role string) nats.Option {
+		o, err := nats.NkeyOptionFromSeed(seedOf(role))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+
+	// Anonymous clients are refused at the door, topoctl without
+	// credentials too.
+	if nc, err := nats.Connect(url, nats.Timeout(5*time.Second)); err == nil {
+		nc.Close()
+		t.Fatal("an anonymous client connected to serve --listen 0.0.0.0")
+	} else if !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+		t.Errorf("anonymous client: %v, want an authorization violation", err)
+	}
+	if r := topoctl(t, url, "submit", writeJob(t, t.TempDir(), "anon-1", 8)); r.code == 0 {
+		t.Errorf("topoctl submit without credentials succeeded:\n%s", r.stdout)
+	}
+
+	op := connectWith(t, url, "operator", nkeyOpt("operator"))
+	launcher := connectWith(t, url, "launcher", nkeyOpt("launcher"))
+	launcherCannotTouchServices(t, url, []string{"--nkey", seedOf("launcher")}, launcher, op.js)
+	launcherRoundTrip(t, url, childEnv(), []string{"--nats-nkey", seedOf("launcher")}, "open-1")
+	if err := launcher.publish("toposched.placement.decided", `{"job_id":"forged","strategy":"blind","ranks":[],"nodes":[]}`); err == nil ||
+		!strings.Contains(err.Error(), "Permissions Violation") {
+		t.Errorf("launcher publishing a decision: %v, want a permissions violation", err)
+	}
+
+	agent := connectWith(t, url, "agent", nkeyOpt("agent"))
+	health := `{"node":"dgx-a100-001","component":"gpu","id":"0","health":"healthy","observed_at":"2026-11-29T12:00:00Z"}`
+	if err := agent.publish("toposched.topology.health.dgx-a100-001", health); err != nil {
+		t.Errorf("agent publishing health: %v", err)
+	}
+	if err := agent.publish(subjectSubmitted, `{"job_id":"agent-job","gpus":1}`); err == nil {
+		t.Error("agent published jobs.submitted")
+	}
+
+	// A restart reads the same keys back.
+	serve.signal(t, syscall.SIGTERM)
+	if code := serve.waitExit(t, 30*time.Second); code != 0 {
+		t.Fatalf("serve exited %d after SIGTERM", code)
+	}
+	start("toposched serve --listen 0.0.0.0 (restarted)")
+	for role, before := range seeds {
+		if after, err := os.ReadFile(seedOf(role)); err != nil || string(after) != before {
+			t.Errorf("%s's seed file changed across a restart (%v)", role, err)
+		}
+	}
+	connectWith(t, url, "launcher after restart", nkeyOpt("launcher"))
 }

@@ -15,13 +15,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// startServe runs `toposched serve` with its embedded NATS on port and
-// returns once its services are running.
-func startServe(t *testing.T, name, cluster string, port int, dataDir string) *proc {
+// startServe runs `toposched serve` (with extra flags) with its embedded
+// NATS on port and returns once its services are running.
+func startServe(t *testing.T, name, cluster string, port int, dataDir string, extra ...string) *proc {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	p := startProc(t, name, childEnv(), bins.toposched,
-		"serve", "--cluster", cluster, "--listen", addr, "--data-dir", dataDir)
+		append([]string{"serve", "--cluster", cluster, "--listen", addr, "--data-dir", dataDir}, extra...)...)
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		mustBeAlive(t, p)
 		if !strings.Contains(p.output(), "services running") {
@@ -326,6 +326,10 @@ func TestDemo(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("toposched demo: exit %d after %s\nstdout:\n%s\nstderr:\n%s",
 			r.code, time.Since(start).Round(time.Millisecond), r.stdout, r.stderr)
+	}
+	// Its embedded server is on loopback only.
+	if !strings.Contains(r.stdout, "embedded NATS at nats://127.0.0.1:") {
+		t.Errorf("toposched demo's embedded NATS is not on 127.0.0.1:\n%s", r.stdout)
 	}
 	for _, line := range []string{
 		`(?m)^llm-tp8-dp2: decided\b`,

@@ -77,8 +77,12 @@ type Delivery struct {
 // ParseEnvelope reads the envelope of a received message, filling in what is
 // missing: the event type from the subject, the id from the stream position
 // (stable across redeliveries, so derived events de-duplicate), the time from
-// the stream, the subject from the body's key field. It fails only when the
-// event type can be read from neither header nor subject.
+// the stream, the subject from the body's key field (or, for a CloudEvents
+// structured-mode body, from its subject or data). It fails when the event
+// type can be read from neither header nor subject, or when the ce-type
+// header is not a toposched event type or not the subject's: then the error
+// is an *EnvelopeError and the envelope is filled in all the same, from the
+// subject's event, so that the sender can be answered.
 func ParseEnvelope(subjects Subjects, h map[string]string, body []byte, d Delivery) (Envelope, Name, error) {
 	e := Envelope{
 		ID:            h[HeaderID],
@@ -89,17 +93,21 @@ func ParseEnvelope(subjects Subjects, h map[string]string, body []byte, d Delive
 		CausationID:   h[HeaderCausationID],
 	}
 	name, ok := subjects.NameOfSubject(d.Subject)
+	var typeErr *EnvelopeError
 	if e.Type != "" {
-		n, known := NameOfCEType(e.Type)
-		if !known {
-			return e, "", fmt.Errorf("header %s: unknown event type %q", HeaderType, e.Type)
+		if n, known := NameOfCEType(e.Type); known && (!ok || n == name) {
+			name, ok = n, true
+		} else {
+			typeErr = &EnvelopeError{Header: HeaderType, Value: e.Type, Subject: d.Subject}
+			if ok {
+				typeErr.Want = name.CEType()
+			}
 		}
-		if ok && n != name {
-			return e, "", fmt.Errorf("header %s: event type %q does not belong on subject %s", HeaderType, e.Type, d.Subject)
-		}
-		name, ok = n, true
 	}
 	if !ok {
+		if typeErr != nil {
+			return e, "", typeErr
+		}
 		return e, "", fmt.Errorf("subject %s: not a toposched event subject", d.Subject)
 	}
 	if e.Type == "" {
@@ -122,8 +130,16 @@ func ParseEnvelope(subjects Subjects, h map[string]string, body []byte, d Delive
 	if e.Subject == "" {
 		e.Subject = KeyOfBody(name, body)
 	}
+	if e.Subject == "" {
+		if s, ok := ParseStructured(body); ok {
+			e.Subject = s.Key(name)
+		}
+	}
 	if e.CorrelationID == "" {
 		e.CorrelationID = e.ID
+	}
+	if typeErr != nil {
+		return e, "", typeErr
 	}
 	return e, name, nil
 }
@@ -138,12 +154,16 @@ func KeyOfBody(name Name, body []byte) string {
 		Name    string `json:"name"`
 		Cluster string `json:"cluster"`
 		Rev     string `json:"revision"`
+		Holder  string `json:"holder"`
 		Job     struct {
 			JobID string `json:"job_id"`
 		} `json:"job"`
 	}
 	if json.Unmarshal(body, &probe) != nil {
 		return ""
+	}
+	if name == NamePlacementTerm {
+		return probe.Holder
 	}
 	switch name.Domain() {
 	case DomainJobs, DomainPlacement, DomainRuntime:
@@ -183,6 +203,8 @@ func KeyOf(v any) string {
 		return e.JobID
 	case *PlacementReleased:
 		return e.JobID
+	case *PlacementTerm:
+		return e.Holder
 	case *TopologyNode:
 		return e.Name
 	case *TopologyFabric:

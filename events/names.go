@@ -21,6 +21,7 @@ const (
 	NamePlacementPending  Name = "placement.pending"
 	NamePlacementRejected Name = "placement.rejected"
 	NamePlacementReleased Name = "placement.released"
+	NamePlacementTerm     Name = "placement.term"
 	NameTopologyNode      Name = "topology.node"
 	NameTopologyFabric    Name = "topology.fabric"
 	NameTopologyHealth    Name = "topology.health"
@@ -45,6 +46,7 @@ const Version = "v1"
 var Catalogue = []Name{
 	NameJobSubmitted, NameJobAnalyzed, NameJobFinished,
 	NamePlacementDecided, NamePlacementPending, NamePlacementRejected, NamePlacementReleased,
+	NamePlacementTerm,
 	NameTopologyNode, NameTopologyFabric, NameTopologyHealth,
 	NamePolicyApplied, NamePolicyRejected,
 	NamePlacementMigration, NameJobMigrationAccepted, NamePlacementMigrationRefused,
@@ -65,7 +67,7 @@ func (n Name) Domain() Domain {
 	case NameJobSubmitted, NameJobAnalyzed, NameJobFinished, NameJobMigrationAccepted:
 		return DomainJobs
 	case NamePlacementDecided, NamePlacementPending, NamePlacementRejected, NamePlacementReleased,
-		NamePlacementMigration, NamePlacementMigrationRefused:
+		NamePlacementTerm, NamePlacementMigration, NamePlacementMigrationRefused:
 		return DomainPlacement
 	case NameTopologyNode, NameTopologyFabric, NameTopologyHealth:
 		return DomainTopology
@@ -116,6 +118,8 @@ func (n Name) New() any {
 		return new(PlacementRejected)
 	case NamePlacementReleased:
 		return new(PlacementReleased)
+	case NamePlacementTerm:
+		return new(PlacementTerm)
 	case NameTopologyNode:
 		return new(TopologyNode)
 	case NameTopologyFabric:
@@ -159,6 +163,8 @@ func NameOf(v any) (Name, error) {
 		return NamePlacementRejected, nil
 	case *PlacementReleased, PlacementReleased:
 		return NamePlacementReleased, nil
+	case *PlacementTerm, PlacementTerm:
+		return NamePlacementTerm, nil
 	case *TopologyNode, TopologyNode:
 		return NameTopologyNode, nil
 	case *TopologyFabric, TopologyFabric:

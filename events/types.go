@@ -426,6 +426,22 @@ type PlacementRejected struct {
 	Explanation *Explanation `json:"explanation,omitempty"`
 }
 
+// PlacementTerm opens a placement replica's term as the single applier:
+// the replica publishes it when it takes the lease, before it rebuilds from
+// the stream, and publishes every outcome of the term expecting this event
+// to still be the last on its subject. A replica whose term has been
+// followed by another's is thereby refused by JetStream itself: it cannot
+// write a decision after a newer leader has started, whatever it believes
+// about its lease (fencing).
+type PlacementTerm struct {
+	// Holder is the replica that leads the term.
+	Holder string `json:"holder"`
+	// LeaseRevision is the revision of the lease entry it took (0 for a
+	// replica that runs without a lease).
+	LeaseRevision uint64    `json:"lease_revision"`
+	StartedAt     time.Time `json:"started_at"`
+}
+
 // PlacementReleased records that a job's GPUs were freed
 // (placement.released). Placement publishes it so that its own stream is a
 // complete, ordered log of allocations from which any replica rebuilds.

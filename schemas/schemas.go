@@ -81,10 +81,20 @@ type ValidationError struct {
 	Problems []Problem
 }
 
+// maxErrorLines bounds the problems Error lists (Problems holds them all):
+// the text travels in a dead letter's toposched-error header, and a body
+// with a problem in each of a million ranks must not make a header that
+// NATS will not carry.
+const maxErrorLines = 100
+
 func (e *ValidationError) Error() string {
-	lines := make([]string, len(e.Problems))
-	for i, p := range e.Problems {
+	n := min(len(e.Problems), maxErrorLines)
+	lines := make([]string, n, n+1)
+	for i, p := range e.Problems[:n] {
 		lines[i] = p.String()
+	}
+	if more := len(e.Problems) - n; more > 0 {
+		lines = append(lines, fmt.Sprintf("and %d more problems", more))
 	}
 	return strings.Join(lines, "\n")
 }
@@ -344,6 +354,19 @@ func collect(e *jsonschema.ValidationError, doc any, probs *[]Problem) {
 			})
 		}
 		return
+	case *kind.Type:
+		// A fraction where a whole number is wanted: say so in those
+		// words, as the event decoder does (events.DecodeJSON).
+		if k.Got == "number" && len(k.Want) == 1 && k.Want[0] == "integer" {
+			if n, ok := valueAt(doc, e.InstanceLocation).(json.Number); ok {
+				*probs = append(*probs, Problem{
+					Field:   fieldPath(doc, e.InstanceLocation),
+					Rule:    "type",
+					Message: fmt.Sprintf("must be a whole number, got %.40s", string(n)),
+				})
+				return
+			}
+		}
 	case *kind.PropertyNames:
 		// Its causes are about the name, not the value; report the name.
 		*probs = append(*probs, Problem{
@@ -415,6 +438,27 @@ func fieldPath(doc any, loc []string) string {
 		field = appendKey(field, tok)
 	}
 	return field
+}
+
+// valueAt is the value a JSON pointer's tokens lead to in doc, nil when
+// there is none.
+func valueAt(doc any, loc []string) any {
+	cur := doc
+	for _, tok := range loc {
+		switch v := cur.(type) {
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(v) {
+				return nil
+			}
+			cur = v[i]
+		case map[string]any:
+			cur = v[tok]
+		default:
+			return nil
+		}
+	}
+	return cur
 }
 
 // appendKey adds a property to a dotted path, quoting keys that hold dots or

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -233,9 +234,9 @@ func TestValidExamples(t *testing.T) {
 			if v == nil {
 				t.Fatalf("events.Name(%q).New() = nil", e.event)
 			}
-			dec := json.NewDecoder(bytes.NewReader(e.body))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(v); err != nil {
+			// The events decoder, as the services read bodies: integers
+			// may be written 8.0; unknown fields are refused.
+			if err := events.DecodeJSONStrict(e.body, v); err != nil {
 				t.Fatalf("decode into %T: %v", v, err)
 			}
 			out, err := json.Marshal(v)
@@ -381,9 +382,21 @@ func TestProblems(t *testing.T) {
 		{"lower-case t", "topology.health", `{"node":"n","component":"node","health":"healthy","observed_at":"2025-03-14t09:26:53Z"}`,
 			[]where{{"observed_at", "pattern"}}},
 		{"offset time", "topology.health", `{"node":"n","component":"node","health":"healthy","observed_at":"2025-03-14T09:26:53.5-07:00"}`, nil},
-		// JSON Schema counts 8.0 as an integer, though encoding/json will not
-		// decode it into an int: a gap no schema keyword can close.
+		// JSON Schema counts 8.0 as an integer, and so does the events
+		// decoder (events.DecodeJSON), though encoding/json alone would not.
 		{"integral float", "jobs.submitted", `{"job_id":"a","gpus":8.0}`, nil},
+		{"integral exponent", "jobs.submitted", `{"job_id":"a","gpus":7e9,"priority":-0.0}`, nil},
+		{"fraction", "jobs.submitted", `{"job_id":"a","gpus":2.5}`, []where{{"gpus", "type"}}},
+		{"many labels", "jobs.submitted", `{"job_id":"a","gpus":1,"labels":{` + labels(65) + `}}`, []where{{"labels", "maxProperties"}}},
+		{"most labels", "jobs.submitted", `{"job_id":"a","gpus":1,"labels":{` + labels(64) + `}}`, nil},
+		{"long label value", "jobs.submitted", `{"job_id":"a","gpus":1,"labels":{"team":"` + strings.Repeat("é", 1025) + `"}}`,
+			[]where{{"labels.team", "maxLength"}}},
+		{"longest label value", "topology.node", `{"name":"n","position":0,"gpus":[],"labels":{"team":"` + strings.Repeat("é", 1024) + `"}}`, nil},
+		{"long label key", "jobs.submitted", `{"job_id":"a","gpus":1,"labels":{"` + strings.Repeat("k", 318) + `":"v"}}`,
+			[]where{{"labels." + strings.Repeat("k", 318), "propertyNames"}}},
+		{"many groups", "jobs.submitted", `{"job_id":"a","gpus":1,"groups":[` +
+			strings.TrimSuffix(strings.Repeat(`{"name":"g","collective":"all_reduce","ranks":[0],"bytes":1},`, 4097), ",") + `]}`,
+			[]where{{"groups", "maxItems"}}},
 		{"ranks out of order", "jobs.submitted", `{"gpus":0,"job_id":" ","parallelism":{"tp":0,"pp":0}}`,
 			[]where{{"gpus", "minimum"}, {"job_id", "pattern"}, {"parallelism.pp", "minimum"}, {"parallelism.tp", "minimum"}}},
 	}
@@ -408,6 +421,15 @@ func TestProblems(t *testing.T) {
 	}
 }
 
+// labels renders n labels as JSON members.
+func labels(n int) string {
+	m := make([]string, n)
+	for i := range m {
+		m[i] = `"l` + strconv.Itoa(i) + `":"v"`
+	}
+	return strings.Join(m, ",")
+}
+
 func TestErrorString(t *testing.T) {
 	t.Parallel()
 	err := Validate("jobs.submitted", []byte(`{"gpus":0,"gpu":1}`))
@@ -416,6 +438,19 @@ func TestErrorString(t *testing.T) {
 		"job_id: required: missing property"
 	if err == nil || err.Error() != want {
 		t.Errorf("error =\n%v\nwant\n%s", err, want)
+	}
+	err = Validate("jobs.submitted", []byte(`{"job_id":"a","gpus":2.50,"model":{"layers":1e-3}}`))
+	want = "gpus: type: must be a whole number, got 2.50\n" +
+		"model.layers: type: must be a whole number, got 1e-3"
+	if err == nil || err.Error() != want {
+		t.Errorf("error =\n%v\nwant\n%s", err, want)
+	}
+	ranks := strings.TrimSuffix(strings.Repeat("-1,", 1000), ",")
+	err = Validate("jobs.submitted", []byte(`{"job_id":"a","gpus":1,"groups":[{"name":"g","collective":"all_reduce","bytes":1,"ranks":[`+ranks+`]}]}`))
+	var ve *ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) != 1000 || strings.Count(err.Error(), "\n") != maxErrorLines ||
+		!strings.HasSuffix(err.Error(), "\nand 900 more problems") {
+		t.Errorf("a thousand problems: %d lines, ending %q", strings.Count(err.Error(), "\n")+1, err.Error()[max(0, len(err.Error())-40):])
 	}
 	err = Validate("jobs.submitted", []byte(`{"job_id": x}`))
 	if err == nil || !strings.HasPrefix(err.Error(), "(root): json: ") || !strings.Contains(err.Error(), "offset 12") {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -241,10 +242,16 @@ With --all it starts from the beginning of the placement stream.`,
 
 func newFinish(g *globals) *cobra.Command {
 	var status string
+	var wait time.Duration
 	cmd := &cobra.Command{
 		Use:   "finish JOB",
 		Short: "Say a job ended, freeing its GPUs (or withdraw it while it waits)",
-		Args:  cobra.ExactArgs(1),
+		Long: `finish says a job ended and prints what placement did with it: finished
+(its GPUs are free), withdrawn (it was waiting, or not analysed yet, and will
+never be placed), or that it had already finished. A job id nothing was ever
+submitted under is an error, and nothing is sent. --wait bounds how long
+placement's answer is awaited (0: send and return).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch events.JobStatus(status) {
 			case events.StatusSucceeded, events.StatusFailed, events.StatusCancelled:
@@ -260,13 +267,40 @@ func newFinish(g *globals) *cobra.Command {
 				return err
 			}
 			defer closeBus(b)
-			if _, err := client.Finish(ctx, b, args[0], events.JobStatus(status)); err != nil {
+			id, out := args[0], cmd.OutOrStdout()
+			if wait <= 0 {
+				if _, err := client.Finish(ctx, b, id, events.JobStatus(status)); err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(out, "finish of %s sent (%s)\n", id, status)
 				return err
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "finished %s (%s)\n", args[0], status)
+			res, err := client.FinishAndWait(ctx, b, id, events.JobStatus(status), wait)
+			if err != nil {
+				return err
+			}
+			switch res.Outcome {
+			case client.FinishUnknown:
+				return fmt.Errorf("unknown job %s: nothing was ever submitted under this id; nothing sent", id)
+			case client.FinishAlready:
+				_, err = fmt.Fprintf(out, "%s had already finished (%s); nothing sent\n", id, res.History.Status)
+			case client.FinishReleased:
+				gpus := 0
+				var nodes []string
+				for _, n := range res.Released.Nodes {
+					gpus += len(n.GPUs)
+					nodes = append(nodes, n.Node)
+				}
+				_, err = fmt.Fprintf(out, "finished %s (%s): freed %d GPUs on %s\n", id, status, gpus, strings.Join(nodes, ", "))
+			case client.FinishWithdrawn:
+				_, err = fmt.Fprintf(out, "withdrawn %s (%s): it had not been placed, and never will be\n", id, status)
+			default:
+				_, err = fmt.Fprintf(out, "finish of %s sent (%s); placement did not answer within %s\n", id, status, wait)
+			}
 			return err
 		},
 	}
 	cmd.Flags().StringVar(&status, "status", string(events.StatusSucceeded), "how the job ended: succeeded, failed or cancelled")
+	cmd.Flags().DurationVar(&wait, "wait", 10*time.Second, "how long to wait for placement's answer (0: send and return)")
 	return cmd
 }

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/client"
@@ -55,10 +53,14 @@ enumerate; bigger ones are refused with a clear message.`,
 				if err != nil {
 					return fmt.Errorf("place: --occupied: %w", err)
 				}
-				dec := yaml.NewDecoder(bytes.NewReader(data))
-				dec.KnownFields(true)
-				if err := dec.Decode(&occupied); err != nil {
-					return fmt.Errorf("place: %s: %w", occupiedFile, err)
+				// The one decoder, strict: [0, 1.0] are GPUs 0 and 1, 1.5
+				// and a misspelt field are refused naming the entry.
+				body, err := client.YAMLToJSON(data)
+				if err == nil {
+					err = events.DecodeJSONStrict(body, &occupied)
+				}
+				if err != nil {
+					return fmt.Errorf("place: --occupied %s: %w", occupiedFile, err)
 				}
 			}
 			job, err := client.LoadJob(args[0])

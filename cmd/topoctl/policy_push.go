@@ -117,7 +117,7 @@ func policyPush(ctx context.Context, g *globals, out io.Writer, dir, name string
 		go func() {
 			errc <- b.Follow(waitCtx, events.DomainPolicy, []string{b.Subjects.Domain(events.DomainPolicy)}, ready, func(r bus.Record) error {
 				v := r.Name.New()
-				if json.Unmarshal(r.Body, v) == nil {
+				if events.DecodeJSON(r.Body, v) == nil {
 					answers <- v
 				}
 				return nil
@@ -285,7 +285,7 @@ func policyShow(ctx context.Context, g *globals, out io.Writer) error {
 	last := map[string]*events.PolicyApplied{}
 	err = b.Replay(ctx, events.DomainPolicy, []string{b.Subjects.Of(events.NamePolicyApplied)}, func(r bus.Record) error {
 		var e events.PolicyApplied
-		if json.Unmarshal(r.Body, &e) == nil {
+		if events.DecodeJSON(r.Body, &e) == nil {
 			last[e.Replica] = &e
 		}
 		return nil

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"fmt"
 	"os"
 	"strconv"
 	"time"
@@ -11,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/events/natsserver"
 	"github.com/toposched/toposched/metrics"
 	"github.com/toposched/toposched/services/operator"
 )
@@ -80,14 +79,16 @@ func (r *metricsRun) observe(bcfg *bus.Config, cfg *operator.Config) {
 	}
 }
 
-// serve starts the endpoint for a running operator.
-func (r *metricsRun) serve(f *opsFlags, b *bus.Bus, op *operator.Operator, g *globals) error {
+// serve starts the endpoint for a running operator of the given services;
+// embedded is the embedded NATS server, nil with --nats-url.
+func (r *metricsRun) serve(f *opsFlags, b *bus.Bus, op *operator.Operator, services []string, embedded *natsserver.Server, g *globals) error {
 	if r == nil {
 		return nil
 	}
 	r.m.Watch(operatorStats(op))
 	log, _ := g.logger()
-	srv, err := metrics.Listen(f.metricsListen, r.m.Handler(readiness(b, op)), log)
+	ready := newReadiness(b, op, services, embedded)
+	srv, err := metrics.Listen(f.metricsListen, r.m.Handler(ready.check), log)
 	if err != nil {
 		return err
 	}
@@ -118,26 +119,5 @@ func operatorStats(op *operator.Operator) func() metrics.Stats {
 			st.Nodes, st.GPUs, st.HealthyGPU, st.FreeGPUs, st.Jobs = ps.Nodes, ps.GPUs, ps.HealthyGPU, ps.FreeGPUs, ps.Jobs
 		}
 		return st
-	}
-}
-
-// readiness is ready once the services run (streams ensured, state rebuilt:
-// Start returned), while the connection is up, and for placement once this
-// replica knows who applies decisions (itself or a named leader).
-func readiness(b *bus.Bus, op *operator.Operator) func() error {
-	return func() error {
-		var errs []error
-		if !b.Conn().IsConnected() {
-			errs = append(errs, fmt.Errorf("nats: %s", b.Conn().Status()))
-		}
-		select {
-		case <-op.Done():
-			errs = append(errs, errors.New("services stopped"))
-		default:
-		}
-		if st, ok := op.LeaderStatus(); ok && st.Role == operator.RoleUnknown {
-			errs = append(errs, errors.New("placement: no leader known yet"))
-		}
-		return errors.Join(errs...)
 	}
 }

@@ -121,3 +121,34 @@ func TestAbortOnCloseCancelsInFlightAndRedelivers(t *testing.T) {
 		t.Fatalf("%d dead letters, want none", st.State.Msgs)
 	}
 }
+
+type countingObserver struct{ published atomic.Int32 }
+
+func (*countingObserver) Handled(string, time.Duration, error, uint64) {}
+func (o *countingObserver) Published(context.Context, events.Name, events.Envelope) {
+	o.published.Add(1)
+}
+
+// An event republished under the same id (a redelivery after a restart
+// handled again) is stored once and counted once: before, each republish
+// was counted, and a restart made the rejection counter jump.
+func TestDuplicatePublishCountedOnce(t *testing.T) {
+	t.Parallel()
+	srv := eventstest.Server(t)
+	obs := &countingObserver{}
+	ctx := eventstest.Context(t, 30*time.Second)
+	b, err := bus.Connect(ctx, bus.Config{URL: srv.ClientURL(), Source: "urn:toposched:test", Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	cause := bus.WithCause(ctx, events.Envelope{ID: "the-same-input", CorrelationID: "c"})
+	for range 3 {
+		if _, err := b.Publish(cause, &events.PlacementRejected{JobID: "j", Reasons: []events.Reason{{Code: "x", Message: "x"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := obs.published.Load(); n != 1 {
+		t.Fatalf("counted %d publishes of one event, want 1", n)
+	}
+}

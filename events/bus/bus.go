@@ -295,47 +295,85 @@ func (b *Bus) Envelope(ctx context.Context, name events.Name, key string) events
 }
 
 // Publish sends one event and waits until JetStream has stored it. The event
-// must be a pointer to one of the catalogue's types.
+// must be a pointer to one of the catalogue's types. Under WithFence it is
+// stored only while the fence's marker is the last on its subject, else
+// it fails with ErrFenced.
 func (b *Bus) Publish(ctx context.Context, v any) (events.Envelope, error) {
+	env, _, err := b.PublishSeq(ctx, v)
+	return env, err
+}
+
+// PublishSeq is Publish, also returning the stream sequence JetStream
+// stored the event at (a fence marker's, for WithFence).
+func (b *Bus) PublishSeq(ctx context.Context, v any) (events.Envelope, uint64, error) {
 	name, err := events.NameOf(v)
 	if err != nil {
-		return events.Envelope{}, err
+		return events.Envelope{}, 0, err
 	}
 	key := events.KeyOf(v)
 	env := b.Envelope(ctx, name, key)
 	body, err := json.Marshal(v)
 	if err != nil {
-		return env, fmt.Errorf("encode %s: %w", name, err)
+		return env, 0, fmt.Errorf("encode %s: %w", name, err)
 	}
 	// What we send must meet the contract we ask of others.
 	if err := b.validated.validate(name, body); err != nil {
-		return env, fmt.Errorf("publish %s %s: breaks its schema: %w", name, key, err)
+		return env, 0, fmt.Errorf("publish %s %s: breaks its schema: %w", name, key, err)
 	}
 	subject := b.Subjects.Of(name)
 	if name.NodeScoped() {
 		subject = b.Subjects.ForNode(name, key)
 	}
-	if err := b.PublishRaw(ctx, subject, env.Headers(), body); err != nil {
-		return env, err
+	h := env.Headers()
+	if f, ok := fenceFrom(ctx); ok {
+		f.headers(h)
 	}
-	if b.cfg.Observer != nil {
+	seq, dup, err := b.publishRaw(ctx, subject, h, body)
+	if err != nil {
+		return env, 0, err
+	}
+	// A duplicate is the same event stored once: counting it would make a
+	// restart, whose redeliveries republish, inflate the metrics.
+	if b.cfg.Observer != nil && !dup {
 		b.cfg.Observer.Published(ctx, name, env)
 	}
-	return env, nil
+	return env, seq, nil
 }
 
 // PublishRaw sends a body with the given headers and waits for the PubAck.
-// Failures are Transient: the broker may be back in a moment.
+// Failures are Transient (the broker may be back in a moment), except a
+// fenced publish's refusal, which is ErrFenced, and a message too large
+// for the server or the stream, a *TooLargeError.
 func (b *Bus) PublishRaw(ctx context.Context, subject string, headers map[string]string, body []byte) error {
+	_, _, err := b.publishRaw(ctx, subject, headers, body)
+	return err
+}
+
+// publishRaw publishes and returns the stored sequence, and whether
+// JetStream dropped the message as a duplicate of one already stored
+// under its Nats-Msg-Id (a republish after a crash or a redelivery).
+func (b *Bus) publishRaw(ctx context.Context, subject string, headers map[string]string, body []byte) (uint64, bool, error) {
 	msg := nats.NewMsg(subject)
 	for k, v := range headers {
 		msg.Header.Set(k, v)
 	}
 	msg.Data = body
-	if _, err := b.js.PublishMsg(ctx, msg); err != nil {
-		return Transient(fmt.Errorf("publish %s: %w", subject, err))
+	ack, err := b.js.PublishMsg(ctx, msg)
+	if err != nil {
+		if fenced(err) {
+			return 0, false, fmt.Errorf("publish %s: %w (%w)", subject, ErrFenced, err)
+		}
+		if tooLarge(err) {
+			return 0, false, b.tooLargeError(msg, err)
+		}
+		if storageFull(err) {
+			// Transient: the store may be freed. Said plainly, so that
+			// topoctl submit does not report a bare API error.
+			return 0, false, Transient(fmt.Errorf("JetStream storage full: publish %s: %w", subject, err))
+		}
+		return 0, false, Transient(fmt.Errorf("publish %s: %w", subject, err))
 	}
-	return nil
+	return ack.Sequence, ack.Duplicate, nil
 }
 
 // retryJetStream is RetryJetStream with this bus's Transport timings.
@@ -351,4 +389,21 @@ func (b *Bus) Dial(ctx context.Context, source string) (*Bus, error) {
 	cfg := b.cfg
 	cfg.Source, cfg.SkipStreams, cfg.Observer = source, true, nil
 	return Connect(ctx, cfg)
+}
+
+// JetStream's answers to a message it has no room for (nats-server's
+// errors.json): JSInsufficientResourcesErr, 503 "insufficient resources"
+// (the server's max_file_store or max_memory_store reached), and
+// JSStorageResourcesExceededErr, "insufficient storage resources
+// available" (an account's limit). nats.go names neither.
+const (
+	errCodeInsufficientResources jetstream.ErrorCode = 10023
+	errCodeStorageExceeded       jetstream.ErrorCode = 10047
+)
+
+// storageFull reports whether a publish was refused for lack of storage.
+func storageFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == errCodeInsufficientResources || apiErr.ErrorCode == errCodeStorageExceeded)
 }

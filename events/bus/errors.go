@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -118,4 +119,62 @@ func retryJetStream(ctx context.Context, t Transport, op func(context.Context) e
 		}
 		wait = min(2*wait, t.SetupRetryMax)
 	}
+}
+
+// errCodeMessageTooLarge is JetStream's answer to a message over a
+// stream's max_msg_size (nats-server's JSStreamMessageExceedsMaximumErr,
+// "message size exceeds maximum allowed"); nats.go names it
+// JSErrCodeStreamMessageExceedsMaximum.
+const errCodeMessageTooLarge = jetstream.JSErrCodeStreamMessageExceedsMaximum
+
+// TooLargeError is a publish refused for its size: by the client, against
+// the server's max_payload (nats.ErrMaxPayload), or by the stream, against
+// its max_msg_size. Asking again can never succeed, so it is not Transient:
+// a handler that meets it answers or dead-letters its input instead of
+// retrying it forever.
+type TooLargeError struct {
+	Subject string
+	// Size is the message's size in bytes, body and headers; Limit the
+	// most the server or stream takes.
+	Size, Limit int
+	Err         error
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("publish %s: the message is %d bytes, over the limit of %d: %v", e.Subject, e.Size, e.Limit, e.Err)
+}
+
+func (e *TooLargeError) Unwrap() error { return e.Err }
+
+// TooLarge reports whether err says a message was refused for its size.
+func TooLarge(err error) bool {
+	var tl *TooLargeError
+	return errors.As(err, &tl) || tooLarge(err)
+}
+
+// tooLarge reports whether a publish error is the client's or the
+// stream's refusal of the message's size.
+func tooLarge(err error) bool {
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMessageTooLarge
+}
+
+// tooLargeError describes a publish that tooLarge refused: its size and
+// the limit it met (the server's max_payload for the client's refusal, the
+// streams' max_msg_size for the stream's).
+func (b *Bus) tooLargeError(msg *nats.Msg, err error) *TooLargeError {
+	size := len(msg.Data)
+	for k, vs := range msg.Header {
+		for _, v := range vs {
+			size += len(k) + len(v) + len(": \r\n")
+		}
+	}
+	limit := streamMaxMsgSize
+	if errors.Is(err, nats.ErrMaxPayload) {
+		limit = int(b.nc.MaxPayload())
+	}
+	return &TooLargeError{Subject: msg.Subject, Size: size, Limit: limit, Err: err}
 }

@@ -12,9 +12,11 @@ import (
 // (see eventstest) and production code needs no "no bus" branches. *Bus
 // implements every one of them.
 
-// Publisher stores one event on its subject (Publish).
+// Publisher stores one event on its subject (Publish), or tells the stream
+// sequence it was stored at (PublishSeq).
 type Publisher interface {
 	Publish(ctx context.Context, v any) (events.Envelope, error)
+	PublishSeq(ctx context.Context, v any) (events.Envelope, uint64, error)
 }
 
 // Reader reads what a domain's stream holds, in stream order (Replay,

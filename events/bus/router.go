@@ -2,7 +2,7 @@ package bus
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -56,7 +56,7 @@ func (b *Bus) NewRouter() (*Router, error) {
 	// An aborted handler's error is not the message's fault: it is nacked
 	// and redelivered, never dead-lettered.
 	dead, err := middleware.PoisonQueueWithFilter(deadLetters{publisher{b}}, b.Subjects.DeadLetter(),
-		func(err error) bool { return !IsTransient(err) && !rt.aborted.Load() })
+		func(err error) bool { return !IsTransient(err) && !rt.aborted.Load() && !errors.Is(err, ErrFenced) })
 	if err != nil {
 		abort()
 		return nil, fmt.Errorf("dead-letter middleware: %w", err)
@@ -143,7 +143,9 @@ type Handler[T any] struct {
 	// envelope (CauseFrom).
 	Fn func(ctx context.Context, env events.Envelope, ev *T) error
 	// Invalid, if set, is called before a malformed message goes to the
-	// dead-letter subject, with the schema error; it may answer the sender.
+	// dead-letter subject, with the schema or decoding error, or an
+	// *events.EnvelopeError for a ce-type that is not this event's; it may
+	// answer the sender (env.Subject is the job id the body names).
 	Invalid func(ctx context.Context, env events.Envelope, body []byte, err error) error
 }
 
@@ -163,7 +165,7 @@ func Handle[T any](r *Router, h Handler[T]) {
 	r.r.AddConsumerHandler(h.Name, topic, sub, func(m *message.Message) error {
 		env, body, err := r.b.envelopeOf(m)
 		if err != nil {
-			return fmt.Errorf("envelope: %w", err)
+			return invalidEnvelope(m, env, err, h.Invalid)
 		}
 		ctx := WithCause(m.Context(), env)
 		if seq, err := strconv.ParseUint(m.Metadata.Get(metaSeq), 10, 64); err == nil {
@@ -238,7 +240,11 @@ func (b *Bus) envelopeOf(m *message.Message) (events.Envelope, []byte, error) {
 
 // Decode validates body against the event's JSON Schema and decodes it into
 // v, a pointer to the event's Go type. A schema failure is a
-// *schemas.ValidationError naming every field and rule.
+// *schemas.ValidationError naming every field and rule (inside an
+// *events.StructuredModeError for a CloudEvents structured-mode body); a
+// value the schema takes but the Go type cannot hold (an integer past 64
+// bits) is an *events.DecodeError. Integers may be written 8.0 or 7e9
+// (events.DecodeJSON).
 //
 // It validates every time; (*Bus).Decode gives the same answers and skips
 // the schema for bytes the bus has already seen pass, such as what a
@@ -255,9 +261,10 @@ func (b *Bus) Decode(name events.Name, body []byte, v any) error {
 
 func decode(c *validationCache, name events.Name, body []byte, v any) error {
 	if err := c.validate(name, body); err != nil {
-		return err
+		return events.ExplainStructured(body, err)
 	}
-	if err := json.Unmarshal(body, v); err != nil {
+	// The one decoder: 8.0 is an integer, as the schema says.
+	if err := events.DecodeJSON(body, v); err != nil {
 		return fmt.Errorf("decode %s: %w", name, err)
 	}
 	return nil

@@ -4,7 +4,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
@@ -156,20 +154,19 @@ func LoadJob(path string) (*events.JobSubmitted, error) {
 }
 
 // ParseJob parses a job (YAML or JSON) and validates it against its schema.
+// Numbers are read as written (YAMLToJSON) by the events decoder, as the
+// services read them: gpus: 8.0 is 8, and 2.5 or 1e30 is refused naming
+// the field.
 func ParseJob(file string, data []byte) (*events.JobSubmitted, error) {
-	var doc any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
-	}
-	body, err := json.Marshal(doc)
+	body, err := YAMLToJSON(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	if err := schemas.Validate(string(events.NameJobSubmitted), body); err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
+		return nil, fmt.Errorf("%s: %w", file, events.ExplainStructured(body, err))
 	}
 	var job events.JobSubmitted
-	if err := json.Unmarshal(body, &job); err != nil {
+	if err := events.DecodeJSON(body, &job); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	return &job, nil

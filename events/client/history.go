@@ -62,7 +62,7 @@ func (e *HistoryEvent) UnmarshalJSON(b []byte) error {
 	*e = HistoryEvent(raw.plain)
 	e.Data = nil
 	if v := raw.Name.New(); v != nil && len(raw.Data) > 0 && string(raw.Data) != "null" {
-		if err := json.Unmarshal(raw.Data, v); err != nil {
+		if err := events.DecodeJSON(raw.Data, v); err != nil {
 			return fmt.Errorf("%s data: %w", raw.Name, err)
 		}
 		e.Data = v
@@ -298,7 +298,7 @@ func historyEvent(subjects events.Subjects, stream string, m *jetstream.RawStrea
 	}
 	e.Name, e.ID, e.Time, e.Source = name, env.ID, env.Time, env.Source
 	v := name.New()
-	if err := json.Unmarshal(m.Data, v); err != nil {
+	if err := events.DecodeJSON(m.Data, v); err != nil {
 		e.Error = fmt.Sprintf("unreadable body: %v", err)
 		return e
 	}
@@ -334,7 +334,10 @@ func (h *JobHistory) settle() {
 		case *events.PlacementRejected:
 			h.State = StateRejected
 		case *events.JobFinished:
-			if h.State != StateDecided && h.State != StatePending {
+			// Placement applies a finish to a job it has placed, queued,
+			// or not seen yet (withdrawn before analysis reached it);
+			// only a job already finished or rejected is left as it is.
+			if h.State == StateFinished || h.State == StateRejected {
 				e.Ignored = true
 				continue
 			}
@@ -364,10 +367,14 @@ func (h *JobHistory) LastOutcome() *HistoryEvent {
 	return nil
 }
 
-// Submission is the job as last submitted, or nil.
+// Submission is the job as placement holds it: the last submission it
+// took, not a resubmission it ignored; nil when there is none.
 func (h *JobHistory) Submission() *events.JobSubmitted {
 	var job *events.JobSubmitted
 	for _, e := range h.Events {
+		if e.Ignored {
+			continue
+		}
 		switch d := e.Data.(type) {
 		case *events.JobSubmitted:
 			job = d

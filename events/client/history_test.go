@@ -208,7 +208,10 @@ func TestSettle(t *testing.T) {
 		{"finished", []any{sub, an, dec, fin, rel}, StateFinished, events.StatusCancelled, 3, nil},
 		{"withdrawn while pending", []any{sub, an, pend, fin, rel}, StateFinished, events.StatusCancelled, 3, nil},
 		{"released without its finish", []any{sub, an, dec, rel}, StateFinished, events.StatusCancelled, 3, nil},
-		{"finish before placement knew the job", []any{sub, fin, an, dec}, StateDecided, "", 3, []int{1}},
+		// Placement withdraws a job finished before it was analysed: the
+		// analysis that comes after is the ignored one, and no decision
+		// follows.
+		{"finish before placement knew the job", []any{sub, fin, rel, an}, StateFinished, events.StatusCancelled, 1, []int{3}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -297,5 +300,23 @@ func BenchmarkHistory(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// The job explain shows is the submission placement took, not a later
+// resubmission it ignored (a job holding 1 GPU was shown with the 8 of an
+// ignored resubmission).
+func TestSubmissionSkipsIgnoredResubmission(t *testing.T) {
+	t.Parallel()
+	first := &events.JobSubmitted{JobID: "j", GPUs: 1}
+	again := &events.JobSubmitted{JobID: "j", GPUs: 8}
+	h := &JobHistory{JobID: "j"}
+	for _, v := range []any{first, &events.PlacementDecided{JobID: "j"}, again} {
+		name, _ := events.NameOf(v)
+		h.Events = append(h.Events, HistoryEvent{Name: name, Data: v})
+	}
+	h.settle()
+	if got := h.Submission(); got == nil || got.GPUs != 1 {
+		t.Fatalf("submission %+v, want the first (1 GPU)", got)
 	}
 }

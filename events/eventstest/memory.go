@@ -43,6 +43,17 @@ func (m *Memory) Publish(ctx context.Context, v any) (events.Envelope, error) {
 	return env, nil
 }
 
+// PublishSeq is Publish; the sequence counts what was published.
+func (m *Memory) PublishSeq(ctx context.Context, v any) (events.Envelope, uint64, error) {
+	env, err := m.Publish(ctx, v)
+	if err != nil {
+		return env, 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return env, uint64(len(m.published)), nil
+}
+
 // Published returns what was published, in order.
 func (m *Memory) Published() []any {
 	m.mu.Lock()

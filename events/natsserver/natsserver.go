@@ -4,33 +4,80 @@
 // Clients connect over TCP loopback, not with nats.InProcessServer: pull
 // consumers over in-process connections were measured to stall for 30 s in
 // about one run in six (see the README's architecture notes).
+//
+// The server is secure by default: it listens on loopback unless told
+// otherwise, and refuses to listen anywhere else without authentication
+// (users from a configuration file, or the nkey users of
+// EnsureCredentials). Before it starts it checks that its store directory
+// can be written, and it sizes JetStream's file storage from the free space
+// of that directory's filesystem, so that a small disk fills up as a clean
+// "insufficient resources" answer rather than as write errors.
 package natsserver
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
 
+// Defaults of a Config that leaves them zero.
+const (
+	// DefaultMaxMemory bounds JetStream's memory storage: modest, rather
+	// than nats-server's share of the host's RAM.
+	DefaultMaxMemory = 256 << 20
+	// DefaultMaxStore bounds JetStream's file storage before the disk's
+	// free space is taken into account (SizeStore).
+	DefaultMaxStore = 8 << 30
+	// MaxPayload is the largest message the server takes: large gangs
+	// produce decisions of a few hundred KB, and the streams allow 8 MB.
+	MaxPayload = 8 << 20
+	// ReadyTimeout is how long Start waits for the server to accept
+	// connections; a failure the server logs ends the wait at once.
+	ReadyTimeout = 30 * time.Second
+)
+
+// readyPoll is how often Start looks whether the server has logged a fatal
+// error while it waits for it to become ready.
+const readyPoll = 50 * time.Millisecond
+
 // Config says where the server listens and keeps its streams.
 type Config struct {
-	// Host is the listen address; loopback unless the operator says otherwise.
+	// Host is the listen address; empty is loopback (127.0.0.1), or the
+	// config file's listen address when ConfigFile sets one. A host that
+	// is not loopback needs authentication (see Start).
 	Host string
-	// Port is the client port; -1 picks a free one.
+	// Port is the client port; -1 picks a free one; 0 is the config
+	// file's port or 4222.
 	Port int
-	// StoreDir holds the file-backed streams. Required: an embedded server
-	// that forgets its streams on restart would lose pending jobs.
+	// StoreDir holds the file-backed streams. Required unless ConfigFile
+	// sets jetstream.store_dir: an embedded server that forgets its
+	// streams on restart would lose pending jobs.
 	StoreDir string
 	// ServerName names the server in logs and cluster routes.
 	ServerName string
-	// MaxMemory and MaxStore bound JetStream; zero keeps modest defaults
-	// rather than nats-server's share of the host's RAM and disk.
+	// MaxMemory and MaxStore bound JetStream; zero takes the config
+	// file's max_memory_store and max_file_store, else DefaultMaxMemory
+	// and DefaultMaxStore. The file storage is then capped by the free
+	// space of StoreDir's filesystem (SizeStore).
 	MaxMemory int64
 	MaxStore  int64
-	// Logger receives the server's log lines; nil silences them.
+	// ConfigFile is a nats-server configuration file: users, accounts,
+	// TLS, limits (deploy/nats/standalone.conf is one). Host, Port,
+	// StoreDir, MaxMemory and MaxStore, where set, override its listen,
+	// store_dir and JetStream limits.
+	ConfigFile string
+	// Credentials are nkey users the server accepts (EnsureCredentials);
+	// they turn authentication on. Not together with ConfigFile.
+	Credentials *Credentials
+	// Logger receives the server's log lines; nil silences them. Start's
+	// errors carry the last warnings and errors either way.
 	Logger *slog.Logger
 }
 
@@ -42,77 +89,215 @@ func DefaultConfig() Config {
 // Validate reports every problem with the configuration at once.
 func (c Config) Validate() error {
 	var errs []error
-	if c.StoreDir == "" {
+	if c.StoreDir == "" && c.ConfigFile == "" {
 		errs = append(errs, errors.New("store dir: required"))
 	}
 	if c.Port < -1 || c.Port > 65535 {
 		errs = append(errs, fmt.Errorf("port %d: out of range", c.Port))
+	}
+	if c.MaxMemory < 0 || c.MaxStore < 0 {
+		errs = append(errs, fmt.Errorf("max memory %d, max store %d: must not be negative", c.MaxMemory, c.MaxStore))
+	}
+	if c.ConfigFile != "" && c.Credentials != nil {
+		errs = append(errs, errors.New("config file and generated credentials: choose one (put the users in the config file)"))
 	}
 	return errors.Join(errs...)
 }
 
 // Server is a running embedded NATS server.
 type Server struct {
-	ns *server.Server
+	ns       *server.Server
+	opts     *server.Options
+	storeDir string
+	log      *slog.Logger
 }
 
-// Start starts the server and waits until it accepts connections.
+// Start checks the store directory, starts the server and waits until it
+// accepts connections. It refuses a host that is not loopback when the
+// server would let clients in without authentication.
 func Start(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
-	if cfg.Host == "" {
-		cfg.Host = "127.0.0.1"
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.MaxMemory == 0 {
-		cfg.MaxMemory = 256 << 20
+	opts, err := cfg.options()
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
-	if cfg.MaxStore == 0 {
-		cfg.MaxStore = 8 << 30
+	if err := CheckStoreDir(opts.StoreDir); err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
-	opts := &server.Options{
-		ServerName:         cfg.ServerName,
-		Host:               cfg.Host,
-		Port:               cfg.Port,
-		JetStream:          true,
-		StoreDir:           cfg.StoreDir,
-		JetStreamMaxMemory: cfg.MaxMemory,
-		JetStreamMaxStore:  cfg.MaxStore,
-		NoSigs:             true,
-		NoLog:              cfg.Logger == nil,
-		// Large gangs produce decisions of a few hundred KB.
-		MaxPayload: 8 << 20,
+	if err := sizeStore(opts, log); err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	listen := net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port))
+	if opts.Port == server.RANDOM_PORT {
+		listen = net.JoinHostPort(opts.Host, "(a free port)")
+	}
+	if !IsLoopback(opts.Host) {
+		if err := requireAuth(opts); err != nil {
+			return nil, fmt.Errorf("embedded nats: listen %s: %w", listen, err)
+		}
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
-	if cfg.Logger != nil {
-		ns.SetLoggerV2(logger{cfg.Logger.With("component", "nats-server")}, false, false, false)
-	}
+	tail := newLogTail(log.With("component", "nats-server"), logTailLines)
+	ns.SetLoggerV2(tail, false, false, false)
 	ns.Start()
-	if !ns.ReadyForConnections(30 * time.Second) {
+	if err := waitReady(ns, tail); err != nil {
 		ns.Shutdown()
-		return nil, fmt.Errorf("embedded nats on %s:%d: not ready after 30s", cfg.Host, cfg.Port)
+		ns.WaitForShutdown()
+		return nil, fmt.Errorf("embedded nats on %s (store %s): %w", listen, opts.StoreDir, err)
 	}
-	return &Server{ns: ns}, nil
+	return &Server{ns: ns, opts: opts, storeDir: opts.StoreDir, log: log}, nil
 }
 
-// ClientURL is the URL clients dial, such as nats://127.0.0.1:4222.
-func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+// options builds nats-server's options: the config file's, if any, with
+// this Config's settings over them.
+func (c Config) options() (*server.Options, error) {
+	opts := &server.Options{}
+	if c.ConfigFile != "" {
+		var err error
+		opts, err = server.ProcessConfigFile(c.ConfigFile)
+		if err != nil {
+			return nil, fmt.Errorf("config file %s: %w", c.ConfigFile, err)
+		}
+	}
+	if c.Host != "" {
+		opts.Host = c.Host
+	}
+	if opts.Host == "" {
+		// nats-server's own default is every interface.
+		opts.Host = "127.0.0.1"
+	}
+	if c.Port != 0 {
+		opts.Port = c.Port
+	}
+	if c.StoreDir != "" {
+		opts.StoreDir = c.StoreDir
+	}
+	if opts.StoreDir == "" {
+		return nil, fmt.Errorf("config file %s: jetstream store_dir: required (or a data dir)", c.ConfigFile)
+	}
+	if c.ServerName != "" && opts.ServerName == "" {
+		opts.ServerName = c.ServerName
+	}
+	switch {
+	case c.MaxMemory > 0:
+		opts.JetStreamMaxMemory = c.MaxMemory
+	case opts.JetStreamMaxMemory <= 0:
+		opts.JetStreamMaxMemory = DefaultMaxMemory
+	}
+	switch {
+	case c.MaxStore > 0:
+		opts.JetStreamMaxStore = c.MaxStore
+	case opts.JetStreamMaxStore <= 0:
+		opts.JetStreamMaxStore = DefaultMaxStore
+	}
+	opts.JetStream = true
+	opts.NoSigs = true
+	// Start's logger collects the lines; Trace and Debug stay off.
+	opts.NoLog = false
+	opts.MaxPayload = max(opts.MaxPayload, MaxPayload)
+	if c.Credentials != nil {
+		opts.Nkeys = append(opts.Nkeys, c.Credentials.nkeyUsers()...)
+	}
+	return opts, nil
+}
+
+// IsLoopback reports whether a listen host reaches this machine only:
+// localhost or a loopback address. Empty, 0.0.0.0 and :: are every
+// interface; any other name is treated as reaching beyond the host.
+func IsLoopback(host string) bool {
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// requireAuth fails unless the options make clients authenticate.
+func requireAuth(opts *server.Options) error {
+	if opts.NoAuthUser != "" {
+		return fmt.Errorf("no_auth_user %q lets clients in without credentials; remove it, or listen on 127.0.0.1", opts.NoAuthUser)
+	}
+	switch {
+	case len(opts.Users) > 0, len(opts.Nkeys) > 0, opts.Username != "", opts.Authorization != "",
+		len(opts.TrustedOperators) > 0, len(opts.TrustedKeys) > 0, opts.TLSVerify,
+		opts.AuthCallout != nil, opts.CustomClientAuthentication != nil:
+		return nil
+	}
+	return errors.New("not loopback, and the server would accept clients without credentials: " +
+		"give a NATS config with users (such as deploy/nats/standalone.conf), or generated credentials, or listen on 127.0.0.1")
+}
+
+// waitReady waits until the server accepts connections, ReadyTimeout at
+// most, and fails at once when it logs a fatal error (JetStream could not
+// start on its store directory, say).
+func waitReady(ns *server.Server, tail *logTail) error {
+	deadline := time.Now().Add(ReadyTimeout)
+	for {
+		if ns.ReadyForConnections(readyPoll) {
+			return nil
+		}
+		if tail.fatal() {
+			return fmt.Errorf("not ready: %s", tail.lines())
+		}
+		if time.Now().After(deadline) {
+			if lines := tail.lines(); lines != "" {
+				return fmt.Errorf("not ready after %s; its last errors: %s", ReadyTimeout, lines)
+			}
+			return fmt.Errorf("not ready after %s", ReadyTimeout)
+		}
+	}
+}
+
+// ClientURL is the URL the processes on this host dial, such as
+// nats://127.0.0.1:4222: a server listening on every interface is dialled
+// on loopback.
+func (s *Server) ClientURL() string {
+	host := s.opts.Host
+	if ip := net.ParseIP(strings.Trim(host, "[]")); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	scheme := "nats"
+	if s.opts.TLSConfig != nil {
+		scheme = "tls"
+	}
+	port := s.opts.Port
+	if a := s.Addr(); a != nil {
+		port = a.Port
+	}
+	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(strings.Trim(host, "[]"), strconv.Itoa(port))}
+	return u.String()
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() *net.TCPAddr {
+	a, _ := s.ns.Addr().(*net.TCPAddr)
+	return a
+}
+
+// StoreDir is the directory the streams are kept in.
+func (s *Server) StoreDir() string { return s.storeDir }
+
+// MaxStore is JetStream's file storage limit, after SizeStore.
+func (s *Server) MaxStore() int64 { return s.opts.JetStreamMaxStore }
+
+// RequiresAuth reports whether clients must authenticate.
+func (s *Server) RequiresAuth() bool { return requireAuth(s.opts) == nil }
 
 // Shutdown stops the server and waits until it has flushed its streams.
 func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
 }
-
-// logger adapts nats-server's logger to slog.
-type logger struct{ l *slog.Logger }
-
-func (l logger) Noticef(format string, v ...any) { l.l.Info(fmt.Sprintf(format, v...)) }
-func (l logger) Warnf(format string, v ...any)   { l.l.Warn(fmt.Sprintf(format, v...)) }
-func (l logger) Fatalf(format string, v ...any)  { l.l.Error(fmt.Sprintf(format, v...)) }
-func (l logger) Errorf(format string, v ...any)  { l.l.Error(fmt.Sprintf(format, v...)) }
-func (l logger) Debugf(format string, v ...any)  { l.l.Debug(fmt.Sprintf(format, v...)) }
-func (l logger) Tracef(format string, v ...any)  { l.l.Debug(fmt.Sprintf(format, v...)) }

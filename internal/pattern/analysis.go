@@ -25,7 +25,18 @@ func Analyze(job events.JobSubmitted) (events.JobAnalyzed, []events.Reason) {
 	reasons = append(reasons, r...)
 	reasons = append(reasons, checkJob(job, p)...)
 	if len(reasons) > 0 {
-		return events.JobAnalyzed{}, reasons
+		return events.JobAnalyzed{}, CapReasons(reasons)
+	}
+	// Bounded before the work: a job whose analysed form NATS would not
+	// carry is refused before its groups are built.
+	if size, derived, explicit := AnalyzedSize(job, p); size > MaxAnalyzedBytes {
+		field := "gpus"
+		if explicit > derived {
+			field = "groups"
+		}
+		return events.JobAnalyzed{}, []events.Reason{{Code: CodeAnalysedTooLarge, Field: field, Message: fmt.Sprintf(
+			"the analysed job would be %s (the rank lists of %d GPUs in %d parallel dimensions: %s; its explicit groups, listed in the job and as groups: %s), over the limit of %s for one message: use fewer GPUs, fewer parallel dimensions or fewer explicit groups",
+			mib(size), job.GPUs, dimensionsOver1(p), mib(derived), mib(explicit), mib(MaxAnalyzedBytes))}}
 	}
 	out := events.JobAnalyzed{
 		Job:         job,
@@ -37,6 +48,33 @@ func Analyze(job events.JobSubmitted) (events.JobAnalyzed, []events.Reason) {
 		return events.JobAnalyzed{}, r
 	}
 	return out, nil
+}
+
+// MaxReasons bounds the reasons of one rejection: past it, the rest are
+// counted in a last reason, so that a job with a problem in each of
+// thousands of groups gets a rejection of a few KB, not megabytes.
+const MaxReasons = 100
+
+// CapReasons keeps the first MaxReasons-1 reasons and counts the rest in a
+// last one (code more_problems).
+func CapReasons(reasons []events.Reason) []events.Reason {
+	if len(reasons) <= MaxReasons {
+		return reasons
+	}
+	more := len(reasons) - (MaxReasons - 1)
+	return append(reasons[:MaxReasons-1:MaxReasons-1], events.Reason{Code: "more_problems", Message: fmt.Sprintf(
+		"and %d more problems (only the first %d are listed): fix these and submit again", more, MaxReasons-1)})
+}
+
+// dimensionsOver1 counts the parallel dimensions that have groups.
+func dimensionsOver1(p events.Parallelism) int {
+	n := 0
+	for _, d := range []int{p.TP, p.CP, p.EP, p.DP, p.PP} {
+		if d > 1 {
+			n++
+		}
+	}
+	return n
 }
 
 // Resolve fills in default degrees (1, and dp = gpus / (tp·pp·cp)) and

@@ -96,4 +96,19 @@
 // stage sends nothing forward, the first nothing backward).
 // total_bytes_per_step adds it over all ranks. A volume whose inputs the
 // model lacks is left out and named in warnings.
+//
+// # Bounds
+//
+// A job is bounded before any work on it, each bound with its own reason
+// naming the field and the limit: at most MaxGPUs GPUs (too_many_gpus),
+// MaxLabels labels of keys up to MaxLabelKeyLength and values up to
+// MaxLabelValueLength characters (too_many_labels, label_too_long; the
+// schema says the same), MaxGroups explicit groups (too_many_groups) of
+// MaxGroupRanks ranks in all (too_many_group_ranks). Then, before the
+// groups are built, AnalyzedSize works out the size of the jobs.analyzed
+// body from gpus, the degrees and the explicit groups; past
+// MaxAnalyzedBytes (one NATS message less its headers) the job is rejected
+// with analysed_too_large rather than expanded into an event NATS would
+// refuse. A rejection lists at most MaxReasons reasons, the rest counted
+// in the last.
 package pattern

@@ -2,7 +2,12 @@ package pattern
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"unicode/utf8"
 
 	"github.com/toposched/toposched/events"
 )
@@ -55,8 +60,59 @@ func checkJob(job events.JobSubmitted, p events.Parallelism) []events.Reason {
 	if m := job.Model; m != nil {
 		reasons = append(reasons, checkModel(*m, p)...)
 	}
+	reasons = append(reasons, checkLabels(job.Labels)...)
 	reasons = append(reasons, checkGroups(job.Groups, job.GPUs)...)
 	return reasons
+}
+
+// Bounds of a job's labels, as the schema's labels definition states them
+// (a test holds the two together). A job's labels travel in every event
+// about it; the bounds keep them to a few hundred KB at most.
+const (
+	// MaxLabels is the most labels a job (or node) may carry.
+	MaxLabels = 64
+	// MaxLabelKeyLength is the longest key, in characters: a Kubernetes
+	// label key's longest (a 253-character prefix, '/', a 63-character
+	// name).
+	MaxLabelKeyLength = 317
+	// MaxLabelValueLength is the longest value, in characters.
+	MaxLabelValueLength = 1024
+)
+
+// checkLabels bounds the labels' count and the length of each key and
+// value. Lengths are counted in characters, as the schema's maxLength is.
+func checkLabels(labels map[string]string) []events.Reason {
+	if len(labels) > MaxLabels {
+		// Refused before any per-label work.
+		return []events.Reason{{Code: "too_many_labels", Field: "labels", Message: fmt.Sprintf(
+			"labels holds %d labels; the limit is %d per job", len(labels), MaxLabels)}}
+	}
+	var reasons []events.Reason
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		if n := utf8.RuneCountInString(k); n > MaxLabelKeyLength {
+			reasons = append(reasons, events.Reason{Code: "label_too_long", Field: "labels", Message: fmt.Sprintf(
+				"labels has a key of %d characters (%.40q…); the limit is %d", n, k, MaxLabelKeyLength)})
+			continue
+		}
+		if n := utf8.RuneCountInString(labels[k]); n > MaxLabelValueLength {
+			f := labelField(k)
+			reasons = append(reasons, events.Reason{Code: "label_too_long", Field: f, Message: fmt.Sprintf(
+				"%s is %d characters long; the limit is %d", f, n, MaxLabelValueLength)})
+		}
+	}
+	return reasons
+}
+
+// simpleKey is a label key that reads unambiguously after a dot.
+var simpleKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
+
+// labelField is the field of one label as the schemas name it:
+// labels.team, or labels["app.kubernetes.io/name"].
+func labelField(key string) string {
+	if simpleKey.MatchString(key) {
+		return "labels." + key
+	}
+	return "labels[" + strconv.Quote(key) + "]"
 }
 
 func checkModel(m events.Model, p events.Parallelism) []events.Reason {
@@ -131,6 +187,16 @@ func checkModel(m events.Model, p events.Parallelism) []events.Reason {
 // a mistake or an attack, and every group costs the cost model a pass.
 const MaxGroups = 4096
 
+// MaxGroupRanks bounds the ranks of all a job's explicit groups together:
+// four custom dimensions over the largest job. Each rank costs the cost
+// model work and travels twice in jobs.analyzed (in the job and in its
+// group); AnalyzedSize bounds the bytes.
+const MaxGroupRanks = 4 * MaxGPUs
+
+// maxRankReasons bounds the reasons given for single ranks (out of range,
+// repeated): past it they are counted, not listed.
+const maxRankReasons = 16
+
 func checkGroups(groups []events.CommGroup, gpus int) []events.Reason {
 	var reasons []events.Reason
 	add := func(code, field, format string, args ...any) {
@@ -142,6 +208,15 @@ func checkGroups(groups []events.CommGroup, gpus int) []events.Reason {
 		add("too_many_groups", "groups", "groups lists %d groups; the limit is %d per job", len(groups), MaxGroups)
 		return reasons
 	}
+	total := 0
+	for _, g := range groups {
+		total += len(g.Ranks)
+	}
+	if total > MaxGroupRanks {
+		add("too_many_group_ranks", "groups", "groups list %d ranks in all; the limit is %d per job", total, MaxGroupRanks)
+		return reasons
+	}
+	rankReasons, moreRanks := 0, 0
 	first := map[string]int{}
 	for i, g := range groups {
 		f := fmt.Sprintf("groups[%d]", i)
@@ -157,21 +232,33 @@ func checkGroups(groups []events.CommGroup, gpus int) []events.Reason {
 		if g.CallsPerStep < 0 || g.CallsPerStep > maxCalls {
 			add("invalid_group", f+".calls_per_step", "%s.calls_per_step = %d must be between 1 and %d", f, g.CallsPerStep, maxCalls)
 		}
-		if len(g.Ranks) == 0 {
+		switch {
+		case len(g.Ranks) == 0:
 			add("invalid_group", f+".ranks", "%s.ranks is empty", f)
-		}
-		seen := make(map[int]int, len(g.Ranks))
-		for j, r := range g.Ranks {
-			rf := fmt.Sprintf("%s.ranks[%d]", f, j)
-			if r < 0 || r >= gpus {
-				add("rank_out_of_range", rf, "%s = %d is outside the job's ranks 0..%d (gpus = %d)", rf, r, gpus-1, gpus)
-				continue
+		case len(g.Ranks) > gpus:
+			// Some rank is out of range or repeated; say so once.
+			add("too_many_ranks", f+".ranks", "%s.ranks lists %d ranks, more than the job's gpus = %d", f, len(g.Ranks), gpus)
+		default:
+			seen := make(map[int]int, len(g.Ranks))
+			for j, r := range g.Ranks {
+				k, dup := seen[r]
+				bad := r < 0 || r >= gpus || dup
+				if bad && rankReasons == maxRankReasons {
+					moreRanks++
+					continue
+				}
+				rf := fmt.Sprintf("%s.ranks[%d]", f, j)
+				switch {
+				case r < 0 || r >= gpus:
+					add("rank_out_of_range", rf, "%s = %d is outside the job's ranks 0..%d (gpus = %d)", rf, r, gpus-1, gpus)
+				case dup:
+					add("duplicate_rank", rf, "%s = %d repeats %s.ranks[%d]", rf, r, f, k)
+				default:
+					seen[r] = j
+					continue
+				}
+				rankReasons++
 			}
-			if k, dup := seen[r]; dup {
-				add("duplicate_rank", rf, "%s = %d repeats %s.ranks[%d]", rf, r, f, k)
-				continue
-			}
-			seen[r] = j
 		}
 		k, ok := first[g.Name]
 		if !ok {
@@ -184,6 +271,9 @@ func checkGroups(groups []events.CommGroup, gpus int) []events.Reason {
 				"%s shares the name %q with groups[%d] but differs in collective, bytes, calls_per_step or number of ranks (%d against %d): groups of one name are the members of one dimension",
 				f, g.Name, k, len(g.Ranks), len(h.Ranks))
 		}
+	}
+	if moreRanks > 0 {
+		add("more_rank_problems", "groups", "and %d more ranks out of range or repeated (only the first %d are listed)", moreRanks, maxRankReasons)
 	}
 	return reasons
 }

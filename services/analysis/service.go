@@ -98,28 +98,90 @@ func (s *Service) OnSubmitted(ctx context.Context, env events.Envelope, job *eve
 		return err
 	}
 	if _, err := s.pub.Publish(ctx, &analyzed); err != nil {
-		return err
+		// NATS refusing the analysed job for its size will refuse it
+		// every time: answer the job rather than retry it forever.
+		// pattern.Analyze bounds the size before it builds the groups, so
+		// this is the backstop for a server whose limit is below ours.
+		var tl *bus.TooLargeError
+		if !errors.As(err, &tl) {
+			return err
+		}
+		reason := TooLargeReason(tl)
+		log.Warn("analysed job too large to publish: rejected", "size", tl.Size, "limit", tl.Limit)
+		_, perr := s.pub.Publish(ctx, &events.PlacementRejected{JobID: job.JobID, Reasons: []events.Reason{reason}})
+		return perr
 	}
 	log.Debug("job analyzed", "gpus", job.GPUs, "groups", len(analyzed.Groups))
 	return nil
 }
 
-// OnInvalid answers a malformed submission whose job id can be read with a
-// rejection naming every field and rule. The message then goes to the
-// dead-letter subject; one without a readable id goes there alone.
+// TooLargeReason is the rejection of a job whose analysed form the bus
+// refused for its size.
+func TooLargeReason(tl *bus.TooLargeError) events.Reason {
+	return events.Reason{Code: CodeAnalysedTooLarge, Message: fmt.Sprintf(
+		"the analysed job is %s (every rank of every group listed), over the limit of %s for one message: use fewer GPUs, fewer parallel dimensions or fewer explicit groups",
+		mib(tl.Size), mib(tl.Limit))}
+}
+
+func mib(n int) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// Reason codes of the rejections analysis makes itself, beside
+// pattern.Analyze's and the schema's (schema_<rule>).
+const (
+	// CodeAnalysedTooLarge: the analysed job is over one message (as
+	// pattern.Analyze says it before building it).
+	CodeAnalysedTooLarge = pattern.CodeAnalysedTooLarge
+	// CodeWrongEventType: the ce-type header is not jobs.submitted's.
+	CodeWrongEventType = "wrong_event_type"
+	// CodeStructuredMode: the body is a CloudEvents structured-mode event.
+	CodeStructuredMode = "structured_mode"
+)
+
+// OnInvalid answers a malformed submission whose job id can be read (from
+// ce-subject, the body's job_id, or a structured-mode body's subject or
+// data) with a rejection naming every field and rule, or what else is
+// wrong: a ce-type that is not jobs.submitted's, a CloudEvents
+// structured-mode body, a number past 64 bits. The message then goes to
+// the dead-letter subject; one without a readable id goes there alone.
 func (s *Service) OnInvalid(ctx context.Context, env events.Envelope, _ []byte, err error) error {
 	if !events.ValidJobID(env.Subject) {
 		s.log.Warn("malformed job without a usable job id: dead-lettered", "id", env.ID, "err", err)
 		return nil
 	}
-	reasons := ReasonsOf(err)
+	reasons := pattern.CapReasons(ReasonsOf(err))
 	s.log.Info("malformed job rejected", "job_id", env.Subject, "correlation_id", env.CorrelationID, "err", err)
 	_, perr := s.pub.Publish(ctx, &events.PlacementRejected{JobID: env.Subject, Reasons: reasons})
 	return perr
 }
 
-// ReasonsOf turns a schema error into rejection reasons, one per problem.
+// ReasonsOf turns why a submission could not be read into rejection
+// reasons: one per schema problem (schema_<rule>) or decoding problem
+// (events.DecodeProblem's code), or one for a wrong ce-type or a
+// structured-mode body.
 func ReasonsOf(err error) []events.Reason {
+	var ee *events.EnvelopeError
+	if errors.As(err, &ee) {
+		msg := fmt.Sprintf("header %s = %q is not a toposched event type", ee.Header, ee.Value)
+		if _, known := events.NameOfCEType(ee.Value); known {
+			msg = fmt.Sprintf("header %s = %q is another event's type", ee.Header, ee.Value)
+		}
+		if ee.Want != "" {
+			msg += fmt.Sprintf(": a job sent on %s must have %s %s, or none", ee.Subject, ee.Header, ee.Want)
+		}
+		return []events.Reason{{Code: CodeWrongEventType, Message: msg}}
+	}
+	var se *events.StructuredModeError
+	if errors.As(err, &se) {
+		return []events.Reason{{Code: CodeStructuredMode, Message: se.Error()}}
+	}
+	var de *events.DecodeError
+	if errors.As(err, &de) {
+		out := make([]events.Reason, 0, len(de.Problems))
+		for _, p := range de.Problems {
+			out = append(out, events.Reason{Code: p.Code, Field: p.Field, Message: p.Message})
+		}
+		return out
+	}
 	var ve *schemas.ValidationError
 	if !errors.As(err, &ve) {
 		return []events.Reason{{Code: "invalid", Message: err.Error()}}

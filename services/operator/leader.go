@@ -124,7 +124,7 @@ type lease struct {
 	ttl    time.Duration
 	log    *slog.Logger
 	// start begins a term; ctx ends with the term.
-	start func(ctx context.Context) (term, error)
+	start func(ctx context.Context, rev uint64) (term, error)
 	// onChange, if set, is told every change of status.
 	onChange func(LeaderStatus)
 	// alive reports whether the connection the term works over is up: the
@@ -236,7 +236,7 @@ func (l *lease) acquireOnce(ctx context.Context) (rev uint64, sent time.Time, t 
 	l.set(RoleLeader, l.holder)
 	l.log.Info("lease taken: this replica applies placement decisions", "key", l.key, "holder", l.holder, "revision", rev)
 	termCtx, termCancel := context.WithCancel(ctx)
-	t, err = l.start(termCtx)
+	t, err = l.start(termCtx, rev)
 	if err != nil {
 		termCancel()
 		l.release(context.WithoutCancel(ctx), rev)
@@ -246,20 +246,30 @@ func (l *lease) acquireOnce(ctx context.Context) (rev uint64, sent time.Time, t 
 	return rev, sent, t, termCancel, nil
 }
 
+// watch follows the lease's changes, so that a released lease is taken at
+// once: the watch reports its deletion. One that lapses (its holder died)
+// leaves no marker, so run's tick tries too. The caller starts it before
+// its first campaign: a release that comes between that campaign and run
+// would otherwise be seen only a tick later. A nil watcher means none.
+func (l *lease) watch(ctx context.Context) jetstream.KeyWatcher {
+	w, err := l.kv.Watch(ctx, l.key, jetstream.UpdatesOnly())
+	if err != nil {
+		l.log.Warn("lease: no watch; a released lease is noticed on the next tick", "err", err)
+		return nil
+	}
+	return w
+}
+
 // run campaigns until ctx ends, leading whenever it holds the lease. first
-// is the result of a first acquireOnce made by the caller (rev 0: none).
-func (l *lease) run(ctx context.Context, rev uint64, sent time.Time, t term, termCancel context.CancelFunc) {
+// is the result of a first acquireOnce made by the caller (rev 0: none);
+// w is the watch the caller started before it (nil: none).
+func (l *lease) run(ctx context.Context, w jetstream.KeyWatcher, rev uint64, sent time.Time, t term, termCancel context.CancelFunc) {
 	tick := time.NewTicker(l.renewEvery())
 	defer tick.Stop()
-	// A released lease is taken at once: the watch reports its deletion.
-	// One that lapses (its holder died) leaves no marker, so the tick
-	// tries too.
 	var released <-chan jetstream.KeyValueEntry
-	if w, err := l.kv.Watch(ctx, l.key, jetstream.UpdatesOnly()); err == nil {
+	if w != nil {
 		defer func() { _ = w.Stop() }()
 		released = w.Updates()
-	} else {
-		l.log.Warn("lease: no watch; a released lease is noticed on the next tick", "err", err)
 	}
 	for {
 		if t == nil {
@@ -332,7 +342,12 @@ func (l *lease) run(ctx context.Context, rev uint64, sent time.Time, t term, ter
 			l.log.Warn("lease lost: stepping down", "key", l.key, "why", lost)
 		}
 		termCancel()
-		if err := t.stop(); err != nil {
+		switch err := t.stop(); {
+		case errors.Is(err, bus.ErrFenced):
+			// Another replica opened a newer term: what this one held
+			// is that one's now. Expected after a lapse, not a fault.
+			l.log.Warn("placement term fenced by a newer one", "err", err)
+		case err != nil:
 			l.log.Error("placement term ended with an error", "err", err)
 		}
 		t = nil
@@ -378,14 +393,18 @@ func (o *Operator) startLease(ctx, runCtx context.Context, b *bus.Bus, cfg Confi
 		return err
 	}
 	l := &lease{
-		kv: kv, key: LeaseKey, holder: replicaName(cfg), ttl: ttl, log: log.With("component", "lease"),
+		kv: kv, key: LeaseKey, holder: o.terms.holder, ttl: ttl, log: log.With("component", "lease"),
 		start: o.terms.start,
 		alive: func() bool { return b.Conn().IsConnected() },
 	}
 	o.lease = l
+	w := l.watch(runCtx)
 	rev, sent, t, termCancel, err := l.acquireOnce(runCtx)
 	if err != nil {
 		if ctx.Err() != nil {
+			if w != nil {
+				_ = w.Stop()
+			}
 			_ = lb.Close()
 			return err
 		}
@@ -404,7 +423,7 @@ func (o *Operator) startLease(ctx, runCtx context.Context, b *bus.Bus, cfg Confi
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()
-		l.run(runCtx, rev, sent, t, termCancel)
+		l.run(runCtx, w, rev, sent, t, termCancel)
 		_ = lb.Close() // run has released the lease on its way out
 	}()
 	return nil
@@ -442,7 +461,7 @@ func replicaName(cfg Config) string {
 // startSole runs placement's one term for the life of the operator, with
 // no lease (Config.Sole).
 func (o *Operator) startSole(ctx, runCtx context.Context, _ *bus.Bus, _ Config, log *slog.Logger) error {
-	t, err := o.terms.start(runCtx)
+	t, err := o.terms.start(runCtx, 0)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -24,6 +25,8 @@ type placementTerms struct {
 	b   *bus.Bus
 	cfg Config
 	log *slog.Logger
+	// holder is this replica's name in the lease and in its terms.
+	holder string
 	// fail stops the operator when a term's handlers fail on their own.
 	fail func(error)
 	// onTerm, if set, is told each new term's service (nil when a term ends).
@@ -66,9 +69,10 @@ func (p *placementTerms) setCurrent(svc *placement.Service) {
 // start begins a term: a new service with the configured strategy and the
 // policy set in force, rebuilt from the streams, then its handlers. It
 // returns once the handlers consume.
-func (p *placementTerms) start(ctx context.Context) (term, error) {
+func (p *placementTerms) start(ctx context.Context, leaseRevision uint64) (term, error) {
 	p.mu.Lock()
-	svc, err := placement.New(placement.Config{Strategy: p.cfg.Strategy, ReserveAfter: p.cfg.ReserveAfter, Policies: p.set},
+	svc, err := placement.New(placement.Config{Strategy: p.cfg.Strategy, ReserveAfter: p.cfg.ReserveAfter, Policies: p.set,
+		Holder: p.holder, LeaseRevision: leaseRevision},
 		placement.Deps{Publish: p.b, Read: p.b, Consume: p.b, Subjects: p.b.Subjects, Log: p.log, ObservePolicyEval: p.cfg.ObservePolicyEval})
 	if err != nil {
 		p.mu.Unlock()
@@ -94,7 +98,9 @@ func (p *placementTerms) start(ctx context.Context) (term, error) {
 		default:
 			return // failed to start: start reports it and the lease is retried
 		}
-		if t.err != nil && runCtx.Err() == nil && p.fail != nil {
+		// A fenced term ends for the lease loop to step down and campaign
+		// again; any other failure of the handlers stops the operator.
+		if t.err != nil && runCtx.Err() == nil && p.fail != nil && !errors.Is(t.err, bus.ErrFenced) {
 			p.fail(fmt.Errorf("placement: %w", t.err))
 		}
 	}()

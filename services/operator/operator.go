@@ -214,7 +214,7 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 	if has(Placement) {
 		// The policy set is in force before the first job is handled;
 		// placement itself runs only while this replica holds the lease.
-		o.terms = &placementTerms{b: b, cfg: cfg, log: log, fail: o.fail, onTerm: cfg.OnPlacementTerm}
+		o.terms = &placementTerms{b: b, cfg: cfg, log: log, holder: replicaName(cfg), fail: o.fail, onTerm: cfg.OnPlacementTerm}
 		if err := startPolicies(ctx, runCtx, b, o.terms, cfg, log, &o.wg); err != nil {
 			return abort(err)
 		}

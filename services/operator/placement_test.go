@@ -326,3 +326,42 @@ func TestBurstNeverDoubleBooks(t *testing.T) {
 	}
 	w.checkNoDoubleBooking()
 }
+
+// A finish says what placement did with it: a placed job's GPUs freed, a
+// waiting job withdrawn, a second finish answered from the history without
+// sending anything, and an id nothing was submitted under refused.
+func TestFinishTellsWhatHappened(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, t.TempDir())
+	ctx := context.Background()
+	w.submit(events.JobSubmitted{JobID: "run", GPUs: 16, GPUsPerNode: 8, GPUModel: "A100"})
+	w.await("run", events.NamePlacementDecided)
+	w.submit(events.JobSubmitted{JobID: "queued", GPUs: 8, GPUModel: "A100"})
+	w.await("queued", events.NamePlacementPending)
+
+	for _, tc := range []struct {
+		job  string
+		want client.FinishOutcome
+	}{
+		{"queued", client.FinishWithdrawn},
+		{"run", client.FinishReleased},
+		{"run", client.FinishAlready},
+		{"never-submitted", client.FinishUnknown},
+	} {
+		res, err := client.FinishAndWait(ctx, w.b, tc.job, events.StatusCancelled, 20*time.Second)
+		if err != nil {
+			t.Fatalf("finish %s: %v", tc.job, err)
+		}
+		if res.Outcome != tc.want {
+			t.Errorf("finish %s: %q, want %q", tc.job, res.Outcome, tc.want)
+		}
+	}
+	// The withdrawn job was never placed afterwards, not even when the
+	// released GPUs made room for it.
+	for _, o := range w.outcomes("queued") {
+		if o.Decided != nil {
+			t.Errorf("queued was placed after its withdrawal: %+v", o.Decided)
+		}
+	}
+	w.checkNoDoubleBooking()
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/eventstest"
 	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/store"
@@ -58,5 +59,46 @@ func TestNoRejectionBeforeTopologyIsRead(t *testing.T) {
 	}
 	if j, _ := s.Store().Snapshot().Job("huge"); j.State != store.JobRejected {
 		t.Fatalf("huge: %+v", j)
+	}
+}
+
+// A job cancelled while analysis still has it (its finish reaches placement
+// before its analysis) is withdrawn: the analysis that arrives later is a
+// duplicate, and the job never holds a GPU.
+func TestFinishBeforeAnalysisWins(t *testing.T) {
+	t.Parallel()
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "test")
+	ctx := eventstest.Context(t, 30*time.Second)
+	s := placement.NewOnBus(t, b, placement.Config{})
+	n := &events.TopologyNode{Name: "n1", GPUModel: "A100", GPUs: make([]events.GPU, 8)}
+	for i := range n.GPUs {
+		n.GPUs[i].Index = i
+	}
+	if err := s.OnNode(ctx, events.Envelope{}, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.OnFinished(ctx, events.Envelope{ID: "f1"}, &events.JobFinished{JobID: "early", Status: events.StatusCancelled}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.OnAnalyzed(ctx, events.Envelope{ID: "a1"}, analyzed(t, events.JobSubmitted{JobID: "early", GPUs: 4})); err != nil {
+		t.Fatal(err)
+	}
+	snap := s.Store().Snapshot()
+	if j, _ := snap.Job("early"); j.State != store.JobFinished || j.Decision != nil {
+		t.Fatalf("early: %+v, want finished and never decided", j)
+	}
+	if got := len(snap.GPUsOfJob("early")); got != 0 {
+		t.Fatalf("early holds %d GPUs", got)
+	}
+	var released int
+	err := b.Replay(ctx, events.DomainPlacement, []string{b.Subjects.Of(events.NamePlacementReleased)}, func(r bus.Record) error {
+		if r.Env.Subject == "early" {
+			released++
+		}
+		return nil
+	})
+	if err != nil || released != 1 {
+		t.Fatalf("releases of early in the stream: %d (%v), want 1", released, err)
 	}
 }

@@ -112,7 +112,7 @@ func (s *Service) OnMigrationAccepted(ctx context.Context, env events.Envelope, 
 	refuse := func(proposal, code, format string, args ...any) error {
 		ev := &events.PlacementMigrationRefused{JobID: req.JobID, ProposalID: proposal, RequestID: env.ID,
 			Reasons: []events.Reason{{Code: code, Message: fmt.Sprintf(format, args...)}}}
-		if _, err := s.pub.Publish(ctx, ev); err != nil {
+		if _, err := s.publish(ctx, ev); err != nil {
 			return err
 		}
 		log.Info("migration refused", "proposal_id", proposal, "code", code, "reason", ev.Reasons[0].Message)
@@ -175,7 +175,7 @@ func (s *Service) OnMigrationAccepted(ctx context.Context, env events.Envelope, 
 	// was, the job's own GPUs still held: what a resubmission would get.
 	d.Prediction, d.Baseline = s.predict(ctx, before, j.Spec, gpus, blind.Place(before, j.Spec))
 	d.Migration = &events.Migration{ProposalID: p.ProposalID, RequestID: env.ID, PreviousNodes: bareNodes(prev.Nodes), Reason: p.Reason}
-	if _, err := s.pub.Publish(ctx, &d); err != nil {
+	if _, err := s.publish(ctx, &d); err != nil {
 		// Put the job back where it was: the GPUs it left are still free,
 		// since every change to the store happens under s.mu.
 		if _, rerr := s.store.RestoreMove(j.ID, gpusOf(prev)); rerr != nil {

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +39,12 @@ type Config struct {
 	// Policies is the policy set in force from the start (nil: none);
 	// SetPolicies changes it while the service runs.
 	Policies *policies.Set
+	// Holder and LeaseRevision name the term this service runs: the
+	// replica and the revision of the lease it took (0 without a lease).
+	// Run opens the term with a placement.term event and fences every
+	// outcome on it (see bus.Fence).
+	Holder        string
+	LeaseRevision uint64
 }
 
 // DefaultStrategy is the strategy of a Config that names none.
@@ -117,6 +124,13 @@ type Service struct {
 	nextReserve time.Time
 	// mig holds the optimizer's migration proposals (migrate.go).
 	mig migrations
+
+	holder        string
+	leaseRevision uint64
+	// fence is the term's marker, set by Run before any handler runs;
+	// fenced ends Run once a publish finds a newer term's marker.
+	fence  bus.Fence
+	fenced context.CancelCauseFunc
 }
 
 // New returns the placement service with an empty store; Run rebuilds it
@@ -145,7 +159,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	return &Service{pub: deps.Publish, read: deps.Read, consume: deps.Consume, subjects: deps.Subjects,
 		store: st, log: log.With("component", "placement"), now: now, observe: deps.ObservePolicyEval,
 		ready: make(chan struct{}), strategy: strategy.Name(), policies: cfg.Policies,
-		reserveAfter: reserveAfter, pendingSince: map[string]time.Time{}}, nil
+		reserveAfter: reserveAfter, pendingSince: map[string]time.Time{},
+		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision}, nil
 }
 
 // SetPolicies puts a compiled (and tested) policy set in force; nil turns
@@ -176,9 +191,22 @@ func (s *Service) Store() *store.Store { return s.store }
 // Ready is closed once the store is rebuilt and every handler consumes.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
-// Run rebuilds the store from the streams, then handles jobs, finishes,
-// topology and migration acceptances until ctx ends (see bus.Serve).
+// Run opens the term, rebuilds the store from the streams, then handles
+// jobs, finishes, topology and migration acceptances until ctx ends (see
+// bus.Serve), or until a publish is fenced: another replica has opened a
+// newer term, and Run returns an error wrapping bus.ErrFenced.
 func (s *Service) Run(ctx context.Context) error {
+	// The marker comes before the rebuild: whatever an earlier leader
+	// stored is before it in the stream, so the rebuild reads it, and
+	// whatever that leader tries to store after it is refused.
+	term := &events.PlacementTerm{Holder: s.holder, LeaseRevision: s.leaseRevision, StartedAt: s.now().UTC()}
+	_, seq, err := s.pub.PublishSeq(ctx, term)
+	if err != nil {
+		return fmt.Errorf("placement: open the term: %w", err)
+	}
+	s.fence = bus.Fence{Subject: s.subjects.Of(events.NamePlacementTerm), Seq: seq}
+	ctx, s.fenced = context.WithCancelCause(ctx)
+	defer s.fenced(nil)
 	if err := s.rebuild(ctx); err != nil {
 		return fmt.Errorf("rebuild placement: %w", err)
 	}
@@ -199,7 +227,22 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := bus.Serve(ctx, r, func() { close(s.ready) }); err != nil {
 		return fmt.Errorf("placement: %w", err)
 	}
+	if cause := context.Cause(ctx); errors.Is(cause, bus.ErrFenced) {
+		return fmt.Errorf("placement: term of %s (lease revision %d) ended: %w", s.holder, s.leaseRevision, cause)
+	}
 	return nil
+}
+
+// publish stores an outcome of the term, fenced on its marker. A refusal
+// means a newer term has started: the service stops at once (the message
+// being handled is nacked for the new leader, not dead-lettered).
+func (s *Service) publish(ctx context.Context, v any) (events.Envelope, error) {
+	env, err := s.pub.Publish(bus.WithFence(ctx, s.fence), v)
+	if errors.Is(err, bus.ErrFenced) && s.fenced != nil {
+		s.log.WarnContext(ctx, "a newer placement term has started: this one stops", "holder", s.holder, "lease_revision", s.leaseRevision)
+		s.fenced(err)
+	}
+	return env, err
 }
 
 // OnAnalyzed places a new job. A job id already known has no second effect,
@@ -218,20 +261,30 @@ func (s *Service) OnAnalyzed(ctx context.Context, env events.Envelope, job *even
 }
 
 // OnFinished frees a job's GPUs, or withdraws it from the queue, then
-// retries the pending jobs.
+// retries the pending jobs. A finish for a job placement has not seen yet
+// (cancelled while analysis still had it) wins: the job is recorded as
+// finished, with a release that frees nothing, so that its analysis,
+// arriving later, is a duplicate and the job is never placed.
 func (s *Service) OnFinished(ctx context.Context, env events.Envelope, ev *events.JobFinished) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j, ok := s.store.Snapshot().Job(ev.JobID)
 	switch {
 	case !ok:
-		s.log.Warn("finish for an unknown job ignored", "job_id", ev.JobID, "correlation_id", env.CorrelationID)
+		rel := &events.PlacementReleased{JobID: ev.JobID, Status: ev.Status}
+		if _, err := s.publish(ctx, rel); err != nil {
+			return err
+		}
+		if err := s.applyReleased(rel); err != nil {
+			return err
+		}
+		s.log.Info("job withdrawn before it was analysed: it will not be placed", "job_id", ev.JobID, "status", ev.Status, "correlation_id", env.CorrelationID)
 	case j.State == store.JobPlaced || j.State == store.JobPending:
 		rel := &events.PlacementReleased{JobID: j.ID, Status: ev.Status}
 		if j.Decision != nil {
 			rel.Nodes = j.Decision.Nodes
 		}
-		if _, err := s.pub.Publish(ctx, rel); err != nil {
+		if _, err := s.publish(ctx, rel); err != nil {
 			return err
 		}
 		if err := s.applyReleased(rel); err != nil {
@@ -313,7 +366,7 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 		launch.Fill(&d, s.store.Snapshot())
 		d.Prediction, d.Baseline = s.predict(ctx, before, job.Spec, plan.GPUs, plan.Baseline)
 		d.Warnings, d.Explanation = plan.Warnings, plan.Explanation
-		if _, err := s.pub.Publish(ctx, &d); err != nil {
+		if _, err := s.publish(ctx, &d); err != nil {
 			if _, rerr := s.store.Release(job.ID); rerr != nil {
 				return false, errors.Join(err, fmt.Errorf("roll back reservation of %s: %w", job.ID, rerr))
 			}
@@ -326,7 +379,7 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 			return false, nil
 		}
 		ev := &events.PlacementPending{JobID: job.ID, Reasons: plan.Reasons, Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}
-		if _, err := s.pub.Publish(ctx, ev); err != nil {
+		if _, err := s.publish(ctx, ev); err != nil {
 			return false, err
 		}
 		job.State, job.Reasons = store.JobPending, plan.Reasons
@@ -336,7 +389,7 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 		log.Info("job pending", "reason", plan.Reasons[0].Message)
 	case outcome.Never:
 		ev := &events.PlacementRejected{JobID: job.ID, Reasons: plan.Reasons, Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}
-		if _, err := s.pub.Publish(ctx, ev); err != nil {
+		if _, err := s.publish(ctx, ev); err != nil {
 			return false, err
 		}
 		job.State, job.Reasons = store.JobRejected, plan.Reasons

@@ -1,0 +1,153 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestServeFailsFastOnABadDataDir starts serve on a data dir it cannot
+// create and on a read-only one: it exits at once with an error naming the
+// path (it used to wait 30 s for its embedded server and say only "not
+// ready after 30s").
+func TestServeFailsFastOnABadDataDir(t *testing.T) {
+	needBinaries(t)
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		dir  func(t *testing.T) string
+		want string
+	}{
+		{"uncreatable", func(*testing.T) string { return filepath.Join(file, "data") }, "cannot create"},
+		{"read-only", func(t *testing.T) string {
+			if os.Geteuid() != 0 {
+				dir := filepath.Join(t.TempDir(), "ro")
+				if err := os.Mkdir(dir, 0o500); err != nil {
+					t.Fatal(err)
+				}
+				return dir
+			}
+			return mountTmpfs(t, "1m", true) // root writes through mode bits
+		}, "not writable"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := c.dir(t)
+			began := time.Now()
+			r := runCmd(t, 25*time.Second, childEnv(), bins.toposched, "serve", "--cluster", testdata(t, "two-nodes.yaml"),
+				"--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--data-dir", dir)
+			took := time.Since(began)
+			if r.code == 0 {
+				t.Fatalf("serve on data dir %s exited 0", dir)
+			}
+			if !strings.Contains(r.stderr, dir) || !strings.Contains(r.stderr, c.want) {
+				t.Errorf("serve on %s: error does not name the path and say %q:\n%s", dir, c.want, r.stderr)
+			}
+			if took > 10*time.Second {
+				t.Errorf("serve took %s to give up on %s, want at once", took.Round(time.Millisecond), dir)
+			}
+		})
+	}
+}
+
+// TestDiskFullStoreIsReportedAndFreed fills the embedded server's
+// JetStream store, once through a tiny max_file_store in --nats-config and
+// once on a 3 MB filesystem (root only: it mounts a tmpfs), where serve
+// must size its store from the free space instead of claiming 8 GB. Full,
+// topoctl submit fails at once saying "JetStream storage full" (on the
+// small disk it used to time out: the server's writes failed and it
+// disabled JetStream) and /readyz answers 503 about the storage; purged,
+// both work again.
+func TestDiskFullStoreIsReportedAndFreed(t *testing.T) {
+	needBinaries(t)
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		setup func(t *testing.T) (dataDir string, extra []string)
+	}{
+		{"tiny max_file_store", func(t *testing.T) (string, []string) {
+			conf := filepath.Join(t.TempDir(), "nats.conf")
+			if err := os.WriteFile(conf, []byte("jetstream { max_file_store: 2MB }\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return t.TempDir(), []string{"--nats-config", conf}
+		}},
+		{"3 MB filesystem", func(t *testing.T) (string, []string) {
+			return mountTmpfs(t, "3m", false), nil
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dataDir, extra := c.setup(t)
+			port, metrics := freePort(t), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+			url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+			serve := startServe(t, "serve", testdata(t, "two-nodes.yaml"), port, dataDir,
+				append(extra, "--metrics-listen", metrics, "--poll", "0")...)
+			maxStore := loggedMaxStore(t, serve)
+			if maxStore > 3<<20 {
+				t.Errorf("serve claims %d bytes of JetStream storage, want at most 3 MB", maxStore)
+			}
+			waitReadyz(t, metrics, http.StatusOK, []string{"ready"}, serve)
+
+			// Fill the jobs stream with a subject no service reads.
+			js := jsConnect(t, url)
+			filler := "toposched.jobs.filler"
+			body := make([]byte, 64<<10)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var full error
+			for i := 0; full == nil && i < 2*int(maxStore)/len(body); i++ {
+				_, full = js.Publish(ctx, filler, body)
+			}
+			var apiErr *jetstream.APIError
+			if !errors.As(full, &apiErr) || apiErr.Code != http.StatusServiceUnavailable {
+				t.Fatalf("filling a %d-byte store: %v, want JetStream's 'insufficient resources'", maxStore, full)
+			}
+
+			began := time.Now()
+			r := topoctl(t, url, "submit", writeJob(t, t.TempDir(), "full-1", 8))
+			if r.code == 0 || !strings.Contains(r.stderr, "JetStream storage full") {
+				t.Errorf("topoctl submit on a full store: exit %d, want 'JetStream storage full'\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+			}
+			if took := time.Since(began); took > 15*time.Second {
+				t.Errorf("topoctl submit took %s to fail, want at once", took.Round(time.Millisecond))
+			}
+			waitReadyz(t, metrics, http.StatusServiceUnavailable, []string{"JetStream storage full"}, serve)
+
+			natsCLI(t, url, "stream", "purge", streamJobs, "--subject", filler, "-f")
+			waitReadyz(t, metrics, http.StatusOK, []string{"ready"}, serve)
+			submitWaitDecided(t, url, writeJob(t, t.TempDir(), "full-2", 8), "full-2")
+			mustBeAlive(t, serve)
+		})
+	}
+}
+
+var maxStoreLine = regexp.MustCompile(`JetStream file storage.* max_store=(\d+)`)
+
+// loggedMaxStore is the JetStream storage limit serve's log states.
+func loggedMaxStore(t *testing.T, p *proc) int64 {
+	t.Helper()
+	m := maxStoreLine.FindStringSubmatch(p.output())
+	if m == nil {
+		t.Fatalf("serve's log does not state its JetStream storage limit:\n%s", p.output())
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

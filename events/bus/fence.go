@@ -1,0 +1,65 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Fencing: a writer that may have been superseded (a placement replica
+// whose lease lapsed while it was paused or cut off) must not be able to
+// store anything once its successor has started. The successor publishes
+// a marker on a fence subject of the stream it writes; every write of the
+// writer carries the marker's stream sequence as the expected last
+// sequence of that subject (Nats-Expected-Last-Subject-Sequence with
+// -Subject), so JetStream itself refuses it once a newer marker exists.
+// Unlike a check of the lease before writing, nothing can slip between
+// the check and the write.
+
+// ErrFenced is a publish refused because a newer writer has started: the
+// fence subject's last message is no longer the writer's marker.
+var ErrFenced = errors.New("fenced: a newer writer has started")
+
+// Fence names a writer's marker: the subject it was published on and its
+// stream sequence.
+type Fence struct {
+	Subject string
+	Seq     uint64
+}
+
+type fenceKey struct{}
+
+// WithFence makes every Publish made with the returned context conditional
+// on f's marker still being the last message on f.Subject.
+func WithFence(ctx context.Context, f Fence) context.Context {
+	return context.WithValue(ctx, fenceKey{}, f)
+}
+
+func fenceFrom(ctx context.Context) (Fence, bool) {
+	f, ok := ctx.Value(fenceKey{}).(Fence)
+	return f, ok && f.Subject != ""
+}
+
+// Headers of JetStream's optimistic concurrency on a subject of the stream.
+const (
+	headerExpectedLastSubjectSeq     = "Nats-Expected-Last-Subject-Sequence"
+	headerExpectedLastSubjectSeqSubj = "Nats-Expected-Last-Subject-Sequence-Subject"
+)
+
+func (f Fence) headers(h map[string]string) {
+	h[headerExpectedLastSubjectSeq] = strconv.FormatUint(f.Seq, 10)
+	h[headerExpectedLastSubjectSeqSubj] = f.Subject
+}
+
+// fenced reports whether a publish error is JetStream's "wrong last
+// sequence": on a fenced publish, a newer marker.
+func fenced(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
