@@ -18,9 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -369,8 +371,16 @@ func collect(e *jsonschema.ValidationError, doc any, probs *[]Problem) {
 		}
 	case *kind.PropertyNames:
 		// Its causes are about the name, not the value; report the name.
+		// The validator's InstanceLocation for this kind shares its array
+		// with later siblings' locations (it can read "job_id" for
+		// "labels"), so the object is found in the document instead: the
+		// one that holds the offending name.
+		loc := keyLocation(doc, k.Property)
+		if loc == nil {
+			loc = e.InstanceLocation
+		}
 		*probs = append(*probs, Problem{
-			Field:   fieldPath(doc, append(e.InstanceLocation[:len(e.InstanceLocation):len(e.InstanceLocation)], k.Property)),
+			Field:   fieldPath(doc, append(loc[:len(loc):len(loc)], k.Property)),
 			Rule:    "propertyNames",
 			Message: k.LocalizedString(printer),
 		})
@@ -438,6 +448,29 @@ func fieldPath(doc any, loc []string) string {
 		field = appendKey(field, tok)
 	}
 	return field
+}
+
+// keyLocation is the location of the first object in doc, depth first and
+// in key order, that has a property named key; nil when none has.
+func keyLocation(doc any, key string) []string {
+	switch v := doc.(type) {
+	case map[string]any:
+		if _, ok := v[key]; ok {
+			return []string{}
+		}
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			if loc := keyLocation(v[k], key); loc != nil {
+				return append([]string{k}, loc...)
+			}
+		}
+	case []any:
+		for i, x := range v {
+			if loc := keyLocation(x, key); loc != nil {
+				return append([]string{strconv.Itoa(i)}, loc...)
+			}
+		}
+	}
+	return nil
 }
 
 // valueAt is the value a JSON pointer's tokens lead to in doc, nil when
