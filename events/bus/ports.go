@@ -41,8 +41,9 @@ var (
 
 // Serve runs r until ctx ends, then closes it and returns once its
 // in-flight handlers have finished and settled. The handlers run on a
-// context that outlives ctx, so a signal does not cancel the work in hand:
-// messages not yet taken stay in the streams. ready, if not nil, is called
+// context that outlives ctx, so a signal does not cancel the work in hand
+// (unless r was set to AbortOnClose): messages not yet taken stay in the
+// streams. ready, if not nil, is called
 // once every handler is consuming. An error is returned when the router
 // fails to start or stops on its own.
 func Serve(ctx context.Context, r *Router, ready func()) error {
