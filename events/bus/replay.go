@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -58,8 +59,15 @@ func (b *Bus) ReplayFrom(ctx context.Context, domain events.Domain, subjects []s
 	if err != nil {
 		return fmt.Errorf("replay %s: %w", stream, err)
 	}
+	// A fetch that finds no responder (the stream's leader moving) is
+	// asked again, with the set-up back-off, until the set-up deadline:
+	// the ordered consumer resumes after the last message delivered, so
+	// nothing is read twice.
+	t := b.cfg.Transport
+	deadline := time.Now().Add(t.SetupRetryFor)
+	wait := t.SetupRetryInitial
 	for remaining > 0 {
-		batch, err := cons.Fetch(int(min(remaining, uint64(b.cfg.Transport.ReplayFetchSize))))
+		batch, err := cons.Fetch(int(min(remaining, uint64(t.ReplayFetchSize))))
 		if err != nil {
 			return fmt.Errorf("replay %s: fetch: %w", stream, err)
 		}
@@ -80,7 +88,15 @@ func (b *Bus) ReplayFrom(ctx context.Context, domain events.Domain, subjects []s
 			}
 		}
 		if err := batch.Error(); err != nil {
-			return fmt.Errorf("replay %s: %w", stream, err)
+			if !retryableJS(err) || time.Now().After(deadline) {
+				return fmt.Errorf("replay %s: %w", stream, err)
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("replay %s: %w", stream, err)
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, t.SetupRetryMax)
 		}
 	}
 	return nil
