@@ -56,9 +56,23 @@ func (s *Service) catchUpTopology(ctx context.Context) error {
 
 // catchUpJobs applies the analyses the jobs stream holds beyond what the
 // state has applied.
-func (s *Service) catchUpJobs(ctx context.Context) error {
-	err := s.read.ReplayFrom(ctx, events.DomainJobs, []string{s.subjects.Of(events.NameJobAnalyzed)}, s.jobsSeq, func(r bus.Record) error {
-		s.jobsSeq = max(s.jobsSeq, r.Seq)
+func (s *Service) catchUpJobs(ctx context.Context) error { return s.replayJobs(ctx, s.jobsSeq, "") }
+
+// replayJobs applies the analyses the jobs stream holds after sequence
+// after, of job only ("" for every job). Applying one twice changes
+// nothing (applyAnalyzed keeps a live job's first and a waiting job's
+// newest, as a replay in order does).
+func (s *Service) replayJobs(ctx context.Context, after uint64, only string) error {
+	err := s.read.ReplayFrom(ctx, events.DomainJobs, []string{s.subjects.Of(events.NameJobAnalyzed)}, after, func(r bus.Record) error {
+		if only != "" {
+			// Looking for one job's analysis, by its ce-subject: what
+			// else this reads is applied, or not, by the consumer.
+			if r.Env.Subject != only {
+				return nil
+			}
+		} else {
+			s.jobsSeq = max(s.jobsSeq, r.Seq)
+		}
 		var a events.JobAnalyzed
 		if err := s.read.Decode(r.Name, r.Body, &a); err != nil {
 			s.log.Warn("catch-up: analysis skipped", "seq", r.Seq, "err", err)
@@ -117,6 +131,15 @@ func (s *Service) ready(ctx context.Context, lj *liveJob) error {
 	d := lj.decision
 	if lj.spec == nil {
 		if err := s.catchUpJobs(ctx); err != nil {
+			return err
+		}
+	}
+	if lj.spec == nil {
+		// The other replica handled this job's analysis, and this one
+		// has since applied a later one (the jobs consumer is shared), so
+		// the analysis lies before jobsSeq: read the stream from the
+		// start. Rare, and bounded by the stream.
+		if err := s.replayJobs(ctx, 0, d.JobID); err != nil {
 			return err
 		}
 		if lj.spec == nil {
