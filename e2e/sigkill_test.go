@@ -117,13 +117,25 @@ func startFinisher(t *testing.T, js jetstream.JetStream, rng *rand.Rand, share f
 	f := &finisher{js: js, finished: map[string]bool{}, it: it, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
+		var last uint64 // stream sequence of the last decision seen
 		for {
-			m, err := it.Next()
+			m, err := f.iter().Next()
 			if err != nil {
-				if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-					f.fail(fmt.Errorf("finisher: next decision: %w", err))
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+					return
 				}
-				return
+				// A NATS node's death can end the follower; a launcher
+				// follows on, after the last decision it saw.
+				if rerr := f.resubscribe(last); rerr != nil {
+					if !errors.Is(rerr, errFinisherStopped) {
+						f.fail(fmt.Errorf("finisher: next decision: %w (follow again: %w)", err, rerr))
+					}
+					return
+				}
+				continue
+			}
+			if md, err := m.Metadata(); err == nil {
+				last = md.Sequence.Stream
 			}
 			var d decidedJSON
 			if err := json.Unmarshal(m.Data(), &d); err != nil {
@@ -208,9 +220,52 @@ func (f *finisher) count() int {
 func (f *finisher) stop() {
 	f.mu.Lock()
 	f.stopped = true
+	it := f.it
 	f.mu.Unlock()
-	f.it.Stop()
+	it.Stop()
 	<-f.done
+}
+
+var errFinisherStopped = errors.New("finisher stopped")
+
+func (f *finisher) iter() jetstream.MessagesContext {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.it
+}
+
+// resubscribe follows the decisions again after stream sequence last,
+// trying for a minute with back-off while the stream elects a leader.
+func (f *finisher) resubscribe(last uint64) error {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subjectDecided}}
+	if last > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, last+1
+	}
+	deadline := time.Now().Add(time.Minute)
+	var err error
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		var it jetstream.MessagesContext
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var cons jetstream.Consumer
+		if cons, err = f.js.OrderedConsumer(ctx, streamPlacement, cfg); err == nil {
+			it, err = cons.Messages()
+		}
+		cancel()
+		if err == nil {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.stopped {
+				it.Stop()
+				return errFinisherStopped
+			}
+			f.it = it
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(wait)
+	}
 }
 
 // killedBySIGKILL waits for p to end and fails the test unless SIGKILL
