@@ -3,9 +3,13 @@ package bus
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/toposched/toposched/events"
 )
@@ -19,5 +23,28 @@ func TestLogHandlerAddsCorrelationID(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[0], "job_id=j correlation_id=c1") || strings.Contains(lines[1], "correlation_id") {
 		t.Fatalf("log:\n%s", buf.String())
+	}
+}
+
+// A handler fenced by a newer term is logged as a warning, with its
+// fields; any other handler error stays an error. (The cluster e2e failed
+// on level=ERROR lines that were a replica stepping down as designed.)
+func TestFencedHandlerErrorIsAWarning(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	w := fencedAsWarning{watermill.NewSlogLogger(log), log}.With(watermill.LogFields{"handler_name": "h"})
+	w.Error("Handler returned error", fmt.Errorf("publish toposched.placement.pending: %w", ErrFenced), watermill.LogFields{"message_uuid": "m1"})
+	w.Error("Handler returned error", errors.New("disk on fire"), nil)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("logged %q", buf.String())
+	}
+	for _, want := range []string{"level=WARN", "handler_name=h", "message_uuid=m1", "fenced"} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("fenced line %q lacks %q", lines[0], want)
+		}
+	}
+	if !strings.Contains(lines[1], "level=ERROR") || !strings.Contains(lines[1], "disk on fire") {
+		t.Errorf("other error logged as %q", lines[1])
 	}
 }

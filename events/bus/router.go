@@ -44,8 +44,9 @@ type Router struct {
 // Correlation travels in the envelope: a handler's context carries the event
 // it handles (WithCause), and Publish derives ids and correlation from it.
 func (b *Bus) NewRouter() (*Router, error) {
-	wlog := watermill.NewSlogLoggerWithLevelMapping(b.log.With("component", "router"),
-		map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
+	rlog := b.log.With("component", "router")
+	wlog := fencedAsWarning{watermill.NewSlogLoggerWithLevelMapping(rlog,
+		map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug}), rlog}
 	t := b.cfg.Transport
 	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: t.HandlerTimeout + t.CloseGrace}, wlog)
 	if err != nil {
@@ -80,6 +81,35 @@ func (b *Bus) NewRouter() (*Router, error) {
 	}
 	r.AddMiddleware(retry.Middleware, middleware.Timeout(t.HandlerTimeout), middleware.Recoverer)
 	return rt, nil
+}
+
+// fencedAsWarning logs a handler's ErrFenced as a warning, not the error
+// Watermill calls every handler error: a replica whose term a newer one
+// ended is failover working as designed (the message is nacked for the
+// new holder), and an operator's alert on level=ERROR must not fire on it.
+type fencedAsWarning struct {
+	watermill.LoggerAdapter
+	log *slog.Logger
+}
+
+func (l fencedAsWarning) Error(msg string, err error, fields watermill.LogFields) {
+	if !errors.Is(err, ErrFenced) {
+		l.LoggerAdapter.Error(msg, err, fields)
+		return
+	}
+	args := make([]any, 0, 2*len(fields)+2)
+	for k, v := range fields {
+		args = append(args, k, v)
+	}
+	l.log.Warn(msg+" (fenced: the message is left for the current term)", append(args, "error", err)...)
+}
+
+func (l fencedAsWarning) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	args := make([]any, 0, 2*len(fields))
+	for k, v := range fields {
+		args = append(args, k, v)
+	}
+	return fencedAsWarning{l.LoggerAdapter.With(fields), l.log.With(args...)}
 }
 
 // deadLetters puts the error where people look for it, toposched-error,
