@@ -299,7 +299,7 @@ func TestClusterReplicasSIGKILL(t *testing.T) {
 			mustBeAlive(t, alive()...)
 			now = placementCounts(t, js)
 			if now[subjectDecided] < before[subjectDecided]+decided {
-				return false, fmt.Sprintf("%s: placement stream %v, waiting for %d more decisions than %v", what, now, decided, before)
+				return false, fmt.Sprintf("%s: placement stream %v, waiting for %d more decisions than %v; %v", what, now, decided, before, fin)
 			}
 			return true, ""
 		})

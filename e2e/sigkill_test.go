@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -90,7 +91,10 @@ func placementCounts(t *testing.T, js jetstream.JetStream) map[string]uint64 {
 type finisher struct {
 	mu       sync.Mutex
 	js       jetstream.JetStream
+	rng      *rand.Rand
+	share    float64
 	decided  []string        // jobs seen decided, in stream order
+	last     uint64          // stream sequence of the last decision seen
 	finished map[string]bool // jobs a finish was published (and acked) for
 	errs     []error
 	stopped  bool
@@ -114,10 +118,9 @@ func startFinisher(t *testing.T, js jetstream.JetStream, rng *rand.Rand, share f
 	if err != nil {
 		t.Fatalf("ordered consumer on %s: %v", streamPlacement, err)
 	}
-	f := &finisher{js: js, finished: map[string]bool{}, it: it, done: make(chan struct{})}
+	f := &finisher{js: js, rng: rng, share: share, finished: map[string]bool{}, it: it, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
-		var last uint64 // stream sequence of the last decision seen
 		for {
 			m, err := f.iter().Next()
 			if err != nil {
@@ -126,7 +129,7 @@ func startFinisher(t *testing.T, js jetstream.JetStream, rng *rand.Rand, share f
 				}
 				// A NATS node's death can end the follower; a launcher
 				// follows on, after the last decision it saw.
-				if rerr := f.resubscribe(last); rerr != nil {
+				if rerr := f.resubscribe(); rerr != nil {
 					if !errors.Is(rerr, errFinisherStopped) {
 						f.fail(fmt.Errorf("finisher: next decision: %w (follow again: %w)", err, rerr))
 					}
@@ -134,24 +137,74 @@ func startFinisher(t *testing.T, js jetstream.JetStream, rng *rand.Rand, share f
 				}
 				continue
 			}
-			if md, err := m.Metadata(); err == nil {
-				last = md.Sequence.Stream
-			}
-			var d decidedJSON
-			if err := json.Unmarshal(m.Data(), &d); err != nil {
-				f.fail(fmt.Errorf("finisher: decision %q: %w", m.Data(), err))
-				continue
-			}
 			f.mu.Lock()
-			f.decided = append(f.decided, d.JobID)
-			if !f.stopped && rng.Float64() < share {
-				f.finishLocked(d.JobID)
-			}
+			f.seeLocked(m)
 			f.mu.Unlock()
 		}
 	}()
 	t.Cleanup(f.stop)
 	return f
+}
+
+// seeLocked takes in one decision, from the follower or a catch-up read,
+// once, and finishes the job with the finisher's share; f.mu is held.
+func (f *finisher) seeLocked(m jetstream.Msg) {
+	md, err := m.Metadata()
+	if err != nil {
+		f.errs = append(f.errs, fmt.Errorf("finisher: decision's metadata: %w", err))
+		return
+	}
+	if md.Sequence.Stream <= f.last {
+		return // seen by the other reader
+	}
+	f.last = md.Sequence.Stream
+	var d decidedJSON
+	if err := json.Unmarshal(m.Data(), &d); err != nil {
+		f.errs = append(f.errs, fmt.Errorf("finisher: decision %q: %w", m.Data(), err))
+		return
+	}
+	f.decided = append(f.decided, d.JobID)
+	if !f.stopped && f.rng.Float64() < f.share {
+		f.finishLocked(d.JobID)
+	}
+}
+
+// catchUpLocked reads the decisions after the last one seen to the end of
+// the stream, with a pull of its own. A JetStream follower can fall silent
+// after a cluster node's death without an error (nats-server#5679 and
+// others: the consumer lives on, nothing is delivered); a launcher that
+// must not wait for ever asks the stream itself. f.mu is held.
+func (f *finisher) catchUpLocked() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subjectDecided}}
+	if f.last > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, f.last+1
+	}
+	cons, err := f.js.OrderedConsumer(ctx, streamPlacement, cfg)
+	if err != nil {
+		return fmt.Errorf("catch up with decisions: %w", err)
+	}
+	for {
+		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return fmt.Errorf("catch up with decisions: %w", err)
+		}
+		n, pending := 0, uint64(0)
+		for m := range batch.Messages() {
+			n++
+			if md, err := m.Metadata(); err == nil {
+				pending = md.NumPending
+			}
+			f.seeLocked(m)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("catch up with decisions: %w", err)
+		}
+		if n == 0 || pending == 0 {
+			return nil
+		}
+	}
 }
 
 // finishLocked publishes a finish for job, once; f.mu is held across the
@@ -187,10 +240,16 @@ func (f *finisher) finishLocked(job string) {
 
 // finishSome finishes up to n of the jobs decided so far that are not
 // finished yet, oldest first, so that GPUs free up whatever the random
-// share did. It returns how many it finished.
+// share did. It first reads the stream for decisions the follower has not
+// delivered. It returns how many it finished.
 func (f *finisher) finishSome(n int) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.catchUpLocked(); err != nil {
+		// The follower may still deliver them; the caller's wait for
+		// progress says whether that was enough.
+		f.errs = append(f.errs, err)
+	}
 	done := 0
 	for _, job := range f.decided {
 		if done == n {
@@ -202,6 +261,14 @@ func (f *finisher) finishSome(n int) int {
 		}
 	}
 	return done
+}
+
+// String says what the finisher knows, for a test that stalls.
+func (f *finisher) String() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return fmt.Sprintf("finisher: %d decisions seen (last at stream sequence %d), %d finished, errors %v",
+		len(f.decided), f.last, len(f.finished), f.errs)
 }
 
 func (f *finisher) fail(err error) {
@@ -234,9 +301,12 @@ func (f *finisher) iter() jetstream.MessagesContext {
 	return f.it
 }
 
-// resubscribe follows the decisions again after stream sequence last,
-// trying for a minute with back-off while the stream elects a leader.
-func (f *finisher) resubscribe(last uint64) error {
+// resubscribe follows the decisions again after the last one seen, trying
+// for a minute with back-off while the stream elects a leader.
+func (f *finisher) resubscribe() error {
+	f.mu.Lock()
+	last := f.last
+	f.mu.Unlock()
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subjectDecided}}
 	if last > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, last+1
@@ -410,8 +480,8 @@ func TestPlacementSIGKILLMidBurst(t *testing.T) {
 			mustBeAlive(t, alive()...)
 			now = placementCounts(t, js)
 			if now[subjectDecided] < before[subjectDecided]+decided || now["total"] < before["total"]+msgs {
-				return false, fmt.Sprintf("%s: placement stream %v, waiting for %d more decisions and %d more messages than %v",
-					what, now, decided, msgs, before)
+				return false, fmt.Sprintf("%s: placement stream %v, waiting for %d more decisions and %d more messages than %v; %v",
+					what, now, decided, msgs, before, fin)
 			}
 			return true, ""
 		})
