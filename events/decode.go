@@ -75,6 +75,9 @@ const (
 	DecodeUnknownField = "unknown_field"
 	// DecodeNotJSON: the body is not one JSON value.
 	DecodeNotJSON = "not_json"
+	// DecodeInconsistent: values that each decode but do not fit
+	// together (a compact jobs.analyzed whose groups cannot be rebuilt).
+	DecodeInconsistent = "inconsistent"
 )
 
 // DecodeError lists every value DecodeJSON could not take, sorted by field
@@ -114,6 +117,11 @@ func decodeJSON(body []byte, v any, strict bool) error {
 		if errors.As(err, &serr) {
 			return notJSON(serr)
 		}
+		// A type's own decoder that says what is wrong in our words.
+		var derr *DecodeError
+		if errors.As(err, &derr) {
+			return derr
+		}
 	}
 	d := json.NewDecoder(bytes.NewReader(body))
 	d.UseNumber()
@@ -142,6 +150,10 @@ func decodeJSON(body []byte, v any, strict bool) error {
 		return &DecodeError{Problems: []DecodeProblem{{Code: DecodeNotJSON, Message: "the body cannot be read again: " + err.Error()}}}
 	}
 	if err := json.Unmarshal(norm, v); err != nil {
+		var derr *DecodeError
+		if errors.As(err, &derr) {
+			return derr
+		}
 		return &DecodeError{Problems: []DecodeProblem{fallback(err)}}
 	}
 	return nil

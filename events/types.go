@@ -127,9 +127,12 @@ type Collective struct {
 type RankGroups struct {
 	Dimension string `json:"dimension"`
 	// Name names a custom dimension, as the job did.
-	Name        string       `json:"name,omitempty"`
-	Size        int          `json:"size"`
-	Members     [][]int      `json:"members"`
+	Name string `json:"name,omitempty"`
+	Size int    `json:"size"`
+	// Members are the groups, each the global ranks that talk within it.
+	// On the wire they are left out where the rest of the event gives
+	// them (see JobAnalyzed.MarshalJSON); decoded, they are always there.
+	Members     [][]int      `json:"members,omitzero"`
 	Collectives []Collective `json:"collectives,omitempty"`
 }
 

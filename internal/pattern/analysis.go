@@ -8,15 +8,21 @@ import (
 )
 
 // DefaultOrder is the rank layout, fastest-varying dimension first.
-var DefaultOrder = []string{"tp", "cp", "ep", "dp", "pp"}
+var DefaultOrder = events.Dimensions
 
 // MaxGPUs bounds one job; bigger requests are refused before any work.
-const MaxGPUs = 1 << 17
+const MaxGPUs = events.MaxJobGPUs
 
 // Analyze resolves a job's degrees, rank groups and communication volumes.
 // The job must already be schema-valid; Analyze checks the arithmetic and
 // reports every violation.
 func Analyze(job events.JobSubmitted) (events.JobAnalyzed, []events.Reason) {
+	return analyze(job, MaxAnalyzedBytes)
+}
+
+// analyze is Analyze with the bound on the analysed event's size as a
+// parameter, so that tests reach the refusal without building 8 MB jobs.
+func analyze(job events.JobSubmitted, limit int) (events.JobAnalyzed, []events.Reason) {
 	p, reasons := Resolve(job)
 	if job.GPUs > MaxGPUs {
 		return events.JobAnalyzed{}, reasons
@@ -29,20 +35,20 @@ func Analyze(job events.JobSubmitted) (events.JobAnalyzed, []events.Reason) {
 	}
 	// Bounded before the work: a job whose analysed form NATS would not
 	// carry is refused before its groups are built.
-	if size, derived, explicit := AnalyzedSize(job, p); size > MaxAnalyzedBytes {
-		field := "gpus"
-		if explicit > derived {
+	if size, _, explicit := AnalyzedSize(job, p); size > limit {
+		field := "labels"
+		if explicit > size/2 {
 			field = "groups"
 		}
 		return events.JobAnalyzed{}, []events.Reason{{Code: CodeAnalysedTooLarge, Field: field, Message: fmt.Sprintf(
-			"the analysed job would be %s (the rank lists of %d GPUs in %d parallel dimensions: %s; its explicit groups, listed in the job and as groups: %s), over the limit of %s for one message: use fewer GPUs, fewer parallel dimensions or fewer explicit groups",
-			mib(size), job.GPUs, dimensionsOver1(p), mib(derived), mib(explicit), mib(MaxAnalyzedBytes))}}
+			"the analysed job would be %s (its explicit groups and their dimensions: %s), over the limit of %s for one message: use fewer or smaller explicit groups, or shorter labels",
+			mib(size), mib(explicit), mib(limit))}}
 	}
 	out := events.JobAnalyzed{
 		Job:         job,
 		Parallelism: p,
 		Order:       order,
-		Groups:      GroupsInOrder(p, order),
+		Groups:      events.LayoutGroups(p, order),
 	}
 	if r := annotate(&out); len(r) > 0 {
 		return events.JobAnalyzed{}, r
@@ -64,17 +70,6 @@ func CapReasons(reasons []events.Reason) []events.Reason {
 	more := len(reasons) - (MaxReasons - 1)
 	return append(reasons[:MaxReasons-1:MaxReasons-1], events.Reason{Code: "more_problems", Message: fmt.Sprintf(
 		"and %d more problems (only the first %d are listed): fix these and submit again", more, MaxReasons-1)})
-}
-
-// dimensionsOver1 counts the parallel dimensions that have groups.
-func dimensionsOver1(p events.Parallelism) int {
-	n := 0
-	for _, d := range []int{p.TP, p.CP, p.EP, p.DP, p.PP} {
-		if d > 1 {
-			n++
-		}
-	}
-	return n
 }
 
 // Resolve fills in default degrees (1, and dp = gpus / (tp·pp·cp)) and
@@ -155,96 +150,5 @@ func isDimension(d string) bool {
 // Groups lists, for every dimension of degree above 1, its rank groups in
 // the default layout.
 func Groups(p events.Parallelism) []events.RankGroups {
-	return GroupsInOrder(p, DefaultOrder)
-}
-
-// GroupsInOrder lists, for every dimension of degree above 1, its rank
-// groups in the layout order (a permutation of DefaultOrder, fastest-varying
-// first). Expert parallelism is carved out of data parallelism: the layout's
-// "ep" coordinate indexes experts, its "dp" coordinate the dp/ep replicas of
-// each expert shard, and a dp group spans both. Groups are listed in
-// DefaultOrder whatever the layout.
-func GroupsInOrder(p events.Parallelism, order []string) []events.RankGroups {
-	degree := map[string]int{"tp": p.TP, "cp": p.CP, "ep": p.EP, "dp": p.DP / p.EP, "pp": p.PP}
-	pos := map[string]int{}
-	sizes := make([]int, len(order))
-	for i, d := range order {
-		pos[d] = i
-		sizes[i] = degree[d]
-	}
-	dims := []struct {
-		name string
-		vary []int
-	}{
-		{"tp", []int{pos["tp"]}},
-		{"cp", []int{pos["cp"]}},
-		{"ep", []int{pos["ep"]}},
-		{"dp", []int{pos["ep"], pos["dp"]}},
-		{"pp", []int{pos["pp"]}},
-	}
-	out := []events.RankGroups{}
-	for _, d := range dims {
-		size := 1
-		for _, v := range d.vary {
-			size *= sizes[v]
-		}
-		if size == 1 {
-			continue
-		}
-		out = append(out, events.RankGroups{Dimension: d.name, Size: size, Members: groupsOf(sizes, d.vary)})
-	}
-	return out
-}
-
-// groupsOf partitions all ranks into groups that differ only in the
-// coordinates vary. Ranks within a group are ascending; groups are ordered
-// by their smallest rank. A group's index is its fixed coordinates read as a
-// mixed-radix number (fastest first), and a rank's place in its group its
-// varying coordinates read the same way: both orders agree with the ranks',
-// so every rank is written straight to its place, in one backing array.
-func groupsOf(sizes []int, vary []int) [][]int {
-	n := 1
-	for _, s := range sizes {
-		n *= s
-	}
-	varies := make([]bool, len(sizes))
-	for _, v := range vary {
-		varies[v] = true
-	}
-	// Weights of each coordinate in the group index and in the place.
-	gw := make([]int, len(sizes))
-	pw := make([]int, len(sizes))
-	gsize, size := 1, 1
-	for i, s := range sizes {
-		if varies[i] {
-			pw[i] = size
-			size *= s
-		} else {
-			gw[i] = gsize
-			gsize *= s
-		}
-	}
-	all := make([]int, n)
-	groups := make([][]int, gsize)
-	for g := range groups {
-		groups[g] = all[g*size : (g+1)*size : (g+1)*size]
-	}
-	coord := make([]int, len(sizes))
-	for r := range n {
-		g, at := 0, 0
-		for i, c := range coord {
-			g += c * gw[i]
-			at += c * pw[i]
-		}
-		groups[g][at] = r
-		// Next rank: increment the mixed-radix coordinates.
-		for i := range coord {
-			coord[i]++
-			if coord[i] < sizes[i] {
-				break
-			}
-			coord[i] = 0
-		}
-	}
-	return groups
+	return events.LayoutGroups(p, DefaultOrder)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -49,11 +50,13 @@ func TestBoundedBeforeWork(t *testing.T) {
 		{"labels of 7 MB", events.JobSubmitted{JobID: "l", GPUs: 8, Labels: big}, "label_too_long", "labels.l0"},
 		{"1000 labels", events.JobSubmitted{JobID: "l", GPUs: 8, Labels: manyLabels}, "too_many_labels", "labels"},
 		{"400-character key", events.JobSubmitted{JobID: "l", GPUs: 8, Labels: longKey}, "label_too_long", "labels"},
-		{"analysed over 8 MB", huge, "analysed_too_large", "groups"},
+		{"analysed over the limit", huge, "analysed_too_large", "groups"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			a, reasons := Analyze(tc.job)
+			// The 131,072-GPU job is 2.5 MB in its compact analysed form
+			// (TestCompactAnalysed): a limit of 1 MiB reaches the refusal.
+			a, reasons := analyze(tc.job, 1<<20)
 			if len(reasons) == 0 {
 				body, _ := json.Marshal(a)
 				t.Fatalf("analysed into %d bytes (limit %d), want a %s reason", len(body), messageLimit, tc.code)
@@ -146,15 +149,6 @@ func TestAnalyzedSize(t *testing.T) {
 	if checked < 100 {
 		t.Fatalf("only %d jobs analysed", checked)
 	}
-	for _, n := range []int{1, 9, 10, 11, 99, 100, 1000, 131072} {
-		for _, g := range []int{1, n} {
-			groups := groupsOf([]int{n / g, g}, []int{0})
-			b, _ := json.Marshal(groups)
-			if membersSize(n, g) != len(b) {
-				t.Errorf("membersSize(%d, %d) = %d, JSON is %d", n, g, membersSize(n, g), len(b))
-			}
-		}
-	}
 }
 
 // TestReasonsCapped: a problem in each of thousands of groups is listed
@@ -172,5 +166,46 @@ func TestReasonsCapped(t *testing.T) {
 	last := reasons[len(reasons)-1]
 	if last.Code != "more_problems" || !strings.Contains(last.Message, fmt.Sprintf("and %d more problems", MaxGroups-(MaxReasons-1))) {
 		t.Errorf("last reason %+v", last)
+	}
+}
+
+// TestCompactAnalysed: the 131,072-GPU job in five dimensions with three
+// explicit groups over every rank was 4.5 MB analysed (every rank of every
+// group listed, explicit ones twice) and refused; compact, it is the job's
+// own size and a few KB, and it reads back as analysed.
+func TestCompactAnalysed(t *testing.T) {
+	t.Parallel()
+	all := make([]int, MaxGPUs)
+	for i := range all {
+		all[i] = i
+	}
+	job := events.JobSubmitted{JobID: "huge", GPUs: MaxGPUs, Parallelism: &events.Parallelism{TP: 2, PP: 2, CP: 2, EP: 2}}
+	for _, name := range []string{"a", "b", "c"} {
+		job.Groups = append(job.Groups, events.CommGroup{Name: name, Collective: events.CollectiveAllReduce, Ranks: all, Bytes: 1})
+	}
+	a, reasons := Analyze(job)
+	if len(reasons) > 0 {
+		t.Fatalf("rejected: %+v", reasons)
+	}
+	body, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobBody, _ := json.Marshal(job)
+	if extra := len(body) - len(jobBody); extra > 8<<10 {
+		t.Fatalf("analysed %d bytes, the job %d: %d more", len(body), len(jobBody), extra)
+	}
+	if est, _, _ := AnalyzedSize(job, a.Parallelism); est < len(body) {
+		t.Fatalf("estimate %d below the %d bytes", est, len(body))
+	}
+	var back events.JobAnalyzed
+	if err := events.DecodeJSON(body, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, back) {
+		t.Fatal("read back differs from the analysed job")
+	}
+	if n := len(a.Groups); n != 8 { // tp, cp, ep, dp, pp and three custom
+		t.Fatalf("%d dimensions", n)
 	}
 }

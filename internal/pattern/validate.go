@@ -189,8 +189,8 @@ const MaxGroups = 4096
 
 // MaxGroupRanks bounds the ranks of all a job's explicit groups together:
 // four custom dimensions over the largest job. Each rank costs the cost
-// model work and travels twice in jobs.analyzed (in the job and in its
-// group); AnalyzedSize bounds the bytes.
+// model work and travels once in jobs.analyzed (in the job; its custom
+// dimension leaves it out); AnalyzedSize bounds the bytes.
 const MaxGroupRanks = 4 * MaxGPUs
 
 // maxRankReasons bounds the reasons given for single ranks (out of range,
