@@ -366,11 +366,22 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 		launch.Fill(&d, s.store.Snapshot())
 		d.Prediction, d.Baseline = s.predict(ctx, before, job.Spec, plan.GPUs, plan.Baseline)
 		d.Warnings, d.Explanation = plan.Warnings, plan.Explanation
-		if _, err := s.publish(ctx, &d); err != nil {
+		err := s.publishDecided(ctx, &d, log)
+		if err != nil {
 			if _, rerr := s.store.Release(job.ID); rerr != nil {
 				return false, errors.Join(err, fmt.Errorf("roll back reservation of %s: %w", job.ID, rerr))
 			}
-			return false, err
+			var tl *bus.TooLargeError
+			if !errors.As(err, &tl) {
+				return false, err
+			}
+			// Asking again cannot help: the job gets its answer.
+			plan.Verdict, plan.Counterfactuals, plan.Explanation = outcome.Never, nil, nil
+			plan.Reasons = []events.Reason{decisionTooLarge(len(d.Ranks), len(d.Nodes), tl)}
+			if err := s.reject(ctx, &job, plan, log); err != nil {
+				return false, err
+			}
+			break
 		}
 		job.State, job.Decision, job.Reasons = store.JobPlaced, &d, nil
 		log.Info("job placed", "strategy", d.Strategy, "gpus", len(d.Ranks), "nodes", len(d.Nodes), "warnings", len(d.Warnings))
@@ -388,12 +399,9 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 		}
 		log.Info("job pending", "reason", plan.Reasons[0].Message)
 	case outcome.Never:
-		ev := &events.PlacementRejected{JobID: job.ID, Reasons: plan.Reasons, Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}
-		if _, err := s.publish(ctx, ev); err != nil {
+		if err := s.reject(ctx, &job, plan, log); err != nil {
 			return false, err
 		}
-		job.State, job.Reasons = store.JobRejected, plan.Reasons
-		log.Info("job rejected", "reason", plan.Reasons[0].Message)
 	}
 	if plan.Verdict != outcome.Wait {
 		delete(s.pendingSince, job.ID)
@@ -402,6 +410,48 @@ func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, e
 		return false, fmt.Errorf("record job %s: %w", job.ID, err)
 	}
 	return plan.Verdict != outcome.Wait, nil
+}
+
+// reject publishes the plan's rejection of job and records it in job.
+func (s *Service) reject(ctx context.Context, job *store.Job, plan placer.Plan, log *slog.Logger) error {
+	ev := &events.PlacementRejected{JobID: job.ID, Reasons: plan.Reasons, Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}
+	if _, err := s.publish(ctx, ev); err != nil {
+		return err
+	}
+	job.State, job.Reasons = store.JobRejected, plan.Reasons
+	log.Info("job rejected", "reason", plan.Reasons[0].Message)
+	return nil
+}
+
+// publishDecided publishes a decision. One over a message's size (a job of
+// tens of thousands of ranks) is sent again without what a launcher can do
+// without: the explanation and the nodes' NCCL topology files (the
+// optimizer's runtime.tuning writes those from the topology store as well).
+// It fails with the *bus.TooLargeError when even that is too big; on
+// success d is what was published.
+func (s *Service) publishDecided(ctx context.Context, d *events.PlacementDecided, log *slog.Logger) error {
+	_, err := s.publish(ctx, d)
+	var tl *bus.TooLargeError
+	if !errors.As(err, &tl) {
+		return err
+	}
+	full := tl.Size
+	d.Explanation = nil
+	for i := range d.Nodes {
+		d.Nodes[i].NCCLTopoXML = ""
+	}
+	if _, err = s.publish(ctx, d); err != nil {
+		return err
+	}
+	log.Warn("decision over one message: published without its explanation and NCCL topology files", "size", full, "limit", tl.Limit)
+	return nil
+}
+
+// decisionTooLarge is the reason a job that fits is rejected all the same.
+func decisionTooLarge(ranks, nodes int, tl *bus.TooLargeError) events.Reason {
+	return events.Reason{Code: outcome.CodeDecisionTooLarge, Field: outcome.FieldGPUs, Message: fmt.Sprintf(
+		"the job fits, but its decision (%d ranks on %d nodes, each listed for the launchers) is %.1f MiB, over the limit of %.1f MiB for one message: split the job, or raise max_payload and the streams' max_msg_size",
+		ranks, nodes, float64(tl.Size)/(1<<20), float64(tl.Limit)/(1<<20))}
 }
 
 // decide plans with the strategy and policies in force. Before it calls a

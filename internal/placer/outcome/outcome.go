@@ -48,6 +48,10 @@ const (
 	CodeNotEnoughNodes        = "not_enough_nodes"
 	CodeInsufficientFreeGPUs  = "insufficient_free_gpus"
 	CodeInsufficientFreeNodes = "insufficient_free_nodes"
+	// CodeDecisionTooLarge: the job fits, but its placement.decided
+	// (every rank listed, even without its explanation and per-node NCCL
+	// topology files) is over one message.
+	CodeDecisionTooLarge = "decision_too_large"
 )
 
 // Fields blamed by the reasons (JSON paths of events.JobSubmitted within
