@@ -108,9 +108,7 @@ func startFinisher(t *testing.T, js jetstream.JetStream, rng *rand.Rand, share f
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, streamPlacement, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subjectDecided},
-	})
+	cons, err := js.OrderedConsumer(ctx, streamPlacement, followDecided())
 	if err != nil {
 		t.Fatalf("ordered consumer on %s: %v", streamPlacement, err)
 	}
@@ -146,6 +144,15 @@ func startFinisher(t *testing.T, js jetstream.JetStream, rng *rand.Rand, share f
 	return f
 }
 
+// followDecided is the ordered consumer of placement.decided that the
+// finisher reads with. nats.go re-creates an ordered consumer's
+// server-side consumer after a fault, by default for ever and silently; a
+// bound makes a failure an error, which the finisher answers by following
+// again.
+func followDecided() jetstream.OrderedConsumerConfig {
+	return jetstream.OrderedConsumerConfig{FilterSubjects: []string{subjectDecided}, MaxResetAttempts: 5}
+}
+
 // seeLocked takes in one decision, from the follower or a catch-up read,
 // once, and finishes the job with the finisher's share; f.mu is held.
 func (f *finisher) seeLocked(m jetstream.Msg) {
@@ -171,13 +178,14 @@ func (f *finisher) seeLocked(m jetstream.Msg) {
 
 // catchUpLocked reads the decisions after the last one seen to the end of
 // the stream, with a pull of its own. A JetStream follower can fall silent
-// after a cluster node's death without an error (nats-server#5679 and
-// others: the consumer lives on, nothing is delivered); a launcher that
-// must not wait for ever asks the stream itself. f.mu is held.
+// after a cluster node's death without an error (nats.go's ordered
+// consumer re-creating its consumer, by default without end; see
+// followDecided); a launcher that must not wait for ever asks the stream
+// itself. f.mu is held.
 func (f *finisher) catchUpLocked() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subjectDecided}}
+	cfg := followDecided()
 	if f.last > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, f.last+1
 	}
@@ -307,7 +315,7 @@ func (f *finisher) resubscribe() error {
 	f.mu.Lock()
 	last := f.last
 	f.mu.Unlock()
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subjectDecided}}
+	cfg := followDecided()
 	if last > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, last+1
 	}

@@ -249,3 +249,43 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// A replay whose messages go away while it reads (a stream's limits, or a
+// purge) ends with what is left, rather than fetching for ever: before, the
+// count taken at its start was waited for without end, and a fetch that
+// brought nothing was asked again with no deadline (the cluster e2e's
+// rebuild that hung after "lease taken").
+func TestReplayEndsWhenMessagesGoAway(t *testing.T) {
+	t.Parallel()
+	srv := eventstest.Server(t)
+	ctx := eventstest.Context(t, 60*time.Second)
+	b, err := bus.Connect(ctx, bus.Config{URL: srv.ClientURL(), Source: "urn:toposched:test",
+		Transport: bus.Transport{ReplayFetchSize: 1, SetupRetryInitial: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	for _, id := range []string{"a", "b", "c", "d"} {
+		if _, err := b.Publish(ctx, &events.JobFinished{JobID: id, Status: "succeeded"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := b.JetStream().Stream(ctx, b.StreamName(events.DomainJobs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	err = b.Replay(ctx, events.DomainJobs, []string{b.Subjects.Of(events.NameJobFinished)}, func(r bus.Record) error {
+		got = append(got, r.Env.Subject)
+		if len(got) == 1 {
+			return st.Purge(ctx)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, "") != "a" {
+		t.Fatalf("replayed %v, want only what was read before the purge", got)
+	}
+}

@@ -32,75 +32,117 @@ func (b *Bus) Replay(ctx context.Context, domain events.Domain, subjects []strin
 
 // ReplayFrom is Replay starting after stream sequence after: it reads what
 // was stored since a state last caught up.
+//
+// It never waits for ever. nats.go's ordered consumer re-creates its
+// server-side consumer on every fetch and, left to its default, retries a
+// failed re-creation without end and without a word: while a cluster
+// recovers from a node's death a rebuild hung there for minutes with the
+// lease held (the cluster e2e's stall after "lease taken"). Here a
+// re-creation is tried a few times; a fetch that fails, or brings nothing
+// while messages remain, is asked again from the last message read, with a
+// fresh consumer and the set-up back-off, logged, until the set-up
+// deadline; then the replay fails with the reason, and the service's own
+// retry (a placement replica's campaign, say) takes over.
 func (b *Bus) ReplayFrom(ctx context.Context, domain events.Domain, subjects []string, after uint64, fn func(Record) error) error {
 	stream := b.StreamName(domain)
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy}
-	if after > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
+	t := b.cfg.Transport
+	// open makes an ordered consumer from the message after last and says
+	// how many messages it has to deliver now. Creating it is a set-up
+	// request: while a cluster elects the stream's leader it finds no
+	// responder for a while, which a replay at start-up must wait out
+	// rather than fail the service on.
+	open := func(last uint64) (jetstream.Consumer, uint64, error) {
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy,
+			MaxResetAttempts: replayResetAttempts}
+		if last > 0 {
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, last+1
+		}
+		var cons jetstream.Consumer
+		var pending uint64
+		err := b.retryJetStream(ctx, func(ctx context.Context) error {
+			c, err := b.js.OrderedConsumer(ctx, stream, cfg)
+			if err != nil {
+				return err
+			}
+			info, err := c.Info(ctx)
+			if err != nil {
+				return fmt.Errorf("consumer info: %w", err)
+			}
+			cons, pending = c, info.NumPending
+			return nil
+		})
+		return cons, pending, err
 	}
-	// Creating the consumer is a set-up request: while a cluster elects the
-	// stream's leader it finds no responder for a while, which a replay at
-	// start-up must wait out rather than fail the service on. Nothing has
-	// been read yet, so asking again is safe.
-	var cons jetstream.Consumer
-	var remaining uint64
-	err := b.retryJetStream(ctx, func(ctx context.Context) error {
-		c, err := b.js.OrderedConsumer(ctx, stream, cfg)
-		if err != nil {
-			return err
-		}
-		info, err := c.Info(ctx)
-		if err != nil {
-			return fmt.Errorf("consumer info: %w", err)
-		}
-		cons, remaining = c, info.NumPending
-		return nil
-	})
+	cons, remaining, err := open(after)
 	if err != nil {
 		return fmt.Errorf("replay %s: %w", stream, err)
 	}
-	// A fetch that finds no responder (the stream's leader moving) is
-	// asked again, with the set-up back-off, until the set-up deadline:
-	// the ordered consumer resumes after the last message delivered, so
-	// nothing is read twice.
-	t := b.cfg.Transport
+	last := after
 	deadline := time.Now().Add(t.SetupRetryFor)
 	wait := t.SetupRetryInitial
 	for remaining > 0 {
-		batch, err := cons.Fetch(int(min(remaining, uint64(t.ReplayFetchSize))))
-		if err != nil {
-			return fmt.Errorf("replay %s: fetch: %w", stream, err)
-		}
-		for m := range batch.Messages() {
-			remaining--
-			r, ok, err := b.record(m, "replay")
-			if err != nil {
-				return fmt.Errorf("replay %s: %w", stream, err)
-			}
-			if !ok {
-				continue
-			}
-			if err := fn(r); err != nil {
-				if errors.Is(err, ErrStop) {
-					return nil
+		got := 0
+		batch, err := cons.Fetch(int(min(remaining, uint64(t.ReplayFetchSize))), jetstream.FetchMaxWait(replayFetchWait))
+		if err == nil {
+			for m := range batch.Messages() {
+				got++
+				remaining--
+				r, ok, err := b.record(m, "replay")
+				if err != nil {
+					return fmt.Errorf("replay %s: %w", stream, err)
 				}
-				return err
+				if md, err := m.Metadata(); err == nil {
+					last = md.Sequence.Stream
+				}
+				if !ok {
+					continue
+				}
+				if err := fn(r); err != nil {
+					if errors.Is(err, ErrStop) {
+						return nil
+					}
+					return err
+				}
+			}
+			err = batch.Error()
+			if err == nil && got == 0 {
+				err = errReplayStalled
 			}
 		}
-		if err := batch.Error(); err != nil {
-			if !retryableJS(err) || time.Now().After(deadline) {
-				return fmt.Errorf("replay %s: %w", stream, err)
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("replay %s: %w", stream, err)
-			case <-time.After(wait):
-			}
-			wait = min(2*wait, t.SetupRetryMax)
+		if err == nil {
+			continue
 		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("replay %s after sequence %d, %d messages left: %w", stream, last, remaining, err)
+		}
+		b.log.Warn("replay: fetch failed; asking again from the last message read", "stream", stream, "after_seq", last, "remaining", remaining, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("replay %s: %w", stream, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, t.SetupRetryMax)
+		var pending uint64
+		if cons, pending, err = open(last); err != nil {
+			return fmt.Errorf("replay %s: %w", stream, err)
+		}
+		// Messages removed meanwhile (a stream's limits) are not waited
+		// for; messages stored since the replay began are not read.
+		remaining = min(remaining, pending)
 	}
 	return nil
 }
+
+// Bounds of Replay's ordered consumer: how often it re-creates its
+// server-side consumer before a fetch fails (nats.go's default is for
+// ever), and how long a fetch waits for messages that are already stored.
+const (
+	replayResetAttempts = 3
+	replayFetchWait     = 5 * time.Second
+)
+
+// errReplayStalled is a fetch that brought nothing while messages remain.
+var errReplayStalled = errors.New("the fetch brought no message though some remain")
 
 // record reads a stored message as a Record. A message whose envelope
 // cannot be read is skipped (ok false), loudly: one bad message must not
