@@ -236,14 +236,111 @@ func (l *lease) acquireOnce(ctx context.Context) (rev uint64, sent time.Time, t 
 	l.set(RoleLeader, l.holder)
 	l.log.Info("lease taken: this replica applies placement decisions", "key", l.key, "holder", l.holder, "revision", rev)
 	termCtx, termCancel := context.WithCancel(ctx)
+	// The start rebuilds from the streams, which on a busy machine or
+	// after a node's death can take longer than the lease lives: it is
+	// renewed meanwhile (before, it lapsed under a start that took long,
+	// and a start that hung left the lease lapsed and the replica blocked).
+	stopRenewing := l.renewDuring(termCtx, rev, sent, termCancel)
 	t, err = l.start(termCtx, rev)
+	rev0 := rev
+	rev, sent, lost := stopRenewing()
+	if err == nil && lost != "" {
+		err = errors.New("lease lost while starting: " + lost)
+		termCancel()
+		if serr := t.stop(); serr != nil && !errors.Is(serr, bus.ErrFenced) {
+			err = errors.Join(err, serr)
+		}
+	}
 	if err != nil {
 		termCancel()
-		l.release(context.WithoutCancel(ctx), rev)
+		if lost == "" {
+			l.release(context.WithoutCancel(ctx), rev)
+		}
 		l.set(RoleUnknown, "")
-		return 0, sent, nil, nil, fmt.Errorf("start placement after taking the lease: %w", err)
+		return 0, sent, nil, nil, fmt.Errorf("start placement after taking the lease (revision %d): %w", rev0, err)
 	}
 	return rev, sent, t, termCancel, nil
+}
+
+// renewDuring renews the lease (revision rev, last written at sent) every
+// renewal interval until the returned stop is called, which gives back the
+// revision and time of the last renewal, and why the lease was lost ("" if
+// it was not). On a loss it calls lost, the term's cancel, so that a start
+// still running gives up.
+func (l *lease) renewDuring(ctx context.Context, rev uint64, sent time.Time, lost context.CancelFunc) (stop func() (uint64, time.Time, string)) {
+	done := make(chan struct{})
+	var (
+		mu  sync.Mutex
+		why string
+	)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(l.renewEvery())
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			nrev, nsent, w := l.renew(ctx, rev, sent)
+			mu.Lock()
+			rev, sent, why = nrev, nsent, w
+			mu.Unlock()
+			if w != "" {
+				lost()
+				return
+			}
+		}
+	}()
+	return func() (uint64, time.Time, string) {
+		close(done)
+		<-finished
+		mu.Lock()
+		defer mu.Unlock()
+		return rev, sent, why
+	}
+}
+
+// renew renews the lease held at revision rev, last written at sent, with
+// a compare-and-set. It returns the new revision and time, or the old ones
+// and why the lease is lost: the renewal was refused, or none has
+// succeeded for half the TTL. A failure before that is logged and leaves
+// the next tick to try again.
+func (l *lease) renew(ctx context.Context, rev uint64, sent time.Time) (uint64, time.Time, string) {
+	now := time.Now()
+	deadline := sent.Add(l.ttl / 2)
+	callDeadline := now.Add(l.renewEvery())
+	if deadline.Before(callDeadline) {
+		callDeadline = deadline
+	}
+	var nrev uint64
+	var err error
+	if l.alive != nil && !l.alive() {
+		err = errors.New("the services' connection is down")
+	} else {
+		rctx, cancel := context.WithDeadline(ctx, callDeadline)
+		val, _ := json.Marshal(leaseValue{Holder: l.holder, Acquired: now.UTC()})
+		nrev, err = l.kv.Update(rctx, l.key, val, rev)
+		cancel()
+	}
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil:
+		return nrev, now, ""
+	case ctx.Err() != nil:
+		return rev, sent, ""
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr):
+		return rev, sent, "renewal refused (the lease lapsed or another replica holds it): " + err.Error()
+	case !time.Now().Before(deadline):
+		return rev, sent, fmt.Sprintf("no renewal for %s (half the lease TTL): %v", time.Since(sent).Round(time.Millisecond), err)
+	default:
+		l.log.Warn("lease renewal failed; retrying", "key", l.key, "err", err)
+		return rev, sent, ""
+	}
 }
 
 // watch follows the lease's changes, so that a released lease is taken at
@@ -306,34 +403,7 @@ func (l *lease) run(ctx context.Context, w jetstream.KeyWatcher, rev uint64, sen
 			}
 			continue
 		case <-tick.C:
-			now := time.Now()
-			deadline := sent.Add(l.ttl / 2)
-			callDeadline := now.Add(l.renewEvery())
-			if deadline.Before(callDeadline) {
-				callDeadline = deadline
-			}
-			var nrev uint64
-			var err error
-			if l.alive != nil && !l.alive() {
-				err = errors.New("the services' connection is down")
-			} else {
-				rctx, cancel := context.WithDeadline(ctx, callDeadline)
-				val, _ := json.Marshal(leaseValue{Holder: l.holder, Acquired: now.UTC()})
-				nrev, err = l.kv.Update(rctx, l.key, val, rev)
-				cancel()
-			}
-			var apiErr *jetstream.APIError
-			switch {
-			case err == nil:
-				rev, sent = nrev, now
-			case ctx.Err() != nil:
-			case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr):
-				lost = "renewal refused (the lease lapsed or another replica holds it): " + err.Error()
-			case !time.Now().Before(deadline):
-				lost = fmt.Sprintf("no renewal for %s (half the lease TTL): %v", time.Since(sent).Round(time.Millisecond), err)
-			default:
-				l.log.Warn("lease renewal failed; retrying", "key", l.key, "err", err)
-			}
+			rev, sent, lost = l.renew(ctx, rev, sent)
 			if lost == "" && ctx.Err() == nil {
 				continue
 			}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/client"
@@ -278,5 +280,63 @@ func TestLeaseConfig(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("ttl %s: err %v, want ok=%v", tc.ttl, err, tc.ok)
 		}
+	}
+}
+
+// fakeTerm is a term that runs until stopped.
+type fakeTerm struct{ ended chan struct{} }
+
+func (f fakeTerm) done() <-chan struct{} { return f.ended }
+func (f fakeTerm) stop() error           { return nil }
+
+// A term whose start outlasts the lease (a rebuild of big streams on a
+// busy machine, or one slowed by a node's death) keeps the lease: it is
+// renewed while the start runs. Before, nothing renewed it until the start
+// returned, so it lapsed under a slow start, and a start that hung left it
+// lapsed with the replica blocked (the cluster e2e saw no holder for a minute).
+func TestLeaseRenewedWhileTermStarts(t *testing.T) {
+	t.Parallel()
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "test")
+	ctx := eventstest.Context(t, 60*time.Second)
+	ttl := MinLeaseTTL
+	kv, err := ensureLeaseKV(ctx, b, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &lease{kv: kv, key: LeaseKey, holder: "slow", ttl: ttl, log: slog.New(slog.DiscardHandler)}
+	var first uint64
+	l.start = func(ctx context.Context, rev uint64) (term, error) {
+		first = rev
+		// Wait, as a slow rebuild would, for four renewals: four TTLs'
+		// worth of renewal intervals.
+		w, err := kv.Watch(ctx, LeaseKey, jetstream.UpdatesOnly())
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = w.Stop() }()
+		for seen := 0; seen < 4; {
+			select {
+			case e := <-w.Updates():
+				if e != nil && e.Operation() == jetstream.KeyValuePut && e.Revision() > rev {
+					seen++
+				}
+			case <-time.After(4 * ttl):
+				return nil, fmt.Errorf("no renewal within %s while starting (%d seen)", 4*ttl, seen)
+			}
+		}
+		return fakeTerm{make(chan struct{})}, nil
+	}
+	rev, _, tm, cancel, err := l.acquireOnce(ctx)
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	defer cancel()
+	if tm == nil || rev <= first {
+		t.Fatalf("term %v, revision %d after a start at revision %d", tm, rev, first)
+	}
+	e, err := kv.Get(ctx, LeaseKey)
+	if err != nil || e.Revision() != rev {
+		t.Fatalf("lease entry %v (%v), want revision %d", e, err, rev)
 	}
 }
