@@ -97,9 +97,11 @@ type finisher struct {
 	last     uint64          // stream sequence of the last decision seen
 	finished map[string]bool // jobs a finish was published (and acked) for
 	errs     []error
-	stopped  bool
-	it       jetstream.MessagesContext
-	done     chan struct{}
+	// catchUpErr is why the last catch-up read failed, if it did.
+	catchUpErr error
+	stopped    bool
+	it         jetstream.MessagesContext
+	done       chan struct{}
 }
 
 // startFinisher follows placement.decided from the start of the stream and
@@ -253,11 +255,9 @@ func (f *finisher) finishLocked(job string) {
 func (f *finisher) finishSome(n int) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.catchUpLocked(); err != nil {
-		// The follower may still deliver them; the caller's wait for
-		// progress says whether that was enough.
-		f.errs = append(f.errs, err)
-	}
+	// On a failure the follower may still deliver them; the caller's wait
+	// for progress says whether that was enough, and a stall prints it.
+	f.catchUpErr = f.catchUpLocked()
 	done := 0
 	for _, job := range f.decided {
 		if done == n {
@@ -275,8 +275,8 @@ func (f *finisher) finishSome(n int) int {
 func (f *finisher) String() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return fmt.Sprintf("finisher: %d decisions seen (last at stream sequence %d), %d finished, errors %v",
-		len(f.decided), f.last, len(f.finished), f.errs)
+	return fmt.Sprintf("finisher: %d decisions seen (last at stream sequence %d), %d finished, errors %v, last catch-up: %v",
+		len(f.decided), f.last, len(f.finished), f.errs, f.catchUpErr)
 }
 
 func (f *finisher) fail(err error) {
