@@ -205,6 +205,8 @@ func KeyOf(v any) string {
 		return e.JobID
 	case *PlacementTerm:
 		return e.Holder
+	case *PlacementFinishRefused:
+		return e.JobID
 	case *TopologyNode:
 		return e.Name
 	case *TopologyFabric:

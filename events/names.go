@@ -22,11 +22,14 @@ const (
 	NamePlacementRejected Name = "placement.rejected"
 	NamePlacementReleased Name = "placement.released"
 	NamePlacementTerm     Name = "placement.term"
-	NameTopologyNode      Name = "topology.node"
-	NameTopologyFabric    Name = "topology.fabric"
-	NameTopologyHealth    Name = "topology.health"
-	NamePolicyApplied     Name = "policy.applied"
-	NamePolicyRejected    Name = "policy.rejected"
+	// NamePlacementFinishRefused answers a jobs.finished that names a job
+	// but cannot be read.
+	NamePlacementFinishRefused Name = "placement.finish_refused"
+	NameTopologyNode           Name = "topology.node"
+	NameTopologyFabric         Name = "topology.fabric"
+	NameTopologyHealth         Name = "topology.health"
+	NamePolicyApplied          Name = "policy.applied"
+	NamePolicyRejected         Name = "policy.rejected"
 
 	// Migration (migration.go).
 	NamePlacementMigration        Name = "placement.migration"
@@ -46,7 +49,7 @@ const Version = "v1"
 var Catalogue = []Name{
 	NameJobSubmitted, NameJobAnalyzed, NameJobFinished,
 	NamePlacementDecided, NamePlacementPending, NamePlacementRejected, NamePlacementReleased,
-	NamePlacementTerm,
+	NamePlacementTerm, NamePlacementFinishRefused,
 	NameTopologyNode, NameTopologyFabric, NameTopologyHealth,
 	NamePolicyApplied, NamePolicyRejected,
 	NamePlacementMigration, NameJobMigrationAccepted, NamePlacementMigrationRefused,
@@ -67,7 +70,7 @@ func (n Name) Domain() Domain {
 	case NameJobSubmitted, NameJobAnalyzed, NameJobFinished, NameJobMigrationAccepted:
 		return DomainJobs
 	case NamePlacementDecided, NamePlacementPending, NamePlacementRejected, NamePlacementReleased,
-		NamePlacementTerm, NamePlacementMigration, NamePlacementMigrationRefused:
+		NamePlacementTerm, NamePlacementFinishRefused, NamePlacementMigration, NamePlacementMigrationRefused:
 		return DomainPlacement
 	case NameTopologyNode, NameTopologyFabric, NameTopologyHealth:
 		return DomainTopology
@@ -120,6 +123,8 @@ func (n Name) New() any {
 		return new(PlacementReleased)
 	case NamePlacementTerm:
 		return new(PlacementTerm)
+	case NamePlacementFinishRefused:
+		return new(PlacementFinishRefused)
 	case NameTopologyNode:
 		return new(TopologyNode)
 	case NameTopologyFabric:
@@ -165,6 +170,8 @@ func NameOf(v any) (Name, error) {
 		return NamePlacementReleased, nil
 	case *PlacementTerm, PlacementTerm:
 		return NamePlacementTerm, nil
+	case *PlacementFinishRefused, PlacementFinishRefused:
+		return NamePlacementFinishRefused, nil
 	case *TopologyNode, TopologyNode:
 		return NameTopologyNode, nil
 	case *TopologyFabric, TopologyFabric:

@@ -191,6 +191,19 @@ type JobFinished struct {
 	Message string    `json:"message,omitempty"`
 }
 
+// PlacementFinishRefused answers a jobs.finished that names a job but
+// cannot be read (placement.finish_refused): a status outside the schema's,
+// a body that breaks it, a ce-type of another event. Nothing changed: the
+// job keeps its GPUs or its place in the queue until a finish that can be
+// read arrives.
+type PlacementFinishRefused struct {
+	JobID string `json:"job_id"`
+	// RequestID is the ce-id of the jobs.finished refused.
+	RequestID string `json:"request_id"`
+	// Reasons are every field and rule that failed.
+	Reasons []Reason `json:"reasons"`
+}
+
 // JobState is where a job stands in placement: the state placement keeps
 // for each job it knows (the store's Job.State), rebuilt from the placement
 // stream. It travels in no event; the client's job history has states of

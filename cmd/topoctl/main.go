@@ -294,6 +294,12 @@ placement's answer is awaited (0: send and return).`,
 				_, err = fmt.Fprintf(out, "finished %s (%s): freed %d GPUs on %s\n", id, status, gpus, strings.Join(nodes, ", "))
 			case client.FinishWithdrawn:
 				_, err = fmt.Fprintf(out, "withdrawn %s (%s): it had not been placed, and never will be\n", id, status)
+			case client.FinishRefused:
+				var msgs []string
+				for _, r := range res.Refused.Reasons {
+					msgs = append(msgs, r.Message)
+				}
+				return fmt.Errorf("placement refused the finish of %s, nothing changed: %s", id, strings.Join(msgs, "; "))
 			default:
 				_, err = fmt.Fprintf(out, "finish of %s sent (%s); placement did not answer within %s\n", id, status, wait)
 			}

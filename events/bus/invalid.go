@@ -2,11 +2,13 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/schemas"
 )
 
 // invalidEnvelope handles a message whose envelope a typed handler cannot
@@ -26,4 +28,58 @@ func invalidEnvelope(m *message.Message, env events.Envelope, err error,
 		return ierr
 	}
 	return err
+}
+
+// Reason codes of ReasonsOf beside the schema's (schema_<rule>) and the
+// decoder's.
+const (
+	// CodeWrongEventType: the ce-type header is another event's, or none
+	// of toposched's.
+	CodeWrongEventType = "wrong_event_type"
+	// CodeStructuredMode: the body is a CloudEvents structured-mode event.
+	CodeStructuredMode = "structured_mode"
+)
+
+// ReasonsOf turns why a message could not be read into the reasons of its
+// answer (a rejection, a refused finish or migration): one per schema problem (schema_<rule>) or decoding problem
+// (events.DecodeProblem's code), or one for a wrong ce-type or a
+// structured-mode body.
+func ReasonsOf(err error) []events.Reason {
+	var ee *events.EnvelopeError
+	if errors.As(err, &ee) {
+		msg := fmt.Sprintf("header %s = %q is not a toposched event type", ee.Header, ee.Value)
+		if _, known := events.NameOfCEType(ee.Value); known {
+			msg = fmt.Sprintf("header %s = %q is another event's type", ee.Header, ee.Value)
+		}
+		if ee.Want != "" {
+			msg += fmt.Sprintf(": a message sent on %s must have %s %s, or none", ee.Subject, ee.Header, ee.Want)
+		}
+		return []events.Reason{{Code: CodeWrongEventType, Message: msg}}
+	}
+	var se *events.StructuredModeError
+	if errors.As(err, &se) {
+		return []events.Reason{{Code: CodeStructuredMode, Message: se.Error()}}
+	}
+	var de *events.DecodeError
+	if errors.As(err, &de) {
+		out := make([]events.Reason, 0, len(de.Problems))
+		for _, p := range de.Problems {
+			out = append(out, events.Reason{Code: p.Code, Field: p.Field, Message: p.Message})
+		}
+		return out
+	}
+	var ve *schemas.ValidationError
+	if !errors.As(err, &ve) {
+		return []events.Reason{{Code: "invalid", Message: err.Error()}}
+	}
+	out := make([]events.Reason, 0, len(ve.Problems))
+	for _, p := range ve.Problems {
+		field := p.Field
+		msg := p.Message
+		if field != "" {
+			msg = fmt.Sprintf("%s: %s", field, p.Message)
+		}
+		out = append(out, events.Reason{Code: "schema_" + p.Rule, Field: field, Message: msg})
+	}
+	return out
 }

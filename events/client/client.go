@@ -25,6 +25,8 @@ type Outcome struct {
 	Pending  *events.PlacementPending
 	Rejected *events.PlacementRejected
 	Released *events.PlacementReleased
+	// FinishRefused answers a finish placement could not read.
+	FinishRefused *events.PlacementFinishRefused
 }
 
 // JobID is the job the outcome is about.
@@ -124,6 +126,9 @@ func decodeOutcome(b *bus.Bus, m jetstream.Msg) (Outcome, error) {
 	case events.NamePlacementReleased:
 		o.Released = new(events.PlacementReleased)
 		v = o.Released
+	case events.NamePlacementFinishRefused:
+		o.FinishRefused = new(events.PlacementFinishRefused)
+		v = o.FinishRefused
 	default:
 		return Outcome{}, fmt.Errorf("not an outcome: %s", name)
 	}

@@ -277,6 +277,8 @@ func summary(e HistoryEvent) string {
 		return "proposal " + d.ProposalID + " accepted"
 	case *events.PlacementMigrationRefused:
 		return codes(d.Reasons)
+	case *events.PlacementFinishRefused:
+		return codes(d.Reasons)
 	case *events.PlacementPending:
 		return codes(d.Reasons)
 	case *events.PlacementRejected:

@@ -28,6 +28,8 @@ const (
 	// FinishNoAnswer: the finish was sent, and placement did not answer
 	// within the wait (it may not be running).
 	FinishNoAnswer FinishOutcome = "no answer"
+	// FinishRefused: placement could not read the finish; nothing changed.
+	FinishRefused FinishOutcome = "refused"
 )
 
 // FinishResult is a finish and placement's answer to it.
@@ -36,6 +38,8 @@ type FinishResult struct {
 	// Released is placement's answer, for FinishReleased and
 	// FinishWithdrawn.
 	Released *events.PlacementReleased
+	// Refused is placement's answer, for FinishRefused.
+	Refused *events.PlacementFinishRefused
 	// History is the job's history read before anything was sent; nil
 	// when it could not be read (a launcher allowed to publish but not to
 	// read the jobs stream).
@@ -43,7 +47,8 @@ type FinishResult struct {
 }
 
 // FinishAndWait says a job ended and waits up to wait for placement's
-// answer (the placement.released its finish causes). A job never
+// answer (the placement.released its finish causes, or the
+// placement.finish_refused of one it could not read). A job never
 // submitted, or already finished, is reported without sending anything.
 func FinishAndWait(ctx context.Context, b *bus.Bus, jobID string, status events.JobStatus, wait time.Duration) (FinishResult, error) {
 	var res FinishResult
@@ -64,13 +69,13 @@ func FinishAndWait(ctx context.Context, b *bus.Bus, jobID string, status events.
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	ready := make(chan struct{})
-	answer := make(chan *events.PlacementReleased, 1)
+	answer := make(chan Outcome, 1)
 	watched := make(chan error, 1)
 	var finishID string
 	sent := make(chan struct{})
 	go func() {
 		watched <- Watch(wctx, b, FromNow, ready, func(o Outcome) error {
-			if o.Released == nil || o.JobID() != jobID {
+			if (o.Released == nil && o.FinishRefused == nil) || o.JobID() != jobID {
 				return nil
 			}
 			select {
@@ -81,7 +86,7 @@ func FinishAndWait(ctx context.Context, b *bus.Bus, jobID string, status events.
 			if o.Env.CausationID != finishID {
 				return nil // an earlier finish's answer
 			}
-			answer <- o.Released
+			answer <- o
 			return bus.ErrStop
 		})
 	}()
@@ -97,10 +102,14 @@ func FinishAndWait(ctx context.Context, b *bus.Bus, jobID string, status events.
 	finishID = env.ID
 	close(sent)
 	select {
-	case rel := <-answer:
-		res.Released = rel
+	case o := <-answer:
+		if o.FinishRefused != nil {
+			res.Refused, res.Outcome = o.FinishRefused, FinishRefused
+			break
+		}
+		res.Released = o.Released
 		res.Outcome = FinishWithdrawn
-		if len(rel.Nodes) > 0 {
+		if len(o.Released.Nodes) > 0 {
 			res.Outcome = FinishReleased
 		}
 	case err := <-watched:

@@ -9,7 +9,6 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/internal/pattern"
-	"github.com/toposched/toposched/schemas"
 )
 
 // HandlerSubmitted is the durable consumer of jobs.submitted. It is part of
@@ -132,9 +131,9 @@ const (
 	// pattern.Analyze says it before building it).
 	CodeAnalysedTooLarge = pattern.CodeAnalysedTooLarge
 	// CodeWrongEventType: the ce-type header is not jobs.submitted's.
-	CodeWrongEventType = "wrong_event_type"
+	CodeWrongEventType = bus.CodeWrongEventType
 	// CodeStructuredMode: the body is a CloudEvents structured-mode event.
-	CodeStructuredMode = "structured_mode"
+	CodeStructuredMode = bus.CodeStructuredMode
 )
 
 // OnInvalid answers a malformed submission whose job id can be read (from
@@ -148,52 +147,8 @@ func (s *Service) OnInvalid(ctx context.Context, env events.Envelope, _ []byte, 
 		s.log.Warn("malformed job without a usable job id: dead-lettered", "id", env.ID, "err", err)
 		return nil
 	}
-	reasons := pattern.CapReasons(ReasonsOf(err))
+	reasons := pattern.CapReasons(bus.ReasonsOf(err))
 	s.log.Info("malformed job rejected", "job_id", env.Subject, "correlation_id", env.CorrelationID, "err", err)
 	_, perr := s.pub.Publish(ctx, &events.PlacementRejected{JobID: env.Subject, Reasons: reasons})
 	return perr
-}
-
-// ReasonsOf turns why a submission could not be read into rejection
-// reasons: one per schema problem (schema_<rule>) or decoding problem
-// (events.DecodeProblem's code), or one for a wrong ce-type or a
-// structured-mode body.
-func ReasonsOf(err error) []events.Reason {
-	var ee *events.EnvelopeError
-	if errors.As(err, &ee) {
-		msg := fmt.Sprintf("header %s = %q is not a toposched event type", ee.Header, ee.Value)
-		if _, known := events.NameOfCEType(ee.Value); known {
-			msg = fmt.Sprintf("header %s = %q is another event's type", ee.Header, ee.Value)
-		}
-		if ee.Want != "" {
-			msg += fmt.Sprintf(": a job sent on %s must have %s %s, or none", ee.Subject, ee.Header, ee.Want)
-		}
-		return []events.Reason{{Code: CodeWrongEventType, Message: msg}}
-	}
-	var se *events.StructuredModeError
-	if errors.As(err, &se) {
-		return []events.Reason{{Code: CodeStructuredMode, Message: se.Error()}}
-	}
-	var de *events.DecodeError
-	if errors.As(err, &de) {
-		out := make([]events.Reason, 0, len(de.Problems))
-		for _, p := range de.Problems {
-			out = append(out, events.Reason{Code: p.Code, Field: p.Field, Message: p.Message})
-		}
-		return out
-	}
-	var ve *schemas.ValidationError
-	if !errors.As(err, &ve) {
-		return []events.Reason{{Code: "invalid", Message: err.Error()}}
-	}
-	out := make([]events.Reason, 0, len(ve.Problems))
-	for _, p := range ve.Problems {
-		field := p.Field
-		msg := p.Message
-		if field != "" {
-			msg = fmt.Sprintf("%s: %s", field, p.Message)
-		}
-		out = append(out, events.Reason{Code: "schema_" + p.Rule, Field: field, Message: msg})
-	}
-	return out
 }

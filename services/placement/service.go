@@ -11,6 +11,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/internal/placer/launch"
 	"github.com/toposched/toposched/internal/placer/outcome"
@@ -219,11 +220,13 @@ func (s *Service) Run(ctx context.Context) error {
 	// may last a broker outage: the next leader gets those messages again.
 	r.AbortOnClose()
 	bus.Handle(r, bus.Handler[events.JobAnalyzed]{Name: HandlerAnalyzed, Event: events.NameJobAnalyzed, Fn: s.OnAnalyzed})
-	bus.Handle(r, bus.Handler[events.JobFinished]{Name: HandlerFinished, Event: events.NameJobFinished, Fn: s.OnFinished})
+	bus.Handle(r, bus.Handler[events.JobFinished]{Name: HandlerFinished, Event: events.NameJobFinished, Fn: s.OnFinished,
+		Invalid: s.OnInvalidFinish})
 	bus.Handle(r, bus.Handler[events.TopologyNode]{Name: HandlerNode, Event: events.NameTopologyNode, Fn: s.OnNode})
 	bus.Handle(r, bus.Handler[events.TopologyHealth]{Name: HandlerHealth, Event: events.NameTopologyHealth, Fn: s.OnHealth})
 	bus.Handle(r, bus.Handler[events.TopologyFabric]{Name: HandlerFabric, Event: events.NameTopologyFabric, Fn: s.OnFabric})
-	bus.Handle(r, bus.Handler[events.JobMigrationAccepted]{Name: HandlerMigrate, Event: events.NameJobMigrationAccepted, Fn: s.OnMigrationAccepted})
+	bus.Handle(r, bus.Handler[events.JobMigrationAccepted]{Name: HandlerMigrate, Event: events.NameJobMigrationAccepted, Fn: s.OnMigrationAccepted,
+		Invalid: s.OnInvalidMigrationAccept})
 	if err := bus.Serve(ctx, r, func() { close(s.ready) }); err != nil {
 		return fmt.Errorf("placement: %w", err)
 	}
@@ -295,6 +298,49 @@ func (s *Service) OnFinished(ctx context.Context, env events.Envelope, ev *event
 	// Retried even for a duplicate: a crash may have come between the
 	// release and the retry.
 	return s.retryPending(ctx)
+}
+
+// OnInvalidFinish answers a jobs.finished that names a job (in ce-subject
+// or its body) but cannot be read with placement.finish_refused, listing
+// every field and rule that failed; nothing else changes. The message then
+// goes to the dead letters, as one without a readable job id does alone.
+func (s *Service) OnInvalidFinish(ctx context.Context, env events.Envelope, _ []byte, err error) error {
+	if !events.ValidJobID(env.Subject) {
+		s.log.Warn("malformed finish without a usable job id: dead-lettered", "id", env.ID, "err", err)
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ev := &events.PlacementFinishRefused{JobID: env.Subject, RequestID: env.ID, Reasons: pattern.CapReasons(bus.ReasonsOf(err))}
+	if _, perr := s.publish(ctx, ev); perr != nil {
+		return perr
+	}
+	s.log.Info("malformed finish refused", "job_id", env.Subject, "request_id", env.ID, "correlation_id", env.CorrelationID, "err", err)
+	return nil
+}
+
+// OnInvalidMigrationAccept answers a jobs.migration_accepted that names a
+// job but cannot be read (a proposal_id that is no proposal id, say) with
+// placement.migration_refused, its reasons those of the reading (schema
+// rules, decoding problems), as a request that can be read and is refused
+// is answered.
+func (s *Service) OnInvalidMigrationAccept(ctx context.Context, env events.Envelope, _ []byte, err error) error {
+	if !events.ValidJobID(env.Subject) {
+		s.log.Warn("malformed migration acceptance without a usable job id: dead-lettered", "id", env.ID, "err", err)
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	reasons := pattern.CapReasons(bus.ReasonsOf(err))
+	for i := range reasons {
+		reasons[i].Message = "the request cannot be read: " + reasons[i].Message
+	}
+	ev := &events.PlacementMigrationRefused{JobID: env.Subject, RequestID: env.ID, Reasons: reasons}
+	if _, perr := s.publish(ctx, ev); perr != nil {
+		return perr
+	}
+	s.log.Info("malformed migration acceptance refused", "job_id", env.Subject, "request_id", env.ID, "correlation_id", env.CorrelationID, "err", err)
+	return nil
 }
 
 // OnNode records a node's report, then retries the pending jobs.
