@@ -8,6 +8,7 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/services/placement"
@@ -40,10 +41,7 @@ func TestNoRejectionBeforeTopologyIsRead(t *testing.T) {
 	}
 
 	for _, name := range []string{"n1", "n2"} {
-		node := events.TopologyNode{Name: name, GPUs: make([]events.GPU, 8)}
-		for i := range node.GPUs {
-			node.GPUs[i].Index = i
-		}
+		node := fixtures.PlainNode(name, "", 8)
 		if _, err := b.Publish(context.Background(), &node); err != nil {
 			t.Fatal(err)
 		}
@@ -71,11 +69,8 @@ func TestFinishBeforeAnalysisWins(t *testing.T) {
 	b := eventstest.Bus(t, srv.ClientURL(), "test")
 	ctx := eventstest.Context(t, 30*time.Second)
 	s := placement.NewOnBus(t, b, placement.Config{})
-	n := &events.TopologyNode{Name: "n1", GPUModel: "A100", GPUs: make([]events.GPU, 8)}
-	for i := range n.GPUs {
-		n.GPUs[i].Index = i
-	}
-	if err := s.OnNode(ctx, events.Envelope{}, n); err != nil {
+	n := fixtures.PlainNode("n1", "A100", 8)
+	if err := s.OnNode(ctx, events.Envelope{}, &n); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.OnFinished(ctx, events.Envelope{ID: "f1"}, &events.JobFinished{JobID: "early", Status: events.StatusCancelled}); err != nil {

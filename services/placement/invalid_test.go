@@ -12,6 +12,7 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/services/placement"
 )
@@ -26,11 +27,8 @@ func TestMalformedFinishAndAcceptAreAnswered(t *testing.T) {
 	srv := eventstest.Server(t)
 	b := eventstest.Bus(t, srv.ClientURL(), "test")
 	ctx := eventstest.Context(t, 60*time.Second)
-	n := &events.TopologyNode{Name: "n1", GPUModel: "A100", GPUs: make([]events.GPU, 8)}
-	for i := range n.GPUs {
-		n.GPUs[i].Index = i
-	}
-	if _, err := b.Publish(ctx, n); err != nil {
+	n := fixtures.PlainNode("n1", "A100", 8)
+	if _, err := b.Publish(ctx, &n); err != nil {
 		t.Fatal(err)
 	}
 	s := placement.NewOnBus(t, b, placement.Config{})

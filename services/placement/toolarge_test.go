@@ -9,6 +9,7 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/services/placement"
@@ -51,10 +52,7 @@ func TestDecisionTooLarge(t *testing.T) {
 			b := eventstest.Bus(t, srv.ClientURL(), "test")
 			ctx := eventstest.Context(t, 30*time.Second)
 			for _, name := range []string{"n1", "n2"} {
-				node := events.TopologyNode{Name: name, GPUModel: "A100", GPUs: make([]events.GPU, 8)}
-				for i := range node.GPUs {
-					node.GPUs[i].Index = i
-				}
+				node := fixtures.PlainNode(name, "A100", 8)
 				if _, err := b.Publish(ctx, &node); err != nil {
 					t.Fatal(err)
 				}
