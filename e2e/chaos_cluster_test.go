@@ -54,6 +54,7 @@ func startChaosCluster(t *testing.T, start time.Time) *chaosCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
+	keepJetStreamReachable(t, nc)
 	if c.js, err = jetstream.New(nc); err != nil {
 		t.Fatal(err)
 	}

@@ -185,6 +185,7 @@ func TestClusterReplicasSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(auditNC.Close)
+	keepJetStreamReachable(t, auditNC)
 	js, err := jetstream.New(auditNC)
 	if err != nil {
 		t.Fatal(err)

@@ -657,3 +657,46 @@ func auditPlacements(t *testing.T, evs []placementEvent) (live map[string]decide
 	}
 	return live, pending
 }
+
+// keepJetStreamReachable moves nc to another server of its list when the
+// one it is on finds no responder for JetStream requests for five seconds
+// in a row, as the product's bus does (events/bus, retryJetStream): after a
+// node's death on a loaded machine a survivor answered so for minutes
+// while the other survivor served. It probes once a second until the test
+// ends.
+func keepJetStreamReachable(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		var since time.Time
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := js.AccountInfo(rctx)
+			rcancel()
+			switch {
+			case !errors.Is(err, nats.ErrNoResponders):
+				since = time.Time{}
+			case since.IsZero():
+				since = time.Now()
+			case time.Since(since) >= 5*time.Second:
+				t.Logf("%s: JetStream finds no responder on %s for %s: reconnecting to another server", time.Now().Format(time.TimeOnly), nc.ConnectedUrl(), time.Since(since).Round(time.Second))
+				_ = nc.ForceReconnect()
+				since = time.Time{}
+			}
+		}
+	}()
+}

@@ -376,10 +376,38 @@ func (b *Bus) publishRaw(ctx context.Context, subject string, headers map[string
 	return ack.Sequence, ack.Duplicate, nil
 }
 
-// retryJetStream is RetryJetStream with this bus's Transport timings.
+// retryJetStream is RetryJetStream with this bus's Transport timings. A
+// server whose JetStream API keeps finding no responder while the cluster
+// is up (seen for minutes on a survivor of a node's death on a loaded
+// machine, while the other servers answered; nats-server#5738 describes
+// the same) is left: after noRespondersReconnect of nothing else, the
+// connection moves to another server of its list, once per stretch.
 func (b *Bus) retryJetStream(ctx context.Context, op func(context.Context) error) error {
-	return retryJetStream(ctx, b.cfg.Transport, op)
+	var since time.Time
+	return retryJetStream(ctx, b.cfg.Transport, func(ctx context.Context) error {
+		err := op(ctx)
+		if !errors.Is(err, nats.ErrNoResponders) {
+			since = time.Time{}
+			return err
+		}
+		switch {
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) >= noRespondersReconnect && len(b.nc.Servers()) > 1:
+			b.log.Warn("JetStream API finds no responder on this server: reconnecting to another",
+				"server", b.nc.ConnectedUrlRedacted(), "for", time.Since(since).Round(time.Millisecond))
+			if rerr := b.nc.ForceReconnect(); rerr != nil {
+				b.log.Warn("reconnect", "err", rerr)
+			}
+			since = time.Time{}
+		}
+		return err
+	})
 }
+
+// noRespondersReconnect is how long a server's JetStream API may find no
+// responder, request after request, before the bus tries another server.
+const noRespondersReconnect = 5 * time.Second
 
 // Dial opens a second connection to the same servers with the same
 // credentials, for traffic that must not queue behind this one's: a lease
