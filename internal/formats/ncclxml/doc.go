@@ -91,6 +91,11 @@
 // NVLinkFromModel looks the model (Options.GPUModel, or the PCI device id
 // the file gives) up in a small table of NVSwitch boards.
 //
+// A host interface with no PCI device of its own (tunl0, a Docker bridge,
+// a Calico veth) is listed under every CPU on hosts that have them; it is
+// one NIC, kept at its first <nic>, with a warning naming every line. The
+// same name on two PCI devices is an error.
+//
 // # Errors
 //
 // Errors name the file, the line and what was expected. A document cut

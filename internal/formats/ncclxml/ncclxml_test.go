@@ -386,7 +386,10 @@ func TestBadInput(t *testing.T) {
 		{"gpu in cpu", goodHead + `<gpu dev="0"/></cpu></system>`, []string{"f.xml:3:", "unexpected <gpu> in <cpu numaid=0>", "belongs in <pci>"}},
 		{"net outside nic", goodHead + `<pci busid="0000:01:00.0" class="0x020700"><net name="mlx5_0"/></pci></cpu></system>`, []string{"unexpected <net>"}},
 		{"net without name", goodHead + `<nic><net dev="0"/></nic></cpu></system>`, []string{"<net> without name"}},
-		{"duplicate net", goodHead + "<nic><net name=\"mlx5_0\"/></nic>\n<nic><net name=\"mlx5_0\"/></nic></cpu></system>", []string{"f.xml:4:", "already at line 3"}},
+		{"duplicate net on two PCI NICs", goodHead + "<pci busid=\"0000:01:00.0\" class=\"0x020700\"><nic><net name=\"mlx5_0\"/></nic></pci>\n" +
+			"<pci busid=\"0000:02:00.0\" class=\"0x020700\"><nic><net name=\"mlx5_0\"/></nic></pci></cpu></system>", []string{"f.xml:4:", "already at line 3"}},
+		{"host interface also on a PCI NIC", goodHead + "<nic><net name=\"eth0\"/></nic>\n" +
+			"<pci busid=\"0000:02:00.0\" class=\"0x020000\"><nic><net name=\"eth0\"/></nic></pci></cpu></system>", []string{"f.xml:4:", "already at line 3"}},
 		{"bad numaid", `<system><cpu numaid="zero"/></system>`, []string{`numaid="zero"`, "integer"}},
 		{"bad affinity", `<system><cpu affinity="0-7"/></system>`, []string{`affinity="0-7"`, "mask"}},
 		{"bad speed", goodHead + `<nic><net name="eth0" speed="fast"/></nic></cpu></system>`, []string{`speed="fast"`}},
@@ -410,6 +413,77 @@ func TestBadInput(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// dockerDoc is the shape of NCCL_TOPO_DUMP_FILE on a 4-GPU, 4-NUMA
+// workstation running Docker and Calico: the host's virtual interfaces
+// are listed under every CPU.
+const dockerDoc = `<system version="1">
+  <cpu numaid="0" affinity="000000ff" arch="x86_64" vendor="AuthenticAMD" familyid="23" modelid="49">
+    <pci busid="0000:01:00.0" class="0x030000" link_speed="16.0 GT/s PCIe" link_width="16">
+      <gpu dev="0" sm="86" rank="0" gdr="0"/>
+    </pci>
+    <nic>
+      <net name="tunl0" dev="0" speed="10000" port="0" latency="0" guid="0x0" maxconn="65536" gdr="0"/>
+      <net name="br-5f2c" dev="1" speed="10000" port="0" latency="0" guid="0x1" maxconn="65536" gdr="0"/>
+    </nic>
+  </cpu>
+  <cpu numaid="1" affinity="0000ff00" arch="x86_64" vendor="AuthenticAMD" familyid="23" modelid="49">
+    <pci busid="0000:21:00.0" class="0x030000" link_speed="16.0 GT/s PCIe" link_width="16">
+      <gpu dev="1" sm="86" rank="1" gdr="0"/>
+    </pci>
+    <nic>
+      <net name="tunl0" dev="0" speed="10000" port="0" latency="0" guid="0x0" maxconn="65536" gdr="0"/>
+      <net name="br-5f2c" dev="1" speed="10000" port="0" latency="0" guid="0x1" maxconn="65536" gdr="0"/>
+      <net name="cali7e0a" dev="2" speed="10000" port="0" latency="0" guid="0x2" maxconn="65536" gdr="0"/>
+    </nic>
+  </cpu>
+  <cpu numaid="2" affinity="00ff0000" arch="x86_64" vendor="AuthenticAMD" familyid="23" modelid="49">
+    <pci busid="0000:41:00.0" class="0x030000" link_speed="16.0 GT/s PCIe" link_width="16">
+      <gpu dev="2" sm="86" rank="2" gdr="0"/>
+    </pci>
+    <nic>
+      <net name="tunl0" dev="0" speed="10000" port="0" latency="0" guid="0x0" maxconn="65536" gdr="0"/>
+      <net name="cali7e0a" dev="2" speed="10000" port="0" latency="0" guid="0x2" maxconn="65536" gdr="0"/>
+    </nic>
+  </cpu>
+  <cpu numaid="3" affinity="ff000000" arch="x86_64" vendor="AuthenticAMD" familyid="23" modelid="49">
+    <pci busid="0000:61:00.0" class="0x030000" link_speed="16.0 GT/s PCIe" link_width="16">
+      <gpu dev="3" sm="86" rank="3" gdr="0"/>
+    </pci>
+    <nic>
+      <net name="tunl0" dev="0" speed="10000" port="0" latency="0" guid="0x0" maxconn="65536" gdr="0"/>
+    </nic>
+  </cpu>
+</system>
+`
+
+// TestRepeatedHostInterfaces: a dump that lists the same host interfaces
+// under every CPU, as NCCL writes it on a host with container networks,
+// imports with each interface once and a warning naming the lines; before,
+// it was refused at the second copy ("the same name is already at line 7").
+func TestRepeatedHostInterfaces(t *testing.T) {
+	t.Parallel()
+	n, err := Parse("docker.xml", []byte(dockerDoc), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, nic := range n.NICs {
+		names = append(names, nic.Name)
+	}
+	slices.Sort(names)
+	if got := strings.Join(names, ","); got != "br-5f2c,cali7e0a,tunl0" {
+		t.Fatalf("NICs %s, want each interface once", got)
+	}
+	if len(n.GPUs) != 4 {
+		t.Fatalf("%d GPUs", len(n.GPUs))
+	}
+	for _, want := range []string{`<net name="tunl0"> is listed under 4 CPUs (lines 7, 16, 26, 35)`, `<net name="cali7e0a"> is listed under 2 CPUs (lines 18, 27)`} {
+		if !hasWarning(n, want) {
+			t.Errorf("no warning %q in %q", want, n.Warnings)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/toposched/toposched/internal/topology"
@@ -248,12 +249,40 @@ func (b *builder) collectNICs() error {
 	if len(refs)+len(unnamed) > maxNICs {
 		return b.errf(1, "%d NICs: expected at most %d", len(refs)+len(unnamed), maxNICs)
 	}
+	// A host interface NCCL sees through no PCI device (a socket NIC: a
+	// bridge, a tunnel, a container network's veth) is written under every
+	// CPU it could serve: a dump from a host running Docker and Calico
+	// lists tunl0, br-… and cali… once per NUMA node. It is one interface:
+	// kept once, at its first <nic>, with a warning. A name repeated on
+	// PCI devices is two devices claiming one name: refused.
 	names := map[string]int{}
+	atCPU := map[string]bool{}
+	repeated := map[string][]int{}
+	var order []string
+	kept := refs[:0]
 	for _, r := range refs {
+		cpu := r.attach.kind == kindCPU
 		if prev, dup := names[r.net.name]; dup {
-			return b.errf(r.net.line, "<net name=%q>: the same name is already at line %d", r.net.name, prev)
+			if !cpu || !atCPU[r.net.name] {
+				return b.errf(r.net.line, "<net name=%q>: the same name is already at line %d", r.net.name, prev)
+			}
+			if repeated[r.net.name] == nil {
+				order = append(order, r.net.name)
+			}
+			repeated[r.net.name] = append(repeated[r.net.name], r.net.line)
+			continue
 		}
-		names[r.net.name] = r.net.line
+		names[r.net.name], atCPU[r.net.name] = r.net.line, cpu
+		kept = append(kept, r)
+	}
+	refs = kept
+	for _, name := range order {
+		lines := make([]string, len(repeated[name]))
+		for i, l := range repeated[name] {
+			lines[i] = strconv.Itoa(l)
+		}
+		b.t.warnf("<net name=%q> is listed under %d CPUs (lines %d, %s): one host interface without a PCI device of its own (a bridge, tunnel or container network); kept once, at line %d",
+			name, len(lines)+1, names[name], strings.Join(lines, ", "), names[name])
 	}
 	// A NIC that NCCL is left to fill in gets a name in bus id order, as the
 	// kernel would number the devices of one driver.
