@@ -33,6 +33,12 @@ type Options struct {
 	// Candidates is how many single-node candidates the cost model scores
 	// (0: 4).
 	Candidates int
+	// NodeExact bounds the cost-model evaluations of the exact choice
+	// inside a node, over the single-node candidates scored together (0:
+	// DefaultNodeExact; negative: none). A node is chosen exactly, every
+	// subset of its free GPUs and every rank order on it, when those
+	// ordered selections fit in what is left.
+	NodeExact int
 	// Filter, when set, keeps only the nodes it accepts (node policies
 	// plug in here). It is asked only about nodes with free GPUs of the
 	// job's model.
@@ -59,6 +65,20 @@ func (o Options) budget() time.Duration {
 		return o.Budget
 	}
 	return 2 * time.Millisecond
+}
+
+// DefaultNodeExact is Options.NodeExact's default: enough for 4 of 8
+// free GPUs (1,680 orders) or 3 of 12 (1,320), at some 10 µs each.
+const DefaultNodeExact = 2_000
+
+func (o Options) nodeExact() int {
+	switch {
+	case o.NodeExact < 0:
+		return 0
+	case o.NodeExact == 0:
+		return DefaultNodeExact
+	}
+	return o.NodeExact
 }
 
 func (o Options) maxEvals() int {

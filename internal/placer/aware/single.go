@@ -65,6 +65,28 @@ func freeOf(counts []domainCount, id string) int {
 	return 0
 }
 
+// holes returns, for each of the node's free GPUs, the free GPUs of its
+// smallest node-local domain (1: it is alone there; the node's free count
+// when it has no smaller domain), and leaves the node's domain counts in
+// p.counts.
+func (p *placer) holes(c *candNode) []int {
+	p.counts = countLocal(p.counts, c.free)
+	hole := make([]int, len(c.free))
+	for i, g := range c.free {
+		hole[i] = len(c.free)
+		best := 4
+		for _, d := range g.Domains {
+			if l := levelOfID(d); l < best {
+				best, hole[i] = l, freeOf(p.counts, d)
+			}
+		}
+		if best == 4 || best == 3 {
+			hole[i] = len(c.free)
+		}
+	}
+	return hole
+}
+
 // pick chooses k of the node's free GPUs: the smallest node-local domain
 // with room, then a greedy bandwidth-grown subset, best fit on ties.
 func (p *placer) pick(c *candNode, k int) (inNode, error) {
@@ -77,23 +99,8 @@ func (p *placer) pick(c *candNode, k int) (inNode, error) {
 			return inNode{}, err
 		}
 	}
-	// Free counts of the node-local domains.
-	p.counts = countLocal(p.counts, c.free)
+	hole := p.holes(c)
 	freeIn := p.counts
-	// hole of a GPU: free GPUs of its smallest domain (1: alone).
-	hole := make([]int, len(c.free))
-	for i, g := range c.free {
-		hole[i] = len(c.free)
-		best := 4
-		for _, d := range g.Domains {
-			if l := levelOfID(d); l < best {
-				best, hole[i] = l, freeOf(freeIn, d)
-			}
-		}
-		if best == 4 || best == 3 {
-			hole[i] = len(c.free)
-		}
-	}
 	// Pool: the free GPUs of the smallest domain that fits.
 	level, poolDom, poolFree := 3, "", len(c.free)
 	for _, dc := range freeIn {
@@ -321,6 +328,16 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 	if k == 1 {
 		return out
 	}
+	// The exact choice on the nodes scored, where it is affordable: it can
+	// only be as fast as the heuristic's subset or faster, since that
+	// subset and its order are among the ones it tries.
+	budget := p.opts.nodeExact()
+	for i := range min(p.limit(), len(out)) {
+		if gpus, t, ok := p.exactInNode(picks[i].c, out[i].gpus, p.score(out[i]), &budget); ok {
+			slab[i].gpus, slab[i].comm = gpus, t
+			slab[i].domain = inNode{c: picks[i].c, gpus: indices(gpus)}.domain()
+		}
+	}
 	bestI, bestT := -1, inf
 	for i := range min(p.limit(), len(out)) {
 		t := p.score(out[i])
@@ -361,4 +378,96 @@ func (in inNode) domain() string {
 		}
 	}
 	return best
+}
+
+// exactInNode is the node-level optimum: of every choice of len(start) of
+// the node's free GPUs and every rank order on them, the one the cost
+// model scores fastest, start (the heuristic's choice, of cost t0) unless
+// another is faster by more than 0.5%, or as fast and taking GPUs from
+// more broken domains (fewer holes), so that whole NVLink pairs and
+// islands, PCIe switches and NUMA nodes stay whole for the next job. It
+// is tried only when the free GPUs' ordered selections, free!/(free-k)!,
+// fit in what is left of *budget, which it then spends; ok is false when
+// they do not, or when nothing beat start.
+func (p *placer) exactInNode(c *candNode, start []store.GPUKey, t0 float64, budget *int) (gpus []store.GPUKey, cost float64, ok bool) {
+	f, k := len(c.free), len(start)
+	count := ExhaustiveCount(f, k)
+	if k < 2 || count == 0 || count > float64(*budget) {
+		return nil, 0, false
+	}
+	if p.uniform(c) {
+		// Every choice is as fast as every other (an NVSwitch node):
+		// the heuristic's best fit stands.
+		return nil, 0, false
+	}
+	*budget -= int(count)
+	hole := p.holes(c)
+	holeOf := func(key store.GPUKey) int {
+		for i, g := range c.free {
+			if g.Index == key.Index {
+				return hole[i]
+			}
+		}
+		return 0
+	}
+	bestT, bestHoles := t0, 0
+	for _, key := range start {
+		bestHoles += holeOf(key)
+	}
+	var best []store.GPUKey
+	sel := make([]store.GPUKey, 0, k)
+	used := make([]bool, f)
+	holes := 0
+	var rec func()
+	rec = func() {
+		if len(sel) == k {
+			t := p.e.cost(sel)
+			if t < bestT*(1-0.005) || (t <= bestT*(1+0.005) && holes < bestHoles) {
+				best, bestT, bestHoles = append(best[:0], sel...), t, holes
+			}
+			return
+		}
+		for i, g := range c.free {
+			if used[i] {
+				continue
+			}
+			used[i], holes = true, holes+hole[i]
+			sel = append(sel, g.Key())
+			rec()
+			sel = sel[:len(sel)-1]
+			used[i], holes = false, holes-hole[i]
+		}
+	}
+	rec()
+	return best, bestT, best != nil
+}
+
+// uniform reports whether every pair of the node's free GPUs has the same
+// bandwidth, so that no choice among them can be faster than another.
+func (p *placer) uniform(c *candNode) bool {
+	nt, err := p.e.res.node(c.node.Name)
+	if err != nil {
+		return false
+	}
+	first := -1.0
+	for i, a := range c.free {
+		for _, b := range c.free[i+1:] {
+			bw := nt.topo.Path(nt.pos[a.Index], nt.pos[b.Index], p.e.bw).BandwidthGBps
+			if first < 0 {
+				first = bw
+			} else if bw != first {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// indices are the GPU indices of keys on one node.
+func indices(keys []store.GPUKey) []int {
+	out := make([]int, len(keys))
+	for i, k := range keys {
+		out[i] = k.Index
+	}
+	return out
 }
