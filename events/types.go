@@ -525,6 +525,9 @@ type TopologyNode struct {
 	Source string `json:"source,omitempty"`
 	// Warnings say what the source lacked.
 	Warnings []string `json:"warnings,omitempty"`
+	// Inferred are facts worked out rather than read (an NVLink
+	// generation from NV18 on every pair, say), each with its ground.
+	Inferred []string `json:"inferred,omitempty"`
 }
 
 // Switch is one fabric switch and what hangs below it. Rates are in Gb/s

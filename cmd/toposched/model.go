@@ -103,6 +103,7 @@ func runPredict(out io.Writer, f predictFlags) error {
 	useTuner := algo == collective.Auto && !f.anyAlgorithm
 	var r collective.Result
 	var what string
+	var inferred []string // facts of the topology worked out, not read
 	if f.topology != "" {
 		if f.nodes != 0 || f.gpusPerNode != 0 {
 			return errors.New("model predict: --nodes and --gpus-per-node go with --cluster")
@@ -124,6 +125,7 @@ func runPredict(out io.Writer, f predictFlags) error {
 			return fmt.Errorf("model predict: %w", err)
 		}
 		what = fmt.Sprintf("%d GPUs of %s", r.Ranks, f.topology)
+		inferred = ev.Inferred
 	} else {
 		if f.gpus != "" {
 			return errors.New("model predict: --gpus goes with --topology; use --gpus-per-node with --cluster")
@@ -187,7 +189,9 @@ func runPredict(out io.Writer, f predictFlags) error {
 			NCCLProtocol       string  `json:"nccl_protocol,omitempty"`
 			NCCLTimeSeconds    float64 `json:"nccl_time_seconds,omitempty"`
 			TunerOverridesNCCL bool    `json:"tuner_overrides_nccl,omitempty"`
-		}{TimeSeconds: r.TimeSeconds, BusBWGBps: r.BusBWGBps, Algorithm: string(r.Algorithm), AlgBWGBps: r.AlgBWGBps, Ranks: r.Ranks,
+			// Inferred are the topology's facts worked out, not read.
+			Inferred []string `json:"inferred,omitempty"`
+		}{Inferred: inferred, TimeSeconds: r.TimeSeconds, BusBWGBps: r.BusBWGBps, Algorithm: string(r.Algorithm), AlgBWGBps: r.AlgBWGBps, Ranks: r.Ranks,
 			Bytes: r.Bytes, Collective: string(r.Collective), Bottleneck: r.Bottleneck, Protocol: protocol}
 		if tc != nil {
 			v.NCCLAlgorithm, v.NCCLProtocol, v.NCCLTimeSeconds, v.TunerOverridesNCCL =
@@ -206,6 +210,11 @@ func runPredict(out io.Writer, f predictFlags) error {
 	}
 	_, err = fmt.Fprintf(out, "%s of %s on %s\nalgorithm:  %s\ntime:       %s\nalgbw:      %.2f GB/s\nbusbw:      %.2f GB/s\nbottleneck: %s\n",
 		c, formatBytes(size), what, algoLine, formatSeconds(r.TimeSeconds), r.AlgBWGBps, r.BusBWGBps, orNone(r.Bottleneck))
+	for _, inf := range inferred {
+		if err == nil {
+			_, err = fmt.Fprintf(out, "inferred:   %s\n", inf)
+		}
+	}
 	return err
 }
 

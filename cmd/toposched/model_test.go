@@ -74,7 +74,9 @@ func TestModelPredict(t *testing.T) {
 		{"bad bytes", []string{"--topology", topo, "--bytes", "lots"}, "", 0, "--bytes"},
 		{"bad collective", []string{"--topology", topo, "--bytes", "1G", "--collective", "broadcast"}, "", 0, "--collective"},
 		{"bad gpu", []string{"--topology", topo, "--bytes", "1G", "--gpus", "0,9"}, "", 0, "GPU 9"},
-		{"nvls without gen", []string{"--topology", topo, "--bytes", "1G", "--algorithm", "nvls"}, "", 0, "does not apply"},
+		// nvidia-smi names no NVLink generation: NV18 on every pair says
+		// NVLink 4 through NVSwitches, where NVLS runs.
+		{"nvls, generation inferred", []string{"--topology", topo, "--bytes", "1G", "--algorithm", "nvls"}, "nvls", 300, ""},
 		{"too many nodes", []string{"--cluster", cluster, "--nodes", "99", "--bytes", "1G"}, "", 0, "--nodes 99"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -18,6 +18,7 @@ func (n *Node) Event() events.TopologyNode {
 		PCIeGen:    n.PCIeGen,
 		Source:     n.Source,
 		Warnings:   n.Warnings,
+		Inferred:   n.Inferred,
 	}
 	for i, g := range n.GPUs {
 		ev.GPUs[i] = events.GPU{Index: g.Index, UUID: g.UUID, BusID: g.BusID, Model: g.Model,
@@ -37,7 +38,7 @@ func (n *Node) Event() events.TopologyNode {
 // nil and placement treats its GPUs as reachable only over PCIe.
 func FromEvent(ev events.TopologyNode) (*Node, error) {
 	n := &Node{Name: ev.Name, NVSwitches: ev.NVSwitches, NVLinkGen: ev.NVLinkGen, PCIeGen: ev.PCIeGen,
-		Source: ev.Source, Warnings: ev.Warnings}
+		Source: ev.Source, Warnings: ev.Warnings, Inferred: ev.Inferred}
 	for _, g := range ev.GPUs {
 		n.GPUs = append(n.GPUs, GPU{Index: g.Index, UUID: g.UUID, BusID: g.BusID, Model: g.Model,
 			MemoryMiB: g.MemoryMiB, NUMA: numaOf(g.NUMA), CPUAffinity: g.CPUAffinity, MIG: g.MIG})

@@ -50,6 +50,9 @@ type Node struct {
 	Source string `json:"source,omitempty"`
 	// Warnings list what the source lacked, for people to read.
 	Warnings []string `json:"warnings,omitempty"`
+	// Inferred list the facts worked out rather than read (Infer), each
+	// with what it came from.
+	Inferred []string `json:"inferred,omitempty"`
 }
 
 // Validate checks that the matrices are square over the GPUs, symmetric,

@@ -64,6 +64,9 @@ func WriteMatrix(w io.Writer, n *Node, bw *Bandwidths) error {
 	if bw != nil {
 		b.WriteString("\nCells after / are bandwidth per direction in GB/s (defaults: topology.DefaultBandwidths).\n")
 	}
+	for _, inf := range n.Inferred {
+		fmt.Fprintf(&b, "inferred: %s\n", inf)
+	}
 	for _, warn := range n.Warnings {
 		fmt.Fprintf(&b, "warning: %s\n", warn)
 	}

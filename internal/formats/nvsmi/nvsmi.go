@@ -115,7 +115,8 @@ func (p *parser) err() error {
 // Parse reads the output of `nvidia-smi topo -m` from data; file names it
 // in errors and becomes the node's Source. The node's GPUs are in column
 // order (Index n for GPUn), its NICs in column order, named by the NIC
-// Legend or by their column labels. NVLinkGen stays 0 (unknown).
+// Legend or by their column labels. The output names no NVLink
+// generation; topology.Infer works it out where the counts show it.
 func Parse(file string, data []byte) (*topology.Node, error) {
 	p := &parser{file: file}
 	text := string(data)
@@ -371,6 +372,7 @@ func Parse(file string, data []byte) (*topology.Node, error) {
 	if err := node.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
+	topology.Infer(node)
 	return node, nil
 }
 
