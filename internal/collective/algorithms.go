@@ -1,7 +1,10 @@
 package collective
 
 import (
+	"cmp"
+	"math"
 	"math/bits"
+	"slices"
 
 	"github.com/toposched/toposched/internal/topology"
 )
@@ -183,6 +186,17 @@ func (m *model) ring(ph *phase, ranks []int, b float64, steps int) {
 	if n < 2 {
 		return
 	}
+	if n > 2 {
+		// Inside one node NCCL searches its own ring over the GPUs,
+		// whatever the ranks' order: the same GPUs give one ring.
+		rs := make([]int, n)
+		for i := range n {
+			rs[i] = at(i)
+		}
+		if order, ok := m.nodeRing(rs); ok {
+			at = func(i int) int { return order[i] }
+		}
+	}
 	// A step moves every chunk one hop: the ring's steps cost its hops'
 	// mean latency each (NCCL's tuning counts intra- and inter-node steps
 	// apart the same way).
@@ -206,9 +220,15 @@ func (m *model) tree(ph *phase, S float64, calls int) {
 	var lat float64
 	depth := 0
 	for _, nd := range m.nodes {
-		for k := 0; k+1 < len(nd.ranks); k++ {
-			lat = max(lat, m.route(ph, nd.ranks[k], nd.ranks[k+1], S))
-			lat = max(lat, m.route(ph, nd.ranks[k+1], nd.ranks[k], S))
+		chain := nd.ranks
+		if order, ok := m.nodeRing(chain); ok {
+			// NCCL's chain inside a node is its searched ring, opened at
+			// the ring's weakest edge.
+			chain = order
+		}
+		for k := 0; k+1 < len(chain); k++ {
+			lat = max(lat, m.route(ph, chain[k], chain[k+1], S))
+			lat = max(lat, m.route(ph, chain[k+1], chain[k], S))
 		}
 		depth = max(depth, len(nd.ranks)-1)
 	}
@@ -267,4 +287,86 @@ func dtreeParent(n, r, t int) int {
 		return -1
 	}
 	return n - 1 - u
+}
+
+// nodeRing is the ring NCCL's search would find over ranks, all on one
+// node, as it depends on the GPUs alone, not on the ranks' order: from
+// each GPU in turn (by position), the nearest-neighbour ring by the
+// links' bandwidth (ties to the lower latency, then the lower position),
+// the best by its weakest link, then by its total bandwidth, then by its
+// total latency; it starts after its weakest link, so that a chain cut
+// from it drops that link. ok is false when ranks span nodes, are fewer
+// than three, or every pair's link is alike (every order is one ring).
+func (m *model) nodeRing(ranks []int) ([]int, bool) {
+	n := len(ranks)
+	if n < 3 {
+		return nil, false
+	}
+	node := m.ranks[ranks[0]].node
+	for _, r := range ranks[1:] {
+		if m.ranks[r].node != node {
+			return nil, false
+		}
+	}
+	topo := m.nodes[node].n
+	if topo.GPUPaths == nil {
+		return nil, false
+	}
+	byGPU := slices.Clone(ranks)
+	slices.SortFunc(byGPU, func(a, b int) int { return cmp.Compare(m.ranks[a].gpu, m.ranks[b].gpu) })
+	bw := make([][]float64, n)
+	lat := make([][]float64, n)
+	uniform := true
+	for i := range n {
+		bw[i], lat[i] = make([]float64, n), make([]float64, n)
+		for j := range n {
+			if i != j {
+				p := topo.Path(m.ranks[byGPU[i]].gpu, m.ranks[byGPU[j]].gpu, m.bw)
+				bw[i][j], lat[i][j] = p.BandwidthGBps, p.LatencyUS
+				uniform = uniform && bw[i][j] == bw[0][1] && lat[i][j] == lat[0][1]
+			}
+		}
+	}
+	if uniform {
+		return nil, false
+	}
+	closer := func(from, a, b int) bool { // a before b as the next GPU
+		return bw[from][a] > bw[from][b] || bw[from][a] == bw[from][b] && lat[from][a] < lat[from][b]
+	}
+	var best []int
+	bestMin, bestSum, bestLat := -1.0, -1.0, 0.0
+	used := make([]bool, n)
+	cyc := make([]int, 0, n)
+	for s := range n {
+		clear(used)
+		cyc = append(cyc[:0], s)
+		used[s] = true
+		for len(cyc) < n {
+			last, next := cyc[len(cyc)-1], -1
+			for j := range n {
+				if !used[j] && (next < 0 || closer(last, j, next)) {
+					next = j
+				}
+			}
+			cyc = append(cyc, next)
+			used[next] = true
+		}
+		lo, sum, sumLat, weakest := math.Inf(1), 0.0, 0.0, 0
+		for i := range n {
+			a, b := cyc[i], cyc[(i+1)%n]
+			sum += bw[a][b]
+			sumLat += lat[a][b]
+			if bw[a][b] < lo {
+				lo, weakest = bw[a][b], i
+			}
+		}
+		if lo > bestMin || lo == bestMin && (sum > bestSum || sum == bestSum && sumLat < bestLat) {
+			bestMin, bestSum, bestLat = lo, sum, sumLat
+			best = best[:0]
+			for i := range n {
+				best = append(best, byGPU[cyc[(weakest+1+i)%n]])
+			}
+		}
+	}
+	return best, true
 }
