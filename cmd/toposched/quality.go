@@ -10,6 +10,7 @@ type qualityFlags struct {
 	seed                uint64
 	quick               bool
 	evals               int
+	familyCases         int
 }
 
 func newQuality(_ *globals) *cobra.Command {
@@ -36,11 +37,18 @@ same nodes under one non-blocking switch (no fragmentation, no
 oversubscription; every group gets the best links a placement can give).
 The median reduction of comm time against blind is the target (>= 25%).
 
+(c) Generated nodes: --family-cases seeded nodes of the shapes files seldom
+show (NVLink-bridged pairs NV1..NV12 on 2-4 sockets, NVLink quads, NVSwitch
+NV12/NV18, PCIe switch trees), random occupancy, random tp/dp jobs;
+topology-aware against the exhaustive optimum by family, split by whether
+the exact in-node choice covers the case (target: all of those within 0.5%).
+
 The run is seeded and deterministic (local search is bounded by --evals,
 not by time).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return quality.Run(cmd.OutOrStdout(), quality.Config{Topologies: f.topologies, Fabrics: f.fabrics, Seed: f.seed, Quick: f.quick, Evals: f.evals})
+			return quality.Run(cmd.OutOrStdout(), quality.Config{Topologies: f.topologies, Fabrics: f.fabrics, Seed: f.seed, Quick: f.quick, Evals: f.evals,
+				FamilyCases: f.familyCases})
 		},
 	}
 	fl := cmd.Flags()
@@ -49,5 +57,6 @@ not by time).`,
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed of occupancies and random placements")
 	fl.BoolVar(&f.quick, "quick", false, "a small, fast subset of both tables")
 	fl.IntVar(&f.evals, "evals", 200, "cost-model evaluations the local search may make per placement")
+	fl.IntVar(&f.familyCases, "family-cases", quality.DefaultFamilyCases, "generated single-node cases of table (c)")
 	return cmd
 }

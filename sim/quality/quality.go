@@ -2,6 +2,7 @@ package quality
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -39,18 +40,26 @@ type Config struct {
 	Quick bool
 	// Evals bounds the local search per placement (<= 0: none).
 	Evals int
+	// FamilyCases is how many generated single-node cases table (c) scores
+	// (0: DefaultFamilyCases; Quick: 200).
+	FamilyCases int
 }
+
+// DefaultFamilyCases is table (c)'s default size.
+const DefaultFamilyCases = 10_000
 
 type qualityFlags struct {
 	topologies, fabrics string
 	seed                uint64
 	quick               bool
 	evals               int
+	familyCases         int
 }
 
 // Run prints the quality tables (see toposched quality --help).
 func Run(out io.Writer, cfg Config) error {
-	f := qualityFlags{topologies: cfg.Topologies, fabrics: cfg.Fabrics, seed: cfg.Seed, quick: cfg.Quick, evals: cfg.Evals}
+	f := qualityFlags{topologies: cfg.Topologies, fabrics: cfg.Fabrics, seed: cfg.Seed, quick: cfg.Quick, evals: cfg.Evals,
+		familyCases: cfg.FamilyCases}
 	start := time.Now()
 	opts := aware.Options{Budget: time.Hour, MaxEvals: f.evals}
 	if f.evals <= 0 {
@@ -63,6 +72,12 @@ func Run(out io.Writer, cfg Config) error {
 		return err
 	}
 	if err := qualityClusters(out, f, opts); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintln(out); err != nil {
+		return err
+	}
+	if err := qualityFamilies(out, f, opts); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(out, "\nquality run took %s\n", time.Since(start).Round(time.Millisecond))
@@ -586,4 +601,134 @@ func (ic *idealCache) get(b *builtCluster, kind string, n int) (float64, error) 
 	ic.vals[key] = p.CommSeconds
 	ic.mu.Unlock()
 	return p.CommSeconds, nil
+}
+
+// familyExhaustiveLimit bounds the exhaustive optimum of one case of table
+// (c): its orders of k of the free GPUs (7 of 8 is 40,320).
+const familyExhaustiveLimit = 40_320
+
+// familyCase is one generated single-node case.
+type familyCase struct {
+	family string
+	ev     events.TopologyNode
+	held   []int
+	n, tp  int
+	exact  bool // within the exact in-node choice's budget
+	ratio  float64
+	err    error
+}
+
+// qualityFamilies is table (c): seeded generated nodes of each family
+// (fixtures.Families) with random occupancy and random tp/dp jobs,
+// topology-aware against the exhaustive optimum, by family, split by
+// whether the exact in-node choice's budget covers the case.
+func qualityFamilies(stdout io.Writer, f qualityFlags, opts aware.Options) error {
+	want := f.familyCases
+	switch {
+	case f.quick:
+		want = 200
+	case want <= 0:
+		want = DefaultFamilyCases
+	}
+	out := textout.New(stdout)
+	out.Printf("(c) generated nodes: topology-aware vs exhaustive optimum, by family (%d seeded cases)\n\n", want)
+	rng := rand.New(rand.NewPCG(f.seed, 14))
+	var cases []*familyCase
+	for i := 0; len(cases) < want; i++ {
+		fam := fixtures.Families[i%len(fixtures.Families)]
+		ev := fam.Node(rng, "node")
+		g := len(ev.GPUs)
+		held := rng.Perm(g)[:rng.IntN(g-1)]
+		free := g - len(held)
+		if free < 2 {
+			continue
+		}
+		n := 2 + rng.IntN(free-1)
+		tp := []int{1, 2, 4}[rng.IntN(3)]
+		if n%tp != 0 {
+			tp = 1
+		}
+		if aware.ExhaustiveCount(free, n) > familyExhaustiveLimit {
+			continue
+		}
+		cases = append(cases, &familyCase{family: fam.Name, ev: ev, held: held, n: n, tp: tp,
+			exact: aware.ExhaustiveCount(free, n) <= aware.DefaultNodeExact})
+	}
+	if err := out.Err(); err != nil {
+		return err
+	}
+	parallel(len(cases), func(i int) { cases[i].run(opts) })
+	type row struct {
+		cases, within05, within2 int
+		worst                    float64
+	}
+	rows := map[string]*row{}
+	var keys []string
+	for _, c := range cases {
+		if c.err != nil {
+			return fmt.Errorf("quality: %s: %w", c.family, c.err)
+		}
+		k := c.family + "\texact"
+		if !c.exact {
+			k = c.family + "\theuristic"
+		}
+		r := rows[k]
+		if r == nil {
+			r = &row{}
+			rows[k] = r
+			keys = append(keys, k)
+		}
+		r.cases++
+		if c.ratio <= 1.005 {
+			r.within05++
+		}
+		if c.ratio <= 1.02 {
+			r.within2++
+		}
+		r.worst = max(r.worst, c.ratio)
+	}
+	slices.Sort(keys)
+	tw := textout.Table(out, 0, 0, 2, ' ', 0)
+	tw.Println("family	choice	cases	within 0.5%	within 2%	worst ours/opt")
+	var exactCases, exactWithin int
+	for _, k := range keys {
+		r := rows[k]
+		tw.Printf("%s\t%d\t%d\t%d\t%.3f\n", k, r.cases, r.within05, r.within2, r.worst)
+		if strings.HasSuffix(k, "exact") {
+			exactCases += r.cases
+			exactWithin += r.within05
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	out.Printf("\nexact choice (free!/(free-k)! <= %d orders): %d of %d cases within 0.5%% of the optimum (target: all: %s); heuristic: the cases past that budget, up to %d orders\n",
+		aware.DefaultNodeExact, exactWithin, exactCases, held(exactWithin == exactCases), familyExhaustiveLimit)
+	return out.Err()
+}
+
+func (c *familyCase) run(opts aware.Options) {
+	st, err := fixtures.NewStore([]fixtures.Node{{Event: c.ev, Name: "node", Held: c.held, HeldBy: "other"}}, nil)
+	if err != nil {
+		c.err = err
+		return
+	}
+	snap := st.Snapshot()
+	job := fixtures.SyntheticJob("q", c.n, c.tp, 1)
+	ours := aware.Place(snap, job, opts)
+	ex, err := aware.Exhaustive(snap, job, aware.Options{Budget: opts.Budget})
+	if err != nil {
+		c.err = err
+		return
+	}
+	if ours.Verdict != outcome.Placed || ex.Verdict != outcome.Placed {
+		c.err = fmt.Errorf("%d GPUs: ours %v, exhaustive %v", c.n, ours.Verdict, ex.Verdict)
+		return
+	}
+	a, err1 := aware.Predict(snap, job, ours.GPUs, nil)
+	b, err2 := aware.Predict(snap, job, ex.GPUs, nil)
+	if c.err = errors.Join(err1, err2); c.err != nil {
+		return
+	}
+	c.ratio = ratio(a.CommSeconds, b.CommSeconds)
 }

@@ -1,11 +1,9 @@
 package aware
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"testing"
 
-	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/fixtures"
 )
 
@@ -64,56 +62,6 @@ func TestExactInNodeFindsBridgedPairs(t *testing.T) {
 	}
 }
 
-// family builds a generated single-node topology of g GPUs.
-type family struct {
-	name string
-	node func(rng *rand.Rand, name string) events.TopologyNode
-}
-
-// families are node shapes the project's topology files do not cover:
-// bridged NVLink pairs and quads of any width, NVSwitch nodes, PCIe
-// switch trees, two to four sockets.
-var families = []family{
-	{"bridged-pairs", func(rng *rand.Rand, name string) events.TopologyNode {
-		nv := fmt.Sprintf("NV%d", 1+rng.IntN(12))
-		sockets := 2 + rng.IntN(3)
-		g := 2 * sockets * (1 + rng.IntN(2))
-		return fixtures.PathsNode(name, "G", g, func(i, j int) string {
-			switch {
-			case i/2 == j/2:
-				return nv
-			case i*sockets/g == j*sockets/g:
-				return "PHB"
-			}
-			return "SYS"
-		})
-	}},
-	{"nvlink-quads", func(rng *rand.Rand, name string) events.TopologyNode {
-		nv := fmt.Sprintf("NV%d", 1+rng.IntN(12))
-		return fixtures.PathsNode(name, "G", 8, func(i, j int) string {
-			if i/4 == j/4 {
-				return nv
-			}
-			return "SYS"
-		})
-	}},
-	{"nvswitch", func(rng *rand.Rand, name string) events.TopologyNode {
-		nv := []string{"NV12", "NV18"}[rng.IntN(2)]
-		return fixtures.PathsNode(name, "G", 8, func(int, int) string { return nv })
-	}},
-	{"pcie-tree", func(_ *rand.Rand, name string) events.TopologyNode {
-		return fixtures.PathsNode(name, "G", 8, func(i, j int) string {
-			switch {
-			case i/2 == j/2:
-				return "PIX"
-			case i/4 == j/4:
-				return "PXB"
-			}
-			return "SYS"
-		})
-	}},
-}
-
 // TestExactInNodeOnGeneratedTopologies: on thousands of seeded generated
 // nodes with random occupancy and random tp/dp jobs, topology-aware is
 // within 0.5% of the exhaustive optimum wherever the exact in-node choice
@@ -125,8 +73,8 @@ func TestExactInNodeOnGeneratedTopologies(t *testing.T) {
 	checked, past := 0, 0
 	worstPast := 1.0
 	for i := 0; checked < 2000; i++ {
-		fam := families[i%len(families)]
-		sp := spec{name: "n", ev: fam.node(rng, "n")}
+		fam := fixtures.Families[i%len(fixtures.Families)]
+		sp := spec{name: "n", ev: fam.Node(rng, "n")}
 		g := len(sp.ev.GPUs)
 		sp.held = append(sp.held, rng.Perm(g)[:rng.IntN(g-1)]...)
 		free := g - len(sp.held)
@@ -166,7 +114,7 @@ func TestExactInNodeOnGeneratedTopologies(t *testing.T) {
 		}
 		checked++
 		if ratio > 1.005 {
-			t.Errorf("%s (held %v), %d GPUs tp=%d: %v is %.3f× the optimum %v", fam.name, sp.held, k, tp, r.GPUs, ratio, opt.GPUs)
+			t.Errorf("%s (held %v), %d GPUs tp=%d: %v is %.3f× the optimum %v", fam.Name, sp.held, k, tp, r.GPUs, ratio, opt.GPUs)
 		}
 	}
 	t.Logf("%d cases within the exact budget, all within 0.5%% of the optimum; %d past it, worst %.3f× the optimum", checked, past, worstPast)
