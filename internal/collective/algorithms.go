@@ -124,7 +124,7 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 			ph.add(nd.port(kNVLS, r.gpu, tx), f*S*cf)
 			ph.add(nd.port(kNVLS, r.gpu, rx), f*S*cf)
 		}
-		lat = m.bw.LatencyUS[topology.NV] + StepOverheadUS
+		lat = m.bw.LatencyUS[topology.NV] + m.stepOverheadUS()
 		ph.step(2*calls, lat)
 	case Hierarchical:
 		g := len(m.nodes[0].ranks)

@@ -19,7 +19,7 @@ func PredictNode(ev events.TopologyNode, gpus []int, c Collective, bytes float64
 			return Result{}, fmt.Errorf("GPU %d: the node has GPUs 0 to %d", g, len(n.GPUs)-1)
 		}
 	}
-	return Predict(Placement{Ranks: NodeRanks(n, gpus...)}, c, bytes, opt)
+	return Predict(Placement{Ranks: NodeRanks(n, gpus...), Bandwidths: opt.Bandwidths}, c, bytes, opt)
 }
 
 // PredictCluster predicts a collective on the first gpusPerNode GPUs of
@@ -37,7 +37,7 @@ func PredictCluster(nodes []events.TopologyNode, fabric events.TopologyFabric, g
 		}
 		ns = append(ns, n)
 	}
-	p := Placement{Ranks: NodesRanks(ns, gpusPerNode)}
+	p := Placement{Ranks: NodesRanks(ns, gpusPerNode), Bandwidths: opt.Bandwidths}
 	if len(fabric.Switches) > 0 {
 		f, err := topology.NewFabric(fabric)
 		if err != nil {

@@ -122,7 +122,7 @@ func (m *model) routeLocal(ph *phase, node int32, ga, gb int, b float64) float64
 	if nd.n.GPUPaths != nil {
 		l = nd.n.GPUPaths[ga][gb]
 	}
-	lat := m.bw.LatencyUS[l.Class] + StepOverheadUS
+	lat := m.bw.LatencyUS[l.Class] + m.stepOverheadUS()
 	switch l.Class {
 	case topology.NV:
 		if nd.nvSwitch {
@@ -185,7 +185,7 @@ func (m *model) netLatency(a, b int32) float64 {
 	if lat <= 0 {
 		lat = m.bw.LatencyUS[topology.NET]
 	}
-	lat += StepOverheadUS + NetStepOverheadUS
+	lat += m.stepOverheadUS() + NetStepOverheadUS
 	m.netLat[key] = lat
 	return lat
 }

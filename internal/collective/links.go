@@ -151,22 +151,22 @@ func (m *model) capacity(k linkKey) float64 {
 	var c float64
 	switch k.kind {
 	case kNVPort:
-		c = m.nodes[k.node].nvPort[k.a] * EffNVLink
+		c = m.nodes[k.node].nvPort[k.a] * m.effOf(m.bw.Efficiency.NVLink, EffNVLink)
 	case kNVLS:
-		c = m.nodes[k.node].nvPort[k.a] * EffNVLS
+		c = m.nodes[k.node].nvPort[k.a] * m.effOf(m.bw.Efficiency.NVLS, EffNVLS)
 	case kNVPair:
 		nd := m.nodes[k.node]
 		l := nd.n.GPUPaths[k.a][k.b]
 		n := max(l.NVLinks, 1)
-		c = float64(n) * nd.perLink * EffNVLink
+		c = float64(n) * nd.perLink * m.effOf(m.bw.Efficiency.NVLink, EffNVLink)
 	case kPCIe:
-		c = m.nodes[k.node].pcie * EffPCIe
+		c = m.nodes[k.node].pcie * m.effOf(m.bw.Efficiency.PCIe, EffPCIe)
 	case kSMP:
-		c = m.nodes[k.node].smp * EffPCIe
+		c = m.nodes[k.node].smp * m.effOf(m.bw.Efficiency.PCIe, EffPCIe)
 	case kNIC:
-		c = m.nodes[k.node].nicGBps[k.a+1] * EffNet
+		c = m.nodes[k.node].nicGBps[k.a+1] * m.effOf(m.bw.Efficiency.Net, EffNet)
 	case kUplink:
-		c = m.upGBps[k.a] * EffNet
+		c = m.upGBps[k.a] * m.effOf(m.bw.Efficiency.Net, EffNet)
 	}
 	if m.contByNm != nil {
 		if f := m.contByNm[m.linkName(k)]; f > 0 {
@@ -209,3 +209,16 @@ func (nd *nodeInfo) pair(a, b int) int32 {
 }
 
 func (nd *nodeInfo) nic(k int, dir int32) int32 { return nd.off[kNIC] + 2*int32(k+1) + dir }
+
+// effOf is a calibrated efficiency where one is set, else the default.
+func (m *model) effOf(calibrated, def float64) float64 {
+	if calibrated > 0 {
+		return calibrated
+	}
+	return def
+}
+
+// stepOverheadUS is the per-step overhead, calibrated or the default.
+func (m *model) stepOverheadUS() float64 {
+	return m.effOf(m.bw.Efficiency.StepOverheadUS, StepOverheadUS)
+}

@@ -116,6 +116,9 @@ type Contention map[string]float64
 type Options struct {
 	Algorithm  Algorithm
 	Contention Contention
+	// Bandwidths, for PredictNode and PredictCluster, which build the
+	// placement (nil: the defaults; a calibration's, Calibration.Bandwidths).
+	Bandwidths *topology.Bandwidths
 	// Candidates limits what Auto chooses from (nil: every algorithm;
 	// NCCLAlgorithms: those NCCL itself runs).
 	Candidates []Algorithm

@@ -173,9 +173,14 @@ type Row struct {
 	Measured  float64 `json:"measured_busbw_gbps"`
 	Predicted float64 `json:"predicted_busbw_gbps"`
 	// Error is (predicted - measured) / measured.
-	Error  float64 `json:"error"`
-	Source string  `json:"source"`
-	Note   string  `json:"note,omitempty"`
+	Error float64 `json:"error"`
+	// LOMOPredicted is the prediction of a model calibrated on every other
+	// machine's measurements (leave one machine out), LOMOError its error;
+	// large messages only.
+	LOMOPredicted float64 `json:"lomo_predicted_busbw_gbps,omitempty"`
+	LOMOError     float64 `json:"lomo_error,omitempty"`
+	Source        string  `json:"source"`
+	Note          string  `json:"note,omitempty"`
 }
 
 // Summary is the validation's error figures.
@@ -187,6 +192,12 @@ type Summary struct {
 	SmallMax    float64 `json:"small_max_abs_error"`
 	LargeCount  int     `json:"large_count"`
 	SmallCount  int     `json:"small_count"`
+	// LOMOLargeMedian and LOMOLargeMax are the large messages' errors
+	// when each machine is predicted by a model calibrated without it
+	// (FitCalibration on the other machines' files): the error to expect
+	// on a machine not measured.
+	LOMOLargeMedian float64 `json:"lomo_large_median_abs_error"`
+	LOMOLargeMax    float64 `json:"lomo_large_max_abs_error"`
 }
 
 // Validate predicts every case and compares with the measurement read
@@ -194,6 +205,7 @@ type Summary struct {
 func Validate(fsys fs.FS) (Summary, error) {
 	var s Summary
 	var large, small []float64
+	var samples []Sample
 	for _, c := range Cases {
 		data, err := fs.ReadFile(fsys, c.File)
 		if err != nil {
@@ -214,6 +226,8 @@ func Validate(fsys fs.FS) (Summary, error) {
 					return s, fmt.Errorf("case %s: %w", c.Name, err)
 				}
 				e := (r.BusBWGBps - meas) / meas
+				samples = append(samples, Sample{Placement: p, Collective: c.Collective, Algorithm: c.Algorithm, Bytes: pt.Bytes,
+					BusBWGBps: meas, Source: fmt.Sprintf("%s:%d", c.File, line)})
 				s.Rows = append(s.Rows, Row{Case: c.Name, Machine: c.Machine, Algorithm: string(r.Algorithm), Bytes: pt.Bytes,
 					Large: set.large, Measured: meas, Predicted: r.BusBWGBps, Error: e,
 					Source: fmt.Sprintf("%s:%d", c.File, line), Note: c.Note})
@@ -228,7 +242,50 @@ func Validate(fsys fs.FS) (Summary, error) {
 	s.LargeMedian, s.LargeMax = medianMax(large)
 	s.SmallMedian, s.SmallMax = medianMax(small)
 	s.LargeCount, s.SmallCount = len(large), len(small)
+	if err := s.leaveOneMachineOut(samples); err != nil {
+		return s, err
+	}
 	return s, nil
+}
+
+// leaveOneMachineOut predicts each file's large messages with a model
+// calibrated on the other files' large messages.
+func (s *Summary) leaveOneMachineOut(samples []Sample) error {
+	var errs []float64
+	for i := range s.Rows {
+		row := &s.Rows[i]
+		if !row.Large {
+			continue
+		}
+		file, _, _ := strings.Cut(row.Source, ":")
+		var others []Sample
+		var self *Sample
+		for j := range samples {
+			sf, _, _ := strings.Cut(samples[j].Source, ":")
+			switch {
+			case samples[j].Source == row.Source:
+				self = &samples[j]
+			case sf != file && samples[j].Bytes >= FitMinBytes:
+				others = append(others, samples[j])
+			}
+		}
+		if self == nil {
+			continue
+		}
+		cal, err := FitCalibration("lomo", others, nil)
+		if err != nil {
+			return fmt.Errorf("leave %s out: %w", file, err)
+		}
+		r, err := predictWith(*self, cal.Bandwidths(nil))
+		if err != nil {
+			return fmt.Errorf("leave %s out: %w", file, err)
+		}
+		row.LOMOPredicted = r.BusBWGBps
+		row.LOMOError = (r.BusBWGBps - row.Measured) / row.Measured
+		errs = append(errs, math.Abs(row.LOMOError))
+	}
+	s.LOMOLargeMedian, s.LOMOLargeMax = medianMax(errs)
+	return nil
 }
 
 func medianMax(v []float64) (float64, float64) {

@@ -24,6 +24,22 @@ type Bandwidths struct {
 	DefaultPCIeGen   int `json:"default_pcie_gen"`
 
 	LatencyUS map[Class]float64 `json:"-"`
+
+	// Efficiency, where a calibration sets it, replaces the cost model's
+	// documented share of line rate per kind of link
+	// (internal/collective's Eff* constants) and its per-step overhead.
+	Efficiency Efficiency `json:"efficiency,omitzero"`
+}
+
+// Efficiency is what a calibration fits: the share of line rate a large
+// NCCL transfer achieves on each kind of link, and the overhead of one
+// step of an algorithm; 0 leaves the model's default.
+type Efficiency struct {
+	NVLink         float64 `json:"nvlink,omitempty"`
+	NVLS           float64 `json:"nvls,omitempty"`
+	PCIe           float64 `json:"pcie,omitempty"`
+	Net            float64 `json:"net,omitempty"`
+	StepOverheadUS float64 `json:"step_overhead_us,omitempty"`
 }
 
 // defaults is the shared, never modified table that a nil *Bandwidths

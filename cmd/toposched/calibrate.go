@@ -1,0 +1,162 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toposched/toposched/internal/collective"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/formats/nccltests"
+	"github.com/toposched/toposched/internal/topology"
+)
+
+type calibrateFlags struct {
+	topology, collective, algo, name, out string
+	nodes                                 int
+	ncclTests                             []string
+}
+
+func newModelCalibrate() *cobra.Command {
+	var f calibrateFlags
+	cmd := &cobra.Command{
+		Use:   "calibrate --topology FILE --nccl-tests FILE... --out SET.json",
+		Short: "Fit the cost model's link efficiencies to nccl-tests measurements",
+		Long: `calibrate reads nccl-tests outputs (all_reduce_perf, all_gather_perf,
+reduce_scatter_perf, sendrecv_perf) measured on the machine the topology file
+describes (nvidia-smi topo -m or NCCL XML; --nodes of it for a multi-node
+run), and fits the share of line rate each kind of link achieves there
+(NVLink, NVLS, PCIe, network) from the messages of 128 MiB and more: each is
+scaled by the median of measured over predicted bus bandwidth of the
+measurements it bounds. The efficiencies do not depend on the collective, so
+a sweep of one predicts the others. It writes a calibration set that
+model predict --calibration reads.
+
+A file that is cut off, a number that cannot be (a negative time), or a bus
+bandwidth above what the links could carry at line rate (a measurement of
+another topology) is refused with the file, the line and the reason; nothing
+is written.
+
+  toposched model calibrate --topology node.txt \
+      --nccl-tests all_reduce_perf.txt --out node-calibration.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runCalibrate(cmd.OutOrStdout(), f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.topology, "topology", "", "topology file of the machine measured (nvidia-smi topo -m output or NCCL XML)")
+	fl.IntVar(&f.nodes, "nodes", 1, "nodes of that topology the measurements ran on, all their GPUs each")
+	fl.StringSliceVar(&f.ncclTests, "nccl-tests", nil, "nccl-tests output files (comma separated or repeated)")
+	fl.StringVar(&f.collective, "collective", "", "the files' collective (default: from each file's name: all_reduce, all_gather, reduce_scatter or sendrecv)")
+	fl.StringVar(&f.algo, "algorithm", "auto", "the algorithm NCCL ran (NCCL_ALGO), or auto for NCCL's own choice")
+	fl.StringVar(&f.name, "name", "", "name of the set (default: the topology file's)")
+	fl.StringVar(&f.out, "out", "", "calibration set to write (JSON)")
+	return cmd
+}
+
+func runCalibrate(stdout io.Writer, f calibrateFlags) error {
+	switch {
+	case f.topology == "":
+		return errors.New("model calibrate: --topology is required")
+	case len(f.ncclTests) == 0:
+		return errors.New("model calibrate: --nccl-tests is required")
+	case f.out == "":
+		return errors.New("model calibrate: --out is required")
+	case f.nodes < 1:
+		return fmt.Errorf("model calibrate: --nodes %d: expected at least 1", f.nodes)
+	}
+	algo, err := collective.ParseAlgorithm(f.algo)
+	if err != nil {
+		return fmt.Errorf("model calibrate: --algorithm: %w", err)
+	}
+	ev, err := clusterfile.LoadNodeFile(f.topology, clusterfile.NodeFileOptions{})
+	if err != nil {
+		return fmt.Errorf("model calibrate: %w", err)
+	}
+	var nodes []*topology.Node
+	for i := range f.nodes {
+		n, err := topology.FromEvent(ev)
+		if err != nil {
+			return fmt.Errorf("model calibrate: %w", err)
+		}
+		n.Name = fmt.Sprintf("%s-%d", filepath.Base(f.topology), i)
+		nodes = append(nodes, n)
+	}
+	p := collective.Placement{Ranks: collective.NodesRanks(nodes, len(nodes[0].GPUs))}
+	var samples []collective.Sample
+	for _, file := range f.ncclTests {
+		c, err := collectiveOf(file, f.collective)
+		if err != nil {
+			return fmt.Errorf("model calibrate: %w", err)
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("model calibrate: %w", err)
+		}
+		res, err := nccltests.Parse(file, data)
+		if err != nil {
+			return fmt.Errorf("model calibrate: %w", err)
+		}
+		for _, r := range res.Rows {
+			if r.BusBW() <= 0 {
+				continue // too small to show
+			}
+			samples = append(samples, collective.Sample{Placement: p, Collective: c, Algorithm: algo, Bytes: r.Bytes,
+				BusBWGBps: r.BusBW(), Source: fmt.Sprintf("%s:%d", file, r.Line)})
+		}
+	}
+	name := f.name
+	if name == "" {
+		name = filepath.Base(f.topology)
+	}
+	cal, err := collective.FitCalibration(name, samples, nil)
+	if err != nil {
+		return fmt.Errorf("model calibrate: %w", err)
+	}
+	body, err := json.MarshalIndent(cal, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(f.out, append(body, '\n'), 0o644); err != nil {
+		return fmt.Errorf("model calibrate: %w", err)
+	}
+	for _, fit := range cal.Fits {
+		if _, err := fmt.Fprintf(stdout, "%-7s efficiency %.3f from %d measurements (measured/predicted before: %.3f)\n",
+			fit.Kind, fit.Efficiency, fit.Samples, fit.Ratio); err != nil {
+			return err
+		}
+	}
+	_, err = fmt.Fprintf(stdout, "wrote %s\n", f.out)
+	return err
+}
+
+// collectiveOf is the flag's collective, else the one the file's name
+// names.
+func collectiveOf(file, flag string) (collective.Collective, error) {
+	if flag != "" {
+		return collective.ParseCollective(flag)
+	}
+	base := filepath.Base(file)
+	for _, c := range []string{"all_reduce", "all_gather", "reduce_scatter", "sendrecv"} {
+		if strings.Contains(base, c) {
+			return collective.ParseCollective(c)
+		}
+	}
+	return "", fmt.Errorf("%s: the name names no collective (all_reduce, all_gather, reduce_scatter, sendrecv): give --collective", file)
+}
+
+// loadCalibration reads a calibration set.
+func loadCalibration(file string) (*collective.Calibration, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return collective.ParseCalibration(file, data)
+}

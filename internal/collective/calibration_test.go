@@ -1,0 +1,129 @@
+package collective
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/toposched/toposched/internal/topology"
+)
+
+// truth measures with known efficiencies: the samples a cluster whose
+// links achieve eff would give.
+func truth(t *testing.T, p Placement, eff topology.Efficiency, c Collective, sizes ...float64) []Sample {
+	t.Helper()
+	bw := (&Calibration{Efficiency: eff}).Bandwidths(nil)
+	var out []Sample
+	for i, b := range sizes {
+		q := p
+		q.Bandwidths = bw
+		r, err := Predict(q, c, b, Options{Candidates: NCCLAlgorithms})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, Sample{Placement: p, Collective: c, Algorithm: Auto, Bytes: b, BusBWGBps: r.BusBWGBps, Source: fmt.Sprintf("m.txt:%d", i+1)})
+	}
+	return out
+}
+
+// A sweep of one collective recovers the links' efficiencies, and with
+// them predicts the other collectives on the same machine.
+func TestFitCalibration(t *testing.T) {
+	t.Parallel()
+	pcie := BuildNode(NodeSpec{Name: "pcie", GPUs: 8, Model: "L40S", PCIeGen: 4, PCIePath: func(a, b int) topology.Class {
+		if a/4 == b/4 {
+			return topology.PXB
+		}
+		return topology.SYS
+	}})
+	nv := BuildNode(NodeSpec{Name: "nv", GPUs: 8, Model: "A100", NVLinks: 12, NVLinkGen: 3, PCIeGen: 4, NICs: 4, NICGbps: 200})
+	nv2 := BuildNode(NodeSpec{Name: "nv2", GPUs: 8, Model: "A100", NVLinks: 12, NVLinkGen: 3, PCIeGen: 4, NICs: 4, NICGbps: 200})
+	for _, tc := range []struct {
+		name string
+		p    Placement
+		eff  topology.Efficiency
+		kind string
+	}{
+		{"PCIe server", Placement{Ranks: NodeRanks(pcie)}, topology.Efficiency{PCIe: 0.55}, "pcie"},
+		{"NVSwitch node", Placement{Ranks: NodeRanks(nv)}, topology.Efficiency{NVLink: 0.7}, "nvlink"},
+		{"two nodes over the network", Placement{Ranks: NodesRanks([]*topology.Node{nv, nv2}, 8)}, topology.Efficiency{Net: 0.6}, "net"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			samples := truth(t, tc.p, tc.eff, AllReduce, 1<<20, 256<<20, 1<<30, 4<<30)
+			cal, err := FitCalibration("test", samples, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cal.Fits) != 1 || cal.Fits[0].Kind != tc.kind || cal.Fits[0].Samples != 3 {
+				t.Fatalf("fits %+v, want one of %s from 3 samples", cal.Fits, tc.kind)
+			}
+			want := tc.eff.NVLink + tc.eff.PCIe + tc.eff.Net
+			if got := cal.Fits[0].Efficiency; math.Abs(got-want) > 0.01*want {
+				t.Errorf("%s efficiency %.4f, want %.4f", tc.kind, got, want)
+			}
+			// The other collectives, never measured.
+			for _, c := range []Collective{AllGather, ReduceScatter} {
+				meas := truth(t, tc.p, tc.eff, c, 1<<30)[0]
+				r, err := predictWith(meas, cal.Bandwidths(nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e := math.Abs(r.BusBWGBps-meas.BusBWGBps) / meas.BusBWGBps; e > 0.02 {
+					t.Errorf("%s: predicted %.2f GB/s, measured %.2f (%.1f%% off)", c, r.BusBWGBps, meas.BusBWGBps, 100*e)
+				}
+			}
+		})
+	}
+}
+
+func TestFitCalibrationRefuses(t *testing.T) {
+	t.Parallel()
+	pcie := BuildNode(NodeSpec{Name: "pcie", GPUs: 4, PCIeGen: 4})
+	p := Placement{Ranks: NodeRanks(pcie)}
+	for _, tc := range []struct {
+		name    string
+		samples []Sample
+		want    []string
+	}{
+		{"above line rate", []Sample{{Placement: p, Collective: AllReduce, Bytes: 1 << 30, BusBWGBps: 230, Source: "nv.txt:26"}},
+			[]string{"nv.txt:26", "above", "line rate", "not of this topology"}},
+		{"nothing large", []Sample{{Placement: p, Collective: AllReduce, Bytes: 1 << 20, BusBWGBps: 5, Source: "s.txt:3"}},
+			[]string{"no measurement of 134217728 bytes or more"}},
+		{"negative", []Sample{{Placement: p, Collective: AllReduce, Bytes: 1 << 30, BusBWGBps: -1, Source: "n.txt:4"}},
+			[]string{"n.txt:4", "positive"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := FitCalibration("x", tc.samples, nil)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestParseCalibration(t *testing.T) {
+	t.Parallel()
+	good := `{"version": 1, "name": "n", "efficiency": {"pcie": 0.6}}`
+	c, err := ParseCalibration("c.json", []byte(good))
+	if err != nil || c.Efficiency.PCIe != 0.6 {
+		t.Fatalf("%+v %v", c, err)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"{\n  \"version\": 1,\n  \"efficiency\": {\"pcie\": 0.6,}\n}", "c.json:3:"},
+		{`{"version": 1, "efficiency": {"nvlink": 1.5}}`, "efficiency.nvlink = 1.5"},
+		{`{"version": 2, "efficiency": {}}`, "version 2"},
+		{`{"version": 1, "efficiency": {"pcei": 0.5}}`, `unknown field "pcei"`},
+	} {
+		if _, err := ParseCalibration("c.json", []byte(tc.in)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}
