@@ -64,14 +64,14 @@ func TestExactInNodeFindsBridgedPairs(t *testing.T) {
 
 // TestExactInNodeOnGeneratedTopologies: on thousands of seeded generated
 // nodes with random occupancy and random tp/dp jobs, topology-aware is
-// within 0.5% of the exhaustive optimum wherever the exact in-node choice
-// is within its budget. Cases past the budget (the heuristic alone) are
-// counted and their worst ratio logged, not asserted.
+// within 0.5% of the exhaustive optimum on every case of up to 7,000
+// ordered selections (free!/(free-k)!): past the budget of 2,000 the
+// twin classes (interchangeable GPUs, enumerated once) bring most within
+// reach.
 func TestExactInNodeOnGeneratedTopologies(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(14, 1))
 	checked, past := 0, 0
-	worstPast := 1.0
 	for i := 0; checked < 2000; i++ {
 		fam := fixtures.Families[i%len(fixtures.Families)]
 		sp := spec{name: "n", ev: fam.Node(rng, "n")}
@@ -86,13 +86,12 @@ func TestExactInNodeOnGeneratedTopologies(t *testing.T) {
 		if k%tp != 0 {
 			tp = 1
 		}
+		if ExhaustiveCount(free, k) > 7_000 {
+			continue
+		}
 		st := build(t, sp)
 		snap := st.Snapshot()
 		job := fixtures.SyntheticJob("j", k, tp, 1)
-		within := ExhaustiveCount(free, k) <= DefaultNodeExact
-		if !within && ExhaustiveCount(free, k) > 7_000 {
-			continue
-		}
 		opt, err := Exhaustive(snap, job, Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -107,15 +106,13 @@ func TestExactInNodeOnGeneratedTopologies(t *testing.T) {
 		if best.CommSeconds > 0 {
 			ratio = got.CommSeconds / best.CommSeconds
 		}
-		if !within {
-			past++
-			worstPast = max(worstPast, ratio)
-			continue
-		}
 		checked++
+		if ExhaustiveCount(free, k) > DefaultNodeExact {
+			past++
+		}
 		if ratio > 1.005 {
 			t.Errorf("%s (held %v), %d GPUs tp=%d: %v is %.3f× the optimum %v", fam.Name, sp.held, k, tp, r.GPUs, ratio, opt.GPUs)
 		}
 	}
-	t.Logf("%d cases within the exact budget, all within 0.5%% of the optimum; %d past it, worst %.3f× the optimum", checked, past, worstPast)
+	t.Logf("%d cases within 0.5%% of the optimum, %d of them past %d ordered selections", checked, past, DefaultNodeExact)
 }

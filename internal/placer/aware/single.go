@@ -17,6 +17,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // inNode is a chosen subset of one node's free GPUs.
@@ -385,23 +386,32 @@ func (in inNode) domain() string {
 // model scores fastest, start (the heuristic's choice, of cost t0) unless
 // another is faster by more than 0.5%, or as fast and taking GPUs from
 // more broken domains (fewer holes), so that whole NVLink pairs and
-// islands, PCIe switches and NUMA nodes stay whole for the next job. It
-// is tried only when the free GPUs' ordered selections, free!/(free-k)!,
-// fit in what is left of *budget, which it then spends; ok is false when
-// they do not, or when nothing beat start.
+// islands, PCIe switches and NUMA nodes stay whole for the next job.
+//
+// GPUs that are twins (the same link to every other free GPU, and the
+// same hole) give the same cost in either place, so of the orders that
+// differ only by swapping twins one is scored: the one whose twins appear
+// in index order. That leaves the choices that can differ, which it
+// counts first; it is tried only when they fit in what is left of
+// *budget, which it then spends, and ok is false when they do not, when
+// all the free GPUs are alike (an NVSwitch node: one choice), or when
+// nothing beat start.
 func (p *placer) exactInNode(c *candNode, start []store.GPUKey, t0 float64, budget *int) (gpus []store.GPUKey, cost float64, ok bool) {
 	f, k := len(c.free), len(start)
-	count := ExhaustiveCount(f, k)
-	if k < 2 || count == 0 || count > float64(*budget) {
+	if k < 2 || k > f {
 		return nil, 0, false
 	}
-	if p.uniform(c) {
-		// Every choice is as fast as every other (an NVSwitch node):
-		// the heuristic's best fit stands.
+	nt, err := p.e.res.node(c.node.Name)
+	if err != nil || alike(nt, c.free) {
+		return nil, 0, false // one choice (an NVSwitch node), or nothing known
+	}
+	hole := p.holes(c)
+	class, sizes := twins(nt, c.free, hole)
+	count := canonicalOrders(sizes, k)
+	if count <= 1 || count > float64(*budget) {
 		return nil, 0, false
 	}
 	*budget -= int(count)
-	hole := p.holes(c)
 	holeOf := func(key store.GPUKey) int {
 		for i, g := range c.free {
 			if g.Index == key.Index {
@@ -427,9 +437,15 @@ func (p *placer) exactInNode(c *candNode, start []store.GPUKey, t0 float64, budg
 			}
 			return
 		}
+	next:
 		for i, g := range c.free {
 			if used[i] {
 				continue
+			}
+			for j := range i { // a twin before it still unused: its turn first
+				if class[j] == class[i] && !used[j] {
+					continue next
+				}
 			}
 			used[i], holes = true, holes+hole[i]
 			sel = append(sel, g.Key())
@@ -442,25 +458,86 @@ func (p *placer) exactInNode(c *candNode, start []store.GPUKey, t0 float64, budg
 	return best, bestT, best != nil
 }
 
-// uniform reports whether every pair of the node's free GPUs has the same
-// bandwidth, so that no choice among them can be faster than another.
-func (p *placer) uniform(c *candNode) bool {
-	nt, err := p.e.res.node(c.node.Name)
-	if err != nil {
-		return false
+// alike reports whether every pair of the free GPUs has the same link, so
+// that no choice among them can be faster than another.
+func alike(nt *nodeTopo, free []store.FreeGPU) bool {
+	if len(nt.topo.GPUPaths) == 0 {
+		return true // a node reported without paths
 	}
-	first := -1.0
-	for i, a := range c.free {
-		for _, b := range c.free[i+1:] {
-			bw := nt.topo.Path(nt.pos[a.Index], nt.pos[b.Index], p.e.bw).BandwidthGBps
-			if first < 0 {
-				first = bw
-			} else if bw != first {
+	if len(free) < 2 {
+		return true
+	}
+	first := nt.topo.GPUPaths[nt.pos[free[0].Index]][nt.pos[free[1].Index]]
+	for i, a := range free {
+		for _, b := range free[i+1:] {
+			if nt.topo.GPUPaths[nt.pos[a.Index]][nt.pos[b.Index]] != first {
 				return false
 			}
 		}
 	}
 	return true
+}
+
+// twins numbers the free GPUs by class: two GPUs are in one class when
+// their links to every other free GPU are the same and so are their holes.
+// sizes counts each class's GPUs. The node has paths (alike says so).
+func twins(nt *nodeTopo, free []store.FreeGPU, hole []int) (class, sizes []int) {
+	f := len(free)
+	link := func(a, b int) topology.Link {
+		return nt.topo.GPUPaths[nt.pos[free[a].Index]][nt.pos[free[b].Index]]
+	}
+	twin := func(a, b int) bool {
+		if hole[a] != hole[b] {
+			return false
+		}
+		for x := range f {
+			if x != a && x != b && link(a, x) != link(b, x) {
+				return false
+			}
+		}
+		return true
+	}
+	class = make([]int, f)
+	for i := range f {
+		class[i] = -1
+		for j := range i {
+			if twin(i, j) {
+				class[i] = class[j]
+				break
+			}
+		}
+		if class[i] < 0 {
+			class[i] = len(sizes)
+			sizes = append(sizes, 0)
+		}
+		sizes[class[i]]++
+	}
+	return class, sizes
+}
+
+// canonicalOrders counts the orders of k GPUs drawn from classes of the
+// given sizes, twins of a class in index order: the sum, over how many of
+// each class are drawn, of the multinomial k! / (m1! m2! ...).
+func canonicalOrders(sizes []int, k int) float64 {
+	ways := make([]float64, k+1) // ways[j]: orders of j GPUs from the classes so far
+	ways[0] = 1
+	for _, size := range sizes {
+		next := make([]float64, k+1)
+		for j, w := range ways {
+			if w == 0 {
+				continue
+			}
+			choose := 1.0 // C(j+m, m)
+			for m := 0; m <= size && j+m <= k; m++ {
+				if m > 0 {
+					choose = choose * float64(j+m) / float64(m)
+				}
+				next[j+m] += w * choose
+			}
+		}
+		ways = next
+	}
+	return ways[k]
 }
 
 // indices are the GPU indices of keys on one node.
