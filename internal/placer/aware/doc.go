@@ -64,11 +64,13 @@
 // (within 0.5%) going to the better fit. On each of those nodes whose free
 // GPUs are not all alike (an NVSwitch node's are), the choice is then made
 // exactly when affordable: every subset of its free GPUs and every rank
-// order on it, free!/(free-k)! cost-model evaluations, while they fit in
-// Options.NodeExact (2,000 for the candidates together: 4 of 8 free GPUs,
-// 3 of 12, 2 of 16); the heuristic's choice stays unless one is faster by
-// 0.5%, or as fast with fewer holes (whole pairs, switches and NUMA nodes
-// kept for the next job). Across nodes, nodes are taken
+// order on it, twins (GPUs with the same link to every other free GPU and
+// the same hole) tried once, while those choices fit in Options.NodeExact
+// (2,000 cost-model evaluations for the candidates together: up to all 8
+// GPUs of a node of bridged pairs or PCIe switch pairs, 4 of 8 where every
+// GPU differs); the heuristic's choice stays unless one is faster by 0.5%,
+// or as fast with fewer holes (whole pairs, switches and NUMA nodes kept
+// for the next job). Across nodes, nodes are taken
 // within the chosen domain leaf by leaf (fullest leaves first), the
 // largest offers first, and the remainder from the node whose offer fits
 // it most tightly.
