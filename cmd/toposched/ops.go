@@ -43,11 +43,14 @@ type opsFlags struct {
 	metricsListen string
 	replica       string
 	leaseTTL      time.Duration
+	calibration   string
 }
 
 func (f *opsFlags) register(fs *pflag.FlagSet, placement bool) {
 	fs.StringVar(&f.metricsListen, "metrics-listen", "",
 		"serve /metrics (Prometheus), /healthz and /readyz on HOST:PORT (empty: off)")
+	fs.StringVar(&f.calibration, "calibration", "",
+		"calibration set (toposched model calibrate --out) whose link efficiencies placement's and the optimizer's cost model use (default: the documented ones)")
 	if placement {
 		fs.StringVar(&f.replica, "replica", os.Getenv("TOPOSCHED_REPLICA"),
 			"this replica's name in placement's lease and policy events, unique among live replicas, such as the pod name (env TOPOSCHED_REPLICA; default host/pid)")

@@ -198,6 +198,14 @@ func startEmbedded(f embeddedFlags, log *slog.Logger) (natsConn, error) {
 // runServices connects to NATS, runs the services until ctx ends, then
 // stops them gracefully and drains the connection.
 func runServices(ctx context.Context, g *globals, conn natsConn, source string, cfg operator.Config, ops *opsFlags, log *slog.Logger) error {
+	if ops.calibration != "" {
+		cal, err := loadCalibration(ops.calibration)
+		if err != nil {
+			return fmt.Errorf("--calibration: %w", err)
+		}
+		cfg.Bandwidths = cal.Bandwidths(nil)
+		log.Info("cost model calibrated", "file", ops.calibration, "name", cal.Name, "efficiency", cal.Efficiency)
+	}
 	mr := newMetricsRun(ops)
 	bcfg := g.busConfig(conn.url, source, log)
 	if conn.opts != nil {

@@ -83,7 +83,7 @@ func DryRun(c clusterfile.Cluster, occupied []Occupied, job events.JobSubmitted,
 	d.DecidedAt = time.Now().UTC()
 	launch.Fill(&d, snap)
 	d.Warnings, d.Explanation = plan.Warnings, plan.Explanation
-	if d.Prediction, d.Baseline, err = Predictions(snap, analyzed, res.GPUs, base, fabric, strategy); err != nil {
+	if d.Prediction, d.Baseline, err = Predictions(snap, analyzed, res.GPUs, base, fabric, nil, strategy); err != nil {
 		return "", nil, fmt.Errorf("dry run: %w", err)
 	}
 	return events.NamePlacementDecided, &d, nil

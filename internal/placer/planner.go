@@ -25,6 +25,8 @@ type Planner struct {
 	// Strategy names one of Names(false); "" is topology-aware.
 	Strategy string
 	Fabric   *topology.Fabric
+	// Bandwidths of the cost model (nil: the defaults; a calibration's).
+	Bandwidths *topology.Bandwidths
 	// Policies in force; nil means none.
 	Policies *policies.Set
 	// Reservation, when set, keeps its nodes from jobs that do not come
@@ -74,7 +76,7 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 	}
 	pv := newPolicyView(ctx, snap, p.Policies, job, log)
 	x := &aware.Explain{}
-	opts := aware.Options{Fabric: p.Fabric, Explain: x}
+	opts := aware.Options{Fabric: p.Fabric, Bandwidths: p.Bandwidths, Explain: x}
 	reserved := 0
 	res := p.Reservation.Holds(job)
 	opts.Filter = func(n aware.NodeView) bool {

@@ -13,9 +13,10 @@ import (
 )
 
 // Prediction is the cost model's prediction for a job on the given GPUs,
-// per kind of group the slowest group (they run side by side).
-func Prediction(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, fabric *topology.Fabric, strategy string) (*events.Prediction, error) {
-	r, err := aware.Predict(snap, job, gpus, fabric)
+// per kind of group the slowest group (they run side by side), over
+// fabric with the link bandwidths bw (nil: the defaults; a calibration's).
+func Prediction(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, fabric *topology.Fabric, bw *topology.Bandwidths, strategy string) (*events.Prediction, error) {
+	r, err := aware.PredictWith(snap, job, gpus, aware.Options{Fabric: fabric, Bandwidths: bw})
 	if err != nil {
 		return nil, err
 	}
@@ -45,8 +46,8 @@ func Prediction(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKe
 // baseline when it did not place). The same GPUs in the same order share
 // one prediction. A prediction that fails is nil and its error is
 // returned (both joined when both fail): the decision stands without it.
-func Predictions(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, base outcome.Result, fabric *topology.Fabric, strategy string) (ours, baseline *events.Prediction, err error) {
-	ours, oerr := Prediction(snap, job, gpus, fabric, strategy)
+func Predictions(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, base outcome.Result, fabric *topology.Fabric, bw *topology.Bandwidths, strategy string) (ours, baseline *events.Prediction, err error) {
+	ours, oerr := Prediction(snap, job, gpus, fabric, bw, strategy)
 	if oerr != nil {
 		oerr = fmt.Errorf("prediction (%s): %w", strategy, oerr)
 	}
@@ -58,7 +59,7 @@ func Predictions(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUK
 		copied.Strategy = StrategyBlind
 		baseline = &copied
 	default:
-		if baseline, berr = Prediction(snap, job, base.GPUs, fabric, StrategyBlind); berr != nil {
+		if baseline, berr = Prediction(snap, job, base.GPUs, fabric, bw, StrategyBlind); berr != nil {
 			berr = fmt.Errorf("baseline prediction: %w", berr)
 		}
 	}

@@ -312,7 +312,7 @@ func checkCase(t *testing.T, c *propCase, st *propStats) []string {
 		return out, true
 	}
 	predict := func(strategy string, gpus []store.GPUKey) (float64, bool) {
-		pr, err := Prediction(snap, c.job, gpus, c.fabric, strategy)
+		pr, err := Prediction(snap, c.job, gpus, c.fabric, nil, strategy)
 		if err != nil {
 			fail("%s: prediction: %v", strategy, err)
 			return 0, false

@@ -88,7 +88,7 @@ func (blindStrategy) Place(snap *store.Snapshot, job events.JobAnalyzed, opts aw
 		return r, base, nil
 	}
 	c := aware.Candidate{GPUs: r.GPUs, Domain: store.ClusterDomain}
-	if pr, err := Prediction(snap, job, r.GPUs, opts.Fabric, StrategyBlind); err == nil {
+	if pr, err := Prediction(snap, job, r.GPUs, opts.Fabric, opts.Bandwidths, StrategyBlind); err == nil {
 		c.CommSeconds = pr.CommSecondsPerStep
 	}
 	j := opts.Judge(c)

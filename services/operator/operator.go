@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/topology"
 	"github.com/toposched/toposched/services/analysis"
 	"github.com/toposched/toposched/services/discovery"
 	"github.com/toposched/toposched/services/optimizer"
@@ -39,6 +40,9 @@ type Config struct {
 	Poll time.Duration
 	// Strategy is placement's: topology-aware (default) or blind.
 	Strategy string
+	// Bandwidths are the cost model's link rates and efficiencies for
+	// placement and the optimizer (nil: the defaults; a calibration's).
+	Bandwidths *topology.Bandwidths
 	// ReserveAfter is how long the head of placement's queue waits before
 	// nodes are held for it (placer.Reservation); nil for the default,
 	// negative for never.
@@ -202,7 +206,7 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 		}
 	}
 	if has(Optimizer) {
-		opt, err := optimizer.New(optimizer.Config{}, optimizer.Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects, Log: log})
+		opt, err := optimizer.New(optimizer.Config{Bandwidths: cfg.Bandwidths}, optimizer.Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects, Log: log})
 		if err != nil {
 			return abort(err)
 		}

@@ -108,7 +108,7 @@ func (d *decider) decide(ctx context.Context, env events.Envelope, a *events.Job
 // predict is placement's: placer.Predictions on the state before the
 // decision, a failure logged.
 func (d *decider) predict(before *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, b outcome.Result) (ours, base *events.Prediction) {
-	ours, base, err := placer.Predictions(before, job, gpus, b, d.fabric, d.strategy)
+	ours, base, err := placer.Predictions(before, job, gpus, b, d.fabric, nil, d.strategy)
 	if err != nil {
 		d.t.Logf("prediction of %s failed: %v", job.Job.JobID, err)
 	}

@@ -74,7 +74,11 @@ const (
 
 // Config is the optimizer's configuration. It has none yet; the type
 // keeps the shape every service shares.
-type Config struct{}
+type Config struct {
+	// Bandwidths are the cost model's link rates and efficiencies (nil:
+	// the defaults; a calibration's, collective.Calibration.Bandwidths).
+	Bandwidths *topology.Bandwidths
+}
 
 // Validate reports every problem at once.
 func (Config) Validate() error { return nil }
@@ -107,13 +111,15 @@ func (d Deps) validate() error {
 
 // Service is the optimizer.
 type Service struct {
-	pub      bus.Publisher
-	read     bus.Reader
-	consume  bus.Consumer
-	subjects events.Subjects
-	log      *slog.Logger
-	now      func() time.Time
-	serving  chan struct{}
+	// bandwidths of the cost model (Config.Bandwidths).
+	bandwidths *topology.Bandwidths
+	pub        bus.Publisher
+	read       bus.Reader
+	consume    bus.Consumer
+	subjects   events.Subjects
+	log        *slog.Logger
+	now        func() time.Time
+	serving    chan struct{}
 
 	// mu serialises every handler: they share the state below, and a
 	// catch-up from one handler applies events another would have.
@@ -177,18 +183,19 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		now = time.Now
 	}
 	return &Service{
-		pub:      deps.Publish,
-		read:     deps.Read,
-		consume:  deps.Consume,
-		subjects: deps.Subjects,
-		log:      log.With("component", "optimizer"),
-		now:      now,
-		serving:  make(chan struct{}),
-		store:    st,
-		health:   map[string]map[string]events.TopologyHealth{},
-		analyses: map[string]*events.JobAnalyzed{},
-		live:     map[string]*liveJob{},
-		holder:   map[gpuKey]string{},
+		pub:        deps.Publish,
+		read:       deps.Read,
+		consume:    deps.Consume,
+		subjects:   deps.Subjects,
+		log:        log.With("component", "optimizer"),
+		now:        now,
+		serving:    make(chan struct{}),
+		store:      st,
+		health:     map[string]map[string]events.TopologyHealth{},
+		analyses:   map[string]*events.JobAnalyzed{},
+		live:       map[string]*liveJob{},
+		holder:     map[gpuKey]string{},
+		bandwidths: cfg.Bandwidths,
 	}, nil
 }
 

@@ -112,7 +112,7 @@ func (s *Service) OnTelemetry(ctx context.Context, env events.Envelope, t *event
 		if err := s.ready(ctx, lj); err != nil {
 			return err
 		}
-		ev, err := Tuning(s.store.Snapshot(), s.fabric, lj.decision, lj.spec)
+		ev, err := TuningWith(s.store.Snapshot(), s.fabric, s.bandwidths, lj.decision, lj.spec)
 		if err != nil {
 			s.log.WarnContext(ctx, "telemetry not diagnosed: no prediction", "job_id", t.JobID, "err", err)
 			return nil

@@ -45,7 +45,7 @@ func (s *Service) tune(ctx context.Context, _ events.Envelope, d *events.Placeme
 	if err := s.ready(ctx, lj); err != nil {
 		return err
 	}
-	ev, err := Tuning(s.store.Snapshot(), s.fabric, lj.decision, lj.spec)
+	ev, err := TuningWith(s.store.Snapshot(), s.fabric, s.bandwidths, lj.decision, lj.spec)
 	if err != nil {
 		// A decision the model cannot read (a GPU its node no longer
 		// reports) gets no tuning; nothing a retry would change.
@@ -184,11 +184,17 @@ func phasesOf(snap *store.Snapshot, d *events.PlacementDecided, spec *events.Job
 // bindings the prediction assumes (each rank's nearest NIC and NUMA node,
 // each node's NCCL topology file). See package tuning for the choice.
 func Tuning(snap *store.Snapshot, fabric *topology.Fabric, d *events.PlacementDecided, spec *events.JobAnalyzed) (*events.RuntimeTuning, error) {
+	return TuningWith(snap, fabric, nil, d, spec)
+}
+
+// TuningWith is Tuning with the cost model's link bandwidths bw (nil: the
+// defaults; a calibration's).
+func TuningWith(snap *store.Snapshot, fabric *topology.Fabric, bw *topology.Bandwidths, d *events.PlacementDecided, spec *events.JobAnalyzed) (*events.RuntimeTuning, error) {
 	phases, err := phasesOf(snap, d, spec)
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w", d.JobID, err)
 	}
-	plan, err := tuning.Tune(tuning.Input{Phases: phases, Fabric: fabric})
+	plan, err := tuning.Tune(tuning.Input{Phases: phases, Fabric: fabric, Bandwidths: bw})
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w", d.JobID, err)
 	}

@@ -46,6 +46,9 @@ type Config struct {
 	// outcome on it (see bus.Fence).
 	Holder        string
 	LeaseRevision uint64
+	// Bandwidths are the cost model's link rates and efficiencies (nil:
+	// the defaults; a calibration's, collective.Calibration.Bandwidths).
+	Bandwidths *topology.Bandwidths
 }
 
 // DefaultStrategy is the strategy of a Config that names none.
@@ -110,8 +113,10 @@ type Service struct {
 	// topoSeq is the last topology stream sequence the store has applied.
 	topoSeq uint64
 	// fabric is the newest switch tree; nil until one is reported.
-	fabric   *topology.Fabric
-	strategy string
+	fabric *topology.Fabric
+	// bandwidths of the cost model (Config.Bandwidths).
+	bandwidths *topology.Bandwidths
+	strategy   string
 	// policies is the policy set in force; nil means none.
 	policies *policies.Set
 	// reserveAfter is how long the head of the queue waits before nodes
@@ -159,7 +164,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	return &Service{pub: deps.Publish, read: deps.Read, consume: deps.Consume, subjects: deps.Subjects,
 		store: st, log: log.With("component", "placement"), now: now, observe: deps.ObservePolicyEval,
-		ready: make(chan struct{}), strategy: strategy.Name(), policies: cfg.Policies,
+		ready: make(chan struct{}), strategy: strategy.Name(), policies: cfg.Policies, bandwidths: cfg.Bandwidths,
 		reserveAfter: reserveAfter, pendingSince: map[string]time.Time{},
 		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision}, nil
 }
@@ -533,14 +538,14 @@ func (s *Service) decide(ctx context.Context, job events.JobAnalyzed, fresh bool
 
 // planner is the Planner of the service's current state.
 func (s *Service) planner() *placer.Planner {
-	return &placer.Planner{Strategy: s.strategy, Fabric: s.fabric, Policies: s.policies, Reservation: s.reservation, Log: s.log}
+	return &placer.Planner{Strategy: s.strategy, Fabric: s.fabric, Bandwidths: s.bandwidths, Policies: s.policies, Reservation: s.reservation, Log: s.log}
 }
 
 // predict scores the chosen GPUs and, as the baseline, what blind first
 // fit took on the same state (before the reservation), with the same cost
 // model (placer.Predictions).
 func (s *Service) predict(ctx context.Context, before *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, b outcome.Result) (ours, base *events.Prediction) {
-	ours, base, err := placer.Predictions(before, job, gpus, b, s.fabric, s.strategy)
+	ours, base, err := placer.Predictions(before, job, gpus, b, s.fabric, s.bandwidths, s.strategy)
 	if err != nil {
 		s.log.WarnContext(ctx, "prediction failed", "job_id", job.Job.JobID, "strategy", s.strategy, "err", err)
 	}
