@@ -310,18 +310,9 @@ func (s *Service) OnFinished(ctx context.Context, env events.Envelope, ev *event
 // every field and rule that failed; nothing else changes. The message then
 // goes to the dead letters, as one without a readable job id does alone.
 func (s *Service) OnInvalidFinish(ctx context.Context, env events.Envelope, _ []byte, err error) error {
-	if !events.ValidJobID(env.Subject) {
-		s.log.Warn("malformed finish without a usable job id: dead-lettered", "id", env.ID, "err", err)
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ev := &events.PlacementFinishRefused{JobID: env.Subject, RequestID: env.ID, Reasons: pattern.CapReasons(bus.ReasonsOf(err))}
-	if _, perr := s.publish(ctx, ev); perr != nil {
-		return perr
-	}
-	s.log.Info("malformed finish refused", "job_id", env.Subject, "request_id", env.ID, "correlation_id", env.CorrelationID, "err", err)
-	return nil
+	return s.answerMalformed(ctx, env, err, "finish", func(reasons []events.Reason) any {
+		return &events.PlacementFinishRefused{JobID: env.Subject, RequestID: env.ID, Reasons: reasons}
+	})
 }
 
 // OnInvalidMigrationAccept answers a jobs.migration_accepted that names a
@@ -330,21 +321,27 @@ func (s *Service) OnInvalidFinish(ctx context.Context, env events.Envelope, _ []
 // rules, decoding problems), as a request that can be read and is refused
 // is answered.
 func (s *Service) OnInvalidMigrationAccept(ctx context.Context, env events.Envelope, _ []byte, err error) error {
+	return s.answerMalformed(ctx, env, err, "migration acceptance", func(reasons []events.Reason) any {
+		for i := range reasons {
+			reasons[i].Message = "the request cannot be read: " + reasons[i].Message
+		}
+		return &events.PlacementMigrationRefused{JobID: env.Subject, RequestID: env.ID, Reasons: reasons}
+	})
+}
+
+// answerMalformed publishes answer(the reasons err gives, bounded) about
+// the job env names; a message naming none is left to the dead letters.
+func (s *Service) answerMalformed(ctx context.Context, env events.Envelope, err error, what string, answer func([]events.Reason) any) error {
 	if !events.ValidJobID(env.Subject) {
-		s.log.Warn("malformed migration acceptance without a usable job id: dead-lettered", "id", env.ID, "err", err)
+		s.log.Warn("malformed "+what+" without a usable job id: dead-lettered", "id", env.ID, "err", err)
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	reasons := pattern.CapReasons(bus.ReasonsOf(err))
-	for i := range reasons {
-		reasons[i].Message = "the request cannot be read: " + reasons[i].Message
-	}
-	ev := &events.PlacementMigrationRefused{JobID: env.Subject, RequestID: env.ID, Reasons: reasons}
-	if _, perr := s.publish(ctx, ev); perr != nil {
+	if _, perr := s.publish(ctx, answer(pattern.CapReasons(bus.ReasonsOf(err)))); perr != nil {
 		return perr
 	}
-	s.log.Info("malformed migration acceptance refused", "job_id", env.Subject, "request_id", env.ID, "correlation_id", env.CorrelationID, "err", err)
+	s.log.Info("malformed "+what+" refused", "job_id", env.Subject, "request_id", env.ID, "correlation_id", env.CorrelationID, "err", err)
 	return nil
 }
 
