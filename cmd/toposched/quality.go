@@ -43,6 +43,11 @@ NV12/NV18, PCIe switch trees), random occupancy, random tp/dp jobs;
 topology-aware against the exhaustive optimum by family, split by whether
 the exact in-node choice covers the case (target: all of those within 0.5%).
 
+(d) Generated small clusters: 1,000 seeded clusters of two or three generated
+nodes of one family, half to fully occupied, jobs of 2 to 6 GPUs (tp 1 or 2);
+topology-aware against the exhaustive optimum over the cluster, by family
+and by whether the optimum spans nodes (target: >= 98% within 2%).
+
 The run is seeded and deterministic (local search is bounded by --evals,
 not by time).`,
 		Args: cobra.NoArgs,

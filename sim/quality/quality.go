@@ -80,6 +80,12 @@ func Run(out io.Writer, cfg Config) error {
 	if err := qualityFamilies(out, f, opts); err != nil {
 		return err
 	}
+	if _, err := fmt.Fprintln(out); err != nil {
+		return err
+	}
+	if err := qualityClusterFamilies(out, f, opts); err != nil {
+		return err
+	}
 	_, err := fmt.Fprintf(out, "\nquality run took %s\n", time.Since(start).Round(time.Millisecond))
 	return err
 }
@@ -722,6 +728,134 @@ func (c *familyCase) run(opts aware.Options) {
 	if ours.Verdict != outcome.Placed || ex.Verdict != outcome.Placed {
 		c.err = fmt.Errorf("%d GPUs: ours %v, exhaustive %v", c.n, ours.Verdict, ex.Verdict)
 		return
+	}
+	a, err1 := aware.Predict(snap, job, ours.GPUs, nil)
+	b, err2 := aware.Predict(snap, job, ex.GPUs, nil)
+	if c.err = errors.Join(err1, err2); c.err != nil {
+		return
+	}
+	c.ratio = ratio(a.CommSeconds, b.CommSeconds)
+}
+
+// clusterFamilyCase is one generated small cluster of one family.
+type clusterFamilyCase struct {
+	family string
+	nodes  []fixtures.Node
+	n, tp  int
+	multi  bool // the optimum spans nodes
+	ratio  float64
+	err    error
+}
+
+// clusterFamilyCases is table (d)'s size (Quick: 100).
+const clusterFamilyCases = 1_000
+
+// qualityClusterFamilies is table (d): seeded clusters of two or three
+// generated nodes of one family, each half to fully occupied at random,
+// and jobs of 2 to 6 GPUs (tp 1 or 2), topology-aware against the
+// exhaustive optimum over the whole cluster, by family and by whether
+// the optimum spans nodes.
+func qualityClusterFamilies(stdout io.Writer, f qualityFlags, opts aware.Options) error {
+	want := clusterFamilyCases
+	if f.quick {
+		want = 100
+	}
+	out := textout.New(stdout)
+	out.Printf("(d) generated small clusters: topology-aware vs exhaustive optimum, by family (%d seeded cases)\n\n", want)
+	rng := rand.New(rand.NewPCG(f.seed, 15))
+	var cases []*clusterFamilyCase
+	for i := 0; len(cases) < want; i++ {
+		fam := fixtures.Families[i%len(fixtures.Families)]
+		c := &clusterFamilyCase{family: fam.Name}
+		free := 0
+		for j := range 2 + rng.IntN(2) {
+			name := fmt.Sprintf("n%d", j)
+			ev := fam.Node(rng, name)
+			g := len(ev.GPUs)
+			held := rng.Perm(g)[:g/2+rng.IntN(g/2)]
+			free += g - len(held)
+			c.nodes = append(c.nodes, fixtures.Node{Event: ev, Name: name, Held: held})
+		}
+		c.n = 2 + rng.IntN(5)
+		c.tp = []int{1, 2}[rng.IntN(2)]
+		if c.n%c.tp != 0 {
+			c.tp = 1
+		}
+		if c.n > free || aware.ExhaustiveCount(free, c.n) > familyExhaustiveLimit {
+			continue
+		}
+		cases = append(cases, c)
+	}
+	if err := out.Err(); err != nil {
+		return err
+	}
+	parallel(len(cases), func(i int) { cases[i].run(opts) })
+	type row struct {
+		cases, within2 int
+		worst          float64
+	}
+	rows := map[string]*row{}
+	var keys []string
+	within, all := 0, 0
+	for _, c := range cases {
+		if c.err != nil {
+			return fmt.Errorf("quality: %s: %w", c.family, c.err)
+		}
+		k := c.family + "\tone node"
+		if c.multi {
+			k = c.family + "\tnodes"
+		}
+		r := rows[k]
+		if r == nil {
+			r = &row{}
+			rows[k] = r
+			keys = append(keys, k)
+		}
+		r.cases++
+		all++
+		if c.ratio <= 1.02 {
+			r.within2++
+			within++
+		}
+		r.worst = max(r.worst, c.ratio)
+	}
+	slices.Sort(keys)
+	tw := textout.Table(out, 0, 0, 2, ' ', 0)
+	tw.Println("family\toptimum on\tcases\twithin 2%\tworst ours/opt")
+	for _, k := range keys {
+		r := rows[k]
+		tw.Printf("%s\t%d\t%d\t%.3f\n", k, r.cases, r.within2, r.worst)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	share := float64(within) / float64(max(all, 1))
+	out.Printf("\n%d of %d cases within 2%% of the optimum (%.1f%%; target >= 98%%: %s)\n", within, all, 100*share, held(share >= 0.98))
+	return out.Err()
+}
+
+func (c *clusterFamilyCase) run(opts aware.Options) {
+	st, err := fixtures.NewStore(c.nodes, nil)
+	if err != nil {
+		c.err = err
+		return
+	}
+	snap := st.Snapshot()
+	job := fixtures.SyntheticJob("q", c.n, c.tp, 1)
+	ours := aware.Place(snap, job, opts)
+	ex, err := aware.Exhaustive(snap, job, aware.Options{Budget: opts.Budget})
+	if err != nil {
+		c.err = err
+		return
+	}
+	if ours.Verdict != outcome.Placed || ex.Verdict != outcome.Placed {
+		c.err = fmt.Errorf("%d GPUs: ours %v, exhaustive %v", c.n, ours.Verdict, ex.Verdict)
+		return
+	}
+	for _, g := range ex.GPUs {
+		if g.Node != ex.GPUs[0].Node {
+			c.multi = true
+		}
 	}
 	a, err1 := aware.Predict(snap, job, ours.GPUs, nil)
 	b, err2 := aware.Predict(snap, job, ex.GPUs, nil)
