@@ -187,13 +187,15 @@ func (m *model) ring(ph *phase, ranks []int, b float64, steps int) {
 		return
 	}
 	if n > 2 {
-		// Inside one node NCCL searches its own ring over the GPUs,
-		// whatever the ranks' order: the same GPUs give one ring.
+		// Inside a node NCCL searches its own ring over the GPUs, whatever
+		// the ranks' order: the same GPUs give one ring. Across nodes the
+		// ring visits the nodes in the order of their first rank, each
+		// through its searched chain.
 		rs := make([]int, n)
 		for i := range n {
 			rs[i] = at(i)
 		}
-		if order, ok := m.nodeRing(rs); ok {
+		if order := m.searchedRing(rs); order != nil {
 			at = func(i int) int { return order[i] }
 		}
 	}
@@ -287,6 +289,44 @@ func dtreeParent(n, r, t int) int {
 		return -1
 	}
 	return n - 1 - u
+}
+
+// searchedRing is ranks in the order NCCL's rings take them: one node's
+// its searched ring (nodeRing); several nodes' by node in the order of
+// their first rank, each node's ranks as the chain of its searched ring.
+// Nil when no node's order changes.
+func (m *model) searchedRing(ranks []int) []int {
+	if order, ok := m.nodeRing(ranks); ok {
+		return order
+	}
+	var nodes []int32
+	byNode := map[int32][]int{}
+	for _, r := range ranks {
+		nd := m.ranks[r].node
+		if _, seen := byNode[nd]; !seen {
+			nodes = append(nodes, nd)
+		}
+		byNode[nd] = append(byNode[nd], r)
+	}
+	if len(nodes) < 2 {
+		return nil
+	}
+	out := make([]int, 0, len(ranks))
+	changed := false
+	for _, nd := range nodes {
+		seg := byNode[nd]
+		if chain, ok := m.nodeRing(seg); ok {
+			seg, changed = chain, true
+		}
+		out = append(out, seg...)
+	}
+	if !changed && !slices.Equal(out, ranks) {
+		changed = true // the nodes' ranks were interleaved
+	}
+	if !changed {
+		return nil
+	}
+	return out
 }
 
 // nodeRing is the ring NCCL's search would find over ranks, all on one

@@ -94,3 +94,38 @@ func TestPredictionIndependentOfOrder(t *testing.T) {
 	}
 	t.Logf("%d predictions over %d nodes, one bandwidth per GPU set", checked, len(nodes))
 }
+
+// Across two nodes a ring visits each node's GPUs through its searched
+// chain, whatever the ranks' order (interleaved between the nodes, too).
+func TestRingAcrossNodesIndependentOfOrder(t *testing.T) {
+	t.Parallel()
+	pcie := func(name string) *topology.Node {
+		return BuildNode(NodeSpec{Name: name, GPUs: 4, PCIeGen: 4, NICs: 2, NICGbps: 200, PCIePath: func(a, b int) topology.Class {
+			if a/2 == b/2 {
+				return topology.PIX
+			}
+			return topology.SYS
+		}})
+	}
+	a, b := pcie("a"), pcie("b")
+	ranks := append(NodeRanks(a, 0, 1, 3), NodeRanks(b, 0, 2, 3)...)
+	idx := []int{0, 1, 2, 3, 4, 5}
+	var first float64
+	seen := 0
+	permutations(idx, func(order []int) {
+		rs := make([]Rank, len(order))
+		for i, o := range order {
+			rs[i] = ranks[o]
+		}
+		r, err := Predict(Placement{Ranks: rs}, AllReduce, 1<<30, Options{Algorithm: Ring})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen++; seen == 1 {
+			first = r.BusBWGBps
+		} else if r.BusBWGBps != first {
+			t.Fatalf("order %v: %.3f GB/s, first order %.3f", order, r.BusBWGBps, first)
+		}
+	})
+	t.Logf("%d orders of 3 + 3 GPUs on two nodes: %.2f GB/s each", seen, first)
+}
