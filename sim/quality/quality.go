@@ -712,29 +712,33 @@ func qualityFamilies(stdout io.Writer, f qualityFlags, opts aware.Options) error
 }
 
 func (c *familyCase) run(opts aware.Options) {
-	st, err := fixtures.NewStore([]fixtures.Node{{Event: c.ev, Name: "node", Held: c.held, HeldBy: "other"}}, nil)
+	c.ratio, _, c.err = againstOptimum([]fixtures.Node{{Event: c.ev, Name: "node", Held: c.held, HeldBy: "other"}}, c.n, c.tp, opts)
+}
+
+// againstOptimum places a synthetic job of n GPUs (tp) on the nodes with
+// topology-aware and exhaustively, and returns the ratio of their
+// predicted comm times and the optimum's GPUs.
+func againstOptimum(nodes []fixtures.Node, n, tp int, opts aware.Options) (float64, []store.GPUKey, error) {
+	st, err := fixtures.NewStore(nodes, nil)
 	if err != nil {
-		c.err = err
-		return
+		return 0, nil, err
 	}
 	snap := st.Snapshot()
-	job := fixtures.SyntheticJob("q", c.n, c.tp, 1)
+	job := fixtures.SyntheticJob("q", n, tp, 1)
 	ours := aware.Place(snap, job, opts)
 	ex, err := aware.Exhaustive(snap, job, aware.Options{Budget: opts.Budget})
 	if err != nil {
-		c.err = err
-		return
+		return 0, nil, err
 	}
 	if ours.Verdict != outcome.Placed || ex.Verdict != outcome.Placed {
-		c.err = fmt.Errorf("%d GPUs: ours %v, exhaustive %v", c.n, ours.Verdict, ex.Verdict)
-		return
+		return 0, nil, fmt.Errorf("%d GPUs: ours %v, exhaustive %v", n, ours.Verdict, ex.Verdict)
 	}
 	a, err1 := aware.Predict(snap, job, ours.GPUs, nil)
 	b, err2 := aware.Predict(snap, job, ex.GPUs, nil)
-	if c.err = errors.Join(err1, err2); c.err != nil {
-		return
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, nil, err
 	}
-	c.ratio = ratio(a.CommSeconds, b.CommSeconds)
+	return ratio(a.CommSeconds, b.CommSeconds), ex.GPUs, nil
 }
 
 // clusterFamilyCase is one generated small cluster of one family.
@@ -835,32 +839,11 @@ func qualityClusterFamilies(stdout io.Writer, f qualityFlags, opts aware.Options
 }
 
 func (c *clusterFamilyCase) run(opts aware.Options) {
-	st, err := fixtures.NewStore(c.nodes, nil)
-	if err != nil {
-		c.err = err
-		return
-	}
-	snap := st.Snapshot()
-	job := fixtures.SyntheticJob("q", c.n, c.tp, 1)
-	ours := aware.Place(snap, job, opts)
-	ex, err := aware.Exhaustive(snap, job, aware.Options{Budget: opts.Budget})
-	if err != nil {
-		c.err = err
-		return
-	}
-	if ours.Verdict != outcome.Placed || ex.Verdict != outcome.Placed {
-		c.err = fmt.Errorf("%d GPUs: ours %v, exhaustive %v", c.n, ours.Verdict, ex.Verdict)
-		return
-	}
-	for _, g := range ex.GPUs {
-		if g.Node != ex.GPUs[0].Node {
+	var opt []store.GPUKey
+	c.ratio, opt, c.err = againstOptimum(c.nodes, c.n, c.tp, opts)
+	for _, g := range opt {
+		if g.Node != opt[0].Node {
 			c.multi = true
 		}
 	}
-	a, err1 := aware.Predict(snap, job, ours.GPUs, nil)
-	b, err2 := aware.Predict(snap, job, ex.GPUs, nil)
-	if c.err = errors.Join(err1, err2); c.err != nil {
-		return
-	}
-	c.ratio = ratio(a.CommSeconds, b.CommSeconds)
 }
