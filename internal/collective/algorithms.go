@@ -296,6 +296,19 @@ func dtreeParent(n, r, t int) int {
 // their first rank, each node's ranks as the chain of its searched ring.
 // Nil when no node's order changes.
 func (m *model) searchedRing(ranks []int) []int {
+	// The common case, at no cost: each node's ranks together, on nodes
+	// whose GPUs are all alike (NVSwitch): nothing to reorder.
+	plain := true
+	for i, r := range ranks {
+		nd := m.ranks[r].node
+		if !m.nodes[nd].alike || (i > 0 && nd < m.ranks[ranks[i-1]].node) {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return nil
+	}
 	if order, ok := m.nodeRing(ranks); ok {
 		return order
 	}
@@ -348,10 +361,10 @@ func (m *model) nodeRing(ranks []int) ([]int, bool) {
 			return nil, false
 		}
 	}
-	topo := m.nodes[node].n
-	if topo.GPUPaths == nil {
+	if m.nodes[node].alike {
 		return nil, false
 	}
+	topo := m.nodes[node].n
 	byGPU := slices.Clone(ranks)
 	slices.SortFunc(byGPU, func(a, b int) int { return cmp.Compare(m.ranks[a].gpu, m.ranks[b].gpu) })
 	bw := make([][]float64, n)

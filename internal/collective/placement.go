@@ -67,12 +67,15 @@ type nodeInfo struct {
 	n        *topology.Node
 	name     string
 	nvSwitch bool
-	perLink  float64   // NVLink GB/s per link and direction
-	nvPort   []float64 // aggregate NVLink GB/s per GPU (line rate)
-	pcie     float64
-	smp      float64
-	nicGBps  []float64 // by NIC position + 1 (0: the virtual NIC -1)
-	leaf     int32     // -1: no fabric or not listed
+	// alike: every pair of the node's GPUs has the same link, so every
+	// order of its GPUs is one ring (nodeRing has nothing to search).
+	alike   bool
+	perLink float64   // NVLink GB/s per link and direction
+	nvPort  []float64 // aggregate NVLink GB/s per GPU (line rate)
+	pcie    float64
+	smp     float64
+	nicGBps []float64 // by NIC position + 1 (0: the virtual NIC -1)
+	leaf    int32     // -1: no fabric or not listed
 	// localNICs is each GPU's nearest NIC (valid where the root has a
 	// rank on the GPU); rankAt the root's rank on each GPU (-1: none).
 	localNICs []int
@@ -208,6 +211,7 @@ func (m *model) describe(n *topology.Node) *nodeInfo {
 			nd.nvPort[i] = float64(mx) * nv
 		}
 	}
+	nd.alike = n.GPUPaths == nil || alikeLinks(n)
 	// An NVSwitch node: the source says so, or every pair has the same
 	// NVLink count (NV12 on A100, NV18 on H100: each GPU's links all go to
 	// the switches, and any one pair can use them all).
@@ -317,4 +321,21 @@ func (m *model) leaves() {
 		}
 		m.upGBps[nd.leaf] += share * float64(len(nd.nics))
 	}
+}
+
+// alikeLinks reports whether every pair of the node's GPUs has the same
+// link.
+func alikeLinks(n *topology.Node) bool {
+	if len(n.GPUs) < 2 {
+		return true
+	}
+	first := n.GPUPaths[0][1]
+	for i, row := range n.GPUPaths {
+		for j, l := range row {
+			if i != j && l != first {
+				return false
+			}
+		}
+	}
+	return true
 }
