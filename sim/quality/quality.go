@@ -65,26 +65,16 @@ func Run(out io.Writer, cfg Config) error {
 	if f.evals <= 0 {
 		opts.MaxEvals = -1
 	}
-	if err := qualityNodes(out, f, opts); err != nil {
-		return err
-	}
-	if _, err := fmt.Fprintln(out); err != nil {
-		return err
-	}
-	if err := qualityClusters(out, f, opts); err != nil {
-		return err
-	}
-	if _, err := fmt.Fprintln(out); err != nil {
-		return err
-	}
-	if err := qualityFamilies(out, f, opts); err != nil {
-		return err
-	}
-	if _, err := fmt.Fprintln(out); err != nil {
-		return err
-	}
-	if err := qualityClusterFamilies(out, f, opts); err != nil {
-		return err
+	tables := []func(io.Writer, qualityFlags, aware.Options) error{qualityNodes, qualityClusters, qualityFamilies, qualityClusterFamilies}
+	for i, table := range tables {
+		if i > 0 {
+			if _, err := fmt.Fprintln(out); err != nil {
+				return err
+			}
+		}
+		if err := table(out, f, opts); err != nil {
+			return err
+		}
 	}
 	_, err := fmt.Fprintf(out, "\nquality run took %s\n", time.Since(start).Round(time.Millisecond))
 	return err
