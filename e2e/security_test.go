@@ -283,6 +283,24 @@ func TestNATSRolePermissions(t *testing.T) {
 	if r.code != 0 {
 		t.Errorf("topoctl policy push as policy-admin: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
+
+	// Calibration push: the same, and the launcher can still read it.
+	cal := filepath.Join(t.TempDir(), "lab.json")
+	if err := os.WriteFile(cal, []byte(`{"version": 1, "name": "lab", "efficiency": {"pcie": 0.7}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = runCmd(t, 60*time.Second, asUser("launcher"), bins.topoctl, "--nats-url", url, "--nats-user", "launcher", "calibration", "push", cal, "--timeout", "5s")
+	if r.code == 0 {
+		t.Errorf("topoctl calibration push as launcher succeeded:\n%s", r.stdout)
+	}
+	r = runCmd(t, 60*time.Second, asUser("policy-admin"), bins.topoctl, "--nats-url", url, "--nats-user", "policy-admin", "calibration", "push", cal)
+	if r.code != 0 || !strings.Contains(r.stdout, "applied by") {
+		t.Errorf("topoctl calibration push as policy-admin: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = runCmd(t, 60*time.Second, asUser("launcher"), bins.topoctl, "--nats-url", url, "--nats-user", "launcher", "calibration", "show")
+	if r.code != 0 || !strings.Contains(r.stdout, "lab@") {
+		t.Errorf("topoctl calibration show as launcher: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
 }
 
 // serviceConsumers are the durable consumers the launcher cases below try

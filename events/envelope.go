@@ -179,7 +179,7 @@ func KeyOfBody(name Name, body []byte) string {
 		return probe.Node
 	case NameTopologyFabric:
 		return probe.Cluster
-	case NamePolicyApplied, NamePolicyRejected:
+	case NamePolicyApplied, NamePolicyRejected, NameCalibrationApplied, NameCalibrationRejected:
 		return probe.Rev
 	}
 	return ""
@@ -216,6 +216,10 @@ func KeyOf(v any) string {
 	case *PolicyApplied:
 		return e.Revision
 	case *PolicyRejected:
+		return e.Revision
+	case *CalibrationApplied:
+		return e.Revision
+	case *CalibrationRejected:
 		return e.Revision
 	case *PlacementMigration:
 		return e.JobID

@@ -30,6 +30,9 @@ const (
 	NameTopologyHealth         Name = "topology.health"
 	NamePolicyApplied          Name = "policy.applied"
 	NamePolicyRejected         Name = "policy.rejected"
+	// The cost model's calibration sets, applied and refused (policy.go).
+	NameCalibrationApplied  Name = "policy.calibration_applied"
+	NameCalibrationRejected Name = "policy.calibration_rejected"
 
 	// Migration (migration.go).
 	NamePlacementMigration        Name = "placement.migration"
@@ -51,7 +54,7 @@ var Catalogue = []Name{
 	NamePlacementDecided, NamePlacementPending, NamePlacementRejected, NamePlacementReleased,
 	NamePlacementTerm, NamePlacementFinishRefused,
 	NameTopologyNode, NameTopologyFabric, NameTopologyHealth,
-	NamePolicyApplied, NamePolicyRejected,
+	NamePolicyApplied, NamePolicyRejected, NameCalibrationApplied, NameCalibrationRejected,
 	NamePlacementMigration, NameJobMigrationAccepted, NamePlacementMigrationRefused,
 	NameRuntimeTuning, NameRuntimeTelemetry, NameRuntimeDiagnosis,
 }
@@ -74,7 +77,7 @@ func (n Name) Domain() Domain {
 		return DomainPlacement
 	case NameTopologyNode, NameTopologyFabric, NameTopologyHealth:
 		return DomainTopology
-	case NamePolicyApplied, NamePolicyRejected:
+	case NamePolicyApplied, NamePolicyRejected, NameCalibrationApplied, NameCalibrationRejected:
 		return DomainPolicy
 	case NameRuntimeTuning, NameRuntimeTelemetry, NameRuntimeDiagnosis:
 		return DomainRuntime
@@ -135,6 +138,10 @@ func (n Name) New() any {
 		return new(PolicyApplied)
 	case NamePolicyRejected:
 		return new(PolicyRejected)
+	case NameCalibrationApplied:
+		return new(CalibrationApplied)
+	case NameCalibrationRejected:
+		return new(CalibrationRejected)
 	case NamePlacementMigration:
 		return new(PlacementMigration)
 	case NameJobMigrationAccepted:
@@ -182,6 +189,10 @@ func NameOf(v any) (Name, error) {
 		return NamePolicyApplied, nil
 	case *PolicyRejected, PolicyRejected:
 		return NamePolicyRejected, nil
+	case *CalibrationApplied, CalibrationApplied:
+		return NameCalibrationApplied, nil
+	case *CalibrationRejected, CalibrationRejected:
+		return NameCalibrationRejected, nil
 	case *PlacementMigration, PlacementMigration:
 		return NamePlacementMigration, nil
 	case *JobMigrationAccepted, JobMigrationAccepted:

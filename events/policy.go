@@ -78,3 +78,79 @@ type PolicyRejected struct {
 	// RejectedAt is when it was refused.
 	RejectedAt time.Time `json:"rejected_at"`
 }
+
+// Where a cost-model calibration came from, in CalibrationApplied.Source
+// and CalibrationRejected.Source.
+const (
+	// CalibrationSourceDefault is the model's documented efficiencies.
+	CalibrationSourceDefault = "default"
+	// CalibrationSourceFile is a file given with --calibration.
+	CalibrationSourceFile = "file"
+	// CalibrationSourceKV is a set in the calibration KV bucket, pushed
+	// with topoctl calibration push or moved there by the optimizer's
+	// online calibration.
+	CalibrationSourceKV = "kv"
+)
+
+// LinkEfficiency is the share of line rate each kind of link achieves,
+// and the per-step overhead, of the calibration in force (every value
+// resolved: the defaults where the set leaves one out).
+type LinkEfficiency struct {
+	NVLink         float64 `json:"nvlink"`
+	NVLS           float64 `json:"nvls"`
+	PCIe           float64 `json:"pcie"`
+	Net            float64 `json:"net"`
+	StepOverheadUS float64 `json:"step_overhead_us"`
+}
+
+// CalibrationApplied says a replica's cost model now predicts with a
+// calibration set: placement's choices and predictions and the optimizer's
+// tuning and diagnoses. Each replica publishes its own.
+type CalibrationApplied struct {
+	// Revision is the SHA-256 of the set's file or value, hex; "default"
+	// for the documented efficiencies.
+	Revision string `json:"revision"`
+	// Name is the set's name, as written by model calibrate ("online"
+	// for the optimizer's moves).
+	Name string `json:"name"`
+	// Source is default, file or kv.
+	Source string `json:"source"`
+	// KVRevision is the KV entry's revision; 0 otherwise.
+	KVRevision uint64         `json:"kv_revision,omitempty"`
+	Efficiency LinkEfficiency `json:"efficiency"`
+	// Previous is the revision it replaced; empty at start-up.
+	Previous string `json:"previous,omitempty"`
+	// Services are the services of this replica that use it (placement,
+	// optimizer).
+	Services []string `json:"services"`
+	Replica  string   `json:"replica"`
+	// AppliedAt is when it was put in force.
+	AppliedAt time.Time `json:"applied_at"`
+}
+
+// CalibrationError is one reason a calibration set was refused.
+type CalibrationError struct {
+	// Line is 1-based; 0 when no line is to blame.
+	Line int `json:"line"`
+	// Field is the JSON path of the refused value (efficiency.nvlink);
+	// empty for the value as a whole.
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+}
+
+// CalibrationRejected says a calibration set was refused; the set in
+// force stays. Replicas refusing the same entry publish the same event id.
+type CalibrationRejected struct {
+	// Revision is the refused value's SHA-256, hex.
+	Revision string `json:"revision"`
+	// Name is the set's name where it could be read, else "unknown".
+	Name       string `json:"name"`
+	Source     string `json:"source"`
+	KVRevision uint64 `json:"kv_revision,omitempty"`
+	// Errors are every reason, in line order.
+	Errors []CalibrationError `json:"errors"`
+	// InForce is the revision that stays in force.
+	InForce    string    `json:"in_force"`
+	Replica    string    `json:"replica"`
+	RejectedAt time.Time `json:"rejected_at"`
+}

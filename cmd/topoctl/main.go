@@ -67,6 +67,7 @@ placement.rejected.`,
 	g.conn.Register(pf)
 	root.AddCommand(newSubmit(g), newWatch(g), newFinish(g), newTopology(g))
 	root.AddCommand(newPolicy(g))
+	root.AddCommand(newCalibration(g))
 	root.AddCommand(newPlace(g))
 	root.AddCommand(newExplain(g))
 	root.AddCommand(newMigrate(g))

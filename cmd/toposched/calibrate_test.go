@@ -48,7 +48,7 @@ func TestModelCalibrate(t *testing.T) {
 		{"no collective in the name", []string{"calibrate", "--topology", topo, "--nccl-tests", bad, "--out", filepath.Join(dir, "z.json")},
 			[]string{"bad.json", "--collective"}},
 		{"bad calibration", []string{"predict", "--topology", topo, "--bytes", "1G", "--calibration", bad},
-			[]string{"bad.json", "efficiency.net = 7"}},
+			[]string{"bad.json", "bad.json:1: efficiency.net: 7"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := runModel(t, tc.args...)

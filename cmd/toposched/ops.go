@@ -44,13 +44,16 @@ type opsFlags struct {
 	replica       string
 	leaseTTL      time.Duration
 	calibration   string
+	online        bool
 }
 
 func (f *opsFlags) register(fs *pflag.FlagSet, placement bool) {
 	fs.StringVar(&f.metricsListen, "metrics-listen", "",
 		"serve /metrics (Prometheus), /healthz and /readyz on HOST:PORT (empty: off)")
 	fs.StringVar(&f.calibration, "calibration", "",
-		"calibration set (toposched model calibrate --out) whose link efficiencies placement's and the optimizer's cost model use (default: the documented ones)")
+		"base calibration set (toposched model calibrate --out) of placement's and the optimizer's cost model, until one is pushed to the calibration bucket (topoctl calibration push) (default: the documented efficiencies)")
+	fs.BoolVar(&f.online, "online-calibration", true,
+		"let the optimizer move the calibration in the bucket from jobs' telemetry (bounded, outlier-robust steps)")
 	if placement {
 		fs.StringVar(&f.replica, "replica", os.Getenv("TOPOSCHED_REPLICA"),
 			"this replica's name in placement's lease and policy events, unique among live replicas, such as the pod name (env TOPOSCHED_REPLICA; default host/pid)")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/natsserver"
+	"github.com/toposched/toposched/internal/calibration"
 	"github.com/toposched/toposched/policies"
 	"github.com/toposched/toposched/services/analysis"
 	"github.com/toposched/toposched/services/operator"
@@ -101,8 +102,10 @@ func launcherPermissions(prefix string) *server.Permissions {
 			"$JS.API.CONSUMER.DELETE."+s+".*",
 		)
 	}
-	kv := "KV_" + policies.BucketName(prefix)
-	allow = append(allow, "$JS.API.STREAM.INFO."+kv, "$JS.API.DIRECT.GET."+kv+".>")
+	for _, bucket := range []string{policies.BucketName(prefix), calibration.BucketName(prefix)} {
+		kv := "KV_" + bucket
+		allow = append(allow, "$JS.API.STREAM.INFO."+kv, "$JS.API.DIRECT.GET."+kv+".>")
+	}
 
 	deny := []string{
 		subj.Domain(events.DomainPlacement),

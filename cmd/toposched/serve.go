@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/natsserver"
+	"github.com/toposched/toposched/internal/calibration"
+	"github.com/toposched/toposched/internal/collective"
 	"github.com/toposched/toposched/services/operator"
 	"github.com/toposched/toposched/services/placement"
 )
@@ -199,13 +202,18 @@ func startEmbedded(f embeddedFlags, log *slog.Logger) (natsConn, error) {
 // stops them gracefully and drains the connection.
 func runServices(ctx context.Context, g *globals, conn natsConn, source string, cfg operator.Config, ops *opsFlags, log *slog.Logger) error {
 	if ops.calibration != "" {
-		cal, err := loadCalibration(ops.calibration)
+		data, err := os.ReadFile(ops.calibration)
 		if err != nil {
 			return fmt.Errorf("--calibration: %w", err)
 		}
-		cfg.Bandwidths = cal.Bandwidths(nil)
-		log.Info("cost model calibrated", "file", ops.calibration, "name", cal.Name, "efficiency", cal.Efficiency)
+		cal, err := collective.ParseCalibration(ops.calibration, data)
+		if err != nil {
+			return fmt.Errorf("--calibration: %w", err)
+		}
+		cfg.Calibration, cfg.CalibrationRevision = cal, calibration.Revision(data)
+		log.Info("base calibration read", "file", ops.calibration, "name", cal.Name, "efficiency", cal.Efficiency)
 	}
+	cfg.OnlineCalibration = ops.online
 	mr := newMetricsRun(ops)
 	bcfg := g.busConfig(conn.url, source, log)
 	if conn.opts != nil {

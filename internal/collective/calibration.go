@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/toposched/toposched/internal/topology"
@@ -67,52 +70,197 @@ func (c *Calibration) Bandwidths(base *topology.Bandwidths) *topology.Bandwidths
 	return bw
 }
 
-// Validate checks a calibration read from a file.
-func (c *Calibration) Validate() error {
-	var errs []error
+// CalibrationError is one reason a calibration is refused: the file (or
+// KV entry) and line it is about, 0 when no line is to blame.
+type CalibrationError struct {
+	File string
+	Line int
+	// Field is the JSON path of the value refused (efficiency.nvlink);
+	// empty for the file as a whole.
+	Field string
+	Msg   string
+}
+
+func (e CalibrationError) Error() string {
+	where := e.File
+	if e.Line > 0 {
+		where += ":" + strconv.Itoa(e.Line)
+	}
+	if e.Field != "" {
+		return where + ": " + e.Field + ": " + e.Msg
+	}
+	return where + ": " + e.Msg
+}
+
+// CalibrationErrors are every reason a calibration is refused, in line
+// order.
+type CalibrationErrors []CalibrationError
+
+func (es CalibrationErrors) Error() string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+// LinkKinds are the kinds of link a calibration fits, in its files' order.
+var LinkKinds = []string{"nvlink", "nvls", "pcie", "net"}
+
+// problem is one refused field, before it is given a file and line.
+type problem struct{ field, msg string }
+
+// problems checks every value; none is nil.
+func (c *Calibration) problems() []problem {
+	var out []problem
 	if c.Version != CalibrationVersion {
-		errs = append(errs, fmt.Errorf("version %d: expected %d", c.Version, CalibrationVersion))
+		out = append(out, problem{"version", fmt.Sprintf("%d: expected %d", c.Version, CalibrationVersion)})
 	}
 	e := c.Efficiency
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"nvlink", e.NVLink}, {"nvls", e.NVLS}, {"pcie", e.PCIe}, {"net", e.Net}} {
-		if f.v < 0 || f.v > 1 || math.IsNaN(f.v) {
-			errs = append(errs, fmt.Errorf("efficiency.%s = %g: expected a share of line rate, above 0 and at most 1 (0: the default)", f.name, f.v))
+	for i, v := range []float64{e.NVLink, e.NVLS, e.PCIe, e.Net} {
+		if v < 0 || v > 1 || math.IsNaN(v) {
+			out = append(out, problem{"efficiency." + LinkKinds[i],
+				fmt.Sprintf("%g: expected a share of line rate, above 0 and at most 1 (0: the default)", v)})
 		}
 	}
 	if e.StepOverheadUS < 0 || e.StepOverheadUS > 1000 || math.IsNaN(e.StepOverheadUS) {
-		errs = append(errs, fmt.Errorf("efficiency.step_overhead_us = %g: expected 0 to 1000", e.StepOverheadUS))
+		out = append(out, problem{"efficiency.step_overhead_us", fmt.Sprintf("%g: expected 0 to 1000", e.StepOverheadUS)})
+	}
+	for i, f := range c.Fits {
+		field := fmt.Sprintf("fits[%d]", i)
+		if !slices.Contains(LinkKinds, f.Kind) {
+			out = append(out, problem{field + ".kind", fmt.Sprintf("%q: expected one of %s", f.Kind, strings.Join(LinkKinds, ", "))})
+		}
+		if f.Efficiency <= 0 || f.Efficiency > 1 || math.IsNaN(f.Efficiency) {
+			out = append(out, problem{field + ".efficiency", fmt.Sprintf("%g: expected above 0 and at most 1", f.Efficiency)})
+		}
+		if f.Samples < 0 || f.Ratio < 0 || math.IsNaN(f.Ratio) || math.IsInf(f.Ratio, 0) {
+			out = append(out, problem{field, fmt.Sprintf("samples %d, ratio %g: expected non-negative numbers", f.Samples, f.Ratio)})
+		}
+	}
+	return out
+}
+
+// Validate checks a calibration built in memory (ParseCalibration checks a
+// file and names its lines).
+func (c *Calibration) Validate() error {
+	var errs []error
+	for _, p := range c.problems() {
+		errs = append(errs, fmt.Errorf("%s = %s", p.field, p.msg))
 	}
 	return errors.Join(errs...)
 }
 
-// ParseCalibration reads a calibration file; file names it in errors.
+// MaxCalibrationSize bounds a calibration file or pushed value: a set is
+// four efficiencies and the evidence of their fits.
+const MaxCalibrationSize = 1 << 20
+
+// ParseCalibration reads a calibration file; file names it in errors,
+// which are a CalibrationErrors naming the line of each refused value.
 func ParseCalibration(file string, data []byte) (*Calibration, error) {
+	fail := func(line int, field, msg string) (*Calibration, error) {
+		return nil, CalibrationErrors{{File: file, Line: line, Field: field, Msg: msg}}
+	}
+	if len(data) > MaxCalibrationSize {
+		return fail(0, "", fmt.Sprintf("%d bytes, more than the %d a calibration may hold", len(data), MaxCalibrationSize))
+	}
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return fail(0, "", "empty: expected a calibration set (toposched model calibrate writes one)")
+	}
 	var c Calibration
 	d := json.NewDecoder(strings.NewReader(string(data)))
 	d.DisallowUnknownFields()
 	if err := d.Decode(&c); err != nil {
 		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			return nil, fmt.Errorf("%s:%d: %w", file, lineOf(data, se.Offset), err)
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			return fail(lineOf(data, se.Offset), "", err.Error())
+		case errors.As(err, &te):
+			return fail(lineOf(data, te.Offset), te.Field, fmt.Sprintf("%s: expected %s", te.Value, te.Type))
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return fail(lineOf(data, int64(len(data))), "", "cut off: the JSON object does not end")
 		}
-		return nil, fmt.Errorf("%s: %w", file, err)
+		// Unknown fields and the like: encoding/json names the field but
+		// not the offset.
+		line := 0
+		if _, name, ok := strings.Cut(err.Error(), "unknown field "); ok {
+			line = lineOfKey(data, strings.Trim(name, `"`))
+		}
+		return fail(line, "", err.Error())
 	}
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
+	if d.More() {
+		return fail(lineOf(data, d.InputOffset()), "", "data after the JSON object")
+	}
+	var errs CalibrationErrors
+	for _, p := range c.problems() {
+		errs = append(errs, CalibrationError{File: file, Line: lineOfField(data, p.field), Field: p.field, Msg: p.msg})
+	}
+	if len(errs) > 0 {
+		slices.SortStableFunc(errs, func(a, b CalibrationError) int { return a.Line - b.Line })
+		return nil, errs
 	}
 	return &c, nil
 }
 
 func lineOf(data []byte, off int64) int {
-	return 1 + strings.Count(string(data[:min(int(off), len(data))]), "\n")
+	return 1 + strings.Count(string(data[:min(max(int(off), 0), len(data))]), "\n")
 }
 
-// kindOf is the kind of link a bottleneck's name (LinkName) is, for an
-// algorithm: nvlink, nvls, pcie or net.
-func kindOf(bottleneck string, a Algorithm) string {
+// lineOfField is the line of a JSON path's last key (efficiency.nvlink,
+// fits[1].kind), looked for after its parents' keys; 0 when not found (a
+// value left out).
+func lineOfField(data []byte, field string) int {
+	off := 0
+	for _, part := range strings.Split(field, ".") {
+		key, idx, hasIdx := strings.Cut(part, "[")
+		i := strings.Index(string(data[off:]), `"`+key+`"`)
+		if i < 0 {
+			return 0
+		}
+		off += i + len(key) + 2
+		if hasIdx {
+			// The n-th object of the array: count the objects' openings.
+			n, _ := strconv.Atoi(strings.TrimSuffix(idx, "]"))
+			for range n + 1 {
+				j := strings.Index(string(data[off:]), "{")
+				if j < 0 {
+					return 0
+				}
+				off += j + 1
+			}
+		}
+	}
+	return lineOf(data, int64(off))
+}
+
+func lineOfKey(data []byte, key string) int {
+	if i := strings.Index(string(data), `"`+key+`"`); i >= 0 {
+		return lineOf(data, int64(i))
+	}
+	return 0
+}
+
+// Resolved is the efficiency of every kind of link, the defaults where
+// the calibration (nil: none) leaves one at 0.
+func (c *Calibration) Resolved() topology.Efficiency {
+	e := topology.Efficiency{}
+	if c != nil {
+		e = c.Efficiency
+	}
+	or := func(v, d float64) float64 {
+		if v == 0 {
+			return d
+		}
+		return v
+	}
+	return topology.Efficiency{NVLink: or(e.NVLink, EffNVLink), NVLS: or(e.NVLS, EffNVLS), PCIe: or(e.PCIe, EffPCIe),
+		Net: or(e.Net, EffNet), StepOverheadUS: or(e.StepOverheadUS, StepOverheadUS)}
+}
+
+// LinkKind is the kind of link a bottleneck's name (LinkName) is, for an
+// algorithm: nvlink, nvls, pcie or net; "" for none.
+func LinkKind(bottleneck string, a Algorithm) string {
 	prefix, _, _ := strings.Cut(bottleneck, ":")
 	switch prefix {
 	case "nvport":
@@ -180,7 +328,7 @@ func FitCalibration(name string, samples []Sample, base *topology.Bandwidths) (*
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", s.Source, err)
 			}
-			k := kindOf(r.Bottleneck, r.Algorithm)
+			k := LinkKind(r.Bottleneck, r.Algorithm)
 			if k == "" || r.BusBWGBps <= 0 {
 				continue
 			}

@@ -1,6 +1,8 @@
 package collective
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -116,14 +118,63 @@ func TestParseCalibration(t *testing.T) {
 	if err != nil || c.Efficiency.PCIe != 0.6 {
 		t.Fatalf("%+v %v", c, err)
 	}
-	for _, tc := range []struct{ in, want string }{
-		{"{\n  \"version\": 1,\n  \"efficiency\": {\"pcie\": 0.6,}\n}", "c.json:3:"},
-		{`{"version": 1, "efficiency": {"nvlink": 1.5}}`, "efficiency.nvlink = 1.5"},
-		{`{"version": 2, "efficiency": {}}`, "version 2"},
-		{`{"version": 1, "efficiency": {"pcei": 0.5}}`, `unknown field "pcei"`},
+	for _, tc := range []struct{ name, in, want string }{
+		{"syntax", "{\n  \"version\": 1,\n  \"efficiency\": {\"pcie\": 0.6,}\n}", "c.json:3: "},
+		{"above line rate", "{\"version\": 1,\n \"efficiency\": {\n  \"nvlink\": 1.5}}", "c.json:3: efficiency.nvlink: 1.5: expected a share of line rate"},
+		{"negative", "{\"version\": 1,\n \"efficiency\": {\"net\": -0.2}}", "c.json:2: efficiency.net: -0.2"},
+		{"version", `{"version": 2, "efficiency": {}}`, "c.json:1: version: 2: expected 1"},
+		{"unknown field", "{\"version\": 1,\n \"efficiency\": {\"pcei\": 0.5}}", `c.json:2: json: unknown field "pcei"`},
+		{"cut off", "{\"version\": 1,\n \"efficiency\": {\"pcie\": 0.5", "c.json:2: cut off"},
+		{"empty", " \n", "c.json: empty"},
+		{"wrong type", "{\"version\": 1,\n\n \"efficiency\": {\"pcie\": \"fast\"}}", "c.json:3: efficiency.pcie: string: expected float64"},
+		{"trailing", `{"version": 1, "efficiency": {}} {}`, "data after the JSON object"},
+		{"fit kind", "{\"version\": 1, \"efficiency\": {},\n \"fits\": [\n {\"kind\": \"nvlink\", \"efficiency\": 0.8, \"samples\": 1, \"ratio\": 1, \"sources\": []},\n {\"kind\": \"ib\", \"efficiency\": 0.8, \"samples\": 1, \"ratio\": 1, \"sources\": []}]}",
+			`c.json:4: fits[1].kind: "ib": expected one of nvlink, nvls, pcie, net`},
 	} {
-		if _, err := ParseCalibration("c.json", []byte(tc.in)); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: error %v, want %q", tc.in, err, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseCalibration("c.json", []byte(tc.in))
+			var errs CalibrationErrors
+			if !errors.As(err, &errs) {
+				t.Fatalf("error %v (%T), want CalibrationErrors", err, err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q, want %q", err, tc.want)
+			}
+		})
 	}
+}
+
+// A calibration file either parses into a set that validates and encodes
+// back to one that parses the same, or is refused with reasons that name
+// the file.
+func FuzzParseCalibration(f *testing.F) {
+	for _, seed := range []string{
+		`{"version": 1, "name": "n", "efficiency": {"pcie": 0.6}}`,
+		"{\"version\": 1,\n \"efficiency\": {\"nvlink\": 1.5}}",
+		`{"version": 1, "efficiency": {}, "fits": [{"kind": "net", "efficiency": 0.9, "samples": 3, "ratio": 0.94, "sources": ["a:1"]}]}`,
+		`{"version": 1, "efficiency": {"pcie": 0.5`,
+		"",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseCalibration("f.json", data)
+		if err != nil {
+			var errs CalibrationErrors
+			if !errors.As(err, &errs) || len(errs) == 0 || !strings.HasPrefix(err.Error(), "f.json") {
+				t.Fatalf("refusal %v (%T) does not name the file", err, err)
+			}
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("parsed but invalid: %v", err)
+		}
+		again, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ParseCalibration("again.json", again); err != nil {
+			t.Fatalf("re-encoded set refused: %v\n%s", err, again)
+		}
+	})
 }

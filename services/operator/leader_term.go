@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/topology"
 	"github.com/toposched/toposched/policies"
 	"github.com/toposched/toposched/services/placement"
 )
@@ -36,6 +37,18 @@ type placementTerms struct {
 	svc      *placement.Service // the current term's; nil on standby
 	set      *policies.Set      // the policy set in force, for the next term
 	setKnown bool
+	bw       *topology.Bandwidths // the calibration in force, for the next term
+}
+
+// SetBandwidths records the calibration in force and puts it on the
+// current term's service, if any.
+func (p *placementTerms) SetBandwidths(bw *topology.Bandwidths) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.bw = bw
+	if p.svc != nil {
+		p.svc.SetBandwidths(bw)
+	}
 }
 
 // SetPolicies records the set in force and puts it on the current term's
@@ -72,7 +85,7 @@ func (p *placementTerms) setCurrent(svc *placement.Service) {
 func (p *placementTerms) start(ctx context.Context, leaseRevision uint64) (term, error) {
 	p.mu.Lock()
 	svc, err := placement.New(placement.Config{Strategy: p.cfg.Strategy, ReserveAfter: p.cfg.ReserveAfter, Policies: p.set,
-		Holder: p.holder, LeaseRevision: leaseRevision, Bandwidths: p.cfg.Bandwidths},
+		Holder: p.holder, LeaseRevision: leaseRevision, Bandwidths: p.bw},
 		placement.Deps{Publish: p.b, Read: p.b, Consume: p.b, Subjects: p.b.Subjects, Log: p.log, ObservePolicyEval: p.cfg.ObservePolicyEval})
 	if err != nil {
 		p.mu.Unlock()

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events/bus"
-	"github.com/toposched/toposched/internal/topology"
+	"github.com/toposched/toposched/internal/collective"
 	"github.com/toposched/toposched/services/analysis"
 	"github.com/toposched/toposched/services/discovery"
 	"github.com/toposched/toposched/services/optimizer"
@@ -40,9 +40,16 @@ type Config struct {
 	Poll time.Duration
 	// Strategy is placement's: topology-aware (default) or blind.
 	Strategy string
-	// Bandwidths are the cost model's link rates and efficiencies for
-	// placement and the optimizer (nil: the defaults; a calibration's).
-	Bandwidths *topology.Bandwidths
+	// Calibration is the cost model's base calibration for placement and
+	// the optimizer (nil: the documented efficiencies), a --calibration
+	// file's; the set in the calibration KV bucket overrides it while
+	// there is one (see calibrations.go). CalibrationRevision names it in
+	// events (calibration.Revision of the file).
+	Calibration         *collective.Calibration
+	CalibrationRevision string
+	// OnlineCalibration lets the optimizer move the calibration in the
+	// bucket from what jobs' telemetry measures (collective.Online).
+	OnlineCalibration bool
 	// ReserveAfter is how long the head of placement's queue waits before
 	// nodes are held for it (placer.Reservation); nil for the default,
 	// negative for never.
@@ -112,8 +119,9 @@ type Operator struct {
 	Placement *placement.Service
 	Optimizer *optimizer.Service
 
-	terms *placementTerms
-	lease *lease
+	terms       *placementTerms
+	lease       *lease
+	calibration *calibrationLoop
 
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -205,11 +213,36 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 			return abort(err)
 		}
 	}
+	// The calibration is in force before the optimizer or placement
+	// predicts anything.
+	var targets []bandwidthTarget
+	var predictors []string
+	var opt *optimizer.Service
 	if has(Optimizer) {
-		opt, err := optimizer.New(optimizer.Config{Bandwidths: cfg.Bandwidths}, optimizer.Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects, Log: log})
+		var err error
+		opt, err = optimizer.New(optimizer.Config{Bandwidths: cfg.Calibration.Bandwidths(nil)},
+			optimizer.Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects, Log: log})
 		if err != nil {
 			return abort(err)
 		}
+		targets, predictors = append(targets, opt), append(predictors, Optimizer)
+	}
+	if has(Placement) {
+		o.terms = &placementTerms{b: b, cfg: cfg, log: log, holder: replicaName(cfg), fail: o.fail, onTerm: cfg.OnPlacementTerm,
+			bw: cfg.Calibration.Bandwidths(nil)}
+		targets, predictors = append(targets, o.terms), append(predictors, Placement)
+	}
+	if len(targets) > 0 {
+		cl, err := startCalibration(ctx, runCtx, b, targets, predictors, cfg, log, &o.wg)
+		if err != nil {
+			return abort(err)
+		}
+		o.calibration = cl
+		if opt != nil && cfg.OnlineCalibration {
+			opt.CalibrateOnline(cl)
+		}
+	}
+	if opt != nil {
 		if err := o.run(ctx, runCtx, Optimizer, opt); err != nil {
 			return abort(err)
 		}
@@ -218,7 +251,6 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 	if has(Placement) {
 		// The policy set is in force before the first job is handled;
 		// placement itself runs only while this replica holds the lease.
-		o.terms = &placementTerms{b: b, cfg: cfg, log: log, holder: replicaName(cfg), fail: o.fail, onTerm: cfg.OnPlacementTerm}
 		if err := startPolicies(ctx, runCtx, b, o.terms, cfg, log, &o.wg); err != nil {
 			return abort(err)
 		}

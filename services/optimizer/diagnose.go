@@ -350,7 +350,7 @@ func (s *Service) predictWith(lj *liveJob, cont collective.Contention) (float64,
 	if err != nil {
 		return 0, err
 	}
-	plan, err := tuning.Tune(tuning.Input{Phases: phases, Fabric: s.fabric, Bandwidths: s.bandwidths, Contention: cont})
+	plan, err := tuning.Tune(tuning.Input{Phases: phases, Fabric: s.fabric, Bandwidths: s.bandwidths.Load(), Contention: cont})
 	if err != nil {
 		return 0, err
 	}

@@ -51,12 +51,15 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/collective"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
+	"github.com/toposched/toposched/services/optimizer/tuning"
 )
 
 // Durable consumer names: part of the wire contract.
@@ -112,7 +115,11 @@ func (d Deps) validate() error {
 // Service is the optimizer.
 type Service struct {
 	// bandwidths of the cost model (Config.Bandwidths).
-	bandwidths *topology.Bandwidths
+	bandwidths atomic.Pointer[topology.Bandwidths]
+	// calibrator and online are the online calibration (CalibrateOnline);
+	// nil when off.
+	calibrator Calibrator
+	online     *collective.Online
 	pub        bus.Publisher
 	read       bus.Reader
 	consume    bus.Consumer
@@ -147,7 +154,12 @@ type liveJob struct {
 	// spec is the job's analysis; nil until it has been read.
 	spec *events.JobAnalyzed
 	// tuning is what was published for the decision; nil until tuned.
-	tuning *events.RuntimeTuning
+	// plan is the tuner's result behind it, and tunedWith the bandwidths
+	// it was worked out with: after a calibration change, diagnoses
+	// compare with the prediction worked out again (OnTelemetry).
+	tuning    *events.RuntimeTuning
+	plan      tuning.Plan
+	tunedWith *topology.Bandwidths
 	// finding is the last diagnosis published ("" before the first),
 	// diagnosisID its event id.
 	finding     string
@@ -182,22 +194,31 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Service{
-		pub:        deps.Publish,
-		read:       deps.Read,
-		consume:    deps.Consume,
-		subjects:   deps.Subjects,
-		log:        log.With("component", "optimizer"),
-		now:        now,
-		serving:    make(chan struct{}),
-		store:      st,
-		health:     map[string]map[string]events.TopologyHealth{},
-		analyses:   map[string]*events.JobAnalyzed{},
-		live:       map[string]*liveJob{},
-		holder:     map[gpuKey]string{},
-		bandwidths: cfg.Bandwidths,
-	}, nil
+	svc := &Service{
+		pub:      deps.Publish,
+		read:     deps.Read,
+		consume:  deps.Consume,
+		subjects: deps.Subjects,
+		log:      log.With("component", "optimizer"),
+		now:      now,
+		serving:  make(chan struct{}),
+		store:    st,
+		health:   map[string]map[string]events.TopologyHealth{},
+		analyses: map[string]*events.JobAnalyzed{},
+		live:     map[string]*liveJob{},
+		holder:   map[gpuKey]string{},
+	}
+	svc.bandwidths.Store(cfg.Bandwidths)
+	return svc, nil
 }
+
+// SetBandwidths puts a calibration's link rates and efficiencies in force
+// (nil: the defaults): tunings and diagnoses after it use them.
+func (s *Service) SetBandwidths(bw *topology.Bandwidths) { s.bandwidths.Store(bw) }
+
+// Bandwidths is the calibration's link rates and efficiencies in force
+// (nil: the defaults).
+func (s *Service) Bandwidths() *topology.Bandwidths { return s.bandwidths.Load() }
 
 // Store is the optimizer's inventory, for tests and read-only views.
 func (s *Service) Store() *store.Store { return s.store }

@@ -108,20 +108,21 @@ func (s *Service) OnTelemetry(ctx context.Context, env events.Envelope, t *event
 			return fmt.Errorf("%w: job %s step %d: rank %d: the job has %d ranks", ErrTelemetry, t.JobID, t.Step, r.Rank, len(lj.decision.Ranks))
 		}
 	}
-	if lj.tuning == nil {
+	if lj.tuning == nil || lj.tunedWith != s.bandwidths.Load() {
+		// Not tuned yet by this replica, or tuned before the calibration
+		// in force: compare with what the model predicts now.
 		if err := s.ready(ctx, lj); err != nil {
 			return err
 		}
-		ev, err := TuningWith(s.store.Snapshot(), s.fabric, s.bandwidths, lj.decision, lj.spec)
-		if err != nil {
+		if _, err := s.retune(lj); err != nil {
 			s.log.WarnContext(ctx, "telemetry not diagnosed: no prediction", "job_id", t.JobID, "err", err)
 			return nil
 		}
-		lj.tuning = ev
 	}
 	lj.telemetry = t
 	dg := s.diagnose(lj, t)
 	dg.DiagnosedAt = s.now().UTC()
+	s.calibrate(ctx, lj, t, dg)
 	if dg.Finding == lj.finding {
 		return nil // published on change only
 	}

@@ -45,14 +45,13 @@ func (s *Service) tune(ctx context.Context, _ events.Envelope, d *events.Placeme
 	if err := s.ready(ctx, lj); err != nil {
 		return err
 	}
-	ev, err := TuningWith(s.store.Snapshot(), s.fabric, s.bandwidths, lj.decision, lj.spec)
+	ev, err := s.retune(lj)
 	if err != nil {
 		// A decision the model cannot read (a GPU its node no longer
 		// reports) gets no tuning; nothing a retry would change.
 		s.log.WarnContext(ctx, "tuning failed", "job_id", d.JobID, "err", err)
 		return nil
 	}
-	lj.tuning = ev
 	if _, err := s.pub.Publish(ctx, ev); err != nil {
 		return err
 	}
@@ -190,13 +189,31 @@ func Tuning(snap *store.Snapshot, fabric *topology.Fabric, d *events.PlacementDe
 // TuningWith is Tuning with the cost model's link bandwidths bw (nil: the
 // defaults; a calibration's).
 func TuningWith(snap *store.Snapshot, fabric *topology.Fabric, bw *topology.Bandwidths, d *events.PlacementDecided, spec *events.JobAnalyzed) (*events.RuntimeTuning, error) {
+	ev, _, err := tuningPlan(snap, fabric, bw, d, spec)
+	return ev, err
+}
+
+// retune works out a live job's tuning with the calibration in force and
+// keeps it, with its plan, on the job.
+func (s *Service) retune(lj *liveJob) (*events.RuntimeTuning, error) {
+	bw := s.bandwidths.Load()
+	ev, plan, err := tuningPlan(s.store.Snapshot(), s.fabric, bw, lj.decision, lj.spec)
+	if err != nil {
+		return nil, err
+	}
+	lj.tuning, lj.plan, lj.tunedWith = ev, plan, bw
+	return ev, nil
+}
+
+// tuningPlan is TuningWith and the plan behind it.
+func tuningPlan(snap *store.Snapshot, fabric *topology.Fabric, bw *topology.Bandwidths, d *events.PlacementDecided, spec *events.JobAnalyzed) (*events.RuntimeTuning, tuning.Plan, error) {
 	phases, err := phasesOf(snap, d, spec)
 	if err != nil {
-		return nil, fmt.Errorf("job %s: %w", d.JobID, err)
+		return nil, tuning.Plan{}, fmt.Errorf("job %s: %w", d.JobID, err)
 	}
 	plan, err := tuning.Tune(tuning.Input{Phases: phases, Fabric: fabric, Bandwidths: bw})
 	if err != nil {
-		return nil, fmt.Errorf("job %s: %w", d.JobID, err)
+		return nil, tuning.Plan{}, fmt.Errorf("job %s: %w", d.JobID, err)
 	}
 	ev := &events.RuntimeTuning{JobID: d.JobID, DecidedAt: d.DecidedAt, NCCLVersion: NCCLVersion,
 		Recommendations:             []events.Recommendation{},
@@ -251,7 +268,7 @@ func TuningWith(snap *store.Snapshot, fabric *topology.Fabric, bw *topology.Band
 	if railFabric(fabric, d) {
 		ev.Notes = append(ev.Notes, "NCCL_CROSS_NIC left to NCCL: the fabric is rail-optimized, but the cost model does not tell rails apart, so keeping rings on one rail has no predicted gain")
 	}
-	return ev, nil
+	return ev, plan, nil
 }
 
 func algorithmReason(r tuning.PhaseResult, fabric bool) string {

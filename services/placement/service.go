@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/toposched/toposched/events"
@@ -115,7 +116,7 @@ type Service struct {
 	// fabric is the newest switch tree; nil until one is reported.
 	fabric *topology.Fabric
 	// bandwidths of the cost model (Config.Bandwidths).
-	bandwidths *topology.Bandwidths
+	bandwidths atomic.Pointer[topology.Bandwidths]
 	strategy   string
 	// policies is the policy set in force; nil means none.
 	policies *policies.Set
@@ -162,12 +163,23 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	if cfg.ReserveAfter != nil {
 		reserveAfter = *cfg.ReserveAfter
 	}
-	return &Service{pub: deps.Publish, read: deps.Read, consume: deps.Consume, subjects: deps.Subjects,
+	svc := &Service{pub: deps.Publish, read: deps.Read, consume: deps.Consume, subjects: deps.Subjects,
 		store: st, log: log.With("component", "placement"), now: now, observe: deps.ObservePolicyEval,
-		ready: make(chan struct{}), strategy: strategy.Name(), policies: cfg.Policies, bandwidths: cfg.Bandwidths,
+		ready: make(chan struct{}), strategy: strategy.Name(), policies: cfg.Policies,
 		reserveAfter: reserveAfter, pendingSince: map[string]time.Time{},
-		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision}, nil
+		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision}
+	svc.bandwidths.Store(cfg.Bandwidths)
+	return svc, nil
 }
+
+// SetBandwidths puts a calibration's link rates and efficiencies in force
+// (nil: the defaults); decisions after it choose and predict with them.
+// Decisions already made keep the predictions they were made with.
+func (s *Service) SetBandwidths(bw *topology.Bandwidths) { s.bandwidths.Store(bw) }
+
+// Bandwidths is the calibration's link rates and efficiencies in force
+// (nil: the defaults).
+func (s *Service) Bandwidths() *topology.Bandwidths { return s.bandwidths.Load() }
 
 // SetPolicies puts a compiled (and tested) policy set in force; nil turns
 // policies off. Decisions after it use the new set, and the pending jobs
@@ -535,14 +547,14 @@ func (s *Service) decide(ctx context.Context, job events.JobAnalyzed, fresh bool
 
 // planner is the Planner of the service's current state.
 func (s *Service) planner() *placer.Planner {
-	return &placer.Planner{Strategy: s.strategy, Fabric: s.fabric, Bandwidths: s.bandwidths, Policies: s.policies, Reservation: s.reservation, Log: s.log}
+	return &placer.Planner{Strategy: s.strategy, Fabric: s.fabric, Bandwidths: s.bandwidths.Load(), Policies: s.policies, Reservation: s.reservation, Log: s.log}
 }
 
 // predict scores the chosen GPUs and, as the baseline, what blind first
 // fit took on the same state (before the reservation), with the same cost
 // model (placer.Predictions).
 func (s *Service) predict(ctx context.Context, before *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, b outcome.Result) (ours, base *events.Prediction) {
-	ours, base, err := placer.Predictions(before, job, gpus, b, s.fabric, s.bandwidths, s.strategy)
+	ours, base, err := placer.Predictions(before, job, gpus, b, s.fabric, s.bandwidths.Load(), s.strategy)
 	if err != nil {
 		s.log.WarnContext(ctx, "prediction failed", "job_id", job.Job.JobID, "strategy", s.strategy, "err", err)
 	}

@@ -1,0 +1,379 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/calibration"
+	"github.com/toposched/toposched/internal/collective"
+	"github.com/toposched/toposched/internal/textout"
+)
+
+func newCalibration(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "calibration",
+		Short: "Publish and inspect the cost model's calibration set (the calibration KV bucket)",
+		Long: `The cost model of placement and the optimizer predicts with a calibration set:
+the share of line rate each kind of link achieves (toposched model calibrate fits
+one from nccl-tests runs). A set pushed to the bucket <prefix>-calibration
+overrides every replica's --calibration file; the optimizer's online calibration
+moves it from jobs' telemetry, as new versions named "online". The bucket keeps
+the last 32 versions.`,
+	}
+	cmd.AddCommand(newCalibrationPush(g), newCalibrationShow(g), newCalibrationWithdraw(g))
+	return cmd
+}
+
+func newCalibrationPush(g *globals) *cobra.Command {
+	var wait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "push FILE",
+		Short: "Check a calibration set, push it to the calibration bucket and wait for a replica to apply it",
+		Long: `push reads FILE as every replica will: a set that is cut off, not JSON, has an
+unknown field or an impossible number (an efficiency above line rate, a negative
+one) is refused with file, line and field before NATS is touched. A set that
+passes is put, unchanged, under the key "set" of <prefix>-calibration.
+
+Each placement and optimizer replica checks it again and answers with
+policy.calibration_applied, or policy.calibration_rejected naming the line (the
+set in force then stays). With --wait (the default) push prints the first answer
+for this push and exits non-zero on a rejection.`,
+		Example: "  toposched model calibrate --topology node.txt --nccl-tests ar.txt --out lab.json\n  topoctl calibration push lab.json",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return calibrationPush(cmd.Context(), g, cmd.OutOrStdout(), args[0], wait, timeout)
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", true, "wait for a replica to apply or reject the set, and print its answer")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "with --wait, give up after this long")
+	return cmd
+}
+
+func calibrationPush(ctx context.Context, g *globals, out io.Writer, file string, wait bool, timeout time.Duration) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	cal, err := collective.ParseCalibration(file, data)
+	if err != nil {
+		return refusedLocally(out, file, err)
+	}
+	b, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeBus(b)
+	kv, err := calibration.OpenKV(ctx, b.JetStream(), g.prefix)
+	if err != nil {
+		return err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var answers <-chan any
+	var errc <-chan error
+	if wait {
+		answers, errc, err = followPolicyDomain(waitCtx, b)
+		if err != nil {
+			return err
+		}
+	}
+	rev, kvRev, err := calibration.Push(ctx, kv, file, data)
+	if err != nil {
+		return err
+	}
+	if g.format != "json" {
+		if _, err := fmt.Fprintf(out, "pushed %s@%s to %s (kv revision %d)\n", nameOr(cal.Name), shortRev(rev), kv.Bucket(), kvRev); err != nil {
+			return err
+		}
+	}
+	if !wait {
+		if g.format == "json" {
+			return json.NewEncoder(out).Encode(map[string]any{"revision": rev, "kv_revision": kvRev})
+		}
+		return nil
+	}
+	for {
+		select {
+		case v := <-answers:
+			switch e := v.(type) {
+			case *events.CalibrationApplied:
+				if e.KVRevision != kvRev {
+					continue
+				}
+				if g.format == "json" {
+					return printPolicyEvent(out, events.NameCalibrationApplied, e)
+				}
+				return writeCalibrationApplied(out, e)
+			case *events.CalibrationRejected:
+				if e.KVRevision != kvRev {
+					continue
+				}
+				if g.format == "json" {
+					if err := printPolicyEvent(out, events.NameCalibrationRejected, e); err != nil {
+						return err
+					}
+				} else if err := writeCalibrationRejected(out, e); err != nil {
+					return err
+				}
+				return fmt.Errorf("calibration %s@%s rejected by the operator", nameOr(cal.Name), shortRev(rev))
+			}
+		case err := <-errc:
+			if err == nil {
+				err = waitCtx.Err()
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("pushed %s@%s, but no placement or optimizer replica answered within %s: is one running? (topoctl calibration show tells what is in force)",
+					nameOr(cal.Name), shortRev(rev), timeout)
+			}
+			return err
+		}
+	}
+}
+
+// refusedLocally prints a file's refusal, one reason a line, and says that
+// nothing was pushed.
+func refusedLocally(out io.Writer, file string, err error) error {
+	w := textout.New(out)
+	var errs collective.CalibrationErrors
+	if errors.As(err, &errs) {
+		for _, e := range errs {
+			w.Println(e.Error())
+		}
+	}
+	refused := fmt.Errorf("calibration %s refused; nothing pushed: %w", file, err)
+	if werr := w.Err(); werr != nil {
+		return errors.Join(refused, werr)
+	}
+	return refused
+}
+
+// followPolicyDomain follows the policy stream from now on, before a push,
+// so that the answer cannot come first.
+func followPolicyDomain(ctx context.Context, b *bus.Bus) (<-chan any, <-chan error, error) {
+	answers, errc := make(chan any, 16), make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		errc <- b.Follow(ctx, events.DomainPolicy, []string{b.Subjects.Domain(events.DomainPolicy)}, ready, func(r bus.Record) error {
+			v := r.Name.New()
+			if v != nil && events.DecodeJSON(r.Body, v) == nil {
+				select {
+				case answers <- v:
+				case <-ctx.Done():
+				}
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-ready:
+		return answers, errc, nil
+	case err := <-errc:
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, nil, fmt.Errorf("no policy stream %s: is toposched running (it creates the stream at start-up)?", b.StreamName(events.DomainPolicy))
+		}
+		return nil, nil, err
+	}
+}
+
+func nameOr(name string) string {
+	if name == "" {
+		return "unnamed"
+	}
+	return name
+}
+
+func writeCalibrationApplied(out io.Writer, e *events.CalibrationApplied) error {
+	w := textout.New(out)
+	w.Printf("applied by %s (%s): %s@%s from %s", e.Replica, strings.Join(e.Services, ", "), e.Name, shortRev(e.Revision), e.Source)
+	if e.Previous != "" {
+		w.Printf(" (replaced %s)", shortRev(e.Previous))
+	}
+	w.Println()
+	w.Printf("  %s\n", efficiencyLine(e.Efficiency))
+	return w.Err()
+}
+
+func efficiencyLine(e events.LinkEfficiency) string {
+	return fmt.Sprintf("efficiency: nvlink %.3f, nvls %.3f, pcie %.3f, net %.3f; step overhead %.2f us",
+		e.NVLink, e.NVLS, e.PCIe, e.Net, e.StepOverheadUS)
+}
+
+func writeCalibrationRejected(out io.Writer, e *events.CalibrationRejected) error {
+	w := textout.New(out)
+	w.Printf("rejected by %s: %s@%s from %s (kv revision %d)\n", e.Replica, e.Name, shortRev(e.Revision), e.Source, e.KVRevision)
+	for _, ce := range e.Errors {
+		where := "value"
+		if ce.Line > 0 {
+			where = fmt.Sprintf("line %d", ce.Line)
+		}
+		if ce.Field != "" {
+			where += ": " + ce.Field
+		}
+		w.Printf("  %s: %s\n", where, ce.Message)
+	}
+	w.Printf("the set in force stays: %s\n", shortRev(e.InForce))
+	return w.Err()
+}
+
+func newCalibrationShow(g *globals) *cobra.Command {
+	var history bool
+	cmd := &cobra.Command{
+		Use:   "show",
+		Short: "Show the calibration in the bucket and the one each replica last applied",
+		Long: `show prints the set in the calibration bucket (its efficiencies and the evidence
+of each fit), with --history every stored version, and from the policy stream the
+last policy.calibration_applied of every replica that announced one, newest first.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return calibrationShow(cmd.Context(), g, cmd.OutOrStdout(), history)
+		},
+	}
+	cmd.Flags().BoolVar(&history, "history", false, "list every stored version, oldest first")
+	return cmd
+}
+
+// storedSet is one version of the bucket, as show prints it.
+type storedSet struct {
+	Revision   string                  `json:"revision"`
+	KVRevision uint64                  `json:"kv_revision"`
+	Created    time.Time               `json:"created"`
+	Withdrawn  bool                    `json:"withdrawn,omitempty"`
+	Set        *collective.Calibration `json:"set,omitempty"`
+	Error      string                  `json:"error,omitempty"`
+}
+
+func storedOf(e calibration.Entry) storedSet {
+	s := storedSet{Revision: e.Revision, KVRevision: e.KVRevision, Created: e.Created.UTC(), Withdrawn: e.Deleted, Set: e.Set}
+	if e.Err != nil {
+		s.Error = e.Err.Error()
+	}
+	return s
+}
+
+func calibrationShow(ctx context.Context, g *globals, out io.Writer, history bool) error {
+	b, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeBus(b)
+	var stored []storedSet
+	kv, err := b.JetStream().KeyValue(ctx, calibration.BucketName(g.prefix))
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+	case err != nil:
+		return fmt.Errorf("calibration bucket: %w", err)
+	case history:
+		hist, err := calibration.HistoryOf(ctx, kv)
+		if err != nil {
+			return err
+		}
+		for _, e := range hist {
+			stored = append(stored, storedOf(e))
+		}
+	default:
+		e, err := calibration.InForce(ctx, kv)
+		if err != nil {
+			return err
+		}
+		if e != nil {
+			stored = append(stored, storedOf(*e))
+		}
+	}
+	last := map[string]*events.CalibrationApplied{}
+	err = b.Replay(ctx, events.DomainPolicy, []string{b.Subjects.Of(events.NameCalibrationApplied)}, func(r bus.Record) error {
+		var e events.CalibrationApplied
+		if events.DecodeJSON(r.Body, &e) == nil {
+			last[e.Replica] = &e
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	replicas := make([]*events.CalibrationApplied, 0, len(last))
+	for _, e := range last {
+		replicas = append(replicas, e)
+	}
+	slices.SortFunc(replicas, func(a, b *events.CalibrationApplied) int {
+		if c := b.AppliedAt.Compare(a.AppliedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Replica, b.Replica)
+	})
+	if g.format == "json" {
+		return json.NewEncoder(out).Encode(struct {
+			Stored   []storedSet                  `json:"stored"`
+			Replicas []*events.CalibrationApplied `json:"replicas"`
+		}{stored, replicas})
+	}
+	w := textout.New(out)
+	if len(stored) == 0 {
+		w.Println("bucket: no set (replicas use their --calibration file or the documented efficiencies)")
+	}
+	for _, s := range stored {
+		at := s.Created.Format(time.RFC3339)
+		switch {
+		case s.Withdrawn:
+			w.Printf("kv revision %d at %s: withdrawn (replicas fall back to their --calibration file or the defaults)\n", s.KVRevision, at)
+		case s.Error != "":
+			w.Printf("kv revision %d at %s: refused value %s: %s\n", s.KVRevision, at, shortRev(s.Revision), s.Error)
+		default:
+			w.Printf("kv revision %d at %s: %s@%s\n", s.KVRevision, at, nameOr(s.Set.Name), shortRev(s.Revision))
+			eff := s.Set.Resolved()
+			w.Printf("  %s\n", efficiencyLine(events.LinkEfficiency{NVLink: eff.NVLink, NVLS: eff.NVLS, PCIe: eff.PCIe, Net: eff.Net, StepOverheadUS: eff.StepOverheadUS}))
+			for _, f := range s.Set.Fits {
+				w.Printf("  fit %s: %.3f from %d samples (measured/predicted %.3f before): %s\n", f.Kind, f.Efficiency, f.Samples, f.Ratio, strings.Join(f.Sources, ", "))
+			}
+		}
+	}
+	w.Println()
+	if len(replicas) == 0 {
+		w.Println("no replica has announced a calibration")
+		return w.Err()
+	}
+	for _, e := range replicas {
+		w.Printf("%s (%s): %s@%s from %s", e.Replica, strings.Join(e.Services, ", "), e.Name, shortRev(e.Revision), e.Source)
+		if e.KVRevision != 0 {
+			w.Printf(" (kv revision %d)", e.KVRevision)
+		}
+		w.Printf(" at %s\n  %s\n", e.AppliedAt.UTC().Format(time.RFC3339), efficiencyLine(e.Efficiency))
+	}
+	return w.Err()
+}
+
+func newCalibrationWithdraw(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "withdraw",
+		Short: "Withdraw the set in the bucket: replicas fall back to their --calibration file or the defaults",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := g.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer closeBus(b)
+			kv, err := calibration.OpenKV(cmd.Context(), b.JetStream(), g.prefix)
+			if err != nil {
+				return err
+			}
+			if err := kv.Delete(cmd.Context(), calibration.KVKey); err != nil {
+				return fmt.Errorf("withdraw calibration from %s: %w", kv.Bucket(), err)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "withdrew the set in %s\n", kv.Bucket())
+			return err
+		},
+	}
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/internal/calibration"
+	"github.com/toposched/toposched/services/operator"
+)
+
+func TestCalibrationPushRefusesBadFileBeforeNATS(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, body, want string }{
+		{"cut", "{\n  \"version\": 1,\n  \"efficiency\": {\"pcie\": 0.7", "cut.json:3: cut off"},
+		{"impossible", "{\n  \"version\": 1,\n  \"efficiency\": {\n    \"nvlink\": 1.3,\n    \"net\": -0.1}}",
+			"impossible.json:4: efficiency.nvlink: 1.3: expected a share of line rate"},
+		{"negative overhead", "{\"version\": 1,\n \"efficiency\": {\"step_overhead_us\": -4}}", "negative overhead.json:2: efficiency.step_overhead_us: -4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(dir, tc.name+".json")
+			if err := os.WriteFile(file, []byte(tc.body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := runPolicy("--nats-url", "nats://127.0.0.1:1", "calibration", "push", file)
+			if err == nil || !strings.Contains(err.Error(), "nothing pushed") {
+				t.Fatalf("err %v, want a local refusal\n%s", err, out)
+			}
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("output lacks %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}
+
+// A pushed set reaches placement and the optimizer; a bad value put past
+// topoctl is refused by the replica with its line and the set in force
+// stays; withdrawing falls back to the documented efficiencies.
+func TestCalibrationPushShowWithdraw(t *testing.T) {
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "operator")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	op, err := operator.Start(ctx, b, operator.Config{Services: []string{operator.Placement, operator.Optimizer}, Replica: "r1"},
+		slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := op.Stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	url := srv.ClientURL()
+
+	file := filepath.Join(t.TempDir(), "lab.json")
+	good := `{"version": 1, "name": "lab", "efficiency": {"nvlink": 0.7, "pcie": 0.55}}` + "\n"
+	if err := os.WriteFile(file, []byte(good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rev := calibration.Revision([]byte(good))
+	out, err := runPolicy("--nats-url", url, "calibration", "push", file)
+	if err != nil {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+	for _, w := range []string{"pushed lab@" + rev[:12], "applied by r1 (optimizer, placement): lab@" + rev[:12] + " from kv (replaced default)",
+		"efficiency: nvlink 0.700, nvls 0.611, pcie 0.550, net 0.960"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("push output lacks %q:\n%s", w, out)
+		}
+	}
+	if bw := op.PlacementService().Bandwidths(); bw == nil || bw.Efficiency.PCIe != 0.55 {
+		t.Errorf("placement predicts with %+v", bw)
+	}
+	if bw := op.Optimizer.Bandwidths(); bw == nil || bw.Efficiency.NVLink != 0.7 {
+		t.Errorf("optimizer predicts with %+v", bw)
+	}
+
+	// A value topoctl would refuse, put straight into the bucket.
+	kv, err := calibration.OpenKV(ctx, b.JetStream(), b.Subjects.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers, errc, err := followPolicyDomain(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := "{\"version\": 1,\n \"name\": \"typo\",\n \"efficiency\": {\"nvlink\": 7.0}}"
+	badRev, err := kv.Put(ctx, calibration.KVKey, []byte(bad))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for got := false; !got; {
+		select {
+		case v := <-answers:
+			out, _ := json.Marshal(v)
+			if !strings.Contains(string(out), `"kv_revision":`+itoa(badRev)) {
+				continue
+			}
+			for _, w := range []string{`"name":"typo"`, `"line":3`, `"field":"efficiency.nvlink"`, `"in_force":"` + rev + `"`} {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("answer lacks %s: %s", w, out)
+				}
+			}
+			got = true
+		case err := <-errc:
+			t.Fatalf("follow: %v", err)
+		}
+	}
+	if bw := op.PlacementService().Bandwidths(); bw == nil || bw.Efficiency.PCIe != 0.55 {
+		t.Errorf("after the refusal placement predicts with %+v", bw)
+	}
+
+	out, err = runPolicy("--nats-url", url, "calibration", "show", "--history")
+	if err != nil {
+		t.Fatalf("show: %v\n%s", err, out)
+	}
+	for _, w := range []string{"kv revision 1 at ", "lab@" + rev[:12], "refused value", "efficiency.nvlink: 7", "r1 (optimizer, placement): lab@" + rev[:12] + " from kv"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("show output lacks %q:\n%s", w, out)
+		}
+	}
+
+	out, err = runPolicy("--nats-url", url, "calibration", "withdraw")
+	if err != nil {
+		t.Fatalf("withdraw: %v\n%s", err, out)
+	}
+	for got := false; !got; {
+		select {
+		case v := <-answers:
+			out, _ := json.Marshal(v)
+			got = strings.Contains(string(out), `"revision":"default"`) && strings.Contains(string(out), `"previous":"`+rev+`"`)
+		case err := <-errc:
+			t.Fatalf("follow: %v", err)
+		}
+	}
+	if bw := op.PlacementService().Bandwidths(); bw != nil {
+		t.Errorf("after the withdrawal placement predicts with %+v, want the defaults", bw)
+	}
+}
+
+func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
