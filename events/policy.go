@@ -100,6 +100,8 @@ type LinkEfficiency struct {
 	NVLS           float64 `json:"nvls"`
 	PCIe           float64 `json:"pcie"`
 	Net            float64 `json:"net"`
+	EFA            float64 `json:"efa"`
+	TCP            float64 `json:"tcp"`
 	StepOverheadUS float64 `json:"step_overhead_us"`
 }
 

@@ -493,6 +493,9 @@ type NIC struct {
 	BusID    string  `json:"bus_id,omitempty"`
 	RateGbps float64 `json:"rate_gbps,omitempty"`
 	RDMA     bool    `json:"rdma,omitempty"`
+	// Transport is efa or tcp where NCCL's traffic does not go over
+	// InfiniBand or RoCE (topology.NIC.Transport).
+	Transport string `json:"transport,omitempty"`
 	// NUMA is the NIC's NUMA node; nil when unknown.
 	NUMA   *int   `json:"numa,omitempty"`
 	Health string `json:"health,omitempty"`

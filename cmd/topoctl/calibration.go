@@ -207,8 +207,8 @@ func writeCalibrationApplied(out io.Writer, e *events.CalibrationApplied) error 
 }
 
 func efficiencyLine(e events.LinkEfficiency) string {
-	return fmt.Sprintf("efficiency: nvlink %.3f, nvls %.3f, pcie %.3f, net %.3f; step overhead %.2f us",
-		e.NVLink, e.NVLS, e.PCIe, e.Net, e.StepOverheadUS)
+	return fmt.Sprintf("efficiency: nvlink %.3f, nvls %.3f, pcie %.3f, net %.3f, efa %.3f, tcp %.3f; step overhead %.2f us",
+		e.NVLink, e.NVLS, e.PCIe, e.Net, e.EFA, e.TCP, e.StepOverheadUS)
 }
 
 func writeCalibrationRejected(out io.Writer, e *events.CalibrationRejected) error {
@@ -333,7 +333,8 @@ func calibrationShow(ctx context.Context, g *globals, out io.Writer, history boo
 		default:
 			w.Printf("kv revision %d at %s: %s@%s\n", s.KVRevision, at, nameOr(s.Set.Name), shortRev(s.Revision))
 			eff := s.Set.Resolved()
-			w.Printf("  %s\n", efficiencyLine(events.LinkEfficiency{NVLink: eff.NVLink, NVLS: eff.NVLS, PCIe: eff.PCIe, Net: eff.Net, StepOverheadUS: eff.StepOverheadUS}))
+			w.Printf("  %s\n", efficiencyLine(events.LinkEfficiency{NVLink: eff.NVLink, NVLS: eff.NVLS, PCIe: eff.PCIe, Net: eff.Net,
+				EFA: eff.EFA, TCP: eff.TCP, StepOverheadUS: eff.StepOverheadUS}))
 			for _, f := range s.Set.Fits {
 				w.Printf("  fit %s: %.3f from %d samples (measured/predicted %.3f before): %s\n", f.Kind, f.Efficiency, f.Samples, f.Ratio, strings.Join(f.Sources, ", "))
 			}

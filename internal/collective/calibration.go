@@ -104,8 +104,16 @@ func (es CalibrationErrors) Error() string {
 	return strings.Join(parts, "; ")
 }
 
-// LinkKinds are the kinds of link a calibration fits, in its files' order.
-var LinkKinds = []string{"nvlink", "nvls", "pcie", "net"}
+// LinkKinds are the kinds of link a calibration fits, in its files' order:
+// NVLink, NVLink SHARP, PCIe and the inter-socket link, the network over
+// InfiniBand or RoCE (NICs and leaf uplinks), and NICs of the EFA and TCP
+// transports (topology.NIC.Transport).
+var LinkKinds = []string{"nvlink", "nvls", "pcie", "net", topology.TransportEFA, topology.TransportTCP}
+
+// shares are an efficiency's values by LinkKinds.
+func shares(e *topology.Efficiency) []*float64 {
+	return []*float64{&e.NVLink, &e.NVLS, &e.PCIe, &e.Net, &e.EFA, &e.TCP}
+}
 
 // problem is one refused field, before it is given a file and line.
 type problem struct{ field, msg string }
@@ -117,10 +125,10 @@ func (c *Calibration) problems() []problem {
 		out = append(out, problem{"version", fmt.Sprintf("%d: expected %d", c.Version, CalibrationVersion)})
 	}
 	e := c.Efficiency
-	for i, v := range []float64{e.NVLink, e.NVLS, e.PCIe, e.Net} {
-		if v < 0 || v > 1 || math.IsNaN(v) {
+	for i, p := range shares(&e) {
+		if v := *p; v < 0 || v > 1 || math.IsNaN(v) {
 			out = append(out, problem{"efficiency." + LinkKinds[i],
-				fmt.Sprintf("%g: expected a share of line rate, above 0 and at most 1 (0: the default)", v)})
+				fmt.Sprintf("%g: expected a share of line rate, above 0 and at most 1 (0: the default)", *p)})
 		}
 	}
 	if e.StepOverheadUS < 0 || e.StepOverheadUS > 1000 || math.IsNaN(e.StepOverheadUS) {
@@ -254,8 +262,9 @@ func (c *Calibration) Resolved() topology.Efficiency {
 		}
 		return v
 	}
+	net := or(e.Net, EffNet)
 	return topology.Efficiency{NVLink: or(e.NVLink, EffNVLink), NVLS: or(e.NVLS, EffNVLS), PCIe: or(e.PCIe, EffPCIe),
-		Net: or(e.Net, EffNet), StepOverheadUS: or(e.StepOverheadUS, StepOverheadUS)}
+		Net: net, EFA: or(e.EFA, net), TCP: or(e.TCP, net), StepOverheadUS: or(e.StepOverheadUS, StepOverheadUS)}
 }
 
 // LinkKind is the kind of link a bottleneck's name (LinkName) is, for an
@@ -286,7 +295,7 @@ func LinkKind(bottleneck string, a Algorithm) string {
 // rate (efficiency 1) is refused, naming its source: it is not of this
 // topology, or not a bus bandwidth.
 func FitCalibration(name string, samples []Sample, base *topology.Bandwidths) (*Calibration, error) {
-	line := (&Calibration{Efficiency: topology.Efficiency{NVLink: 1, NVLS: 1, PCIe: 1, Net: 1}}).Bandwidths(base)
+	line := (&Calibration{Efficiency: topology.Efficiency{NVLink: 1, NVLS: 1, PCIe: 1, Net: 1, EFA: 1, TCP: 1}}).Bandwidths(base)
 	var large []Sample
 	for _, s := range samples {
 		if s.BusBWGBps <= 0 || s.Bytes <= 0 {
@@ -314,7 +323,9 @@ func FitCalibration(name string, samples []Sample, base *topology.Bandwidths) (*
 	c := &Calibration{Version: CalibrationVersion, Name: name}
 	eff := map[string]float64{"nvlink": EffNVLink, "nvls": EffNVLS, "pcie": EffPCIe, "net": EffNet}
 	set := func() {
-		c.Efficiency = topology.Efficiency{NVLink: eff["nvlink"], NVLS: eff["nvls"], PCIe: eff["pcie"], Net: eff["net"]}
+		// A transport no sample is bound by stays at 0: Net's.
+		c.Efficiency = topology.Efficiency{NVLink: eff["nvlink"], NVLS: eff["nvls"], PCIe: eff["pcie"], Net: eff["net"],
+			EFA: eff[topology.TransportEFA], TCP: eff[topology.TransportTCP]}
 	}
 	set()
 	var fits map[string]*Fit
@@ -328,7 +339,7 @@ func FitCalibration(name string, samples []Sample, base *topology.Bandwidths) (*
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", s.Source, err)
 			}
-			k := LinkKind(r.Bottleneck, r.Algorithm)
+			k := r.BottleneckKind
 			if k == "" || r.BusBWGBps <= 0 {
 				continue
 			}
@@ -345,11 +356,15 @@ func FitCalibration(name string, samples []Sample, base *topology.Bandwidths) (*
 				before[k] = med
 			}
 			fits[k].Ratio = before[k]
-			eff[k] = min(1, eff[k]*med)
+			cur := eff[k]
+			if cur == 0 { // a transport, at Net's until now
+				cur = eff["net"]
+			}
+			eff[k] = min(1, cur*med)
 		}
 		set()
 	}
-	for _, k := range []string{"nvlink", "nvls", "pcie", "net"} {
+	for _, k := range LinkKinds {
 		if f := fits[k]; f != nil {
 			f.Efficiency = eff[k]
 			c.Fits = append(c.Fits, *f)

@@ -41,6 +41,10 @@ func TestFitCalibration(t *testing.T) {
 	}})
 	nv := BuildNode(NodeSpec{Name: "nv", GPUs: 8, Model: "A100", NVLinks: 12, NVLinkGen: 3, PCIeGen: 4, NICs: 4, NICGbps: 200})
 	nv2 := BuildNode(NodeSpec{Name: "nv2", GPUs: 8, Model: "A100", NVLinks: 12, NVLinkGen: 3, PCIeGen: 4, NICs: 4, NICGbps: 200})
+	efa := func(name string) *topology.Node {
+		return BuildNode(NodeSpec{Name: name, GPUs: 8, Model: "A100", NVLinks: 12, NVLinkGen: 3, PCIeGen: 4, NICs: 4, NICGbps: 100,
+			Transport: topology.TransportEFA})
+	}
 	for _, tc := range []struct {
 		name string
 		p    Placement
@@ -50,6 +54,9 @@ func TestFitCalibration(t *testing.T) {
 		{"PCIe server", Placement{Ranks: NodeRanks(pcie)}, topology.Efficiency{PCIe: 0.55}, "pcie"},
 		{"NVSwitch node", Placement{Ranks: NodeRanks(nv)}, topology.Efficiency{NVLink: 0.7}, "nvlink"},
 		{"two nodes over the network", Placement{Ranks: NodesRanks([]*topology.Node{nv, nv2}, 8)}, topology.Efficiency{Net: 0.6}, "net"},
+		// EFA NICs are their own kind: fitting them leaves InfiniBand's
+		// efficiency as it was.
+		{"two nodes over EFA", Placement{Ranks: NodesRanks([]*topology.Node{efa("e1"), efa("e2")}, 8)}, topology.Efficiency{EFA: 0.5}, topology.TransportEFA},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -61,9 +68,12 @@ func TestFitCalibration(t *testing.T) {
 			if len(cal.Fits) != 1 || cal.Fits[0].Kind != tc.kind || cal.Fits[0].Samples != 3 {
 				t.Fatalf("fits %+v, want one of %s from 3 samples", cal.Fits, tc.kind)
 			}
-			want := tc.eff.NVLink + tc.eff.PCIe + tc.eff.Net
+			want := tc.eff.NVLink + tc.eff.PCIe + tc.eff.Net + tc.eff.EFA
 			if got := cal.Fits[0].Efficiency; math.Abs(got-want) > 0.01*want {
 				t.Errorf("%s efficiency %.4f, want %.4f", tc.kind, got, want)
+			}
+			if tc.kind == topology.TransportEFA && cal.Resolved().Net != EffNet {
+				t.Errorf("fitting EFA moved the network's efficiency to %.4f", cal.Resolved().Net)
 			}
 			// The other collectives, never measured.
 			for _, c := range []Collective{AllGather, ReduceScatter} {

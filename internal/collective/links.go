@@ -164,7 +164,8 @@ func (m *model) capacity(k linkKey) float64 {
 	case kSMP:
 		c = m.nodes[k.node].smp * m.effOf(m.bw.Efficiency.PCIe, EffPCIe)
 	case kNIC:
-		c = m.nodes[k.node].nicGBps[k.a+1] * m.effOf(m.bw.Efficiency.Net, EffNet)
+		nd := m.nodes[k.node]
+		c = nd.nicGBps[k.a+1] * m.netEff(nd.nicKind[k.a+1])
 	case kUplink:
 		c = m.upGBps[k.a] * m.effOf(m.bw.Efficiency.Net, EffNet)
 	}
@@ -216,6 +217,19 @@ func (m *model) effOf(calibrated, def float64) float64 {
 		return calibrated
 	}
 	return def
+}
+
+// netEff is the efficiency of a NIC of a kind: net (InfiniBand, RoCE), or
+// a transport's, which is Net's until calibrated.
+func (m *model) netEff(kind string) float64 {
+	net := m.effOf(m.bw.Efficiency.Net, EffNet)
+	switch kind {
+	case topology.TransportEFA:
+		return m.effOf(m.bw.Efficiency.EFA, net)
+	case topology.TransportTCP:
+		return m.effOf(m.bw.Efficiency.TCP, net)
+	}
+	return net
 }
 
 // stepOverheadUS is the per-step overhead, calibrated or the default.

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/toposched/toposched/internal/topology"
@@ -139,8 +140,11 @@ type Result struct {
 	// AlgBWGBps is bytes / time; BusBWGBps the nccl-tests bus bandwidth.
 	AlgBWGBps float64 `json:"algbw_gbps"`
 	BusBWGBps float64 `json:"busbw_gbps"`
-	// Bottleneck names the most loaded link of the bandwidth term.
-	Bottleneck string `json:"bottleneck,omitempty"`
+	// Bottleneck names the most loaded link of the bandwidth term, and
+	// BottleneckKind its kind of link as a calibration fits it
+	// (LinkKinds; "" when latency bound).
+	Bottleneck     string `json:"bottleneck,omitempty"`
+	BottleneckKind string `json:"bottleneck_kind,omitempty"`
 }
 
 // BusFactor is nccl-tests' busbw/algbw factor for n ranks.
@@ -267,10 +271,43 @@ func (m *model) eval(c Collective, bytes float64, a Algorithm) Result {
 	m.build(&ph, c, bytes, a, 1)
 	t, bn := m.time(&ph)
 	ph.release()
-	r := Result{Collective: c, Algorithm: a, Ranks: len(m.ranks), Bytes: bytes, TimeSeconds: t, Bottleneck: bn}
+	r := Result{Collective: c, Algorithm: a, Ranks: len(m.ranks), Bytes: bytes, TimeSeconds: t, Bottleneck: bn,
+		BottleneckKind: m.kindOf(bn, a)}
 	if t > 0 {
 		r.AlgBWGBps = bytes / t / 1e9
 		r.BusBWGBps = r.AlgBWGBps * BusFactor(c, len(m.ranks))
 	}
 	return r
+}
+
+// kindOf is LinkKind with a NIC's transport: "nic:<node>:<k>:<dir>" of an
+// EFA NIC is efa, not net.
+func (m *model) kindOf(bottleneck string, a Algorithm) string {
+	k := LinkKind(bottleneck, a)
+	if k != "net" || !strings.HasPrefix(bottleneck, "nic:") {
+		return k
+	}
+	if m.parent != nil {
+		return m.parent.kindOf(bottleneck, a)
+	}
+	rest := strings.TrimPrefix(bottleneck, "nic:")
+	i := strings.LastIndexByte(rest, ':') // the direction
+	if i < 0 {
+		return k
+	}
+	j := strings.LastIndexByte(rest[:i], ':')
+	if j < 0 {
+		return k
+	}
+	node, pos := rest[:j], rest[j+1:i]
+	nic, err := strconv.Atoi(pos)
+	if err != nil {
+		return k
+	}
+	for _, nd := range m.nodes {
+		if nd.name == node && nic+1 >= 0 && nic+1 < len(nd.nicKind) {
+			return nd.nicKind[nic+1]
+		}
+	}
+	return k
 }

@@ -19,6 +19,8 @@ type NodeSpec struct {
 	// NICs at NICGbps each; GPU g's nearest NIC is g*NICs/GPUs (PIX).
 	NICs    int
 	NICGbps float64
+	// Transport is the NICs' (topology.NIC.Transport; "": InfiniBand).
+	Transport string
 	// PCIePath gives the class between two GPUs without NVLink (nil: PIX).
 	PCIePath func(a, b int) topology.Class
 }
@@ -50,7 +52,7 @@ func BuildNode(s NodeSpec) *topology.Node {
 	}
 	if s.NICs > 0 {
 		for k := range s.NICs {
-			n.NICs = append(n.NICs, topology.NIC{Index: k, Name: fmt.Sprintf("mlx5_%d", k), RateGbps: s.NICGbps, RDMA: true, NUMA: -1})
+			n.NICs = append(n.NICs, topology.NIC{Index: k, Name: fmt.Sprintf("mlx5_%d", k), RateGbps: s.NICGbps, RDMA: true, NUMA: -1, Transport: s.Transport})
 		}
 		n.NICPaths = make([][]topology.Link, s.GPUs)
 		for g := range s.GPUs {

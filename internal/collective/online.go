@@ -49,8 +49,8 @@ type Observation struct {
 
 // Defaults of NewOnline.
 const (
-	OnlineMinSamples = 16
-	OnlineWindow     = 32
+	OnlineMinSamples = 32
+	OnlineWindow     = 64
 	OnlineMaxStep    = 0.05
 	OnlineOutlier    = 10
 	OnlineMinMove    = 0.01
@@ -98,7 +98,10 @@ func (o *Online) Pending() map[string]int {
 // that had enough observations start again either way.
 func (o *Online) Step(c *Calibration, name string) *Calibration {
 	eff := c.Resolved()
-	cur := map[string]*float64{"nvlink": &eff.NVLink, "nvls": &eff.NVLS, "pcie": &eff.PCIe, "net": &eff.Net}
+	cur := map[string]*float64{}
+	for i, p := range shares(&eff) {
+		cur[LinkKinds[i]] = p
+	}
 	var moved []Fit
 	for _, k := range LinkKinds {
 		l := o.obs[k]
@@ -114,7 +117,7 @@ func (o *Online) Step(c *Calibration, name string) *Calibration {
 				sources = append(sources, ob.Source)
 			}
 		}
-		if len(l) > len(sources) {
+		if len(sources) > 0 && len(l) > len(sources) {
 			sources = append(sources, fmt.Sprintf("and %d more", len(l)-len(sources)))
 		}
 		med, _ := medianMax(ratios)
@@ -131,7 +134,16 @@ func (o *Online) Step(c *Calibration, name string) *Calibration {
 	if len(moved) == 0 {
 		return nil
 	}
-	out := &Calibration{Version: CalibrationVersion, Name: name, Efficiency: eff}
+	// Kinds that did not move keep what the set said, a default (0)
+	// included: a transport left at 0 goes on following Net.
+	out := &Calibration{Version: CalibrationVersion, Name: name}
+	if c != nil {
+		out.Efficiency = c.Efficiency
+	}
+	set := shares(&out.Efficiency)
+	for _, f := range moved {
+		*set[slices.Index(LinkKinds, f.Kind)] = f.Efficiency
+	}
 	if c != nil {
 		for _, f := range c.Fits {
 			if !slices.ContainsFunc(moved, func(m Fit) bool { return m.Kind == f.Kind }) {

@@ -75,7 +75,10 @@ type nodeInfo struct {
 	pcie    float64
 	smp     float64
 	nicGBps []float64 // by NIC position + 1 (0: the virtual NIC -1)
-	leaf    int32     // -1: no fabric or not listed
+	// nicKind is the kind of link (LinkKinds) of each NIC, by position
+	// + 1: net, or its transport's.
+	nicKind []string
+	leaf    int32 // -1: no fabric or not listed
 	// localNICs is each GPU's nearest NIC (valid where the root has a
 	// rank on the GPU); rankAt the root's rank on each GPU (-1: none).
 	localNICs []int
@@ -223,12 +226,14 @@ func (m *model) describe(n *topology.Node) *nodeInfo {
 			}
 		}
 	}
+	nd.nicKind = make([]string, len(n.NICs)+1)
 	for k := -1; k < len(n.NICs); k++ {
-		rate := 0.0
+		rate, kind := 0.0, "net"
 		if k >= 0 {
-			rate = n.NICs[k].RateGbps
+			rate, kind = n.NICs[k].RateGbps, cmp.Or(n.NICs[k].Transport, kind)
 		}
 		nd.nicGBps[k+1] = cmp.Or(rate, topology.FabricDefaultNICGbps) / 8
+		nd.nicKind[k+1] = kind
 	}
 	for g := range nd.rankAt {
 		nd.rankAt[g] = -1

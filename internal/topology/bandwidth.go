@@ -35,10 +35,14 @@ type Bandwidths struct {
 // NCCL transfer achieves on each kind of link, and the overhead of one
 // step of an algorithm; 0 leaves the model's default.
 type Efficiency struct {
-	NVLink         float64 `json:"nvlink,omitempty"`
-	NVLS           float64 `json:"nvls,omitempty"`
-	PCIe           float64 `json:"pcie,omitempty"`
-	Net            float64 `json:"net,omitempty"`
+	NVLink float64 `json:"nvlink,omitempty"`
+	NVLS   float64 `json:"nvls,omitempty"`
+	PCIe   float64 `json:"pcie,omitempty"`
+	Net    float64 `json:"net,omitempty"`
+	// EFA and TCP are the NICs of those transports (NIC.Transport); 0
+	// leaves them at Net's.
+	EFA            float64 `json:"efa,omitempty"`
+	TCP            float64 `json:"tcp,omitempty"`
 	StepOverheadUS float64 `json:"step_overhead_us,omitempty"`
 }
 

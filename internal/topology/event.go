@@ -26,7 +26,7 @@ func (n *Node) Event() events.TopologyNode {
 	}
 	for _, nic := range n.NICs {
 		ev.NICs = append(ev.NICs, events.NIC{Name: nic.Name, BusID: nic.BusID, RateGbps: nic.RateGbps,
-			RDMA: nic.RDMA, NUMA: numaPtr(nic.NUMA)})
+			RDMA: nic.RDMA, Transport: nic.Transport, NUMA: numaPtr(nic.NUMA)})
 	}
 	ev.GPUPaths = renderLinks(n.GPUPaths)
 	ev.NICPaths = renderLinks(n.NICPaths)
@@ -45,7 +45,7 @@ func FromEvent(ev events.TopologyNode) (*Node, error) {
 	}
 	for k, nic := range ev.NICs {
 		n.NICs = append(n.NICs, NIC{Index: k, Name: nic.Name, BusID: nic.BusID, RateGbps: nic.RateGbps,
-			RDMA: nic.RDMA, NUMA: numaOf(nic.NUMA)})
+			RDMA: nic.RDMA, Transport: nic.Transport, NUMA: numaOf(nic.NUMA)})
 	}
 	var errs []error
 	var err error

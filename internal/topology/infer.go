@@ -21,6 +21,7 @@ import (
 // nvidia-smi topo -m of an H100 node, which names no generation, no
 // longer hides it. Infer changes nothing the source gave.
 func Infer(n *Node) {
+	inferTransports(n)
 	g := len(n.GPUs)
 	if g < 2 || len(n.GPUPaths) != g {
 		return
@@ -75,6 +76,26 @@ func Infer(n *Node) {
 		n.Inferred = append(n.Inferred, fmt.Sprintf("NVSwitches, from NV%d on every pair of GPUs", count))
 	case !everyPair && maxPeers <= 3:
 		n.Inferred = append(n.Inferred, fmt.Sprintf("NVLink bridges, not NVSwitches: each GPU has NVLink to at most %d other GPUs (pairs or quads)", maxPeers))
+	}
+}
+
+// inferTransports marks AWS EFA devices (efa*, and rdmap* as nvidia-smi
+// and NCCL name them on p4d/p5) as TransportEFA: NCCL runs over libfabric
+// there, whose efficiency is calibrated apart from InfiniBand's.
+func inferTransports(n *Node) {
+	var names []string
+	for k := range n.NICs {
+		nic := &n.NICs[k]
+		if nic.Transport != "" {
+			continue
+		}
+		if strings.HasPrefix(nic.Name, "efa") || strings.HasPrefix(nic.Name, "rdmap") {
+			nic.Transport = TransportEFA
+			names = append(names, nic.Name)
+		}
+	}
+	if len(names) > 0 {
+		n.Inferred = append(n.Inferred, fmt.Sprintf("EFA transport, from the NIC names %s", strings.Join(names, ", ")))
 	}
 }
 

@@ -22,6 +22,13 @@ func node(g int, model string, link func(i, j int) Link) *Node {
 	return n
 }
 
+func withNICs(n *Node, names ...string) *Node {
+	for k, name := range names {
+		n.NICs = append(n.NICs, NIC{Index: k, Name: name, NUMA: -1})
+	}
+	return n
+}
+
 func nv(count int) func(i, j int) Link {
 	return func(int, int) Link { return Link{Class: NV, NVLinks: count} }
 }
@@ -55,6 +62,8 @@ func TestInfer(t *testing.T) {
 		{"bridged pairs of A6000s", node(4, "NVIDIA RTX A6000", pairs), 0, []string{"bridges"}},
 		{"hybrid cube mesh", node(8, "Tesla V100-SXM2-32GB", cube), 2, []string{"NVLink 2, from the GPU model Tesla V100"}},
 		{"no NVLink", node(4, "", func(int, int) Link { return Link{Class: PIX} }), 0, nil},
+		{"EFA NICs of a p4d", withNICs(node(8, "NVIDIA A100-SXM4-40GB", nv(12)), "rdmap16s27", "rdmap32s27", "mlx5_0"), 3,
+			[]string{"EFA transport, from the NIC names rdmap16s27, rdmap32s27", "NVLink 3, from the GPU model", "NVSwitches"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

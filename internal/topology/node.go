@@ -25,9 +25,25 @@ type NIC struct {
 	BusID    string  `json:"bus_id,omitempty"`
 	RateGbps float64 `json:"rate_gbps,omitempty"`
 	RDMA     bool    `json:"rdma,omitempty"`
+	// Transport is what carries NCCL's traffic through the NIC when it is
+	// not InfiniBand or RoCE (empty): TransportEFA or TransportTCP. The
+	// cost model calibrates each transport's efficiency on its own.
+	Transport string `json:"transport,omitempty"`
 	// NUMA is the NIC's NUMA node, -1 when the source does not say.
 	NUMA int `json:"numa"`
 }
+
+// NIC transports besides InfiniBand and RoCE (NIC.Transport).
+const (
+	// TransportEFA is AWS's Elastic Fabric Adapter (libfabric over SRD).
+	TransportEFA = "efa"
+	// TransportTCP is NCCL over sockets, GPUDirect-TCPX(O) included.
+	TransportTCP = "tcp"
+)
+
+// Transports lists the valid NIC.Transport values; "" is InfiniBand or
+// RoCE.
+var Transports = []string{"", TransportEFA, TransportTCP}
 
 // Node is one node's topology.
 type Node struct {

@@ -172,7 +172,7 @@ func (cl *calibrationLoop) settle(ctx context.Context, trigger string) {
 	}
 	eff := c.cal.Resolved()
 	ev := &events.CalibrationApplied{Revision: c.revision, Name: c.name(), Source: c.source, KVRevision: c.kvRev,
-		Efficiency: events.LinkEfficiency{NVLink: eff.NVLink, NVLS: eff.NVLS, PCIe: eff.PCIe, Net: eff.Net, StepOverheadUS: eff.StepOverheadUS},
+		Efficiency: linkEfficiency(eff),
 		Services:   cl.services, Replica: cl.replica, AppliedAt: time.Now().UTC()}
 	if prev != nil {
 		ev.Previous = prev.revision
@@ -253,4 +253,9 @@ func nameOfRaw(raw []byte) string {
 		return ""
 	}
 	return probe.Name
+}
+
+// linkEfficiency is an efficiency as events carry it.
+func linkEfficiency(e topology.Efficiency) events.LinkEfficiency {
+	return events.LinkEfficiency{NVLink: e.NVLink, NVLS: e.NVLS, PCIe: e.PCIe, Net: e.Net, EFA: e.EFA, TCP: e.TCP, StepOverheadUS: e.StepOverheadUS}
 }

@@ -102,7 +102,7 @@ func observations(plan tuning.Plan, t *events.RuntimeTelemetry) []collective.Obs
 			if ph.Name != g.Group || eventCollective(ph.Collective) != g.Collective {
 				continue
 			}
-			kind := collective.LinkKind(r.Bottleneck, r.Chosen.Algorithm)
+			kind := r.BottleneckKind
 			if kind == "" || r.Beta <= 0 {
 				break
 			}

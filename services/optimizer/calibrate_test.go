@@ -70,7 +70,7 @@ func TestOnlineCalibration(t *testing.T) {
 			kind := ""
 			for _, r := range lj.plan.Phases {
 				if r.Phase.Name == "dp" {
-					kind = collective.LinkKind(r.Bottleneck, r.Chosen.Algorithm)
+					kind = r.BottleneckKind
 				}
 			}
 			measured := 0.8 * dp.BusBWGBps
@@ -93,8 +93,8 @@ func TestOnlineCalibration(t *testing.T) {
 			prev := (*collective.Calibration)(nil).Resolved()
 			for i, p := range fake.pushes {
 				e := p.Resolved()
-				for j, v := range []float64{e.NVLink, e.NVLS, e.PCIe, e.Net} {
-					old := []float64{prev.NVLink, prev.NVLS, prev.PCIe, prev.Net}[j]
+				for j, v := range []float64{e.NVLink, e.NVLS, e.PCIe, e.Net, e.EFA, e.TCP} {
+					old := []float64{prev.NVLink, prev.NVLS, prev.PCIe, prev.Net, prev.EFA, prev.TCP}[j]
 					if math.Abs(v/old-1) > collective.OnlineMaxStep+1e-9 {
 						t.Fatalf("move %d: %s %.4f -> %.4f", i, collective.LinkKinds[j], old, v)
 					}

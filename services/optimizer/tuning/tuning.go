@@ -146,8 +146,10 @@ type PhaseResult struct {
 	// the phase's own) over which the settings still give Chosen.
 	MinBytes, MaxBytes float64
 	// Bottleneck is the most loaded link of the chosen algorithm, by the
-	// model with the fabric in ("" when latency bound).
-	Bottleneck string
+	// model with the fabric in ("" when latency bound), and
+	// BottleneckKind its kind of link (collective.LinkKinds).
+	Bottleneck     string
+	BottleneckKind string
 	// DefaultBottleneck is the same for NCCL's default.
 	DefaultBottleneck string
 }
@@ -196,6 +198,9 @@ func (p Plan) Env() (algo, proto string) {
 	return strings.Join(as, ";"), strings.Join(ps, ";")
 }
 
+// neck is a bottleneck link and its kind.
+type neck struct{ name, kind string }
+
 // line is an alpha-beta prediction: alpha + beta·bytes seconds.
 type line struct{ alpha, beta float64 }
 
@@ -229,7 +234,7 @@ type phaseModel struct {
 	// real and blind are per algorithm: with the fabric (and contention)
 	// and without, as NCCL sees it.
 	real, blind map[collective.Algorithm]line
-	bottleneck  map[collective.Algorithm]string
+	bottleneck  map[collective.Algorithm]neck
 	hw          hwClass
 	ll128       bool
 	multiNode   bool
@@ -352,7 +357,8 @@ func Tune(in Input) (Plan, error) {
 			ch, _ := m.pick(algos, protos, m.ph.Bytes)
 			r := PhaseResult{Phase: m.ph, Chosen: ch, Default: def,
 				ChosenSeconds: calls * m.time(true, ch, m.ph.Bytes), DefaultSeconds: calls * m.time(true, def, m.ph.Bytes),
-				Bottleneck: m.bottleneck[ch.Algorithm], DefaultBottleneck: m.bottleneck[def.Algorithm]}
+				Bottleneck: m.bottleneck[ch.Algorithm].name, BottleneckKind: m.bottleneck[ch.Algorithm].kind,
+				DefaultBottleneck: m.bottleneck[def.Algorithm].name}
 			r.Alpha = m.time(true, ch, 0)
 			r.Beta = max(m.time(true, ch, m.ph.Bytes)-r.Alpha, 0) / m.ph.Bytes
 			if t := m.time(true, ch, m.ph.Bytes); t > 0 {
@@ -476,7 +482,7 @@ func holds(m *phaseModel, algos []collective.Algorithm, protos []Protocol, ch Op
 // all_to_all).
 func modelPhase(in Input, ph *Phase) (*phaseModel, error) {
 	m := &phaseModel{ph: ph, real: map[collective.Algorithm]line{}, blind: map[collective.Algorithm]line{},
-		bottleneck: map[collective.Algorithm]string{}}
+		bottleneck: map[collective.Algorithm]neck{}}
 	m.describe()
 	for _, a := range tunable {
 		real, bn, err := fit(in, ph, a, true)
@@ -500,8 +506,8 @@ func modelPhase(in Input, ph *Phase) (*phaseModel, error) {
 
 // fit predicts one call of the phase with algorithm a at its size and at
 // zero bytes.
-func fit(in Input, ph *Phase, a collective.Algorithm, real bool) (line, string, error) {
-	at := func(bytes float64) (float64, string, error) {
+func fit(in Input, ph *Phase, a collective.Algorithm, real bool) (line, neck, error) {
+	at := func(bytes float64) (float64, neck, error) {
 		j := collective.Job{Bandwidths: in.Bandwidths, Groups: make([]collective.Group, len(ph.Members))}
 		if real {
 			j.Fabric, j.Contention = in.Fabric, in.Contention
@@ -511,21 +517,21 @@ func fit(in Input, ph *Phase, a collective.Algorithm, real bool) (line, string, 
 		}
 		r, err := collective.EvaluateJob(j)
 		if err != nil {
-			return 0, "", err
+			return 0, neck{}, err
 		}
-		bn := ""
+		var bn neck
 		if len(r.Groups) > 0 {
-			bn = r.Groups[0].Result.Bottleneck
+			bn = neck{r.Groups[0].Result.Bottleneck, r.Groups[0].Result.BottleneckKind}
 		}
 		return r.CommSeconds, bn, nil
 	}
 	t0, _, err := at(0)
 	if err != nil {
-		return line{}, "", err
+		return line{}, neck{}, err
 	}
 	t1, bn, err := at(ph.Bytes)
 	if err != nil {
-		return line{}, "", err
+		return line{}, neck{}, err
 	}
 	return line{alpha: t0, beta: max(t1-t0, 0) / ph.Bytes}, bn, nil
 }
