@@ -22,8 +22,19 @@ type Calibration struct {
 	Version    int                 `json:"version"`
 	Name       string              `json:"name,omitempty"`
 	Efficiency topology.Efficiency `json:"efficiency"`
-	// Fits say what each efficiency came from.
-	Fits []Fit `json:"fits,omitempty"`
+	// Fits say what each efficiency came from, Latency what the per-step
+	// overhead came from (nil: the default's).
+	Fits    []Fit       `json:"fits,omitempty"`
+	Latency *LatencyFit `json:"latency,omitempty"`
+}
+
+// LatencyFit is the fitted per-step overhead and its evidence: the
+// median of the overheads that make each small message's prediction meet
+// its measurement.
+type LatencyFit struct {
+	StepOverheadUS float64  `json:"step_overhead_us"`
+	Samples        int      `json:"samples"`
+	Sources        []string `json:"sources"`
 }
 
 // CalibrationVersion is the file format's version.
@@ -370,7 +381,71 @@ func FitCalibration(name string, samples []Sample, base *topology.Bandwidths) (*
 			c.Fits = append(c.Fits, *f)
 		}
 	}
-	return c, nil
+	return c, fitLatency(c, samples, base)
+}
+
+// FitLatencyMaxBytes is the largest message the per-step overhead is
+// fitted from: at and below it the latency term, not bandwidth, decides.
+const FitLatencyMaxBytes = 4 << 20
+
+// fitLatency fits the per-step overhead to the samples of at most
+// FitLatencyMaxBytes, with the fitted efficiencies in place: for each, the
+// overhead (0.01 to 1000 µs) at which the prediction meets the
+// measurement, by bisection (more overhead, less bandwidth); the median of
+// them. Without such samples the default stays.
+func fitLatency(c *Calibration, samples []Sample, base *topology.Bandwidths) error {
+	var overheads []float64
+	var sources []string
+	for _, s := range samples {
+		if s.Bytes > FitLatencyMaxBytes {
+			continue
+		}
+		at := func(us float64) (float64, error) {
+			e := *c
+			e.Efficiency.StepOverheadUS = us
+			r, err := predictWith(s, e.Bandwidths(base))
+			return r.BusBWGBps, err
+		}
+		lo, hi := 0.01, 1000.0
+		blo, err := at(lo)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.Source, err)
+		}
+		bhi, err := at(hi)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.Source, err)
+		}
+		var us float64
+		switch {
+		case s.BusBWGBps >= blo:
+			us = lo // faster than any overhead: the bandwidth term's own
+		case s.BusBWGBps <= bhi:
+			us = hi
+		default:
+			for range 50 {
+				mid := math.Sqrt(lo * hi)
+				b, err := at(mid)
+				if err != nil {
+					return fmt.Errorf("%s: %w", s.Source, err)
+				}
+				if b > s.BusBWGBps {
+					lo = mid
+				} else {
+					hi = mid
+				}
+			}
+			us = math.Sqrt(lo * hi)
+		}
+		overheads = append(overheads, us)
+		sources = append(sources, s.Source)
+	}
+	if len(overheads) == 0 {
+		return nil
+	}
+	med, _ := medianMax(overheads)
+	c.Efficiency.StepOverheadUS = med
+	c.Latency = &LatencyFit{StepOverheadUS: med, Samples: len(overheads), Sources: sources}
+	return nil
 }
 
 func predictWith(s Sample, bw *topology.Bandwidths) (Result, error) {

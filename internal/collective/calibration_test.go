@@ -53,7 +53,7 @@ func TestFitCalibration(t *testing.T) {
 	}{
 		{"PCIe server", Placement{Ranks: NodeRanks(pcie)}, topology.Efficiency{PCIe: 0.55}, "pcie"},
 		{"NVSwitch node", Placement{Ranks: NodeRanks(nv)}, topology.Efficiency{NVLink: 0.7}, "nvlink"},
-		{"two nodes over the network", Placement{Ranks: NodesRanks([]*topology.Node{nv, nv2}, 8)}, topology.Efficiency{Net: 0.6}, "net"},
+		{"two nodes over the network", Placement{Ranks: NodesRanks([]*topology.Node{nv, nv2}, 8)}, topology.Efficiency{Net: 0.6, StepOverheadUS: 9}, "net"},
 		// EFA NICs are their own kind: fitting them leaves InfiniBand's
 		// efficiency as it was.
 		{"two nodes over EFA", Placement{Ranks: NodesRanks([]*topology.Node{efa("e1"), efa("e2")}, 8)}, topology.Efficiency{EFA: 0.5}, topology.TransportEFA},
@@ -71,6 +71,11 @@ func TestFitCalibration(t *testing.T) {
 			want := tc.eff.NVLink + tc.eff.PCIe + tc.eff.Net + tc.eff.EFA
 			if got := cal.Fits[0].Efficiency; math.Abs(got-want) > 0.01*want {
 				t.Errorf("%s efficiency %.4f, want %.4f", tc.kind, got, want)
+			}
+			// The 1 MiB sample fits the per-step overhead.
+			wantUS := (&Calibration{Efficiency: tc.eff}).Resolved().StepOverheadUS
+			if cal.Latency == nil || math.Abs(cal.Resolved().StepOverheadUS-wantUS) > 0.05*wantUS {
+				t.Errorf("step overhead %+v (%.2f us), want %.2f us", cal.Latency, cal.Resolved().StepOverheadUS, wantUS)
 			}
 			if tc.kind == topology.TransportEFA && cal.Resolved().Net != EffNet {
 				t.Errorf("fitting EFA moved the network's efficiency to %.4f", cal.Resolved().Net)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/toposched/toposched/internal/formats/nccltests"
 	"github.com/toposched/toposched/internal/topology"
 )
 
@@ -423,4 +424,176 @@ func fieldsOf(s string) []string {
 		}
 	}
 	return f
+}
+
+// Transfer is how a calibration from one message size (or two) predicts
+// the other sizes of the same sweep.
+type Transfer struct {
+	File    string `json:"file"`
+	Case    string `json:"case"`
+	Machine string `json:"machine"`
+	// Sizes are the sweep's sizes from 1 MiB, each with its errors.
+	Sizes []TransferSize `json:"sizes"`
+	// Fitted are the sources the two calibrations were fitted from:
+	// OneSize from the largest size, TwoSizes from it and the size
+	// nearest 1 MiB (which fits the per-step overhead).
+	OneSize, TwoSizes []string `json:"-"`
+}
+
+// TransferSize is one size of a sweep.
+type TransferSize struct {
+	Bytes    float64 `json:"bytes"`
+	Measured float64 `json:"measured_busbw_gbps"`
+	// OneSizeError and TwoSizesError are (predicted - measured) /
+	// measured under each calibration; Fitted says whether the size was
+	// one of those fitted (its error is then in-sample).
+	OneSizeError  float64 `json:"one_size_error"`
+	TwoSizesError float64 `json:"two_sizes_error"`
+	FittedOne     bool    `json:"fitted_one,omitempty"`
+	FittedTwo     bool    `json:"fitted_two,omitempty"`
+	Source        string  `json:"source"`
+}
+
+// TransferSummary is the median |error| of the sizes not fitted, by band.
+type TransferSummary struct {
+	Sweeps []Transfer `json:"sweeps"`
+	// Large is >= FitMinBytes, Mid 1 MiB up to it.
+	OneLargeMedian, OneMidMedian float64
+	TwoLargeMedian, TwoMidMedian float64
+	LargeCount, MidCount         int
+}
+
+// SizeTransfer calibrates each sweep in fsys (every case file that holds
+// nccl-tests rows or a size table) with its largest size, and with it and
+// the size nearest 1 MiB, and predicts the sweep's other sizes.
+func SizeTransfer(fsys fs.FS) (TransferSummary, error) {
+	var out TransferSummary
+	var oneL, oneM, twoL, twoM []float64
+	seen := map[string]bool{}
+	for _, c := range Cases {
+		if seen[c.File] {
+			continue
+		}
+		seen[c.File] = true
+		data, err := fs.ReadFile(fsys, c.File)
+		if err != nil {
+			return out, fmt.Errorf("case %s: %w", c.Name, err)
+		}
+		pts := sweep(c.File, data)
+		if len(pts) < 3 || pts[len(pts)-1].Bytes < FitMinBytes || pts[len(pts)-1].Bytes < 4*pts[0].Bytes {
+			continue // not a sweep
+		}
+		p := c.Build()
+		sample := func(pt sweepPoint) Sample {
+			return Sample{Placement: p, Collective: c.Collective, Algorithm: c.Algorithm, Bytes: pt.Bytes, BusBWGBps: pt.BusBW,
+				Source: fmt.Sprintf("%s:%d", c.File, pt.Line)}
+		}
+		largest := pts[len(pts)-1]
+		nearest := pts[0]
+		for _, pt := range pts {
+			if math.Abs(math.Log2(pt.Bytes/(1<<20))) < math.Abs(math.Log2(nearest.Bytes/(1<<20))) {
+				nearest = pt
+			}
+		}
+		one, err := FitCalibration("one size", []Sample{sample(largest)}, nil)
+		if err != nil {
+			return out, fmt.Errorf("case %s: %w", c.Name, err)
+		}
+		two := one
+		if nearest.Bytes <= FitLatencyMaxBytes {
+			if two, err = FitCalibration("two sizes", []Sample{sample(largest), sample(nearest)}, nil); err != nil {
+				return out, fmt.Errorf("case %s: %w", c.Name, err)
+			}
+		}
+		tr := Transfer{File: c.File, Case: c.Name, Machine: c.Machine}
+		for _, pt := range pts {
+			s := sample(pt)
+			r1, err := predictWith(s, one.Bandwidths(nil))
+			if err != nil {
+				return out, fmt.Errorf("case %s: %w", c.Name, err)
+			}
+			r2, err := predictWith(s, two.Bandwidths(nil))
+			if err != nil {
+				return out, fmt.Errorf("case %s: %w", c.Name, err)
+			}
+			ts := TransferSize{Bytes: pt.Bytes, Measured: pt.BusBW, Source: s.Source,
+				OneSizeError: (r1.BusBWGBps - pt.BusBW) / pt.BusBW, TwoSizesError: (r2.BusBWGBps - pt.BusBW) / pt.BusBW,
+				FittedOne: pt == largest, FittedTwo: pt == largest || (pt == nearest && two != one)}
+			tr.Sizes = append(tr.Sizes, ts)
+			large := pt.Bytes >= FitMinBytes
+			if !ts.FittedOne {
+				if large {
+					oneL = append(oneL, math.Abs(ts.OneSizeError))
+				} else {
+					oneM = append(oneM, math.Abs(ts.OneSizeError))
+				}
+			}
+			if !ts.FittedTwo {
+				if large {
+					twoL = append(twoL, math.Abs(ts.TwoSizesError))
+				} else {
+					twoM = append(twoM, math.Abs(ts.TwoSizesError))
+				}
+			}
+		}
+		out.Sweeps = append(out.Sweeps, tr)
+	}
+	out.OneLargeMedian, _ = medianMax(oneL)
+	out.OneMidMedian, _ = medianMax(oneM)
+	out.TwoLargeMedian, _ = medianMax(twoL)
+	out.TwoMidMedian, _ = medianMax(twoM)
+	out.LargeCount, out.MidCount = len(oneL), len(oneM)
+	return out, nil
+}
+
+// sweepPoint is one size of a sweep and its bus bandwidth.
+type sweepPoint struct {
+	Bytes, BusBW float64
+	Line         int
+}
+
+// sweep reads the sizes from 1 MiB of a file: nccl-tests rows, or a
+// two-column table of size labels ("1M", "134M", "8G": powers of two
+// rounded to decimal prefixes) and bus bandwidths. Nil when neither.
+func sweep(file string, data []byte) []sweepPoint {
+	var pts []sweepPoint
+	if res, err := nccltests.Parse(file, data); err == nil {
+		for _, r := range res.Rows {
+			if r.Bytes >= 1<<20 && (len(pts) == 0 || r.Bytes > pts[len(pts)-1].Bytes) {
+				pts = append(pts, sweepPoint{r.Bytes, r.BusBW(), r.Line})
+			}
+		}
+		return pts
+	}
+	for i, line := range strings.Split(string(data), "\n") {
+		f := strings.FieldsFunc(line, func(r rune) bool { return r == '|' || r == ' ' || r == '\t' })
+		if len(f) != 2 {
+			continue
+		}
+		b, ok := sizeLabel(f[0])
+		v, err := strconv.ParseFloat(f[1], 64)
+		if !ok || err != nil || b < 1<<20 || v <= 0 || len(pts) > 0 && b <= pts[len(pts)-1].Bytes {
+			continue
+		}
+		pts = append(pts, sweepPoint{b, v, i + 1})
+	}
+	return pts
+}
+
+// sizeLabel reads "134M" as 2^27: the power of two nearest the decimal
+// value.
+func sizeLabel(s string) (float64, bool) {
+	mult := map[byte]float64{'K': 1e3, 'M': 1e6, 'G': 1e9}
+	if len(s) < 2 {
+		return 0, false
+	}
+	m, ok := mult[s[len(s)-1]]
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseFloat(s[:len(s)-1], 64)
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return math.Exp2(math.Round(math.Log2(n * m))), true
 }
