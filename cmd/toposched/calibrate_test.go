@@ -5,6 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/internal/calibration"
 )
 
 func TestModelCalibrate(t *testing.T) {
@@ -66,5 +70,51 @@ func TestModelCalibrate(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
 			t.Errorf("%s written after a refusal", f)
 		}
+	}
+}
+
+// predict --calibration-from reads the set in force in a running
+// operator's bucket, and predicts as --calibration with the same file does.
+func TestModelPredictCalibrationFrom(t *testing.T) {
+	t.Parallel()
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "test")
+	ctx := eventstest.Context(t, 30*time.Second)
+	pcie := filepath.Join("..", "..", "internal", "formats", "nvsmi", "testdata", "rtx4090-8gpu-pcie-switch_nccl-tests-issue-307.txt")
+	file := filepath.Join(t.TempDir(), "lab.json")
+	set := []byte(`{"version": 1, "name": "lab", "efficiency": {"pcie": 0.5}}`)
+	if err := os.WriteFile(file, set, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url := srv.ClientURL()
+	empty, err := runModel(t, "predict", "--topology", pcie, "--bytes", "1G", "--calibration-from", url, "--prefix", b.Subjects.Prefix)
+	if err != nil || !strings.Contains(empty, "calibrated: no calibration bucket") {
+		t.Fatalf("before any push: %v\n%s", err, empty)
+	}
+	kv, err := calibration.OpenKV(ctx, b.JetStream(), b.Subjects.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := calibration.Push(ctx, kv, file, set); err != nil {
+		t.Fatal(err)
+	}
+	fromKV, err := runModel(t, "predict", "--topology", pcie, "--bytes", "1G", "--calibration-from", url, "--prefix", b.Subjects.Prefix)
+	if err != nil || !strings.Contains(fromKV, "calibrated: lab@"+calibration.Revision(set)[:12]) {
+		t.Fatalf("from the bucket: %v\n%s", err, fromKV)
+	}
+	fromFile, err := runModel(t, "predict", "--topology", pcie, "--bytes", "1G", "--calibration", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busbw := func(out string) string {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "busbw:") {
+				return l
+			}
+		}
+		return ""
+	}
+	if busbw(fromKV) == "" || busbw(fromKV) != busbw(fromFile) || busbw(fromKV) == busbw(empty) {
+		t.Errorf("bucket %q, file %q, defaults %q", busbw(fromKV), busbw(fromFile), busbw(empty))
 	}
 }

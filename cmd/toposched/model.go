@@ -1,6 +1,8 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,21 +14,24 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/toposched/toposched/internal/calibration"
 	"github.com/toposched/toposched/internal/collective"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/internal/textout"
 	"github.com/toposched/toposched/services/optimizer/tuning"
 )
 
-func newModel(_ *globals) *cobra.Command {
+func newModel(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "model",
 		Short: "Predict collective times with the cost model, and check it against measurements",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newModelPredict(), newModelValidate(), newModelCalibrate())
+	cmd.AddCommand(newModelPredict(g), newModelValidate(), newModelCalibrate())
 	return cmd
 }
 
@@ -37,9 +42,13 @@ type predictFlags struct {
 	gpus, format            string
 	anyAlgorithm            bool
 	calibration             string
+	// calibrationFrom is a NATS URL whose calibration bucket holds the
+	// set to use; loadInForce reads it.
+	calibrationFrom string
+	loadInForce     func(ctx context.Context, url string) (*collective.Calibration, string, error)
 }
 
-func newModelPredict() *cobra.Command {
+func newModelPredict(g *globals) *cobra.Command {
 	var f predictFlags
 	cmd := &cobra.Command{
 		Use:   "predict",
@@ -55,7 +64,8 @@ cluster's fabric (--cluster).
       --collective all_reduce --bytes 128M --algorithm tree --format json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runPredict(cmd.OutOrStdout(), f)
+			f.loadInForce = g.calibrationInForce
+			return runPredict(cmd.Context(), cmd.OutOrStdout(), f)
 		},
 	}
 	fl := cmd.Flags()
@@ -70,10 +80,45 @@ cluster's fabric (--cluster).
 	fl.BoolVar(&f.anyAlgorithm, "any-algorithm", false, "with --algorithm auto, also consider algorithms NCCL does not run (halving_doubling, hierarchical)")
 	fl.StringVar(&f.format, "format", "text", "text or json")
 	fl.StringVar(&f.calibration, "calibration", "", "calibration set (model calibrate --out) whose link efficiencies replace the defaults")
+	fl.StringVar(&f.calibrationFrom, "calibration-from", "",
+		"NATS URL of a running operator: predict with the calibration set in force in its bucket (topoctl calibration push, online moves)")
 	return cmd
 }
 
-func runPredict(out io.Writer, f predictFlags) error {
+// calibrationInForce reads the set in the calibration bucket of the
+// operator at url; nil when there is none (the documented efficiencies).
+func (g *globals) calibrationInForce(ctx context.Context, url string) (*collective.Calibration, string, error) {
+	nc, err := nats.Connect(url, append(g.natsOptions(), nats.Name("toposched model predict"))...)
+	if err != nil {
+		return nil, "", fmt.Errorf("connect %s: %w", url, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, "", err
+	}
+	kv, err := js.KeyValue(ctx, calibration.BucketName(g.prefix))
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, "no calibration bucket: the documented efficiencies", nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("calibration bucket: %w", err)
+	}
+	e, err := calibration.InForce(ctx, kv)
+	switch {
+	case err != nil:
+		return nil, "", err
+	case e == nil || e.Deleted:
+		return nil, "no set in " + kv.Bucket() + ": the documented efficiencies", nil
+	case e.Err != nil:
+		// The replicas refused it and kept the one before: which one
+		// that is, only they know (topoctl calibration show).
+		return nil, "", fmt.Errorf("the latest value in %s is refused by every replica (%w): see topoctl calibration show", kv.Bucket(), e.Err)
+	}
+	return e.Set, fmt.Sprintf("%s@%s from %s (kv revision %d)", cmp.Or(e.Set.Name, "unnamed"), e.Revision[:12], kv.Bucket(), e.KVRevision), nil
+}
+
+func runPredict(ctx context.Context, out io.Writer, f predictFlags) error {
 	if (f.topology == "") == (f.cluster == "") {
 		return errors.New("model predict: give exactly one of --topology and --cluster")
 	}
@@ -96,11 +141,22 @@ func runPredict(out io.Writer, f predictFlags) error {
 		return fmt.Errorf("model predict: --bytes: %w", err)
 	}
 	opt := collective.Options{Algorithm: algo}
-	if f.calibration != "" {
-		cal, err := loadCalibration(f.calibration)
-		if err != nil {
+	var cal *collective.Calibration
+	calibratedBy := ""
+	switch {
+	case f.calibration != "" && f.calibrationFrom != "":
+		return errors.New("model predict: give at most one of --calibration and --calibration-from")
+	case f.calibration != "":
+		if cal, err = loadCalibration(f.calibration); err != nil {
 			return fmt.Errorf("model predict: --calibration: %w", err)
 		}
+		calibratedBy = f.calibration
+	case f.calibrationFrom != "":
+		if cal, calibratedBy, err = f.loadInForce(ctx, f.calibrationFrom); err != nil {
+			return fmt.Errorf("model predict: --calibration-from: %w", err)
+		}
+	}
+	if cal != nil {
 		opt.Bandwidths = cal.Bandwidths(nil)
 		// The tuner's table has no calibration: with one, the model's own
 		// choice among NCCL's algorithms.
@@ -205,7 +261,10 @@ func runPredict(out io.Writer, f predictFlags) error {
 			TunerOverridesNCCL bool    `json:"tuner_overrides_nccl,omitempty"`
 			// Inferred are the topology's facts worked out, not read.
 			Inferred []string `json:"inferred,omitempty"`
-		}{Inferred: inferred, TimeSeconds: r.TimeSeconds, BusBWGBps: r.BusBWGBps, Algorithm: string(r.Algorithm), AlgBWGBps: r.AlgBWGBps, Ranks: r.Ranks,
+			// Calibration names the set predicted with; empty for the
+			// documented efficiencies.
+			Calibration string `json:"calibration,omitempty"`
+		}{Inferred: inferred, Calibration: calibratedBy, TimeSeconds: r.TimeSeconds, BusBWGBps: r.BusBWGBps, Algorithm: string(r.Algorithm), AlgBWGBps: r.AlgBWGBps, Ranks: r.Ranks,
 			Bytes: r.Bytes, Collective: string(r.Collective), Bottleneck: r.Bottleneck, Protocol: protocol}
 		if tc != nil {
 			v.NCCLAlgorithm, v.NCCLProtocol, v.NCCLTimeSeconds, v.TunerOverridesNCCL =
@@ -228,6 +287,9 @@ func runPredict(out io.Writer, f predictFlags) error {
 		if err == nil {
 			_, err = fmt.Fprintf(out, "inferred:   %s\n", inf)
 		}
+	}
+	if calibratedBy != "" && err == nil {
+		_, err = fmt.Fprintf(out, "calibrated: %s\n", calibratedBy)
 	}
 	return err
 }

@@ -80,7 +80,14 @@ func BenchmarkTuning(b *testing.B) {
 // PubAck by a reporter, consumed by the optimizer's durable consumer,
 // checked, diagnosed (the same finding each time, so nothing is
 // published back) and acked. It reports events/s end to end.
-func BenchmarkTelemetryIngest(b *testing.B) {
+func BenchmarkTelemetryIngest(b *testing.B) { benchTelemetry(b, false) }
+
+// With online calibration on: every report is an observation (the bench
+// job's groups are bandwidth bound), moves go to a calibrator that keeps
+// them.
+func BenchmarkTelemetryIngestOnline(b *testing.B) { benchTelemetry(b, true) }
+
+func benchTelemetry(b *testing.B, online bool) {
 	srv := eventstest.Server(b)
 	bs := eventstest.Bus(b, srv.ClientURL(), "bench")
 	ctx := context.Background()
@@ -106,8 +113,16 @@ func BenchmarkTelemetryIngest(b *testing.B) {
 		b.Fatal(err)
 	}
 	lj.tuning, lj.finding = tu, events.FindingAsPredicted
+	if online {
+		fake := &fakeCalibrator{o: o}
+		o.CalibrateOnline(fake)
+		if _, err := o.retune(lj); err != nil {
+			b.Fatal(err)
+		}
+		lj.finding = events.FindingAsPredicted
+	}
 
-	handled := make(chan struct{}, 1<<16)
+	handled := make(chan error, 1<<16)
 	r, err := bs.NewRouter()
 	if err != nil {
 		b.Fatal(err)
@@ -115,7 +130,7 @@ func BenchmarkTelemetryIngest(b *testing.B) {
 	bus.Handle(r, bus.Handler[events.RuntimeTelemetry]{Name: HandlerTelemetry, Event: events.NameRuntimeTelemetry,
 		Fn: func(ctx context.Context, env events.Envelope, t *events.RuntimeTelemetry) error {
 			err := o.OnTelemetry(ctx, env, t)
-			handled <- struct{}{}
+			handled <- err
 			return err
 		}})
 	rctx, cancel := context.WithCancel(ctx)
@@ -124,7 +139,11 @@ func BenchmarkTelemetryIngest(b *testing.B) {
 	b.Cleanup(func() { _ = r.Close(); cancel(); <-done })
 	<-r.Running()
 	pred := tu.Groups[0]
-	tel := &events.RuntimeTelemetry{JobID: "bench", StepSeconds: 1, ComputeSeconds: 0.5,
+	// A step twice its predicted communication: a report CheckTelemetry
+	// takes (a group longer than the step is refused, and then nothing
+	// past the check would be measured).
+	step := 2 * tu.PredictedCommSecondsPerStep
+	tel := &events.RuntimeTelemetry{JobID: "bench", StepSeconds: step, ComputeSeconds: step / 2,
 		Groups: []events.GroupTelemetry{{Group: pred.Name, Collective: pred.Collective, Seconds: pred.SecondsPerStep}}}
 	b.ResetTimer()
 	start := time.Now()
@@ -136,7 +155,18 @@ func BenchmarkTelemetryIngest(b *testing.B) {
 	}
 	n := b.N
 	for range n {
-		<-handled
+		if err := <-handled; err != nil {
+			b.Fatal(err)
+		}
 	}
 	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "events/s")
+	if online {
+		o.mu.Lock()
+		pending := 0
+		for _, v := range o.online.Pending() {
+			pending += v
+		}
+		o.mu.Unlock()
+		b.ReportMetric(float64(pending), "observations-pending")
+	}
 }

@@ -60,12 +60,18 @@ func (s *Service) calibrate(ctx context.Context, lj *liveJob, t *events.RuntimeT
 	case events.FindingLinkDegraded, events.FindingNICAffinity, events.FindingCongestion:
 		return
 	}
+	obs := observations(lj.plan, t)
+	if len(obs) == 0 {
+		return
+	}
+	// The checks a slow diagnosis runs, run here for any: a neighbour
+	// slows a job without making it slow enough to be named.
 	if len(s.sharedLinks(lj)) > 0 || len(s.degraded(lj)) > 0 {
-		return // slowed by what the diagnosis did not need to name yet
+		return
 	}
 	source := fmt.Sprintf("telemetry:%s@%d", t.JobID, t.Step)
 	n := 0
-	for _, ob := range observations(lj.plan, t) {
+	for _, ob := range obs {
 		ob.Source = source
 		if s.online.Observe(ob) {
 			n++
