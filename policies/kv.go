@@ -16,7 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/kvwatch"
 )
 
 // Distribution through NATS KV.
@@ -42,18 +42,7 @@ const CodeBundleError = "bundle_error"
 
 // BucketName is the KV bucket of pushed sets under a subject prefix, such as
 // toposched-policies. Characters a bucket name cannot hold become '_'.
-func BucketName(prefix string) string {
-	if prefix == "" {
-		prefix = events.DefaultPrefix
-	}
-	clean := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
-			return r
-		}
-		return '_'
-	}, prefix)
-	return clean + "-policies"
-}
+func BucketName(prefix string) string { return kvwatch.BucketName(prefix, "policies") }
 
 // KVConfig is the configuration of the bucket under prefix.
 func KVConfig(prefix string, replicas int) jetstream.KeyValueConfig {
@@ -86,13 +75,7 @@ func EnsureKV(ctx context.Context, js jetstream.JetStream, prefix string, replic
 // configuration is the operator's (EnsureKV).
 func OpenKV(ctx context.Context, js jetstream.JetStream, prefix string) (jetstream.KeyValue, error) {
 	cfg := KVConfig(prefix, 1)
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket) // created meanwhile
-		}
-	}
+	kv, err := kvwatch.Open(ctx, js, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("policy bucket %s: %w", cfg.Bucket, err)
 	}
@@ -282,44 +265,19 @@ func WatchKV(ctx context.Context, kv jetstream.KeyValue, onSet func(*Set), onErr
 // It calls ready, if not nil, once the value in force at start (if any)
 // has been handed to fn, so a caller can wait for it before going on.
 func WatchKVUpdates(ctx context.Context, kv jetstream.KeyValue, ready func(), fn func(KVUpdate)) error {
-	w, err := kv.Watch(ctx, KVKey)
-	if err != nil {
-		return fmt.Errorf("watch policy bucket %s: %w", kv.Bucket(), err)
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		var e jetstream.KeyValueEntry
-		var ok bool
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok = <-w.Updates():
-		}
-		if !ok {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("watch policy bucket %s: watcher stopped", kv.Bucket())
-		}
-		if e == nil { // every initial value delivered
-			if ready != nil {
-				ready()
-				ready = nil
-			}
-			continue
-		}
+	return kvwatch.Watch(ctx, kv, KVKey, ready, func(e jetstream.KeyValueEntry) {
 		u := KVUpdate{KVRevision: e.Revision(), Created: e.Created()}
 		if e.Operation() != jetstream.KeyValuePut {
 			u.Deleted = true
 			fn(u)
-			continue
+			return
 		}
 		u.Set, u.Name, u.Revision, u.Err = compileValue(ctx, e.Value())
 		if ctx.Err() != nil {
-			return nil // an evaluation cut short is no verdict on the set
+			return // an evaluation cut short is no verdict on the set
 		}
 		fn(u)
-	}
+	})
 }
 
 // compileValue decodes, compiles and tests a pushed value.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/internal/calibration"
 	"github.com/toposched/toposched/internal/collective"
 	"github.com/toposched/toposched/internal/textout"
@@ -160,34 +158,6 @@ func refusedLocally(out io.Writer, file string, err error) error {
 	return refused
 }
 
-// followPolicyDomain follows the policy stream from now on, before a push,
-// so that the answer cannot come first.
-func followPolicyDomain(ctx context.Context, b *bus.Bus) (<-chan any, <-chan error, error) {
-	answers, errc := make(chan any, 16), make(chan error, 1)
-	ready := make(chan struct{})
-	go func() {
-		errc <- b.Follow(ctx, events.DomainPolicy, []string{b.Subjects.Domain(events.DomainPolicy)}, ready, func(r bus.Record) error {
-			v := r.Name.New()
-			if v != nil && events.DecodeJSON(r.Body, v) == nil {
-				select {
-				case answers <- v:
-				case <-ctx.Done():
-				}
-			}
-			return nil
-		})
-	}()
-	select {
-	case <-ready:
-		return answers, errc, nil
-	case err := <-errc:
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, nil, fmt.Errorf("no policy stream %s: is toposched running (it creates the stream at start-up)?", b.StreamName(events.DomainPolicy))
-		}
-		return nil, nil, err
-	}
-}
-
 func nameOr(name string) string {
 	if name == "" {
 		return "unnamed"
@@ -292,27 +262,10 @@ func calibrationShow(ctx context.Context, g *globals, out io.Writer, history boo
 			stored = append(stored, storedOf(*e))
 		}
 	}
-	last := map[string]*events.CalibrationApplied{}
-	err = b.Replay(ctx, events.DomainPolicy, []string{b.Subjects.Of(events.NameCalibrationApplied)}, func(r bus.Record) error {
-		var e events.CalibrationApplied
-		if events.DecodeJSON(r.Body, &e) == nil {
-			last[e.Replica] = &e
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+	replicas, err := lastApplied(ctx, b, events.NameCalibrationApplied, func(e *events.CalibrationApplied) (string, time.Time) { return e.Replica, e.AppliedAt })
+	if err != nil {
 		return err
 	}
-	replicas := make([]*events.CalibrationApplied, 0, len(last))
-	for _, e := range last {
-		replicas = append(replicas, e)
-	}
-	slices.SortFunc(replicas, func(a, b *events.CalibrationApplied) int {
-		if c := b.AppliedAt.Compare(a.AppliedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Replica, b.Replica)
-	})
 	if g.format == "json" {
 		return json.NewEncoder(out).Encode(struct {
 			Stored   []storedSet                  `json:"stored"`

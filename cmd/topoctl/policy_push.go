@@ -106,29 +106,12 @@ func policyPush(ctx context.Context, g *globals, out io.Writer, dir, name string
 		return err
 	}
 
-	var answers chan any
-	var errc chan error
+	var answers <-chan any
+	var errc <-chan error
 	waitCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if wait {
-		// Follow before pushing, so the answer cannot come first.
-		answers, errc = make(chan any, 16), make(chan error, 1)
-		ready := make(chan struct{})
-		go func() {
-			errc <- b.Follow(waitCtx, events.DomainPolicy, []string{b.Subjects.Domain(events.DomainPolicy)}, ready, func(r bus.Record) error {
-				v := r.Name.New()
-				if events.DecodeJSON(r.Body, v) == nil {
-					answers <- v
-				}
-				return nil
-			})
-		}()
-		select {
-		case <-ready:
-		case err := <-errc:
-			if errors.Is(err, jetstream.ErrStreamNotFound) {
-				return fmt.Errorf("no policy stream %s: is toposched running (it creates the stream at start-up)?", b.StreamName(events.DomainPolicy))
-			}
+		if answers, errc, err = followPolicyDomain(waitCtx, b); err != nil {
 			return err
 		}
 	}
@@ -282,27 +265,10 @@ func policyShow(ctx context.Context, g *globals, out io.Writer) error {
 			}
 		}
 	}
-	last := map[string]*events.PolicyApplied{}
-	err = b.Replay(ctx, events.DomainPolicy, []string{b.Subjects.Of(events.NamePolicyApplied)}, func(r bus.Record) error {
-		var e events.PolicyApplied
-		if events.DecodeJSON(r.Body, &e) == nil {
-			last[e.Replica] = &e
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+	replicas, err := lastApplied(ctx, b, events.NamePolicyApplied, func(e *events.PolicyApplied) (string, time.Time) { return e.Replica, e.AppliedAt })
+	if err != nil {
 		return err
 	}
-	replicas := make([]*events.PolicyApplied, 0, len(last))
-	for _, e := range last {
-		replicas = append(replicas, e)
-	}
-	slices.SortFunc(replicas, func(a, b *events.PolicyApplied) int {
-		if c := b.AppliedAt.Compare(a.AppliedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Replica, b.Replica)
-	})
 	if g.format == "json" {
 		return json.NewEncoder(out).Encode(struct {
 			Pushed   *pushedSet              `json:"pushed"`
@@ -335,4 +301,62 @@ func policyShow(ctx context.Context, g *globals, out io.Writer) error {
 			e.AppliedAt.UTC().Format(time.RFC3339))
 	}
 	return tw.Flush()
+}
+
+// followPolicyDomain follows the policy stream from now on; a push calls
+// it first, so that the answer cannot come before.
+func followPolicyDomain(ctx context.Context, b *bus.Bus) (<-chan any, <-chan error, error) {
+	answers, errc := make(chan any, 16), make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		errc <- b.Follow(ctx, events.DomainPolicy, []string{b.Subjects.Domain(events.DomainPolicy)}, ready, func(r bus.Record) error {
+			v := r.Name.New()
+			if v != nil && events.DecodeJSON(r.Body, v) == nil {
+				select {
+				case answers <- v:
+				case <-ctx.Done():
+				}
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-ready:
+		return answers, errc, nil
+	case err := <-errc:
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, nil, fmt.Errorf("no policy stream %s: is toposched running (it creates the stream at start-up)?", b.StreamName(events.DomainPolicy))
+		}
+		return nil, nil, err
+	}
+}
+
+// lastApplied replays the policy stream's events of one name and keeps
+// each replica's last, newest first (replica names break ties).
+func lastApplied[T any](ctx context.Context, b *bus.Bus, name events.Name, key func(*T) (string, time.Time)) ([]*T, error) {
+	last := map[string]*T{}
+	err := b.Replay(ctx, events.DomainPolicy, []string{b.Subjects.Of(name)}, func(r bus.Record) error {
+		e := new(T)
+		if events.DecodeJSON(r.Body, e) == nil {
+			replica, _ := key(e)
+			last[replica] = e
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, err
+	}
+	out := make([]*T, 0, len(last))
+	for _, e := range last {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b *T) int {
+		ra, ta := key(a)
+		rb, tb := key(b)
+		if c := tb.Compare(ta); c != 0 {
+			return c
+		}
+		return strings.Compare(ra, rb)
+	})
+	return out, nil
 }

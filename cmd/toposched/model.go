@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"math"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -476,26 +475,13 @@ func printValidation(stdout io.Writer, src string, s collective.Summary, tr coll
 	tw = textout.Table(out, 0, 0, 2, ' ', 0)
 	tw.Println("case\tsizes\tone size: >= 128 MB\t1-128 MB\ttwo sizes: >= 128 MB\t1-128 MB")
 	for _, sw := range tr.Sweeps {
-		var oneL, oneM, twoL, twoM []float64
+		var one, two sizeBands
 		for _, z := range sw.Sizes {
-			large := z.Bytes >= collective.FitMinBytes
-			switch {
-			case z.FittedOne:
-			case large:
-				oneL = append(oneL, math.Abs(z.OneSizeError))
-			default:
-				oneM = append(oneM, math.Abs(z.OneSizeError))
-			}
-			switch {
-			case z.FittedTwo:
-			case large:
-				twoL = append(twoL, math.Abs(z.TwoSizesError))
-			default:
-				twoM = append(twoM, math.Abs(z.TwoSizesError))
-			}
+			one.add(z.Bytes, z.OneSizeError, z.FittedOne)
+			two.add(z.Bytes, z.TwoSizesError, z.FittedTwo)
 		}
 		tw.Printf("%s\t%s-%s\t%s\t%s\t%s\t%s\n", sw.Case, formatBytes(sw.Sizes[0].Bytes), formatBytes(sw.Sizes[len(sw.Sizes)-1].Bytes),
-			medianCell(oneL), medianCell(oneM), medianCell(twoL), medianCell(twoM))
+			medianCell(one.large), medianCell(one.mid), medianCell(two.large), medianCell(two.mid))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -525,16 +511,24 @@ func printValidation(stdout io.Writer, src string, s collective.Summary, tr coll
 	return out.Err()
 }
 
+// sizeBands are a sweep's |errors| of the sizes not fitted, at and above
+// collective.FitMinBytes and below it.
+type sizeBands struct{ large, mid []float64 }
+
+func (b *sizeBands) add(bytes, err float64, fitted bool) {
+	switch {
+	case fitted:
+	case bytes >= collective.FitMinBytes:
+		b.large = append(b.large, math.Abs(err))
+	default:
+		b.mid = append(b.mid, math.Abs(err))
+	}
+}
+
 // medianCell is the median of v as a table cell; "-" when empty.
 func medianCell(v []float64) string {
 	if len(v) == 0 {
 		return "-"
 	}
-	v = slices.Clone(v)
-	slices.Sort(v)
-	med := v[len(v)/2]
-	if len(v)%2 == 0 {
-		med = (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
-	return fmt.Sprintf("%.1f%% (%d)", 100*med, len(v))
+	return fmt.Sprintf("%.1f%% (%d)", 100*collective.Median(v), len(v))
 }

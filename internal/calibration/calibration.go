@@ -15,13 +15,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/collective"
+	"github.com/toposched/toposched/internal/kvwatch"
 )
 
 // KVKey is the key of the set in force.
@@ -32,18 +31,7 @@ const History = 32
 
 // BucketName is the KV bucket of calibration sets under a subject prefix,
 // such as toposched-calibration.
-func BucketName(prefix string) string {
-	if prefix == "" {
-		prefix = events.DefaultPrefix
-	}
-	clean := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
-			return r
-		}
-		return '_'
-	}, prefix)
-	return clean + "-calibration"
-}
+func BucketName(prefix string) string { return kvwatch.BucketName(prefix, "calibration") }
 
 // KVConfig is the bucket's configuration under prefix.
 func KVConfig(prefix string, replicas int) jetstream.KeyValueConfig {
@@ -72,13 +60,7 @@ func EnsureKV(ctx context.Context, js jetstream.JetStream, prefix string, replic
 // exist; it never changes an existing bucket (EnsureKV does).
 func OpenKV(ctx context.Context, js jetstream.JetStream, prefix string) (jetstream.KeyValue, error) {
 	cfg := KVConfig(prefix, 1)
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket)
-		}
-	}
+	kv, err := kvwatch.Open(ctx, js, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("calibration bucket %s: %w", cfg.Bucket, err)
 	}
@@ -217,32 +199,5 @@ func HistoryOf(ctx context.Context, kv jetstream.KeyValue) ([]Entry, error) {
 // calls ready (if not nil) once that one is handed over. It returns nil
 // when ctx ends.
 func Watch(ctx context.Context, kv jetstream.KeyValue, ready func(), fn func(Entry)) error {
-	w, err := kv.Watch(ctx, KVKey)
-	if err != nil {
-		return fmt.Errorf("watch calibration bucket %s: %w", kv.Bucket(), err)
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		var e jetstream.KeyValueEntry
-		var ok bool
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok = <-w.Updates():
-		}
-		if !ok {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("watch calibration bucket %s: watcher stopped", kv.Bucket())
-		}
-		if e == nil {
-			if ready != nil {
-				ready()
-				ready = nil
-			}
-			continue
-		}
-		fn(entryOf(kv.Bucket(), e))
-	}
+	return kvwatch.Watch(ctx, kv, KVKey, ready, func(e jetstream.KeyValueEntry) { fn(entryOf(kv.Bucket(), e)) })
 }

@@ -373,6 +373,12 @@ func onlineFrom(cal *Calibration, s Sample) (*Calibration, error) {
 	return cal, nil
 }
 
+// Median is the median of v (0 when empty); v is not changed.
+func Median(v []float64) float64 {
+	med, _ := medianMax(v)
+	return med
+}
+
 func medianMax(v []float64) (float64, float64) {
 	if len(v) == 0 {
 		return 0, 0

@@ -87,36 +87,11 @@ func startCalibration(ctx, runCtx context.Context, b *bus.Bus, targets []bandwid
 	if err != nil {
 		return nil, err
 	}
-	ready := make(chan struct{})
-	var readyOnce sync.Once
-	errc := make(chan error, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			err := calibration.Watch(runCtx, cl.kv, func() { readyOnce.Do(func() { close(ready) }) },
-				func(e calibration.Entry) { cl.onKV(runCtx, e) })
-			if err == nil || runCtx.Err() != nil {
-				return
-			}
-			select {
-			case errc <- err:
-			default:
-			}
-			cl.log.Error("calibration bucket watch stopped; restarting", "err", err)
-			select {
-			case <-runCtx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-		}
-	}()
-	select {
-	case <-ready:
-	case err := <-errc:
+	err = watchBucket(ctx, runCtx, wg, cl.log, func(ctx context.Context, ready func()) error {
+		return calibration.Watch(ctx, cl.kv, ready, func(e calibration.Entry) { cl.onKV(ctx, e) })
+	})
+	if err != nil {
 		return nil, err
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()

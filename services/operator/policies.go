@@ -137,6 +137,25 @@ func startPolicies(ctx, runCtx context.Context, b *bus.Bus, place policyTarget, 
 	if err != nil {
 		return err
 	}
+	err = watchBucket(ctx, runCtx, wg, log, func(ctx context.Context, ready func()) error {
+		return policies.WatchKVUpdates(ctx, kv, ready, func(u policies.KVUpdate) { pl.onKV(ctx, u) })
+	})
+	if err != nil {
+		return err
+	}
+
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	pl.started = true
+	pl.settle(runCtx, "start:"+pl.boot)
+	return nil
+}
+
+// watchBucket runs watch until runCtx ends, again a second after it
+// stops on its own (a watch restarts from the value in force: its
+// handler skips what it has seen), and returns once the value in force
+// has been handed over, or with the first watch's error.
+func watchBucket(ctx, runCtx context.Context, wg *sync.WaitGroup, log *slog.Logger, watch func(ctx context.Context, ready func()) error) error {
 	ready := make(chan struct{})
 	var readyOnce sync.Once
 	errc := make(chan error, 1)
@@ -144,9 +163,7 @@ func startPolicies(ctx, runCtx context.Context, b *bus.Bus, place policyTarget, 
 	go func() {
 		defer wg.Done()
 		for {
-			err := policies.WatchKVUpdates(runCtx, kv,
-				func() { readyOnce.Do(func() { close(ready) }) },
-				func(u policies.KVUpdate) { pl.onKV(runCtx, u) })
+			err := watch(runCtx, func() { readyOnce.Do(func() { close(ready) }) })
 			if err == nil || runCtx.Err() != nil {
 				return
 			}
@@ -154,9 +171,7 @@ func startPolicies(ctx, runCtx context.Context, b *bus.Bus, place policyTarget, 
 			case errc <- err: // start-up is waiting for it
 			default:
 			}
-			// The watch restarts from the value in force; onKV skips
-			// what it has seen.
-			log.Error("policy bucket watch stopped; restarting", "err", err)
+			log.Error("bucket watch stopped; restarting", "err", err)
 			select {
 			case <-runCtx.Done():
 				return
@@ -166,17 +181,12 @@ func startPolicies(ctx, runCtx context.Context, b *bus.Bus, place policyTarget, 
 	}()
 	select {
 	case <-ready:
+		return nil
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	pl.started = true
-	pl.settle(runCtx, "start:"+pl.boot)
-	return nil
 }
 
 // offerBase takes a valid directory set.
