@@ -11,6 +11,8 @@ type qualityFlags struct {
 	quick               bool
 	evals               int
 	familyCases         int
+	tables              string
+	misses              bool
 }
 
 func newQuality(_ *globals) *cobra.Command {
@@ -19,7 +21,7 @@ func newQuality(_ *globals) *cobra.Command {
 		Use:   "quality",
 		Short: "Measure placement quality: topology-aware against the optimum, blind first fit and random",
 		Long: `quality scores placements with the cost model (predicted communication time
-per training step) and prints two tables.
+per training step) and prints four tables (--tables picks some).
 
 (a) Single nodes: for every complete topology file (nvidia-smi topo -m or
 NCCL XML; *.partial.* skipped) under --topologies, with the node empty and
@@ -53,7 +55,7 @@ not by time).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return quality.Run(cmd.OutOrStdout(), quality.Config{Topologies: f.topologies, Fabrics: f.fabrics, Seed: f.seed, Quick: f.quick, Evals: f.evals,
-				FamilyCases: f.familyCases})
+				FamilyCases: f.familyCases, Tables: f.tables, Misses: f.misses})
 		},
 	}
 	fl := cmd.Flags()
@@ -63,5 +65,7 @@ not by time).`,
 	fl.BoolVar(&f.quick, "quick", false, "a small, fast subset of both tables")
 	fl.IntVar(&f.evals, "evals", 200, "cost-model evaluations the local search may make per placement")
 	fl.IntVar(&f.familyCases, "family-cases", quality.DefaultFamilyCases, "generated single-node cases of table (c)")
+	fl.StringVar(&f.tables, "tables", "abcd", "the tables to print, by letter (e.g. d: only the generated small clusters)")
+	fl.BoolVar(&f.misses, "misses", false, "list table (d)'s cases not within 2% of the optimum: nodes, occupancy, our GPUs and the optimum's")
 	return cmd
 }

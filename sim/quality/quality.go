@@ -43,6 +43,10 @@ type Config struct {
 	// FamilyCases is how many generated single-node cases table (c) scores
 	// (0: DefaultFamilyCases; Quick: 200).
 	FamilyCases int
+	// Tables names the tables to print, by letter ("": all four, "abcd").
+	Tables string
+	// Misses lists the cases of table (d) not within 2% of the optimum.
+	Misses bool
 }
 
 // DefaultFamilyCases is table (c)'s default size.
@@ -54,20 +58,35 @@ type qualityFlags struct {
 	quick               bool
 	evals               int
 	familyCases         int
+	misses              bool
 }
 
 // Run prints the quality tables (see toposched quality --help).
 func Run(out io.Writer, cfg Config) error {
 	f := qualityFlags{topologies: cfg.Topologies, fabrics: cfg.Fabrics, seed: cfg.Seed, quick: cfg.Quick, evals: cfg.Evals,
-		familyCases: cfg.FamilyCases}
+		familyCases: cfg.FamilyCases, misses: cfg.Misses}
 	start := time.Now()
 	opts := aware.Options{Budget: time.Hour, MaxEvals: f.evals}
 	if f.evals <= 0 {
 		opts.MaxEvals = -1
 	}
 	tables := []func(io.Writer, qualityFlags, aware.Options) error{qualityNodes, qualityClusters, qualityFamilies, qualityClusterFamilies}
+	which := cfg.Tables
+	if which == "" {
+		which = "abcd"
+	}
+	for _, r := range which {
+		if r < 'a' || int(r-'a') >= len(tables) {
+			return fmt.Errorf("quality: no table %q (tables: a, b, c, d)", r)
+		}
+	}
+	printed := 0
 	for i, table := range tables {
-		if i > 0 {
+		if !strings.ContainsRune(which, rune('a'+i)) {
+			continue
+		}
+		printed++
+		if printed > 1 {
 			if _, err := fmt.Fprintln(out); err != nil {
 				return err
 			}
@@ -702,33 +721,33 @@ func qualityFamilies(stdout io.Writer, f qualityFlags, opts aware.Options) error
 }
 
 func (c *familyCase) run(opts aware.Options) {
-	c.ratio, _, c.err = againstOptimum([]fixtures.Node{{Event: c.ev, Name: "node", Held: c.held, HeldBy: "other"}}, c.n, c.tp, opts)
+	c.ratio, _, _, c.err = againstOptimum([]fixtures.Node{{Event: c.ev, Name: "node", Held: c.held, HeldBy: "other"}}, c.n, c.tp, opts)
 }
 
 // againstOptimum places a synthetic job of n GPUs (tp) on the nodes with
 // topology-aware and exhaustively, and returns the ratio of their
-// predicted comm times and the optimum's GPUs.
-func againstOptimum(nodes []fixtures.Node, n, tp int, opts aware.Options) (float64, []store.GPUKey, error) {
+// predicted comm times, the optimum's GPUs and ours.
+func againstOptimum(nodes []fixtures.Node, n, tp int, opts aware.Options) (float64, []store.GPUKey, []store.GPUKey, error) {
 	st, err := fixtures.NewStore(nodes, nil)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	snap := st.Snapshot()
 	job := fixtures.SyntheticJob("q", n, tp, 1)
 	ours := aware.Place(snap, job, opts)
 	ex, err := aware.Exhaustive(snap, job, aware.Options{Budget: opts.Budget})
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	if ours.Verdict != outcome.Placed || ex.Verdict != outcome.Placed {
-		return 0, nil, fmt.Errorf("%d GPUs: ours %v, exhaustive %v", n, ours.Verdict, ex.Verdict)
+		return 0, nil, nil, fmt.Errorf("%d GPUs: ours %v, exhaustive %v", n, ours.Verdict, ex.Verdict)
 	}
 	a, err1 := aware.Predict(snap, job, ours.GPUs, nil)
 	b, err2 := aware.Predict(snap, job, ex.GPUs, nil)
 	if err := errors.Join(err1, err2); err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
-	return ratio(a.CommSeconds, b.CommSeconds), ex.GPUs, nil
+	return ratio(a.CommSeconds, b.CommSeconds), ex.GPUs, ours.GPUs, nil
 }
 
 // clusterFamilyCase is one generated small cluster of one family.
@@ -738,6 +757,8 @@ type clusterFamilyCase struct {
 	n, tp  int
 	multi  bool // the optimum spans nodes
 	ratio  float64
+	opt    []store.GPUKey
+	ours   []store.GPUKey
 	err    error
 }
 
@@ -825,14 +846,68 @@ func qualityClusterFamilies(stdout io.Writer, f qualityFlags, opts aware.Options
 	}
 	share := float64(within) / float64(max(all, 1))
 	out.Printf("\n%d of %d cases within 2%% of the optimum (%.1f%%; target >= 98%%: %s)\n", within, all, 100*share, held(share >= 0.98))
+	if f.misses {
+		out.Printf("\nmisses (nodes: GPUs, links, GPUs per socket, free GPUs; GPUs in rank order):\n")
+		for i, c := range cases {
+			if c.ratio <= 1.02 {
+				continue
+			}
+			job := fmt.Sprintf("dp%d", c.n)
+			if c.tp > 1 {
+				job = fmt.Sprintf("tp%dxdp%d", c.tp, c.n/c.tp)
+			}
+			out.Printf("case %d %s %s ours/opt %.3f\n", i, c.family, job, c.ratio)
+			for _, nd := range c.nodes {
+				out.Printf("  %s: %s\n", nd.Name, describeNode(nd))
+			}
+			out.Printf("  ours %s\n  opt  %s\n", fmtGPUs(c.ours), fmtGPUs(c.opt))
+		}
+	}
 	return out.Err()
 }
 
+// describeNode summarises a generated node: its GPUs, link classes, the
+// GPUs GPU 0 reaches without crossing sockets (SYS), and its free GPUs.
+func describeNode(nd fixtures.Node) string {
+	ev := nd.Event
+	var links []string
+	for i, row := range ev.GPUPaths {
+		for j, l := range row {
+			if i != j && !slices.Contains(links, l) {
+				links = append(links, l)
+			}
+		}
+	}
+	slices.Sort(links)
+	socket := 0
+	if len(ev.GPUPaths) > 0 {
+		for _, l := range ev.GPUPaths[0] {
+			if l != "SYS" {
+				socket++
+			}
+		}
+	}
+	var free []int
+	for _, g := range ev.GPUs {
+		if !slices.Contains(nd.Held, g.Index) {
+			free = append(free, g.Index)
+		}
+	}
+	return fmt.Sprintf("%d GPUs %s, %d/socket, free %v", len(ev.GPUs), strings.Join(links, "/"), socket, free)
+}
+
+func fmtGPUs(gpus []store.GPUKey) string {
+	parts := make([]string, len(gpus))
+	for i, g := range gpus {
+		parts[i] = fmt.Sprintf("%s/%d", g.Node, g.Index)
+	}
+	return strings.Join(parts, " ")
+}
+
 func (c *clusterFamilyCase) run(opts aware.Options) {
-	var opt []store.GPUKey
-	c.ratio, opt, c.err = againstOptimum(c.nodes, c.n, c.tp, opts)
-	for _, g := range opt {
-		if g.Node != opt[0].Node {
+	c.ratio, c.opt, c.ours, c.err = againstOptimum(c.nodes, c.n, c.tp, opts)
+	for _, g := range c.opt {
+		if g.Node != c.opt[0].Node {
 			c.multi = true
 		}
 	}
