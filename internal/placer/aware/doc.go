@@ -47,8 +47,24 @@
 // (leaf, then pod/spine, then core, then the cluster) whose nodes offer
 // enough. Across nodes a node offers its free GPUs in whole units: the
 // job's innermost group size (TP when the layout puts TP first, so TP
-// groups never straddle nodes), or gpus_per_node exactly; when whole units
+// groups stay on nodes), or gpus_per_node exactly; when whole units
 // do not suffice, single GPUs.
+//
+// # Alternatives across nodes
+//
+// A job spread over nodes, and a job one node holds whose best one-node
+// choice crosses the inter-socket link (SYS, which the cost model shares
+// among the node's flows), also gets other spreads scored: for each other
+// dimension whose groups move more bytes per rank and step than the
+// innermost one (the synthetic jobs' DP all-reduce of 1 GiB against TP's
+// eight of 64 MiB), its groups kept whole on nodes and the lighter
+// dimension across them (the favourite's GPUs regrouped, or a spread in
+// that dimension's units); and, where a node's share crosses sockets,
+// spreads whose nodes offer one socket's free GPUs each. One of them
+// replaces the favourite only when faster by 0.5%; for a job of at most
+// 16 GPUs the favourite is refined by the local search too and stays
+// unless the alternative is still faster by 0.5% after it, so that ties
+// keep fewer nodes and groups whole.
 //
 // # Best fit
 //
@@ -106,10 +122,15 @@
 // The mapping is refined on the predicted comm time per step by first-
 // improvement local search over (a) rank swaps within a node, (b) swaps of
 // a taken GPU with a free one of the same node, (c) rank swaps across nodes
-// for jobs of at most 16 GPUs. It stops at a pass without improvement, after
-// Options.MaxEvals cost-model evaluations (default 200) or after
-// Options.Budget (default 2 ms), whichever comes first; MaxEvals < 0
-// turns it off.
+// for jobs of at most 16 GPUs, and (d), for such jobs spread over nodes or
+// crossing a node's inter-socket link, without gpus_per_node: a taken GPU
+// for a free one of another node the job uses, or for the best-fit GPU of
+// one of up to 8 nodes it does not use (nearest fabric domain, then best
+// fit), the latter kept only when faster by 0.5%. It stops at a pass
+// without improvement, after Options.MaxEvals cost-model evaluations
+// (default 200) or after Options.Budget (default 2 ms, counted from the
+// scoring of the alternatives where there are some), whichever comes
+// first; MaxEvals < 0 turns it off.
 //
 // # Exhaustive
 //

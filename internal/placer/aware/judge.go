@@ -213,7 +213,9 @@ func (p *placer) leafOf(node string) string {
 //
 // refused names the nodes the Filter refused: blind ignores the Filter, so
 // its GPUs count only when none lies on such a node.
-func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours, base outcome.Result, refused map[string]bool) outcome.Result {
+//
+// oursT is ours' predicted comm time when place worked it out (else NaN).
+func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours outcome.Result, oursT float64, base outcome.Result, refused map[string]bool) outcome.Result {
 	if ours.Verdict != outcome.Placed || base.Verdict != outcome.Placed || slices.Equal(ours.GPUs, base.GPUs) {
 		return ours
 	}
@@ -227,7 +229,10 @@ func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours, 
 		return ours
 	}
 	tb := e.cost(base.GPUs)
-	to := e.cost(ours.GPUs)
+	to := oursT
+	if math.IsNaN(to) {
+		to = e.cost(ours.GPUs)
+	}
 	if !(tb < to*(1-0.005)) {
 		return ours
 	}
@@ -275,5 +280,6 @@ func placeNotWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, b
 			return false
 		}
 	}
-	return notWorse(snap, job, opts, place(snap, job, opts), base, refused)
+	ours, oursT := place(snap, job, opts)
+	return notWorse(snap, job, opts, ours, oursT, base, refused)
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // unitOf is the size of the job's innermost groups when they are blocks of
@@ -43,6 +44,81 @@ func unitOf(job events.JobAnalyzed, n int) int {
 		return rg.Size
 	}
 	return 1
+}
+
+// grouping maps a spread's GPUs to ranks: the GPUs, node after node, each
+// node's share in the order pick chains it, take the ranks of order in
+// turn (nil: 0, 1, 2...), and a node's share is a multiple of unit, so
+// that each node holds whole groups of one dimension.
+type grouping struct {
+	unit  int
+	order []int
+}
+
+// groupings lists the ways the job's ranks may be grouped on nodes: first
+// whole groups of its innermost dimension (unitOf: TP in the default
+// layout), then whole groups of each other dimension whose groups
+// partition the ranks into blocks of two or more and that moves more
+// bytes per rank and step than the first (the synthetic jobs' DP
+// all-reduce of 1 GiB against TP's eight of 64 MiB): across nodes, the
+// lighter dimension should be the one that crosses the network.
+func groupings(job events.JobAnalyzed, n int) []grouping {
+	u := unitOf(job, n)
+	out := []grouping{{unit: u}}
+	first := 0.0
+	if u > 1 {
+		for _, rg := range job.Groups {
+			if rg.Dimension == job.Order[0] {
+				first = rankBytes(rg)
+				break
+			}
+		}
+	}
+	for _, rg := range job.Groups {
+		if (u > 1 && rg.Dimension == job.Order[0]) || rg.Size < 2 || rg.Size >= n || n%rg.Size != 0 || rankBytes(rg) <= first {
+			continue
+		}
+		order := make([]int, 0, n)
+		seen := make([]bool, n)
+		ok := len(rg.Members) == n/rg.Size
+		for _, m := range rg.Members {
+			if len(m) != rg.Size {
+				ok = false
+				break
+			}
+			for _, r := range m {
+				if r < 0 || r >= n || seen[r] {
+					ok = false
+					break
+				}
+				seen[r] = true
+				order = append(order, r)
+			}
+		}
+		if ok {
+			out = append(out, grouping{unit: rg.Size, order: order})
+		}
+	}
+	return out
+}
+
+// rankBytes is what one rank of a group of rg sends per step, by ring
+// algorithms: 2(s-1)/s of an all-reduce's bytes, (s-1)/s of an
+// all-gather's, reduce-scatter's or all-to-all's, a send/recv's bytes.
+func rankBytes(rg events.RankGroups) float64 {
+	s := float64(rg.Size)
+	total := 0.0
+	for _, c := range rg.Collectives {
+		f := (s - 1) / s
+		switch c.Collective {
+		case events.CollectiveAllReduce:
+			f *= 2
+		case events.CollectiveSendRecv:
+			f = 1
+		}
+		total += f * float64(c.Bytes) * float64(max(c.CallsPerStep, 1))
+	}
+	return total
 }
 
 func keys(node string, idx []int) []store.GPUKey {
@@ -107,6 +183,155 @@ func (p *placer) multiNode(cands []*candNode, job events.JobAnalyzed, gpn, limit
 		}
 	}
 	return nil
+}
+
+// alternatives are the multi-node candidates besides first (the
+// favourite, or a one-node candidate that crosses sockets), for each
+// grouping of groupings but the first:
+//
+//   - first's GPUs regrouped (regroup), where first spans nodes and its
+//     shares are whole groups of this grouping too (the same unit), or
+//     where this grouping's whole groups do not add up over the nodes and
+//     the job is larger than 16 GPUs;
+//   - otherwise the spread over the nodes' whole offers in multiples of
+//     the grouping's unit, or, for a job of at most 16 GPUs whose whole
+//     groups do not add up, of single GPUs in the grouping's order (a
+//     spread costs a pick per node, which a larger job does not spend
+//     here);
+//
+// and, where first crosses the inter-socket link (SYS) of a node, each
+// grouping (the first too) on offers of one socket's free GPUs per node
+// (socketOffer), so that the network rather than that link joins the
+// parts. Each spread is over the first fabric domain that holds it.
+func (p *placer) alternatives(cands []*candNode, job events.JobAnalyzed, gpn int, first *cand) []*cand {
+	n := p.n
+	gs := groupings(job, n)
+	sockets := p.crossesSMP(first.gpus)
+	var socket map[*candNode]int
+	if sockets {
+		socket = make(map[*candNode]int, len(cands))
+		for _, c := range cands {
+			socket[c] = p.socketOffer(c)
+		}
+	}
+	spans := slices.ContainsFunc(first.gpus, func(g store.GPUKey) bool { return g.Node != first.gpus[0].Node })
+	var out []*cand
+	add := func(c *cand) bool {
+		if c != nil {
+			out = append(out, c)
+		}
+		return c != nil
+	}
+	for gi, g := range gs {
+		for _, bySocket := range []bool{false, true} {
+			switch {
+			case gi == 0 && !bySocket, bySocket && !sockets:
+				continue
+			case bySocket:
+				if !add(p.spreadAs(cands, gpn, g.unit, g.order, socket)) && g.unit > 1 {
+					add(p.spreadAs(cands, gpn, 1, g.order, socket))
+				}
+			case g.unit == gs[0].unit:
+				if spans {
+					add(regroup(first, g.order))
+				}
+			case add(p.spreadAs(cands, gpn, g.unit, g.order, nil)):
+			case n <= 16:
+				add(p.spreadAs(cands, gpn, 1, g.order, nil))
+			case spans:
+				add(regroup(first, g.order))
+			}
+		}
+	}
+	return out
+}
+
+// regroup is c's GPUs, in c's rank order, taking the ranks of order in
+// turn instead.
+func regroup(c *cand, order []int) *cand {
+	ranked := make([]store.GPUKey, len(order))
+	for i, r := range order {
+		ranked[r] = c.gpus[i]
+	}
+	return &cand{domain: c.domain, gpus: ranked, comm: math.NaN()}
+}
+
+// spreadAs is the spread over the first fabric domain that holds the job
+// when each node offers its free GPUs (or, with socket, the node's
+// socketOffer) in multiples of unit, the GPUs then taking the ranks of
+// order in turn (nil: 0, 1, 2...). Nil when no domain holds it.
+func (p *placer) spreadAs(cands []*candNode, gpn, unit int, order []int, socket map[*candNode]int) *cand {
+	n := p.n
+	if gpn > 0 && gpn%unit != 0 {
+		return nil
+	}
+	for _, c := range cands {
+		free := len(c.free)
+		if socket != nil {
+			free = socket[c]
+		}
+		switch {
+		case gpn > 0 && free >= gpn:
+			c.offer = gpn
+		case gpn > 0:
+			c.offer = 0
+		default:
+			c.offer = free / unit * unit
+		}
+	}
+	for _, d := range p.fabricDomains(cands, n, false) {
+		gpus := p.spread(cands, n, d)
+		if gpus == nil {
+			continue
+		}
+		name := d
+		if name == "" {
+			name = store.ClusterDomain
+		}
+		c := &cand{domain: name, gpus: gpus, comm: math.NaN()}
+		if order != nil {
+			c = regroup(c, order)
+		}
+		return c
+	}
+	return nil
+}
+
+// socketOffer is the most of the node's free GPUs that no inter-socket
+// link (SYS) separates: its largest set of free GPUs joined by faster
+// links.
+func (p *placer) socketOffer(c *candNode) int {
+	nt, err := p.e.res.node(c.node.Name)
+	if err != nil || nt.topo.GPUPaths == nil {
+		return len(c.free)
+	}
+	f := len(c.free)
+	parent := make([]int, f)
+	for i := range parent {
+		parent[i] = i
+	}
+	find := func(i int) int {
+		for parent[i] != i {
+			parent[i] = parent[parent[i]]
+			i = parent[i]
+		}
+		return i
+	}
+	for i, a := range c.free {
+		for j := i + 1; j < f; j++ {
+			if nt.topo.GPUPaths[nt.pos[a.Index]][nt.pos[c.free[j].Index]].Class != topology.SYS {
+				parent[find(i)] = find(j)
+			}
+		}
+	}
+	size := make([]int, f)
+	best := 0
+	for i := range f {
+		r := find(i)
+		size[r]++
+		best = max(best, size[r])
+	}
+	return best
 }
 
 // fabricDomains lists the fabric domains whose nodes offer at least n

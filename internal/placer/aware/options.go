@@ -25,7 +25,8 @@ type Options struct {
 	Fabric *topology.Fabric
 	// Bandwidths of the links (nil: topology.DefaultBandwidths).
 	Bandwidths *topology.Bandwidths
-	// Budget bounds the local search's wall time (0: 2 ms).
+	// Budget bounds the local search's wall time (0: 2 ms), counted from
+	// the scoring of the multi-node alternatives where there are some.
 	Budget time.Duration
 	// MaxEvals bounds the local search's cost-model evaluations (0: 200;
 	// negative: no local search).

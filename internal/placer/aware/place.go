@@ -14,11 +14,13 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/placer/blind"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // Place decides where a job runs, topology-aware (see the package doc).
@@ -39,7 +41,9 @@ func PlaceWithBaseline(snap *store.Snapshot, job events.JobAnalyzed, opts Option
 	return placeNotWorse(snap, job, opts, base), base
 }
 
-func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) outcome.Result {
+// place is the topology-aware decision and, when placed, its predicted
+// comm time (NaN when none was worked out).
+func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.Result, float64) {
 	n, gpn, model := job.Job.GPUs, job.Job.GPUsPerNode, job.Job.GPUModel
 	x := opts.Explain
 	var cands []*candNode
@@ -82,7 +86,7 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) outcome.R
 	if len(fit) == 0 {
 		full()
 		if wait, ok := filterWait(cands, total, n, gpn, model); ok {
-			return wait
+			return wait, math.NaN()
 		}
 	}
 	e := newEvaluator(snap, job, n, opts)
@@ -113,7 +117,39 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) outcome.R
 	if len(list) == 0 {
 		// Cannot happen when blind placed and the filter left enough; be
 		// safe rather than wrong.
-		return waitReason(n, gpn, model, total, 0)
+		return waitReason(n, gpn, model, total, 0), math.NaN()
+	}
+	// A job one node holds may still be faster spread over nodes where its
+	// node's choice crosses the inter-socket link (SYS), which the cost
+	// model shares among the node's flows: then the whole cluster is the
+	// local search's to trade GPUs with. A job spread over nodes trades
+	// among them.
+	across := len(fit) == 0 && gpn == 0 // gpus_per_node fixes each node's share
+	if len(fit) > 0 && gpn == 0 && p.crossesSMP(list[0].gpus) {
+		p.cands = full()
+		across = true
+	}
+	// When an alternative is the favourite of a job of at most 16 GPUs,
+	// whose local search trades ranks and GPUs across nodes, the choice
+	// without it is refined too, and kept unless the alternative is still
+	// better by 0.5% after the search (fewer nodes, groups kept whole). A
+	// larger job's search stays inside nodes, which changes neither the
+	// nodes nor which groups cross them: the comparison before it stands.
+	alt := false
+	if len(fit) == 0 || across {
+		p.since = time.Now()
+		// Other groupings on nodes, and spreads that keep off the
+		// inter-socket links, where the cost model finds one faster by
+		// 0.5% than the favourite.
+		if l := p.faster(list, p.alternatives(p.cands, job, gpn, list[0])); len(l) > len(list) {
+			alt, list = true, l
+			if more != nil {
+				m := more
+				more = func() []*cand { // without the alternative, if it is among them
+					return slices.DeleteFunc(m(), func(c *cand) bool { return slices.Equal(c.gpus, l[0].gpus) })
+				}
+			}
+		}
 	}
 	chosen, judged := p.choose(list, more)
 	if chosen == nil {
@@ -121,24 +157,28 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) outcome.R
 			x.PolicyDenied = true
 		}
 		p.explain(judged, nil)
-		return outcome.Result{Verdict: outcome.Wait, Reasons: denyReasons(judged[0])}
+		return outcome.Result{Verdict: outcome.Wait, Reasons: denyReasons(judged[0])}, math.NaN()
 	}
-	if gpus := p.localSearch(chosen.gpus, p.cands); !slices.Equal(gpus, chosen.gpus) {
-		refined := &cand{domain: chosen.domain, gpus: gpus, comm: math.NaN(), cost: chosen.cost}
-		if p.opts.Judge == nil {
-			*chosen = *refined
-		} else {
-			// The search moved ranks or GPUs: what the policies see may
-			// have changed (a TP group's islands), so the result is judged
-			// again and kept only if it passes.
-			p.judge(refined)
-			if !refined.j.Deny {
-				*chosen = *refined
+	final := p.refine(chosen, across)
+	if alt && chosen == list[0] && n <= 16 {
+		if other, _ := p.choose(list[1:], more); other != nil {
+			r := p.refine(other, across)
+			best := min(p.score(final), p.score(r))
+			cf, co := 1+chosen.j.Score, 1+other.j.Score
+			if best > 0 && !math.IsInf(best, 0) {
+				cf, co = p.score(final)/best+chosen.j.Score, p.score(r)/best+other.j.Score
+			}
+			if !(cf < co-0.005*math.Abs(co)) {
+				chosen, final = other, r
+				if !slices.Contains(judged, other) {
+					judged = append(judged, other)
+				}
 			}
 		}
 	}
+	*chosen = *final
 	p.explain(judged, chosen)
-	return outcome.Result{Verdict: outcome.Placed, GPUs: chosen.gpus}
+	return outcome.Result{Verdict: outcome.Placed, GPUs: chosen.gpus}, chosen.comm
 }
 
 type placer struct {
@@ -148,6 +188,73 @@ type placer struct {
 	cands  []*candNode
 	leaves map[string]string // node → leaf domain, for explanations
 	counts []domainCount     // scratch of countLocal, reused node after node
+	// since, when set, is when the next local search's time budget
+	// started: the scoring of the alternatives comes out of it.
+	since time.Time
+}
+
+// refine is the local search's result on c (judged again, with a Judge,
+// and kept only if allowed), or c when the search moved nothing.
+func (p *placer) refine(c *cand, across bool) *cand {
+	gpus, t := p.localSearch(c.gpus, p.cands, across, c.comm)
+	if slices.Equal(gpus, c.gpus) {
+		if math.IsNaN(c.comm) {
+			c.comm = t
+		}
+		return c
+	}
+	refined := &cand{domain: c.domain, gpus: gpus, comm: t, cost: c.cost}
+	if p.opts.Judge != nil {
+		// The search moved ranks or GPUs: what the policies see may have
+		// changed (a TP group's islands), so the result is judged again
+		// and kept only if it passes.
+		p.judge(refined)
+		if refined.j.Deny {
+			return c
+		}
+	}
+	return refined
+}
+
+// faster puts the fastest of alts at the front of list when it is faster
+// than list[0] by more than 0.5%.
+func (p *placer) faster(list, alts []*cand) []*cand {
+	if len(alts) == 0 {
+		return list
+	}
+	best, bestT := -1, p.score(list[0])
+	for i, c := range alts {
+		if t := p.score(c); t < bestT*(1-0.005) {
+			best, bestT = i, t
+		}
+	}
+	if best < 0 {
+		return list
+	}
+	return append([]*cand{alts[best]}, list...)
+}
+
+// crossesSMP reports whether two of the GPUs on one node are joined over
+// the inter-socket link (SYS). Nodes without such a link are passed over.
+func (p *placer) crossesSMP(gpus []store.GPUKey) bool {
+	var onNode map[string][]int // positions of the GPUs of nodes with SYS links
+	for _, g := range gpus {
+		nt, err := p.e.res.node(g.Node)
+		if err != nil || !nt.sys {
+			continue
+		}
+		if onNode == nil {
+			onNode = map[string][]int{}
+		}
+		pos := nt.pos[g.Index]
+		for _, q := range onNode[g.Node] {
+			if nt.topo.GPUPaths[q][pos].Class == topology.SYS {
+				return true
+			}
+		}
+		onNode[g.Node] = append(onNode[g.Node], pos)
+	}
+	return false
 }
 
 func levelOf(kind string) int {

@@ -25,6 +25,7 @@ type resolver struct {
 type nodeTopo struct {
 	topo *topology.Node
 	pos  map[int]int // GPU index -> position in topo.GPUs
+	sys  bool        // some GPU pair is joined over the inter-socket link (SYS)
 }
 
 func newResolver(snap *store.Snapshot) *resolver {
@@ -50,6 +51,11 @@ func (r *resolver) node(name string) (*nodeTopo, error) {
 		t = fallbackTopology(n, r.snap.GPUs(name))
 	}
 	nt := &nodeTopo{topo: t, pos: make(map[int]int, len(t.GPUs))}
+	for _, row := range t.GPUPaths {
+		for _, l := range row {
+			nt.sys = nt.sys || l.Class == topology.SYS
+		}
+	}
 	for p, g := range t.GPUs {
 		nt.pos[g.Index] = p
 	}
