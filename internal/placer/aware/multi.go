@@ -206,6 +206,16 @@ func (p *placer) multiNode(cands []*candNode, job events.JobAnalyzed, gpn, limit
 func (p *placer) alternatives(cands []*candNode, job events.JobAnalyzed, gpn int, first *cand) []*cand {
 	n := p.n
 	gs := groupings(job, n)
+	if tpWhole(job, first.gpus) {
+		// Tensor-parallel groups are not broken for another dimension
+		// where they can be had whole: their collectives sit on the
+		// critical path of every layer, while DP's all-reduce overlaps
+		// the backward pass, which the cost model does not see (it sums
+		// communication), so bytes per rank alone would put TP on the
+		// network (DESIGN: TP first). Where first breaks one anyway (too
+		// few free GPUs on a node), the regroupings may do better.
+		gs = gs[:1]
+	}
 	sockets := p.crossesSMP(first.gpus)
 	var socket map[*candNode]int
 	if sockets {
@@ -244,6 +254,25 @@ func (p *placer) alternatives(cands []*candNode, job events.JobAnalyzed, gpn int
 		}
 	}
 	return out
+}
+
+// tpWhole reports whether the job has tensor-parallel groups of two or
+// more and gpus (by rank) keep each on one node.
+func tpWhole(job events.JobAnalyzed, gpus []store.GPUKey) bool {
+	for _, rg := range job.Groups {
+		if rg.Dimension != "tp" || rg.Size < 2 {
+			continue
+		}
+		for _, m := range rg.Members {
+			for _, r := range m {
+				if r < 0 || r >= len(gpus) || gpus[r].Node != gpus[m[0]].Node {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // regroup is c's GPUs, in c's rank order, taking the ranks of order in
