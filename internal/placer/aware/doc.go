@@ -59,7 +59,11 @@
 // innermost one (the synthetic jobs' DP all-reduce of 1 GiB against TP's
 // eight of 64 MiB), its groups kept whole on nodes and the lighter
 // dimension across them (the favourite's GPUs regrouped, or a spread in
-// that dimension's units); and, where a node's share crosses sockets,
+// that dimension's units) — but not for a job whose favourite keeps its
+// TP groups whole on nodes: TP's collectives are on every layer's critical
+// path while DP's all-reduce overlaps the backward pass, which the cost
+// model (summing communication) does not see, so TP comes first as the
+// design says; and, where a node's share crosses sockets,
 // spreads whose nodes offer one socket's free GPUs each. One of them
 // replaces the favourite only when faster by 0.5%; for a job of at most
 // 16 GPUs the favourite is refined by the local search too and stays
