@@ -104,38 +104,43 @@ func observations(plan tuning.Plan, t *events.RuntimeTelemetry) []collective.Obs
 	var out []collective.Observation
 	for _, g := range t.Groups {
 		for _, r := range plan.Phases {
-			ph := r.Phase
-			if ph.Name != g.Group || eventCollective(ph.Collective) != g.Collective {
-				continue
-			}
-			kind := r.BottleneckKind
-			if kind == "" || r.Beta <= 0 {
-				break
-			}
-			bytes := ph.Bytes
-			if g.Bytes > 0 {
-				bytes = float64(g.Bytes)
-			}
-			var measured float64 // one call, seconds
-			switch {
-			case g.BusBWGBps > 0:
-				measured = bytes * collective.BusFactor(ph.Collective, len(ph.Members[0])) / (g.BusBWGBps * 1e9)
-			case g.Seconds > 0:
-				calls := max(ph.Calls, 1)
-				if g.Calls > 0 {
-					calls = g.Calls
+			if r.Phase.Name == g.Group && eventCollective(r.Phase.Collective) == g.Collective {
+				if ob, ok := observe(r, g); ok {
+					out = append(out, ob)
 				}
-				measured = g.Seconds / float64(calls)
-			default:
 				break
 			}
-			bwTerm := r.Beta * bytes
-			if measured <= r.Alpha || bwTerm < bandwidthBound*(r.Alpha+bwTerm) {
-				break
-			}
-			out = append(out, collective.Observation{Kind: kind, Ratio: bwTerm / (measured - r.Alpha)})
-			break
 		}
 	}
 	return out
+}
+
+// observe is one group's observation, when its prediction is bandwidth
+// bound: the predicted bandwidth term over the measured time of a call
+// less the predicted latency.
+func observe(r tuning.PhaseResult, g events.GroupTelemetry) (collective.Observation, bool) {
+	ph := r.Phase
+	if r.BottleneckKind == "" || r.Beta <= 0 {
+		return collective.Observation{}, false
+	}
+	bytes := ph.Bytes
+	if g.Bytes > 0 {
+		bytes = float64(g.Bytes)
+	}
+	var measured float64 // one call, seconds
+	switch {
+	case g.BusBWGBps > 0:
+		measured = bytes * collective.BusFactor(ph.Collective, len(ph.Members[0])) / (g.BusBWGBps * 1e9)
+	case g.Seconds > 0:
+		calls := max(ph.Calls, 1)
+		if g.Calls > 0 {
+			calls = g.Calls
+		}
+		measured = g.Seconds / float64(calls)
+	}
+	bwTerm := r.Beta * bytes
+	if measured <= r.Alpha || bwTerm < bandwidthBound*(r.Alpha+bwTerm) {
+		return collective.Observation{}, false
+	}
+	return collective.Observation{Kind: r.BottleneckKind, Ratio: bwTerm / (measured - r.Alpha)}, true
 }
