@@ -16,6 +16,7 @@ import (
 	"slices"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/collective"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 )
@@ -391,10 +392,16 @@ func (in inNode) domain() string {
 // GPUs that are twins (the same link to every other free GPU, and the
 // same hole) give the same cost in either place, so of the orders that
 // differ only by swapping twins one is scored: the one whose twins appear
-// in index order. That leaves the choices that can differ, which it
-// counts first; it is tried only when they fit in what is left of
-// *budget, which it then spends, and ok is false when they do not, when
-// all the free GPUs are alike (an NVSwitch node: one choice), or when
+// in index order. And ranks the cost cannot tell apart are tried in one
+// order: inside a node the cost model runs each group over the ring NCCL
+// would search, so a group's cost depends on its GPUs, not on its ranks'
+// order, and a job whose groups are the blocks and columns of a grid of
+// ranks (gridOf: TP x DP, or one group of all) costs the same when its
+// blocks are permuted, or the positions inside every block alike. Of the
+// two reductions the one leaving fewer choices is used. The choices left
+// are counted first; the search is tried only when they fit in what is
+// left of *budget, which it then spends, and ok is false when they do not,
+// when all the free GPUs are alike (an NVSwitch node: one choice), or when
 // nothing beat start.
 func (p *placer) exactInNode(c *candNode, start []store.GPUKey, t0 float64, budget *int) (gpus []store.GPUKey, cost float64, ok bool) {
 	f, k := len(c.free), len(start)
@@ -408,6 +415,14 @@ func (p *placer) exactInNode(c *candNode, start []store.GPUKey, t0 float64, budg
 	hole := p.holes(c)
 	class, sizes := twins(nt, c.free, hole)
 	count := canonicalOrders(sizes, k)
+	inner, grid := gridOf(p.e.groups, k)
+	if grid {
+		if g := gridOrders(f, k, inner); g < count {
+			count = g
+		} else {
+			grid = false
+		}
+	}
 	if count <= 1 || count > float64(*budget) {
 		return nil, 0, false
 	}
@@ -428,13 +443,26 @@ func (p *placer) exactInNode(c *candNode, start []store.GPUKey, t0 float64, budg
 	sel := make([]store.GPUKey, 0, k)
 	used := make([]bool, f)
 	holes := 0
+	try := func() {
+		t := p.e.cost(sel)
+		if t < bestT*(1-0.005) || (t <= bestT*(1+0.005) && holes < bestHoles) {
+			best, bestT, bestHoles = append(best[:0], sel...), t, holes
+		}
+	}
+	if grid {
+		eachGridOrder(f, k, inner, func(at []int) {
+			sel, holes = sel[:0], 0
+			for _, i := range at {
+				sel, holes = append(sel, c.free[i].Key()), holes+hole[i]
+			}
+			try()
+		})
+		return best, bestT, best != nil
+	}
 	var rec func()
 	rec = func() {
 		if len(sel) == k {
-			t := p.e.cost(sel)
-			if t < bestT*(1-0.005) || (t <= bestT*(1+0.005) && holes < bestHoles) {
-				best, bestT, bestHoles = append(best[:0], sel...), t, holes
-			}
+			try()
 			return
 		}
 	next:
@@ -456,6 +484,114 @@ func (p *placer) exactInNode(c *candNode, start []store.GPUKey, t0 float64, budg
 	}
 	rec()
 	return best, bestT, best != nil
+}
+
+// gridOf finds the ranks the cost cannot tell apart inside a node: inner
+// is the size of the job's blocks of consecutive ranks when every group
+// of k ranks is such a block, a column (one rank of each block, at one
+// position) or all k ranks, and no collective depends on the ranks'
+// order (send/recv between stages; a broadcast is scored as an
+// all-gather); inner is k when
+// every group holds all ranks. ok is false for any other job.
+func gridOf(groups []commGroup, k int) (inner int, ok bool) {
+	inner = k
+	for _, g := range groups {
+		if g.coll == collective.SendRecv {
+			return 0, false
+		}
+		if s := len(g.ranks); s > 1 && s < k {
+			inner = min(inner, s)
+		}
+	}
+	if inner < 2 || k%inner != 0 {
+		return 0, false
+	}
+	blocks := k / inner
+	for _, g := range groups {
+		r := slices.Sorted(slices.Values(g.ranks))
+		switch len(r) {
+		case k:
+			for i, x := range r {
+				if x != i {
+					return 0, false
+				}
+			}
+		case inner: // a block
+			for i, x := range r {
+				if x != r[0]+i || r[0]%inner != 0 {
+					return 0, false
+				}
+			}
+		case blocks: // a column
+			for i, x := range r {
+				if x != r[0]+i*inner || r[0] >= inner {
+					return 0, false
+				}
+			}
+		default:
+			if len(r) > 1 {
+				return 0, false
+			}
+		}
+	}
+	return inner, true
+}
+
+// eachGridOrder calls visit with one order of every gridOf class of k of
+// f GPUs (positions 0..f-1 by rank; at is reused): the blocks ordered by
+// their smallest GPU (each of a block's GPUs above the block before's
+// smallest), the first block's GPUs ascending.
+func eachGridOrder(f, k, inner int, visit func(at []int)) {
+	used := make([]bool, f)
+	at := make([]int, 0, k)
+	prevMin := -1 // smallest GPU of the block before the current one
+	var rec func(blockMin int)
+	rec = func(blockMin int) {
+		pos := len(at)
+		if pos == k {
+			visit(at)
+			return
+		}
+		b, j := pos/inner, pos%inner
+		floor := prevMin
+		if j == 0 && b > 0 {
+			floor = blockMin // the block before, just finished
+		}
+		for i := range f {
+			if used[i] || i < floor || (b == 0 && j > 0 && i < at[pos-1]) {
+				continue
+			}
+			used[i] = true
+			at = append(at, i)
+			if j == 0 && b > 0 {
+				saved := prevMin
+				prevMin = blockMin
+				rec(i)
+				prevMin = saved
+			} else {
+				rec(min(blockMin, i))
+			}
+			at = at[:pos]
+			used[i] = false
+		}
+	}
+	rec(f)
+}
+
+// gridOrders counts gridOf's classes of k of f GPUs: every order,
+// f!/(f-k)!, over the blocks' orders and the positions' orders.
+func gridOrders(f, k, inner int) float64 {
+	n := 1.0
+	for i := range k {
+		n *= float64(f - i)
+	}
+	for i := 2; i <= k/inner; i++ {
+		n /= float64(i)
+	}
+	for i := 2; i <= inner; i++ {
+		n /= float64(i)
+	}
+	return n
 }
 
 // alike reports whether every pair of the free GPUs has the same link, so
