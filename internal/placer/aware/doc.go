@@ -85,10 +85,14 @@
 // GPUs are not all alike (an NVSwitch node's are), the choice is then made
 // exactly when affordable: every subset of its free GPUs and every rank
 // order on it, twins (GPUs with the same link to every other free GPU and
-// the same hole) tried once, while those choices fit in Options.NodeExact
-// (2,000 cost-model evaluations for the candidates together: up to all 8
-// GPUs of a node of bridged pairs or PCIe switch pairs, 4 of 8 where every
-// GPU differs); the heuristic's choice stays unless one is faster by 0.5%,
+// the same hole) tried once, or, where that leaves fewer, one order per
+// class of ranks the cost cannot tell apart (a group's cost inside a node
+// depends on its GPUs, so a TP x DP grid's blocks may be permuted, and the
+// positions in every block alike; a job of one group needs its subsets
+// only), while those choices fit in Options.NodeExact (2,000 cost-model
+// evaluations for the candidates together: up to all 8 GPUs of a node of
+// bridged pairs or PCIe switch pairs, 5 of 10 where every GPU differs);
+// the heuristic's choice stays unless one is faster by 0.5%,
 // or as fast with fewer holes (whole pairs, switches and NUMA nodes kept
 // for the next job). Across nodes, nodes are taken
 // within the chosen domain leaf by leaf (fullest leaves first), the
