@@ -715,7 +715,7 @@ func qualityFamilies(stdout io.Writer, f qualityFlags, opts aware.Options) error
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	out.Printf("\n%d of %d cases within 0.5%% of the optimum (target: all: %s). orders: free!/(free-k)!, the choices of k of the free GPUs in every order; the exact in-node choice scores those that differ (twins, interchangeable GPUs, once) within a budget of %d, the heuristic the rest; cases up to %d orders, where exhaustive still runs\n",
+	out.Printf("\n%d of %d cases within 0.5%% of the optimum (target: all: %s). orders: free!/(free-k)!, the choices of k of the free GPUs in every order; the exact in-node choice scores those that differ (twins, interchangeable GPUs, once; or one order per class of ranks the cost cannot tell apart) within a budget of %d, the heuristic the rest; cases up to %d orders, where exhaustive still runs\n",
 		within, all, held(within == all), aware.DefaultNodeExact, familyExhaustiveLimit)
 	return out.Err()
 }
