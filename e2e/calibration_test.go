@@ -22,18 +22,7 @@ func TestOnlineCalibrationThroughServe(t *testing.T) {
 	needBinaries(t)
 	t.Parallel()
 	dir := t.TempDir()
-	port := freePort(t)
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	serve := startProc(t, "serve", childEnv(), bins.toposched, "serve", "--cluster", testdata(t, "two-leaves.yaml"),
-		"--listen", addr, "--data-dir", filepath.Join(dir, "data"), "--policies", "none")
-	waitFor(t, 30*time.Second, func() (bool, string) {
-		mustBeAlive(t, serve)
-		if !strings.Contains(serve.output(), "services running") {
-			return false, "serve has not logged 'services running'"
-		}
-		return dialable(addr)
-	})
+	serve, url := serveTwoLeaves(t, dir)
 	js := jsConnect(t, url)
 	file := filepath.Join(dir, "train.yaml")
 	if err := os.WriteFile(file, []byte("job_id: train\ngpu_model: A100-SXM4-80GB\ngpus: 4\ngpus_per_node: 4\nstrategy: ddp\n"+

@@ -92,20 +92,9 @@ func TestMigrationScenario(t *testing.T) {
 	needBinaries(t)
 	t.Parallel()
 	dir := t.TempDir()
-	port := freePort(t)
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	// No policies: the shipped leaf-span policy would keep the jobs from
 	// spanning the two leaves, which the scenario needs.
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	serve := startProc(t, "serve", childEnv(), bins.toposched, "serve", "--cluster", testdata(t, "two-leaves.yaml"),
-		"--listen", addr, "--data-dir", filepath.Join(dir, "data"), "--policies", "none")
-	waitFor(t, 30*time.Second, func() (bool, string) {
-		mustBeAlive(t, serve)
-		if !strings.Contains(serve.output(), "services running") {
-			return false, "serve has not logged 'services running'"
-		}
-		return dialable(addr)
-	})
+	serve, url := serveTwoLeaves(t, dir)
 	js := jsConnect(t, url)
 
 	job := func(id, body string) string {
@@ -322,6 +311,25 @@ func lastDecision(t *testing.T, js jetstream.JetStream, job string) decidedFullJ
 		t.Fatalf("no decision for %s", job)
 	}
 	return d
+}
+
+// serveTwoLeaves starts `toposched serve` on testdata/two-leaves.yaml
+// without policies, on a free loopback port with its data under dir, and
+// returns once it serves, with its NATS URL.
+func serveTwoLeaves(t *testing.T, dir string) (*proc, string) {
+	t.Helper()
+	port := freePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	serve := startProc(t, "serve", childEnv(), bins.toposched, "serve", "--cluster", testdata(t, "two-leaves.yaml"),
+		"--listen", addr, "--data-dir", filepath.Join(dir, "data"), "--policies", "none")
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		mustBeAlive(t, serve)
+		if !strings.Contains(serve.output(), "services running") {
+			return false, "serve has not logged 'services running'"
+		}
+		return dialable(addr)
+	})
+	return serve, "nats://" + addr
 }
 
 // readStream returns the bodies of a stream's messages on subject, in
