@@ -60,10 +60,10 @@ type calibrationSet struct {
 }
 
 func (c *calibrationSet) name() string {
-	if c.cal == nil || c.cal.Name == "" {
-		if c.cal == nil {
-			return "default"
-		}
+	switch {
+	case c.cal == nil:
+		return "default"
+	case c.cal.Name == "":
 		return "unnamed"
 	}
 	return c.cal.Name
