@@ -441,7 +441,6 @@ func (p *placer) exactInNode(c *candNode, start []store.GPUKey, t0 float64, budg
 	}
 	var best []store.GPUKey
 	sel := make([]store.GPUKey, 0, k)
-	used := make([]bool, f)
 	holes := 0
 	try := func() {
 		t := p.e.cost(sel)
@@ -459,14 +458,32 @@ func (p *placer) exactInNode(c *candNode, start []store.GPUKey, t0 float64, budg
 		})
 		return best, bestT, best != nil
 	}
+	eachTwinOrder(class, k, func(at []int) {
+		sel, holes = sel[:0], 0
+		for _, i := range at {
+			sel, holes = append(sel, c.free[i].Key()), holes+hole[i]
+		}
+		try()
+	})
+	return best, bestT, best != nil
+}
+
+// eachTwinOrder calls visit with every order of k of the GPUs of the
+// given classes (class[i] of GPU i; at is reused) in which twins, GPUs of
+// one class, appear in index order: one order of each that the cost can
+// tell apart (canonicalOrders counts them).
+func eachTwinOrder(class []int, k int, visit func(at []int)) {
+	f := len(class)
+	used := make([]bool, f)
+	at := make([]int, 0, k)
 	var rec func()
 	rec = func() {
-		if len(sel) == k {
-			try()
+		if len(at) == k {
+			visit(at)
 			return
 		}
 	next:
-		for i, g := range c.free {
+		for i := range f {
 			if used[i] {
 				continue
 			}
@@ -475,15 +492,14 @@ func (p *placer) exactInNode(c *candNode, start []store.GPUKey, t0 float64, budg
 					continue next
 				}
 			}
-			used[i], holes = true, holes+hole[i]
-			sel = append(sel, g.Key())
+			used[i] = true
+			at = append(at, i)
 			rec()
-			sel = sel[:len(sel)-1]
-			used[i], holes = false, holes-hole[i]
+			at = at[:len(at)-1]
+			used[i] = false
 		}
 	}
 	rec()
-	return best, bestT, best != nil
 }
 
 // gridOf finds the ranks the cost cannot tell apart inside a node: inner
