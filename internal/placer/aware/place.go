@@ -193,10 +193,14 @@ type placer struct {
 	since time.Time
 }
 
-// refine is the local search's result on c (judged again, with a Judge,
-// and kept only if allowed), or c when the search moved nothing.
+// refine is the local search's result on c, each node's share then
+// chosen exactly (exactShares), judged again with a Judge and kept only if
+// allowed; or c when nothing moved.
 func (p *placer) refine(c *cand, across bool) *cand {
 	gpus, t := p.localSearch(c.gpus, p.cands, across, c.comm)
+	if p.opts.maxEvals() != 0 {
+		gpus, t = p.exactShares(gpus, t)
+	}
 	if slices.Equal(gpus, c.gpus) {
 		if math.IsNaN(c.comm) {
 			c.comm = t
