@@ -61,8 +61,8 @@ func (p *placer) exactShares(gpus []store.GPUKey, t float64) ([]store.GPUKey, fl
 			continue
 		}
 		ranks := pos[name]
-		class, sizes := twins(nt, c.free, p.holes(c))
-		class, sizes = splitByNIC(nt, c.free, class)
+		class, _ := twins(nt, c.free, p.holes(c))
+		class, sizes := splitByNIC(nt, c.free, class)
 		count := canonicalOrders(sizes, len(ranks))
 		if count <= 1 || count > budget {
 			continue
