@@ -3,6 +3,7 @@ package aware
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/toposched/toposched/internal/fixtures"
 )
@@ -82,7 +83,9 @@ func TestSpreadsAgainstOptimum(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := Place(snap, job, Options{})
+			// No time budget: the local search's default 2 ms would make
+			// the result depend on the machine's load.
+			r := Place(snap, job, Options{Budget: time.Hour})
 			checkFree(t, snap, r, tc.n)
 			ours, _ := Predict(snap, job, r.GPUs, nil)
 			best, _ := Predict(snap, job, opt.GPUs, nil)
