@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -288,8 +290,17 @@ func calibrationShow(ctx context.Context, g *globals, out io.Writer, history boo
 			eff := s.Set.Resolved()
 			w.Printf("  %s\n", efficiencyLine(events.LinkEfficiency{NVLink: eff.NVLink, NVLS: eff.NVLS, PCIe: eff.PCIe, Net: eff.Net,
 				EFA: eff.EFA, TCP: eff.TCP, StepOverheadUS: eff.StepOverheadUS}))
+			for _, model := range slices.Sorted(maps.Keys(s.Set.Models)) {
+				e := s.Set.Models[model]
+				w.Printf("  on %s nodes (0: the cluster's): nvlink %.3f, nvls %.3f, pcie %.3f, net %.3f, efa %.3f, tcp %.3f\n",
+					model, e.NVLink, e.NVLS, e.PCIe, e.Net, e.EFA, e.TCP)
+			}
 			for _, f := range s.Set.Fits {
-				w.Printf("  fit %s: %.3f from %d samples (measured/predicted %.3f before): %s\n", f.Kind, f.Efficiency, f.Samples, f.Ratio, strings.Join(f.Sources, ", "))
+				kind := f.Kind
+				if f.Model != "" {
+					kind = f.Model + " " + kind
+				}
+				w.Printf("  fit %s: %.3f from %d samples (measured/predicted %.3f before): %s\n", kind, f.Efficiency, f.Samples, f.Ratio, strings.Join(f.Sources, ", "))
 			}
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 type calibrateFlags struct {
 	topology, collective, algo, name, out string
+	model, into                           string
 	nodes                                 int
 	ncclTests                             []string
 }
@@ -58,6 +59,8 @@ is written.
 	fl.StringVar(&f.algo, "algorithm", "auto", "the algorithm NCCL ran (NCCL_ALGO), or auto for NCCL's own choice")
 	fl.StringVar(&f.name, "name", "", "name of the set (default: the topology file's)")
 	fl.StringVar(&f.out, "out", "", "calibration set to write (JSON)")
+	fl.StringVar(&f.model, "model", "", "the GPU model of the nodes measured: the efficiencies are written for nodes of that model only (models.<model>), so that one set holds a heterogeneous cluster's")
+	fl.StringVar(&f.into, "into", "", "with --model: add to this existing set (its other models and its cluster-wide efficiencies stay) instead of a new one")
 	return cmd
 }
 
@@ -120,6 +123,21 @@ func runCalibrate(stdout io.Writer, f calibrateFlags) error {
 	if err != nil {
 		return fmt.Errorf("model calibrate: %w", err)
 	}
+	switch {
+	case f.into != "" && f.model == "":
+		return errors.New("model calibrate: --into goes with --model")
+	case f.model != "":
+		var into *collective.Calibration
+		if f.into != "" {
+			if into, err = loadCalibration(f.into); err != nil {
+				return fmt.Errorf("model calibrate: --into: %w", err)
+			}
+		}
+		cal = cal.ForModel(f.model, into)
+		if err := cal.Validate(); err != nil {
+			return fmt.Errorf("model calibrate: %w", err)
+		}
+	}
 	body, err := json.MarshalIndent(cal, "", "  ")
 	if err != nil {
 		return err
@@ -128,8 +146,12 @@ func runCalibrate(stdout io.Writer, f calibrateFlags) error {
 		return fmt.Errorf("model calibrate: %w", err)
 	}
 	for _, fit := range cal.Fits {
+		kind := fit.Kind
+		if fit.Model != "" {
+			kind = fit.Model + " " + kind
+		}
 		if _, err := fmt.Fprintf(stdout, "%-7s efficiency %.3f from %d measurements (measured/predicted before: %.3f)\n",
-			fit.Kind, fit.Efficiency, fit.Samples, fit.Ratio); err != nil {
+			kind, fit.Efficiency, fit.Samples, fit.Ratio); err != nil {
 			return err
 		}
 	}

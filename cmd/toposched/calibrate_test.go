@@ -36,6 +36,19 @@ func TestModelCalibrate(t *testing.T) {
 	if got, err := runModel(t, "predict", "--topology", topo, "--bytes", "1G", "--calibration", out); err != nil || !strings.Contains(got, "busbw") {
 		t.Fatalf("predict --calibration: %v\n%s", err, got)
 	}
+	// Per node model: two fits, one set.
+	models := filepath.Join(dir, "models.json")
+	if got, err := runModel(t, "calibrate", "--topology", topo, "--nodes", "2", "--nccl-tests", meas, "--model", "A100-SXM4-80GB", "--out", models); err != nil ||
+		!strings.Contains(got, "A100-SXM4-80GB net efficiency") {
+		t.Fatalf("calibrate --model: %v\n%s", err, got)
+	}
+	if got, err := runModel(t, "calibrate", "--topology", topo, "--nodes", "2", "--nccl-tests", meas, "--model", "A100-SXM4-40GB", "--into", models, "--out", models); err != nil {
+		t.Fatalf("calibrate --into: %v\n%s", err, got)
+	}
+	set, err := loadCalibration(models)
+	if err != nil || len(set.Models) != 2 || set.Models["A100-SXM4-80GB"].Net == 0 || set.Models["A100-SXM4-40GB"].Net == 0 || set.Efficiency.Net != 0 {
+		t.Fatalf("set %+v %v", set, err)
+	}
 	bad := filepath.Join(dir, "bad.json")
 	if err := os.WriteFile(bad, []byte(`{"version": 1, "efficiency": {"net": 7}}`), 0o600); err != nil {
 		t.Fatal(err)

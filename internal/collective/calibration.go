@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -22,6 +23,11 @@ type Calibration struct {
 	Version    int                 `json:"version"`
 	Name       string              `json:"name,omitempty"`
 	Efficiency topology.Efficiency `json:"efficiency"`
+	// Models are efficiencies fitted on nodes of one GPU model (model
+	// calibrate --model), by model name: on nodes of that model they
+	// replace Efficiency's, which stays for the others (a cluster of
+	// several node models holds one entry each).
+	Models map[string]topology.Efficiency `json:"models,omitempty"`
 	// Fits say what each efficiency came from, Latency what the per-step
 	// overhead came from (nil: the default's).
 	Fits    []Fit       `json:"fits,omitempty"`
@@ -42,7 +48,9 @@ const CalibrationVersion = 1
 
 // Fit is one kind of link's fitted efficiency and its evidence.
 type Fit struct {
-	Kind       string  `json:"kind"` // nvlink, nvls, pcie or net
+	Kind string `json:"kind"` // a LinkKinds entry
+	// Model is the GPU model it was fitted on, for a fit of Models.
+	Model      string  `json:"model,omitempty"`
 	Efficiency float64 `json:"efficiency"`
 	// Samples were the measurements bound by this kind of link; Ratio the
 	// median of measured over predicted bus bandwidth before the fit.
@@ -77,6 +85,13 @@ func (c *Calibration) Bandwidths(base *topology.Bandwidths) *topology.Bandwidths
 	}
 	if c != nil {
 		bw.Efficiency = c.Efficiency
+		bw.ByModel = nil
+		for model, e := range c.Models {
+			if bw.ByModel == nil {
+				bw.ByModel = map[string]topology.Efficiency{}
+			}
+			bw.ByModel[topology.ModelKey(model)] = e
+		}
 	}
 	return bw
 }
@@ -144,6 +159,22 @@ func (c *Calibration) problems() []problem {
 	}
 	if e.StepOverheadUS < 0 || e.StepOverheadUS > 1000 || math.IsNaN(e.StepOverheadUS) {
 		out = append(out, problem{"efficiency.step_overhead_us", fmt.Sprintf("%g: expected 0 to 1000", e.StepOverheadUS)})
+	}
+	for _, model := range slices.Sorted(maps.Keys(c.Models)) {
+		me := c.Models[model]
+		field := "models." + model
+		if topology.ModelKey(model) == "" {
+			out = append(out, problem{field, "a model needs a name"})
+		}
+		for i, p := range shares(&me) {
+			if v := *p; v < 0 || v > 1 || math.IsNaN(v) {
+				out = append(out, problem{field + "." + LinkKinds[i],
+					fmt.Sprintf("%g: expected a share of line rate, above 0 and at most 1 (0: the cluster's)", v)})
+			}
+		}
+		if me.StepOverheadUS != 0 {
+			out = append(out, problem{field + ".step_overhead_us", "the per-step overhead is the cluster's: give it in efficiency"})
+		}
 	}
 	for i, f := range c.Fits {
 		field := fmt.Sprintf("fits[%d]", i)
@@ -258,6 +289,34 @@ func lineOfKey(data []byte, key string) int {
 		return lineOf(data, int64(i))
 	}
 	return 0
+}
+
+// ForModel moves c's fitted link efficiencies under Models[model], the
+// per-step overhead staying the cluster's, and merges them into into (nil:
+// a new set): the set to write for a fit on nodes of one model.
+func (c *Calibration) ForModel(model string, into *Calibration) *Calibration {
+	out := into
+	if out == nil {
+		out = &Calibration{Version: CalibrationVersion, Name: c.Name}
+	}
+	e := c.Efficiency
+	e.StepOverheadUS = 0
+	if out.Models == nil {
+		out.Models = map[string]topology.Efficiency{}
+	}
+	out.Models[model] = e
+	if c.Efficiency.StepOverheadUS != 0 {
+		out.Efficiency.StepOverheadUS = c.Efficiency.StepOverheadUS
+	}
+	out.Fits = slices.DeleteFunc(out.Fits, func(f Fit) bool { return f.Model == model })
+	for _, f := range c.Fits {
+		f.Model = model
+		out.Fits = append(out.Fits, f)
+	}
+	if c.Latency != nil {
+		out.Latency = c.Latency
+	}
+	return out
 }
 
 // Resolved is the efficiency of every kind of link, the defaults where

@@ -193,3 +193,57 @@ func FuzzParseCalibration(f *testing.F) {
 		}
 	})
 }
+
+// A set fitted per node model applies on nodes of that model only, the
+// model's name matched without case or vendor; a bad entry is refused
+// with its line.
+func TestCalibrationByModel(t *testing.T) {
+	t.Parallel()
+	a100 := BuildNode(NodeSpec{Name: "a", GPUs: 8, Model: "NVIDIA A100-SXM4-80GB", NVLinks: 12, NVLinkGen: 3, PCIeGen: 4})
+	h100 := BuildNode(NodeSpec{Name: "h", GPUs: 8, Model: "H100-SXM", NVLinks: 18, NVLinkGen: 4, PCIeGen: 5})
+	c := &Calibration{Version: CalibrationVersion, Models: map[string]topology.Efficiency{"A100-SXM4-80GB": {NVLink: 0.4}}}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bw := c.Bandwidths(nil)
+	for _, tc := range []struct {
+		n     *topology.Node
+		ratio float64
+	}{{a100, 0.4 / EffNVLink}, {h100, 1}} {
+		opts := Options{Algorithm: Ring}
+		def, err := Predict(Placement{Ranks: NodeRanks(tc.n)}, AllReduce, 1<<32, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Predict(Placement{Ranks: NodeRanks(tc.n), Bandwidths: bw}, AllReduce, 1<<32, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := got.BusBWGBps / def.BusBWGBps; math.Abs(r-tc.ratio) > 0.01 {
+			t.Errorf("%s: busbw %.1f against %.1f by default (x%.3f), want x%.3f", tc.n.GPUs[0].Model, got.BusBWGBps, def.BusBWGBps, r, tc.ratio)
+		}
+	}
+	_, err := ParseCalibration("m.json", []byte("{\"version\": 1, \"efficiency\": {},\n \"models\": {\n  \"A100\": {\"nvlink\": 1.5}}}"))
+	if err == nil || !strings.Contains(err.Error(), "m.json:3: models.A100.nvlink: 1.5") {
+		t.Errorf("bad model entry: %v", err)
+	}
+	// ForModel: a fit on one model joins a set of another's.
+	fit := &Calibration{Version: CalibrationVersion, Name: "h", Efficiency: topology.Efficiency{NVLink: 0.7, StepOverheadUS: 4},
+		Fits: []Fit{{Kind: "nvlink", Efficiency: 0.7, Samples: 3, Ratio: 0.9, Sources: []string{"h.txt:9"}}}}
+	both := fit.ForModel("H100-SXM", c)
+	if both.Models["A100-SXM4-80GB"].NVLink != 0.4 || both.Models["H100-SXM"].NVLink != 0.7 || both.Models["H100-SXM"].StepOverheadUS != 0 ||
+		both.Efficiency.StepOverheadUS != 4 || len(both.Fits) != 1 || both.Fits[0].Model != "H100-SXM" {
+		t.Errorf("merged %+v", both)
+	}
+	if err := both.Validate(); err != nil {
+		t.Error(err)
+	}
+	// An online move is the cluster's: the models' entries stay.
+	o := NewOnline()
+	for range OnlineMinSamples {
+		o.Observe(Observation{Kind: "pcie", Ratio: 1.3})
+	}
+	if next := o.Step(both, "online"); next == nil || len(next.Models) != 2 || next.Models["H100-SXM"].NVLink != 0.7 {
+		t.Errorf("online move %+v", next)
+	}
+}

@@ -151,21 +151,21 @@ func (m *model) capacity(k linkKey) float64 {
 	var c float64
 	switch k.kind {
 	case kNVPort:
-		c = m.nodes[k.node].nvPort[k.a] * m.effOf(m.bw.Efficiency.NVLink, EffNVLink)
+		c = m.nodes[k.node].nvPort[k.a] * m.effOf(m.nodes[k.node].eff.NVLink, EffNVLink)
 	case kNVLS:
-		c = m.nodes[k.node].nvPort[k.a] * m.effOf(m.bw.Efficiency.NVLS, EffNVLS)
+		c = m.nodes[k.node].nvPort[k.a] * m.effOf(m.nodes[k.node].eff.NVLS, EffNVLS)
 	case kNVPair:
 		nd := m.nodes[k.node]
 		l := nd.n.GPUPaths[k.a][k.b]
 		n := max(l.NVLinks, 1)
-		c = float64(n) * nd.perLink * m.effOf(m.bw.Efficiency.NVLink, EffNVLink)
+		c = float64(n) * nd.perLink * m.effOf(nd.eff.NVLink, EffNVLink)
 	case kPCIe:
-		c = m.nodes[k.node].pcie * m.effOf(m.bw.Efficiency.PCIe, EffPCIe)
+		c = m.nodes[k.node].pcie * m.effOf(m.nodes[k.node].eff.PCIe, EffPCIe)
 	case kSMP:
-		c = m.nodes[k.node].smp * m.effOf(m.bw.Efficiency.PCIe, EffPCIe)
+		c = m.nodes[k.node].smp * m.effOf(m.nodes[k.node].eff.PCIe, EffPCIe)
 	case kNIC:
 		nd := m.nodes[k.node]
-		c = nd.nicGBps[k.a+1] * m.netEff(nd.nicKind[k.a+1])
+		c = nd.nicGBps[k.a+1] * m.netEff(&nd.eff, nd.nicKind[k.a+1])
 	case kUplink:
 		c = m.upGBps[k.a] * m.effOf(m.bw.Efficiency.Net, EffNet)
 	}
@@ -219,15 +219,15 @@ func (m *model) effOf(calibrated, def float64) float64 {
 	return def
 }
 
-// netEff is the efficiency of a NIC of a kind: net (InfiniBand, RoCE), or
-// a transport's, which is Net's until calibrated.
-func (m *model) netEff(kind string) float64 {
-	net := m.effOf(m.bw.Efficiency.Net, EffNet)
+// netEff is the efficiency (a node's, e) of a NIC of a kind: net
+// (InfiniBand, RoCE), or a transport's, which is Net's until calibrated.
+func (m *model) netEff(e *topology.Efficiency, kind string) float64 {
+	net := m.effOf(e.Net, EffNet)
 	switch kind {
 	case topology.TransportEFA:
-		return m.effOf(m.bw.Efficiency.EFA, net)
+		return m.effOf(e.EFA, net)
 	case topology.TransportTCP:
-		return m.effOf(m.bw.Efficiency.TCP, net)
+		return m.effOf(e.TCP, net)
 	}
 	return net
 }

@@ -2,6 +2,7 @@ package collective
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 )
@@ -138,7 +139,9 @@ func (o *Online) Step(c *Calibration, name string) *Calibration {
 	// included: a transport left at 0 goes on following Net.
 	out := &Calibration{Version: CalibrationVersion, Name: name}
 	if c != nil {
-		out.Efficiency = c.Efficiency
+		// The per-model entries and the latency fit stay as they were:
+		// the online moves are the cluster's.
+		out.Efficiency, out.Models, out.Latency = c.Efficiency, maps.Clone(c.Models), c.Latency
 	}
 	set := shares(&out.Efficiency)
 	for _, f := range moved {

@@ -78,7 +78,10 @@ type nodeInfo struct {
 	// nicKind is the kind of link (LinkKinds) of each NIC, by position
 	// + 1: net, or its transport's.
 	nicKind []string
-	leaf    int32 // -1: no fabric or not listed
+	// eff is the calibration's efficiency on this node (its GPU model's
+	// where the calibration has one).
+	eff  topology.Efficiency
+	leaf int32 // -1: no fabric or not listed
 	// localNICs is each GPU's nearest NIC (valid where the root has a
 	// rank on the GPU); rankAt the root's rank on each GPU (-1: none).
 	localNICs []int
@@ -176,6 +179,11 @@ func (m *model) finish() {
 
 func (m *model) describe(n *topology.Node) *nodeInfo {
 	nd := &nodeInfo{n: n, name: n.Name, leaf: -1}
+	model := ""
+	if len(n.GPUs) > 0 {
+		model = n.GPUs[0].Model
+	}
+	nd.eff = m.bw.EfficiencyOf(model)
 	nv := m.bw.NVLinkPerLink[n.NVLinkGen]
 	if nv == 0 {
 		nv = m.bw.NVLinkPerLink[m.bw.DefaultNVLinkGen]

@@ -1,5 +1,7 @@
 package topology
 
+import "strings"
+
 // Bandwidths are the per-direction bandwidths (GB/s) and latencies (µs)
 // paths are scored with. The defaults are public hardware figures; a
 // cluster file may override any of them.
@@ -29,6 +31,39 @@ type Bandwidths struct {
 	// documented share of line rate per kind of link
 	// (internal/collective's Eff* constants) and its per-step overhead.
 	Efficiency Efficiency `json:"efficiency,omitzero"`
+	// ByModel overrides Efficiency on nodes whose GPUs are of a model
+	// (keys as ModelKey has them), where a calibration was fitted per
+	// node model; its zero values leave Efficiency's.
+	ByModel map[string]Efficiency `json:"by_model,omitempty"`
+}
+
+// ModelKey is how a GPU model names a calibration's entry: lower case,
+// without the vendor ("NVIDIA A100-SXM4-80GB" and "A100-SXM4-80GB" are
+// one model).
+func ModelKey(model string) string {
+	m := strings.ToLower(strings.TrimSpace(model))
+	return strings.TrimSpace(strings.TrimPrefix(m, "nvidia"))
+}
+
+// EfficiencyOf is the efficiency on a node whose GPUs are of model:
+// Efficiency, with ByModel's non-zero values for the model over it.
+func (b *Bandwidths) EfficiencyOf(model string) Efficiency {
+	e := b.Efficiency
+	o, ok := b.ByModel[ModelKey(model)]
+	if !ok {
+		return e
+	}
+	for _, f := range []struct {
+		dst *float64
+		v   float64
+	}{
+		{&e.NVLink, o.NVLink}, {&e.NVLS, o.NVLS}, {&e.PCIe, o.PCIe}, {&e.Net, o.Net}, {&e.EFA, o.EFA}, {&e.TCP, o.TCP},
+	} {
+		if f.v > 0 {
+			*f.dst = f.v
+		}
+	}
+	return e
 }
 
 // Efficiency is what a calibration fits: the share of line rate a large
