@@ -120,6 +120,9 @@ type CalibrationApplied struct {
 	// KVRevision is the KV entry's revision; 0 otherwise.
 	KVRevision uint64         `json:"kv_revision,omitempty"`
 	Efficiency LinkEfficiency `json:"efficiency"`
+	// Models are the efficiencies on nodes of a GPU model, by model, where
+	// the set has them (each resolved over Efficiency).
+	Models map[string]LinkEfficiency `json:"models,omitempty"`
 	// Previous is the revision it replaced; empty at start-up.
 	Previous string `json:"previous,omitempty"`
 	// Services are the services of this replica that use it (placement,

@@ -152,6 +152,15 @@ func (cl *calibrationLoop) settle(ctx context.Context, trigger string) {
 	if prev != nil {
 		ev.Previous = prev.revision
 	}
+	if c.cal != nil && len(c.cal.Models) > 0 {
+		bwm := c.cal.Bandwidths(nil)
+		ev.Models = map[string]events.LinkEfficiency{}
+		for model := range c.cal.Models {
+			me := (&collective.Calibration{Efficiency: bwm.EfficiencyOf(model)}).Resolved()
+			me.StepOverheadUS = eff.StepOverheadUS
+			ev.Models[model] = linkEfficiency(me)
+		}
+	}
 	cl.log.Info("calibration in force", "name", ev.Name, "source", c.source, "kv_revision", c.kvRev,
 		"revision", c.revision[:min(12, len(c.revision))], "efficiency", ev.Efficiency)
 	cl.publish(ctx, trigger+"/"+cl.replica, c.revision, ev)

@@ -96,11 +96,14 @@ func TestOnlineMovesThroughTheBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pushed := []byte(`{"version": 1, "name": "lab", "efficiency": {"pcie": 0.5}}`)
+	pushed := []byte(`{"version": 1, "name": "lab", "efficiency": {"pcie": 0.5}, "models": {"A100-SXM4-80GB": {"nvlink": 0.6}}}`)
 	if _, _, err := calibration.Push(ctx, kv, "lab.json", pushed); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(calibration.Revision(pushed))
+	if got := waitFor(calibration.Revision(pushed)); got.Models["A100-SXM4-80GB"].NVLink != 0.6 || got.Models["A100-SXM4-80GB"].PCIe != 0.5 ||
+		got.Efficiency.NVLink != collective.EffNVLink {
+		t.Errorf("applied %+v", got)
+	}
 	if _, err := cl.Push(ctx, move, stale); !errors.Is(err, calibration.ErrMoved) {
 		t.Fatalf("a move over a set no longer in force: %v, want ErrMoved", err)
 	}
