@@ -89,9 +89,7 @@ func (p *placer) exactShares(gpus []store.GPUKey, t float64) ([]store.GPUKey, fl
 // splitByNIC refines twin classes so that twins also share their path to
 // every NIC of the node; sizes counts the new classes.
 func splitByNIC(nt *nodeTopo, free []store.FreeGPU, class []int) ([]int, []int) {
-	out := make([]int, len(class))
-	var sizes []int
-	same := func(a, b int) bool {
+	return classify(len(class), func(a, b int) bool {
 		if class[a] != class[b] {
 			return false
 		}
@@ -99,20 +97,5 @@ func splitByNIC(nt *nodeTopo, free []store.FreeGPU, class []int) ([]int, []int) 
 			return true
 		}
 		return slices.Equal(nt.topo.NICPaths[nt.pos[free[a].Index]], nt.topo.NICPaths[nt.pos[free[b].Index]])
-	}
-	for i := range class {
-		out[i] = -1
-		for j := range i {
-			if same(i, j) {
-				out[i] = out[j]
-				break
-			}
-		}
-		if out[i] < 0 {
-			out[i] = len(sizes)
-			sizes = append(sizes, 0)
-		}
-		sizes[out[i]]++
-	}
-	return out, sizes
+	})
 }

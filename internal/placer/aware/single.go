@@ -649,11 +649,17 @@ func twins(nt *nodeTopo, free []store.FreeGPU, hole []int) (class, sizes []int) 
 		}
 		return true
 	}
-	class = make([]int, f)
-	for i := range f {
+	return classify(f, twin)
+}
+
+// classify numbers n items by class, same telling whether two are of one
+// (an equivalence); sizes counts each class's items.
+func classify(n int, same func(a, b int) bool) (class, sizes []int) {
+	class = make([]int, n)
+	for i := range n {
 		class[i] = -1
 		for j := range i {
-			if twin(i, j) {
+			if same(i, j) {
 				class[i] = class[j]
 				break
 			}
