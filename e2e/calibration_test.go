@@ -31,22 +31,7 @@ func TestOnlineCalibrationThroughServe(t *testing.T) {
 	}
 	submitWaitDecided(t, url, file, "train")
 
-	var tuned tunedGroupJSON
-	waitFor(t, 30*time.Second, func() (bool, string) {
-		mustBeAlive(t, serve)
-		for _, m := range readStream(t, js, streamRuntime, subjectTuning) {
-			var tu tuningJSON
-			if json.Unmarshal(m, &tu) != nil || tu.JobID != "train" {
-				continue
-			}
-			for _, g := range tu.Groups {
-				if g.Name == "dp" && g.BusBWGBps > 0 {
-					tuned = g
-				}
-			}
-		}
-		return tuned.Name != "", "no runtime.tuning with a dp group for train"
-	})
+	tuned := tunedDP(t, serve, js, "train")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// Two batches of the online calibration's 32 observations.

@@ -130,22 +130,7 @@ func TestMigrationScenario(t *testing.T) {
 	// the predicted bus bandwidth (2.5 times the predicted time), against
 	// the prediction of the optimizer's runtime.tuning for the decision:
 	// what a launcher ran with and what telemetry is compared with.
-	var tuned tunedGroupJSON
-	waitFor(t, 30*time.Second, func() (bool, string) {
-		mustBeAlive(t, serve)
-		for _, m := range readStream(t, js, streamRuntime, subjectTuning) {
-			var tu tuningJSON
-			if json.Unmarshal(m, &tu) != nil || tu.JobID != "train" {
-				continue
-			}
-			for _, g := range tu.Groups {
-				if strings.HasPrefix(g.Name, "dp") && g.SecondsPerStep > 0 && g.BusBWGBps > 0 {
-					tuned = g
-				}
-			}
-		}
-		return tuned.Name != "", "no runtime.tuning with a dp group for train"
-	})
+	tuned := tunedDP(t, serve, js, "train")
 	bytes, calls := tuned.Bytes, max(tuned.CallsPerStep, 1)
 	measured := tuned.SecondsPerStep / 0.4
 	predictedBusBW := tuned.BusBWGBps
@@ -311,6 +296,29 @@ func lastDecision(t *testing.T, js jetstream.JetStream, job string) decidedFullJ
 		t.Fatalf("no decision for %s", job)
 	}
 	return d
+}
+
+// tunedDP waits for the optimizer's runtime.tuning of job and returns its
+// data-parallel group's prediction.
+func tunedDP(t *testing.T, serve *proc, js jetstream.JetStream, job string) tunedGroupJSON {
+	t.Helper()
+	var tuned tunedGroupJSON
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		mustBeAlive(t, serve)
+		for _, m := range readStream(t, js, streamRuntime, subjectTuning) {
+			var tu tuningJSON
+			if json.Unmarshal(m, &tu) != nil || tu.JobID != job {
+				continue
+			}
+			for _, g := range tu.Groups {
+				if strings.HasPrefix(g.Name, "dp") && g.SecondsPerStep > 0 && g.BusBWGBps > 0 {
+					tuned = g
+				}
+			}
+		}
+		return tuned.Name != "", "no runtime.tuning with a dp group for " + job
+	})
+	return tuned
 }
 
 // serveTwoLeaves starts `toposched serve` on testdata/two-leaves.yaml
