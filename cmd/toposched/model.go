@@ -39,6 +39,7 @@ type predictFlags struct {
 	nodes, gpusPerNode      int
 	collective, bytes, algo string
 	gpus, format            string
+	protocol, nccl          string
 	anyAlgorithm            bool
 	calibration             string
 	// calibrationFrom is a NATS URL whose calibration bucket holds the
@@ -76,6 +77,8 @@ cluster's fabric (--cluster).
 	fl.StringVar(&f.bytes, "bytes", "", "message size in bytes (nccl-tests' size); suffixes K, M, G, T (powers of 1024) and KiB... accepted")
 	fl.StringVar(&f.gpus, "gpus", "", "with --topology: comma-separated GPU positions, in rank order (default: all)")
 	fl.StringVar(&f.algo, "algorithm", "auto", "ring, tree, nvls, hierarchical, halving_doubling, p2p, direct or auto (what the optimizer's tuner would set: NCCL's own choice unless the model, seeing the fabric, predicts a better one)")
+	fl.StringVar(&f.protocol, "protocol", "auto", "ll, ll128, simple or auto (NCCL's choice among those it enables here)")
+	fl.StringVar(&f.nccl, "nccl", "", "NCCL version whose tuner decides what runs (2.7 to 2.16: 2.7.5's tables; 2.17 on: 2.20.3's, NVLS from 2.17, NVLS-tree from 2.18; default "+collective.DefaultTuning.Version+")")
 	fl.BoolVar(&f.anyAlgorithm, "any-algorithm", false, "with --algorithm auto, also consider algorithms NCCL does not run (halving_doubling, hierarchical)")
 	fl.StringVar(&f.format, "format", "text", "text or json")
 	fl.StringVar(&f.calibration, "calibration", "", "calibration set (model calibrate --out) whose link efficiencies replace the defaults")
@@ -139,7 +142,15 @@ func runPredict(ctx context.Context, out io.Writer, f predictFlags) error {
 	if err != nil {
 		return fmt.Errorf("model predict: --bytes: %w", err)
 	}
-	opt := collective.Options{Algorithm: algo}
+	proto, err := collective.ParseProtocol(f.protocol)
+	if err != nil {
+		return fmt.Errorf("model predict: --protocol: %w", err)
+	}
+	tun, err := collective.TuningFor(f.nccl)
+	if err != nil {
+		return fmt.Errorf("model predict: --nccl: %w", err)
+	}
+	opt := collective.Options{Algorithm: algo, Protocol: proto, Tuning: tun}
 	var cal *collective.Calibration
 	calibratedBy := ""
 	switch {
@@ -169,7 +180,7 @@ func runPredict(ctx context.Context, out io.Writer, f predictFlags) error {
 	// With auto, the algorithm and protocol are the tuner's (package
 	// tuning): what runtime.tuning would set for this collective alone.
 	var tc *tunerChoice
-	useTuner := algo == collective.Auto && !f.anyAlgorithm
+	useTuner := algo == collective.Auto && proto == collective.AutoProtocol && !f.anyAlgorithm
 	var r collective.Result
 	var what string
 	var inferred []string // facts of the topology worked out, not read
@@ -186,8 +197,8 @@ func runPredict(ctx context.Context, out io.Writer, f predictFlags) error {
 			return fmt.Errorf("model predict: --gpus: %w", err)
 		}
 		if useTuner {
-			if tc, err = newTunerChoice(tuning.ChooseNode(ev, gpus, c, size)); err == nil {
-				opt.Algorithm = tc.chosen.Algorithm
+			if tc, err = newTunerChoice(tuning.ChooseNode(ev, gpus, c, size, tun)); err == nil {
+				opt.Algorithm, opt.Protocol = tc.chosen.Algorithm, tc.chosen.Protocol
 			}
 		}
 		if r, err = collective.PredictNode(ev, gpus, c, size, opt); err != nil {
@@ -221,8 +232,8 @@ func runPredict(ctx context.Context, out io.Writer, f predictFlags) error {
 			g = len(nodes[0].GPUs)
 		}
 		if useTuner && g <= len(nodes[0].GPUs) {
-			if tc, err = newTunerChoice(tuning.ChooseCluster(nodes, cl.Fabric, g, c, size)); err == nil {
-				opt.Algorithm = tc.chosen.Algorithm
+			if tc, err = newTunerChoice(tuning.ChooseCluster(nodes, cl.Fabric, g, c, size, tun)); err == nil {
+				opt.Algorithm, opt.Protocol = tc.chosen.Algorithm, tc.chosen.Protocol
 			}
 		}
 		if r, err = collective.PredictCluster(nodes, cl.Fabric, g, c, size, opt); err != nil {
@@ -230,16 +241,7 @@ func runPredict(ctx context.Context, out io.Writer, f predictFlags) error {
 		}
 		what = fmt.Sprintf("%d nodes x %d GPUs of %s", len(nodes), g, f.cluster)
 	}
-	protocol := ""
-	if tc != nil {
-		// The tuner's protocol may be LL or LL128, whose time the plain
-		// prediction (Simple) does not give.
-		protocol = string(tc.chosen.Protocol)
-		if t := tc.chosenSeconds; t > 0 {
-			r.TimeSeconds, r.AlgBWGBps = t, size/t/1e9
-			r.BusBWGBps = r.AlgBWGBps * collective.BusFactor(c, r.Ranks)
-		}
-	}
+	protocol := string(r.Protocol)
 	if f.format == "json" {
 		enc := json.NewEncoder(out)
 		v := struct {
@@ -271,9 +273,8 @@ func runPredict(ctx context.Context, out io.Writer, f predictFlags) error {
 		}
 		return enc.Encode(v)
 	}
-	algoLine := string(r.Algorithm)
+	algoLine := string(r.Algorithm) + "/" + protocol
 	if tc != nil {
-		algoLine += "/" + protocol
 		if tc.tuned {
 			algoLine += fmt.Sprintf(" (tuner; NCCL's own %s takes %s)", tc.def, formatSeconds(tc.defSeconds))
 		} else {
@@ -435,7 +436,7 @@ func printValidation(stdout io.Writer, src string, s collective.Summary, tr coll
 	out := textout.New(stdout)
 	out.Printf("measurements: %s\n\n", src)
 	tw := textout.Table(out, 0, 0, 2, ' ', 0)
-	tw.Println("case\tsize\tkind\talgorithm\tmeasured GB/s\tpredicted GB/s\terror\tLOMO error\tLOMO bound by\tonline\tsource")
+	tw.Println("case\tsize\tkind\talgorithm/protocol\tmeasured GB/s\tpredicted GB/s\terror\tLOMO error\tLOMO bound by\tonline\tsource")
 	for _, r := range s.Rows {
 		kind, lomo, bound, online := "small", "", "", ""
 		if r.Large {
@@ -449,7 +450,7 @@ func printValidation(stdout io.Writer, src string, s collective.Summary, tr coll
 				online += " (fed)"
 			}
 		}
-		tw.Printf("%s\t%s\t%s\t%s\t%.2f\t%.2f\t%+.1f%%\t%s\t%s\t%s\t%s\n", r.Case, formatBytes(r.Bytes), kind, r.Algorithm,
+		tw.Printf("%s\t%s\t%s\t%s\t%.2f\t%.2f\t%+.1f%%\t%s\t%s\t%s\t%s\n", r.Case, formatBytes(r.Bytes), kind, r.Algorithm+"/"+r.Protocol,
 			r.Measured, r.Predicted, 100*r.Error, lomo, bound, online, r.Source)
 	}
 	if err := tw.Flush(); err != nil {
@@ -489,7 +490,7 @@ func printValidation(stdout io.Writer, src string, s collective.Summary, tr coll
 	out.Printf("median |error| of the sizes not fitted: one size %.1f%% at >= 128 MB (%d sizes; target <= 5%%: %s), %.1f%% at 1-128 MB (%d sizes); two sizes %.1f%% and %.1f%%\n",
 		100*tr.OneLargeMedian, tr.LargeCount, map[bool]string{true: "held", false: "MISSED"}[tr.OneLargeMedian <= 0.05],
 		100*tr.OneMidMedian, tr.MidCount, 100*tr.TwoLargeMedian, 100*tr.TwoMidMedian)
-	out.Println("  between 1 and 128 MB NCCL runs LL and LL128 and ramps its channels up; the model charges the Simple protocol's latency and has no ramp, so a latency fitted at 1 MiB overshoots at 4-32 MiB")
+	out.Println("  between 1 and 128 MB the model makes NCCL's protocol choice (LL, LL128, Simple by its tuner's tables) but has no ramp of channels and chunks, so it is fast at 4-64 MiB where NCCL has not reached its peak")
 	out.Println("\nnotes:")
 	seen := map[string]bool{}
 	for _, r := range s.Rows {
@@ -503,7 +504,7 @@ func printValidation(stdout io.Writer, src string, s collective.Summary, tr coll
 			seen["small:"+r.Case] = true
 			why := "predicted too fast: the real per-step latency (NCCL protocol and launch overheads, the transport's own latency) is above the model's tuning-table orders"
 			if r.Error < 0 {
-				why = "predicted too slow: NCCL's LL/LL128 protocols step faster than the Simple-protocol latency the model charges"
+				why = "predicted too slow: NCCL steps faster than its tuner's latency tables say"
 			}
 			out.Printf("  %s at %s: %s\n", r.Case, formatBytes(r.Bytes), why)
 		}

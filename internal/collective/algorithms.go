@@ -21,11 +21,20 @@ func (m *model) applies(c Collective, a Algorithm) bool {
 	case HalvingDoubling:
 		return (c == AllReduce || c == AllGather || c == ReduceScatter) && n >= 2 && n&(n-1) == 0
 	case NVLS:
-		if c != AllReduce && c != AllGather && c != ReduceScatter || len(m.nodes) != 1 || n < 2 {
+		if !m.tuning.NVLS || c != AllReduce && c != AllGather && c != ReduceScatter || len(m.nodes) != 1 || n < 2 {
 			return false
 		}
-		nd := m.nodes[0]
-		return nd.nvSwitch && nd.n.NVLinkGen >= NVLSMinGen && m.allNV(0)
+		return m.nvlsNode(0)
+	case NVLSTree:
+		if !m.tuning.NVLSTree || c != AllReduce || len(m.nodes) < 2 || m.overTCP() {
+			return false
+		}
+		for i := range m.nodes {
+			if !m.nvlsNode(int32(i)) {
+				return false
+			}
+		}
+		return true
 	case Hierarchical:
 		if c != AllReduce || len(m.nodes) < 2 {
 			return false
@@ -43,6 +52,13 @@ func (m *model) applies(c Collective, a Algorithm) bool {
 		return c == AllToAll
 	}
 	return false
+}
+
+// nvlsNode reports whether a node's ranks can reduce in the switch: an
+// NVSwitch of NVLink 4 or later, every pair of ranks on NVLink.
+func (m *model) nvlsNode(i int32) bool {
+	nd := m.nodes[i]
+	return nd.nvSwitch && nd.n.NVLinkGen >= NVLSMinGen && len(nd.ranks) >= 2 && m.allNV(i)
 }
 
 // allNV reports whether every pair of the node's ranks is on NVLink.
@@ -77,9 +93,9 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 		if c == AllReduce {
 			f, steps = 2*f, 2*(n-1)
 		}
-		m.ring(ps.at(0), nil, f*S*cf, steps*calls)
+		m.ring(ps, ps.at(0), nil, f*S*cf, steps*calls)
 	case Tree:
-		m.tree(ps.at(0), S*cf, calls)
+		m.tree(ps, ps.at(0), S*cf, calls)
 	case HalvingDoubling:
 		// Reduce-scatter by recursive halving (partner at distance n/2,
 		// then n/4, ...), all-gather by recursive doubling (the reverse).
@@ -105,11 +121,11 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 			// being halved (S/2 at the first halving step).
 			b := S * float64(d) / fn
 			ph := ps.at(k)
-			var lat float64
+			var lat hop
 			for i := range n {
-				lat = max(lat, m.route(ph, i, i^d, b*cf))
+				lat = later(lat, m.route(ph, i, i^d, b*cf))
 			}
-			ph.step(calls, lat)
+			ps.step(ph, calls, lat)
 			k++
 		}
 	case NVLS:
@@ -118,21 +134,24 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 			f = (fn - 1) / fn
 		}
 		ph := ps.at(0)
-		var lat float64
-		for _, r := range m.ranks {
-			nd := m.nodes[r.node]
-			ph.add(nd.port(kNVLS, r.gpu, tx), f*S*cf)
-			ph.add(nd.port(kNVLS, r.gpu, rx), f*S*cf)
-		}
-		lat = m.bw.LatencyUS[topology.NV] + m.stepOverheadUS()
-		ph.step(2*calls, lat)
+		m.nvls(ph, f*S*cf)
+		ps.step(ph, 2*calls, hop{hwNVLink: m.bw.LatencyUS[topology.NV] + m.stepOverheadUS()})
+	case NVLSTree:
+		// In-switch reduction inside each node and a double binary tree
+		// between the nodes over slices of it, pipelined: one phase's
+		// links; the steps of both.
+		ph := ps.at(0)
+		m.nvls(ph, S*cf)
+		net := m.treeAcross(ph, S*cf)
+		ps.step(ph, 2*calls, hop{hwNVLink: m.bw.LatencyUS[topology.NV] + m.stepOverheadUS()})
+		ps.step(ps.at(1), 2*2*bits.Len(uint(len(m.nodes)))*calls, net)
 	case Hierarchical:
 		g := len(m.nodes[0].ranks)
 		fg := float64(g)
 		// 1. reduce-scatter inside each node.
 		p1 := ps.at(0)
 		for _, nd := range m.nodes {
-			m.ring(p1, nd.ranks, (fg-1)/fg*S*cf, (g-1)*calls)
+			m.ring(ps, p1, nd.ranks, (fg-1)/fg*S*cf, (g-1)*calls)
 		}
 		// 2. all-reduce of S/g across nodes, one ring per local index (each
 		// rank through its own nearest NIC).
@@ -144,31 +163,31 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 			for k, nd := range m.nodes {
 				ring[k] = nd.ranks[l]
 			}
-			m.ring(p2, ring, 2*(fm-1)/fm*S/fg*cf, 2*(nn-1)*calls)
+			m.ring(ps, p2, ring, 2*(fm-1)/fm*S/fg*cf, 2*(nn-1)*calls)
 		}
 		// 3. all-gather inside each node.
 		p3 := ps.at(2)
 		for _, nd := range m.nodes {
-			m.ring(p3, nd.ranks, (fg-1)/fg*S*cf, (g-1)*calls)
+			m.ring(ps, p3, nd.ranks, (fg-1)/fg*S*cf, (g-1)*calls)
 		}
 	case PointToPoint:
 		ph := ps.at(0)
-		var lat float64
+		var lat hop
 		for i := range n {
-			lat = max(lat, m.route(ph, i, (i+1)%n, S*cf))
+			lat = later(lat, m.route(ph, i, (i+1)%n, S*cf))
 		}
-		ph.step(calls, lat)
+		ps.step(ph, calls, lat)
 	case Direct:
 		ph := ps.at(0)
-		var lat float64
+		var lat hop
 		for i := range n {
 			for j := range n {
 				if i != j {
-					lat = max(lat, m.route(ph, i, j, S/fn*cf))
+					lat = later(lat, m.route(ph, i, j, S/fn*cf))
 				}
 			}
 		}
-		ph.step((n-1)*calls, lat)
+		ps.step(ph, (n-1)*calls, lat)
 	}
 }
 
@@ -176,7 +195,7 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 // rank order) whose every edge carries b bytes. Edges inside a node are routed onto the GPUs' links; an edge
 // between nodes is spread over the NICs of both nodes, as NCCL's channels
 // enter and leave a node through different GPU-NIC pairs.
-func (m *model) ring(ph *phase, ranks []int, b float64, steps int) {
+func (m *model) ring(ps *phases, ph *phase, ranks []int, b float64, steps int) {
 	n := len(ranks)
 	at := func(i int) int { return ranks[i] }
 	if ranks == nil {
@@ -202,24 +221,25 @@ func (m *model) ring(ph *phase, ranks []int, b float64, steps int) {
 	// A step moves every chunk one hop: the ring's steps cost its hops'
 	// mean latency each (NCCL's tuning counts intra- and inter-node steps
 	// apart the same way).
-	var lat float64
+	var lat hop
 	for i := range n {
 		r, next := at(i), at((i+1)%n)
 		if m.ranks[r].node == m.ranks[next].node {
-			lat += m.route(ph, r, next, b)
+			lat = lat.plus(m.route(ph, r, next, b))
 		} else {
-			lat += m.nodeXfer(ph, m.ranks[r].node, m.ranks[next].node, b)
+			lat = lat.plus(m.nodeXfer(ph, m.ranks[r].node, m.ranks[next].node, b))
 		}
 	}
-	ph.step(steps, lat/float64(n))
+	fn := float64(n)
+	ps.step(ph, steps, hop{lat[0] / fn, lat[1] / fn, lat[2] / fn})
 }
 
 // tree adds NCCL's all-reduce tree: a chain through the ranks of each
 // node (reduce up, broadcast down: S each way on every edge), and
 // between nodes (in order of first rank) a double binary tree, each tree
 // taking half the data, reduce and broadcast pipelined.
-func (m *model) tree(ph *phase, S float64, calls int) {
-	var lat float64
+func (m *model) tree(ps *phases, ph *phase, S float64, calls int) {
+	var lat hop
 	depth := 0
 	for _, nd := range m.nodes {
 		chain := nd.ranks
@@ -229,26 +249,45 @@ func (m *model) tree(ph *phase, S float64, calls int) {
 			chain = order
 		}
 		for k := 0; k+1 < len(chain); k++ {
-			lat = max(lat, m.route(ph, chain[k], chain[k+1], S))
-			lat = max(lat, m.route(ph, chain[k+1], chain[k], S))
+			lat = later(lat, m.route(ph, chain[k], chain[k+1], S))
+			lat = later(lat, m.route(ph, chain[k+1], chain[k], S))
 		}
 		depth = max(depth, len(nd.ranks)-1)
 	}
-	nn := len(m.nodes)
-	if nn > 1 {
-		for t := range 2 {
-			for r := range nn {
-				up := dtreeParent(nn, r, t)
-				if up < 0 {
-					continue
-				}
-				lat = max(lat, m.nodeXfer(ph, int32(r), int32(up), S/2))
-				lat = max(lat, m.nodeXfer(ph, int32(up), int32(r), S/2))
-			}
-		}
+	if nn := len(m.nodes); nn > 1 {
+		lat = later(lat, m.treeAcross(ph, S))
 		depth += 2 * bits.Len(uint(nn))
 	}
-	ph.step(2*depth*calls, lat)
+	ps.step(ph, 2*depth*calls, lat)
+}
+
+// treeAcross adds NCCL's double binary tree between the nodes (in order
+// of first rank), each tree taking half of S up and down every edge, and
+// returns a step's latency over it.
+func (m *model) treeAcross(ph *phase, S float64) hop {
+	var lat hop
+	nn := len(m.nodes)
+	for t := range 2 {
+		for r := range nn {
+			up := dtreeParent(nn, r, t)
+			if up < 0 {
+				continue
+			}
+			lat = later(lat, m.nodeXfer(ph, int32(r), int32(up), S/2))
+			lat = later(lat, m.nodeXfer(ph, int32(up), int32(r), S/2))
+		}
+	}
+	return lat
+}
+
+// nvls adds in-switch reduction's flows: b bytes into and out of every
+// rank's NVLink port.
+func (m *model) nvls(ph *phase, b float64) {
+	for _, r := range m.ranks {
+		nd := m.nodes[r.node]
+		ph.add(nd.port(kNVLS, r.gpu, tx), b)
+		ph.add(nd.port(kNVLS, r.gpu, rx), b)
+	}
 }
 
 // btreeParent is NCCL's binary tree (src/graph/trees.cc ncclGetBtree):

@@ -343,7 +343,7 @@ func LinkKind(bottleneck string, a Algorithm) string {
 	prefix, _, _ := strings.Cut(bottleneck, ":")
 	switch prefix {
 	case "nvport":
-		if a == NVLS {
+		if a == NVLS || a == NVLSTree {
 			return "nvls"
 		}
 		return "nvlink"

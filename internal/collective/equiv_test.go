@@ -21,7 +21,7 @@ func dumpResult(b *strings.Builder, label string, r Result, err error) {
 		fmt.Fprintf(b, "%s: error %v\n", label, err)
 		return
 	}
-	fmt.Fprintf(b, "%s: %s %s n=%d bytes=%s t=%s algbw=%s busbw=%s bn=%q\n", label, r.Collective, r.Algorithm, r.Ranks,
+	fmt.Fprintf(b, "%s: %s %s/%s n=%d bytes=%s t=%s algbw=%s busbw=%s bn=%q\n", label, r.Collective, r.Algorithm, r.Protocol, r.Ranks,
 		fbits(r.Bytes), fbits(r.TimeSeconds), fbits(r.AlgBWGBps), fbits(r.BusBWGBps), r.Bottleneck)
 }
 
@@ -115,7 +115,7 @@ func equivalenceDump(t *testing.T) string {
 				r, err := Predict(p.p, c, 1<<30, Options{Algorithm: al, Candidates: NCCLAlgorithms})
 				dumpResult(&b, fmt.Sprintf("%s %s %s nccl", p.name, c, al), r, err)
 			}
-			fmt.Fprintf(&b, "%s %s algorithms %v\n", p.name, c, Algorithms(p.p, c))
+			fmt.Fprintf(&b, "%s %s algorithms %v\n", p.name, c, Algorithms(p.p, c, nil))
 		}
 	}
 	// Jobs.

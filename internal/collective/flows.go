@@ -14,13 +14,37 @@ type phase struct {
 	seen  []uint64  // links with a flow
 	ids   []int32   // links with a flow, in the order of their first
 	steps int
-	lat   float64 // µs per step
+	lat   hop     // per step
+	mx    float64 // the most loaded link's seconds (measure)
+}
+
+// hop is a step's latency (µs) by the kind of hardware it crosses:
+// NVLink, PCI (PCIe and the inter-socket link), network; a protocol's
+// latency scales each apart (protocols.go).
+type hop [3]float64
+
+func (h hop) total() float64 { return h[0] + h[1] + h[2] }
+
+func (h hop) plus(o hop) hop { return hop{h[0] + o[0], h[1] + o[1], h[2] + o[2]} }
+
+// later is the slower of two steps.
+func later(a, b hop) hop {
+	if b.total() > a.total() {
+		return b
+	}
+	return a
 }
 
 // phases are the phases of a build; their links are root's.
 type phases struct {
 	list []*phase
 	root *model
+	// sc, where set, scales the steps added (a protocol's, for a job's
+	// groups each built with its own), and op is the largest operation
+	// latency scale of the groups built.
+	sc     scale
+	scaled bool
+	op     float64
 }
 
 func (ps *phases) at(i int) *phase {
@@ -45,10 +69,11 @@ func (ps *phases) release() {
 			ph.seen[id/64] = 0
 		}
 		ph.ids = ph.ids[:0]
-		ph.steps, ph.lat = 0, 0
+		ph.steps, ph.lat, ph.mx = 0, hop{}, 0
 		ps.root.free = append(ps.root.free, ph)
 	}
 	ps.list = nil
+	ps.scaled, ps.op = false, 0
 }
 
 func (ph *phase) add(id int32, b float64) {
@@ -60,19 +85,22 @@ func (ph *phase) add(id int32, b float64) {
 	ph.load[id] += b
 }
 
-func (ph *phase) step(n int, lat float64) {
+func (ps *phases) step(ph *phase, n int, lat hop) {
+	if ps.scaled {
+		for i := range lat {
+			lat[i] *= ps.sc.step[i]
+		}
+	}
 	ph.steps = max(ph.steps, n)
-	ph.lat = max(ph.lat, lat)
+	ph.lat = later(ph.lat, lat)
 }
 
-// time sums the phases: the most loaded link's bytes over its capacity,
-// plus steps times latency, plus one operation latency.
-func (m *model) time(ps *phases) (float64, string) {
+// measure sets each phase's bandwidth term, its most loaded link's bytes
+// over that link's capacity, and returns the most loaded link of all
+// (found false: no flow).
+func (m *model) measure(ps *phases) (bn int32, found bool) {
 	r := m.root()
-	t := OpLatencyUS * 1e-6
 	var worst float64
-	var bn int32
-	found := false
 	for _, ph := range ps.list {
 		var mx float64
 		for _, id := range ph.ids {
@@ -89,17 +117,35 @@ func (m *model) time(ps *phases) (float64, string) {
 				worst, bn, found = s, id, true
 			}
 		}
-		t += mx + float64(ph.steps)*ph.lat*1e-6
+		ph.mx = mx
 	}
+	return bn, found
+}
+
+// cost is the measured phases' time under a protocol's scale: one
+// operation latency, each phase's bandwidth term over the protocol's
+// share of Simple's bandwidth, and its steps times their latency.
+func (ps *phases) cost(s scale) float64 {
+	t := OpLatencyUS * 1e-6 * s.op
+	for _, ph := range ps.list {
+		l := ph.lat
+		t += ph.mx/s.bw + float64(ph.steps)*(l[0]*s.step[0]+l[1]*s.step[1]+l[2]*s.step[2])*1e-6
+	}
+	return t
+}
+
+// bottleneckName names a link found by measure.
+func (m *model) bottleneckName(bn int32, found bool) string {
 	if !found {
-		return t, ""
+		return ""
 	}
-	return t, r.linkName(r.key(bn))
+	r := m.root()
+	return r.linkName(r.key(bn))
 }
 
 // route adds a flow of b bytes from rank i to rank j and returns the
-// latency of a step over it (µs).
-func (m *model) route(ph *phase, i, j int, b float64) float64 {
+// latency of a step over it.
+func (m *model) route(ph *phase, i, j int, b float64) hop {
 	ri, rj := m.ranks[i], m.ranks[j]
 	if ri.node == rj.node {
 		return m.routeLocal(ph, ri.node, ri.gpu, rj.gpu, b)
@@ -110,19 +156,25 @@ func (m *model) route(ph *phase, i, j int, b float64) float64 {
 	m.crossLeaves(ph, na, nb, b)
 	ph.add(nb.nic(nb.localNICs[rj.gpu], rx), b)
 	ph.add(nb.port(kPCIe, rj.gpu, rx), b)
-	return m.netLatency(ri.node, rj.node)
+	return hop{hwNet: m.netLatency(ri.node, rj.node)}
 }
 
-func (m *model) routeLocal(ph *phase, node int32, ga, gb int, b float64) float64 {
+func (m *model) routeLocal(ph *phase, node int32, ga, gb int, b float64) hop {
 	nd := m.nodes[node]
 	if ga == gb {
-		return 0
+		return hop{}
 	}
 	l := topology.Link{Class: topology.PHB}
 	if nd.n.GPUPaths != nil {
 		l = nd.n.GPUPaths[ga][gb]
 	}
-	lat := m.bw.LatencyUS[l.Class] + m.stepOverheadUS()
+	var lat hop
+	us := m.bw.LatencyUS[l.Class] + m.stepOverheadUS()
+	if l.Class.NVLink() {
+		lat[hwNVLink] = us
+	} else {
+		lat[hwPCI] = us
+	}
 	switch l.Class {
 	case topology.NV:
 		if nd.nvSwitch {
@@ -150,7 +202,7 @@ func (m *model) routeLocal(ph *phase, node int32, ga, gb int, b float64) float64
 // nodeXfer adds b bytes from node a to node b spread over the NICs each
 // uses (NCCL's channels each take a different NIC) and returns the
 // latency of a step over the network.
-func (m *model) nodeXfer(ph *phase, a, b int32, bytes float64) float64 {
+func (m *model) nodeXfer(ph *phase, a, b int32, bytes float64) hop {
 	na, nb := m.nodes[a], m.nodes[b]
 	for _, k := range na.nics {
 		ph.add(na.nic(k, tx), bytes*na.nicGBps[k+1]/na.nicSum)
@@ -159,7 +211,7 @@ func (m *model) nodeXfer(ph *phase, a, b int32, bytes float64) float64 {
 		ph.add(nb.nic(k, rx), bytes*nb.nicGBps[k+1]/nb.nicSum)
 	}
 	m.crossLeaves(ph, na, nb, bytes)
-	return m.netLatency(a, b)
+	return hop{hwNet: m.netLatency(a, b)}
 }
 
 func (m *model) crossLeaves(ph *phase, na, nb *nodeView, b float64) {

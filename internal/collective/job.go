@@ -16,8 +16,10 @@ type Group struct {
 	// Bytes per call (nccl-tests' size), Calls per step (0: one).
 	Bytes float64
 	Calls int
-	// Algorithm (""/auto: fastest predicted for this group alone).
+	// Algorithm (""/auto: fastest predicted for this group alone), and
+	// Protocol (""/auto: NCCL's choice for it).
 	Algorithm Algorithm
+	Protocol  Protocol
 	// Phase: groups with the same phase run at the same time and share
 	// every link they cross (all DP groups of a step, say); phases run
 	// one after another. "" is the group's collective.
@@ -36,6 +38,8 @@ type Job struct {
 	Contention     Contention
 	// Candidates limits Auto's choice (see Options).
 	Candidates []Algorithm
+	// Tuning is the NCCL release (nil: DefaultTuning).
+	Tuning *Tuning
 }
 
 // GroupResult is one group's prediction inside a job.
@@ -83,6 +87,7 @@ func EvaluateJob(j Job) (JobResult, error) {
 		return res, ErrNoRanks
 	}
 	whole := newRoot(j.Fabric, j.Bandwidths, j.Contention, 0)
+	whole.tuning = j.Tuning.tuning()
 	for _, g := range j.Groups {
 		for _, r := range g.Ranks {
 			if _, err := whole.addRank(len(whole.ranks), r, true); err != nil {
@@ -97,7 +102,7 @@ func EvaluateJob(j Job) (JobResult, error) {
 		if err != nil {
 			return res, fmt.Errorf("group %d (%s): %w", gi, g.Name, err)
 		}
-		r, err := m.predict(g.Collective, g.Bytes, g.Algorithm, j.Candidates)
+		r, err := m.predict(g.Collective, g.Bytes, g.Algorithm, j.Candidates, g.Protocol)
 		if err != nil {
 			return res, fmt.Errorf("group %d (%s): %w", gi, g.Name, err)
 		}
@@ -112,14 +117,23 @@ func EvaluateJob(j Job) (JobResult, error) {
 			byName[ph] = set
 			order = append(order, set)
 		}
-		m.build(&set.ps, g.Collective, g.Bytes, r.Algorithm, calls)
+		// The group's flows at its protocol's cost: bytes over its share of
+		// Simple's bandwidth (every flow is proportional to the size), its
+		// steps at its latency.
+		sc := m.scale(g.Collective, r.Algorithm, r.Protocol, g.Bytes)
+		set.ps.sc, set.ps.scaled = sc, true
+		m.build(&set.ps, g.Collective, g.Bytes/sc.bw, r.Algorithm, calls)
+		set.ps.scaled = false
+		set.ps.op = max(set.ps.op, sc.op)
 		set.calls = max(set.calls, calls)
 		res.Groups = append(res.Groups, GroupResult{Name: g.Name, Phase: ph, Result: r, StepSeconds: float64(calls) * r.TimeSeconds})
 	}
 	for _, set := range order {
-		t, _ := whole.time(&set.ps)
-		// time() counts one operation latency; each call has one.
-		res.CommSeconds += t + float64(set.calls-1)*OpLatencyUS*1e-6
+		whole.measure(&set.ps)
+		op := set.ps.op
+		t := set.ps.cost(scale{op: op, step: simpleScale.step, bw: 1})
+		// cost counts one operation latency; each call has one.
+		res.CommSeconds += t + float64(set.calls-1)*OpLatencyUS*op*1e-6
 	}
 	res.GPUs = j.GPUs
 	if res.GPUs == 0 {
@@ -145,7 +159,7 @@ func (m *model) sub(ranks []Rank) (*model, error) {
 		return nil, ErrNoRanks
 	}
 	s := &model{bw: m.bw, fabric: m.fabric, leafNames: m.leafNames, upGBps: m.upGBps, contByNm: m.contByNm,
-		netLat: m.netLat, ranks: make([]rankRef, len(ranks)), parent: m}
+		netLat: m.netLat, ranks: make([]rankRef, len(ranks)), parent: m, tuning: m.tuning}
 	if m.localIdx == nil {
 		m.localIdx = make([]int32, len(m.nodes))
 		for i := range m.localIdx {

@@ -16,6 +16,10 @@
 // = algbw * 2(n-1)/n, all_gather, reduce_scatter and all_to_all
 // algbw * (n-1)/n, sendrecv busbw = algbw.
 //
+// Links and steps are those of NCCL's Simple protocol; a prediction is of
+// the protocol NCCL's tuner picks (LL, LL128, Simple), its costs scaled from
+// Simple's by NCCL's own tables, per release (protocols.go).
+//
 // Constants (see constants.go) come from public hardware figures
 // (topology.Bandwidths) and one efficiency per link type, taken from
 // NCCL maintainers' statements; none is fitted per validation case.
@@ -73,10 +77,11 @@ const (
 	Tree             Algorithm = "tree" // NCCL's double binary tree (chain inside a node)
 	HalvingDoubling  Algorithm = "halving_doubling"
 	NVLS             Algorithm = "nvls"
+	NVLSTree         Algorithm = "nvls_tree" // NVLS inside each node, a tree between nodes
 	Hierarchical     Algorithm = "hierarchical"
 	Direct           Algorithm = "direct" // all-to-all: every pair at once
 	PointToPoint     Algorithm = "p2p"    // sendrecv
-	algorithmsListed           = "ring, tree, halving_doubling, nvls, hierarchical, direct, p2p or auto"
+	algorithmsListed           = "ring, tree, halving_doubling, nvls, nvls_tree, hierarchical, direct, p2p or auto"
 )
 
 // ParseAlgorithm accepts the names above; "" is Auto.
@@ -84,8 +89,10 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	switch a := Algorithm(strings.ToLower(strings.TrimSpace(s))); a {
 	case "":
 		return Auto, nil
-	case Auto, Ring, Tree, HalvingDoubling, NVLS, Hierarchical, Direct, PointToPoint:
+	case Auto, Ring, Tree, HalvingDoubling, NVLS, NVLSTree, Hierarchical, Direct, PointToPoint:
 		return a, nil
+	case "nvlstree", "nvls-tree":
+		return NVLSTree, nil
 	case "rhd", "recursive_halving_doubling":
 		return HalvingDoubling, nil
 	}
@@ -123,17 +130,24 @@ type Options struct {
 	// Candidates limits what Auto chooses from (nil: every algorithm;
 	// NCCLAlgorithms: those NCCL itself runs).
 	Candidates []Algorithm
+	// Protocol is the NCCL protocol ("", AutoProtocol: the tuner's
+	// choice, the fastest predicted of those NCCL enables).
+	Protocol Protocol
+	// Tuning is the NCCL release whose tuner decides what runs (nil:
+	// DefaultTuning; TuningFor reads a version).
+	Tuning *Tuning
 }
 
 // NCCLAlgorithms are the algorithms NCCL runs (NCCL has no recursive
 // halving-doubling all-reduce, and the hierarchical form is what its
 // tree and NVLS-tree do inside).
-var NCCLAlgorithms = []Algorithm{Ring, Tree, NVLS, PointToPoint, Direct}
+var NCCLAlgorithms = []Algorithm{Ring, Tree, NVLS, NVLSTree, PointToPoint, Direct}
 
 // Result is one predicted collective.
 type Result struct {
 	Collective  Collective `json:"collective"`
 	Algorithm   Algorithm  `json:"algorithm"`
+	Protocol    Protocol   `json:"protocol"`
 	Ranks       int        `json:"ranks"`
 	Bytes       float64    `json:"bytes"`
 	TimeSeconds float64    `json:"time_seconds"`
@@ -200,16 +214,18 @@ func Predict(p Placement, c Collective, bytes float64, opt Options) (Result, err
 	if err != nil {
 		return Result{}, err
 	}
-	return m.predict(c, bytes, opt.Algorithm, opt.Candidates)
+	m.tuning = opt.Tuning.tuning()
+	return m.predict(c, bytes, opt.Algorithm, opt.Candidates, opt.Protocol)
 }
 
-// Algorithms lists the algorithms that apply to c on p, in a fixed order
-// (not by cost).
-func Algorithms(p Placement, c Collective) []Algorithm {
+// Algorithms lists the algorithms that apply to c on p with NCCL release
+// tun (nil: DefaultTuning), in a fixed order (not by cost).
+func Algorithms(p Placement, c Collective, tun *Tuning) []Algorithm {
 	m, err := newModel(p, nil)
 	if err != nil {
 		return nil
 	}
+	m.tuning = tun.tuning()
 	var out []Algorithm
 	for _, a := range candidates(c) {
 		if m.applies(c, a) {
@@ -222,7 +238,7 @@ func Algorithms(p Placement, c Collective) []Algorithm {
 func candidates(c Collective) []Algorithm {
 	switch c {
 	case AllReduce:
-		return []Algorithm{Ring, Tree, HalvingDoubling, NVLS, Hierarchical}
+		return []Algorithm{Ring, Tree, HalvingDoubling, NVLS, NVLSTree, Hierarchical}
 	case AllGather, ReduceScatter:
 		return []Algorithm{Ring, HalvingDoubling, NVLS, Hierarchical}
 	case SendRecv:
@@ -233,9 +249,12 @@ func candidates(c Collective) []Algorithm {
 	return nil
 }
 
-func (m *model) predict(c Collective, bytes float64, a Algorithm, only []Algorithm) (Result, error) {
+func (m *model) predict(c Collective, bytes float64, a Algorithm, only []Algorithm, p Protocol) (Result, error) {
 	if a == "" {
 		a = Auto
+	}
+	if p == "" {
+		p = AutoProtocol
 	}
 	if bytes < 0 || math.IsNaN(bytes) || math.IsInf(bytes, 0) {
 		return Result{}, fmt.Errorf("collective: bytes: expected at least 0, got %v", bytes)
@@ -244,40 +263,80 @@ func (m *model) predict(c Collective, bytes float64, a Algorithm, only []Algorit
 		return Result{}, fmt.Errorf("collective %q: expected all_reduce, all_gather, reduce_scatter, sendrecv or all_to_all", c)
 	}
 	if a == Auto {
-		var best Result
+		var best evaluated
 		found := false
 		for _, cand := range candidates(c) {
 			if !m.applies(c, cand) || only != nil && !slices.Contains(only, cand) {
 				continue
 			}
-			r := m.eval(c, bytes, cand)
-			if !found || r.TimeSeconds < best.TimeSeconds {
+			r, ok := m.eval(c, bytes, cand, p)
+			if ok && (!found || r.TimeSeconds < best.TimeSeconds) {
 				best, found = r, true
 			}
 		}
 		if !found {
-			return Result{}, fmt.Errorf("%w: no algorithm for %s on %d ranks", ErrNotApplicable, c, len(m.ranks))
+			return Result{}, fmt.Errorf("%w: no algorithm for %s on %d ranks%s", ErrNotApplicable, c, len(m.ranks), withProtocol(p))
 		}
-		return best, nil
+		return m.named(best), nil
 	}
 	if !m.applies(c, a) {
 		return Result{}, fmt.Errorf("%w: %s for %s on this placement", ErrNotApplicable, a, c)
 	}
-	return m.eval(c, bytes, a), nil
+	r, ok := m.eval(c, bytes, a, p)
+	if !ok {
+		return Result{}, fmt.Errorf("%w: %s for %s%s", ErrNotApplicable, a, c, withProtocol(p))
+	}
+	return m.named(r), nil
 }
 
-func (m *model) eval(c Collective, bytes float64, a Algorithm) Result {
+// evaluated is a prediction whose bottleneck is not yet named (naming
+// costs a string; only the chosen algorithm's is needed).
+type evaluated struct {
+	Result
+	bn    int32
+	found bool
+}
+
+func (m *model) named(e evaluated) Result {
+	r := e.Result
+	r.Bottleneck = m.bottleneckName(e.bn, e.found)
+	r.BottleneckKind = m.kindOf(r.Bottleneck, r.Algorithm)
+	return r
+}
+
+func withProtocol(p Protocol) string {
+	if p == AutoProtocol {
+		return ""
+	}
+	return " with protocol " + string(p)
+}
+
+// eval predicts algorithm a with protocol p (AutoProtocol: the fastest
+// NCCL enables); false when a does not run p here.
+func (m *model) eval(c Collective, bytes float64, a Algorithm, p Protocol) (evaluated, bool) {
 	ph := phases{root: m.root()}
 	m.build(&ph, c, bytes, a, 1)
-	t, bn := m.time(&ph)
+	bn, found := m.measure(&ph)
+	var t float64
+	chosen := Protocol("")
+	for _, pr := range m.protocols(a) {
+		if p != AutoProtocol && pr != p {
+			continue
+		}
+		if tp := ph.cost(m.scale(c, a, pr, bytes)); chosen == "" || tp < t {
+			t, chosen = tp, pr
+		}
+	}
 	ph.release()
-	r := Result{Collective: c, Algorithm: a, Ranks: len(m.ranks), Bytes: bytes, TimeSeconds: t, Bottleneck: bn,
-		BottleneckKind: m.kindOf(bn, a)}
+	if chosen == "" {
+		return evaluated{}, false
+	}
+	r := Result{Collective: c, Algorithm: a, Protocol: chosen, Ranks: len(m.ranks), Bytes: bytes, TimeSeconds: t}
 	if t > 0 {
 		r.AlgBWGBps = bytes / t / 1e9
 		r.BusBWGBps = r.AlgBWGBps * BusFactor(c, len(m.ranks))
 	}
-	return r
+	return evaluated{Result: r, bn: bn, found: found}, true
 }
 
 // kindOf is LinkKind with a NIC's transport: "nic:<node>:<k>:<dir>" of an

@@ -23,6 +23,8 @@ type model struct {
 	contByNm  Contention
 	netLat    map[[2]int32]float64
 	parent    *model
+	tuning    *Tuning    // NCCL's tuner: which algorithms and protocols run
+	protos    []Protocol // ring's and tree's protocols here (protocols), once known
 	// Root only: the node positions by node, the link id space (ids
 	// follow linkKey order), the capacities of the links seen so far,
 	// and phases free for reuse.
@@ -81,6 +83,7 @@ type nodeInfo struct {
 	// eff is the calibration's efficiency on this node (its GPU model's
 	// where the calibration has one).
 	eff  topology.Efficiency
+	cc   int   // compute capability x10 (ComputeCapability)
 	leaf int32 // -1: no fabric or not listed
 	// localNICs is each GPU's nearest NIC (valid where the root has a
 	// rank on the GPU); rankAt the root's rank on each GPU (-1: none).
@@ -110,7 +113,7 @@ func newModel(p Placement, cont Contention) (*model, error) {
 
 func newRoot(f *topology.Fabric, bw *topology.Bandwidths, cont Contention, hint int) *model {
 	m := &model{bw: bw, fabric: f, ranks: make([]rankRef, 0, hint), contByNm: cont,
-		netLat: map[[2]int32]float64{}, index: map[*topology.Node]int32{}}
+		netLat: map[[2]int32]float64{}, index: map[*topology.Node]int32{}, tuning: DefaultTuning}
 	if m.bw == nil {
 		m.bw = topology.DefaultBandwidths()
 	}
@@ -184,6 +187,7 @@ func (m *model) describe(n *topology.Node) *nodeInfo {
 		model = n.GPUs[0].Model
 	}
 	nd.eff = m.bw.EfficiencyOf(model)
+	nd.cc = ComputeCapability(n)
 	nv := m.bw.NVLinkPerLink[n.NVLinkGen]
 	if nv == 0 {
 		nv = m.bw.NVLinkPerLink[m.bw.DefaultNVLinkGen]

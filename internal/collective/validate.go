@@ -169,6 +169,7 @@ type Row struct {
 	Case      string  `json:"case"`
 	Machine   string  `json:"machine"`
 	Algorithm string  `json:"algorithm"`
+	Protocol  string  `json:"protocol"`
 	Bytes     float64 `json:"bytes"`
 	Large     bool    `json:"large"`
 	Measured  float64 `json:"measured_busbw_gbps"`
@@ -256,7 +257,7 @@ func Validate(fsys fs.FS) (Summary, error) {
 				e := (r.BusBWGBps - meas) / meas
 				samples = append(samples, Sample{Placement: p, Collective: c.Collective, Algorithm: c.Algorithm, Bytes: pt.Bytes,
 					BusBWGBps: meas, Source: fmt.Sprintf("%s:%d", c.File, line)})
-				s.Rows = append(s.Rows, Row{Case: c.Name, Machine: c.Machine, Algorithm: string(r.Algorithm), Bytes: pt.Bytes,
+				s.Rows = append(s.Rows, Row{Case: c.Name, Machine: c.Machine, Algorithm: string(r.Algorithm), Protocol: string(r.Protocol), Bytes: pt.Bytes,
 					Large: set.large, Measured: meas, Predicted: r.BusBWGBps, Error: e,
 					Source: fmt.Sprintf("%s:%d", c.File, line), Note: c.Note})
 				if set.large {

@@ -23,15 +23,10 @@
 //
 // # Protocols
 //
-// The cost model predicts NCCL's Simple protocol. LL and LL128 trade
-// bandwidth for latency; their figures are NCCL 2.2x's own (tuning.cc):
-// per-step hardware latency hwLat[NVLink|PCI|NET][algorithm][protocol]
-// and base latency baseLat, whose ratios to Simple's scale the model's
-// latency term, and the bandwidth factors Ring LL 0.5, Ring LL128 0.92
-// (0.7 with one GPU per node), Tree LL 1/3.8, Tree LL128 7/9 on one node
-// and 120/128 across nodes. LL128 is offered only where every pair of a
-// group's GPUs on a node is on NVLink (NCCL enables it by default only
-// there); NVLS runs Simple only.
+// The cost model predicts each protocol NCCL enables on the placement
+// (collective.Protocol: LL, LL128 and Simple, by NCCL's own tuner tables;
+// NVLS and NVLS-tree run Simple only), so each phase is fitted per
+// algorithm and protocol.
 //
 // # Settings
 //
@@ -67,26 +62,15 @@ import (
 	"github.com/toposched/toposched/internal/topology"
 )
 
-// Protocol is an NCCL protocol.
-type Protocol string
+// Protocol is an NCCL protocol (collective's).
+type Protocol = collective.Protocol
 
 // Protocols, in NCCL's order.
 const (
-	LL     Protocol = "ll"
-	LL128  Protocol = "ll128"
-	Simple Protocol = "simple"
+	LL     = collective.LL
+	LL128  = collective.LL128
+	Simple = collective.Simple
 )
-
-// ncclName is the protocol's spelling in NCCL_PROTO.
-func (p Protocol) ncclName() string {
-	switch p {
-	case LL:
-		return "LL"
-	case LL128:
-		return "LL128"
-	}
-	return "Simple"
-}
 
 // Thresholds below which a setting is not worth making: the model's
 // error at small differences is larger than the difference.
@@ -96,9 +80,9 @@ const (
 )
 
 // algorithms NCCL runs for the collectives it can be told to run otherwise.
-var tunable = []collective.Algorithm{collective.Ring, collective.Tree, collective.NVLS}
+var tunable = []collective.Algorithm{collective.Ring, collective.Tree, collective.NVLS, collective.NVLSTree}
 
-var protocols = []Protocol{LL, LL128, Simple}
+var protocols = collective.Protocols
 
 // Phase is the groups of one kind that run one collective side by side in
 // a step (all data-parallel groups' all-reduce, say).
@@ -120,6 +104,8 @@ type Input struct {
 	// Contention is other jobs' load on links (collective.Contention),
 	// seen by the tuner's prediction and not by NCCL's.
 	Contention collective.Contention
+	// Tuning is the NCCL release the job runs (nil: the default).
+	Tuning *collective.Tuning
 }
 
 // Option is an algorithm run with a protocol.
@@ -170,6 +156,14 @@ type Plan struct {
 	PredictedSeconds, DefaultSeconds float64
 }
 
+// ncclAlgo is an algorithm's spelling in NCCL_ALGO.
+func ncclAlgo(a collective.Algorithm) string {
+	if a == collective.NVLSTree {
+		return "nvlstree"
+	}
+	return string(a)
+}
+
 // ncclFunc is a collective's prefix in NCCL_ALGO and NCCL_PROTO.
 func ncclFunc(c collective.Collective) string {
 	return strings.ReplaceAll(string(c), "_", "")
@@ -183,14 +177,14 @@ func (p Plan) Env() (algo, proto string) {
 		if s.Algorithms != nil {
 			names := make([]string, len(s.Algorithms))
 			for i, a := range s.Algorithms {
-				names[i] = string(a)
+				names[i] = ncclAlgo(a)
 			}
 			as = append(as, ncclFunc(s.Collective)+":"+strings.Join(names, ","))
 		}
 		if s.Protocols != nil {
 			names := make([]string, len(s.Protocols))
 			for i, pr := range s.Protocols {
-				names[i] = pr.ncclName()
+				names[i] = pr.NCCLName()
 			}
 			ps = append(ps, ncclFunc(s.Collective)+":"+strings.Join(names, ","))
 		}
@@ -204,93 +198,29 @@ type neck struct{ name, kind string }
 // line is an alpha-beta prediction: alpha + beta·bytes seconds.
 type line struct{ alpha, beta float64 }
 
-type hwClass int
-
-const (
-	hwNVLink hwClass = iota
-	hwPCI
-	hwNet
-)
-
-// NCCL 2.2x tuning.cc: base latency per algorithm and protocol (µs), and
-// per-step hardware latency.
-var (
-	baseLat = map[collective.Algorithm][3]float64{
-		collective.Ring: {6.6, 14.0, 8.4},
-		collective.Tree: {6.8, 14.0, 8.4},
-	}
-	hwLat = map[hwClass]map[collective.Algorithm][3]float64{
-		hwNVLink: {collective.Ring: {.6, 1.9, 3.4}, collective.Tree: {.6, 1.25, 4}},
-		hwPCI:    {collective.Ring: {1.0, 2.5, 5.7}, collective.Tree: {1.0, 1.9, 4}},
-		hwNet:    {collective.Ring: {2.7, 4.0, 14.0}, collective.Tree: {5.0, 8.5, 14}},
-	}
-)
-
-func protoIndex(p Protocol) int { return slices.Index(protocols, p) }
-
 // phaseModel is one phase's predictions.
 type phaseModel struct {
 	ph *Phase
-	// real and blind are per algorithm: with the fabric (and contention)
-	// and without, as NCCL sees it.
-	real, blind map[collective.Algorithm]line
+	// real and blind are per algorithm and protocol that run the phase:
+	// with the fabric (and contention) and without, as NCCL sees it.
+	real, blind map[Option]line
 	bottleneck  map[collective.Algorithm]neck
-	hw          hwClass
-	ll128       bool
-	multiNode   bool
-	onePerNode  bool
 }
 
 // allows reports whether o can run the phase.
 func (m *phaseModel) allows(o Option) bool {
-	if _, ok := m.real[o.Algorithm]; !ok {
-		return false
-	}
-	switch {
-	case o.Algorithm == collective.NVLS:
-		return o.Protocol == Simple
-	case o.Protocol == LL128:
-		return m.ll128
-	}
-	return true
+	_, ok := m.real[o]
+	return ok
 }
 
 // time predicts one call of o at size bytes, with the fabric (real) or
 // without (NCCL's view).
 func (m *phaseModel) time(real bool, o Option, bytes float64) float64 {
-	l := m.blind[o.Algorithm]
+	l := m.blind[o]
 	if real {
-		l = m.real[o.Algorithm]
+		l = m.real[o]
 	}
-	if o.Protocol == Simple {
-		return l.alpha + l.beta*bytes
-	}
-	pi, si := protoIndex(o.Protocol), protoIndex(Simple)
-	op := collective.OpLatencyUS * 1e-6
-	steps := max(l.alpha-op, 0)
-	lat := op*baseLat[o.Algorithm][pi]/baseLat[o.Algorithm][si] + steps*hwLat[m.hw][o.Algorithm][pi]/hwLat[m.hw][o.Algorithm][si]
-	return lat + l.beta*bytes/m.efficiency(o)
-}
-
-// efficiency is the protocol's bandwidth factor relative to Simple.
-func (m *phaseModel) efficiency(o Option) float64 {
-	switch {
-	case o.Algorithm == collective.Ring && o.Protocol == LL:
-		return 0.5
-	case o.Algorithm == collective.Ring && o.Protocol == LL128:
-		if m.onePerNode {
-			return 0.7
-		}
-		return 0.92
-	case o.Algorithm == collective.Tree && o.Protocol == LL:
-		return 1 / 3.8
-	case o.Algorithm == collective.Tree && o.Protocol == LL128:
-		if m.multiNode {
-			return 120.0 / 128
-		}
-		return 7.0 / 9
-	}
-	return 1
+	return l.alpha + l.beta*bytes
 }
 
 // pick is what NCCL's model picks for the phase among what is allowed,
@@ -377,23 +307,24 @@ func Tune(in Input) (Plan, error) {
 // collective's phases; false when NCCL's defaults are as good.
 func search(ms []*phaseModel) (Setting, bool) {
 	c := ms[0].ph.Collective
+	// The algorithms and protocols that run some phase.
 	var algos []collective.Algorithm
-	ll128 := false
-	for _, a := range tunable {
-		for _, m := range ms {
-			if _, ok := m.real[a]; ok {
-				algos = append(algos, a)
-				break
+	var protos []Protocol
+	for _, m := range ms {
+		for o := range m.real {
+			if !slices.Contains(algos, o.Algorithm) {
+				algos = append(algos, o.Algorithm)
+			}
+			if !slices.Contains(protos, o.Protocol) {
+				protos = append(protos, o.Protocol)
 			}
 		}
 	}
-	for _, m := range ms {
-		ll128 = ll128 || m.ll128
+	sortIn := func(order []collective.Algorithm, xs []collective.Algorithm) {
+		slices.SortFunc(xs, func(a, b collective.Algorithm) int { return slices.Index(order, a) - slices.Index(order, b) })
 	}
-	protos := []Protocol{LL, Simple}
-	if ll128 {
-		protos = protocols
-	}
+	sortIn(tunable, algos)
+	slices.SortFunc(protos, func(a, b Protocol) int { return slices.Index(protocols, a) - slices.Index(protocols, b) })
 	cost := func(as []collective.Algorithm, ps []Protocol) (float64, bool) {
 		total := 0.0
 		for _, m := range ms {
@@ -477,26 +408,30 @@ func holds(m *phaseModel, algos []collective.Algorithm, protos []Protocol, ch Op
 	return sizes[i], sizes[j]
 }
 
-// modelPhase predicts a phase under each algorithm that applies, with and
-// without the fabric; nil when no tunable algorithm applies (sendrecv,
-// all_to_all).
+// modelPhase predicts a phase under each algorithm and protocol that
+// applies, with and without the fabric; nil when no tunable algorithm
+// applies (sendrecv, all_to_all).
 func modelPhase(in Input, ph *Phase) (*phaseModel, error) {
-	m := &phaseModel{ph: ph, real: map[collective.Algorithm]line{}, blind: map[collective.Algorithm]line{},
-		bottleneck: map[collective.Algorithm]neck{}}
-	m.describe()
+	m := &phaseModel{ph: ph, real: map[Option]line{}, blind: map[Option]line{}, bottleneck: map[collective.Algorithm]neck{}}
 	for _, a := range tunable {
-		real, bn, err := fit(in, ph, a, true)
-		if errors.Is(err, collective.ErrNotApplicable) {
-			continue
+		for _, p := range protocols {
+			o := Option{a, p}
+			real, bn, err := fit(in, ph, o, true)
+			if errors.Is(err, collective.ErrNotApplicable) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			blind, _, err := fit(in, ph, o, false)
+			if err != nil {
+				return nil, err
+			}
+			m.real[o], m.blind[o] = real, blind
+			if _, ok := m.bottleneck[a]; !ok || p == Simple {
+				m.bottleneck[a] = bn
+			}
 		}
-		if err != nil {
-			return nil, err
-		}
-		blind, _, err := fit(in, ph, a, false)
-		if err != nil {
-			return nil, err
-		}
-		m.real[a], m.blind[a], m.bottleneck[a] = real, blind, bn
 	}
 	if len(m.real) == 0 {
 		return nil, nil
@@ -504,16 +439,17 @@ func modelPhase(in Input, ph *Phase) (*phaseModel, error) {
 	return m, nil
 }
 
-// fit predicts one call of the phase with algorithm a at its size and at
+// fit predicts one call of the phase with option o at its size and at
 // zero bytes.
-func fit(in Input, ph *Phase, a collective.Algorithm, real bool) (line, neck, error) {
+func fit(in Input, ph *Phase, o Option, real bool) (line, neck, error) {
 	at := func(bytes float64) (float64, neck, error) {
-		j := collective.Job{Bandwidths: in.Bandwidths, Groups: make([]collective.Group, len(ph.Members))}
+		j := collective.Job{Bandwidths: in.Bandwidths, Tuning: in.Tuning, Groups: make([]collective.Group, len(ph.Members))}
 		if real {
 			j.Fabric, j.Contention = in.Fabric, in.Contention
 		}
 		for i, ranks := range ph.Members {
-			j.Groups[i] = collective.Group{Name: ph.Name, Collective: ph.Collective, Ranks: ranks, Bytes: bytes, Algorithm: a, Phase: ph.Name}
+			j.Groups[i] = collective.Group{Name: ph.Name, Collective: ph.Collective, Ranks: ranks, Bytes: bytes,
+				Algorithm: o.Algorithm, Protocol: o.Protocol, Phase: ph.Name}
 		}
 		r, err := collective.EvaluateJob(j)
 		if err != nil {
@@ -536,53 +472,12 @@ func fit(in Input, ph *Phase, a collective.Algorithm, real bool) (line, neck, er
 	return line{alpha: t0, beta: max(t1-t0, 0) / ph.Bytes}, bn, nil
 }
 
-// describe finds what the protocols depend on: whether the phase crosses
-// nodes, whether its GPUs on each node are all on NVLink, and how many
-// GPUs per node it has.
-func (m *phaseModel) describe() {
-	m.ll128, m.onePerNode = true, true
-	anyIntra := false
-	for _, ranks := range m.ph.Members {
-		perNode := map[*topology.Node][]int{}
-		for _, r := range ranks {
-			perNode[r.Node] = append(perNode[r.Node], r.GPU)
-		}
-		if len(perNode) > 1 {
-			m.multiNode = true
-		}
-		for n, gpus := range perNode {
-			if len(gpus) > 1 {
-				m.onePerNode = false
-			}
-			for _, a := range gpus {
-				for _, b := range gpus {
-					if a == b {
-						continue
-					}
-					anyIntra = true
-					if n.GPUPaths == nil || !n.GPUPaths[a][b].Class.NVLink() {
-						m.ll128 = false
-					}
-				}
-			}
-		}
-	}
-	switch {
-	case m.multiNode:
-		m.hw = hwNet
-	case anyIntra && m.ll128:
-		m.hw = hwNVLink
-	default:
-		m.hw = hwPCI
-	}
-}
-
 // Choose is the tuner's choice for one collective on one placement, as
 // `toposched model predict --algorithm auto` reports it: the algorithm and
 // protocol the tuner would set, NCCL's own, and both predicted with the
 // fabric. tuned is false when the tuner would leave NCCL's choice.
-func Choose(p collective.Placement, c collective.Collective, bytes float64) (chosen, def Option, chosenSeconds, defSeconds float64, tuned bool, err error) {
-	plan, err := Tune(Input{Fabric: p.Fabric, Bandwidths: p.Bandwidths,
+func Choose(p collective.Placement, c collective.Collective, bytes float64, tun *collective.Tuning) (chosen, def Option, chosenSeconds, defSeconds float64, tuned bool, err error) {
+	plan, err := Tune(Input{Fabric: p.Fabric, Bandwidths: p.Bandwidths, Tuning: tun,
 		Phases: []Phase{{Name: "all", Collective: c, Members: [][]collective.Rank{p.Ranks}, Bytes: bytes, Calls: 1}}})
 	if err != nil {
 		return Option{}, Option{}, 0, 0, false, err
@@ -597,7 +492,7 @@ func Choose(p collective.Placement, c collective.Collective, bytes float64) (cho
 // ChooseNode is Choose on GPUs (by position; all when none is given) of
 // one node given as its topology.node event, as collective.PredictNode
 // reads it.
-func ChooseNode(ev events.TopologyNode, gpus []int, c collective.Collective, bytes float64) (chosen, def Option, chosenSeconds, defSeconds float64, tuned bool, err error) {
+func ChooseNode(ev events.TopologyNode, gpus []int, c collective.Collective, bytes float64, tun *collective.Tuning) (chosen, def Option, chosenSeconds, defSeconds float64, tuned bool, err error) {
 	n, err := topology.FromEvent(ev)
 	if err != nil {
 		return Option{}, Option{}, 0, 0, false, err
@@ -607,12 +502,12 @@ func ChooseNode(ev events.TopologyNode, gpus []int, c collective.Collective, byt
 			return Option{}, Option{}, 0, 0, false, fmt.Errorf("GPU %d: the node has GPUs 0 to %d", g, len(n.GPUs)-1)
 		}
 	}
-	return Choose(collective.Placement{Ranks: collective.NodeRanks(n, gpus...)}, c, bytes)
+	return Choose(collective.Placement{Ranks: collective.NodeRanks(n, gpus...)}, c, bytes, tun)
 }
 
 // ChooseCluster is Choose on the first gpusPerNode GPUs of each node,
 // across the fabric, as collective.PredictCluster reads them.
-func ChooseCluster(nodes []events.TopologyNode, fabric events.TopologyFabric, gpusPerNode int, c collective.Collective, bytes float64) (chosen, def Option, chosenSeconds, defSeconds float64, tuned bool, err error) {
+func ChooseCluster(nodes []events.TopologyNode, fabric events.TopologyFabric, gpusPerNode int, c collective.Collective, bytes float64, tun *collective.Tuning) (chosen, def Option, chosenSeconds, defSeconds float64, tuned bool, err error) {
 	var ns []*topology.Node
 	for _, ev := range nodes {
 		n, err := topology.FromEvent(ev)
@@ -629,5 +524,5 @@ func ChooseCluster(nodes []events.TopologyNode, fabric events.TopologyFabric, gp
 		}
 		p.Fabric = f
 	}
-	return Choose(p, c, bytes)
+	return Choose(p, c, bytes, tun)
 }

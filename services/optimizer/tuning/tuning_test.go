@@ -144,7 +144,7 @@ func TestChoose(t *testing.T) {
 	t.Parallel()
 	ns, fab := fourNodes(t)
 	ch, def, ct, dt, tuned, err := Choose(collective.Placement{Ranks: collective.NodesRanks([]*topology.Node{ns[0], ns[2], ns[1], ns[3]}, 8), Fabric: fab},
-		collective.AllReduce, 3e9)
+		collective.AllReduce, 3e9, nil)
 	if err != nil || !tuned || ch.Algorithm != collective.Tree || def.Algorithm != collective.Ring || ct >= dt {
 		t.Fatalf("Choose: %s %.3f, default %s %.3f, tuned %v, %v", ch, ct, def, dt, tuned, err)
 	}
