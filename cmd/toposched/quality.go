@@ -66,6 +66,6 @@ not by time).`,
 	fl.IntVar(&f.evals, "evals", 200, "cost-model evaluations the local search may make per placement")
 	fl.IntVar(&f.familyCases, "family-cases", quality.DefaultFamilyCases, "generated single-node cases of table (c)")
 	fl.StringVar(&f.tables, "tables", "abcd", "the tables to print, by letter (e.g. d: only the generated small clusters)")
-	fl.BoolVar(&f.misses, "misses", false, "list table (d)'s cases not within 2% of the optimum: nodes, occupancy, our GPUs and the optimum's")
+	fl.BoolVar(&f.misses, "misses", false, "list the cases of tables (c) and (d) not within 0.5% and 2% of the optimum: nodes, occupancy, our GPUs and the optimum's")
 	return cmd
 }

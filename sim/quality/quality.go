@@ -630,6 +630,8 @@ type familyCase struct {
 	n, tp  int
 	small  bool // free!/(free-k)! within the exact in-node choice's budget
 	ratio  float64
+	opt    []store.GPUKey
+	ours   []store.GPUKey
 	err    error
 }
 
@@ -717,11 +719,21 @@ func qualityFamilies(stdout io.Writer, f qualityFlags, opts aware.Options) error
 	}
 	out.Printf("\n%d of %d cases within 0.5%% of the optimum (target: all: %s). orders: free!/(free-k)!, the choices of k of the free GPUs in every order; the exact in-node choice scores those that differ (twins, interchangeable GPUs, once; or one order per class of ranks the cost cannot tell apart) within a budget of %d, the heuristic the rest; cases up to %d orders, where exhaustive still runs\n",
 		within, all, held(within == all), aware.DefaultNodeExact, familyExhaustiveLimit)
+	if f.misses {
+		out.Printf("\nmisses (node: GPUs, links, GPUs per socket, free GPUs; GPUs in rank order):\n")
+		for i, c := range cases {
+			if c.ratio <= 1.005 {
+				continue
+			}
+			out.Printf("case %d %s %s ours/opt %.3f\n  node: %s\n  ours %s\n  opt  %s\n", i, c.family, shapeName(c.n, c.tp), c.ratio,
+				describeNode(fixtures.Node{Event: c.ev, Name: "node", Held: c.held}), fmtGPUs(c.ours), fmtGPUs(c.opt))
+		}
+	}
 	return out.Err()
 }
 
 func (c *familyCase) run(opts aware.Options) {
-	c.ratio, _, _, c.err = againstOptimum([]fixtures.Node{{Event: c.ev, Name: "node", Held: c.held, HeldBy: "other"}}, c.n, c.tp, opts)
+	c.ratio, c.opt, c.ours, c.err = againstOptimum([]fixtures.Node{{Event: c.ev, Name: "node", Held: c.held, HeldBy: "other"}}, c.n, c.tp, opts)
 }
 
 // againstOptimum places a synthetic job of n GPUs (tp) on the nodes with
@@ -852,11 +864,7 @@ func qualityClusterFamilies(stdout io.Writer, f qualityFlags, opts aware.Options
 			if c.ratio <= 1.02 {
 				continue
 			}
-			job := fmt.Sprintf("dp%d", c.n)
-			if c.tp > 1 {
-				job = fmt.Sprintf("tp%dxdp%d", c.tp, c.n/c.tp)
-			}
-			out.Printf("case %d %s %s ours/opt %.3f\n", i, c.family, job, c.ratio)
+			out.Printf("case %d %s %s ours/opt %.3f\n", i, c.family, shapeName(c.n, c.tp), c.ratio)
 			for _, nd := range c.nodes {
 				out.Printf("  %s: %s\n", nd.Name, describeNode(nd))
 			}
@@ -864,6 +872,14 @@ func qualityClusterFamilies(stdout io.Writer, f qualityFlags, opts aware.Options
 		}
 	}
 	return out.Err()
+}
+
+// shapeName is a synthetic job's shape: dpN or tpTxdpD.
+func shapeName(n, tp int) string {
+	if tp > 1 {
+		return fmt.Sprintf("tp%dxdp%d", tp, n/tp)
+	}
+	return fmt.Sprintf("dp%d", n)
 }
 
 // describeNode summarises a generated node: its GPUs, link classes, the

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/toposched/toposched/internal/collective"
 )
 
 // eachGridOrder visits one order of each class of grid symmetry (blocks
@@ -64,5 +66,50 @@ func TestEachGridOrder(t *testing.T) {
 				t.Errorf("visited %d orders, %d classes, gridOrders %g", n, len(all), gridOrders(tc.f, tc.k, tc.inner))
 			}
 		})
+	}
+}
+
+// gridOf finds the blocks whichever of TP and DP is the larger: a tp4 x
+// dp2 job on 8 GPUs (DP pairs across two blocks of 4) is a grid as much
+// as tp2 x dp4 is.
+func TestGridOf(t *testing.T) {
+	t.Parallel()
+	tpdp := func(tp, dp int) []commGroup {
+		var gs []commGroup
+		for b := range dp {
+			g := commGroup{coll: collective.AllReduce}
+			for i := range tp {
+				g.ranks = append(g.ranks, b*tp+i)
+			}
+			gs = append(gs, g)
+		}
+		for i := range tp {
+			g := commGroup{coll: collective.AllReduce}
+			for b := range dp {
+				g.ranks = append(g.ranks, b*tp+i)
+			}
+			gs = append(gs, g)
+		}
+		return gs
+	}
+	for _, tc := range []struct {
+		name   string
+		groups []commGroup
+		k      int
+		inner  int
+		ok     bool
+	}{
+		{"tp2 x dp4", tpdp(2, 4), 8, 2, true},
+		{"tp4 x dp2", tpdp(4, 2), 8, 4, true},
+		{"tp2 x dp3", tpdp(2, 3), 6, 2, true},
+		{"tp3 x dp2", tpdp(3, 2), 6, 3, true},
+		{"dp8", []commGroup{{coll: collective.AllReduce, ranks: []int{0, 1, 2, 3, 4, 5, 6, 7}}}, 8, 8, true},
+		{"pipeline", append(tpdp(2, 2), commGroup{coll: collective.SendRecv, ranks: []int{0, 2}}), 4, 0, false},
+		{"strided pairs", []commGroup{{coll: collective.AllReduce, ranks: []int{0, 3}}, {coll: collective.AllReduce, ranks: []int{1, 2}}}, 4, 0, false},
+	} {
+		inner, ok := gridOf(tc.groups, tc.k)
+		if inner != tc.inner || ok != tc.ok {
+			t.Errorf("%s: gridOf = %d, %v; want %d, %v", tc.name, inner, ok, tc.inner, tc.ok)
+		}
 	}
 }

@@ -510,47 +510,47 @@ func eachTwinOrder(class []int, k int, visit func(at []int)) {
 // all-gather); inner is k when
 // every group holds all ranks. ok is false for any other job.
 func gridOf(groups []commGroup, k int) (inner int, ok bool) {
-	inner = k
 	for _, g := range groups {
 		if g.coll == collective.SendRecv {
 			return 0, false
 		}
-		if s := len(g.ranks); s > 1 && s < k {
-			inner = min(inner, s)
+	}
+	// The blocks' size is one of the groups' (a TP group of 4 with DP
+	// pairs across two blocks: inner 4, columns of 2); every group holds
+	// all ranks: inner k.
+	sizes := []int{k}
+	for _, g := range groups {
+		if s := len(g.ranks); s > 1 && s < k && k%s == 0 && !slices.Contains(sizes, s) {
+			sizes = append(sizes, s)
 		}
 	}
-	if inner < 2 || k%inner != 0 {
-		return 0, false
+	slices.Sort(sizes)
+	for _, inner := range sizes {
+		if isGrid(groups, k, inner) {
+			return inner, true
+		}
 	}
+	return 0, false
+}
+
+// isGrid reports whether every group of k ranks is a block of inner
+// consecutive ranks, a column (one rank of each block, at one position),
+// all k ranks, or one rank.
+func isGrid(groups []commGroup, k, inner int) bool {
 	blocks := k / inner
 	for _, g := range groups {
 		r := slices.Sorted(slices.Values(g.ranks))
-		switch len(r) {
-		case k:
-			for i, x := range r {
-				if x != i {
-					return 0, false
-				}
-			}
-		case inner: // a block
-			for i, x := range r {
-				if x != r[0]+i || r[0]%inner != 0 {
-					return 0, false
-				}
-			}
-		case blocks: // a column
-			for i, x := range r {
-				if x != r[0]+i*inner || r[0] >= inner {
-					return 0, false
-				}
-			}
-		default:
-			if len(r) > 1 {
-				return 0, false
-			}
+		block, column, all := len(r) == inner, len(r) == blocks, len(r) == k
+		for i, x := range r {
+			block = block && x == r[0]+i && r[0]%inner == 0
+			column = column && x == r[0]+i*inner && r[0] < inner
+			all = all && x == i
+		}
+		if !block && !column && !all && len(r) > 1 {
+			return false
 		}
 	}
-	return inner, true
+	return true
 }
 
 // eachGridOrder calls visit with one order of every gridOf class of k of
