@@ -420,7 +420,21 @@ func (m *model) nodeRing(ranks []int) ([]int, bool) {
 		}
 	}
 	if uniform {
-		return nil, false
+		if topo.GPUPaths == nil || topo.GPUPaths[m.ranks[byGPU[0]].gpu][m.ranks[byGPU[1]].gpu].Class != topology.SYS {
+			return nil, false
+		}
+		// Every pair crosses the inter-socket link, whose two directions
+		// (lower GPU to higher, and back) the ring's order loads: up the
+		// even positions and down the odd ones loads both alike, as
+		// NCCL's search, which sees each direction's bandwidth, would.
+		out := make([]int, 0, n)
+		for i := 0; i < n; i += 2 {
+			out = append(out, byGPU[i])
+		}
+		for i := n - 1 - n%2; i > 0; i -= 2 {
+			out = append(out, byGPU[i])
+		}
+		return out, true
 	}
 	closer := func(from, a, b int) bool { // a before b as the next GPU
 		return bw[from][a] > bw[from][b] || bw[from][a] == bw[from][b] && lat[from][a] < lat[from][b]

@@ -63,12 +63,24 @@ func TestPredictionIndependentOfOrder(t *testing.T) {
 		}
 		nodes = append(nodes, n)
 	}
+	// Bridged pairs, two GPUs on each of four sockets: one GPU of each
+	// socket crosses the inter-socket link between every pair, whose two
+	// directions the ring's order would load unevenly (tp4 x dp2 placed
+	// 23% off the optimum before the ring balanced them).
+	quad := BuildNode(NodeSpec{Name: "quad", GPUs: 8, Model: "G", PCIeGen: 4, PCIePath: func(a, b int) topology.Class { return topology.SYS }})
+	for a := 0; a < 8; a += 2 {
+		quad.GPUPaths[a][a+1], quad.GPUPaths[a+1][a] = topology.Link{Class: topology.NV, NVLinks: 4}, topology.Link{Class: topology.NV, NVLinks: 4}
+	}
+	nodes = append(nodes, quad)
 	checked := 0
 	for i, n := range nodes {
 		k := min(len(n.GPUs), 3+i%3)
 		set := rng.Perm(len(n.GPUs))[:k]
-		if i == 0 {
+		switch {
+		case i == 0:
 			set = []int{0, 1, 4, 5}
+		case n == quad:
+			set = []int{1, 2, 4, 6}
 		}
 		for _, c := range []Collective{AllReduce, AllGather, ReduceScatter} {
 			for _, bytes := range []float64{1 << 20, 1 << 30} {

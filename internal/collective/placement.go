@@ -341,12 +341,16 @@ func (m *model) leaves() {
 }
 
 // alikeLinks reports whether every pair of the node's GPUs has the same
-// link.
+// link, other than SYS: a ring over the inter-socket link loads its two
+// directions by the order it takes (nodeRing balances them).
 func alikeLinks(n *topology.Node) bool {
 	if len(n.GPUs) < 2 {
 		return true
 	}
 	first := n.GPUPaths[0][1]
+	if first.Class == topology.SYS {
+		return false
+	}
 	for i, row := range n.GPUPaths {
 		for j, l := range row {
 			if i != j && l != first {
