@@ -410,7 +410,7 @@ func (m *model) ll128() bool {
 					return false
 				}
 				cl := paths[m.ranks[a].gpu][m.ranks[b].gpu].Class
-				if cl != topology.NV && !(t.LL128NVB && cl == topology.NVB) {
+				if cl != topology.NV && (!t.LL128NVB || cl != topology.NVB) {
 					return false
 				}
 			}
