@@ -292,8 +292,8 @@ func calibrationShow(ctx context.Context, g *globals, out io.Writer, history boo
 				EFA: eff.EFA, TCP: eff.TCP, StepOverheadUS: eff.StepOverheadUS}))
 			for _, model := range slices.Sorted(maps.Keys(s.Set.Models)) {
 				e := s.Set.Models[model]
-				w.Printf("  on %s nodes (0: the cluster's): nvlink %.3f, nvls %.3f, pcie %.3f, net %.3f, efa %.3f, tcp %.3f\n",
-					model, e.NVLink, e.NVLS, e.PCIe, e.Net, e.EFA, e.TCP)
+				w.Printf("  on %s nodes (0: the cluster's): nvlink %.3f, nvls %.3f, pcie %.3f, net %.3f, efa %.3f, tcp %.3f; step overhead %.2f us\n",
+					model, e.NVLink, e.NVLS, e.PCIe, e.Net, e.EFA, e.TCP, e.StepOverheadUS)
 			}
 			for _, f := range s.Set.Fits {
 				kind := f.Kind

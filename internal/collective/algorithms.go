@@ -135,7 +135,7 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 		}
 		ph := ps.at(0)
 		m.nvls(ph, f*S*cf)
-		ps.step(ph, 2*calls, hop{hwNVLink: m.bw.LatencyUS[topology.NV] + m.stepOverheadUS()})
+		ps.step(ph, 2*calls, hop{hwNVLink: m.bw.LatencyUS[topology.NV] + m.nvlsOverheadUS()})
 	case NVLSTree:
 		// In-switch reduction inside each node and a double binary tree
 		// between the nodes over slices of it, pipelined: one phase's
@@ -143,7 +143,7 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 		ph := ps.at(0)
 		m.nvls(ph, S*cf)
 		net := m.treeAcross(ph, S*cf)
-		ps.step(ph, 2*calls, hop{hwNVLink: m.bw.LatencyUS[topology.NV] + m.stepOverheadUS()})
+		ps.step(ph, 2*calls, hop{hwNVLink: m.bw.LatencyUS[topology.NV] + m.nvlsOverheadUS()})
 		ps.step(ps.at(1), 2*2*bits.Len(uint(len(m.nodes)))*calls, net)
 	case Hierarchical:
 		g := len(m.nodes[0].ranks)
@@ -278,6 +278,15 @@ func (m *model) treeAcross(ph *phase, S float64) hop {
 		}
 	}
 	return lat
+}
+
+// nvlsOverheadUS is the slowest node's per-step overhead.
+func (m *model) nvlsOverheadUS() float64 {
+	var us float64
+	for _, nd := range m.nodes {
+		us = max(us, m.stepOverheadUS(nd.nodeInfo))
+	}
+	return us
 }
 
 // nvls adds in-switch reduction's flows: b bytes into and out of every

@@ -32,12 +32,18 @@ type Calibration struct {
 	// overhead came from (nil: the default's).
 	Fits    []Fit       `json:"fits,omitempty"`
 	Latency *LatencyFit `json:"latency,omitempty"`
+	// ModelLatency is the per-step overhead fitted per GPU model (the
+	// value in force is Models[model].StepOverheadUS).
+	ModelLatency []LatencyFit `json:"model_latency,omitempty"`
 }
 
 // LatencyFit is the fitted per-step overhead and its evidence: the
 // median of the overheads that make each small message's prediction meet
 // its measurement.
 type LatencyFit struct {
+	// Model is the GPU model whose nodes it was fitted on ("": the
+	// cluster's).
+	Model          string   `json:"model,omitempty"`
 	StepOverheadUS float64  `json:"step_overhead_us"`
 	Samples        int      `json:"samples"`
 	Sources        []string `json:"sources"`
@@ -172,8 +178,8 @@ func (c *Calibration) problems() []problem {
 					fmt.Sprintf("%g: expected a share of line rate, above 0 and at most 1 (0: the cluster's)", v)})
 			}
 		}
-		if me.StepOverheadUS != 0 {
-			out = append(out, problem{field + ".step_overhead_us", "the per-step overhead is the cluster's: give it in efficiency"})
+		if me.StepOverheadUS < 0 || me.StepOverheadUS > 1000 || math.IsNaN(me.StepOverheadUS) {
+			out = append(out, problem{field + ".step_overhead_us", fmt.Sprintf("%g: expected 0 to 1000 (0: the cluster's)", me.StepOverheadUS)})
 		}
 	}
 	for i, f := range c.Fits {
@@ -291,30 +297,28 @@ func lineOfKey(data []byte, key string) int {
 	return 0
 }
 
-// ForModel moves c's fitted link efficiencies under Models[model], the
-// per-step overhead staying the cluster's, and merges them into into (nil:
-// a new set): the set to write for a fit on nodes of one model.
+// ForModel moves c's fit (link efficiencies and per-step overhead) under
+// Models[model] and merges it into into (nil: a new set): the set to write
+// for a fit on nodes of one model. The cluster's figures stay into's.
 func (c *Calibration) ForModel(model string, into *Calibration) *Calibration {
 	out := into
 	if out == nil {
 		out = &Calibration{Version: CalibrationVersion, Name: c.Name}
 	}
-	e := c.Efficiency
-	e.StepOverheadUS = 0
 	if out.Models == nil {
 		out.Models = map[string]topology.Efficiency{}
 	}
-	out.Models[model] = e
-	if c.Efficiency.StepOverheadUS != 0 {
-		out.Efficiency.StepOverheadUS = c.Efficiency.StepOverheadUS
-	}
+	out.Models[model] = c.Efficiency
 	out.Fits = slices.DeleteFunc(out.Fits, func(f Fit) bool { return f.Model == model })
 	for _, f := range c.Fits {
 		f.Model = model
 		out.Fits = append(out.Fits, f)
 	}
+	out.ModelLatency = slices.DeleteFunc(out.ModelLatency, func(l LatencyFit) bool { return l.Model == model })
 	if c.Latency != nil {
-		out.Latency = c.Latency
+		l := *c.Latency
+		l.Model = model
+		out.ModelLatency = append(out.ModelLatency, l)
 	}
 	return out
 }

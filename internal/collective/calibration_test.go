@@ -231,12 +231,30 @@ func TestCalibrationByModel(t *testing.T) {
 	fit := &Calibration{Version: CalibrationVersion, Name: "h", Efficiency: topology.Efficiency{NVLink: 0.7, StepOverheadUS: 4},
 		Fits: []Fit{{Kind: "nvlink", Efficiency: 0.7, Samples: 3, Ratio: 0.9, Sources: []string{"h.txt:9"}}}}
 	both := fit.ForModel("H100-SXM", c)
-	if both.Models["A100-SXM4-80GB"].NVLink != 0.4 || both.Models["H100-SXM"].NVLink != 0.7 || both.Models["H100-SXM"].StepOverheadUS != 0 ||
-		both.Efficiency.StepOverheadUS != 4 || len(both.Fits) != 1 || both.Fits[0].Model != "H100-SXM" {
+	if both.Models["A100-SXM4-80GB"].NVLink != 0.4 || both.Models["H100-SXM"].NVLink != 0.7 || both.Models["H100-SXM"].StepOverheadUS != 4 ||
+		both.Efficiency.StepOverheadUS != 0 || len(both.Fits) != 1 || both.Fits[0].Model != "H100-SXM" {
 		t.Errorf("merged %+v", both)
 	}
 	if err := both.Validate(); err != nil {
 		t.Error(err)
+	}
+	// The H100 nodes' per-step overhead (4 us) slows their small messages
+	// only; the A100 nodes keep the default's.
+	bw = both.Bandwidths(nil)
+	for _, tc := range []struct {
+		n      *topology.Node
+		slower bool
+	}{{a100, false}, {h100, true}} {
+		opts := Options{Algorithm: Ring, Protocol: Simple}
+		def, _ := Predict(Placement{Ranks: NodeRanks(tc.n)}, AllReduce, 1<<10, opts)
+		got, _ := Predict(Placement{Ranks: NodeRanks(tc.n), Bandwidths: bw}, AllReduce, 1<<10, opts)
+		if slower := got.TimeSeconds > def.TimeSeconds*1.05; slower != tc.slower {
+			t.Errorf("%s at 1 KiB: %.2f us against %.2f by default, want slower %v", tc.n.GPUs[0].Model, 1e6*got.TimeSeconds, 1e6*def.TimeSeconds, tc.slower)
+		}
+	}
+	if _, err := ParseCalibration("m.json", []byte("{\"version\": 1, \"efficiency\": {},\n \"models\": {\n  \"A100\": {\"step_overhead_us\": -1}}}")); err == nil ||
+		!strings.Contains(err.Error(), "m.json:3: models.A100.step_overhead_us: -1") {
+		t.Errorf("negative model overhead: %v", err)
 	}
 	// An online move is the cluster's: the models' entries stay.
 	o := NewOnline()

@@ -169,7 +169,7 @@ func (m *model) routeLocal(ph *phase, node int32, ga, gb int, b float64) hop {
 		l = nd.n.GPUPaths[ga][gb]
 	}
 	var lat hop
-	us := m.bw.LatencyUS[l.Class] + m.stepOverheadUS()
+	us := m.bw.LatencyUS[l.Class] + m.stepOverheadUS(nd.nodeInfo)
 	if l.Class.NVLink() {
 		lat[hwNVLink] = us
 	} else {
@@ -237,7 +237,7 @@ func (m *model) netLatency(a, b int32) float64 {
 	if lat <= 0 {
 		lat = m.bw.LatencyUS[topology.NET]
 	}
-	lat += m.stepOverheadUS() + NetStepOverheadUS
+	lat += max(m.stepOverheadUS(na.nodeInfo), m.stepOverheadUS(nb.nodeInfo)) + NetStepOverheadUS
 	m.netLat[key] = lat
 	return lat
 }

@@ -232,7 +232,8 @@ func (m *model) netEff(e *topology.Efficiency, kind string) float64 {
 	return net
 }
 
-// stepOverheadUS is the per-step overhead, calibrated or the default.
-func (m *model) stepOverheadUS() float64 {
-	return m.effOf(m.bw.Efficiency.StepOverheadUS, StepOverheadUS)
+// stepOverheadUS is the per-step overhead on a node, calibrated (for its
+// GPU model, or the cluster) or the default.
+func (m *model) stepOverheadUS(nd *nodeInfo) float64 {
+	return m.effOf(nd.eff.StepOverheadUS, StepOverheadUS)
 }

@@ -58,6 +58,7 @@ func (b *Bandwidths) EfficiencyOf(model string) Efficiency {
 		v   float64
 	}{
 		{&e.NVLink, o.NVLink}, {&e.NVLS, o.NVLS}, {&e.PCIe, o.PCIe}, {&e.Net, o.Net}, {&e.EFA, o.EFA}, {&e.TCP, o.TCP},
+		{&e.StepOverheadUS, o.StepOverheadUS},
 	} {
 		if f.v > 0 {
 			*f.dst = f.v
