@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +22,7 @@ type loadFlags struct {
 	decisions                  int
 	budget                     time.Duration
 	e2e, e2eGPUs, e2eJobGPUs   int
+	cpuProfile                 string
 	e2eOnly                    bool
 }
 
@@ -62,6 +65,17 @@ occupancy with policies on; >= 500 decisions/s end to end.`,
 			if f.e2eOnly && f.e2e <= 0 {
 				return fmt.Errorf("--e2e-only needs --e2e N")
 			}
+			if f.cpuProfile != "" {
+				pf, err := os.Create(f.cpuProfile)
+				if err != nil {
+					return fmt.Errorf("--cpu-profile: %w", err)
+				}
+				defer func() { _ = pf.Close() }() // the profile is flushed by StopCPUProfile
+				if err := pprof.StartCPUProfile(pf); err != nil {
+					return fmt.Errorf("--cpu-profile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			return load.Run(cmd.Context(), cmd.OutOrStdout(), cfg)
 		},
 	}
@@ -79,6 +93,7 @@ occupancy with policies on; >= 500 decisions/s end to end.`,
 	fl.IntVar(&f.e2eGPUs, "e2e-gpus", 10000, "cluster size of the end-to-end run")
 	fl.IntVar(&f.e2eJobGPUs, "e2e-job-gpus", 1, "GPUs of each end-to-end job")
 	fl.BoolVar(&f.e2eOnly, "e2e-only", false, "skip the decision table")
+	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the run to FILE (go tool pprof FILE)")
 	_ = g
 	return cmd
 }

@@ -85,3 +85,19 @@ func BenchmarkPlan(b *testing.B) {
 		}
 	}
 }
+
+// The end-to-end run prints its decision rate beside the raw JetStream
+// publish rate of the same server, and as a share of it.
+func TestE2EPrintsRawRate(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	err := Run(context.Background(), &out, Config{E2E: 20, E2EGPUs: 256, E2EOnly: true, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"of raw async publish", "raw JetStream publish on the same server", "/s async", "/s sync"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

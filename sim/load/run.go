@@ -191,6 +191,12 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 		return fmt.Errorf("embedded nats: %w", err)
 	}
 	defer srv.Shutdown()
+	// What the messaging layer alone allows on this server, before any
+	// service competes for the cores.
+	raw, err := MeasureRaw(ctx, srv.ClientURL(), max(4*cfg.E2E, 20000))
+	if err != nil {
+		return err
+	}
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -282,9 +288,15 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 		n, cfg.E2EJobGPUs, FormatSize(total), cfg.Model, polName); err != nil {
 		return err
 	}
-	return table(out, []string{"decided", "other", "seconds", "decisions/s", "p50 latency", "p99 latency"}, [][]string{{
+	rate := float64(len(lat)) / elapsed.Seconds()
+	if err := table(out, []string{"decided", "other", "seconds", "decisions/s", "p50 latency", "p99 latency", "of raw async publish"}, [][]string{{
 		fmt.Sprint(len(lat)), fmt.Sprint(other), fmt.Sprintf("%.2f", elapsed.Seconds()),
-		fmt.Sprintf("%.0f", float64(len(lat))/elapsed.Seconds()), FormatDuration(s.P50), FormatDuration(s.P99)}})
+		fmt.Sprintf("%.0f", rate), FormatDuration(s.P50), FormatDuration(s.P99), fmt.Sprintf("%.2f%%", 100*rate/raw.AsyncPerSecond)}}); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "\nraw JetStream publish on the same server, same run, before the services started: %d messages of %d bytes to a file-backed stream: %.0f/s async (%d acknowledgements outstanding), %.0f/s sync. A decision costs about four events.\n",
+		raw.Messages, raw.Bytes, raw.AsyncPerSecond, AsyncWindow, raw.SyncPerSecond)
+	return err
 }
 
 // ClusterYAML is a cluster file of the nodes (one entry each, of the

@@ -244,7 +244,7 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 		level int
 		fit   int
 	}
-	var qs []quick
+	qs := make([]quick, 0, len(cands))
 	fitting := [4]int{}
 	for _, c := range cands {
 		if len(c.free) < k {
@@ -291,7 +291,7 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 	if len(qs) > limit {
 		qs = qs[:limit]
 	}
-	var picks []inNode
+	picks := make([]inNode, 0, len(qs))
 	for _, q := range qs {
 		in, err := p.pick(q.c, k)
 		if err != nil {
