@@ -106,8 +106,8 @@ type Tuning struct {
 	// capability (PlateauAmpere from 8.0 on).
 	Plateau, PlateauAmpere float64
 	// LL128 lists the compute capabilities (x10) LL128 is on by default
-	// for; LL128Hopper: on sm90 a NIC reached through another GPU
-	// (PXN) is near enough.
+	// for; from LL128PXNOn on, a NIC reached through an NVLink peer
+	// (PXN) is near enough for it.
 	LL128      []int
 	LL128NVB   bool // an NVLink bridge counts as NVLink for LL128
 	LL128PXNOn int  // compute capability from which PXN is near enough (0: never)
@@ -168,14 +168,24 @@ func TuningFor(version string) (*Tuning, error) {
 	if v == "" {
 		return DefaultTuning, nil
 	}
-	parts := strings.SplitN(v, ".", 3)
-	major, err1 := strconv.Atoi(parts[0])
-	minor, err2 := 0, error(nil)
-	if len(parts) > 1 {
-		minor, err2 = strconv.Atoi(strings.SplitN(parts[1], "-", 2)[0])
+	bad := fmt.Errorf("nccl version %q: expected 2.MINOR[.PATCH[-BUILD]], such as 2.20.3", version)
+	parts := strings.Split(v, ".")
+	if len(parts) < 2 || len(parts) > 3 {
+		return nil, bad
 	}
-	if err1 != nil || err2 != nil || major != 2 || len(parts) < 2 {
-		return nil, fmt.Errorf("nccl version %q: expected 2.MINOR[.PATCH], such as 2.20.3", version)
+	num := func(s string) (int, bool) {
+		n, err := strconv.Atoi(s)
+		return n, err == nil && n >= 0 && s != "" && s[0] != '+'
+	}
+	major, ok1 := num(parts[0])
+	minor, ok2 := num(parts[1])
+	ok3 := true
+	if len(parts) == 3 {
+		patch, _, _ := strings.Cut(parts[2], "-")
+		_, ok3 = num(patch)
+	}
+	if !ok1 || !ok2 || !ok3 || major != 2 {
+		return nil, bad
 	}
 	switch {
 	case minor < 17:

@@ -30,6 +30,9 @@ func TestTuningFor(t *testing.T) {
 		{in: "3.0", err: "expected 2.MINOR"},
 		{in: "2", err: "expected 2.MINOR"},
 		{in: "two.twenty", err: `nccl version "two.twenty"`},
+		{in: "2.-1", err: "expected 2.MINOR"},
+		{in: "2.20.x", err: "expected 2.MINOR"},
+		{in: "2.20.3.1", err: "expected 2.MINOR"},
 	} {
 		got, err := TuningFor(tc.in)
 		if tc.err != "" {
