@@ -43,15 +43,23 @@ type candNode struct {
 // then fit, and keeps the first singleLimit (oneGPULimit for one GPU, where
 // every node is of level 0). Once that many accepted nodes of level 0 are
 // seen, no node further on (same or worse fit, later on ties) can rank
-// among them. seen records the filter's answer per node walked.
-func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) bool, k int) (out []*candNode, seen map[string]bool) {
+// among them. A one-GPU job stops sooner: singleNode ranks its nodes by
+// holes, then fit, and no node can take fewer holes than one, so once
+// enough nodes where minimal says it takes one are seen (as many as the
+// judge ever reads, enough), no node further on can rank among them. seen
+// records the filter's answer per node walked.
+func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) bool, k int, enough int, minimal func(*candNode) bool) (out []*candNode, seen map[string]bool) {
 	limit := singleLimit
 	if k == 1 {
 		limit = oneGPULimit
 	}
 	var counts []domainCount
-	slab := make([]candNode, 0, limit)
-	level0 := 0
+	slabSize := limit
+	if k == 1 && minimal != nil {
+		slabSize = min(limit, 2*enough) // most walks stop by then
+	}
+	slab := make([]candNode, 0, slabSize)
+	level0, ones := 0, 0
 	for node, free := range snap.EachNodeFreeByFit(model, k) {
 		fabric := fabricDomains(free[0].Domains)
 		if filter != nil {
@@ -65,12 +73,17 @@ func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) boo
 			}
 		}
 		if len(slab) == cap(slab) {
-			slab = make([]candNode, 0, limit) // never cut pointers into slab
+			slab = make([]candNode, 0, slabSize) // never cut pointers into slab
 		}
 		slab = append(slab, candNode{node: node, free: free, fabric: fabric})
 		out = append(out, &slab[len(slab)-1])
 		if k == 1 {
 			level0++
+			if minimal != nil && minimal(out[len(out)-1]) {
+				if ones++; ones >= enough {
+					break
+				}
+			}
 		} else {
 			counts = countLocal(counts, free)
 			for _, dc := range counts {

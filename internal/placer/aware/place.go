@@ -57,7 +57,17 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 	filter := opts.Filter
 	if single && snap.NodeCounts(model).FreeAtLeast(n) > 0 {
 		var seen map[string]bool
-		fit, seen = bestFitSingle(snap, model, opts.Filter, n)
+		var minimal func(*candNode) bool
+		if n == 1 {
+			// A node where the one GPU leaves no hole: nothing ranks
+			// before it but an earlier such node (see bestFitSingle).
+			tmp := &placer{opts: opts}
+			minimal = func(c *candNode) bool {
+				in, err := tmp.pick(c, 1)
+				return err == nil && in.holes == 1
+			}
+		}
+		fit, seen = bestFitSingle(snap, model, opts.Filter, n, max((&placer{opts: opts}).limit(), maxJudged), minimal)
 		if x != nil {
 			x.Explanation.NodesConsidered = snap.NodeCounts(model).FreeAtLeast(1)
 		}

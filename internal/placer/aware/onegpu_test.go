@@ -1,0 +1,74 @@
+package aware
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/fixtures"
+	"github.com/toposched/toposched/internal/placer/outcome"
+	"github.com/toposched/toposched/internal/store"
+)
+
+// A one-GPU job's walk stops once enough nodes take the GPU without a
+// hole: the candidates the judge can read (the first max(limit,
+// maxJudged)) are those of the whole walk, on seeded clusters of mixed
+// nodes and occupancy, with and without a filter that turns nodes away.
+func TestOneGPUWalkStopsWithoutChangingTheChoice(t *testing.T) {
+	t.Parallel()
+	kinds := []events.TopologyNode{dgx(t, "", "dgx-h100"), dgx(t, "", "pcie-8gpu"), pairs(""), fixtures.PlainNode("", "A100", 8)}
+	stopped := 0
+	for seed := range uint64(60) {
+		rng := rand.New(rand.NewPCG(seed, 15))
+		var specs []spec
+		for i := range 20 + rng.IntN(300) {
+			sp := spec{name: fmt.Sprintf("n%03d", i), ev: kinds[rng.IntN(len(kinds))]}
+			occ := rng.Float64()
+			for g := range len(sp.ev.GPUs) {
+				if rng.Float64() < occ {
+					sp.held = append(sp.held, g)
+				}
+			}
+			specs = append(specs, sp)
+		}
+		snap := build(t, specs...).Snapshot()
+		var filter func(NodeView) bool
+		if seed%2 == 1 {
+			filter = func(v NodeView) bool { return len(v.Node.Name)%3 != 0 || v.Node.Name[len(v.Node.Name)-1]%2 == 0 }
+		}
+		opts := Options{Filter: filter}
+		enough := max((&placer{opts: opts}).limit(), maxJudged)
+		tmp := &placer{opts: opts}
+		minimal := func(c *candNode) bool { in, err := tmp.pick(c, 1); return err == nil && in.holes == 1 }
+		full, _ := bestFitSingle(snap, "", filter, 1, enough, nil)
+		short, _ := bestFitSingle(snap, "", filter, 1, enough, minimal)
+		if len(short) < len(full) {
+			stopped++
+		}
+		job := fixtures.SyntheticJob("j", 1, 1, 1)
+		listOf := func(cands []*candNode) []string {
+			p := &placer{opts: opts, e: newEvaluator(snap, job, 1, opts), n: 1, cands: cands}
+			var out []string
+			for i, c := range p.singleNode(cands) {
+				if i == enough {
+					break
+				}
+				out = append(out, fmt.Sprint(c.gpus))
+			}
+			return out
+		}
+		a, b := listOf(full), listOf(short)
+		if fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Fatalf("seed %d: the whole walk's first %d candidates %v, the stopped walk's %v", seed, enough, a, b)
+		}
+		r := Place(snap, job, opts)
+		if r.Verdict == outcome.Placed && len(r.GPUs) == 1 && a[0] != fmt.Sprint([]store.GPUKey{r.GPUs[0]}) {
+			t.Fatalf("seed %d: placed on %v, the whole walk's favourite is %s", seed, r.GPUs, a[0])
+		}
+	}
+	if stopped == 0 {
+		t.Fatal("no walk stopped early: the test tests nothing")
+	}
+	t.Logf("%d of 60 walks stopped early", stopped)
+}
