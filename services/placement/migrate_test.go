@@ -485,6 +485,24 @@ func TestRebuildJobDecidedTwice(t *testing.T) {
 	}
 }
 
+// A job withdrawn before it was analysed, which analysis then rejects,
+// stays finished through a rebuild, as it stays in the leader that stored
+// its release (which never reads analysis's rejections): the chaos soak
+// once saw a new term count one finished job fewer than the log.
+func TestRebuildKeepsAFinishedJobFinished(t *testing.T) {
+	t.Parallel()
+	w := newMigWorld(t)
+	w.publish(&events.PlacementReleased{JobID: "gone", Status: events.StatusCancelled})
+	w.publish(&events.PlacementRejected{JobID: "gone", Reasons: []events.Reason{{Code: "invalid", Field: "gpus", Message: "by analysis"}}})
+	w.publish(&events.PlacementRejected{JobID: "bad", Reasons: []events.Reason{{Code: "invalid", Field: "gpus", Message: "by analysis"}}})
+	s := w.replica()
+	for id, want := range map[string]store.JobState{"gone": store.JobFinished, "bad": store.JobRejected} {
+		if j, ok := s.Store().Snapshot().Job(id); !ok || j.State != want {
+			t.Errorf("%s: %v (known %v), want %v", id, j.State, ok, want)
+		}
+	}
+}
+
 // decided is a decision for job on the given GPUs, in rank order.
 func decided(job string, gpus ...[]store.GPUKey) *events.PlacementDecided {
 	var all []store.GPUKey

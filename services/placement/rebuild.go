@@ -148,8 +148,16 @@ func (s *Service) replayPlacement(r bus.Record) error {
 			return nil
 		}
 		j, _ := s.store.Snapshot().Job(p.JobID)
-		if j.State == store.JobPlaced || j.State == store.JobPending {
+		switch j.State {
+		case store.JobPlaced, store.JobPending:
 			return nil // a rejected resubmission of a live job changes nothing
+		case store.JobFinished:
+			// Analysis rejecting a job withdrawn before it was analysed
+			// (or a finished job submitted again): the leader that stored
+			// the release never reads analysis's rejections and kept it
+			// finished; so does the rebuild, or a new term would count
+			// one finished job fewer than the log.
+			return nil
 		}
 		j.ID, j.State, j.Reasons = p.JobID, store.JobRejected, p.Reasons
 		return s.store.UpsertJob(j)
