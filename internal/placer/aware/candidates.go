@@ -33,6 +33,9 @@ type candNode struct {
 	free   []store.FreeGPU // free GPUs of the model, by index; the store's: do not modify
 	fabric []string        // fabric domains, smallest first
 	offer  int             // GPUs it offers a multi-node placement
+	// one is the one-GPU pick of the node, where the walk worked it out
+	// (bestFitSingle's minimal), for singleNode not to do it twice.
+	one *inNode
 }
 
 // bestFitSingle walks the nodes with at least k free GPUs of the model in

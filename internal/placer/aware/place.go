@@ -64,7 +64,11 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 			tmp := &placer{opts: opts}
 			minimal = func(c *candNode) bool {
 				in, err := tmp.pick(c, 1)
-				return err == nil && in.holes == 1
+				if err != nil {
+					return false
+				}
+				c.one = &in
+				return in.holes == 1
 			}
 		}
 		fit, seen = bestFitSingle(snap, model, opts.Filter, n, max((&placer{opts: opts}).limit(), maxJudged), minimal)

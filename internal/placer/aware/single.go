@@ -293,6 +293,10 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 	}
 	picks := make([]inNode, 0, len(qs))
 	for _, q := range qs {
+		if k == 1 && q.c.one != nil {
+			picks = append(picks, *q.c.one)
+			continue
+		}
 		in, err := p.pick(q.c, k)
 		if err != nil {
 			continue
