@@ -111,8 +111,11 @@ type Tuning struct {
 	LL128      []int
 	LL128NVB   bool // an NVLink bridge counts as NVLink for LL128
 	LL128PXNOn int  // compute capability from which PXN is near enough (0: never)
-	// NVLS and NVLSTree: the release runs them (2.17 and 2.18 on).
-	NVLS, NVLSTree bool
+	// NVLS and NVLSTree: the release runs them (2.17 and 2.18 on), and
+	// their hwLat (µs): NVLSLat the whole in-switch reduction inside a
+	// node (no base latency), NVLSTreeNetLat a step between nodes.
+	NVLS, NVLSTree         bool
+	NVLSLat, NVLSTreeNetLat float64
 }
 
 // Tuning27 is NCCL 2.7.5's tuner (src/graph/tuning.cc at v2.7.5-1).
@@ -153,6 +156,7 @@ var Tuning220 = &Tuning{
 	LL128:    []int{70, 80, 90},
 	LL128NVB: true, LL128PXNOn: 90,
 	NVLS: true, NVLSTree: true,
+	NVLSLat: 23, NVLSTreeNetLat: 14,
 }
 
 // DefaultTuning is the tuner predictions assume unless told a version.
@@ -281,6 +285,14 @@ var simpleScale = scale{op: 1, step: [3]float64{1, 1, 1}, bw: 1}
 // S bytes over n ranks on nodes nodes.
 func (t *Tuning) scaleOf(c Collective, a Algorithm, p Protocol, S float64, n, nodes int, ampere bool) scale {
 	s := simpleScale
+	if (a == NVLS || a == NVLSTree) && t.NVLSLat > 0 {
+		// The model's in-switch reduction is two NVLink steps and an
+		// operation latency; NCCL's tuner charges NVLSLat for it all.
+		s.op = 0
+		s.step[hwNVLink] = t.NVLSLat / (2 * t.HWLat[hwNVLink][rowRing][2])
+		s.step[hwNet] = t.NVLSTreeNetLat / t.HWLat[hwNet][rowRing][2]
+		return s
+	}
 	row := algoRow(a)
 	pi := p.index()
 	if p != Simple {
@@ -387,7 +399,7 @@ func ComputeCapability(n *topology.Node) int {
 // scale is protocol p's scale for algorithm a running c of S bytes on the
 // model's ranks.
 func (m *model) scale(c Collective, a Algorithm, p Protocol, S float64) scale {
-	if p == Simple && (a != Ring || len(m.nodes) == 1) && a != Tree {
+	if p == Simple && (a != Ring || len(m.nodes) == 1) && a != Tree && a != NVLS && a != NVLSTree {
 		return simpleScale // the common case, at no cost
 	}
 	ampere := true

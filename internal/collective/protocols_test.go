@@ -279,3 +279,27 @@ func FuzzParseProtocol(f *testing.F) {
 		}
 	})
 }
+
+// NVLS inside a node takes its table's latency (NCCL 2.20.3: 23 us, no
+// base latency), scaled as the other figures with a calibrated per-step
+// overhead.
+func TestNVLSLatencyIsTheTables(t *testing.T) {
+	t.Parallel()
+	p := Placement{Ranks: NodeRanks(BuildNode(h100))}
+	r, err := Predict(p, AllReduce, 0, Options{Algorithm: NVLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(r.TimeSeconds-Tuning220.NVLSLat*1e-6) > 1e-12 {
+		t.Errorf("NVLS at 0 bytes: %g s, want the table's %g us", r.TimeSeconds, Tuning220.NVLSLat)
+	}
+	cal := &Calibration{Version: CalibrationVersion, Efficiency: topology.Efficiency{StepOverheadUS: 2 * StepOverheadUS}}
+	p.Bandwidths = cal.Bandwidths(nil)
+	slow, err := Predict(p, AllReduce, 0, Options{Algorithm: NVLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slow.TimeSeconds <= r.TimeSeconds {
+		t.Errorf("a doubled per-step overhead gives %g s, not above %g", slow.TimeSeconds, r.TimeSeconds)
+	}
+}
