@@ -114,7 +114,7 @@ type Tuning struct {
 	// NVLS and NVLSTree: the release runs them (2.17 and 2.18 on), and
 	// their hwLat (µs): NVLSLat the whole in-switch reduction inside a
 	// node (no base latency), NVLSTreeNetLat a step between nodes.
-	NVLS, NVLSTree         bool
+	NVLS, NVLSTree          bool
 	NVLSLat, NVLSTreeNetLat float64
 }
 
