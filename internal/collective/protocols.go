@@ -403,8 +403,10 @@ func (m *model) scale(c Collective, a Algorithm, p Protocol, S float64) scale {
 		return simpleScale // the common case, at no cost
 	}
 	ampere := true
-	for _, nd := range m.nodes {
-		ampere = ampere && nd.cc >= 80
+	if a == Ring && p == Simple { // only the plateau reads it
+		for _, nd := range m.nodes {
+			ampere = ampere && nd.cc >= 80
+		}
 	}
 	return m.tuning.scaleOf(c, a, p, S, len(m.ranks), len(m.nodes), ampere)
 }

@@ -58,12 +58,12 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 	if single && snap.NodeCounts(model).FreeAtLeast(n) > 0 {
 		var seen map[string]bool
 		var minimal func(*candNode) bool
+		walker := &placer{opts: opts} // pick's scratch, and limit
 		if n == 1 {
 			// A node where the one GPU leaves no hole: nothing ranks
 			// before it but an earlier such node (see bestFitSingle).
-			tmp := &placer{opts: opts}
 			minimal = func(c *candNode) bool {
-				in, err := tmp.pick(c, 1)
+				in, err := walker.pick(c, 1)
 				if err != nil {
 					return false
 				}
@@ -71,7 +71,7 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 				return in.holes == 1
 			}
 		}
-		fit, seen = bestFitSingle(snap, model, opts.Filter, n, max((&placer{opts: opts}).limit(), maxJudged), minimal)
+		fit, seen = bestFitSingle(snap, model, opts.Filter, n, max(walker.limit(), maxJudged), minimal)
 		if x != nil {
 			x.Explanation.NodesConsidered = snap.NodeCounts(model).FreeAtLeast(1)
 		}

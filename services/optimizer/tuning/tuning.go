@@ -320,10 +320,7 @@ func search(ms []*phaseModel) (Setting, bool) {
 			}
 		}
 	}
-	sortIn := func(order []collective.Algorithm, xs []collective.Algorithm) {
-		slices.SortFunc(xs, func(a, b collective.Algorithm) int { return slices.Index(order, a) - slices.Index(order, b) })
-	}
-	sortIn(tunable, algos)
+	slices.SortFunc(algos, func(a, b collective.Algorithm) int { return slices.Index(tunable, a) - slices.Index(tunable, b) })
 	slices.SortFunc(protos, func(a, b Protocol) int { return slices.Index(protocols, a) - slices.Index(protocols, b) })
 	cost := func(as []collective.Algorithm, ps []Protocol) (float64, bool) {
 		total := 0.0
