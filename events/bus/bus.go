@@ -117,7 +117,9 @@ func Connect(ctx context.Context, cfg Config) (*Bus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats %s: %w", cfg.URL, err)
 	}
-	js, err := jetstream.New(nc)
+	// An asynchronous publish whose acknowledgement never comes (the
+	// connection lost with it) must still end: as a synchronous one would.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(cfg.Transport.HandlerTimeout))
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("jetstream: %w", err)
@@ -306,19 +308,55 @@ func (b *Bus) Publish(ctx context.Context, v any) (events.Envelope, error) {
 // PublishSeq is Publish, also returning the stream sequence JetStream
 // stored the event at (a fence marker's, for WithFence).
 func (b *Bus) PublishSeq(ctx context.Context, v any) (events.Envelope, uint64, error) {
+	name, env, msg, err := b.message(ctx, v)
+	if err != nil {
+		return env, 0, err
+	}
+	seq, dup, err := b.publishMsg(ctx, msg)
+	if err != nil {
+		return env, 0, err
+	}
+	b.published(ctx, name, env, dup)
+	return env, seq, nil
+}
+
+// PublishAsync sends one event as Publish does, without waiting for
+// JetStream to store it: Pending.Wait does. Events published on one bus
+// are stored in the order they were sent, so a writer can send a batch
+// and wait for the acknowledgements once (placement's decision cycle).
+// An error here is one Publish would have returned before sending (an
+// event that breaks its schema, a message over max_payload, a closed
+// connection); a refusal by the stream (a fence, a duplicate's absence of
+// one, storage) comes from Wait.
+func (b *Bus) PublishAsync(ctx context.Context, v any) (events.Envelope, *Pending, error) {
+	name, env, msg, err := b.message(ctx, v)
+	if err != nil {
+		return env, nil, err
+	}
+	fut, err := b.js.PublishMsgAsync(msg)
+	if err != nil {
+		return env, nil, b.publishError(msg, err)
+	}
+	return env, &Pending{fut: fut, done: func(dup bool) { b.published(ctx, name, env, dup) },
+		fail: func(err error) error { return b.publishError(msg, err) }}, nil
+}
+
+// message encodes v, checks it against its schema and addresses it, with
+// the fence of ctx, if any, in its headers.
+func (b *Bus) message(ctx context.Context, v any) (events.Name, events.Envelope, *nats.Msg, error) {
 	name, err := events.NameOf(v)
 	if err != nil {
-		return events.Envelope{}, 0, err
+		return name, events.Envelope{}, nil, err
 	}
 	key := events.KeyOf(v)
 	env := b.Envelope(ctx, name, key)
 	body, err := json.Marshal(v)
 	if err != nil {
-		return env, 0, fmt.Errorf("encode %s: %w", name, err)
+		return name, env, nil, fmt.Errorf("encode %s: %w", name, err)
 	}
 	// What we send must meet the contract we ask of others.
 	if err := b.validated.validate(name, body); err != nil {
-		return env, 0, fmt.Errorf("publish %s %s: breaks its schema: %w", name, key, err)
+		return name, env, nil, fmt.Errorf("publish %s %s: breaks its schema: %w", name, key, err)
 	}
 	subject := b.Subjects.Of(name)
 	if name.NodeScoped() {
@@ -328,16 +366,16 @@ func (b *Bus) PublishSeq(ctx context.Context, v any) (events.Envelope, uint64, e
 	if f, ok := fenceFrom(ctx); ok {
 		f.headers(h)
 	}
-	seq, dup, err := b.publishRaw(ctx, subject, h, body)
-	if err != nil {
-		return env, 0, err
-	}
-	// A duplicate is the same event stored once: counting it would make a
-	// restart, whose redeliveries republish, inflate the metrics.
+	return name, env, newMsg(subject, h, body), nil
+}
+
+// published tells the observer of an event stored. A duplicate is the
+// same event stored once: counting it would make a restart, whose
+// redeliveries republish, inflate the metrics.
+func (b *Bus) published(ctx context.Context, name events.Name, env events.Envelope, dup bool) {
 	if b.cfg.Observer != nil && !dup {
 		b.cfg.Observer.Published(ctx, name, env)
 	}
-	return env, seq, nil
 }
 
 // PublishRaw sends a body with the given headers and waits for the PubAck.
@@ -353,27 +391,41 @@ func (b *Bus) PublishRaw(ctx context.Context, subject string, headers map[string
 // JetStream dropped the message as a duplicate of one already stored
 // under its Nats-Msg-Id (a republish after a crash or a redelivery).
 func (b *Bus) publishRaw(ctx context.Context, subject string, headers map[string]string, body []byte) (uint64, bool, error) {
+	return b.publishMsg(ctx, newMsg(subject, headers, body))
+}
+
+func newMsg(subject string, headers map[string]string, body []byte) *nats.Msg {
 	msg := nats.NewMsg(subject)
 	for k, v := range headers {
 		msg.Header.Set(k, v)
 	}
 	msg.Data = body
+	return msg
+}
+
+func (b *Bus) publishMsg(ctx context.Context, msg *nats.Msg) (uint64, bool, error) {
 	ack, err := b.js.PublishMsg(ctx, msg)
 	if err != nil {
-		if fenced(err) {
-			return 0, false, fmt.Errorf("publish %s: %w (%w)", subject, ErrFenced, err)
-		}
-		if tooLarge(err) {
-			return 0, false, b.tooLargeError(msg, err)
-		}
-		if storageFull(err) {
-			// Transient: the store may be freed. Said plainly, so that
-			// topoctl submit does not report a bare API error.
-			return 0, false, Transient(fmt.Errorf("JetStream storage full: publish %s: %w", subject, err))
-		}
-		return 0, false, Transient(fmt.Errorf("publish %s: %w", subject, err))
+		return 0, false, b.publishError(msg, err)
 	}
 	return ack.Sequence, ack.Duplicate, nil
+}
+
+// publishError says why msg was not stored.
+func (b *Bus) publishError(msg *nats.Msg, err error) error {
+	subject := msg.Subject
+	if fenced(err) {
+		return fmt.Errorf("publish %s: %w (%w)", subject, ErrFenced, err)
+	}
+	if tooLarge(err) {
+		return b.tooLargeError(msg, err)
+	}
+	if storageFull(err) {
+		// Transient: the store may be freed. Said plainly, so that
+		// topoctl submit does not report a bare API error.
+		return Transient(fmt.Errorf("JetStream storage full: publish %s: %w", subject, err))
+	}
+	return Transient(fmt.Errorf("publish %s: %w", subject, err))
 }
 
 // retryJetStream is RetryJetStream with this bus's Transport timings. A

@@ -12,11 +12,13 @@ import (
 // (see eventstest) and production code needs no "no bus" branches. *Bus
 // implements every one of them.
 
-// Publisher stores one event on its subject (Publish), or tells the stream
-// sequence it was stored at (PublishSeq).
+// Publisher stores one event on its subject (Publish), tells the stream
+// sequence it was stored at (PublishSeq), or sends it without waiting for
+// the stream (PublishAsync: Pending.Wait waits).
 type Publisher interface {
 	Publish(ctx context.Context, v any) (events.Envelope, error)
 	PublishSeq(ctx context.Context, v any) (events.Envelope, uint64, error)
+	PublishAsync(ctx context.Context, v any) (events.Envelope, *Pending, error)
 }
 
 // Reader reads what a domain's stream holds, in stream order (Replay,

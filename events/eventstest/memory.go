@@ -54,6 +54,15 @@ func (m *Memory) PublishSeq(ctx context.Context, v any) (events.Envelope, uint64
 	return env, uint64(len(m.published)), nil
 }
 
+// PublishAsync is PublishSeq, answered at once.
+func (m *Memory) PublishAsync(ctx context.Context, v any) (events.Envelope, *bus.Pending, error) {
+	env, seq, err := m.PublishSeq(ctx, v)
+	if err != nil {
+		return env, nil, err
+	}
+	return env, bus.Settled(seq, nil), nil
+}
+
 // Published returns what was published, in order.
 func (m *Memory) Published() []any {
 	m.mu.Lock()
