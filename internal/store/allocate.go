@@ -42,6 +42,12 @@ func (s *Store) Restore(jobID string, gpus []GPUKey) error {
 }
 
 func (s *Store) allocate(jobID string, gpus []GPUKey, restore bool) error {
+	return s.write(func(w *writer) error { return w.allocate(jobID, gpus, restore) })
+}
+
+// allocate is Allocate (Restore when restore) in w's transaction. It
+// writes nothing when it fails for a GPU at fault (ErrConflict).
+func (w *writer) allocate(jobID string, gpus []GPUKey, restore bool) error {
 	if jobID == "" {
 		return errors.New("store: allocate: empty job id")
 	}
@@ -55,33 +61,30 @@ func (s *Store) allocate(jobID string, gpus []GPUKey, restore bool) error {
 			return fmt.Errorf("store: allocate %q: GPU %s given twice", jobID, want[i])
 		}
 	}
-	return s.write(func(w *writer) error {
-		txn := w.txn
-		held, err := gpusOfJob(txn, jobID)
-		if err != nil {
+	txn := w.txn
+	held, err := gpusOfJob(txn, jobID)
+	if err != nil {
+		return err
+	}
+	if len(held) > 0 {
+		if sameKeys(held, want) {
+			return nil
+		}
+		return fmt.Errorf("%w: job %q already holds %d other GPUs; release them first", ErrConflict, jobID, len(held))
+	}
+	olds, upds, problems, err := claim(txn, jobID, want, restore, nil)
+	if err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: job %q: %s", ErrConflict, jobID, strings.Join(problems, "; "))
+	}
+	for i, g := range upds {
+		if err := w.putGPU(olds[i], g); err != nil {
 			return err
 		}
-		if len(held) > 0 {
-			if sameKeys(held, want) {
-				return nil
-			}
-			return fmt.Errorf("%w: job %q already holds %d other GPUs; release them first", ErrConflict, jobID, len(held))
-		}
-
-		olds, upds, problems, err := claim(txn, jobID, want, restore, nil)
-		if err != nil {
-			return err
-		}
-		if len(problems) > 0 {
-			return fmt.Errorf("%w: job %q: %s", ErrConflict, jobID, strings.Join(problems, "; "))
-		}
-		for i, g := range upds {
-			if err := w.putGPU(olds[i], g); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // placeholderGPU returns the unhealthy row Restore creates for a GPU the
@@ -115,20 +118,28 @@ func (s *Store) Release(jobID string) ([]GPUKey, error) {
 	}
 	var keys []GPUKey
 	err := s.write(func(w *writer) error {
-		held, err := gpusOfJob(w.txn, jobID)
-		if err != nil {
-			return err
-		}
-		for _, g := range held {
-			keys = append(keys, g.Key())
-			if err := w.freeGPU(g); err != nil {
-				return err
-			}
-		}
-		return nil
+		var err error
+		keys, err = w.release(jobID)
+		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	return keys, nil
+}
+
+// release is Release in w's transaction.
+func (w *writer) release(jobID string) ([]GPUKey, error) {
+	held, err := gpusOfJob(w.txn, jobID)
+	if err != nil {
+		return nil, err
+	}
+	var keys []GPUKey
+	for _, g := range held {
+		keys = append(keys, g.Key())
+		if err := w.freeGPU(g); err != nil {
+			return nil, err
+		}
 	}
 	slices.SortFunc(keys, compareKeys)
 	return keys, nil

@@ -14,6 +14,12 @@ import (
 // from its own counter; afterwards the job keeps that Seq, whatever j.Seq
 // says.
 func (s *Store) UpsertJob(j Job) error {
+	return s.write(func(w *writer) error { return w.upsertJob(j) })
+}
+
+// upsertJob is UpsertJob in w's transaction. It writes nothing when j is
+// refused.
+func (w *writer) upsertJob(j Job) error {
 	if j.ID == "" {
 		return errors.New("store: job without an id")
 	}
@@ -22,23 +28,21 @@ func (s *Store) UpsertJob(j Job) error {
 	default:
 		return fmt.Errorf("store: job %q: unknown state %q", j.ID, j.State)
 	}
-	return s.write(func(w *writer) error {
-		txn := w.txn
-		old, err := txn.First(TableJobs, IndexID, j.ID)
+	txn := w.txn
+	old, err := txn.First(TableJobs, IndexID, j.ID)
+	if err != nil {
+		return err
+	}
+	if old != nil {
+		j.Seq = old.(*Job).Seq
+	} else {
+		seq, err := nextSeq(txn, jobSeqKey)
 		if err != nil {
 			return err
 		}
-		if old != nil {
-			j.Seq = old.(*Job).Seq
-		} else {
-			seq, err := nextSeq(txn, jobSeqKey)
-			if err != nil {
-				return err
-			}
-			j.Seq = seq
-		}
-		return txn.Insert(TableJobs, &j)
-	})
+		j.Seq = seq
+	}
+	return txn.Insert(TableJobs, &j)
 }
 
 // DeleteJob removes a job. Deleting an unknown job is a no-op. A job that

@@ -1,0 +1,107 @@
+package store
+
+import (
+	"errors"
+	"testing"
+)
+
+// A Txn's changes are in its own view at once, in the store's at Commit,
+// with the domain counts in step; a conflict leaves it usable, Abort
+// leaves the store as it was, and a failure of another kind spoils it.
+func TestTxn(t *testing.T) {
+	t.Parallel()
+	setup := func(t *testing.T) *Store {
+		s := newStore(t)
+		mustUpsert(t, s, report("n1", 0, "A100", 4), report("n2", 1, "A100", 4))
+		return s
+	}
+
+	t.Run("commit", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		watch := s.WatchFree()
+		tx := s.Begin()
+		if err := tx.Allocate("a", keys("n1", 0, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.UpsertJob(Job{ID: "a", State: JobPlaced}); err != nil {
+			t.Fatal(err)
+		}
+		if got := tx.Snapshot().FreeCount(); got != 6 {
+			t.Fatalf("the transaction's view: %d free, want 6", got)
+		}
+		// The next decision of the cycle sees a's GPUs taken, in the
+		// domain counts the placers read as well as in the GPU rows.
+		if got := tx.Snapshot().NodeCounts("A100").FreeAtLeast(4); got != 1 {
+			t.Fatalf("the transaction's view: %d nodes with 4 free, want 1", got)
+		}
+		if err := tx.Allocate("b", keys("n1", 1, 2)); !errors.Is(err, ErrConflict) {
+			t.Fatalf("a GPU the transaction gave a: %v, want a conflict", err)
+		}
+		if err := tx.Allocate("b", keys("n2", 0, 1, 2, 3)); err != nil {
+			t.Fatalf("after a conflict the transaction goes on: %v", err)
+		}
+		if got := s.Snapshot().FreeCount(); got != 8 {
+			t.Fatalf("the store before Commit: %d free, want 8", got)
+		}
+		select {
+		case <-watch:
+			t.Fatal("WatchFree fired before Commit")
+		default:
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		<-watch
+		snap := s.Snapshot()
+		if got := snap.FreeCount(); got != 2 {
+			t.Fatalf("the store after Commit: %d free, want 2", got)
+		}
+		if j, ok := snap.Job("a"); !ok || j.State != JobPlaced {
+			t.Fatalf("job a after Commit: %+v", j)
+		}
+		if got := gpuKeys(snap.GPUsOfJob("b")); len(got) != 4 {
+			t.Fatalf("b holds %v", got)
+		}
+		if err := tx.Commit(); err == nil {
+			t.Fatal("a second Commit succeeded")
+		}
+	})
+
+	t.Run("abort", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		tx := s.Begin()
+		if err := tx.Allocate("a", keys("n1", 0)); err != nil {
+			t.Fatal(err)
+		}
+		tx.Abort()
+		if got := s.Snapshot().FreeCount(); got != 8 {
+			t.Fatalf("after Abort: %d free, want 8", got)
+		}
+		if err := s.Allocate("c", keys("n1", 0)); err != nil {
+			t.Fatalf("the store's writer after Abort: %v", err)
+		}
+	})
+
+	t.Run("spoiled", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		tx := s.Begin()
+		if err := tx.Allocate("a", keys("n1", 0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.UpsertJob(Job{ID: "a", State: "limbo"}); err == nil {
+			t.Fatal("a job in an unknown state was recorded")
+		}
+		if err := tx.Allocate("b", keys("n2", 0)); err == nil {
+			t.Fatal("a spoiled transaction took another change")
+		}
+		if err := tx.Commit(); err == nil {
+			t.Fatal("a spoiled transaction committed")
+		}
+		if got := s.Snapshot().FreeCount(); got != 8 {
+			t.Fatalf("after a spoiled transaction: %d free, want 8", got)
+		}
+	})
+}
