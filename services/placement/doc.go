@@ -1,22 +1,31 @@
 // Package placement decides where each analysed job runs and keeps the GPU
 // inventory it decides on.
 //
-//	topology.node/health ─┐
-//	jobs.analyzed ────────┼─► (one lock) strategy on the store ─► reserve in store
-//	jobs.finished ────────┘          │                                 │
-//	                                 ▼                                 ▼
-//	          placement.decided / pending / rejected / released (PubAck awaited)
+//	jobs.analyzed (up to 128 at once) ─► intake ─┐
+//	jobs.finished, topology.node/health ─────────┴─► (one lock) decision cycle:
+//	    the strategy on one view of the store ─► one store transaction
+//	    ─► placement.decided / pending / rejected, sent as decided, their
+//	       acknowledgements awaited once per cycle (placement.released:
+//	       each awaited)
 //
 // The store is a projection: at start-up the service replays the topology
 // stream and its own placement stream, which is a complete, ordered log of
 // every allocation (decided) and release (released), so a restarted replica
 // holds exactly the allocations it held before, with no double booking.
 //
-// Every decision, and its publication, happens under one lock, in the order
-// of the placement stream. Reservation happens first, in one store
-// transaction that re-checks that every GPU is still free and healthy; if
-// the publication then fails, the reservation is rolled back and the input
-// is retried, so the stream and the store never disagree.
+// Decisions are made in cycles (cycle.go): the jobs that arrived while the
+// last cycle ran are decided together, in priority and arrival order,
+// against one view of the store that includes the cycle's earlier
+// decisions, with their GPUs taken in one store transaction; outcomes are
+// sent without waiting, and their acknowledgements awaited when the cycle
+// ends (and before a job's pending is sent while it waits for GPUs the
+// cycle's decisions took). A message is acked only once its outcome is
+// stored. An outcome the stream refuses is undone in the store and its
+// input retried; one whose answer never came is sent again under the same
+// message id until the stream answers, so the stream and the store never
+// disagree and nothing is stored twice. Every cycle, and every other
+// handler, runs under one lock, so the placement stream is in the order
+// the store changed.
 //
 // Pending jobs are retried, highest priority first and oldest first within a
 // priority, whenever GPUs are freed or the topology changes. A job that does

@@ -20,3 +20,14 @@ func NewOnBus(t testing.TB, b *bus.Bus, cfg Config) *Service {
 	}
 	return s
 }
+
+// HoldCycles keeps every decision cycle from starting until release is
+// called, so that the jobs handed in meanwhile are decided in one cycle.
+func (s *Service) HoldCycles() (release func()) {
+	s.mu.Lock()
+	return s.mu.Unlock
+}
+
+// NotifyQueued makes the service tell ch of every job put in the intake;
+// set it before any handler runs.
+func (s *Service) NotifyQueued(ch chan<- struct{}) { s.intake.queued = ch }

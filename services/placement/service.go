@@ -14,7 +14,6 @@ import (
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/placer"
-	"github.com/toposched/toposched/internal/placer/launch"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
@@ -131,6 +130,10 @@ type Service struct {
 	nextReserve time.Time
 	// mig holds the optimizer's migration proposals (migrate.go).
 	mig migrations
+	// intake holds the jobs waiting for a decision cycle (cycle.go);
+	// inDoubt the outcomes sent that the stream has not confirmed.
+	intake  intake
+	inDoubt []*sent
 
 	holder        string
 	leaseRevision uint64
@@ -236,7 +239,8 @@ func (s *Service) Run(ctx context.Context) error {
 	// stop deciding at once, not finish what it holds through retries that
 	// may last a broker outage: the next leader gets those messages again.
 	r.AbortOnClose()
-	bus.Handle(r, bus.Handler[events.JobAnalyzed]{Name: HandlerAnalyzed, Event: events.NameJobAnalyzed, Fn: s.OnAnalyzed})
+	bus.Handle(r, bus.Handler[events.JobAnalyzed]{Name: HandlerAnalyzed, Event: events.NameJobAnalyzed, Fn: s.OnAnalyzed,
+		Concurrency: analyzedConcurrency})
 	bus.Handle(r, bus.Handler[events.JobFinished]{Name: HandlerFinished, Event: events.NameJobFinished, Fn: s.OnFinished,
 		Invalid: s.OnInvalidFinish})
 	bus.Handle(r, bus.Handler[events.TopologyNode]{Name: HandlerNode, Event: events.NameTopologyNode, Fn: s.OnNode})
@@ -263,21 +267,6 @@ func (s *Service) publish(ctx context.Context, v any) (events.Envelope, error) {
 		s.fenced(err)
 	}
 	return env, err
-}
-
-// OnAnalyzed places a new job. A job id already known has no second effect,
-// unless the job was rejected: a corrected job may be submitted again.
-func (s *Service) OnAnalyzed(ctx context.Context, env events.Envelope, job *events.JobAnalyzed) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	id := job.Job.JobID
-	if j, ok := s.store.Snapshot().Job(id); ok && j.State != store.JobRejected {
-		s.log.Info("duplicate submission ignored", "job_id", id, "state", j.State, "correlation_id", env.CorrelationID)
-		return nil
-	}
-	s.maybeReserve(ctx)
-	_, err := s.place(ctx, store.Job{ID: id, Priority: job.Job.Priority, Spec: *job}, true)
-	return err
 }
 
 // OnFinished frees a job's GPUs, or withdraws it from the queue, then
@@ -401,112 +390,6 @@ func (s *Service) applyFabric(ev events.TopologyFabric) error {
 	return nil
 }
 
-// place decides for one job and publishes the outcome. fresh is false for a
-// retry from the queue, which publishes nothing while the job still waits.
-// It reports whether the job left the queue.
-func (s *Service) place(ctx context.Context, job store.Job, fresh bool) (bool, error) {
-	plan, err := s.decide(ctx, job.Spec, fresh)
-	if err != nil {
-		return false, err
-	}
-	log := s.log.With("job_id", job.ID)
-	if cause, ok := bus.CauseFrom(ctx); ok {
-		log = log.With("correlation_id", cause.CorrelationID)
-	}
-	switch plan.Verdict {
-	case outcome.Placed:
-		before := s.store.Snapshot()
-		// Allocate re-checks, in its one transaction, that every GPU is
-		// still free and healthy.
-		if err := s.store.Allocate(job.ID, plan.GPUs); err != nil {
-			return false, fmt.Errorf("reserve GPUs for %s: %w", job.ID, err)
-		}
-		d := outcome.Decide(job.ID, plan.GPUs, s.strategy)
-		d.DecidedAt = s.now().UTC()
-		launch.Fill(&d, s.store.Snapshot())
-		d.Prediction, d.Baseline = s.predict(ctx, before, job.Spec, plan.GPUs, plan.Baseline)
-		d.Warnings, d.Explanation = plan.Warnings, plan.Explanation
-		err := s.publishDecided(ctx, &d, log)
-		if err != nil {
-			if _, rerr := s.store.Release(job.ID); rerr != nil {
-				return false, errors.Join(err, fmt.Errorf("roll back reservation of %s: %w", job.ID, rerr))
-			}
-			var tl *bus.TooLargeError
-			if !errors.As(err, &tl) {
-				return false, err
-			}
-			// Asking again cannot help: the job gets its answer.
-			plan.Verdict, plan.Counterfactuals, plan.Explanation = outcome.Never, nil, nil
-			plan.Reasons = []events.Reason{decisionTooLarge(len(d.Ranks), len(d.Nodes), tl)}
-			if err := s.reject(ctx, &job, plan, log); err != nil {
-				return false, err
-			}
-			break
-		}
-		job.State, job.Decision, job.Reasons = store.JobPlaced, &d, nil
-		log.Info("job placed", "strategy", d.Strategy, "gpus", len(d.Ranks), "nodes", len(d.Nodes), "warnings", len(d.Warnings))
-	case outcome.Wait:
-		if !fresh {
-			return false, nil
-		}
-		ev := &events.PlacementPending{JobID: job.ID, Reasons: plan.Reasons, Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}
-		if _, err := s.publish(ctx, ev); err != nil {
-			return false, err
-		}
-		job.State, job.Reasons = store.JobPending, plan.Reasons
-		if _, ok := s.pendingSince[job.ID]; !ok {
-			s.pendingSince[job.ID] = s.now()
-		}
-		log.Info("job pending", "reason", plan.Reasons[0].Message)
-	case outcome.Never:
-		if err := s.reject(ctx, &job, plan, log); err != nil {
-			return false, err
-		}
-	}
-	if plan.Verdict != outcome.Wait {
-		delete(s.pendingSince, job.ID)
-	}
-	if err := s.store.UpsertJob(job); err != nil {
-		return false, fmt.Errorf("record job %s: %w", job.ID, err)
-	}
-	return plan.Verdict != outcome.Wait, nil
-}
-
-// reject publishes the plan's rejection of job and records it in job.
-func (s *Service) reject(ctx context.Context, job *store.Job, plan placer.Plan, log *slog.Logger) error {
-	ev := &events.PlacementRejected{JobID: job.ID, Reasons: plan.Reasons, Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}
-	if _, err := s.publish(ctx, ev); err != nil {
-		return err
-	}
-	job.State, job.Reasons = store.JobRejected, plan.Reasons
-	log.Info("job rejected", "reason", plan.Reasons[0].Message)
-	return nil
-}
-
-// publishDecided publishes a decision. One over a message's size (a job of
-// tens of thousands of ranks) is sent again without what a launcher can do
-// without: the explanation and the nodes' NCCL topology files (the
-// optimizer's runtime.tuning writes those from the topology store as well).
-// It fails with the *bus.TooLargeError when even that is too big; on
-// success d is what was published.
-func (s *Service) publishDecided(ctx context.Context, d *events.PlacementDecided, log *slog.Logger) error {
-	_, err := s.publish(ctx, d)
-	var tl *bus.TooLargeError
-	if !errors.As(err, &tl) {
-		return err
-	}
-	full := tl.Size
-	d.Explanation = nil
-	for i := range d.Nodes {
-		d.Nodes[i].NCCLTopoXML = ""
-	}
-	if _, err = s.publish(ctx, d); err != nil {
-		return err
-	}
-	log.Warn("decision over one message: published without its explanation and NCCL topology files", "size", full, "limit", tl.Limit)
-	return nil
-}
-
 // decisionTooLarge is the reason a job that fits is rejected all the same.
 func decisionTooLarge(ranks, nodes int, tl *bus.TooLargeError) events.Reason {
 	return events.Reason{Code: outcome.CodeDecisionTooLarge, Field: outcome.FieldGPUs, Message: fmt.Sprintf(
@@ -520,19 +403,23 @@ func decisionTooLarge(ranks, nodes int, tl *bus.TooLargeError) events.Reason {
 // not be rejected for lack of a node whose report is already stored but
 // not yet handled. With no topology at all, a job waits rather than being
 // rejected.
-func (s *Service) decide(ctx context.Context, job events.JobAnalyzed, fresh bool) (placer.Plan, error) {
+func (s *Service) decide(ctx context.Context, c *cycle, job events.JobAnalyzed, fresh bool) (placer.Plan, error) {
 	o := placer.PlanOptions{Counterfactuals: fresh}
 	if s.observe != nil {
 		ctx = policies.WithEvalObserver(ctx, s.observe)
 	}
-	plan, err := s.planner().Plan(ctx, s.store.Snapshot(), job, o)
+	plan, err := s.planner().Plan(ctx, c.view(), job, o)
 	if err != nil || plan.Verdict != outcome.Never {
+		return plan, err
+	}
+	// The catch-up writes the store: the cycle's transaction ends first.
+	if err := c.commit(); err != nil {
 		return plan, err
 	}
 	if _, _, err := s.catchUpTopology(ctx); err != nil {
 		return plan, bus.Transient(err)
 	}
-	snap := s.store.Snapshot()
+	snap := c.view()
 	if plan, err = s.planner().Plan(ctx, snap, job, o); err != nil || plan.Verdict != outcome.Never {
 		return plan, err
 	}
@@ -566,29 +453,30 @@ func (s *Service) predict(ctx context.Context, before *store.Snapshot, job event
 // it, the head of the queue gets its reservation if it has waited long
 // enough (see Reservation).
 func (s *Service) retryPending(ctx context.Context) error {
-	snap := s.store.Snapshot()
+	c := s.newCycle()
+	snap := c.view()
 	queue := snap.PendingQueue()
 	s.reserve(ctx, snap, queue)
 	free := snap.FreeCount()
 	for _, j := range queue {
 		if free == 0 {
-			return nil
+			break
 		}
 		if j.Spec.Job.GPUs > free {
 			continue
 		}
-		left, err := s.place(ctx, j, false)
+		left, err := c.place(ctx, j, false, nil)
 		if err != nil {
-			return err
+			return errors.Join(err, c.finish())
 		}
 		if left {
 			if s.reservation != nil && s.reservation.JobID == j.ID {
 				s.reservation = nil
 			}
-			free = s.store.Snapshot().FreeCount()
+			free = c.view().FreeCount()
 		}
 	}
-	return nil
+	return c.finish()
 }
 
 func (s *Service) applyReleased(rel *events.PlacementReleased) error {
@@ -601,6 +489,7 @@ func (s *Service) applyReleased(rel *events.PlacementReleased) error {
 	}
 	j.State = store.JobFinished
 	delete(s.pendingSince, rel.JobID)
+	s.forget(rel.JobID)
 	if err := s.store.UpsertJob(j); err != nil {
 		return fmt.Errorf("record job %s: %w", rel.JobID, err)
 	}

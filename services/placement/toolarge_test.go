@@ -23,11 +23,26 @@ type sizeLimited struct {
 }
 
 func (l sizeLimited) Publish(ctx context.Context, v any) (events.Envelope, error) {
-	if d, ok := v.(*events.PlacementDecided); ok && l.refuse(d) {
-		body, _ := json.Marshal(d)
-		return events.Envelope{}, &bus.TooLargeError{Subject: "toposched.placement.decided", Size: len(body) + 60<<20, Limit: 8 << 20}
+	if err := l.tooLarge(v); err != nil {
+		return events.Envelope{}, err
 	}
 	return l.Bus.Publish(ctx, v)
+}
+
+// PublishAsync refuses before sending, as the client does over max_payload.
+func (l sizeLimited) PublishAsync(ctx context.Context, v any) (events.Envelope, *bus.Pending, error) {
+	if err := l.tooLarge(v); err != nil {
+		return events.Envelope{}, nil, err
+	}
+	return l.Bus.PublishAsync(ctx, v)
+}
+
+func (l sizeLimited) tooLarge(v any) error {
+	if d, ok := v.(*events.PlacementDecided); ok && l.refuse(d) {
+		body, _ := json.Marshal(d)
+		return &bus.TooLargeError{Subject: "toposched.placement.decided", Size: len(body) + 60<<20, Limit: 8 << 20}
+	}
+	return nil
 }
 
 // A decision over one message (a job of tens of thousands of ranks) is

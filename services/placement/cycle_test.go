@@ -1,0 +1,373 @@
+package placement_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/internal/fixtures"
+	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/services/placement"
+)
+
+// Fates of an outcome in lossy.
+const (
+	stored  = ""         // stored and acknowledged
+	refused = "refused"  // the stream says no
+	dropped = "dropped"  // never stored, the answer lost
+	ackLost = "ack-lost" // stored, the answer lost
+)
+
+// lossy is the bus with the fates of chosen outcomes, by job id, in the
+// order they are sent.
+type lossy struct {
+	*bus.Bus
+	mu    sync.Mutex
+	fates map[string][]string
+	// stuck jobs' outcomes are all dropped.
+	stuck map[string]bool
+}
+
+func (l *lossy) PublishAsync(ctx context.Context, v any) (events.Envelope, *bus.Pending, error) {
+	key := events.KeyOf(v)
+	l.mu.Lock()
+	fate := stored
+	if q := l.fates[key]; len(q) > 0 {
+		fate, l.fates[key] = q[0], q[1:]
+	}
+	if l.stuck[key] && fate == stored {
+		fate = dropped
+	}
+	l.mu.Unlock()
+	lost := bus.Transient(fmt.Errorf("%w: the answer was lost (test)", bus.ErrUnconfirmed))
+	switch fate {
+	case refused:
+		return events.Envelope{}, bus.Settled(0, bus.Transient(errors.New("the stream refused it (test)"))), nil
+	case dropped:
+		return events.Envelope{}, bus.Settled(0, lost), nil
+	case ackLost:
+		env, p, err := l.Bus.PublishAsync(ctx, v)
+		if err == nil {
+			_, err = p.Wait(ctx)
+		}
+		if err != nil {
+			return env, nil, err
+		}
+		return env, bus.Settled(0, lost), nil
+	}
+	return l.Bus.PublishAsync(ctx, v)
+}
+
+// cycleRig is a placement service over an embedded server whose nodes are
+// in its store, with its outcomes' fates set by the test.
+type cycleRig struct {
+	b      *bus.Bus
+	s      *placement.Service
+	pub    *lossy
+	queued chan struct{}
+}
+
+func newCycleRig(t *testing.T, ctx context.Context, nodes int) *cycleRig {
+	t.Helper()
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "test")
+	for i := range nodes {
+		n := fixtures.PlainNode(fmt.Sprintf("n%d", i+1), "A100", 8)
+		if _, err := b.Publish(ctx, &n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &cycleRig{b: b, pub: &lossy{Bus: b, fates: map[string][]string{}, stuck: map[string]bool{}}, queued: make(chan struct{}, 64)}
+	r.s = r.service(t, ctx, placement.Config{})
+	return r
+}
+
+// service is a new placement service on the rig's server, rebuilt from
+// the streams, publishing through the rig's lossy bus.
+func (r *cycleRig) service(t *testing.T, ctx context.Context, cfg placement.Config) *placement.Service {
+	t.Helper()
+	s, err := placement.New(cfg, placement.Deps{Publish: r.pub, Read: r.b, Consume: r.b, Subjects: r.b.Subjects})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.NotifyQueued(r.queued)
+	if err := s.Rebuild(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// submit hands s the jobs' analyses, each as the delivery of message
+// "a-<job id>", all in one cycle, in the order given, and returns each
+// handler's error by job id.
+func (r *cycleRig) submit(t *testing.T, ctx context.Context, s *placement.Service, jobs ...events.JobSubmitted) map[string]error {
+	t.Helper()
+	return r.submitWith(t, ctx, ctx, s, jobs...)
+}
+
+// submitWith is submit with the handlers' context hctx.
+func (r *cycleRig) submitWith(t *testing.T, ctx, hctx context.Context, s *placement.Service, jobs ...events.JobSubmitted) map[string]error {
+	t.Helper()
+	release := s.HoldCycles()
+	type result struct {
+		id  string
+		err error
+	}
+	results := make(chan result, len(jobs))
+	for _, j := range jobs {
+		a := analyzed(t, j)
+		env := events.Envelope{ID: "a-" + j.JobID, Subject: j.JobID}
+		go func() { results <- result{j.JobID, s.OnAnalyzed(bus.WithCause(hctx, env), env, a)} }()
+		select {
+		case <-r.queued:
+		case <-ctx.Done():
+			t.Fatal("a job never reached the intake")
+		}
+	}
+	release()
+	errs := map[string]error{}
+	for range jobs {
+		res := <-results
+		errs[res.id] = res.err
+	}
+	return errs
+}
+
+// decisions reads the placement stream's decisions, by job.
+func (r *cycleRig) decisions(t *testing.T, ctx context.Context) map[string][]events.PlacementDecided {
+	t.Helper()
+	out := map[string][]events.PlacementDecided{}
+	err := r.b.Replay(ctx, events.DomainPlacement, []string{r.b.Subjects.Of(events.NamePlacementDecided)}, func(rec bus.Record) error {
+		var d events.PlacementDecided
+		if err := r.b.Decode(events.NamePlacementDecided, rec.Body, &d); err != nil {
+			return err
+		}
+		out[d.JobID] = append(out[d.JobID], d)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// checkBooking fails the test when a job has more than one decision in
+// the stream or a GPU is in two jobs' decisions.
+func checkBooking(t *testing.T, decided map[string][]events.PlacementDecided) {
+	t.Helper()
+	owner := map[store.GPUKey]string{}
+	for id, ds := range decided {
+		if len(ds) != 1 {
+			t.Errorf("job %s has %d decisions in the stream, want 1", id, len(ds))
+		}
+		for _, rk := range ds[0].Ranks {
+			k := store.GPUKey{Node: rk.Node, Index: rk.GPU}
+			if o, ok := owner[k]; ok {
+				t.Errorf("GPU %s booked twice: jobs %s and %s", k, o, id)
+			}
+			owner[k] = id
+		}
+	}
+}
+
+func state(s *placement.Service, id string) store.JobState {
+	j, ok := s.Store().Snapshot().Job(id)
+	if !ok {
+		return "absent"
+	}
+	return j.State
+}
+
+// A cycle decides its jobs in priority order, then arrival: the job of
+// priority 9 that arrived second takes the node the first one would
+// have split.
+func TestCycleDecidesInPriorityOrder(t *testing.T) {
+	t.Parallel()
+	ctx := eventstest.Context(t, 30*time.Second)
+	r := newCycleRig(t, ctx, 1)
+	errs := r.submit(t, ctx, r.s,
+		events.JobSubmitted{JobID: "early", GPUs: 4},
+		events.JobSubmitted{JobID: "urgent", GPUs: 8, Priority: 9},
+		events.JobSubmitted{JobID: "late", GPUs: 4},
+	)
+	for id, err := range errs {
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+	}
+	want := map[string]store.JobState{"urgent": store.JobPlaced, "early": store.JobPending, "late": store.JobPending}
+	for id, st := range want {
+		if got := state(r.s, id); got != st {
+			t.Errorf("%s: %s, want %s", id, got, st)
+		}
+	}
+	// The queue keeps arrival order among equals: the first to fit is early.
+	if q := r.s.Store().Snapshot().PendingQueue(); len(q) != 2 || q[0].ID != "early" {
+		t.Errorf("queue %v, want early then late", q)
+	}
+	checkBooking(t, r.decisions(t, ctx))
+}
+
+// An outcome the stream refuses is undone in the store and its message
+// comes back (the handler's error); the cycle's other outcomes stand. A
+// job that would wait for the GPUs the refused decision took is decided
+// again before its pending is sent, and takes them: the stream never
+// says a job waits while its own state has room for it.
+func TestCycleUndoesARefusedOutcome(t *testing.T) {
+	t.Parallel()
+	ctx := eventstest.Context(t, 30*time.Second)
+	r := newCycleRig(t, ctx, 1)
+	r.pub.fates["b"] = []string{refused}
+	errs := r.submit(t, ctx, r.s,
+		events.JobSubmitted{JobID: "a", GPUs: 2},
+		events.JobSubmitted{JobID: "b", GPUs: 4},
+		events.JobSubmitted{JobID: "c", GPUs: 2},
+		events.JobSubmitted{JobID: "d", GPUs: 4}, // no room while b holds 4
+	)
+	if errs["a"] != nil || errs["c"] != nil || errs["d"] != nil || errs["b"] == nil {
+		t.Fatalf("handlers: %v, want only b's to fail", errs)
+	}
+	want := map[string]store.JobState{"a": store.JobPlaced, "b": "absent", "c": store.JobPlaced, "d": store.JobPlaced}
+	for id, st := range want {
+		if got := state(r.s, id); got != st {
+			t.Errorf("%s: %s, want %s", id, got, st)
+		}
+	}
+	if errs := r.submit(t, ctx, r.s, events.JobSubmitted{JobID: "b", GPUs: 4}); errs["b"] != nil {
+		t.Fatalf("b delivered again: %v", errs["b"])
+	}
+	if st := state(r.s, "b"); st != store.JobPending {
+		t.Fatalf("b delivered again: %s, want pending (d has its GPUs)", st)
+	}
+	decided := r.decisions(t, ctx)
+	if len(decided) != 3 || len(decided["b"]) != 0 {
+		t.Errorf("decisions for %d jobs, want a, c and d", len(decided))
+	}
+	checkBooking(t, decided)
+}
+
+// An outcome whose answer never came is sent again at once, under the
+// same message id, until the stream answers: stored once whether the
+// first send was stored or not, and its job's handler succeeds.
+func TestCycleConfirmsAnUnconfirmedOutcome(t *testing.T) {
+	t.Parallel()
+	for _, fate := range []string{dropped, ackLost} {
+		t.Run(fate, func(t *testing.T) {
+			t.Parallel()
+			ctx := eventstest.Context(t, 30*time.Second)
+			r := newCycleRig(t, ctx, 1)
+			r.pub.fates["b"] = []string{fate, fate}
+			errs := r.submit(t, ctx, r.s, events.JobSubmitted{JobID: "a", GPUs: 2}, events.JobSubmitted{JobID: "b", GPUs: 4})
+			if errs["a"] != nil || errs["b"] != nil {
+				t.Fatalf("handlers: %v", errs)
+			}
+			if st, free := state(r.s, "b"), r.s.Store().Snapshot().FreeCount(); st != store.JobPlaced || free != 2 {
+				t.Fatalf("b: %s with %d GPUs free, want placed with 2", st, free)
+			}
+			decided := r.decisions(t, ctx)
+			if len(decided["b"]) != 1 {
+				t.Fatalf("b has %d decisions in the stream, want 1", len(decided["b"]))
+			}
+			checkBooking(t, decided)
+		})
+	}
+}
+
+// An outcome still unconfirmed when its handler's time is up (a broker
+// outage) is kept in doubt: its GPUs stay held, its message is nacked,
+// every later cycle sends it again, and its job's delivery is answered
+// with that send, not acked as a duplicate while in doubt.
+func TestCycleKeepsAnOutcomeInDoubt(t *testing.T) {
+	t.Parallel()
+	ctx := eventstest.Context(t, 30*time.Second)
+	r := newCycleRig(t, ctx, 1)
+	if errs := r.submit(t, ctx, r.s, events.JobSubmitted{JobID: "a", GPUs: 2}); errs["a"] != nil {
+		t.Fatal(errs["a"])
+	}
+	r.pub.stuck["b"] = true
+	// A handler whose time is up: b's outcome is sent and never answered.
+	over, cancel := context.WithCancel(ctx)
+	cancel()
+	errs := r.submitWith(t, ctx, over, r.s, events.JobSubmitted{JobID: "b", GPUs: 4})
+	if !errors.Is(errs["b"], bus.ErrUnconfirmed) {
+		t.Fatalf("b: %v, want unconfirmed", errs["b"])
+	}
+	if st, free := state(r.s, "b"), r.s.Store().Snapshot().FreeCount(); st != store.JobPlaced || free != 2 {
+		t.Fatalf("b in doubt: %s with %d GPUs free, want placed with 2 (its GPUs held)", st, free)
+	}
+	// The next cycle sends b's decision again, still unanswered: b's
+	// delivery is not acked, and c does not get b's GPUs.
+	errs = r.submit(t, ctx, r.s, events.JobSubmitted{JobID: "b", GPUs: 4}, events.JobSubmitted{JobID: "c", GPUs: 8})
+	if !errors.Is(errs["b"], bus.ErrUnconfirmed) || errs["c"] != nil {
+		t.Fatalf("second cycle: %v, want b's unconfirmed", errs)
+	}
+	if st := state(r.s, "c"); st != store.JobPending {
+		t.Fatalf("c: %s, want pending (b's GPUs are not free)", st)
+	}
+	// The broker answers again: the next cycle stores it, and b's
+	// delivery is a duplicate now.
+	r.pub.mu.Lock()
+	r.pub.stuck["b"] = false
+	r.pub.mu.Unlock()
+	if errs = r.submit(t, ctx, r.s, events.JobSubmitted{JobID: "b", GPUs: 4}); errs["b"] != nil {
+		t.Fatalf("third cycle: %v", errs["b"])
+	}
+	decided := r.decisions(t, ctx)
+	if len(decided["b"]) != 1 {
+		t.Fatalf("b has %d decisions in the stream, want 1", len(decided["b"]))
+	}
+	checkBooking(t, decided)
+}
+
+// A replica that stops mid-cycle (some outcomes stored, one stored with
+// its answer lost, the rest never sent) loses no job and books no GPU
+// twice: the next term rebuilds from the stream, and every job's message,
+// delivered again, is decided there once.
+func TestCrashMidCycle(t *testing.T) {
+	t.Parallel()
+	ctx := eventstest.Context(t, 30*time.Second)
+	r := newCycleRig(t, ctx, 2)
+	var jobs []events.JobSubmitted
+	for i := range 7 {
+		jobs = append(jobs, events.JobSubmitted{JobID: fmt.Sprintf("j%d", i), GPUs: 2})
+	}
+	// j3's decision is stored but its answer lost, j4 to j6's never
+	// stored; the replica gives up on them (its handlers' time is up) and
+	// is gone.
+	r.pub.fates["j3"] = []string{ackLost}
+	for _, id := range []string{"j3", "j4", "j5", "j6"} {
+		r.pub.stuck[id] = true
+	}
+	over, cancel := context.WithCancel(ctx)
+	cancel()
+	r.submitWith(t, ctx, over, r.s, jobs...)
+	r.pub.mu.Lock()
+	clear(r.pub.stuck)
+	r.pub.mu.Unlock()
+
+	next := r.service(t, ctx, placement.Config{Holder: "r2"})
+	for id, err := range r.submit(t, ctx, next, jobs...) {
+		if err != nil {
+			t.Errorf("%s delivered to the next term: %v", id, err)
+		}
+	}
+	for _, j := range jobs {
+		if st := state(next, j.JobID); st != store.JobPlaced {
+			t.Errorf("%s: %s, want placed", j.JobID, st)
+		}
+	}
+	if free := next.Store().Snapshot().FreeCount(); free != 2 {
+		t.Errorf("%d GPUs free, want 2", free)
+	}
+	decided := r.decisions(t, ctx)
+	if len(decided) != len(jobs) {
+		t.Errorf("decisions for %d jobs, want %d", len(decided), len(jobs))
+	}
+	checkBooking(t, decided)
+}
