@@ -357,18 +357,48 @@ func (s *Snapshot) eachNodeWithFree(model string, min int, yield func(*Domain) b
 func (s *Snapshot) EachNodeFree(model string) iter.Seq2[Node, []FreeGPU] {
 	return func(yield func(Node, []FreeGPU) bool) {
 		s.eachNodeWithFree(model, 1, func(d *Domain) bool {
-			free := d.free
-			if model != "" && (len(d.Models) != 1 || d.Models[0].Model != model) {
-				free = nil
-				for _, g := range d.free {
-					if g.Model == model {
-						free = append(free, g)
-					}
-				}
-			}
-			return yield(*d.node, free[:len(free):len(free)])
+			return yield(*d.node, freeOf(d, model))
 		})
 	}
+}
+
+// EachNodeFreeIn is EachNodeFree for the nodes of one domain (a leaf or a
+// pod: see EachFreeGPUIn): it walks the domain's free GPUs, not the
+// cluster's nodes, so a job spread inside one leaf reads that leaf's
+// nodes only.
+func (s *Snapshot) EachNodeFreeIn(domain, model string) iter.Seq2[Node, []FreeGPU] {
+	return func(yield func(Node, []FreeGPU) bool) {
+		last := ""
+		for g := range s.EachFreeGPUIn(domain, model) {
+			if g.Node == last {
+				continue
+			}
+			last = g.Node
+			raw := s.first(TableDomains, IndexID, DomainNode+":"+g.Node)
+			if raw == nil {
+				continue
+			}
+			d := raw.(*Domain)
+			if !yield(*d.node, freeOf(d, model)) {
+				return
+			}
+		}
+	}
+}
+
+// freeOf is a node domain's free GPUs of a model ("" for any): the
+// store's own list when the node has that model only.
+func freeOf(d *Domain, model string) []FreeGPU {
+	free := d.free
+	if model != "" && (len(d.Models) != 1 || d.Models[0].Model != model) {
+		free = nil
+		for _, g := range d.free {
+			if g.Model == model {
+				free = append(free, g)
+			}
+		}
+	}
+	return free[:len(free):len(free)]
 }
 
 // EachNodeFreeByFit is EachNodeFree in best-fit order: the nodes with at
@@ -386,16 +416,7 @@ func (s *Snapshot) EachNodeFreeByFit(model string, min int) iter.Seq2[Node, []Fr
 			must(err)
 			for raw := it.Next(); raw != nil; raw = it.Next() {
 				d := raw.(*Domain)
-				free := d.free
-				if model != "" && (len(d.Models) != 1 || d.Models[0].Model != model) {
-					free = nil
-					for _, g := range d.free {
-						if g.Model == model {
-							free = append(free, g)
-						}
-					}
-				}
-				if !yield(*d.node, free[:len(free):len(free)]) {
+				if !yield(*d.node, freeOf(d, model)) {
 					return
 				}
 			}

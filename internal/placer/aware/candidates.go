@@ -9,7 +9,9 @@ package aware
 // local search → judge again.
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/toposched/toposched/events"
@@ -131,6 +133,131 @@ func candidates(snap *store.Snapshot, model string, filter func(NodeView) bool) 
 		slab = append(slab, candNode{node: node, free: free, fabric: fabric})
 		total += len(free)
 		out = append(out, &slab[len(slab)-1])
+	}
+	return out, total, considered
+}
+
+// scopeSet is one domain's candidates for a job no node holds.
+type scopeSet struct {
+	dom   string
+	cands []*candNode
+}
+
+// scoped collects the candidates of a job no node holds from the nodes of
+// a few fabric domains instead of the whole cluster. multiNode spreads
+// such a job over the smallest level (leaf, pod, cluster) with a domain
+// whose nodes offer it in whole groups of its unit (TP, keeping each
+// group on one node), else in single GPUs; scoped finds that level's
+// domains from the store's free counts per leaf and pod: those holding n
+// free GPUs of the model, fewest free first, then by name, are walked,
+// and those whose nodes (the filter's) offer the job as multiNode will
+// spread it are kept, up to scopeDomains of them and at most two whose
+// free GPUs are mostly of one model, so that a cluster of several kinds
+// of node offers each kind. The caller spreads the job in each and keeps
+// the fastest by the cost model. A 64-GPU job on 100k GPUs reads a few
+// pods' nodes, not 12,500.
+//
+// Nil when the job needs the cluster level (no leaf or pod holds it as
+// it will be spread) or scopeWalk nodes were read without finding a
+// domain: the caller walks the whole cluster.
+func scoped(snap *store.Snapshot, job events.JobAnalyzed, model string, filter func(NodeView) bool, n, gpn int) []scopeSet {
+	unit := 1
+	if gpn == 0 {
+		unit = unitOf(job, n)
+	}
+	// Whole groups are spread if any domain, the cluster included, offers
+	// them; the cluster's offer (before the filter) comes from the store's
+	// count of nodes by free GPUs.
+	if unit > 1 {
+		counts, whole := snap.NodeCounts(model), 0
+		for c, nodes := range counts.Free {
+			whole += nodes * (c / unit * unit)
+		}
+		if whole < n {
+			unit = 1
+		}
+	}
+	offers := func(cands []*candNode) int {
+		sum := 0
+		for _, c := range cands {
+			switch {
+			case gpn > 0 && len(c.free) >= gpn:
+				sum += gpn
+			case gpn == 0:
+				sum += len(c.free) / unit * unit
+			}
+		}
+		return sum
+	}
+	walked := 0
+	for _, kind := range []string{store.DomainLeaf, store.DomainPod} {
+		var doms []store.Domain
+		for _, d := range snap.DomainsOfKind(kind) {
+			if d.FreeOf(model) >= n {
+				doms = append(doms, d)
+			}
+		}
+		slices.SortFunc(doms, func(a, b store.Domain) int {
+			return cmp.Or(cmp.Compare(a.FreeOf(model), b.FreeOf(model)), strings.Compare(a.ID, b.ID))
+		})
+		var sets []scopeSet
+		perModel := map[string]int{}
+		for _, d := range doms {
+			if len(sets) == scopeDomains || walked >= scopeWalk {
+				break
+			}
+			major := mostFree(d)
+			if perModel[major] == 4 {
+				continue
+			}
+			cands, _, considered := candidatesIn(snap, d.ID, model, filter)
+			walked += considered
+			if offers(cands) >= n {
+				perModel[major]++
+				sets = append(sets, scopeSet{dom: d.ID, cands: cands})
+			}
+		}
+		if len(sets) > 0 {
+			return sets
+		}
+		if walked >= scopeWalk {
+			return nil
+		}
+	}
+	return nil
+}
+
+// mostFree is the model of most of a domain's free GPUs.
+func mostFree(d store.Domain) string {
+	best := store.ModelCount{}
+	for _, m := range d.Models {
+		if m.Free > best.Free {
+			best = m
+		}
+	}
+	return best.Model
+}
+
+// scopeDomains bounds the domains scoped keeps: each costs a spread and
+// a cost-model evaluation.
+const scopeDomains = 16
+
+// scopeWalk bounds the nodes scoped reads before it leaves the choice to
+// the whole cluster's walk: fragmented leaves and pods, each holding
+// enough free GPUs but not in whole groups, would otherwise be read one
+// after another.
+const scopeWalk = 1024
+
+// candidatesIn is candidates for the nodes of one leaf or pod.
+func candidatesIn(snap *store.Snapshot, dom, model string, filter func(NodeView) bool) (out []*candNode, total, considered int) {
+	for node, free := range snap.EachNodeFreeIn(dom, model) {
+		considered++
+		fabric := fabricDomains(free[0].Domains)
+		if filter != nil && !filter(NodeView{Node: node, Free: len(free), Fabric: fabric}) {
+			continue
+		}
+		out = append(out, &candNode{node: node, free: free, fabric: fabric})
+		total += len(free)
 	}
 	return out, total, considered
 }

@@ -50,6 +50,23 @@
 // groups stay on nodes), or gpus_per_node exactly; when whole units
 // do not suffice, single GPUs.
 //
+// # Large clusters
+//
+// On a cluster with more than Options.ScopeNodes nodes with free GPUs of
+// the job's model (DefaultScopeNodes), a job no node holds does not walk
+// every node: the store's free counts per leaf and pod name the domains of
+// the smallest level that may hold it, the tightest first, and their nodes
+// alone are read, until up to 16 of them (at most four whose free GPUs are
+// mostly of one model) are found to offer the job as it will be spread.
+// The job is spread in each, and the fastest spread by the cost model is
+// the favourite; the alternatives and the local search use those domains'
+// nodes; a judge that denies them all gets the whole cluster's candidates.
+// Where no leaf or pod holds the job, or 1,024 nodes were read without
+// finding one, every node is walked as on a small cluster. Against the
+// whole-cluster walk on seeded mixed clusters of 1,536 nodes
+// (TestScopedAgainstClusterWalk), the scoped choice was faster by more
+// than 2% in 50 of 144 decisions and slower in 1.
+//
 // # Alternatives across nodes
 //
 // A job spread over nodes, and a job one node holds whose best one-node

@@ -267,7 +267,8 @@ func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours o
 // placeNotWorse is place, then notWorse against base.
 func placeNotWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, base outcome.Result) outcome.Result {
 	var refused map[string]bool
-	if f := opts.Filter; f != nil {
+	f := opts.Filter
+	if f != nil {
 		// Refusals are few next to acceptances, so they are what is kept.
 		opts.Filter = func(n NodeView) bool {
 			if f(n) {
@@ -281,5 +282,35 @@ func placeNotWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, b
 		}
 	}
 	ours, oursT := place(snap, job, opts)
+	if f != nil && ours.Verdict == outcome.Placed && base.Verdict == outcome.Placed {
+		// The walk may not have read base's nodes (a job no node holds
+		// reads one leaf or pod's): the filter is asked of them now.
+		if refused == nil {
+			refused = map[string]bool{}
+		}
+		for _, g := range base.GPUs {
+			if _, asked := refused[g.Node]; !asked {
+				refused[g.Node] = !allowed(snap, job.Job.GPUModel, g.Node, f)
+			}
+		}
+	}
 	return notWorse(snap, job, opts, ours, oursT, base, refused)
+}
+
+// allowed asks filter of one node, as the candidate walk would.
+func allowed(snap *store.Snapshot, model, name string, filter func(NodeView) bool) bool {
+	node, ok := snap.Node(name)
+	if !ok {
+		return false
+	}
+	var free []store.GPU
+	for _, g := range snap.FreeGPUs(name) {
+		if model == "" || g.Model == model {
+			free = append(free, g)
+		}
+	}
+	if len(free) == 0 {
+		return false
+	}
+	return filter(NodeView{Node: node, Free: len(free), Fabric: fabricDomains(free[0].Domains)})
 }

@@ -173,7 +173,7 @@ func (p *placer) multiNode(cands []*candNode, job events.JobAnalyzed, gpn, limit
 			if gpus := p.spread(cands, n, d); gpus != nil {
 				name := d
 				if name == "" {
-					name = store.ClusterDomain
+					name = cmp.Or(p.scope, store.ClusterDomain)
 				}
 				out = append(out, &cand{domain: name, gpus: gpus, comm: math.NaN()})
 			}

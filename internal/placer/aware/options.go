@@ -40,6 +40,11 @@ type Options struct {
 	// subset of its free GPUs and every rank order on it, when those
 	// ordered selections fit in what is left.
 	NodeExact int
+	// ScopeNodes is how many nodes with free GPUs of the job's model a
+	// cluster must have before a job no node holds reads one leaf's or
+	// pod's nodes rather than every node (see scoped; 0:
+	// DefaultScopeNodes; negative: never).
+	ScopeNodes int
 	// Filter, when set, keeps only the nodes it accepts (node policies
 	// plug in here). It is asked only about nodes with free GPUs of the
 	// job's model.
@@ -66,6 +71,21 @@ func (o Options) budget() time.Duration {
 		return o.Budget
 	}
 	return 2 * time.Millisecond
+}
+
+// DefaultScopeNodes is Options.ScopeNodes's default. Below it the walk
+// of every node costs less than a few milliseconds, and the spreads and
+// alternatives it allows over the whole cluster find faster placements
+// on small clusters of mixed nodes than a few domains' nodes do: scoped
+// on the decision golden's clusters of 24 to 64 nodes, 125 decisions
+// were faster and 38 slower, some several times.
+const DefaultScopeNodes = 2_048
+
+func (o Options) scopeNodes() int {
+	if o.ScopeNodes == 0 {
+		return DefaultScopeNodes
+	}
+	return o.ScopeNodes
 }
 
 // DefaultNodeExact is Options.NodeExact's default: enough for 4 of 8

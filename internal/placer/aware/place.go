@@ -11,6 +11,7 @@ package aware
 // local search → judge again.
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"strings"
@@ -97,10 +98,29 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 		}
 		return cands
 	}
+	// On a large cluster, a job no node holds reads the nodes of a few
+	// leaves or pods that hold it (scoped), the cluster's only when none
+	// does.
+	var sets []scopeSet
 	if len(fit) == 0 {
-		full()
-		if wait, ok := filterWait(cands, total, n, gpn, model); ok {
-			return wait, math.NaN()
+		if sn := opts.scopeNodes(); sn >= 0 && snap.NodeCounts(model).FreeAtLeast(1) > sn {
+			sets = scoped(snap, job, model, filter, n, gpn)
+		}
+		if sets != nil {
+			for _, set := range sets {
+				cands = append(cands, set.cands...)
+				for _, c := range set.cands {
+					total += len(c.free)
+				}
+			}
+			if x != nil {
+				x.Explanation.NodesConsidered = len(cands)
+			}
+		} else {
+			full()
+			if wait, ok := filterWait(cands, total, n, gpn, model); ok {
+				return wait, math.NaN()
+			}
 		}
 	}
 	e := newEvaluator(snap, job, n, opts)
@@ -119,6 +139,26 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 				p.cands = full() // holds the nodes of fit too
 				return slices.DeleteFunc(p.multiNode(p.cands, job, gpn, p.limit()), func(c *cand) bool {
 					return !slices.ContainsFunc(c.gpus, func(g store.GPUKey) bool { return g.Node != c.gpus[0].Node })
+				})
+			}
+		}
+	}
+	if len(list) == 0 && sets != nil {
+		// One spread per domain, the fastest first.
+		for _, set := range sets {
+			p.scope = set.dom
+			list = append(list, p.multiNode(set.cands, job, gpn, 1)...)
+		}
+		p.scope = ""
+		slices.SortStableFunc(list, func(a, b *cand) int { return cmp.Compare(p.score(a), p.score(b)) })
+		if len(list) > 0 {
+			// More candidates, for a judge that denies them, come from
+			// the whole cluster.
+			scopedList := slices.Clone(list)
+			more = func() []*cand {
+				p.cands = full()
+				return slices.DeleteFunc(p.multiNode(p.cands, job, gpn, p.limit()), func(c *cand) bool {
+					return slices.ContainsFunc(scopedList, func(s *cand) bool { return slices.Equal(c.gpus, s.gpus) })
 				})
 			}
 		}
@@ -196,7 +236,10 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 }
 
 type placer struct {
-	opts   Options
+	opts Options
+	// scope names the domain multiNode spreads in when it spreads over
+	// all of cands ("": the cluster; see scoped).
+	scope  string
 	e      *evaluator
 	n      int
 	cands  []*candNode
