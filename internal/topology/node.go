@@ -3,6 +3,7 @@ package topology
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // GPU is one GPU of a node.
@@ -177,4 +178,47 @@ func Flat(name, source string, gpus []GPU) *Node {
 		}
 	}
 	return t
+}
+
+// SameLinks reports whether two nodes have the same GPUs and NICs (by
+// index, model, memory, NUMA node and MIG; by name, rate, RDMA,
+// transport and NUMA node) joined by the same paths: nodes that placement
+// cannot tell apart, whatever their names, UUIDs and bus IDs. Two nil
+// nodes are the same.
+func (n *Node) SameLinks(o *Node) bool {
+	if n == nil || o == nil {
+		return n == o
+	}
+	if n == o {
+		return true
+	}
+	if len(n.GPUs) != len(o.GPUs) || len(n.NICs) != len(o.NICs) || n.NVSwitches != o.NVSwitches ||
+		n.NVLinkGen != o.NVLinkGen || n.PCIeGen != o.PCIeGen {
+		return false
+	}
+	for i, g := range n.GPUs {
+		h := o.GPUs[i]
+		if g.Index != h.Index || g.Model != h.Model || g.MemoryMiB != h.MemoryMiB || g.NUMA != h.NUMA || g.MIG != h.MIG {
+			return false
+		}
+	}
+	for i, c := range n.NICs {
+		d := o.NICs[i]
+		if c.Index != d.Index || c.Name != d.Name || c.RateGbps != d.RateGbps || c.RDMA != d.RDMA || c.Transport != d.Transport || c.NUMA != d.NUMA {
+			return false
+		}
+	}
+	return samePaths(n.GPUPaths, o.GPUPaths) && samePaths(n.NICPaths, o.NICPaths)
+}
+
+func samePaths(a, b [][]Link) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !slices.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
 }

@@ -295,16 +295,18 @@ func (c *cycle) place(ctx context.Context, job store.Job, fresh bool, done chan<
 	}
 	switch plan.Verdict {
 	case outcome.Placed:
-		// Allocate re-checks, in the cycle's transaction, that every GPU
-		// is still free and healthy.
-		if err := c.tx.Allocate(job.ID, plan.GPUs); err != nil {
-			return false, fmt.Errorf("reserve GPUs for %s: %w", job.ID, err)
-		}
+		// before is the cycle's transaction itself (Txn.Snapshot): what
+		// reads the state before the allocation reads it first.
 		d := outcome.Decide(job.ID, plan.GPUs, s.strategy)
 		d.DecidedAt = s.now().UTC()
 		launch.Fill(&d, before)
 		d.Prediction, d.Baseline = s.predict(ctx, before, job.Spec, plan.GPUs, plan.Baseline)
 		d.Warnings, d.Explanation = plan.Warnings, plan.Explanation
+		// Allocate re-checks, in the cycle's transaction, that every GPU
+		// is still free and healthy.
+		if err := c.tx.Allocate(job.ID, plan.GPUs); err != nil {
+			return false, fmt.Errorf("reserve GPUs for %s: %w", job.ID, err)
+		}
 		job.State, job.Decision, job.Reasons = store.JobPlaced, &d, nil
 		out.ev, out.msg = &d, "job placed"
 		out.args = []any{"strategy", d.Strategy, "gpus", len(d.Ranks), "nodes", len(d.Nodes), "warnings", len(d.Warnings)}

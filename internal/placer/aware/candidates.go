@@ -65,7 +65,20 @@ func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) boo
 	}
 	slab := make([]candNode, 0, slabSize)
 	level0, ones := 0, 0
+	// A one-GPU job's candidates rank by holes, then fit, then order: a
+	// node that placement cannot tell from enough earlier ones (its twins:
+	// the same links and free GPUs) ranks after them all, where nothing
+	// reads it, so it is counted and not kept. On a cluster of identical
+	// nodes the walk keeps enough nodes, not oneGPULimit.
+	var classes []twinClass
 	for node, free := range snap.EachNodeFreeByFit(model, k) {
+		if filter == nil && k == 1 && enough > 0 && twinsFull(classes, node, free, enough) {
+			// Counted, and passed over before its fabric is listed.
+			if level0++; level0 >= limit {
+				break
+			}
+			continue
+		}
 		fabric := fabricDomains(free[0].Domains)
 		if filter != nil {
 			ok := filter(NodeView{Node: node, Free: len(free), Fabric: fabric})
@@ -76,6 +89,20 @@ func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) boo
 			if !ok {
 				continue
 			}
+		}
+		if k == 1 && enough > 0 {
+			i := slices.IndexFunc(classes, func(tc twinClass) bool { return tc.of(node, free) })
+			if i >= 0 && classes[i].n >= enough {
+				if level0++; level0 >= limit {
+					break
+				}
+				continue
+			}
+			if i < 0 {
+				classes = append(classes, twinClass{node: node, free: free})
+				i = len(classes) - 1
+			}
+			classes[i].n++
 		}
 		if len(slab) == cap(slab) {
 			slab = make([]candNode, 0, slabSize) // never cut pointers into slab
@@ -103,6 +130,26 @@ func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) boo
 		}
 	}
 	return out, seen
+}
+
+// twinClass is the nodes a one-GPU walk cannot tell apart, by its first
+// member: the same model, links and free GPUs. n counts those kept.
+type twinClass struct {
+	node store.Node
+	free []store.FreeGPU
+	n    int
+}
+
+// twinsFull reports whether the node's twins already number enough.
+func twinsFull(classes []twinClass, node store.Node, free []store.FreeGPU, enough int) bool {
+	i := slices.IndexFunc(classes, func(tc twinClass) bool { return tc.of(node, free) })
+	return i >= 0 && classes[i].n >= enough
+}
+
+func (tc twinClass) of(node store.Node, free []store.FreeGPU) bool {
+	return node.GPUModel == tc.node.GPUModel && node.GPUCount == tc.node.GPUCount &&
+		slices.EqualFunc(free, tc.free, func(a, b store.FreeGPU) bool { return a.Index == b.Index && a.Model == b.Model }) &&
+		node.Effective.SameLinks(tc.node.Effective)
 }
 
 // candidates collects the nodes with free GPUs of the job's model that the
