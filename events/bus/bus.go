@@ -425,6 +425,12 @@ func (b *Bus) publishError(msg *nats.Msg, err error) error {
 		// topoctl submit does not report a bare API error.
 		return Transient(fmt.Errorf("JetStream storage full: publish %s: %w", subject, err))
 	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeDuplicateInProcess {
+		// The same message sent again while the first is being stored:
+		// the stream has not said yet whether it is.
+		return Transient(fmt.Errorf("publish %s: %w: %w", subject, ErrUnconfirmed, err))
+	}
 	return Transient(fmt.Errorf("publish %s: %w", subject, err))
 }
 
@@ -479,6 +485,9 @@ func (b *Bus) Dial(ctx context.Context, source string) (*Bus, error) {
 const (
 	errCodeInsufficientResources jetstream.ErrorCode = 10023
 	errCodeStorageExceeded       jetstream.ErrorCode = 10047
+	// errCodeDuplicateInProcess: a message of the same id is being stored
+	// (a clustered stream's proposal in flight) and may yet be.
+	errCodeDuplicateInProcess jetstream.ErrorCode = 10158
 )
 
 // storageFull reports whether a publish was refused for lack of storage.
