@@ -43,6 +43,11 @@ const (
 	NameRuntimeTuning    Name = "runtime.tuning"
 	NameRuntimeTelemetry Name = "runtime.telemetry"
 	NameRuntimeDiagnosis Name = "runtime.diagnosis"
+
+	// Launch (launch.go).
+	NameAgentHeartbeat Name = "runtime.agent_heartbeat"
+	NameRankLog        Name = "runtime.rank_log"
+	NameRanksExited    Name = "runtime.ranks_exited"
 )
 
 // Version is the schema version carried in every ce-type.
@@ -57,6 +62,7 @@ var Catalogue = []Name{
 	NamePolicyApplied, NamePolicyRejected, NameCalibrationApplied, NameCalibrationRejected,
 	NamePlacementMigration, NameJobMigrationAccepted, NamePlacementMigrationRefused,
 	NameRuntimeTuning, NameRuntimeTelemetry, NameRuntimeDiagnosis,
+	NameAgentHeartbeat, NameRankLog, NameRanksExited,
 }
 
 // NodeScoped reports whether the event's subject ends in a node token.
@@ -79,7 +85,8 @@ func (n Name) Domain() Domain {
 		return DomainTopology
 	case NamePolicyApplied, NamePolicyRejected, NameCalibrationApplied, NameCalibrationRejected:
 		return DomainPolicy
-	case NameRuntimeTuning, NameRuntimeTelemetry, NameRuntimeDiagnosis:
+	case NameRuntimeTuning, NameRuntimeTelemetry, NameRuntimeDiagnosis,
+		NameAgentHeartbeat, NameRankLog, NameRanksExited:
 		return DomainRuntime
 	}
 	d, _, _ := strings.Cut(string(n), ".")
@@ -154,6 +161,12 @@ func (n Name) New() any {
 		return new(RuntimeTelemetry)
 	case NameRuntimeDiagnosis:
 		return new(RuntimeDiagnosis)
+	case NameAgentHeartbeat:
+		return new(AgentHeartbeat)
+	case NameRankLog:
+		return new(RankLog)
+	case NameRanksExited:
+		return new(RanksExited)
 	}
 	return nil
 }
@@ -205,6 +218,12 @@ func NameOf(v any) (Name, error) {
 		return NameRuntimeTelemetry, nil
 	case *RuntimeDiagnosis, RuntimeDiagnosis:
 		return NameRuntimeDiagnosis, nil
+	case *AgentHeartbeat, AgentHeartbeat:
+		return NameAgentHeartbeat, nil
+	case *RankLog, RankLog:
+		return NameRankLog, nil
+	case *RanksExited, RanksExited:
+		return NameRanksExited, nil
 	}
 	return "", fmt.Errorf("events: %T is not in the catalogue", v)
 }
