@@ -105,4 +105,3 @@ func runLauncher(ctx context.Context, b *bus.Bus, f *execFlags, node string, gpu
 
 // defaultAgentTTL is serve's --agent-ttl.
 const defaultAgentTTL = launcher.DefaultAgentTTL
-
