@@ -65,6 +65,7 @@ func (a *Agent) execute(ctx context.Context, rn *run, adopt *jobState) {
 			_ = removeState(a.cfg.StateDir, rn.id)
 			return
 		}
+		a.heartbeat(ctx) // claim the job at once: the watchdog counts from its decision
 		log.Info("adopted running ranks", "ranks", len(procs))
 	} else {
 		var err error
@@ -85,6 +86,7 @@ func (a *Agent) execute(ctx context.Context, rn *run, adopt *jobState) {
 			a.report(ctx, rn, rep)
 			return
 		}
+		a.heartbeat(ctx) // claim the job at once: the watchdog counts from its decision
 		log.Info("ranks started", "ranks", len(procs))
 	}
 	tailStop := make(chan struct{})
