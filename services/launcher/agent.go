@@ -285,20 +285,20 @@ func (a *Agent) apply(r bus.Record) {
 	switch r.Name {
 	case events.NamePlacementDecided:
 		var d events.PlacementDecided
-		if a.b.Decode(r.Name, r.Body, &d) != nil || a.released[d.JobID] || !onNode(&d, a.cfg.Node) {
+		if bus.Decode(r.Name, r.Body, &d) != nil || a.released[d.JobID] || !onNode(&d, a.cfg.Node) {
 			return
 		}
 		a.live[d.JobID] = &d
 	case events.NamePlacementReleased:
 		var rel events.PlacementReleased
-		if a.b.Decode(r.Name, r.Body, &rel) != nil {
+		if bus.Decode(r.Name, r.Body, &rel) != nil {
 			return
 		}
 		a.released[rel.JobID] = true
 		delete(a.live, rel.JobID)
 	case events.NameRuntimeTuning:
 		var t events.RuntimeTuning
-		if a.b.Decode(r.Name, r.Body, &t) != nil {
+		if bus.Decode(r.Name, r.Body, &t) != nil {
 			return
 		}
 		a.tunings[t.JobID] = &t
@@ -308,7 +308,7 @@ func (a *Agent) apply(r bus.Record) {
 		}
 	case events.NameRanksExited:
 		var x events.RanksExited
-		if a.b.Decode(r.Name, r.Body, &x) != nil {
+		if bus.Decode(r.Name, r.Body, &x) != nil {
 			return
 		}
 		if a.reports[x.JobID] == nil {
@@ -317,7 +317,7 @@ func (a *Agent) apply(r bus.Record) {
 		a.reports[x.JobID][x.Node] = &x
 	case events.NameAgentHeartbeat:
 		var h events.AgentHeartbeat
-		if a.b.Decode(r.Name, r.Body, &h) != nil {
+		if bus.Decode(r.Name, r.Body, &h) != nil {
 			return
 		}
 		a.addrs[h.Node] = h.Address
@@ -345,7 +345,7 @@ func (a *Agent) handle(ctx context.Context, r bus.Record) {
 		delete(a.reports, id)
 	case events.NameRanksExited:
 		var x events.RanksExited
-		if a.b.Decode(r.Name, r.Body, &x) != nil {
+		if bus.Decode(r.Name, r.Body, &x) != nil {
 			return
 		}
 		if run, ok := a.runs[x.JobID]; ok && x.Node != a.cfg.Node && x.Status == events.StatusFailed {

@@ -163,12 +163,12 @@ func (w *Watchdog) apply(r bus.Record) {
 	switch r.Name {
 	case events.NameJobSubmitted:
 		var j events.JobSubmitted
-		if w.b.Decode(r.Name, r.Body, &j) == nil && j.Command != "" {
+		if bus.Decode(r.Name, r.Body, &j) == nil && j.Command != "" {
 			w.commands[j.JobID] = true
 		}
 	case events.NamePlacementDecided:
 		var d events.PlacementDecided
-		if w.b.Decode(r.Name, r.Body, &d) != nil || !w.commands[d.JobID] {
+		if bus.Decode(r.Name, r.Body, &d) != nil || !w.commands[d.JobID] {
 			return
 		}
 		j := &watched{since: r.Env.Time, claimed: map[string]bool{}}
@@ -196,7 +196,7 @@ func (w *Watchdog) apply(r bus.Record) {
 		}
 	case events.NameAgentHeartbeat:
 		var h events.AgentHeartbeat
-		if w.b.Decode(r.Name, r.Body, &h) != nil {
+		if bus.Decode(r.Name, r.Body, &h) != nil {
 			return
 		}
 		a := &seenAgent{last: w.now(), jobs: map[string]bool{}}
