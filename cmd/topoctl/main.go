@@ -78,7 +78,7 @@ placement.rejected.`,
 	root.AddCommand(newPlace(g))
 	root.AddCommand(newExplain(g))
 	root.AddCommand(newMigrate(g))
-	root.AddCommand(newRun(g))
+	root.AddCommand(newRun(g), newLaunchArgs(g))
 	return root
 }
 
