@@ -47,6 +47,10 @@ type Config struct {
 	// TuningWait is how long a launch waits for the job's runtime.tuning
 	// before starting without it.
 	TuningWait time.Duration
+	// TelemetryListen is the loopback address of the endpoint where ranks
+	// report runtime.telemetry over HTTP (TOPOSCHED_TELEMETRY_URL); ""
+	// turns it off.
+	TelemetryListen string
 	// LogLineBytes and LogBytesPerRank bound the log stream (0: defaults).
 	LogLineBytes    int
 	LogBytesPerRank int64
@@ -100,6 +104,8 @@ type Agent struct {
 	id      string
 	started time.Time
 	numactl string
+	// telemetryURL is the endpoint's, "" when it is off.
+	telemetryURL string
 
 	mu sync.Mutex
 	// live are the decisions not released that put ranks here.
@@ -146,6 +152,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if a.cfg.TelemetryListen != "" {
+		url, err := a.serveTelemetry(ctx, a.cfg.TelemetryListen)
+		if err != nil {
+			return err
+		}
+		a.telemetryURL = url
+	}
 	recs := make(chan bus.Record, 256)
 	errc := make(chan error, 2)
 	follow := func(domain events.Domain, names ...events.Name) <-chan struct{} {
@@ -197,7 +210,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}
 	}()
-	a.log.Info("launcher ready", "agent", a.id, "address", a.cfg.Address, "state_dir", a.cfg.StateDir)
+	a.log.Info("launcher ready", "agent", a.id, "address", a.cfg.Address, "state_dir", a.cfg.StateDir, "telemetry", a.telemetryURL)
 	for {
 		select {
 		case <-ctx.Done():

@@ -61,6 +61,8 @@ type planInput struct {
 	tuning     *events.RuntimeTuning // nil when none came
 	masterAddr string
 	baseEnv    []string
+	// telemetryURL is the agent's telemetry endpoint, "" when off.
+	telemetryURL string
 	// numactl is numactl's path, "" when it is not installed; numaNodes
 	// reports whether this machine has a NUMA node.
 	numactl   string
@@ -162,6 +164,9 @@ func makePlan(in planInput) (*plan, error) {
 			"TOPOSCHED_NODE":       in.node,
 			"TOPOSCHED_GPU":        strconv.Itoa(r.GPU),
 		})
+		if in.telemetryURL != "" {
+			env[EnvTelemetryURL] = in.telemetryURL
+		}
 		argv := append([]string{command}, job.Args...)
 		if r.NUMA != nil {
 			switch {

@@ -154,7 +154,7 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 	tuning := a.waitTuning(ctx, rn.id)
 	p, err := makePlan(planInput{
 		node: a.cfg.Node, gpus: a.cfg.GPUs, job: job, decision: rn.d, tuning: tuning,
-		masterAddr: a.masterAddr(ctx, rn.d), baseEnv: os.Environ(),
+		masterAddr: a.masterAddr(ctx, rn.d), baseEnv: os.Environ(), telemetryURL: a.telemetryURL,
 		numactl: a.numactl, numaNodes: numaNodeExists,
 	})
 	if err != nil {
