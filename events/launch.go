@@ -5,10 +5,11 @@ import "time"
 // The launch events: what the node agents that start a job's ranks
 // (toposched agent --exec) say while they run them.
 //
-//   - runtime.agent_heartbeat: an agent is alive, where it can be reached
+//   - agent.heartbeat.<node>: an agent is alive, where it can be reached
 //     and which jobs it holds ranks of. A job whose agent falls silent for
 //     the watchdog's TTL is finished as lost (jobs.finished, reason
-//     agent_lost), which frees its GPUs.
+//     agent_lost), which frees its GPUs. The agent stream keeps only each
+//     node's newest heartbeat.
 //   - runtime.rank_log: a batch of one rank's output lines, bounded in
 //     size and number, for topoctl run to print.
 //   - runtime.ranks_exited: every rank an agent ran for a job has exited
@@ -67,7 +68,7 @@ type AgentJob struct {
 	Ranks []int  `json:"ranks"`
 }
 
-// AgentHeartbeat says a node agent is alive (runtime.agent_heartbeat).
+// AgentHeartbeat says a node agent is alive (agent.heartbeat.<node>).
 type AgentHeartbeat struct {
 	Node string `json:"node"`
 	// Agent identifies this run of the agent: a restart gets a new one.

@@ -45,7 +45,7 @@ const (
 	NameRuntimeDiagnosis Name = "runtime.diagnosis"
 
 	// Launch (launch.go).
-	NameAgentHeartbeat Name = "runtime.agent_heartbeat"
+	NameAgentHeartbeat Name = "agent.heartbeat"
 	NameRankLog        Name = "runtime.rank_log"
 	NameRanksExited    Name = "runtime.ranks_exited"
 )
@@ -67,7 +67,7 @@ var Catalogue = []Name{
 
 // NodeScoped reports whether the event's subject ends in a node token.
 func (n Name) NodeScoped() bool {
-	return n == NameTopologyNode || n == NameTopologyHealth
+	return n == NameTopologyNode || n == NameTopologyHealth || n == NameAgentHeartbeat
 }
 
 // Domain is the stream domain of the event, the first token of its name.
@@ -85,9 +85,10 @@ func (n Name) Domain() Domain {
 		return DomainTopology
 	case NamePolicyApplied, NamePolicyRejected, NameCalibrationApplied, NameCalibrationRejected:
 		return DomainPolicy
-	case NameRuntimeTuning, NameRuntimeTelemetry, NameRuntimeDiagnosis,
-		NameAgentHeartbeat, NameRankLog, NameRanksExited:
+	case NameRuntimeTuning, NameRuntimeTelemetry, NameRuntimeDiagnosis, NameRankLog, NameRanksExited:
 		return DomainRuntime
+	case NameAgentHeartbeat:
+		return DomainAgent
 	}
 	d, _, _ := strings.Cut(string(n), ".")
 	return Domain(d)

@@ -20,7 +20,7 @@ func TestWriteLaunchArgs(t *testing.T) {
 		for i, node := range []string{"gpu-001", "gpu-002"} {
 			d.Nodes = append(d.Nodes, events.NodePlacement{Node: node, CUDAVisibleDevices: devices[i], GPUs: []int{0, 1},
 				SlurmGPUBind: "map_gpu:" + devices[i],
-				Torchrun: []string{"--nnodes=2", "--node_rank=" + string(rune('0'+i)), "--nproc_per_node=2", "--master_addr=gpu-001", "--master_port=29500"}})
+				Torchrun:     []string{"--nnodes=2", "--node_rank=" + string(rune('0'+i)), "--nproc_per_node=2", "--master_addr=gpu-001", "--master_port=29500"}})
 			for l := range 2 {
 				d.Ranks = append(d.Ranks, events.RankPlacement{Rank: 2*i + l, Node: node, LocalRank: l})
 			}

@@ -28,7 +28,7 @@ func (f *execFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.cfg.StateDir, "state-dir", filepath.Join(os.TempDir(), "toposched-agent"),
 		"with --exec: where each job's state file and its ranks' output are kept (a restarted agent adopts the ranks found there)")
 	fs.StringVar(&f.cfg.Address, "address", "", "with --exec: where other nodes reach this node's ranks, MASTER_ADDR when rank 0 runs here (default: the node name)")
-	fs.DurationVar(&f.cfg.Heartbeat, "heartbeat", launcher.DefaultHeartbeat, "with --exec: how often to send runtime.agent_heartbeat (the watchdog's --agent-ttl must be several of them)")
+	fs.DurationVar(&f.cfg.Heartbeat, "heartbeat", launcher.DefaultHeartbeat, "with --exec: how often to send agent.heartbeat (the watchdog's --agent-ttl must be several of them)")
 	fs.DurationVar(&f.cfg.Grace, "grace", launcher.DefaultGrace, "with --exec: how long a rank asked to stop (SIGTERM) has before SIGKILL")
 	fs.StringVar(&f.cfg.TelemetryListen, "telemetry-listen", "127.0.0.1:0",
 		"with --exec: loopback HOST:PORT where ranks POST runtime.telemetry (TOPOSCHED_TELEMETRY_URL; port 0: any free one; empty: off)")

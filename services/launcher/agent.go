@@ -147,7 +147,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.numactl == "" {
 		a.log.Info("numactl not found: ranks are not bound to their GPU's NUMA node")
 	}
-	if err := waitStreams(ctx, a.b, a.log, events.DomainJobs, events.DomainPlacement, events.DomainRuntime); err != nil {
+	if err := waitStreams(ctx, a.b, a.log, events.DomainJobs, events.DomainPlacement, events.DomainRuntime, events.DomainAgent); err != nil {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -160,7 +160,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.telemetryURL = url
 	}
 	recs := make(chan bus.Record, 256)
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	follow := func(domain events.Domain, names ...events.Name) <-chan struct{} {
 		ready := make(chan struct{})
 		subjects := make([]string, len(names))
@@ -183,7 +183,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	// handled twice, which every handler allows; none falls between.
 	readies := []<-chan struct{}{
 		follow(events.DomainPlacement, events.NamePlacementDecided, events.NamePlacementReleased),
-		follow(events.DomainRuntime, events.NameRuntimeTuning, events.NameRanksExited, events.NameAgentHeartbeat),
+		follow(events.DomainRuntime, events.NameRuntimeTuning, events.NameRanksExited),
+		follow(events.DomainAgent, events.NameAgentHeartbeat),
 	}
 	for _, r := range readies {
 		select {
@@ -248,6 +249,14 @@ func (a *Agent) rebuild(ctx context.Context) error {
 		})
 	if err != nil {
 		return fmt.Errorf("launcher: read reports: %w", err)
+	}
+	// The other agents' addresses, for MASTER_ADDR.
+	err = a.b.Replay(ctx, events.DomainAgent, []string{a.b.Subjects.Of(events.NameAgentHeartbeat)}, func(r bus.Record) error {
+		a.apply(r)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("launcher: read heartbeats: %w", err)
 	}
 	states, errs := readStates(a.cfg.StateDir)
 	for _, err := range errs {

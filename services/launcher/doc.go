@@ -22,7 +22,7 @@
 // (the job finished or cancelled by anyone else) stops the ranks too.
 //
 // The Watchdog runs beside the services (toposched serve --agent-ttl). It
-// follows the agents' runtime.agent_heartbeat and finishes as lost
+// follows the agents' agent.heartbeat.<node> and finishes as lost
 // (jobs.finished status lost, reason agent_lost) a job whose agent has been
 // silent for the TTL, and (reason no_agent) a job with a command that no
 // agent took within the TTL of its decision: placement frees the GPUs of

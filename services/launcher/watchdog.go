@@ -65,7 +65,7 @@ func NewWatchdog(b *bus.Bus, ttl time.Duration, log *slog.Logger) (*Watchdog, er
 func (w *Watchdog) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if err := waitStreams(ctx, w.b, w.log, events.DomainJobs, events.DomainPlacement, events.DomainRuntime); err != nil {
+	if err := waitStreams(ctx, w.b, w.log, events.DomainJobs, events.DomainPlacement, events.DomainAgent); err != nil {
 		return nil
 	}
 	w.started = w.now()
@@ -92,7 +92,7 @@ func (w *Watchdog) Run(ctx context.Context) error {
 	readies := []<-chan struct{}{
 		follow(events.DomainJobs, events.NameJobSubmitted),
 		follow(events.DomainPlacement, events.NamePlacementDecided, events.NamePlacementReleased),
-		follow(events.DomainRuntime, events.NameAgentHeartbeat),
+		follow(events.DomainAgent, events.NameAgentHeartbeat),
 	}
 	for _, r := range readies {
 		select {
