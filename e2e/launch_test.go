@@ -28,13 +28,16 @@ type launchCluster struct {
 	agents  map[string]*proc
 	states  map[string]string
 	serve   *proc
+	// t is the test that started the cluster: an agent restarted in a
+	// subtest must outlive it.
+	t *testing.T
 }
 
 func startLaunchCluster(t *testing.T) *launchCluster {
 	t.Helper()
 	needBinaries(t)
 	url, _ := natsServer(t)
-	c := &launchCluster{url: url, cluster: testdata(t, "launch.yaml"), agents: map[string]*proc{}, states: map[string]string{}}
+	c := &launchCluster{url: url, cluster: testdata(t, "launch.yaml"), agents: map[string]*proc{}, states: map[string]string{}, t: t}
 	c.serve = startProc(t, "serve", childEnv(), bins.toposched, "--nats-url", url, "serve", "--cluster", c.cluster,
 		"--poll", "0", "--agent-ttl", launchTTL.String())
 	waitFor(t, 30*time.Second, func() (bool, string) {
@@ -53,7 +56,7 @@ func startLaunchCluster(t *testing.T) *launchCluster {
 // directory it had, and waits until it follows the streams.
 func (c *launchCluster) startAgent(t *testing.T, node string) *proc {
 	t.Helper()
-	p := startProc(t, "agent "+node, childEnv(), bins.toposched, "--nats-url", c.url, "agent", "--node", node,
+	p := startProc(c.t, "agent "+node, childEnv(), bins.toposched, "--nats-url", c.url, "agent", "--node", node,
 		"--exec", "--cluster", c.cluster, "--state-dir", c.states[node], "--address", "127.0.0.1",
 		"--heartbeat", launchHeartbeat.String(), "--grace", "5s")
 	waitFor(t, 30*time.Second, func() (bool, string) {
@@ -134,7 +137,7 @@ func readEnvFile(t *testing.T, path string) map[string]string {
 	return env
 }
 
-// pidsIn reads the pid-* files the ranks wrote.
+// pidsIn reads the pid-* files the ranks have written.
 func pidsIn(t *testing.T, dir string) map[string]int {
 	t.Helper()
 	files, _ := filepath.Glob(filepath.Join(dir, "pid-*"))
@@ -143,6 +146,9 @@ func pidsIn(t *testing.T, dir string) map[string]int {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if !strings.HasSuffix(string(b), "\n") {
+			continue // still being written
 		}
 		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 		if err != nil {
@@ -290,6 +296,49 @@ func TestLaunch(t *testing.T) {
 				}
 				mustBeAlive(t, c.agents["node-001"], c.agents["node-002"], c.serve)
 			})
+		}
+		noLiveJobs(t, c)
+	})
+
+	t.Run("a restarted agent adopts the ranks still running", func(t *testing.T) {
+		out := t.TempDir()
+		killLeft(t, out)
+		script := `echo $$ > "$OUT/pid-$RANK"; while [ ! -e "$OUT/stop" ]; do sleep 0.05; done; echo "done $RANK"`
+		job := writeLaunchJob(t, dir, "adopt-job", script, out, nil)
+		run := startProc(t, "topoctl run", childEnv(), bins.topoctl, "--nats-url", c.url, "run", job)
+		waitFor(t, 30*time.Second, func() (bool, string) {
+			mustBeAlive(t, run)
+			started := strings.Contains(c.agents["node-002"].output(), `msg="ranks started" node=node-002 job_id=adopt-job`)
+			return started && len(pidsIn(t, out)) == 4, fmt.Sprintf("agent node-002 started its ranks: %v; pids written: %v", started, pidsIn(t, out))
+		})
+		// A graceful stop (an upgrade, say) leaves the ranks running.
+		old := c.agents["node-002"]
+		old.signal(t, syscall.SIGTERM)
+		if code := old.waitExit(t, 30*time.Second); code != 0 {
+			t.Fatalf("agent node-002 exited %d on SIGTERM", code)
+		}
+		for f, pid := range pidsIn(t, out) {
+			if processGone(pid) {
+				t.Fatalf("%s (%d) ended with its agent", f, pid)
+			}
+		}
+		p := c.startAgent(t, "node-002")
+		waitFor(t, 30*time.Second, func() (bool, string) {
+			return strings.Contains(p.output(), `msg="adopted running ranks" node=node-002 job_id=adopt-job`),
+				"the restarted agent has not adopted adopt-job's ranks"
+		})
+		if err := os.WriteFile(filepath.Join(out, "stop"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if code := run.waitExit(t, 60*time.Second); code != 0 {
+			t.Fatalf("topoctl run: exit %d, want 0\n%s", code, run.output())
+		}
+		// The adopted ranks' exit codes come from their shim's files, and
+		// their output after the restart is streamed.
+		for _, want := range []string{"adopt-job: succeeded (ranks_exited)", "exit codes by rank: 0 0 0 0", "[rank 3] done 3"} {
+			if !strings.Contains(run.output(), want) {
+				t.Errorf("topoctl run's output lacks %q:\n%s", want, run.output())
+			}
 		}
 		noLiveJobs(t, c)
 	})

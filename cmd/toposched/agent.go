@@ -102,6 +102,7 @@ names the cluster file that describes --node, and nothing is discovered.`,
 	f.DurationVar(&cfg.Rediscover, "rediscover", 5*time.Minute, "how often to rediscover the node and report it again if it changed")
 	f.BoolVar(&print, "print", false, "discover once, print the path matrix and exit (no NATS)")
 	ef.register(f)
+	cmd.AddCommand(newRankExec())
 	return cmd
 }
 

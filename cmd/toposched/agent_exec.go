@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/toposched/toposched/events/bus"
@@ -25,8 +26,8 @@ type execFlags struct {
 func (f *execFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.exec, "exec", false, "launch the ranks decisions place on this node (the job's command, args, env, workdir), watch them and finish the job")
 	fs.StringVar(&f.cluster, "cluster", "", "cluster file describing this node (--node), for a machine without NVML; needs --exec")
-	fs.StringVar(&f.cfg.StateDir, "state-dir", filepath.Join(os.TempDir(), "toposched-agent"),
-		"with --exec: where each job's state file and its ranks' output are kept (a restarted agent adopts the ranks found there)")
+	fs.StringVar(&f.cfg.StateDir, "state-dir", "",
+		"with --exec: where each job's state file and its ranks' output are kept (a restarted agent adopts the ranks found there; default: TMPDIR/toposched-agent/NODE)")
 	fs.StringVar(&f.cfg.Address, "address", "", "with --exec: where other nodes reach this node's ranks, MASTER_ADDR when rank 0 runs here (default: the node name)")
 	fs.DurationVar(&f.cfg.Heartbeat, "heartbeat", launcher.DefaultHeartbeat, "with --exec: how often to send agent.heartbeat (the watchdog's --agent-ttl must be several of them)")
 	fs.DurationVar(&f.cfg.Grace, "grace", launcher.DefaultGrace, "with --exec: how long a rank asked to stop (SIGTERM) has before SIGKILL")
@@ -95,6 +96,16 @@ func runLauncherOnly(ctx context.Context, g *globals, f *execFlags, node string)
 func runLauncher(ctx context.Context, b *bus.Bus, f *execFlags, node string, gpus []int, log *slog.Logger) error {
 	cfg := f.cfg
 	cfg.Node, cfg.GPUs = node, gpus
+	if cfg.StateDir == "" {
+		// Per node: two agents on one machine (a test, a demo) must not
+		// share their job states.
+		cfg.StateDir = filepath.Join(os.TempDir(), "toposched-agent", node)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("agent: the rank shim is this binary: %w", err)
+	}
+	cfg.Shim = []string{exe, "agent", "rank-exec"}
 	a, err := launcher.New(cfg, b, log)
 	if err != nil {
 		return err
@@ -103,6 +114,24 @@ func runLauncher(ctx context.Context, b *bus.Bus, f *execFlags, node string, gpu
 		return fmt.Errorf("agent: %w", err)
 	}
 	return nil
+}
+
+// newRankExec is the rank shim the launcher starts each rank under
+// (launcher.RunShim): not a command for people.
+func newRankExec() *cobra.Command {
+	return &cobra.Command{
+		Use:                "rank-exec EXITFILE -- COMMAND ARGS...",
+		Short:              "Run one rank and record how it ended (started by agent --exec)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(_ *cobra.Command, args []string) error {
+			if len(args) < 3 || args[1] != "--" {
+				return errors.New("rank-exec: expected EXITFILE -- COMMAND ARGS...")
+			}
+			os.Exit(launcher.RunShim(args[0], args[2:]))
+			return nil
+		},
+	}
 }
 
 // defaultAgentTTL is serve's --agent-ttl.

@@ -26,5 +26,6 @@ func newAgent(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&node, "node", "", "node name, as the cluster file has it")
 	ef.register(cmd.Flags())
+	cmd.AddCommand(newRankExec())
 	return cmd
 }

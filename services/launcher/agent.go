@@ -51,6 +51,11 @@ type Config struct {
 	// report runtime.telemetry over HTTP (TOPOSCHED_TELEMETRY_URL); ""
 	// turns it off.
 	TelemetryListen string
+	// Shim is the command line that runs a rank under the rank shim
+	// (RunShim), the exit file and "--" then the rank's argv following;
+	// nil starts ranks directly, and an adopted rank's exit code is then
+	// not known.
+	Shim []string
 	// LogLineBytes and LogBytesPerRank bound the log stream (0: defaults).
 	LogLineBytes    int
 	LogBytesPerRank int64

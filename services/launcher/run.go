@@ -59,7 +59,7 @@ func (a *Agent) execute(ctx context.Context, rn *run, adopt *jobState) {
 	if adopt != nil {
 		procs, logs = a.adopt(ctx, rn, adopt)
 		if len(procs) == 0 {
-			log.Warn("ranks gone while the agent was down")
+			log.Warn("ranks gone while the agent was down, with no word of how they ended")
 			a.report(ctx, rn, &events.RanksExited{Status: events.StatusFailed, Reason: events.ReasonRanksGone,
 				Message: "the ranks ended while the agent was down; how is not known", Ranks: unknownExits(adopt.Ranks, a.cfg.Node)})
 			_ = removeState(a.cfg.StateDir, rn.id)
@@ -187,7 +187,13 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 		if err != nil {
 			return fail(fmt.Errorf("rank %d output: %w", rs.rank.Rank, err))
 		}
-		cmd := exec.Command(rs.argv[0], rs.argv[1:]...)
+		argv, exitFile := rs.argv, ""
+		if len(a.cfg.Shim) > 0 {
+			exitFile = filepath.Join(a.jobDir(rn.id), fmt.Sprintf("rank-%d.exit", rs.rank.Rank))
+			_ = os.Remove(exitFile) // a previous run's
+			argv = append(append(slices.Clone(a.cfg.Shim), exitFile, "--"), argv...)
+		}
+		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = rs.env, rs.dir, out, out
 		detach(cmd)
 		err = cmd.Start()
@@ -197,7 +203,7 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 		}
 		cmds = append(cmds, cmd)
 		start, _ := procStart(cmd.Process.Pid)
-		st.Ranks = append(st.Ranks, rankState{Rank: rs.rank.Rank, PID: cmd.Process.Pid, Start: start, Log: path})
+		st.Ranks = append(st.Ranks, rankState{Rank: rs.rank.Rank, PID: cmd.Process.Pid, Start: start, Log: path, Exit: exitFile})
 	}
 	if err := writeState(a.cfg.StateDir, st); err != nil {
 		return fail(err)
@@ -206,9 +212,15 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 	for i, cmd := range cmds {
 		p := &rankProc{rank: st.Ranks[i].Rank, pid: cmd.Process.Pid, exited: make(chan struct{})}
 		p.exit = events.RankExit{Rank: p.rank, Node: a.cfg.Node}
+		exitFile := st.Ranks[i].Exit
 		go func() {
 			_ = cmd.Wait()
 			p.exit.ExitCode, p.exit.Signal = exitOf(cmd.ProcessState)
+			// The shim's word is the rank's; without it (no shim, or
+			// the shim killed with the rank) the shim's status stands.
+			if e, ok := readShimExit(exitFile); ok {
+				p.exit.ExitCode, p.exit.Signal = e.ExitCode, e.Signal
+			}
 			close(p.exited)
 		}()
 		procs = append(procs, p)
@@ -218,20 +230,30 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 }
 
 // adopt takes the ranks a previous run of the agent started that still
-// run; their exit status cannot be waited for (they are not this process's
-// children), so it is unknown.
+// run. They are not this process's children, so they cannot be waited
+// for: the agent watches their shim's pid and reads the exit file it
+// leaves (without a shim, how they ended is unknown).
 func (a *Agent) adopt(ctx context.Context, rn *run, st *jobState) ([]*rankProc, []func(<-chan struct{})) {
 	var procs []*rankProc
 	var tails []func(<-chan struct{})
-	if !slices.ContainsFunc(st.Ranks, func(r rankState) bool { return alive(r.PID, r.Start) }) {
+	if !slices.ContainsFunc(st.Ranks, func(r rankState) bool {
+		_, exited := readShimExit(r.Exit)
+		return exited || alive(r.PID, r.Start)
+	}) {
 		return nil, nil
 	}
 	for _, r := range st.Ranks {
 		p := &rankProc{rank: r.Rank, pid: r.PID, exited: make(chan struct{}),
 			exit: events.RankExit{Rank: r.Rank, Node: a.cfg.Node, ExitCode: -1}}
 		procs = append(procs, p)
-		if !alive(r.PID, r.Start) {
+		ended := func() {
+			if e, ok := readShimExit(r.Exit); ok {
+				p.exit.ExitCode, p.exit.Signal = e.ExitCode, e.Signal
+			}
 			close(p.exited)
+		}
+		if !alive(r.PID, r.Start) {
+			ended()
 			continue
 		}
 		go func() {
@@ -244,7 +266,7 @@ func (a *Agent) adopt(ctx context.Context, rn *run, st *jobState) ([]*rankProc, 
 				case <-tick.C:
 				}
 			}
-			close(p.exited)
+			ended()
 		}()
 		// What was written while no agent read it is in the file; the
 		// stream goes on from where it stands now.

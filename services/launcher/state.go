@@ -22,8 +22,10 @@ type rankState struct {
 	// Start is the process's start time (clock ticks since boot), to tell
 	// it from a later process given the same pid.
 	Start uint64 `json:"start"`
-	// Log is the rank's output file.
-	Log string `json:"log"`
+	// Log is the rank's output file; Exit the file its shim writes its
+	// end to ("" without a shim).
+	Log  string `json:"log"`
+	Exit string `json:"exit,omitempty"`
 }
 
 const stateSuffix = ".job.json"
