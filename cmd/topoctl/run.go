@@ -53,7 +53,7 @@ the job: its ranks are stopped and its GPUs freed.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
 			if (dash < 0 && len(args) != 1) || dash > 1 {
-				return errors.New("expected one job file, then optionally -- COMMAND ARGS...")
+				return errors.New("expected one job file, then optionally -- COMMAND ARGS")
 			}
 			job, err := client.LoadJob(args[0])
 			if err != nil {
@@ -61,7 +61,7 @@ the job: its ranks are stopped and its GPUs freed.`,
 			}
 			if dash == 1 {
 				if len(args) < 2 {
-					return errors.New("nothing after --: expected COMMAND ARGS...")
+					return errors.New("nothing after --: expected COMMAND ARGS")
 				}
 				job.Command, job.Args = args[1], args[2:]
 			}
@@ -216,7 +216,7 @@ func (g *globals) run(ctx context.Context, stdout, stderr io.Writer, job *events
 		case <-userDone:
 			userDone = nil
 			cancelled = true
-			fmt.Fprintf(stderr, "%s: cancelling: the ranks are stopped and the GPUs freed\n", id)
+			_, _ = fmt.Fprintf(stderr, "%s: cancelling: the ranks are stopped and the GPUs freed\n", id)
 			if _, err := b.Publish(bctx, &events.JobFinished{JobID: id, Status: events.StatusCancelled, Reason: events.ReasonCancelled,
 				Message: "cancelled by topoctl run"}); err != nil {
 				return fmt.Errorf("cancel: %w", err)
@@ -225,7 +225,7 @@ func (g *globals) run(ctx context.Context, stdout, stderr io.Writer, job *events
 			if finished == nil {
 				finished = &events.JobFinished{JobID: id, Status: releasedStatus, Reason: releasedReason}
 			} else {
-				fmt.Fprintf(stderr, "%s: no output report from some nodes after %s\n", id, drain)
+				_, _ = fmt.Fprintf(stderr, "%s: no output report from some nodes after %s\n", id, drain)
 				finished.Message += " (output of some nodes may be missing)"
 			}
 			return runResult(stderr, finished, cancelled)
@@ -247,11 +247,8 @@ func (g *globals) run(ctx context.Context, stdout, stderr io.Writer, job *events
 					releasedStatus, releasedReason = o.Released.Status, o.Released.Reason
 				}
 			case e.log != nil:
-				if e.log.Dropped > 0 {
-					fmt.Fprintf(stdout, "[rank %d] ... %d lines dropped\n", e.log.Rank, e.log.Dropped)
-				}
-				for _, l := range e.log.Lines {
-					fmt.Fprintf(stdout, "[rank %d] %s\n", e.log.Rank, l)
+				if err := writeRankLog(stdout, e.log); err != nil {
+					return fmt.Errorf("output: %w", err)
 				}
 			case e.exited != nil:
 				reported[e.exited.Node] = true
@@ -261,6 +258,20 @@ func (g *globals) run(ctx context.Context, stdout, stderr io.Writer, job *events
 		}
 	}
 	return runResult(stderr, finished, cancelled)
+}
+
+// writeRankLog prints a batch of a rank's output, each line prefixed with
+// the rank.
+func writeRankLog(w io.Writer, l *events.RankLog) error {
+	var b strings.Builder
+	if l.Dropped > 0 {
+		fmt.Fprintf(&b, "[rank %d] ... %d lines dropped\n", l.Rank, l.Dropped)
+	}
+	for _, line := range l.Lines {
+		fmt.Fprintf(&b, "[rank %d] %s\n", l.Rank, line)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // runResult prints how the job ended and turns it into the exit code.
@@ -283,7 +294,7 @@ func runResult(stderr io.Writer, f *events.JobFinished, cancelled bool) error {
 		}
 		fmt.Fprintf(&b, "\n  exit codes by rank: %s", strings.Join(codes, " "))
 	}
-	fmt.Fprintln(stderr, b.String())
+	_, _ = fmt.Fprintln(stderr, b.String())
 	switch {
 	case cancelled || f.Status == events.StatusCancelled:
 		return &exitError{code: exitCancelled}

@@ -126,7 +126,7 @@ func newRankExec() *cobra.Command {
 		DisableFlagParsing: true,
 		RunE: func(_ *cobra.Command, args []string) error {
 			if len(args) < 3 || args[1] != "--" {
-				return errors.New("rank-exec: expected EXITFILE -- COMMAND ARGS...")
+				return errors.New("rank-exec: expected EXITFILE -- COMMAND ARGS")
 			}
 			os.Exit(launcher.RunShim(args[0], args[2:]))
 			return nil

@@ -255,6 +255,11 @@ func (a *Agent) rebuild(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("launcher: read reports: %w", err)
 	}
+	a.mu.Lock()
+	// Tunings and reports of jobs that ended or never ran here.
+	maps.DeleteFunc(a.tunings, func(id string, _ *events.RuntimeTuning) bool { return a.live[id] == nil })
+	maps.DeleteFunc(a.reports, func(id string, _ map[string]*events.RanksExited) bool { return a.live[id] == nil })
+	a.mu.Unlock()
 	// The other agents' addresses, for MASTER_ADDR.
 	err = a.b.Replay(ctx, events.DomainAgent, []string{a.b.Subjects.Of(events.NameAgentHeartbeat)}, func(r bus.Record) error {
 		a.apply(r)
@@ -321,8 +326,12 @@ func (a *Agent) apply(r bus.Record) {
 		if bus.Decode(r.Name, r.Body, &rel) != nil {
 			return
 		}
+		// Kept for good: a decision read again (the follow and the
+		// replay overlap) must not revive the job.
 		a.released[rel.JobID] = true
 		delete(a.live, rel.JobID)
+		delete(a.tunings, rel.JobID)
+		delete(a.reports, rel.JobID)
 	case events.NameRuntimeTuning:
 		var t events.RuntimeTuning
 		if bus.Decode(r.Name, r.Body, &t) != nil {
@@ -368,8 +377,6 @@ func (a *Agent) handle(ctx context.Context, r bus.Record) {
 			run.requestStop(events.ReasonCancelled)
 			delete(a.runs, id)
 		}
-		delete(a.tunings, id)
-		delete(a.reports, id)
 	case events.NameRanksExited:
 		var x events.RanksExited
 		if bus.Decode(r.Name, r.Body, &x) != nil {

@@ -49,7 +49,7 @@ func (t *tailer) run(ctx context.Context, path string, offset int64, stop <-chan
 	if err != nil {
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only: nothing to lose
 	if _, err := f.Seek(offset, io.SeekStart); err != nil {
 		return
 	}

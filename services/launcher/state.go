@@ -80,8 +80,12 @@ func readStates(dir string) ([]jobState, []error) {
 			continue
 		}
 		var s jobState
-		if err := json.Unmarshal(b, &s); err != nil || s.JobID == "" {
-			errs = append(errs, fmt.Errorf("%s: not a job state: %v", f, err))
+		if err := json.Unmarshal(b, &s); err != nil {
+			errs = append(errs, fmt.Errorf("%s: not a job state: %w", f, err))
+			continue
+		}
+		if s.JobID == "" {
+			errs = append(errs, fmt.Errorf("%s: not a job state: no job_id", f))
 			continue
 		}
 		out = append(out, s)
