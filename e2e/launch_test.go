@@ -234,6 +234,10 @@ func TestLaunch(t *testing.T) {
 			t.Errorf("topoctl run's status:\n%s", r.stderr)
 		}
 		noLiveJobs(t, c)
+		// The id is taken: a second run would wait on the first job.
+		if again := topoctl(t, c.url, "run", job); again.code != 1 || !strings.Contains(again.stderr, "job_id env-job: already submitted (finished)") {
+			t.Errorf("second topoctl run of env-job: exit %d\n%s", again.code, again.stderr)
+		}
 	})
 
 	t.Run("one rank fails: the job fails and the others are stopped", func(t *testing.T) {

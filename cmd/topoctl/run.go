@@ -106,6 +106,15 @@ func (g *globals) run(ctx context.Context, stdout, stderr io.Writer, job *events
 		closeBus(b)
 	}()
 	id := job.JobID
+	// A job id is taken for good once placed (only a rejected job may be
+	// sent again): a second run under it would wait on an old job.
+	switch h, err := client.History(bctx, b, id); {
+	case errors.Is(err, client.ErrUnknownJob):
+	case err != nil:
+		return fmt.Errorf("job_id %s: %w", id, err)
+	case h.State != client.StateRejected:
+		return fmt.Errorf("job_id %s: already submitted (%s): give the job another id", id, h.State)
+	}
 	evs := make(chan runEvent, 1024)
 	errc := make(chan error, 3)
 	send := func(e runEvent) error {

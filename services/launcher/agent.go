@@ -298,7 +298,7 @@ func (a *Agent) rebuild(ctx context.Context) error {
 		}
 		if _, done := a.reports[id][a.cfg.Node]; done {
 			// Ran here and reported: claim it until its release.
-			a.runs[id] = &run{id: id, d: d, stop: make(chan struct{}), done: closedChan()}
+			a.runs[id] = &run{id: id, d: d, stop: make(chan struct{})}
 			continue
 		}
 		a.startRun(ctx, d, nil)
@@ -391,12 +391,9 @@ func (a *Agent) handle(ctx context.Context, r bus.Record) {
 
 // startRun takes a job and launches (or adopts) its ranks here. a.mu is held.
 func (a *Agent) startRun(ctx context.Context, d *events.PlacementDecided, adopt *jobState) {
-	rn := &run{id: d.JobID, d: d, stop: make(chan struct{}), done: make(chan struct{})}
+	rn := &run{id: d.JobID, d: d, stop: make(chan struct{})}
 	a.runs[d.JobID] = rn
-	go func() {
-		defer close(rn.done)
-		a.execute(ctx, rn, adopt)
-	}()
+	go a.execute(ctx, rn, adopt)
 }
 
 // heartbeat says the agent is alive, with the jobs it has taken.
@@ -480,12 +477,6 @@ func leadNode(d *events.PlacementDecided) string {
 		}
 	}
 	return ""
-}
-
-func closedChan() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
 }
 
 // submission reads the job's jobs.submitted, retrying while NATS is away.

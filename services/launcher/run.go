@@ -27,8 +27,6 @@ type run struct {
 	stopOnce   sync.Once
 	stop       chan struct{}
 	stopReason string
-	// done is closed when the agent is through with the ranks.
-	done chan struct{}
 }
 
 // requestStop asks the ranks to stop (SIGTERM, then SIGKILL after the
@@ -47,6 +45,8 @@ type rankProc struct {
 	// exited is closed once the rank has ended and exit is set.
 	exited chan struct{}
 	exit   events.RankExit
+	// stopped is set, by watch alone, when the agent asked the rank to stop.
+	stopped bool
 }
 
 // execute launches (or adopts) a job's local ranks, watches them, stops
@@ -97,6 +97,9 @@ func (a *Agent) execute(ctx context.Context, rn *run, adopt *jobState) {
 	a.watch(ctx, rn, procs)
 	if ctx.Err() != nil {
 		return // the agent stops; the ranks keep running for the next one
+	}
+	for _, p := range procs {
+		p.exit.Stopped = p.stopped
 	}
 	close(tailStop)
 	tails.Wait()
@@ -296,7 +299,7 @@ func (a *Agent) watch(ctx context.Context, rn *run, procs []*rankProc) {
 			select {
 			case <-p.exited:
 			default:
-				p.exit.Stopped = true
+				p.stopped = true
 				_ = signalGroup(p.pid, sigTerm)
 			}
 		}
@@ -308,7 +311,7 @@ func (a *Agent) watch(ctx context.Context, rn *run, procs []*rankProc) {
 		for _, p := range procs {
 			select {
 			case <-p.exited:
-				if !p.exit.Stopped && (p.exit.ExitCode != 0 || p.exit.Signal != "") {
+				if !p.stopped && (p.exit.ExitCode != 0 || p.exit.Signal != "") {
 					failed = true
 				}
 			default:
