@@ -304,6 +304,30 @@ func TestLaunch(t *testing.T) {
 		noLiveJobs(t, c)
 	})
 
+	t.Run("Ctrl-C cancels the job: ranks stopped, GPUs freed", func(t *testing.T) {
+		out := t.TempDir()
+		killLeft(t, out)
+		job := writeLaunchJob(t, dir, "cancel-job", `echo $$ > "$OUT/pid-$RANK"; exec sleep 300`, out, nil)
+		run := startProc(t, "topoctl run", childEnv(), bins.topoctl, "--nats-url", c.url, "run", job)
+		waitFor(t, 30*time.Second, func() (bool, string) {
+			mustBeAlive(t, run)
+			return len(pidsIn(t, out)) == 4, fmt.Sprintf("pids written: %v", pidsIn(t, out))
+		})
+		run.signal(t, os.Interrupt)
+		if code := run.waitExit(t, 30*time.Second); code != 130 {
+			t.Fatalf("topoctl run: exit %d after Ctrl-C, want 130\n%s", code, run.output())
+		}
+		for f, pid := range pidsIn(t, out) {
+			if !processGone(pid) {
+				t.Errorf("%s (%d) still runs after the job was cancelled", f, pid)
+			}
+		}
+		if rel, ok := releasedOf(t, c, "cancel-job"); !ok || rel["status"] != "cancelled" {
+			t.Errorf("placement.released = %v, want status cancelled", rel)
+		}
+		noLiveJobs(t, c)
+	})
+
 	t.Run("a restarted agent adopts the ranks still running", func(t *testing.T) {
 		out := t.TempDir()
 		killLeft(t, out)
@@ -387,5 +411,30 @@ func TestLaunch(t *testing.T) {
 		if !strings.Contains(c.agents["node-002"].output(), "stopping ranks of a job released while the agent was down") {
 			t.Errorf("the restarted agent did not say it stopped the job's ranks:\n%s", c.agents["node-002"].output())
 		}
+	})
+
+	t.Run("no agent for a node: the job is reported, not left holding GPUs", func(t *testing.T) {
+		old := c.agents["node-002"]
+		old.signal(t, syscall.SIGTERM)
+		if code := old.waitExit(t, 30*time.Second); code != 0 {
+			t.Fatalf("agent node-002 exited %d on SIGTERM", code)
+		}
+		out := t.TempDir()
+		killLeft(t, out)
+		job := writeLaunchJob(t, dir, "orphan-job", `echo $$ > "$OUT/pid-$RANK"; exec sleep 300`, out, nil)
+		r := runCmd(t, launchTTL+30*time.Second, childEnv(), bins.topoctl, "--nats-url", c.url, "run", job)
+		if r.code != 3 || !strings.Contains(r.stderr, "orphan-job: lost (no_agent): no agent took the job's ranks on node node-002") {
+			t.Fatalf("topoctl run: exit %d, want 3 (lost, no_agent)\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		}
+		// node-001's ranks, started, are stopped on the release.
+		waitFor(t, 30*time.Second, func() (bool, string) {
+			for f, pid := range pidsIn(t, out) {
+				if !processGone(pid) {
+					return false, fmt.Sprintf("%s (%d) still runs", f, pid)
+				}
+			}
+			return true, ""
+		})
+		noLiveJobs(t, c)
 	})
 }
