@@ -131,3 +131,40 @@ func TestLaunchArgsMpirunRankfile(t *testing.T) {
 		}
 	}
 }
+
+func TestLaunchArgsTorchrun(t *testing.T) {
+	needBinaries(t)
+	python := torchPython(t)
+	torchrun := filepath.Join(filepath.Dir(python), "torchrun")
+	if _, err := os.Stat(torchrun); err != nil {
+		t.Skipf("needs torchrun beside %s (apt-get install python3-torch)", python)
+	}
+	port := freePort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	startServe(t, "serve", testdata(t, "localhost.yaml"), port, t.TempDir(), "--poll", "0")
+	dir := t.TempDir()
+	job := filepath.Join(dir, "torchrun-job.yaml")
+	body := fmt.Sprintf("job_id: torchrun-job\ngpus: 2\ncommand: python3\nargs: [%q, \"2\"]\nenv: [\"PYTHONPATH=%s\", \"GLOO_SOCKET_IFNAME=lo\", \"OMP_NUM_THREADS=1\"]\n",
+		testdata(t, "ddp_train.py"), filepath.Join(moduleRoot, "deploy", "examples", "telemetry"))
+	if err := os.WriteFile(job, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	submitWaitDecided(t, url, job, "torchrun-job")
+	out := topoctlOK(t, url, "launch-args", "torchrun-job", "--for", "torchrun")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || lines[0] != "# on localhost" {
+		t.Fatalf("launch-args --for torchrun printed:\n%s", out)
+	}
+	// The node's line as a user would run it there, with this torchrun.
+	// Debian bookworm's torch 1.13 on Python 3.11 cannot parse its own
+	// default --redirects 0 (Python 3.11 no longer iterates a zero
+	// IntFlag member): any other setting avoids it.
+	line := strings.Replace(lines[1], " torchrun ", " "+torchrun+" --redirects 2 --tee 2 ", 1)
+	r := runCmd(t, 3*time.Minute, childEnv(), "/bin/sh", "-c", line)
+	if r.code != 0 {
+		t.Fatalf("%s: exit %d\nstdout:\n%s\nstderr:\n%s", line, r.code, r.stdout, r.stderr)
+	}
+	if n := strings.Count(r.stdout, "all_reduce ok: 3\n"); n != 2 {
+		t.Errorf("%d ranks completed the all-reduce, want 2:\n%s\n%s", n, r.stdout, r.stderr)
+	}
+}

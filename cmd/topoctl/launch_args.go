@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -29,7 +30,7 @@ job's command and args (or COMMAND where it names none):
 
   torchrun  one line per node, run on that node (CUDA_VISIBLE_DEVICES and
             torchrun's --nnodes, --node_rank, --nproc_per_node, --master_addr,
-            --master_port)
+            --master_port; a command that is not python gets --no_python)
   mpirun    one line for the whole job; the decision's Open MPI rankfile is
             written to --rankfile (default JOB.rankfile) and each rank gets
             its node's CUDA_VISIBLE_DEVICES
@@ -97,13 +98,19 @@ func writeLaunchArgs(w io.Writer, launcher string, d *events.PlacementDecided, j
 	var b strings.Builder
 	switch launcher {
 	case "torchrun":
+		// torchrun runs a Python script itself; anything else it must be
+		// told to start as it is.
+		script := append([]string{"--no_python"}, command...)
+		if job != nil && strings.HasPrefix(filepath.Base(job.Command), "python") && len(job.Args) > 0 {
+			script = job.Args
+		}
 		for _, np := range d.Nodes {
 			if len(np.Torchrun) == 0 {
 				return fmt.Errorf("%s: its ranks are not in node-contiguous blocks, which torchrun needs: use mpirun or srun", d.JobID)
 			}
 			fmt.Fprintf(&b, "# on %s\n", np.Node)
 			line := append(append([]string{"CUDA_VISIBLE_DEVICES=" + np.CUDAVisibleDevices}, envs...), "torchrun")
-			line = append(append(line, np.Torchrun...), command...)
+			line = append(append(line, np.Torchrun...), script...)
 			b.WriteString(shellJoin(line) + "\n")
 		}
 	case "mpirun":

@@ -34,6 +34,7 @@ func TestWriteLaunchArgs(t *testing.T) {
 		job            *events.JobSubmitted
 	}{
 		{"torchrun", "torchrun", decided("0,1", "2,3"), job},
+		{"torchrun-not-python", "torchrun", decided("0,1", "2,3"), &events.JobSubmitted{JobID: "ddp", Command: "./train.sh", Args: []string{"--fast"}}},
 		{"mpirun-same-devices", "mpirun", decided("0,1", "0,1"), job},
 		{"mpirun-devices-per-node", "mpirun", decided("0,1", "2,3"), job},
 		{"srun", "srun", decided("0,1", "2,3"), job},
