@@ -49,6 +49,9 @@ const (
 	ReasonCancelled = "cancelled"
 )
 
+// MaxFinishRanks bounds JobFinished.Ranks (the schema's maxItems).
+const MaxFinishRanks = 4096
+
 // RankExit is how one rank ended.
 type RankExit struct {
 	Rank int    `json:"rank"`

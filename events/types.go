@@ -201,7 +201,9 @@ type JobFinished struct {
 	// Reason is one of the Reason constants of launch.go, where a
 	// launcher or the watchdog finished the job.
 	Reason string `json:"reason,omitempty"`
-	// Ranks is how each rank ended, where a launcher knows.
+	// Ranks is how each rank ended, where a launcher knows; beyond
+	// MaxFinishRanks ranks, only those that did not exit 0 (the first
+	// MaxFinishRanks), to bound the event.
 	Ranks []RankExit `json:"ranks,omitempty"`
 }
 

@@ -441,6 +441,10 @@ func (a *Agent) maybeFinishLocked(ctx context.Context, id string) {
 		}
 	}
 	slices.SortFunc(fin.Ranks, func(x, y events.RankExit) int { return x.Rank - y.Rank })
+	if len(fin.Ranks) > events.MaxFinishRanks {
+		fin.Ranks = slices.DeleteFunc(fin.Ranks, func(x events.RankExit) bool { return x.ExitCode == 0 && x.Signal == "" })
+		fin.Ranks = fin.Ranks[:min(len(fin.Ranks), events.MaxFinishRanks)]
+	}
 	if cause != nil {
 		fin.Status, fin.Reason, fin.Message = events.StatusFailed, cause.Reason, cause.Node+": "+cause.Message
 	}
