@@ -289,6 +289,14 @@ func (a *Agent) watch(ctx context.Context, rn *run, procs []*rankProc) {
 	var stopping bool
 	var kill <-chan time.Time
 	stop := rn.stop
+	// One wake-up per rank that ends.
+	ended := make(chan struct{}, len(procs))
+	for _, p := range procs {
+		go func() {
+			<-p.exited
+			ended <- struct{}{}
+		}()
+	}
 	stopAll := func(reason string) {
 		rn.requestStop(reason)
 		if stopping {
@@ -325,10 +333,6 @@ func (a *Agent) watch(ctx context.Context, rn *run, procs []*rankProc) {
 			stopAll(events.ReasonRankFailed)
 			continue
 		}
-		cases := make([]<-chan struct{}, 0, len(procs))
-		for _, p := range procs {
-			cases = append(cases, p.exited)
-		}
 		select {
 		case <-ctx.Done():
 			return
@@ -346,25 +350,9 @@ func (a *Agent) watch(ctx context.Context, rn *run, procs []*rankProc) {
 				}
 			}
 			kill = nil
-		case <-anyClosed(cases):
+		case <-ended:
 		}
 	}
-}
-
-// anyClosed returns a channel closed when one of cs is.
-func anyClosed(cs []<-chan struct{}) <-chan struct{} {
-	out := make(chan struct{})
-	var once sync.Once
-	for _, c := range cs {
-		go func() {
-			select {
-			case <-c:
-				once.Do(func() { close(out) })
-			case <-out:
-			}
-		}()
-	}
-	return out
 }
 
 // report publishes how the node's ranks ended, retrying until NATS takes
