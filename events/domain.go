@@ -7,7 +7,7 @@ package events
 // string constants still convert to it.
 type Domain string
 
-// The stream domains. Every event name's domain is one of the first five
+// The stream domains. Every event name's domain is one of the first six
 // (Name.Domain); DomainDLQ holds no event type of its own.
 const (
 	// DomainJobs holds what users and launchers say about jobs: submitted,
@@ -23,13 +23,16 @@ const (
 	// DomainRuntime holds the optimizer's tuning and diagnoses and the
 	// jobs' telemetry.
 	DomainRuntime Domain = "runtime"
+	// DomainAgent holds the newest heartbeat of each node agent that
+	// launches ranks: a registry, not a log.
+	DomainAgent Domain = "agent"
 	// DomainDLQ keeps the messages no handler could take (the dead-letter
 	// subject, Subjects.DeadLetter), with the error beside each.
 	DomainDLQ Domain = "dlq"
 )
 
 // Domains lists every stream domain, in the order the streams are created.
-var Domains = []Domain{DomainJobs, DomainPlacement, DomainTopology, DomainPolicy, DomainRuntime, DomainDLQ}
+var Domains = []Domain{DomainJobs, DomainPlacement, DomainTopology, DomainPolicy, DomainRuntime, DomainAgent, DomainDLQ}
 
 // String returns the domain's subject token.
 func (d Domain) String() string { return string(d) }

@@ -162,8 +162,11 @@ func KeyOfBody(name Name, body []byte) string {
 	if json.Unmarshal(body, &probe) != nil {
 		return ""
 	}
-	if name == NamePlacementTerm {
+	switch name {
+	case NamePlacementTerm:
 		return probe.Holder
+	case NameAgentHeartbeat:
+		return probe.Node
 	}
 	switch name.Domain() {
 	case DomainJobs, DomainPlacement, DomainRuntime:
@@ -232,6 +235,12 @@ func KeyOf(v any) string {
 	case *RuntimeTelemetry:
 		return e.JobID
 	case *RuntimeDiagnosis:
+		return e.JobID
+	case *AgentHeartbeat:
+		return e.Node
+	case *RankLog:
+		return e.JobID
+	case *RanksExited:
 		return e.JobID
 	}
 	return ""

@@ -43,6 +43,11 @@ const (
 	NameRuntimeTuning    Name = "runtime.tuning"
 	NameRuntimeTelemetry Name = "runtime.telemetry"
 	NameRuntimeDiagnosis Name = "runtime.diagnosis"
+
+	// Launch (launch.go).
+	NameAgentHeartbeat Name = "agent.heartbeat"
+	NameRankLog        Name = "runtime.rank_log"
+	NameRanksExited    Name = "runtime.ranks_exited"
 )
 
 // Version is the schema version carried in every ce-type.
@@ -57,11 +62,12 @@ var Catalogue = []Name{
 	NamePolicyApplied, NamePolicyRejected, NameCalibrationApplied, NameCalibrationRejected,
 	NamePlacementMigration, NameJobMigrationAccepted, NamePlacementMigrationRefused,
 	NameRuntimeTuning, NameRuntimeTelemetry, NameRuntimeDiagnosis,
+	NameAgentHeartbeat, NameRankLog, NameRanksExited,
 }
 
 // NodeScoped reports whether the event's subject ends in a node token.
 func (n Name) NodeScoped() bool {
-	return n == NameTopologyNode || n == NameTopologyHealth
+	return n == NameTopologyNode || n == NameTopologyHealth || n == NameAgentHeartbeat
 }
 
 // Domain is the stream domain of the event, the first token of its name.
@@ -79,8 +85,10 @@ func (n Name) Domain() Domain {
 		return DomainTopology
 	case NamePolicyApplied, NamePolicyRejected, NameCalibrationApplied, NameCalibrationRejected:
 		return DomainPolicy
-	case NameRuntimeTuning, NameRuntimeTelemetry, NameRuntimeDiagnosis:
+	case NameRuntimeTuning, NameRuntimeTelemetry, NameRuntimeDiagnosis, NameRankLog, NameRanksExited:
 		return DomainRuntime
+	case NameAgentHeartbeat:
+		return DomainAgent
 	}
 	d, _, _ := strings.Cut(string(n), ".")
 	return Domain(d)
@@ -154,6 +162,12 @@ func (n Name) New() any {
 		return new(RuntimeTelemetry)
 	case NameRuntimeDiagnosis:
 		return new(RuntimeDiagnosis)
+	case NameAgentHeartbeat:
+		return new(AgentHeartbeat)
+	case NameRankLog:
+		return new(RankLog)
+	case NameRanksExited:
+		return new(RanksExited)
 	}
 	return nil
 }
@@ -205,6 +219,12 @@ func NameOf(v any) (Name, error) {
 		return NameRuntimeTelemetry, nil
 	case *RuntimeDiagnosis, RuntimeDiagnosis:
 		return NameRuntimeDiagnosis, nil
+	case *AgentHeartbeat, AgentHeartbeat:
+		return NameAgentHeartbeat, nil
+	case *RankLog, RankLog:
+		return NameRankLog, nil
+	case *RanksExited, RanksExited:
+		return NameRanksExited, nil
 	}
 	return "", fmt.Errorf("events: %T is not in the catalogue", v)
 }

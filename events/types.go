@@ -107,6 +107,15 @@ type JobSubmitted struct {
 	// (checkpoint, relaunch, reload), for migration proposals' break-even;
 	// 0 means DefaultRestartCostSeconds.
 	RestartCostSeconds float64 `json:"restart_cost_seconds,omitempty"`
+
+	// What the node agents run for each rank (toposched agent --exec); a
+	// job without a command is placed alike and launched by someone else.
+	Command string   `json:"command,omitempty"`
+	Args    []string `json:"args,omitempty"`
+	// Env holds NAME=value entries added to each rank's environment.
+	Env []string `json:"env,omitempty"`
+	// Workdir is the ranks' working directory on every node.
+	Workdir string `json:"workdir,omitempty"`
 }
 
 // Collective is one kind of call a group makes in a training step.
@@ -177,7 +186,7 @@ const (
 // Valid reports whether s is one of the statuses the schema allows.
 func (s JobStatus) Valid() bool {
 	switch s {
-	case StatusSucceeded, StatusFailed, StatusCancelled:
+	case StatusSucceeded, StatusFailed, StatusCancelled, StatusLost:
 		return true
 	}
 	return false
@@ -189,6 +198,13 @@ type JobFinished struct {
 	JobID   string    `json:"job_id"`
 	Status  JobStatus `json:"status"`
 	Message string    `json:"message,omitempty"`
+	// Reason is one of the Reason constants of launch.go, where a
+	// launcher or the watchdog finished the job.
+	Reason string `json:"reason,omitempty"`
+	// Ranks is how each rank ended, where a launcher knows; beyond
+	// MaxFinishRanks ranks, only those that did not exit 0 (the first
+	// MaxFinishRanks), to bound the event.
+	Ranks []RankExit `json:"ranks,omitempty"`
 }
 
 // PlacementFinishRefused answers a jobs.finished that names a job but
@@ -465,6 +481,9 @@ type PlacementReleased struct {
 	JobID  string          `json:"job_id"`
 	Status JobStatus       `json:"status"`
 	Nodes  []NodePlacement `json:"nodes,omitempty"`
+	// Reason is the jobs.finished's reason (agent_lost, ...), where it
+	// gave one.
+	Reason string `json:"reason,omitempty"`
 }
 
 // GPU health values.

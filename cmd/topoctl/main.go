@@ -26,6 +26,13 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRoot().ExecuteContext(ctx); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			if ee.msg != "" {
+				fmt.Fprintln(os.Stderr, "topoctl:", ee.msg)
+			}
+			os.Exit(ee.code)
+		}
 		fmt.Fprintln(os.Stderr, "topoctl:", err)
 		os.Exit(1)
 	}
@@ -71,6 +78,7 @@ placement.rejected.`,
 	root.AddCommand(newPlace(g))
 	root.AddCommand(newExplain(g))
 	root.AddCommand(newMigrate(g))
+	root.AddCommand(newRun(g), newLaunchArgs(g))
 	return root
 }
 

@@ -3,8 +3,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,9 +19,10 @@ import (
 
 func newAgent(g *globals) *cobra.Command {
 	var cfg nvml.AgentConfig
+	var ef execFlags
 	var print bool
 	cmd := &cobra.Command{
-		Use:   "agent [--node NAME] [--position N] [--print]",
+		Use:   "agent [--node NAME] [--position N] [--print] [--exec [--cluster FILE]]",
 		Short: "Run the node agent: discover this node's GPUs, NVLinks and NICs through NVML and report them and their health",
 		Long: `agent runs on each GPU node (a DaemonSet or a systemd unit). It discovers the
 node through NVML (GPUs, NVLink peers and NVSwitches, PCIe paths, NUMA, NICs
@@ -26,11 +30,27 @@ from sysfs), publishes it on topology.node.<node>, and publishes every health
 change (critical XIDs, NVLink state) on topology.health.<node>.
 
 --print discovers once, prints the node's path matrix and exits, without NATS:
-the check to run by hand on a GPU machine.`,
+the check to run by hand on a GPU machine.
+
+--exec also launches the ranks decisions place on the node, for jobs that name
+a command: each with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT, CUDA_VISIBLE_DEVICES, the job's env and the
+runtime.tuning variables for that rank, bound with numactl to its GPU's NUMA
+node where numactl is installed. When one rank fails the others are stopped
+(SIGTERM, SIGKILL after --grace), on every node of the job; when all have
+ended, the agent of rank 0's node publishes jobs.finished with each rank's
+exit code. Heartbeats let the watchdog (toposched serve --agent-ttl) free the
+GPUs of a job whose agent died. On a machine without NVML, --cluster FILE
+names the cluster file that describes --node, and nothing is discovered.`,
 		Example: `  toposched agent --print
-  toposched agent --nats-url nats://nats:4222 --position 17 --label rack=r3`,
+  toposched agent --nats-url nats://nats:4222 --position 17 --label rack=r3
+  toposched agent --nats-url nats://nats:4222 --exec
+  toposched agent --nats-url nats://nats:4222 --node gpu-001 --exec --cluster cluster.yaml --address 10.0.0.11`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ef.cluster != "" {
+				return runLauncherOnly(cmd.Context(), g, &ef, cfg.NodeName)
+			}
 			lib := nvml.Library()
 			if print {
 				n, err := nvml.Discover(lib, cfg.Options)
@@ -62,8 +82,9 @@ the check to run by hand on a GPU machine.`,
 				_ = b.Close()
 				return err
 			}
-			err = agent.Run(ctx)
-			if err != nil {
+			if ef.exec {
+				err = runWithLauncher(ctx, agent, b, &ef, cfg.NodeName, log)
+			} else if err = agent.Run(ctx); err != nil {
 				err = fmt.Errorf("agent: %w", err)
 			}
 			// A failed drain is reported, as runServices does.
@@ -80,5 +101,34 @@ the check to run by hand on a GPU machine.`,
 	f.StringVar(&cfg.SysfsRoot, "sysfs", "/", "root under which sys/ is read (NICs, NUMA, PCIe paths)")
 	f.DurationVar(&cfg.Rediscover, "rediscover", 5*time.Minute, "how often to rediscover the node and report it again if it changed")
 	f.BoolVar(&print, "print", false, "discover once, print the path matrix and exit (no NATS)")
+	ef.register(f)
+	cmd.AddCommand(newRankExec())
 	return cmd
+}
+
+// runWithLauncher runs the NVML agent and the launcher side by side; the
+// first to fail stops the other.
+func runWithLauncher(ctx context.Context, agent *nvml.Agent, b *bus.Bus, ef *execFlags, node string, log *slog.Logger) error {
+	if node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("--node: none given and no host name: %w", err)
+		}
+		node = h
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	go func() {
+		err := agent.Run(ctx)
+		if err != nil {
+			err = fmt.Errorf("agent: %w", err)
+		}
+		errc <- err
+	}()
+	// The GPUs are NVML's to report; the launcher does not check them.
+	go func() { errc <- runLauncher(ctx, b, ef, node, nil, log) }()
+	err := <-errc
+	cancel()
+	return errors.Join(err, <-errc)
 }

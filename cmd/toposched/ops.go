@@ -45,6 +45,8 @@ type opsFlags struct {
 	leaseTTL      time.Duration
 	calibration   string
 	online        bool
+	// agentTTL is the launch watchdog's: 0 turns it off.
+	agentTTL time.Duration
 }
 
 func (f *opsFlags) register(fs *pflag.FlagSet, placement bool) {
@@ -59,6 +61,8 @@ func (f *opsFlags) register(fs *pflag.FlagSet, placement bool) {
 			"this replica's name in placement's lease and policy events, unique among live replicas, such as the pod name (env TOPOSCHED_REPLICA; default host/pid)")
 		fs.DurationVar(&f.leaseTTL, "lease-ttl", operator.DefaultLeaseTTL,
 			"how long placement's lease outlives its holder's last renewal: the failover time after a crash (same on every replica)")
+		fs.DurationVar(&f.agentTTL, "agent-ttl", defaultAgentTTL,
+			"how long a node agent (toposched agent --exec) may be silent before its jobs are finished as lost and their GPUs freed; also how long a job with a command may wait for an agent to take it (0: no watchdog)")
 	}
 }
 

@@ -61,12 +61,16 @@ func streamName(prefix string, d events.Domain) string {
 }
 
 // launcherReads are the streams a launcher reads: decisions, tuning,
-// jobs, topology, policy answers; never the dead letters.
-var launcherReads = []events.Domain{events.DomainJobs, events.DomainPlacement, events.DomainRuntime, events.DomainTopology, events.DomainPolicy}
+// jobs, topology, policy answers, the agents' heartbeats; never the dead
+// letters.
+var launcherReads = []events.Domain{events.DomainJobs, events.DomainPlacement, events.DomainRuntime, events.DomainTopology, events.DomainPolicy, events.DomainAgent}
 
 // launcherPermissions is the launcher role (deploy/nats/auth.conf's
 // LAUNCHER_PERMS for the default prefix): it publishes jobs.submitted,
-// jobs.finished, jobs.migration_accepted and runtime.telemetry, and reads
+// jobs.finished, jobs.migration_accepted, runtime.telemetry and what a
+// node agent that launches ranks says (agent.heartbeat.<node>,
+// runtime.rank_log, runtime.ranks_exited: toposched agent --exec signs in
+// as a launcher), and reads
 // the streams of launcherReads through ordered consumers and gets. It
 // manages no stream and cannot create, edit, delete or pull from a
 // service's durable consumer.
@@ -86,6 +90,9 @@ func launcherPermissions(prefix string) *server.Permissions {
 		subj.Of(events.NameJobFinished),
 		subj.Of(events.NameJobMigrationAccepted),
 		subj.Of(events.NameRuntimeTelemetry),
+		subj.Of(events.NameAgentHeartbeat),
+		subj.Of(events.NameRankLog),
+		subj.Of(events.NameRanksExited),
 		"$JS.API.INFO",
 	}
 	for _, d := range launcherReads {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/toposched/toposched/events/natsserver"
 	"github.com/toposched/toposched/internal/calibration"
 	"github.com/toposched/toposched/internal/collective"
+	"github.com/toposched/toposched/services/launcher"
 	"github.com/toposched/toposched/services/operator"
 	"github.com/toposched/toposched/services/placement"
 )
@@ -239,11 +241,28 @@ func runServices(ctx context.Context, g *globals, conn natsConn, source string, 
 			log.Warn("metrics endpoint", "err", err)
 		}
 	}()
+	wdDone := make(chan error, 1)
+	wdCtx, wdStop := context.WithCancel(ctx)
+	defer wdStop()
+	if ops.agentTTL > 0 && slices.Contains(cfg.Services, operator.Placement) {
+		wd, err := launcher.NewWatchdog(b, ops.agentTTL, log)
+		if err != nil {
+			_ = op.Stop()
+			_ = b.Close()
+			return err
+		}
+		go func() { wdDone <- wd.Run(wdCtx) }()
+	}
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
 	case <-op.Done():
+	case err := <-wdDone:
+		// The watchdog only fails when NATS does: the services are
+		// about to notice as well.
+		log.Error("launch watchdog stopped", "err", err)
 	}
+	wdStop()
 	err = op.Stop()
 	if cerr := b.Close(); cerr != nil {
 		err = errors.Join(err, cerr)

@@ -220,6 +220,9 @@ func (b *Bus) streamConfig(domain events.Domain) jetstream.StreamConfig {
 		// Telemetry arrives every few steps from every job: keep a month,
 		// which outlives the jobs whose diagnoses a restart reads back.
 		cfg.MaxAge = longRetention
+	case events.DomainAgent:
+		// A registry of the node agents: each node's newest heartbeat.
+		cfg.MaxMsgsPerSubject = 1
 	}
 	return cfg
 }

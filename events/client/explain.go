@@ -284,10 +284,14 @@ func summary(e HistoryEvent) string {
 	case *events.PlacementRejected:
 		return codes(d.Reasons)
 	case *events.JobFinished:
-		if d.Message != "" {
-			return string(d.Status) + ": " + d.Message
+		s := string(d.Status)
+		if d.Reason != "" {
+			s += " (" + d.Reason + ")"
 		}
-		return string(d.Status)
+		if d.Message != "" {
+			s += ": " + d.Message
+		}
+		return s
 	case *events.PlacementReleased:
 		return string(d.Status) + ", " + plural(len(d.Nodes), "node") + " freed"
 	}

@@ -280,7 +280,7 @@ func (s *Service) OnFinished(ctx context.Context, env events.Envelope, ev *event
 	j, ok := s.store.Snapshot().Job(ev.JobID)
 	switch {
 	case !ok:
-		rel := &events.PlacementReleased{JobID: ev.JobID, Status: ev.Status}
+		rel := &events.PlacementReleased{JobID: ev.JobID, Status: ev.Status, Reason: ev.Reason}
 		if _, err := s.publish(ctx, rel); err != nil {
 			return err
 		}
@@ -289,7 +289,7 @@ func (s *Service) OnFinished(ctx context.Context, env events.Envelope, ev *event
 		}
 		s.log.Info("job withdrawn before it was analysed: it will not be placed", "job_id", ev.JobID, "status", ev.Status, "correlation_id", env.CorrelationID)
 	case j.State == store.JobPlaced || j.State == store.JobPending:
-		rel := &events.PlacementReleased{JobID: j.ID, Status: ev.Status}
+		rel := &events.PlacementReleased{JobID: j.ID, Status: ev.Status, Reason: ev.Reason}
 		if j.Decision != nil {
 			rel.Nodes = j.Decision.Nodes
 		}

@@ -1,0 +1,105 @@
+//go:build unix
+
+package launcher
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// detach puts a rank in a process group of its own: the agent signals the
+// whole group (a shell's children too), and a Ctrl-C or SIGTERM meant for
+// the agent does not reach the ranks, which outlive it.
+func detach(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+}
+
+// signalGroup sends sig to the process group led by pid.
+func signalGroup(pid int, sig syscall.Signal) error {
+	err := syscall.Kill(-pid, sig)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+// alive reports whether the process pid still runs and is the one started
+// at start (its start time in clock ticks since boot; 0: not checked), so
+// a pid reused after a reboot or wrap-around is not taken for a rank.
+func alive(pid int, start uint64) bool {
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	if start == 0 {
+		return true
+	}
+	got, err := procStart(pid)
+	if err != nil {
+		return false
+	}
+	if got != start {
+		return false
+	}
+	// A zombie has exited; only its parent (a previous agent, gone) could
+	// reap it.
+	return !zombie(pid)
+}
+
+// procStart is the start time of pid from /proc (field 22 of stat), 0
+// where there is no /proc.
+func procStart(pid int) (uint64, error) {
+	fields, err := statFields(pid)
+	if errors.Is(err, os.ErrNotExist) && !procMounted() {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if len(fields) < 20 {
+		return 0, errors.New("short /proc stat")
+	}
+	return strconv.ParseUint(fields[19], 10, 64)
+}
+
+func zombie(pid int) bool {
+	fields, err := statFields(pid)
+	return err == nil && len(fields) > 0 && fields[0] == "Z"
+}
+
+// statFields are the fields of /proc/PID/stat after the command name
+// (which may hold spaces and parentheses): state first.
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil, errors.New("malformed /proc stat")
+	}
+	return strings.Fields(s[i+1:]), nil
+}
+
+func procMounted() bool {
+	_, err := os.Stat("/proc/self/stat")
+	return err == nil
+}
+
+// exitOf is how a waited-for process ended: its exit code, or -1 and the
+// signal that killed it.
+func exitOf(state *os.ProcessState) (int, string) {
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return -1, ws.Signal().String()
+	}
+	return state.ExitCode(), ""
+}
+
+var (
+	sigTerm = syscall.SIGTERM
+	sigKill = syscall.SIGKILL
+)

@@ -1,0 +1,253 @@
+package launcher
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/toposched/toposched/events"
+)
+
+// launchError is a job the agent cannot start, with the job field at
+// fault (command, workdir, env[2], ...).
+type launchError struct {
+	field string
+	err   error
+}
+
+func (e *launchError) Error() string { return e.field + ": " + e.err.Error() }
+func (e *launchError) Unwrap() error { return e.err }
+
+func fieldErr(field string, format string, args ...any) error {
+	return &launchError{field: field, err: fmt.Errorf(format, args...)}
+}
+
+// envEntry is the shape the jobs.submitted schema gives an env entry.
+var envEntry = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+
+// rankSpec is everything needed to start one rank.
+type rankSpec struct {
+	rank events.RankPlacement
+	argv []string
+	env  []string
+	dir  string
+}
+
+// plan is how the ranks of one job on this node are started.
+type plan struct {
+	ranks []rankSpec
+	// files are the tuning files to write first (NCCL_TOPO_FILE).
+	files []events.TuningFile
+	// warnings say what was left out (a NUMA binding this machine cannot
+	// honour), for the log.
+	warnings []string
+}
+
+// planInput is what a plan is made from.
+type planInput struct {
+	node       string
+	gpus       []int // this node's GPUs; nil when unknown
+	job        *events.JobSubmitted
+	decision   *events.PlacementDecided
+	tuning     *events.RuntimeTuning // nil when none came
+	masterAddr string
+	baseEnv    []string
+	// telemetryURL is the agent's telemetry endpoint, "" when off.
+	telemetryURL string
+	// numactl is numactl's path, "" when it is not installed; numaNodes
+	// reports whether this machine has a NUMA node.
+	numactl   string
+	numaNodes func(int) bool
+}
+
+// makePlan checks the job and works out each local rank's command line
+// and environment. A fault of the job is a *launchError naming its field.
+func makePlan(in planInput) (*plan, error) {
+	job, d := in.job, in.decision
+	var mine []events.RankPlacement
+	for _, r := range d.Ranks {
+		if r.Node == in.node {
+			mine = append(mine, r)
+		}
+	}
+	if len(mine) == 0 {
+		return nil, fieldErr("ranks", "the decision puts no rank on node %s", in.node)
+	}
+	for i, r := range d.Ranks {
+		if r.Node == in.node && in.gpus != nil && !slices.Contains(in.gpus, r.GPU) {
+			return nil, fieldErr(fmt.Sprintf("ranks[%d].gpu", i), "GPU %d is not one of node %s's GPUs %v", r.GPU, in.node, in.gpus)
+		}
+	}
+	var np *events.NodePlacement
+	groupRank := 0
+	for i := range d.Nodes {
+		if d.Nodes[i].Node == in.node {
+			np, groupRank = &d.Nodes[i], i
+		}
+	}
+	if np == nil {
+		return nil, fieldErr("nodes", "the decision lists no entry for node %s", in.node)
+	}
+	jobEnv := map[string]string{}
+	for i, kv := range job.Env {
+		if !envEntry.MatchString(kv) {
+			return nil, fieldErr(fmt.Sprintf("env[%d]", i), "%q: expected NAME=value", kv)
+		}
+		k, v, _ := strings.Cut(kv, "=")
+		jobEnv[k] = v
+	}
+	dir := job.Workdir
+	if dir != "" {
+		st, err := os.Stat(dir)
+		switch {
+		case err != nil:
+			return nil, fieldErr("workdir", "%s: %w", dir, err)
+		case !st.IsDir():
+			return nil, fieldErr("workdir", "%s: not a directory", dir)
+		}
+	}
+	path, ok := jobEnv["PATH"]
+	if !ok {
+		path = lookup(in.baseEnv, "PATH")
+	}
+	command, err := resolveCommand(job.Command, dir, path)
+	if err != nil {
+		return nil, &launchError{field: "command", err: err}
+	}
+
+	p := &plan{}
+	if in.tuning != nil {
+		for _, f := range in.tuning.Files {
+			if f.Node == in.node {
+				p.files = append(p.files, f)
+			}
+		}
+	}
+	port, ok := jobEnv["MASTER_PORT"]
+	if !ok {
+		port = strconv.Itoa(masterPort(job.JobID))
+	}
+	for _, r := range mine {
+		env := map[string]string{}
+		for _, kv := range in.baseEnv {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				env[k] = v
+			}
+		}
+		if t := in.tuning; t != nil {
+			maps.Copy(env, t.Env.All)
+			maps.Copy(env, t.Env.Nodes[in.node])
+			maps.Copy(env, t.Env.Ranks[strconv.Itoa(r.Rank)])
+		}
+		maps.Copy(env, jobEnv)
+		// The decision's own variables win: a rank started with another
+		// RANK or device list than placement chose would break the gang.
+		maps.Copy(env, map[string]string{
+			"RANK":                 strconv.Itoa(r.Rank),
+			"WORLD_SIZE":           strconv.Itoa(len(d.Ranks)),
+			"LOCAL_RANK":           strconv.Itoa(r.LocalRank),
+			"LOCAL_WORLD_SIZE":     strconv.Itoa(len(mine)),
+			"GROUP_RANK":           strconv.Itoa(groupRank),
+			"MASTER_ADDR":          in.masterAddr,
+			"MASTER_PORT":          port,
+			"CUDA_VISIBLE_DEVICES": np.CUDAVisibleDevices,
+			"TOPOSCHED_JOB_ID":     job.JobID,
+			"TOPOSCHED_NODE":       in.node,
+			"TOPOSCHED_GPU":        strconv.Itoa(r.GPU),
+		})
+		if in.telemetryURL != "" {
+			env[EnvTelemetryURL] = in.telemetryURL
+		}
+		argv := append([]string{command}, job.Args...)
+		if r.NUMA != nil {
+			switch {
+			case in.numactl == "":
+			case in.numaNodes != nil && !in.numaNodes(*r.NUMA):
+				p.warnings = append(p.warnings, fmt.Sprintf("rank %d: NUMA node %d does not exist on this machine: not bound", r.Rank, *r.NUMA))
+			default:
+				n := strconv.Itoa(*r.NUMA)
+				argv = append([]string{in.numactl, "--cpunodebind=" + n, "--membind=" + n}, argv...)
+			}
+		}
+		p.ranks = append(p.ranks, rankSpec{rank: r, argv: argv, env: sortedEnv(env), dir: dir})
+	}
+	return p, nil
+}
+
+// resolveCommand finds the program a job names: a path (relative to the
+// workdir) or a name looked up in the ranks' PATH, which the job's env may
+// set. It must exist and be executable by the agent.
+func resolveCommand(command, dir, path string) (string, error) {
+	if command == "" {
+		return "", errors.New("empty")
+	}
+	if strings.Contains(command, "/") {
+		p := command
+		if !filepath.IsAbs(p) && dir != "" {
+			p = filepath.Join(dir, p)
+		}
+		if err := executable(p); err != nil {
+			return "", fmt.Errorf("%s: %w", command, err)
+		}
+		return p, nil
+	}
+	for _, d := range filepath.SplitList(path) {
+		if d == "" {
+			d = "."
+		}
+		p := filepath.Join(d, command)
+		if executable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: %w in PATH %s", command, exec.ErrNotFound, path)
+}
+
+func executable(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() {
+		return errors.New("is a directory")
+	}
+	if st.Mode()&0o111 == 0 {
+		return fs.ErrPermission
+	}
+	return nil
+}
+
+// masterPort is the rendezvous port of a job with none in its env: the
+// same on every node without anyone choosing it, and spread over a range
+// so that two jobs on one rank-0 node rarely meet.
+func masterPort(jobID string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(jobID))
+	return 20000 + int(h.Sum32()%10000)
+}
+
+func lookup(env []string, key string) string {
+	for _, kv := range slices.Backward(env) {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+func sortedEnv(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, k+"="+m[k])
+	}
+	return out
+}

@@ -1,0 +1,246 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+)
+
+// DefaultAgentTTL is how long an agent may be silent before its jobs are
+// lost: three of its default heartbeats.
+const DefaultAgentTTL = 3 * DefaultHeartbeat
+
+// Watchdog finishes as lost the jobs no agent answers for. Replicas may
+// run side by side: a second finish of a job is one placement already
+// answered ("had already finished"), and changes nothing.
+type Watchdog struct {
+	b   *bus.Bus
+	ttl time.Duration
+	log *slog.Logger
+	now func() time.Time
+
+	mu sync.Mutex
+	// jobs are the live decisions of jobs with a command.
+	jobs map[string]*watched
+	// commands are the jobs submitted with a command, until decided.
+	commands map[string]bool
+	agents   map[string]*seenAgent
+	started  time.Time
+}
+
+type watched struct {
+	nodes []string
+	// since is when the watch began: the decision, or the watchdog's start
+	// for one decided before it.
+	since time.Time
+	// claimed are the nodes whose agent has listed the job.
+	claimed map[string]bool
+	// finishing is set once the watchdog has published the job's finish.
+	finishing bool
+}
+
+type seenAgent struct {
+	last time.Time
+	jobs map[string]bool
+}
+
+// NewWatchdog makes a watchdog over b with the agents' TTL.
+func NewWatchdog(b *bus.Bus, ttl time.Duration, log *slog.Logger) (*Watchdog, error) {
+	if ttl <= 0 {
+		return nil, fmt.Errorf("watchdog: agent TTL %s: must be positive", ttl)
+	}
+	return &Watchdog{b: b, ttl: ttl, log: log.With("room", "watchdog"), now: time.Now,
+		jobs: map[string]*watched{}, commands: map[string]bool{}, agents: map[string]*seenAgent{}}, nil
+}
+
+// Run watches until ctx ends.
+func (w *Watchdog) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := waitStreams(ctx, w.b, w.log, events.DomainJobs, events.DomainPlacement, events.DomainAgent); err != nil {
+		return nil
+	}
+	w.started = w.now()
+	recs := make(chan bus.Record, 256)
+	errc := make(chan error, 3)
+	follow := func(domain events.Domain, names ...events.Name) <-chan struct{} {
+		ready := make(chan struct{})
+		var subjects []string
+		for _, n := range names {
+			subjects = append(subjects, w.b.Subjects.Of(n))
+		}
+		go func() {
+			errc <- w.b.Follow(ctx, domain, subjects, ready, func(r bus.Record) error {
+				select {
+				case recs <- r:
+					return nil
+				case <-ctx.Done():
+					return bus.ErrStop
+				}
+			})
+		}()
+		return ready
+	}
+	readies := []<-chan struct{}{
+		follow(events.DomainJobs, events.NameJobSubmitted),
+		follow(events.DomainPlacement, events.NamePlacementDecided, events.NamePlacementReleased),
+		follow(events.DomainAgent, events.NameAgentHeartbeat),
+	}
+	for _, r := range readies {
+		select {
+		case <-r:
+		case err := <-errc:
+			return fmt.Errorf("watchdog: %w", err)
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	// What is stored: the submissions first, so that a decision read
+	// next knows whether its job has a command.
+	for _, src := range []struct {
+		domain events.Domain
+		names  []events.Name
+	}{
+		{events.DomainJobs, []events.Name{events.NameJobSubmitted}},
+		{events.DomainPlacement, []events.Name{events.NamePlacementDecided, events.NamePlacementReleased}},
+	} {
+		var subjects []string
+		for _, n := range src.names {
+			subjects = append(subjects, w.b.Subjects.Of(n))
+		}
+		if err := w.b.Replay(ctx, src.domain, subjects, func(r bus.Record) error {
+			w.apply(r)
+			return nil
+		}); err != nil {
+			return fmt.Errorf("watchdog: read %s: %w", src.domain, err)
+		}
+	}
+	w.log.Info("watchdog ready", "agent_ttl", w.ttl, "jobs", len(w.jobs))
+	tick := time.NewTicker(max(w.ttl/8, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err == nil {
+				err = errors.New("stopped following")
+			}
+			return fmt.Errorf("watchdog: %w", err)
+		case r := <-recs:
+			w.apply(r)
+		case <-tick.C:
+			for _, fin := range w.check() {
+				if _, err := w.b.Publish(ctx, fin); err != nil {
+					w.log.Error("jobs.finished not sent", "job_id", fin.JobID, "err", err)
+					w.mu.Lock()
+					if j, ok := w.jobs[fin.JobID]; ok {
+						j.finishing = false // tried again next tick
+					}
+					w.mu.Unlock()
+					continue
+				}
+				w.log.Warn("job lost: its GPUs are freed", "job_id", fin.JobID, "reason", fin.Reason, "message", fin.Message)
+			}
+		}
+	}
+}
+
+func (w *Watchdog) apply(r bus.Record) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch r.Name {
+	case events.NameJobSubmitted:
+		var j events.JobSubmitted
+		if bus.Decode(r.Name, r.Body, &j) == nil && j.Command != "" {
+			w.commands[j.JobID] = true
+		}
+	case events.NamePlacementDecided:
+		var d events.PlacementDecided
+		if bus.Decode(r.Name, r.Body, &d) != nil || !w.commands[d.JobID] {
+			return
+		}
+		j := &watched{since: r.Env.Time, claimed: map[string]bool{}}
+		if j.since.Before(w.started) {
+			j.since = w.started
+		}
+		for _, np := range d.Nodes {
+			j.nodes = append(j.nodes, np.Node)
+		}
+		if old, ok := w.jobs[d.JobID]; ok {
+			// A migration: the nodes the job keeps stay claimed.
+			for n := range old.claimed {
+				if slices.Contains(j.nodes, n) {
+					j.claimed[n] = true
+				}
+			}
+		}
+		w.jobs[d.JobID] = j
+	case events.NamePlacementReleased:
+		id := r.Env.Subject
+		delete(w.jobs, id)
+		delete(w.commands, id)
+		for _, a := range w.agents {
+			delete(a.jobs, id)
+		}
+	case events.NameAgentHeartbeat:
+		var h events.AgentHeartbeat
+		if bus.Decode(r.Name, r.Body, &h) != nil {
+			return
+		}
+		a := &seenAgent{last: w.now(), jobs: map[string]bool{}}
+		for _, aj := range h.Jobs {
+			a.jobs[aj.JobID] = true
+			if j, ok := w.jobs[aj.JobID]; ok {
+				j.claimed[h.Node] = true
+			}
+		}
+		w.agents[h.Node] = a
+	}
+}
+
+// check returns the finishes of the jobs lost now.
+func (w *Watchdog) check() []*events.JobFinished {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := w.now()
+	var out []*events.JobFinished
+	for _, id := range slices.Sorted(maps.Keys(w.jobs)) {
+		j := w.jobs[id]
+		if j.finishing {
+			continue
+		}
+		for _, node := range j.nodes {
+			a := w.agents[node]
+			var fin *events.JobFinished
+			switch {
+			case j.claimed[node] && a != nil && now.Sub(a.last) > w.ttl:
+				fin = &events.JobFinished{JobID: id, Status: events.StatusLost, Reason: events.ReasonAgentLost,
+					Message: fmt.Sprintf("the agent of node %s has been silent for %s (TTL %s)", node, now.Sub(a.last).Round(time.Millisecond), w.ttl)}
+			case !j.claimed[node] && now.Sub(j.since) > w.ttl:
+				msg := fmt.Sprintf("no agent took the job's ranks on node %s within %s of its decision", node, w.ttl)
+				if a != nil && now.Sub(a.last) <= w.ttl {
+					msg = fmt.Sprintf("the agent of node %s is alive but did not take the job within %s of its decision", node, w.ttl)
+				}
+				fin = &events.JobFinished{JobID: id, Status: events.StatusLost, Reason: events.ReasonNoAgent, Message: msg}
+			}
+			if fin != nil {
+				j.finishing = true
+				out = append(out, fin)
+				break
+			}
+		}
+	}
+	return out
+}
