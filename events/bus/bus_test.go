@@ -289,3 +289,53 @@ func TestReplayEndsWhenMessagesGoAway(t *testing.T) {
 		t.Fatalf("replayed %v, want only what was read before the purge", got)
 	}
 }
+
+// Replays leave no consumer behind: placement catches up with the
+// topology stream before every rejection, and the server allows 1,000
+// consumers a stream (a Philly replay's rejections reached it while each
+// replay's consumer stayed for five minutes). A catch-up with nothing
+// new makes none at all.
+func TestReplaysLeaveNoConsumers(t *testing.T) {
+	t.Parallel()
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "test")
+	ctx := eventstest.Context(t, 30*time.Second)
+	var last uint64
+	for _, id := range []string{"a", "b"} {
+		_, seq, err := b.PublishSeq(ctx, &events.JobFinished{JobID: id, Status: "succeeded"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = seq
+	}
+	subjects := []string{b.Subjects.Of(events.NameJobFinished)}
+	for i := range 20 {
+		read := 0
+		after := uint64(0)
+		if i%2 == 1 {
+			after = last // a catch-up that finds nothing new
+		}
+		if err := b.ReplayFrom(ctx, events.DomainJobs, subjects, after, func(bus.Record) error { read++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{true: 0, false: 2}[after > 0]; read != want {
+			t.Fatalf("replay %d after %d read %d, want %d", i, after, read, want)
+		}
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, b.StreamName(events.DomainJobs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.CachedInfo().State.Consumers; n != 0 {
+		t.Fatalf("%d consumers left on the stream after 20 replays, want 0", n)
+	}
+}

@@ -53,7 +53,7 @@ func (b *Bus) ReplayFrom(ctx context.Context, domain events.Domain, subjects []s
 	// rather than fail the service on.
 	open := func(last uint64) (jetstream.Consumer, uint64, error) {
 		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy,
-			MaxResetAttempts: replayResetAttempts}
+			MaxResetAttempts: replayResetAttempts, InactiveThreshold: replayInactive}
 		if last > 0 {
 			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, last+1
 		}
@@ -73,10 +73,23 @@ func (b *Bus) ReplayFrom(ctx context.Context, domain events.Domain, subjects []s
 		})
 		return cons, pending, err
 	}
+	if after > 0 {
+		// A catch-up (placement's, before it calls a job impossible)
+		// usually finds nothing new: the stream's last sequence says so
+		// without a consumer.
+		if info, err := b.js.Stream(ctx, stream); err == nil && info.CachedInfo().State.LastSeq <= after {
+			return nil
+		}
+	}
 	cons, remaining, err := open(after)
 	if err != nil {
 		return fmt.Errorf("replay %s: %w", stream, err)
 	}
+	// Each replay's consumer is deleted when it is done: the server keeps
+	// an idle one for its inactive threshold and allows 1,000 a stream,
+	// which a replica catching up before every rejection reached in five
+	// minutes (nats.go's default threshold).
+	defer func() { b.deleteConsumer(stream, cons) }()
 	last := after
 	deadline := time.Now().Add(t.SetupRetryFor)
 	wait := t.SetupRetryInitial
@@ -123,6 +136,7 @@ func (b *Bus) ReplayFrom(ctx context.Context, domain events.Domain, subjects []s
 		}
 		wait = min(2*wait, t.SetupRetryMax)
 		var pending uint64
+		b.deleteConsumer(stream, cons)
 		if cons, pending, err = open(last); err != nil {
 			return fmt.Errorf("replay %s: %w", stream, err)
 		}
@@ -139,7 +153,28 @@ func (b *Bus) ReplayFrom(ctx context.Context, domain events.Domain, subjects []s
 const (
 	replayResetAttempts = 3
 	replayFetchWait     = 5 * time.Second
+	// replayInactive is how long the server keeps a replay's consumer
+	// that nothing reads (one left behind by a replica that died
+	// mid-replay).
+	replayInactive = 30 * time.Second
 )
+
+// deleteConsumer deletes a replay's consumer, best effort: one left is
+// removed by the server after replayInactive.
+func (b *Bus) deleteConsumer(stream string, cons jetstream.Consumer) {
+	if cons == nil {
+		return
+	}
+	info := cons.CachedInfo()
+	if info == nil || info.Name == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Transport.SetupAttemptTimeout)
+	defer cancel()
+	if err := b.js.DeleteConsumer(ctx, stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		b.log.Debug("replay: delete consumer", "stream", stream, "consumer", info.Name, "err", err)
+	}
+}
 
 // errReplayStalled is a fetch that brought nothing while messages remain.
 var errReplayStalled = errors.New("the fetch brought no message though some remain")
