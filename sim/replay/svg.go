@@ -141,8 +141,13 @@ func svgHead(sb *strings.Builder, title string, names []string) {
 	fmt.Fprintf(sb, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", plotW, plotH, plotW, plotH)
 	fmt.Fprintf(sb, `<rect width="%d" height="%d" fill="white"/>`+"\n", plotW, plotH)
 	fmt.Fprintf(sb, `<text x="%d" y="24" font-size="16">%s</text>`+"\n", marginL, esc(title))
+	// About 7 px a character at font size 12, and room for the swatch.
+	step := 0
+	for _, n := range names {
+		step = max(step, 40+7*len(n))
+	}
 	for i, n := range names {
-		lx := marginL + i*130
+		lx := marginL + i*step
 		fmt.Fprintf(sb, `<rect x="%d" y="38" width="24" height="10" fill="%s"/><text x="%d" y="48">%s</text>`+"\n",
 			lx, seriesColours[i%len(seriesColours)], lx+30, esc(n))
 	}
