@@ -12,6 +12,9 @@ itp="$SHARED/traces/microsoft-itp/cluster01.csv"
 if [ -r "$itp" ]; then
   "$TOPOSCHED" replay --trace itp --jobs "$itp" --cluster deploy/examples/replay/dgx-a100-512.yaml \
     --compare aware,blind --report "$OUT/itp-cluster01"
+  # What users feel against peers' strategies (BENCHMARKS.md, issue 17).
+  "$TOPOSCHED" replay --trace itp --jobs "$itp" --cluster deploy/examples/replay/hetero-512.yaml \
+    --compare aware,blind,binpack,spread,gpuallocator,random --policies none --report "$OUT/itp-cluster01-hetero"
 else
   echo "skip itp: $itp not found"
 fi
