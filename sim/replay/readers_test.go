@@ -178,6 +178,11 @@ func fuzzReader(f *testing.F, read func(string, io.Reader) (*Trace, error), seed
 			if j.GPUs < 1 || !jobIDPattern.MatchString(j.ID) || j.Arrival < 0 || !finite(j.Duration) {
 				t.Errorf("bad job %+v", j)
 			}
+			// Only untimed pods run until the end; a job log's negative
+			// durations are skipped.
+			if tr.Kind != KindAlibaba && j.Duration < 0 {
+				t.Errorf("job %s kept with duration %v", j.ID, j.Duration)
+			}
 		}
 	})
 }
@@ -189,17 +194,20 @@ func FuzzReadAlibabaPods(f *testing.F) {
 
 func FuzzReadITP(f *testing.F) {
 	data, _ := os.ReadFile("testdata/itp.csv")
-	fuzzReader(f, ReadITP, string(data), "job_id,submission_time,duration,num_gpu\nj,1e3,2.5,8\n")
+	fuzzReader(f, ReadITP, string(data), "job_id,submission_time,duration,num_gpu\nj,1e3,2.5,8\n",
+		"job_id,submission_time,duration,num_gpu\na,10,,1\nb,9,-1,2\nc,8,3,0\nd,7,3,4\n")
 }
 
 func FuzzReadPhilly(f *testing.F) {
 	data, _ := os.ReadFile("testdata/philly.csv")
-	fuzzReader(f, ReadPhilly, string(data), "timestamp,duration,num_gpus\n2017-10-09 07:01:55,1,1\n\n\n")
+	fuzzReader(f, ReadPhilly, string(data), "timestamp,duration,num_gpus\n2017-10-09 07:01:55,1,1\n\n\n",
+		"timestamp,duration,num_gpus\n2017-10-09 07:01:55,,1\n2017-10-09 06:01:55,-4,2\n")
 }
 
 func FuzzReadHelios(f *testing.F) {
 	data, _ := os.ReadFile("testdata/helios.csv")
-	fuzzReader(f, ReadHelios, string(data), "u_id,gpu_num,node_num,interval,run_time\n1,16,3,0,1\n")
+	fuzzReader(f, ReadHelios, string(data), "u_id,gpu_num,node_num,interval,run_time\n1,16,3,0,1\n",
+		"u_id,gpu_num,node_num,interval,run_time\n1,1,1,0,\n2,2,1,-5,3\n3,4,1,2,-1\n")
 }
 
 func FuzzReadAlibabaNodes(f *testing.F) {
