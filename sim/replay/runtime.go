@@ -22,7 +22,7 @@ import (
 // bf16 peak (312 TFLOP/s) at 40% model FLOPs utilisation. It is the same
 // for every GPU model: a trace's durations already include the GPUs that
 // ran them, and only communication is scaled by placement. Set, with
-// ComputeShare, before any replay was run.
+// ComputeShare, before any replay figure was seen.
 const ReferenceFLOPS = 125e12
 
 // ComputeShare is the share of a step a job of gpus GPUs spends computing
