@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,7 +24,7 @@ type replayFlags struct {
 	trace, nodes, jobs, cluster string
 	speed                       string
 	strategy                    string
-	compare                     bool
+	compare                     string
 	seed                        uint64
 	limit                       int
 	report                      string
@@ -60,11 +61,17 @@ Traces (read by path; nothing is copied):
 
 --speed max (default) replays on a virtual clock, one event at a time,
 waiting for every outcome an event causes; --speed N paces the wall clock
-at N trace seconds per second. --compare replays the trace twice,
-topology-aware and blind, and plots both. The report directory gets
-summary.json, jobs.csv, timeline.csv and replay.svg. The model (clocks,
-fragmentation, how jobs get a parallelism) is in sim/replay's
-package doc.`,
+at N trace seconds per second. --compare replays the trace once per
+strategy and reports them side by side: --compare aware,blind, or
+--compare aware,blind,binpack,gpuallocator,random for what peers'
+schedulers would do (spread too). A job's run time is
+its trace duration scaled by the cost model's step time on the placement
+it got over that on an ideal placement of its size, so placement changes
+completion times. The report directory gets summary.json, jobs.csv,
+timeline.csv, replay.svg (allocation and fragmentation over time),
+jct.svg (completion-time distribution) and slowdown.svg (slowdown by job
+size). The model (clocks, run time, fragmentation, how jobs get a
+parallelism) is in sim/replay's package doc.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if g.logLevel == "info" {
@@ -79,12 +86,12 @@ package doc.`,
 	fl.StringVar(&f.jobs, "jobs", "", "the pod list or job log")
 	fl.StringVar(&f.cluster, "cluster", "", "cluster file (job logs; synthetic instead of --gpus)")
 	fl.StringVar(&f.speed, "speed", "max", "max (virtual clock) or trace seconds per wall second")
-	fl.StringVar(&f.strategy, "strategy", placer.StrategyTopologyAware, "topology-aware or blind")
-	fl.BoolVar(&f.compare, "compare", false, "replay twice, topology-aware and blind, and plot both")
+	fl.StringVar(&f.strategy, "strategy", placer.StrategyTopologyAware, "placement strategy: "+strings.Join(placer.Names(true), ", "))
+	fl.StringVar(&f.compare, "compare", "", "replay once per strategy of this comma-separated list (aware = topology-aware), e.g. aware,blind, and report them side by side")
 	fl.BoolVar(&f.hold, "hold", false, "jobs never finish: the cluster fills in arrival order (the ATC'23 fragmentation study's method)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the synthetic trace and of the jobs' parallelism and models")
 	fl.IntVar(&f.limit, "limit", 0, "replay only the first N jobs by arrival (0: all)")
-	fl.StringVar(&f.report, "report", "", "directory for summary.json, jobs.csv, timeline.csv and replay.svg")
+	fl.StringVar(&f.report, "report", "", "directory for summary.json, jobs.csv, timeline.csv and the plots (replay.svg, jct.svg, slowdown.svg)")
 	fl.StringVar(&f.policies, "policies", "", "policy set: a directory, none, or empty for the shipped set")
 	fl.DurationVar(&f.reserveAfter, "reserve-after", -1, "placement's reservation for the queue's head (negative: off; it counts wall time, see the package doc)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "where the embedded server keeps its streams (default: a temporary directory)")
@@ -216,14 +223,9 @@ func runReplay(ctx context.Context, g *globals, f replayFlags, out io.Writer) er
 	if err != nil {
 		return err
 	}
-	strategies := []string{f.strategy}
-	switch f.strategy {
-	case placer.StrategyTopologyAware, placer.StrategyBlind:
-	default:
-		return fmt.Errorf("--strategy %q: expected %s or %s", f.strategy, placer.StrategyTopologyAware, placer.StrategyBlind)
-	}
-	if f.compare {
-		strategies = []string{placer.StrategyTopologyAware, placer.StrategyBlind}
+	strategies, err := replayStrategies(f)
+	if err != nil {
+		return err
 	}
 	p, err := prepareReplay(f)
 	if err != nil {
@@ -271,19 +273,40 @@ func runReplay(ctx context.Context, g *globals, f replayFlags, out io.Writer) er
 		return err
 	}
 	if f.report != "" {
-		var blind *replay.Result
-		if len(results) > 1 {
-			blind = results[1]
-		}
-		if err := replay.WriteReport(f.report, results[0], blind); err != nil {
+		if err := replay.WriteReport(f.report, results...); err != nil {
 			return err
 		}
 		if _, err := fmt.Fprintf(out, "\nreport: %s\n", strings.Join([]string{
-			filepath.Join(f.report, "summary.json"), "jobs.csv", "timeline.csv", "replay.svg"}, ", ")); err != nil {
+			filepath.Join(f.report, "summary.json"), "jobs.csv", "timeline.csv", "replay.svg", "jct.svg", "slowdown.svg"}, ", ")); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// replayStrategies is --strategy, or --compare's list: names the
+// placement service runs ("aware" for topology-aware), each once.
+func replayStrategies(f replayFlags) ([]string, error) {
+	list := []string{f.strategy}
+	flag := "--strategy"
+	if f.compare != "" {
+		list, flag = strings.Split(f.compare, ","), "--compare"
+	}
+	var out []string
+	for _, name := range list {
+		name = strings.TrimSpace(name)
+		if name == "aware" {
+			name = placer.StrategyTopologyAware
+		}
+		if _, err := placer.Lookup(name, true); err != nil {
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+		if slices.Contains(out, name) {
+			return nil, fmt.Errorf("%s: %s is listed twice", flag, name)
+		}
+		out = append(out, name)
+	}
+	return out, nil
 }
 
 func isTerminal(f *os.File) bool {

@@ -7,7 +7,10 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/placer/aware"
 	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/gpuallocator"
+	"github.com/toposched/toposched/internal/placer/nodefit"
 	"github.com/toposched/toposched/internal/placer/outcome"
+	"github.com/toposched/toposched/internal/placer/random"
 	"github.com/toposched/toposched/internal/store"
 )
 
@@ -16,6 +19,12 @@ const (
 	StrategyTopologyAware = aware.Name
 	StrategyBlind         = blind.Name
 	StrategyExhaustive    = aware.NameExhaustive
+	// Peers: what other schedulers would do, for comparisons (replay
+	// --compare).
+	StrategyBinpack      = nodefit.NameBinpack
+	StrategySpread       = nodefit.NameSpread
+	StrategyGPUAllocator = gpuallocator.Name
+	StrategyRandom       = random.Name
 )
 
 // Strategy is one way of choosing a job's GPUs. The Planner gives it the
@@ -36,8 +45,12 @@ var registered = []struct {
 	dryRunOnly bool
 }{
 	{Strategy: awareStrategy{}},
-	{Strategy: blindStrategy{}},
+	{Strategy: judged{StrategyBlind, blind.Place}},
 	{Strategy: exhaustiveStrategy{}, dryRunOnly: true},
+	{Strategy: judged{StrategyBinpack, nodefit.Binpack}},
+	{Strategy: judged{StrategySpread, nodefit.Spread}},
+	{Strategy: judged{StrategyGPUAllocator, gpuallocator.Place}},
+	{Strategy: judged{StrategyRandom, random.Place}},
 }
 
 // Lookup returns the strategy called name ("" is topology-aware). With
@@ -75,20 +88,27 @@ func (awareStrategy) Place(snap *store.Snapshot, job events.JobAnalyzed, opts aw
 	return ours, base, nil
 }
 
-// blindStrategy is first fit, with the placement policies judging the one
-// placement it finds (it has no other to offer).
-type blindStrategy struct{}
+// judged is a strategy of one answer (blind first fit and the peers:
+// binpack, spread, go-gpuallocator, random), with the placement policies
+// judging the one placement it finds (it has no other to offer).
+type judged struct {
+	name  string
+	place func(*store.Snapshot, events.JobAnalyzed) outcome.Result
+}
 
-func (blindStrategy) Name() string { return StrategyBlind }
+func (s judged) Name() string { return s.name }
 
-func (blindStrategy) Place(snap *store.Snapshot, job events.JobAnalyzed, opts aware.Options) (outcome.Result, outcome.Result, error) {
-	r := blind.Place(snap, job)
+func (s judged) Place(snap *store.Snapshot, job events.JobAnalyzed, opts aware.Options) (outcome.Result, outcome.Result, error) {
+	r := s.place(snap, job)
 	base := r
+	if s.name != StrategyBlind {
+		base = blind.Place(snap, job)
+	}
 	if r.Verdict != outcome.Placed || opts.Judge == nil {
 		return r, base, nil
 	}
 	c := aware.Candidate{GPUs: r.GPUs, Domain: store.ClusterDomain}
-	if pr, err := Prediction(snap, job, r.GPUs, opts.Fabric, opts.Bandwidths, StrategyBlind); err == nil {
+	if pr, err := Prediction(snap, job, r.GPUs, opts.Fabric, opts.Bandwidths, s.name); err == nil {
 		c.CommSeconds = pr.CommSecondsPerStep
 	}
 	j := opts.Judge(c)

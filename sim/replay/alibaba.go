@@ -61,6 +61,8 @@ func ReadAlibabaNodes(file string, r io.Reader) ([]NodeSpec, []string, error) {
 // Skip reasons and notes of the Alibaba pod reader.
 const (
 	SkipCPUOnly = "cpu-only pod (num_gpu 0): toposched places GPUs only"
+	// SkipEndsBeforeStart: deletion_time before the pod started.
+	SkipEndsBeforeStart = "ends before it starts (deletion_time before scheduled_time or creation_time)"
 )
 
 // ReadAlibabaPods reads an Alibaba GPU cluster trace v2023 pod list
@@ -124,7 +126,7 @@ func ReadAlibabaPods(file string, r io.Reader) (*Trace, error) {
 				start = max(s, c)
 			}
 			if d < start {
-				t.bad("deletion_time", "%d is before the pod started (%d)", d, start)
+				tr.skip(SkipEndsBeforeStart)
 				continue
 			}
 			j.Arrival, j.Duration = float64(c), float64(d-start)

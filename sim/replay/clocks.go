@@ -34,7 +34,7 @@ func (r *runner) virtual(ctx context.Context) error {
 			if err := r.await(ctx, "release of "+id, func() bool { return r.jobs[f.job].released }); err != nil {
 				return err
 			}
-			if len(r.queue) > 0 {
+			if r.queueMayMove() {
 				if err := r.barrier(ctx); err != nil {
 					return err
 				}
@@ -55,6 +55,19 @@ func (r *runner) virtual(ctx context.Context) error {
 	r.sample(r.now)
 	r.timeline = append(r.timeline, r.point())
 	return nil
+}
+
+// queueMayMove reports whether a waiting job may fit in the GPUs free
+// now. When none can, placement decides nothing on a release and the
+// barrier is not needed: barriers cost placement a consumer each (see
+// Run), and a busy replay would send one per finish.
+func (r *runner) queueMayMove() bool {
+	for i := range r.queue {
+		if j := r.jobs[i].job; r.occ.mayFit(j.GPUs, j.GPUsPerNode) {
+			return true
+		}
+	}
+	return false
 }
 
 // paced replays on the wall clock, speed trace seconds per second.
@@ -252,7 +265,13 @@ func (r *runner) handle(o client.Outcome) {
 			r.retries++
 		}
 		first()
-		s.state, s.start, s.released = stPlaced, now, false
+		// A job decided again while it runs (moved) keeps its planned
+		// finish.
+		moved := s.state == stPlaced
+		if !moved {
+			s.start = now
+		}
+		s.state, s.released = stPlaced, false
 		delete(r.queue, i)
 		for _, n := range o.Decided.Nodes {
 			if k, ok := r.cfg.Inventory.index[n.Node]; ok {
@@ -264,8 +283,16 @@ func (r *runner) handle(o client.Outcome) {
 		if p, bl := o.Decided.Prediction, o.Decided.Baseline; p != nil && bl != nil {
 			s.pred, s.base, s.hasPred = p.CommSecondsPerStep, bl.CommSecondsPerStep, true
 		}
+		if moved {
+			break
+		}
+		if p := o.Decided.Prediction; p != nil {
+			s.comm = p.CommSecondsPerStep
+		}
+		s.stretch, s.scaled = Stretch(s.compute, s.comm, s.ideal)
+		s.runtime = s.job.Duration * s.stretch
 		if !r.cfg.Burst && s.job.Duration >= 0 {
-			heap.Push(&r.finishes, finish{at: now + s.job.Duration, job: i})
+			heap.Push(&r.finishes, finish{at: now + s.runtime, job: i})
 		}
 	case o.Pending != nil:
 		r.decs++

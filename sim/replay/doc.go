@@ -42,8 +42,9 @@
 //     after everything the finish caused. Without waiting jobs there is
 //     nothing to wait for and no barrier is sent.
 //
-// A job placed when the clock reads t runs until t + its trace duration,
-// so queueing delay is the virtual time between arrival and placement,
+// A job placed when the clock reads t runs until t + its run time (see
+// Run time below), so queueing delay is the virtual time between arrival
+// and placement,
 // exactly as a cluster that decides instantly would see it, independent
 // of how fast this machine decides. Placement's reservation for starving
 // jobs counts wall time, which means nothing under a virtual clock, so
@@ -52,6 +53,72 @@
 // Every submitted job ends in exactly one of placed (it ran; its finish
 // was sent), pending (still waiting when the trace ended: nothing was
 // left running to free GPUs for it) and rejected.
+//
+// After a finish, the barrier is sent only when a waiting job may fit in
+// the GPUs now free, by counts (a no is certain): otherwise placement has
+// nothing to decide. Each barrier is a job placement calls impossible, and
+// before it does so it catches up with the topology stream through an
+// ordered consumer the server keeps for 5 minutes; the replay's own server
+// lifts nats-server's default limit of 1,000 consumers per stream, which
+// a busy replay would otherwise reach.
+//
+// # Run time
+//
+// A trace records how long each job ran on whatever GPUs it had; if a
+// replay kept that duration whatever it placed, placement could not change
+// queueing or completion time. So a job's run time is its trace duration
+// times its stretch: its step time on the placement it got over its step
+// time on an ideal placement of the same size (Stretch),
+//
+//	run = duration × (compute + comm) / (compute + comm_ideal)
+//
+// with the cost model's view of a step: compute, then communication, no
+// overlap. comm is the communication per step the job's placement.decided
+// predicts; comm_ideal the least the cost model predicts among the
+// placements every strategy the placement service runs chooses for the
+// job on the empty cluster (computed once per job shape before the
+// replay). compute (ComputeSeconds) is the job's step_compute_seconds when
+// it has one, which no trace gives; else 6 FLOPs per parameter per token
+// (Kaplan et al. 2020) over the step's tokens (global batch × sequence,
+// from Shape's model) shared by the job's GPUs at ReferenceFLOPS (an
+// A100's bf16 peak at 40% utilisation); else, with no model size, the
+// compute share of ComputeShare (80% of the ideal step for 2-8 GPUs, 70%
+// for 9-64, 60% above). Compute does not depend on the GPU model placed
+// on: the trace's durations already include the GPUs that ran them, and
+// only what placement decides, communication, is scaled. A one-GPU job
+// communicates nothing and keeps its duration; so does a job whose
+// decision carries no prediction (the summary's notes count them).
+// ReferenceFLOPS and ComputeShare were fixed before any replay with them
+// was run, and are not fitted to a trace.
+//
+// The figures users and papers report follow (Summary.Finished, MultiGPU,
+// BySize, over finished jobs): job completion time (arrival to end: mean,
+// p50, p90, p99), queueing delay, bounded slowdown against ideal
+// (max(JCT, 10 s) / max(duration, 10 s): the job placed ideally the
+// moment it arrived), the run's stretch alone, GPU-hours and the part of
+// them spent communicating, and the makespan, each by job-size bucket (1,
+// 2-4, 5-8, 9-32, 33+ GPUs).
+//
+// # Peers
+//
+// --compare replays the same trace under several of the placement
+// service's strategies, each on its own embedded server: topology-aware,
+// blind first fit, and what other schedulers would do (internal/placer):
+// binpack (Volcano's binpack: the fullest node that fits), spread (the
+// Kubernetes scheduler's least-allocated), gpuallocator (NVIDIA
+// go-gpuallocator's best-effort pair scores inside nodes taken first fit)
+// and random. Every one of them waits and rejects exactly when blind does;
+// they differ only in which GPUs they take.
+//
+// # Bad input
+//
+// Records that are well-formed but cannot be replayed are counted by
+// reason in the trace's (and summary's) skipped records and left out:
+// a duration missing or negative, no GPU, a submission earlier than the
+// record above it in the logs kept in submission order (ITP, Helios), a
+// pod that ends before it starts (Alibaba). A malformed value (not a
+// number, a bad id, a duplicate) is an error naming file:line and the
+// column.
 //
 // # Fragmentation
 //

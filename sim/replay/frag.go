@@ -132,3 +132,19 @@ func (o *occupancy) fragmentation(classes []jobClass) float64 {
 	}
 	return expected
 }
+
+// mayFit reports whether a job of gpus GPUs, perNode on each node (0: any
+// split), could be placed now by counts alone, blind to GPU models and
+// health: it errs towards yes, so a no is certain.
+func (o *occupancy) mayFit(gpus, perNode int) bool {
+	if perNode <= 0 {
+		return o.free() >= gpus
+	}
+	nodes := 0
+	for _, h := range o.hist {
+		for f := perNode; f < len(h); f++ {
+			nodes += h[f]
+		}
+	}
+	return nodes >= gpus/perNode
+}

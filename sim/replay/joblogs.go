@@ -3,6 +3,7 @@ package replay
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 )
@@ -16,11 +17,36 @@ const (
 	KindSynthetic = "synthetic"
 )
 
-// SkipNoGPU is the skip reason of job-log records that ask for no GPU.
-const SkipNoGPU = "no GPU (num_gpu 0): toposched places GPUs only"
+// Skip reasons of job-log records (Trace.Skipped): records that are
+// well-formed but cannot be replayed are counted by reason and left out,
+// never dropped unsaid; a malformed value is an error naming file:line.
+const (
+	SkipNoGPU            = "no GPU (num_gpu 0): toposched places GPUs only"
+	SkipNoDuration       = "duration missing"
+	SkipNegativeDuration = "negative duration"
+	// SkipOutOfOrder: ITP and Helios list jobs in submission order, so a
+	// record submitted before the one above it is out of order. (Philly's
+	// processed log is grouped, not in time order: it is sorted instead.)
+	SkipOutOfOrder = "submitted before the record above it (the log is in submission order)"
+)
 
 // maxJobGPUs bounds a job's GPUs in a log.
 const maxJobGPUs = 1 << 20
+
+// duration reads a job's run time: "" when usable, else the skip reason
+// (missing or negative); ok is false when the value is malformed (the
+// error is noted) or skipped.
+func (t *table) duration(col string) (v float64, skip string, ok bool) {
+	raw := t.str(col)
+	if raw == "" {
+		return 0, SkipNoDuration, false
+	}
+	if f, err := strconv.ParseFloat(raw, 64); err == nil && finite(f) && f < 0 {
+		return 0, SkipNegativeDuration, false
+	}
+	v, ok = t.float(col, 0, maxSeconds)
+	return v, "", ok
+}
 
 // ReadITP reads a Microsoft ITP job log (microsoft/elasticflow-traces
 // cluster*.csv: job_id, submission_time, duration, num_gpu; times in
@@ -32,6 +58,7 @@ func ReadITP(file string, r io.Reader) (*Trace, error) {
 	}
 	tr := &Trace{Kind: KindITP, Source: file}
 	seen := map[string]int{}
+	last := math.Inf(-1)
 	for t.next() {
 		tr.Records++
 		id := t.str("job_id")
@@ -45,15 +72,23 @@ func ReadITP(file string, r io.Reader) (*Trace, error) {
 		}
 		seen[id] = t.line
 		at, ok1 := t.float("submission_time", 0, maxSeconds)
-		dur, ok2 := t.float("duration", 0, maxSeconds)
+		dur, skip, ok2 := t.duration("duration")
 		gpus, ok3 := t.int("num_gpu", 0, maxJobGPUs)
-		if !ok1 || !ok2 || !ok3 {
+		if !ok1 || !ok3 || (!ok2 && skip == "") {
 			continue
 		}
-		if gpus == 0 {
-			tr.skip(SkipNoGPU)
+		switch {
+		case skip != "":
+		case gpus == 0:
+			skip = SkipNoGPU
+		case at < last:
+			skip = SkipOutOfOrder
+		}
+		if skip != "" {
+			tr.skip(skip)
 			continue
 		}
+		last = at
 		tr.Jobs = append(tr.Jobs, Job{ID: id, Arrival: at, Duration: dur, GPUs: int(gpus), Line: t.line})
 	}
 	if err := t.err(); err != nil {
@@ -77,13 +112,16 @@ func ReadPhilly(file string, r io.Reader) (*Trace, error) {
 	for t.next() {
 		tr.Records++
 		at, ok1 := t.datetime("timestamp")
-		dur, ok2 := t.float("duration", 0, maxSeconds)
+		dur, skip, ok2 := t.duration("duration")
 		gpus, ok3 := t.int("num_gpus", 0, maxJobGPUs)
-		if !ok1 || !ok2 || !ok3 {
+		if !ok1 || !ok3 || (!ok2 && skip == "") {
 			continue
 		}
-		if gpus == 0 {
-			tr.skip(SkipNoGPU)
+		if skip == "" && gpus == 0 {
+			skip = SkipNoGPU
+		}
+		if skip != "" {
+			tr.skip(skip)
 			continue
 		}
 		j := Job{ID: "philly-" + strconv.Itoa(t.line), Arrival: at, Duration: dur, GPUs: int(gpus), Line: t.line}
@@ -126,16 +164,25 @@ func ReadHelios(file string, r io.Reader) (*Trace, error) {
 			continue
 		}
 		seen[id] = t.line
-		gap, ok1 := t.float("interval", 0, maxSeconds)
-		dur, ok2 := t.float("run_time", 0, maxSeconds)
+		gap, ok1 := t.float("interval", -maxSeconds, maxSeconds)
+		dur, skip, ok2 := t.duration("run_time")
 		gpus, ok3 := t.int("gpu_num", 0, maxJobGPUs)
 		nodes, ok4 := t.int("node_num", 0, maxJobGPUs)
-		if !ok1 || !ok2 || !ok3 || !ok4 {
+		if !ok1 || !ok3 || !ok4 || (!ok2 && skip == "") {
 			continue
 		}
+		// The clock follows every record, skipped or not: the next
+		// interval counts from this one's submission.
 		at += gap
-		if gpus == 0 {
-			tr.skip(SkipNoGPU)
+		switch {
+		case skip != "":
+		case gpus == 0:
+			skip = SkipNoGPU
+		case gap < 0:
+			skip = SkipOutOfOrder
+		}
+		if skip != "" {
+			tr.skip(skip)
 			continue
 		}
 		j := Job{ID: id, Arrival: at, Duration: dur, GPUs: int(gpus), Line: t.line}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -74,13 +75,23 @@ type Summary struct {
 	MultiGPUMeanCommSecondsPerStep      float64 `json:"multi_gpu_mean_comm_seconds_per_step"`
 	MultiGPUBlindMeanCommSecondsPerStep float64 `json:"multi_gpu_blind_mean_comm_seconds_per_step"`
 
+	// What users feel: the finished jobs' completion time, queueing,
+	// slowdown and GPU-hours (run times depend on placement: see the
+	// package doc), all, multi-GPU and by size; the makespan is the last
+	// end, from the first arrival.
+	Finished        JobFigures    `json:"finished"`
+	MultiGPU        JobFigures    `json:"multi_gpu"`
+	BySize          []SizeFigures `json:"by_size,omitempty"`
+	MakespanSeconds float64       `json:"makespan_seconds"`
+
 	SetupSeconds  float64 `json:"setup_seconds"`
 	WallSeconds   float64 `json:"wall_seconds"`
 	PeakHeapBytes uint64  `json:"peak_heap_bytes"`
 	PeakRSSBytes  uint64  `json:"peak_rss_bytes"`
 
-	// Blind is the same trace under the blind strategy (--compare).
-	Blind *Summary `json:"blind,omitempty"`
+	// Compared are the same trace under the other strategies of
+	// --compare, in its order.
+	Compared []Summary `json:"compared,omitempty"`
 }
 
 // Result is a run's summary, per-job outcomes and timeline.
@@ -105,6 +116,9 @@ type JobResult struct {
 	// decision carries none).
 	Comm, BlindComm float64
 	LatencySeconds  float64
+	// Run is how long the job ran (virtual seconds; -1 when it did not
+	// finish), Stretch its run time over its trace duration, End its end.
+	Run, Stretch, End float64
 }
 
 func (r *runner) result(wall, setup time.Duration, heapPeak uint64) *Result {
@@ -122,11 +136,14 @@ func (r *runner) result(wall, setup time.Duration, heapPeak uint64) *Result {
 		SetupSeconds: setup.Seconds(), WallSeconds: wall.Seconds(), PeakHeapBytes: heapPeak, PeakRSSBytes: peakRSS()}
 	var delays, lats []float64
 	var comm, base, mcomm, mbase float64
+	var done []finished
+	scaled, multi := 0, 0
 	res := &Result{Timeline: r.timeline}
 	for i := range r.jobs {
 		j := &r.jobs[i]
 		jr := JobResult{ID: j.job.ID, GPUs: j.job.GPUs, Arrival: j.job.Arrival, Start: -1, QueueDelay: -1,
-			Reason: j.reason, Nodes: j.nodesSpanned, Comm: math.NaN(), BlindComm: math.NaN(), LatencySeconds: -1}
+			Reason: j.reason, Nodes: j.nodesSpanned, Comm: math.NaN(), BlindComm: math.NaN(), LatencySeconds: -1,
+			Run: -1, Stretch: math.NaN(), End: -1}
 		if !j.decided.IsZero() {
 			jr.LatencySeconds = j.decided.Sub(j.submitted).Seconds()
 			lats = append(lats, jr.LatencySeconds)
@@ -142,6 +159,17 @@ func (r *runner) result(wall, setup time.Duration, heapPeak uint64) *Result {
 			delays = append(delays, jr.QueueDelay)
 			if j.waited {
 				s.PlacedAfterWait++
+			}
+			if !r.cfg.Burst && j.job.Duration >= 0 {
+				jr.Run, jr.Stretch, jr.End = j.runtime, j.stretch, j.start+j.runtime
+				done = append(done, finished{gpus: j.job.GPUs, arrival: j.job.Arrival, start: j.start, run: j.runtime,
+					duration: j.job.Duration, commShare: commShareOf(j.compute, j.comm)})
+				if j.job.GPUs > 1 {
+					multi++
+					if j.scaled {
+						scaled++
+					}
+				}
 			}
 			if j.hasPred {
 				jr.Comm, jr.BlindComm = j.pred, j.base
@@ -184,6 +212,10 @@ func (r *runner) result(wall, setup time.Duration, heapPeak uint64) *Result {
 		frag = append(frag, p.Fragmentation)
 	}
 	s.AllocationMean, s.FragmentationMean = mean(alloc), mean(frag)
+	if len(done) > 0 {
+		userFigures(&s, done)
+		s.Notes = append(slices.Clip(s.Notes), runTimeNote(scaled, multi))
+	}
 	res.Summary = s
 	return res
 }
@@ -218,18 +250,21 @@ func Percentile(v []float64, p float64) float64 {
 	return s[min(max(k, 0), len(s)-1)]
 }
 
-// WriteReport writes summary.json, jobs.csv, timeline.csv and the plot
-// (replay.svg) into dir. blind, when not nil, is the same trace under the
-// blind strategy: its summary goes under "blind" and its curves into the
-// plot.
-func WriteReport(dir string, ours, blind *Result) error {
+// WriteReport writes summary.json, jobs.csv, timeline.csv and the plots
+// (replay.svg: allocation and fragmentation over time; jct.svg: the
+// distribution of completion times; slowdown.svg: slowdown by job size)
+// into dir. runs are the same trace under one strategy each: the first
+// one's summary is summary.json's, the others go under "compared".
+func WriteReport(dir string, runs ...*Result) error {
+	if len(runs) == 0 {
+		return errors.New("report: no run")
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
-	s := ours.Summary
-	if blind != nil {
-		b := blind.Summary
-		s.Blind = &b
+	s := runs[0].Summary
+	for _, r := range runs[1:] {
+		s.Compared = append(s.Compared, r.Summary)
 	}
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
@@ -237,10 +272,6 @@ func WriteReport(dir string, ours, blind *Result) error {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("report: %w", err)
-	}
-	runs := []*Result{ours}
-	if blind != nil {
-		runs = append(runs, blind)
 	}
 	if err := writeFile(filepath.Join(dir, "jobs.csv"), func(w io.Writer) error { return writeJobs(w, runs) }); err != nil {
 		return err
@@ -253,7 +284,13 @@ func WriteReport(dir string, ours, blind *Result) error {
 		series = append(series, Series{Name: r.Summary.Strategy, Points: r.Timeline})
 	}
 	title := fmt.Sprintf("%s on %s (%d GPUs)", filepath.Base(s.Source), s.Cluster, s.ClusterGPUs)
-	return writeFile(filepath.Join(dir, "replay.svg"), func(w io.Writer) error { return Plot(w, title, series) })
+	if err := writeFile(filepath.Join(dir, "replay.svg"), func(w io.Writer) error { return Plot(w, title, series) }); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(dir, "jct.svg"), func(w io.Writer) error { return PlotJCT(w, title, runs) }); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(dir, "slowdown.svg"), func(w io.Writer) error { return PlotSlowdown(w, title, runs) })
 }
 
 func writeFile(path string, fn func(io.Writer) error) error {
@@ -281,15 +318,18 @@ func ff(v float64) string {
 func writeJobs(w io.Writer, runs []*Result) error {
 	cw := csv.NewWriter(w)
 	_ = cw.Write([]string{"strategy", "job_id", "gpus", "arrival_s", "outcome", "reason", "start_s", "queue_delay_s",
-		"nodes", "comm_s_per_step", "blind_comm_s_per_step", "decision_latency_s"})
+		"nodes", "comm_s_per_step", "blind_comm_s_per_step", "decision_latency_s", "run_s", "stretch", "end_s", "jct_s"})
 	for _, r := range runs {
 		for _, j := range r.Jobs {
-			start, delay := "", ""
+			start, delay, run, end, jct := "", "", "", "", ""
 			if j.Start >= 0 {
 				start, delay = ff(j.Start), ff(j.QueueDelay)
 			}
+			if j.Run >= 0 {
+				run, end, jct = ff(j.Run), ff(j.End), ff(j.End-j.Arrival)
+			}
 			_ = cw.Write([]string{r.Summary.Strategy, j.ID, strconv.Itoa(j.GPUs), ff(j.Arrival), j.Outcome, j.Reason,
-				start, delay, strconv.Itoa(j.Nodes), ff(j.Comm), ff(j.BlindComm), ff(j.LatencySeconds)})
+				start, delay, strconv.Itoa(j.Nodes), ff(j.Comm), ff(j.BlindComm), ff(j.LatencySeconds), run, ff(j.Stretch), end, jct})
 		}
 	}
 	cw.Flush()
@@ -325,6 +365,33 @@ func WriteTable(w io.Writer, runs ...*Summary) error {
 	row("placed after waiting", func(s *Summary) string { return strconv.Itoa(s.PlacedAfterWait) })
 	row("queueing delay p50 / p99", func(s *Summary) string {
 		return fmt.Sprintf("%s / %s", dur(s.QueueDelayP50Seconds), dur(s.QueueDelayP99Seconds))
+	})
+	row("JCT mean / p50 / p90 / p99", func(s *Summary) string {
+		f := s.Finished
+		return fmt.Sprintf("%s / %s / %s / %s", dur(f.JCTMeanSeconds), dur(f.JCTP50Seconds), dur(f.JCTP90Seconds), dur(f.JCTP99Seconds))
+	})
+	row("multi-GPU JCT mean (jobs)", func(s *Summary) string {
+		return fmt.Sprintf("%s (%d)", dur(s.MultiGPU.JCTMeanSeconds), s.MultiGPU.Jobs)
+	})
+	row("queueing delay mean / p90", func(s *Summary) string {
+		return fmt.Sprintf("%s / %s", dur(s.Finished.QueueDelayMeanSeconds), dur(s.Finished.QueueDelayP90Seconds))
+	})
+	row("slowdown vs ideal, mean (run stretch)", func(s *Summary) string {
+		return fmt.Sprintf("%.3f (%.3f)", s.Finished.SlowdownMean, s.Finished.StretchMean)
+	})
+	for _, b := range sizeBuckets {
+		row("  "+b.name+" GPUs: JCT mean, slowdown", func(s *Summary) string {
+			for _, f := range s.BySize {
+				if f.Bucket == b.name {
+					return fmt.Sprintf("%s, %.2f (%d)", dur(f.JCTMeanSeconds), f.SlowdownMean, f.Jobs)
+				}
+			}
+			return "-"
+		})
+	}
+	row("makespan", func(s *Summary) string { return dur(s.MakespanSeconds) })
+	row("GPU-hours (communicating)", func(s *Summary) string {
+		return fmt.Sprintf("%.0f (%.0f, %s)", s.Finished.GPUHours, s.Finished.CommGPUHours, pct(s.Finished.CommGPUHours/max(s.Finished.GPUHours, 1e-12)))
 	})
 	row("GPUs allocated (mean)", func(s *Summary) string { return pct(s.AllocationMean) })
 	row("fragmentation (mean, of free GPUs)", func(s *Summary) string { return pct(s.FragmentationMean) })

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -90,6 +91,15 @@ type jobState struct {
 	hasPred      bool
 	reason       string
 	nodesSpanned int
+	// ideal is the job's communication per step on an ideal placement
+	// (NaN: none found), comm what its decision predicted (NaN: none),
+	// compute its compute per step (ComputeSeconds).
+	ideal, comm, compute float64
+	// runtime is how long the job runs once placed, virtual seconds: its
+	// trace duration times stretch (see runtime.go); scaled says the
+	// stretch came from the cost model rather than defaulting to 1.
+	runtime, stretch float64
+	scaled           bool
 }
 
 type nodeAlloc struct{ node, gpus int }
@@ -185,6 +195,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	ncfg := natsserver.DefaultConfig()
 	ncfg.Port, ncfg.StoreDir = -1, filepath.Join(dir, "nats-"+cfg.Strategy)
+	// Before placement calls a job impossible it catches up with the
+	// topology stream through an ordered consumer, which the server keeps
+	// for 5 minutes; every barrier is such a job, so a busy replay opens
+	// thousands in minutes, past nats-server's default limit of 1,000
+	// consumers per stream. The replay's own server lifts the limit.
+	ncfg.ConfigFile = filepath.Join(dir, "nats-"+cfg.Strategy+".conf")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	if err := os.WriteFile(ncfg.ConfigFile, []byte("jetstream {\n  limits {\n    default_max_consumers: -1\n  }\n}\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
 	srv, err := natsserver.Start(ncfg)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
@@ -206,7 +228,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 
-	r := newRunner(cfg, b)
+	ideal, err := newIdealModel(cfg.ClusterFile)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	r := newRunner(cfg, b, ideal)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	ready := make(chan struct{})
@@ -279,15 +305,17 @@ func awaitCapacity(ctx context.Context, op *operator.Operator, want int) error {
 	}
 }
 
-func newRunner(cfg Config, b *bus.Bus) *runner {
+func newRunner(cfg Config, b *bus.Bus, ideal *idealModel) *runner {
 	r := &runner{cfg: cfg, b: b, log: cfg.Log, byID: map[string]int{}, queue: map[int]bool{},
 		outcomes: make(chan client.Outcome, 1024), occ: newOccupancy(cfg.Inventory)}
 	r.jobs = make([]jobState, len(cfg.Trace.Jobs))
 	r.subs = make([]events.JobSubmitted, len(cfg.Trace.Jobs))
 	for i, j := range cfg.Trace.Jobs {
-		r.jobs[i] = jobState{job: j, start: -1}
-		r.byID[j.ID] = i
 		r.subs[i] = Shape(j, i, cfg.Inventory.MaxNodeGPUs, cfg.Seed)
+		s := jobState{job: j, start: -1, ideal: ideal.comm(r.subs[i]), comm: math.NaN(), stretch: 1}
+		s.compute = ComputeSeconds(r.subs[i], s.ideal)
+		r.jobs[i] = s
+		r.byID[j.ID] = i
 	}
 	r.work = workloadClasses(cfg.Trace.Jobs)
 	r.step = max(cfg.Trace.Span(), 1) / float64(cfg.Samples)

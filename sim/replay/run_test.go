@@ -12,14 +12,14 @@ import (
 // TestReplayEndToEnd replays a small synthetic trace, contended enough
 // that jobs wait, plus one job too large for the cluster, through an
 // embedded NATS server and every service with the shipped policies, under
-// both strategies, and checks that every job is accounted for once and
-// that the report is written.
+// topology-aware placement and its peers, and checks that every job is
+// accounted for once, that run times follow placement, and that the report
+// is written.
 func TestReplayEndToEnd(t *testing.T) {
 	dir := t.TempDir()
-	clusterFile := filepath.Join(dir, "cluster.yaml")
-	if err := SyntheticCluster(256).WriteFile(clusterFile); err != nil {
-		t.Fatal(err)
-	}
+	// The shipped heterogeneous cluster (NVSwitch and PCIe nodes from real
+	// topology files), where placement changes run times.
+	clusterFile := filepath.Join("..", "..", "deploy", "examples", "replay", "hetero-512.yaml")
 	inv, err := LoadInventory(clusterFile)
 	if err != nil {
 		t.Fatal(err)
@@ -29,11 +29,11 @@ func TestReplayEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr.Jobs = append(tr.Jobs, Job{ID: "too-big", Arrival: tr.Jobs[len(tr.Jobs)-1].Arrival + 1, Duration: 10, GPUs: 512})
+	tr.Jobs = append(tr.Jobs, Job{ID: "too-big", Arrival: tr.Jobs[len(tr.Jobs)-1].Arrival + 1, Duration: 10, GPUs: inv.GPUs + 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var results []*Result
-	for _, strategy := range []string{"topology-aware", "blind"} {
+	for _, strategy := range []string{"topology-aware", "blind", "binpack", "spread", "gpuallocator", "random"} {
 		r, err := Run(ctx, Config{ClusterFile: clusterFile, Inventory: inv, Trace: tr, Strategy: strategy, Seed: 1,
 			ReserveAfter: -1, DataDir: filepath.Join(dir, "data"), Stall: time.Minute, Samples: 50})
 		if err != nil {
@@ -43,8 +43,11 @@ func TestReplayEndToEnd(t *testing.T) {
 		if s.JobsTotal != len(tr.Jobs) || s.Placed+s.Pending+s.Rejected != s.JobsTotal {
 			t.Errorf("%s: %d jobs = %d placed + %d pending + %d rejected; trace has %d", strategy, s.JobsTotal, s.Placed, s.Pending, s.Rejected, len(tr.Jobs))
 		}
-		if s.Rejected != 1 || s.RejectReasons == nil {
-			t.Errorf("%s: %d rejected (%v), want the one too big", strategy, s.Rejected, s.RejectReasons)
+		// Random spreads jobs over leaves the shipped leaf_span policy
+		// forbids; with nothing running, such a job can never be placed.
+		if s.RejectReasons["exceeds_cluster_capacity"] != 1 || (strategy != "random" && s.Rejected != 1) ||
+			s.Rejected != s.RejectReasons["exceeds_cluster_capacity"]+s.RejectReasons["leaf_span"] {
+			t.Errorf("%s: %d rejected (%v), want the one too big (and, for random, leaf_span)", strategy, s.Rejected, s.RejectReasons)
 		}
 		if s.PlacedAfterWait == 0 || s.QueueDelayP99Seconds <= 0 {
 			t.Errorf("%s: no job waited (p99 delay %v); the trace is meant to contend", strategy, s.QueueDelayP99Seconds)
@@ -68,10 +71,32 @@ func TestReplayEndToEnd(t *testing.T) {
 		if s.CommJobs == 0 || s.MultiGPUCommJobs == 0 {
 			t.Errorf("%s: no prediction carried by the decisions", strategy)
 		}
+		// Run times depend on placement: every placed job finished, no
+		// sooner than its run, and multi-GPU jobs were scaled by the cost
+		// model (one-GPU jobs keep their trace duration).
+		if s.Finished.Jobs != s.Placed || s.MultiGPU.Jobs == 0 || s.Finished.GPUHours <= 0 || s.MakespanSeconds <= 0 {
+			t.Errorf("%s: %d of %d placed jobs finished (%d multi-GPU), %v GPU-hours, makespan %v",
+				strategy, s.Finished.Jobs, s.Placed, s.MultiGPU.Jobs, s.Finished.GPUHours, s.MakespanSeconds)
+		}
+		scaled := 0
+		for _, j := range r.Jobs {
+			if j.Run < 0 {
+				continue
+			}
+			if j.End-j.Arrival < j.Run-1e-9 || (j.GPUs == 1 && j.Stretch != 1) {
+				t.Errorf("%s: %s: JCT %v shorter than its run %v, or a one-GPU job stretched %v", strategy, j.ID, j.End-j.Arrival, j.Run, j.Stretch)
+			}
+			if j.GPUs > 1 && j.Stretch != 1 {
+				scaled++
+			}
+		}
+		if scaled == 0 {
+			t.Errorf("%s: no multi-GPU job's run time depends on its placement", strategy)
+		}
 		results = append(results, r)
 	}
 	report := filepath.Join(dir, "report")
-	if err := WriteReport(report, results[0], results[1]); err != nil {
+	if err := WriteReport(report, results...); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(filepath.Join(report, "summary.json"))
@@ -83,12 +108,13 @@ func TestReplayEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"jobs_total", "placed", "pending", "rejected", "decisions_per_second", "decision_latency_p99_seconds",
-		"mean_comm_seconds_per_step", "blind_mean_comm_seconds_per_step", "fragmentation_mean", "blind"} {
+		"mean_comm_seconds_per_step", "blind_mean_comm_seconds_per_step", "fragmentation_mean", "finished", "multi_gpu", "by_size",
+		"makespan_seconds", "compared"} {
 		if _, ok := sum[k]; !ok {
 			t.Errorf("summary.json lacks %s", k)
 		}
 	}
-	for _, f := range []string{"jobs.csv", "timeline.csv", "replay.svg"} {
+	for _, f := range []string{"jobs.csv", "timeline.csv", "replay.svg", "jct.svg", "slowdown.svg"} {
 		if st, err := os.Stat(filepath.Join(report, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}

@@ -3,6 +3,7 @@ package replay
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"regexp"
@@ -176,18 +177,10 @@ func Shape(j Job, index int, nodeGPUs int, seed uint64) events.JobSubmitted {
 	if s.Labels == nil {
 		s.Labels = map[string]string{}
 	} else {
-		s.Labels = maps(s.Labels)
+		s.Labels = maps.Clone(s.Labels)
 	}
 	s.Labels["replay.model"] = m.name
 	return s
-}
-
-func maps(m map[string]string) map[string]string {
-	out := make(map[string]string, len(m)+1)
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // singleNode sets a job of at most nodeGPUs GPUs to one node, as the job

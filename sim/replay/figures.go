@@ -1,0 +1,133 @@
+package replay
+
+// What users feel: job completion time, queueing, slowdown, makespan and
+// GPU-hours, over all finished jobs and by job size.
+
+import (
+	"fmt"
+	"math"
+)
+
+// JobFigures are the figures of a set of finished jobs (placed, and ended
+// before the replay did). Times are virtual (trace) seconds.
+type JobFigures struct {
+	Jobs int `json:"jobs"`
+	// JCT is completion time: from arrival to end (queueing + run time).
+	JCTMeanSeconds float64 `json:"jct_mean_seconds"`
+	JCTP50Seconds  float64 `json:"jct_p50_seconds"`
+	JCTP90Seconds  float64 `json:"jct_p90_seconds"`
+	JCTP99Seconds  float64 `json:"jct_p99_seconds"`
+	// Queueing delay, arrival to placement.
+	QueueDelayMeanSeconds float64 `json:"queue_delay_mean_seconds"`
+	QueueDelayP90Seconds  float64 `json:"queue_delay_p90_seconds"`
+	// SlowdownMean is the mean bounded slowdown against ideal: JCT over
+	// the trace duration (the job placed ideally the moment it arrived),
+	// both at least SlowdownBound seconds.
+	SlowdownMean float64 `json:"slowdown_mean"`
+	// StretchMean is the mean run time over trace duration: what the
+	// placement alone cost.
+	StretchMean float64 `json:"stretch_mean"`
+	// GPUHours held by the jobs while they ran; CommGPUHours the part of
+	// them spent communicating (the cost model's share of each step).
+	GPUHours     float64 `json:"gpu_hours"`
+	CommGPUHours float64 `json:"comm_gpu_hours"`
+}
+
+// SizeFigures are the figures of the finished jobs of one size bucket.
+type SizeFigures struct {
+	// Bucket is the range of GPUs, "1", "2-4", "5-8", "9-32" or "33+".
+	Bucket string `json:"bucket"`
+	JobFigures
+}
+
+// SlowdownBound is the bounded slowdown's threshold (Feitelson): jobs
+// shorter than it count as that long, so a 1-second job that waits a
+// minute does not dominate the mean.
+const SlowdownBound = 10.0
+
+// sizeBuckets are the job-size buckets, by most GPUs.
+var sizeBuckets = []struct {
+	name string
+	max  int
+}{{"1", 1}, {"2-4", 4}, {"5-8", 8}, {"9-32", 32}, {"33+", math.MaxInt}}
+
+func bucketOf(gpus int) int {
+	for i, b := range sizeBuckets {
+		if gpus <= b.max {
+			return i
+		}
+	}
+	return len(sizeBuckets) - 1
+}
+
+// finished is one finished job's times, for figures.
+type finished struct {
+	gpus                          int
+	arrival, start, run, duration float64
+	// commShare is the share of its steps spent communicating (0 when
+	// unknown).
+	commShare float64
+}
+
+func (f finished) jct() float64 { return f.start + f.run - f.arrival }
+
+func figuresOf(jobs []finished) JobFigures {
+	fg := JobFigures{Jobs: len(jobs)}
+	if len(jobs) == 0 {
+		return fg
+	}
+	var jct, delay, slow, stretch []float64
+	for _, j := range jobs {
+		jct = append(jct, j.jct())
+		delay = append(delay, j.start-j.arrival)
+		slow = append(slow, max(j.jct(), SlowdownBound)/max(j.duration, SlowdownBound))
+		if j.duration > 0 {
+			stretch = append(stretch, j.run/j.duration)
+		}
+		fg.GPUHours += float64(j.gpus) * j.run / 3600
+		fg.CommGPUHours += float64(j.gpus) * j.run * j.commShare / 3600
+	}
+	fg.JCTMeanSeconds = mean(jct)
+	fg.JCTP50Seconds, fg.JCTP90Seconds, fg.JCTP99Seconds = Percentile(jct, 50), Percentile(jct, 90), Percentile(jct, 99)
+	fg.QueueDelayMeanSeconds, fg.QueueDelayP90Seconds = mean(delay), Percentile(delay, 90)
+	fg.SlowdownMean, fg.StretchMean = mean(slow), mean(stretch)
+	return fg
+}
+
+// userFigures fills the summary's figures of finished jobs: all, multi-GPU
+// and by size bucket (buckets with no job are left out).
+func userFigures(s *Summary, jobs []finished) {
+	var multi []finished
+	byBucket := make([][]finished, len(sizeBuckets))
+	for _, j := range jobs {
+		if j.gpus > 1 {
+			multi = append(multi, j)
+		}
+		b := bucketOf(j.gpus)
+		byBucket[b] = append(byBucket[b], j)
+		s.MakespanSeconds = max(s.MakespanSeconds, j.start+j.run)
+	}
+	s.Finished, s.MultiGPU = figuresOf(jobs), figuresOf(multi)
+	for i, b := range byBucket {
+		if len(b) > 0 {
+			s.BySize = append(s.BySize, SizeFigures{Bucket: sizeBuckets[i].name, JobFigures: figuresOf(b)})
+		}
+	}
+}
+
+// commShareOf is the share of a step spent communicating, comm seconds
+// of it besides compute (0 when either is unknown).
+func commShareOf(compute, comm float64) float64 {
+	if !(compute > 0) || !finite(comm) || comm <= 0 {
+		return 0
+	}
+	return comm / (compute + comm)
+}
+
+// runTimeNote says how run times were set, for the summary's notes.
+func runTimeNote(scaled, multi int) string {
+	return fmt.Sprintf("run time = trace duration × step time on the placement / step time on an ideal placement of the same size "+
+		"(compute 6·parameters·tokens at %.0f TFLOP/s per GPU + the cost model's communication; see sim/replay's package doc); "+
+		"%d of %d finished multi-GPU jobs scaled, the rest (no prediction or no ideal placement) keep their trace duration",
+		ReferenceFLOPS/1e12, scaled, multi)
+}

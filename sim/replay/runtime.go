@@ -1,0 +1,142 @@
+package replay
+
+// How long a job runs on the placement it got (see the package doc, "Run
+// time"): the cost model's step time there against its step time on an
+// ideal placement of the same size.
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/pattern"
+	"github.com/toposched/toposched/internal/placer"
+	"github.com/toposched/toposched/internal/placer/aware"
+	"github.com/toposched/toposched/internal/placer/outcome"
+	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/internal/topology"
+)
+
+// ReferenceFLOPS is the training throughput of one GPU, FLOP/s: an A100's
+// bf16 peak (312 TFLOP/s) at 40% model FLOPs utilisation. It is the same
+// for every GPU model: a trace's durations already include the GPUs that
+// ran them, and only communication is scaled by placement. Set, with
+// ComputeShare, before any replay figure was seen.
+const ReferenceFLOPS = 125e12
+
+// ComputeShare is the share of a step a job of gpus GPUs spends computing
+// on an ideal placement, for jobs whose model gives no size (ComputeSeconds
+// falls back to it; no public trace gives compute times). It follows the
+// seed chapters' 8-GPU job (18% of its step communicating when placed
+// well), with larger jobs spending more of their step in collectives.
+func ComputeShare(gpus int) float64 {
+	switch {
+	case gpus <= 1:
+		return 1
+	case gpus <= 8:
+		return 0.8
+	case gpus <= 64:
+		return 0.7
+	}
+	return 0.6
+}
+
+// ComputeSeconds is a training step's compute time for sub: its own
+// step_compute_seconds when it gives one; else 6 FLOPs per parameter and
+// token (forward and backward, Kaplan et al. 2020) over the step's tokens
+// (global batch × sequence), shared by its GPUs at ReferenceFLOPS; else,
+// with no model size, what ComputeShare makes of the ideal placement's
+// communication. NaN when none applies.
+func ComputeSeconds(sub events.JobSubmitted, ideal float64) float64 {
+	if sub.StepComputeSeconds > 0 {
+		return sub.StepComputeSeconds
+	}
+	if m := sub.Model; m != nil && m.Parameters > 0 && m.GlobalBatchSize > 0 && m.SeqLen > 0 && sub.GPUs > 0 {
+		return 6 * float64(m.Parameters) * float64(m.GlobalBatchSize) * float64(m.SeqLen) / (float64(sub.GPUs) * ReferenceFLOPS)
+	}
+	if share := ComputeShare(sub.GPUs); share < 1 && ideal > 0 {
+		return ideal * share / (1 - share)
+	}
+	return math.NaN()
+}
+
+// Stretch is the factor a job's trace duration is multiplied by: its step
+// time on a placement predicted to communicate comm seconds per step over
+// its step time on an ideal placement of the same size, which
+// communicates ideal seconds ((compute + comm) / (compute + ideal); the
+// cost model counts no overlap). ok is false, and the stretch 1, when
+// something is unknown: no prediction, no ideal placement, no compute
+// time.
+func Stretch(compute, comm, ideal float64) (float64, bool) {
+	if !(compute > 0) || !finite(compute) || !finite(comm) || comm < 0 || !finite(ideal) || ideal < 0 {
+		return 1, false
+	}
+	return (compute + comm) / (compute + ideal), true
+}
+
+// idealModel finds a job's communication per step on an ideal placement
+// of its size: the least the cost model predicts among the placements
+// every strategy the placement service runs chooses on the empty cluster.
+// Jobs of the same shape share one answer.
+type idealModel struct {
+	snap   *store.Snapshot
+	fabric *topology.Fabric
+	cache  map[string]float64
+}
+
+func newIdealModel(clusterFile string) (*idealModel, error) {
+	c, err := clusterfile.LoadCluster(clusterFile)
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.New()
+	if err != nil {
+		return nil, fmt.Errorf("ideal placements: %w", err)
+	}
+	for _, n := range c.Nodes {
+		if err := st.UpsertNode(n); err != nil {
+			return nil, fmt.Errorf("ideal placements: node %s: %w", n.Name, err)
+		}
+	}
+	m := &idealModel{cache: map[string]float64{}}
+	if len(c.Fabric.Switches) > 0 {
+		if m.fabric, err = st.ApplyFabric(c.Fabric); err != nil {
+			return nil, fmt.Errorf("ideal placements: fabric: %w", err)
+		}
+	}
+	m.snap = st.Snapshot()
+	return m, nil
+}
+
+// comm is the ideal communication per step of sub (NaN when no strategy
+// places it on the empty cluster, or the cost model cannot score it).
+func (m *idealModel) comm(sub events.JobSubmitted) float64 {
+	key := fmt.Sprintf("%d/%d/%s/%s/%v/%s", sub.GPUs, sub.GPUsPerNode, sub.GPUModel, sub.Strategy, *sub.Parallelism, sub.Labels["replay.model"])
+	if v, ok := m.cache[key]; ok {
+		return v
+	}
+	best := math.NaN()
+	job, reasons := pattern.Analyze(sub)
+	if len(reasons) == 0 {
+		for _, name := range placer.Names(true) {
+			s, err := placer.Lookup(name, true)
+			if err != nil {
+				continue
+			}
+			r, _, err := s.Place(m.snap, job, aware.Options{Fabric: m.fabric})
+			if err != nil || r.Verdict != outcome.Placed {
+				continue
+			}
+			p, err := placer.Prediction(m.snap, job, r.GPUs, m.fabric, nil, name)
+			if err != nil {
+				continue
+			}
+			if math.IsNaN(best) || p.CommSecondsPerStep < best {
+				best = p.CommSecondsPerStep
+			}
+		}
+	}
+	m.cache[key] = best
+	return best
+}
