@@ -195,18 +195,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	ncfg := natsserver.DefaultConfig()
 	ncfg.Port, ncfg.StoreDir = -1, filepath.Join(dir, "nats-"+cfg.Strategy)
-	// Before placement calls a job impossible it catches up with the
-	// topology stream through an ordered consumer, which the server keeps
-	// for 5 minutes; every barrier is such a job, so a busy replay opens
-	// thousands in minutes, past nats-server's default limit of 1,000
-	// consumers per stream. The replay's own server lifts the limit.
-	ncfg.ConfigFile = filepath.Join(dir, "nats-"+cfg.Strategy+".conf")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
-	}
-	if err := os.WriteFile(ncfg.ConfigFile, []byte("jetstream {\n  limits {\n    default_max_consumers: -1\n  }\n}\n"), 0o644); err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
-	}
 	srv, err := natsserver.Start(ncfg)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
