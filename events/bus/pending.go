@@ -40,6 +40,14 @@ func (p *Pending) Wait(ctx context.Context) (uint64, error) {
 	if p.fut == nil {
 		return p.seq, p.err
 	}
+	// An answer already here wins over a context that has ended.
+	select {
+	case ack := <-p.fut.Ok():
+		p.fut, p.seq = nil, ack.Sequence
+		p.done(ack.Duplicate)
+		return p.seq, nil
+	default:
+	}
 	select {
 	case ack := <-p.fut.Ok():
 		p.fut, p.seq = nil, ack.Sequence

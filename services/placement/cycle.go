@@ -39,8 +39,21 @@ import (
 
 // analyzedConcurrency is how many jobs.analyzed messages are handled at
 // once: the most a cycle can decide. Half of them can arrive while a cycle
-// of the other half runs, so the next cycle starts full.
-const analyzedConcurrency = 128
+// of the other half runs, so the next cycle starts full; all of them wait
+// for their decision within the handler's time (30 s), which 64 decisions
+// of 4,096-GPU jobs on 100k GPUs (some 100-300 ms each) leave room for.
+const analyzedConcurrency = 64
+
+// cycleBudget is how long a cycle takes new jobs: those left go back to
+// the intake, first, for the next cycle, so that a cycle of large
+// decisions does not keep its first outcomes' acknowledgements (and their
+// messages' acks) waiting.
+const cycleBudget = time.Second
+
+// defaultAckWait bounds the wait for one outcome's acknowledgement, and
+// confirm's sending again (Service.ackWait): its own, not the handler's,
+// whose time may be nearly spent by the time the cycle ends.
+const defaultAckWait = 10 * time.Second
 
 // request is a jobs.analyzed waiting for the cycle that decides it.
 type request struct {
@@ -73,6 +86,13 @@ func (in *intake) add(r *request) {
 	}
 }
 
+// putBack returns requests a cycle did not reach to the front, in order.
+func (in *intake) putBack(rs []*request) {
+	in.mu.Lock()
+	in.reqs = append(slices.Clone(rs), in.reqs...)
+	in.mu.Unlock()
+}
+
 func (in *intake) take() []*request {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -103,7 +123,20 @@ func (s *Service) decideBatch(batch []*request) {
 	})
 	s.maybeReserve(batch[0].ctx)
 	c := s.newCycle()
-	for _, r := range batch {
+	start := s.now()
+	for i, r := range batch {
+		if i > 0 && s.now().Sub(start) > cycleBudget {
+			// Their goroutines have not taken the lock yet (see
+			// OnAnalyzed): one of them takes these next.
+			s.intake.putBack(batch[i:])
+			break
+		}
+		if err := r.ctx.Err(); err != nil {
+			// Its handler's time ran out in the intake: the message
+			// comes back.
+			r.done <- bus.Transient(fmt.Errorf("job %s: not decided in its handler's time: %w", r.job.Job.JobID, err))
+			continue
+		}
 		id := r.job.Job.JobID
 		if j, ok := c.view().Job(id); ok && j.State != store.JobRejected {
 			if o := s.doubted(id); o != nil {
@@ -181,15 +214,17 @@ func (s *Service) newCycle() *cycle {
 }
 
 // confirm sends o again, under the same cause and so the same message id
-// (stored once), until the stream answers or o's context ends: pending
+// (stored once), until the stream answers or s.ackWait has passed: pending
 // acknowledgements are failed when the connection moves to another
 // server, and the answer to the same message comes at once from there.
 func (s *Service) confirm(o *sent) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), s.ackWait)
+	defer cancel()
 	backoff := 20 * time.Millisecond
 	for {
-		_, p, err := s.pub.PublishAsync(bus.WithFence(o.ctx, s.fence), o.ev)
+		_, p, err := s.pub.PublishAsync(bus.WithFence(ctx, s.fence), o.ev)
 		if err == nil {
-			_, err = p.Wait(o.ctx)
+			_, err = p.Wait(ctx)
 		} else {
 			err = fmt.Errorf("%w: %w", bus.ErrUnconfirmed, err)
 		}
@@ -197,7 +232,7 @@ func (s *Service) confirm(o *sent) error {
 			return err
 		}
 		select {
-		case <-o.ctx.Done():
+		case <-ctx.Done():
 			return err
 		case <-time.After(backoff):
 		}
@@ -206,7 +241,7 @@ func (s *Service) confirm(o *sent) error {
 }
 
 // doubt keeps an outcome whose storing the stream did not confirm within
-// its handler's time (confirm: a broker outage). The store keeps it as if
+// s.ackWait (confirm: a broker outage). The store keeps it as if
 // stored (its GPUs held: given to another job, they could be booked twice
 // if it was stored), its message is nacked, and every later cycle sends it
 // again, under the same cause and so the same
@@ -368,7 +403,9 @@ func (c *cycle) settle() (undone bool) {
 	for _, o := range c.sent[c.settled:] {
 		err, done := o.err, o.done
 		if err == nil {
-			_, err = o.wait.Wait(o.ctx)
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), s.ackWait)
+			_, err = o.wait.Wait(wctx)
+			cancel()
 		}
 		if errors.Is(err, bus.ErrUnconfirmed) && !o.resent && cerr == nil {
 			err = s.confirm(o)

@@ -92,7 +92,13 @@ func newCycleRig(t *testing.T, ctx context.Context, nodes int) *cycleRig {
 // the streams, publishing through the rig's lossy bus.
 func (r *cycleRig) service(t *testing.T, ctx context.Context, cfg placement.Config) *placement.Service {
 	t.Helper()
-	s, err := placement.New(cfg, placement.Deps{Publish: r.pub, Read: r.b, Consume: r.b, Subjects: r.b.Subjects})
+	return r.serviceAt(t, ctx, cfg, nil)
+}
+
+// serviceAt is service with the clock now (nil: time.Now).
+func (r *cycleRig) serviceAt(t *testing.T, ctx context.Context, cfg placement.Config, now func() time.Time) *placement.Service {
+	t.Helper()
+	s, err := placement.New(cfg, placement.Deps{Publish: r.pub, Read: r.b, Consume: r.b, Subjects: r.b.Subjects, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,12 +114,6 @@ func (r *cycleRig) service(t *testing.T, ctx context.Context, cfg placement.Conf
 // handler's error by job id.
 func (r *cycleRig) submit(t *testing.T, ctx context.Context, s *placement.Service, jobs ...events.JobSubmitted) map[string]error {
 	t.Helper()
-	return r.submitWith(t, ctx, ctx, s, jobs...)
-}
-
-// submitWith is submit with the handlers' context hctx.
-func (r *cycleRig) submitWith(t *testing.T, ctx, hctx context.Context, s *placement.Service, jobs ...events.JobSubmitted) map[string]error {
-	t.Helper()
 	release := s.HoldCycles()
 	type result struct {
 		id  string
@@ -123,7 +123,7 @@ func (r *cycleRig) submitWith(t *testing.T, ctx, hctx context.Context, s *placem
 	for _, j := range jobs {
 		a := analyzed(t, j)
 		env := events.Envelope{ID: "a-" + j.JobID, Subject: j.JobID}
-		go func() { results <- result{j.JobID, s.OnAnalyzed(bus.WithCause(hctx, env), env, a)} }()
+		go func() { results <- result{j.JobID, s.OnAnalyzed(bus.WithCause(ctx, env), env, a)} }()
 		select {
 		case <-r.queued:
 		case <-ctx.Done():
@@ -214,6 +214,38 @@ func TestCycleDecidesInPriorityOrder(t *testing.T) {
 	checkBooking(t, r.decisions(t, ctx))
 }
 
+// A cycle takes new jobs for cycleBudget: on a clock that moves a second
+// a reading, it decides one job, leaves the rest to the intake, and they
+// are decided by the next cycles, every one answered.
+func TestCycleBudgetLeavesTheRestToTheNext(t *testing.T) {
+	t.Parallel()
+	ctx := eventstest.Context(t, 30*time.Second)
+	r := newCycleRig(t, ctx, 2)
+	var mu sync.Mutex
+	clock := time.Unix(0, 0)
+	s := r.serviceAt(t, ctx, placement.Config{Holder: "slow"}, func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		clock = clock.Add(time.Second)
+		return clock
+	})
+	var jobs []events.JobSubmitted
+	for i := range 6 {
+		jobs = append(jobs, events.JobSubmitted{JobID: fmt.Sprintf("j%d", i), GPUs: 2})
+	}
+	for id, err := range r.submit(t, ctx, s, jobs...) {
+		if err != nil {
+			t.Errorf("%s: %v", id, err)
+		}
+	}
+	for _, j := range jobs {
+		if st := state(s, j.JobID); st != store.JobPlaced {
+			t.Errorf("%s: %s, want placed", j.JobID, st)
+		}
+	}
+	checkBooking(t, r.decisions(t, ctx))
+}
+
 // An outcome the stream refuses is undone in the store and its message
 // comes back (the handler's error); the cycle's other outcomes stand. A
 // job that would wait for the GPUs the refused decision took is decided
@@ -291,10 +323,9 @@ func TestCycleKeepsAnOutcomeInDoubt(t *testing.T) {
 		t.Fatal(errs["a"])
 	}
 	r.pub.stuck["b"] = true
-	// A handler whose time is up: b's outcome is sent and never answered.
-	over, cancel := context.WithCancel(ctx)
-	cancel()
-	errs := r.submitWith(t, ctx, over, r.s, events.JobSubmitted{JobID: "b", GPUs: 4})
+	// b's outcome is sent, and sent again, and never answered.
+	r.s.SetAckWait(time.Millisecond)
+	errs := r.submit(t, ctx, r.s, events.JobSubmitted{JobID: "b", GPUs: 4})
 	if !errors.Is(errs["b"], bus.ErrUnconfirmed) {
 		t.Fatalf("b: %v, want unconfirmed", errs["b"])
 	}
@@ -338,15 +369,13 @@ func TestCrashMidCycle(t *testing.T) {
 		jobs = append(jobs, events.JobSubmitted{JobID: fmt.Sprintf("j%d", i), GPUs: 2})
 	}
 	// j3's decision is stored but its answer lost, j4 to j6's never
-	// stored; the replica gives up on them (its handlers' time is up) and
-	// is gone.
+	// stored; the replica gives up on them and is gone.
 	r.pub.fates["j3"] = []string{ackLost}
 	for _, id := range []string{"j3", "j4", "j5", "j6"} {
 		r.pub.stuck[id] = true
 	}
-	over, cancel := context.WithCancel(ctx)
-	cancel()
-	r.submitWith(t, ctx, over, r.s, jobs...)
+	r.s.SetAckWait(time.Millisecond)
+	r.submit(t, ctx, r.s, jobs...)
 	r.pub.mu.Lock()
 	clear(r.pub.stuck)
 	r.pub.mu.Unlock()

@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/toposched/toposched/events/bus"
 )
@@ -31,3 +32,8 @@ func (s *Service) HoldCycles() (release func()) {
 // NotifyQueued makes the service tell ch of every job put in the intake;
 // set it before any handler runs.
 func (s *Service) NotifyQueued(ch chan<- struct{}) { s.intake.queued = ch }
+
+// SetAckWait sets how long an outcome's acknowledgement is waited for, and
+// sent again for, before it is kept in doubt; set it before any handler
+// runs.
+func (s *Service) SetAckWait(d time.Duration) { s.ackWait = d }

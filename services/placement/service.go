@@ -134,6 +134,8 @@ type Service struct {
 	// inDoubt the outcomes sent that the stream has not confirmed.
 	intake  intake
 	inDoubt []*sent
+	// ackWait is defaultAckWait but in tests.
+	ackWait time.Duration
 
 	holder        string
 	leaseRevision uint64
@@ -170,7 +172,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		store: st, log: log.With("component", "placement"), now: now, observe: deps.ObservePolicyEval,
 		ready: make(chan struct{}), strategy: strategy.Name(), policies: cfg.Policies,
 		reserveAfter: reserveAfter, pendingSince: map[string]time.Time{},
-		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision}
+		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision, ackWait: defaultAckWait}
 	svc.bandwidths.Store(cfg.Bandwidths)
 	return svc, nil
 }
