@@ -107,9 +107,16 @@ func (s *Service) OnAnalyzed(ctx context.Context, env events.Envelope, job *even
 	r := &request{ctx: ctx, env: env, job: job, seq: bus.StreamSeq(ctx), done: make(chan error, 1)}
 	s.intake.add(r)
 	s.mu.Lock()
-	// Either a cycle that held the lock took r (and answered it before
-	// letting go), or r is still in the intake and this one takes it.
-	if batch := s.intake.take(); len(batch) > 0 {
+	// Every lock holder runs cycles until its own request is answered, so
+	// a request in the intake is always one whose goroutine has not taken
+	// the lock yet (or the holder's): either a cycle took r and answered
+	// it, or r is still in the intake (a cycle may put it back, see
+	// cycleBudget) and this one takes it.
+	for len(r.done) == 0 {
+		batch := s.intake.take()
+		if len(batch) == 0 {
+			break
+		}
 		s.decideBatch(batch)
 	}
 	s.mu.Unlock()
@@ -126,8 +133,8 @@ func (s *Service) decideBatch(batch []*request) {
 	start := s.now()
 	for i, r := range batch {
 		if i > 0 && s.now().Sub(start) > cycleBudget {
-			// Their goroutines have not taken the lock yet (see
-			// OnAnalyzed): one of them takes these next.
+			// Their goroutines have not taken the lock yet, or one is
+			// this cycle's, which runs another (see OnAnalyzed).
 			s.intake.putBack(batch[i:])
 			break
 		}
