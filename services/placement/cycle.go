@@ -221,15 +221,15 @@ func (s *Service) newCycle() *cycle {
 }
 
 // confirm sends o again, under the same cause and so the same message id
-// (stored once), until the stream answers or s.ackWait has passed: pending
+// (stored once), until the stream answers or ctx ends: pending
 // acknowledgements are failed when the connection moves to another
 // server, and the answer to the same message comes at once from there.
-func (s *Service) confirm(o *sent) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), s.ackWait)
-	defer cancel()
+func (s *Service) confirm(ctx context.Context, o *sent) error {
+	// o's context carries its cause, whose id the message's derives from.
+	send := bus.WithFence(context.WithoutCancel(o.ctx), s.fence)
 	backoff := 20 * time.Millisecond
 	for {
-		_, p, err := s.pub.PublishAsync(bus.WithFence(ctx, s.fence), o.ev)
+		_, p, err := s.pub.PublishAsync(send, o.ev)
 		if err == nil {
 			_, err = p.Wait(ctx)
 		} else {
@@ -407,15 +407,18 @@ func (c *cycle) settle() (undone bool) {
 		// rebuilds from the streams.
 		s.log.Error("placement cycle's store transaction failed", "err", cerr)
 	}
+	// One deadline for the whole settle, and the term's life rather than
+	// the handlers': the lock is held meanwhile, and a term that ends (its
+	// lease lost) must stop at once, not after each outcome's wait.
+	wctx, cancel := context.WithTimeout(s.life, s.ackWait)
+	defer cancel()
 	for _, o := range c.sent[c.settled:] {
 		err, done := o.err, o.done
 		if err == nil {
-			wctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), s.ackWait)
 			_, err = o.wait.Wait(wctx)
-			cancel()
 		}
 		if errors.Is(err, bus.ErrUnconfirmed) && !o.resent && cerr == nil {
-			err = s.confirm(o)
+			err = s.confirm(wctx, o)
 		}
 		switch {
 		case cerr != nil:

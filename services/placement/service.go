@@ -136,6 +136,8 @@ type Service struct {
 	inDoubt []*sent
 	// ackWait is defaultAckWait but in tests.
 	ackWait time.Duration
+	// life ends with the term (Run's context); Background until Run.
+	life context.Context
 
 	holder        string
 	leaseRevision uint64
@@ -172,7 +174,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		store: st, log: log.With("component", "placement"), now: now, observe: deps.ObservePolicyEval,
 		ready: make(chan struct{}), strategy: strategy.Name(), policies: cfg.Policies,
 		reserveAfter: reserveAfter, pendingSince: map[string]time.Time{},
-		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision, ackWait: defaultAckWait}
+		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision, ackWait: defaultAckWait,
+		life: context.Background()}
 	svc.bandwidths.Store(cfg.Bandwidths)
 	return svc, nil
 }
@@ -230,6 +233,7 @@ func (s *Service) Run(ctx context.Context) error {
 	s.fence = bus.Fence{Subject: s.subjects.Of(events.NamePlacementTerm), Seq: seq}
 	ctx, s.fenced = context.WithCancelCause(ctx)
 	defer s.fenced(nil)
+	s.life = ctx
 	if err := s.rebuild(ctx); err != nil {
 		return fmt.Errorf("rebuild placement: %w", err)
 	}
