@@ -7,18 +7,20 @@ package placement
 // arrival order, against one view of the store that includes the cycle's
 // earlier decisions, in one store transaction. Outcomes are published
 // asynchronously as they are decided, and their acknowledgements awaited
-// once, when the cycle ends; only then are the handlers answered, so a
-// message is acked only once its outcome is stored. Retries of the queue
-// (after a finish, a node report, a policy change) are cycles too.
+// once, when the cycle ends (and before a pending is sent for a job that
+// waits for GPUs the cycle's decisions took); only then are the handlers
+// answered, so a message is acked only once its outcome is stored. A
+// cycle takes new jobs for cycleBudget. Retries of the queue (after a
+// finish, a node report, a policy change) are cycles too.
 //
 // Nothing is lost or decided twice by a crash mid-cycle: a job whose
 // outcome is not stored is not acked and comes back to the next leader,
 // which rebuilt its store from the placement stream (the outcomes that
 // were stored) and sees the job as new; one whose outcome was stored is a
 // duplicate there. Each outcome's message id derives from the message that
-// caused it (bus.Envelope), so an outcome sent again is stored once. An
-// outcome the stream refuses is rolled back in the store, and its message
-// is nacked for another try.
+// caused it (bus.Envelope), so an outcome sent again is stored once
+// (confirm, doubt). An outcome the stream refuses is rolled back in the
+// store, and its message is nacked for another try.
 
 import (
 	"cmp"
@@ -248,13 +250,13 @@ func (s *Service) confirm(ctx context.Context, o *sent) error {
 }
 
 // doubt keeps an outcome whose storing the stream did not confirm within
-// s.ackWait (confirm: a broker outage). The store keeps it as if
-// stored (its GPUs held: given to another job, they could be booked twice
-// if it was stored), its message is nacked, and every later cycle sends it
-// again, under the same cause and so the same
-// message id, until the stream answers: stored once either way. A
-// release of the job ends the doubt (forget): it comes after the outcome
-// in the stream whichever way the doubt would have gone.
+// s.ackWait (confirm: a broker outage). The store keeps it as if stored
+// (its GPUs held: given to another job, they could be booked twice if it
+// was stored), its message is nacked, and every later cycle sends it
+// again, under the same cause and so the same message id, until the
+// stream answers: stored once either way. A release of the job ends the
+// doubt (forget): it comes after the outcome in the stream whichever way
+// the doubt would have gone.
 func (s *Service) doubt(o *sent) {
 	if slices.Contains(s.inDoubt, o) {
 		return
