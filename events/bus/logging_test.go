@@ -48,3 +48,20 @@ func TestFencedHandlerErrorIsAWarning(t *testing.T) {
 		t.Errorf("other error logged as %q", lines[1])
 	}
 }
+
+// An outcome the stream has not confirmed, and a message left for later
+// on purpose, are warnings too: the message comes back.
+func TestRetriedHandlerErrorsAreWarnings(t *testing.T) {
+	for _, err := range []error{
+		Transient(fmt.Errorf("publish toposched.placement.decided: %w: the answer was lost", ErrUnconfirmed)),
+		Transient(fmt.Errorf("job j: not decided in its handler's time: %w", ErrLater)),
+	} {
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&buf, nil))
+		w := fencedAsWarning{watermill.NewSlogLogger(log), log}
+		w.Error("Handler returned error", err, nil)
+		if line := buf.String(); !strings.Contains(line, "level=WARN") || !strings.Contains(line, "comes back") {
+			t.Errorf("%v logged as %q", err, line)
+		}
+	}
+}

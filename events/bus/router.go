@@ -83,17 +83,25 @@ func (b *Bus) NewRouter() (*Router, error) {
 	return rt, nil
 }
 
-// fencedAsWarning logs a handler's ErrFenced as a warning, not the error
-// Watermill calls every handler error: a replica whose term a newer one
-// ended is failover working as designed (the message is nacked for the
-// new holder), and an operator's alert on level=ERROR must not fire on it.
+// fencedAsWarning logs a handler's ErrFenced, ErrUnconfirmed and ErrLater
+// as a warning, not the error Watermill calls every handler error: a
+// replica whose term a newer one ended is failover working as designed
+// (the message is nacked for the new holder), as is an outcome a broker's
+// failover left unconfirmed (sent again), and an operator's alert on
+// level=ERROR must not fire on them.
 type fencedAsWarning struct {
 	watermill.LoggerAdapter
 	log *slog.Logger
 }
 
 func (l fencedAsWarning) Error(msg string, err error, fields watermill.LogFields) {
-	if !errors.Is(err, ErrFenced) {
+	var why string
+	switch {
+	case errors.Is(err, ErrFenced):
+		why = " (fenced: the message is left for the current term)"
+	case errors.Is(err, ErrUnconfirmed), errors.Is(err, ErrLater):
+		why = " (the message comes back for another try)"
+	default:
 		l.LoggerAdapter.Error(msg, err, fields)
 		return
 	}
@@ -101,8 +109,14 @@ func (l fencedAsWarning) Error(msg string, err error, fields watermill.LogFields
 	for k, v := range fields {
 		args = append(args, k, v)
 	}
-	l.log.Warn(msg+" (fenced: the message is left for the current term)", append(args, "error", err)...)
+	l.log.Warn(msg+why, append(args, "error", err)...)
 }
+
+// ErrLater is wrapped by a handler's error that leaves its message for a
+// later delivery on purpose, as an outcome the stream has not confirmed
+// (ErrUnconfirmed) does: it could not be handled in its time (a burst, a
+// broker outage). Logged as a warning, not an error.
+var ErrLater = errors.New("left for a later delivery")
 
 func (l fencedAsWarning) With(fields watermill.LogFields) watermill.LoggerAdapter {
 	args := make([]any, 0, 2*len(fields))

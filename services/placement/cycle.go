@@ -143,7 +143,7 @@ func (s *Service) decideBatch(batch []*request) {
 		if err := r.ctx.Err(); err != nil {
 			// Its handler's time ran out in the intake: the message
 			// comes back.
-			r.done <- bus.Transient(fmt.Errorf("job %s: not decided in its handler's time: %w", r.job.Job.JobID, err))
+			r.done <- bus.Transient(fmt.Errorf("job %s: not decided in its handler's time (%w): %w", r.job.Job.JobID, err, bus.ErrLater))
 			continue
 		}
 		id := r.job.Job.JobID
