@@ -218,8 +218,17 @@ func (s *Service) newCycle() *cycle {
 			o.err = fmt.Errorf("%w: %w", bus.ErrUnconfirmed, o.err)
 		}
 		c.sent = append(c.sent, o)
+		if o.job.State == store.JobPlaced {
+			c.decided++
+		}
 	}
 	return c
+}
+
+// doubtsDecision reports whether a decision is in doubt: its GPUs are
+// held though the stream may not have it.
+func (s *Service) doubtsDecision() bool {
+	return slices.ContainsFunc(s.inDoubt, func(o *sent) bool { return o.job.State == store.JobPlaced })
 }
 
 // confirm sends o again, under the same cause and so the same message id
@@ -327,6 +336,11 @@ func (c *cycle) place(ctx context.Context, job store.Job, fresh bool, done chan<
 		if plan, err = s.decide(ctx, c, job.Spec, fresh); err != nil {
 			return false, err
 		}
+	}
+	if plan.Verdict == outcome.Wait && s.doubtsDecision() {
+		// Nor while a decision is in doubt: the job comes back once the
+		// stream has said.
+		return false, bus.Transient(fmt.Errorf("job %s would wait while a decision is not confirmed by the stream: %w", job.ID, bus.ErrLater))
 	}
 	log := s.log.With("job_id", job.ID)
 	if cause, ok := bus.CauseFrom(ctx); ok {
