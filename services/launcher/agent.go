@@ -167,22 +167,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	recs := make(chan bus.Record, 256)
 	errc := make(chan error, 3)
 	follow := func(domain events.Domain, names ...events.Name) <-chan struct{} {
-		ready := make(chan struct{})
-		subjects := make([]string, len(names))
-		for i, n := range names {
-			subjects[i] = a.b.Subjects.Of(n)
-		}
-		go func() {
-			errc <- a.b.Follow(ctx, domain, subjects, ready, func(r bus.Record) error {
-				select {
-				case recs <- r:
-					return nil
-				case <-ctx.Done():
-					return bus.ErrStop
-				}
-			})
-		}()
-		return ready
+		return followInto(ctx, a.b, recs, errc, domain, names...)
 	}
 	// Follow first, then read what is stored: an event in both is
 	// handled twice, which every handler allows; none falls between.

@@ -72,22 +72,7 @@ func (w *Watchdog) Run(ctx context.Context) error {
 	recs := make(chan bus.Record, 256)
 	errc := make(chan error, 3)
 	follow := func(domain events.Domain, names ...events.Name) <-chan struct{} {
-		ready := make(chan struct{})
-		var subjects []string
-		for _, n := range names {
-			subjects = append(subjects, w.b.Subjects.Of(n))
-		}
-		go func() {
-			errc <- w.b.Follow(ctx, domain, subjects, ready, func(r bus.Record) error {
-				select {
-				case recs <- r:
-					return nil
-				case <-ctx.Done():
-					return bus.ErrStop
-				}
-			})
-		}()
-		return ready
+		return followInto(ctx, w.b, recs, errc, domain, names...)
 	}
 	readies := []<-chan struct{}{
 		follow(events.DomainJobs, events.NameJobSubmitted),
