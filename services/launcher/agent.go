@@ -176,14 +176,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		follow(events.DomainRuntime, events.NameRuntimeTuning, events.NameRanksExited),
 		follow(events.DomainAgent, events.NameAgentHeartbeat),
 	}
-	for _, r := range readies {
-		select {
-		case <-r:
-		case err := <-errc:
-			return err
-		case <-ctx.Done():
-			return nil
-		}
+	if err := awaitFollows(ctx, readies, errc); err != nil || ctx.Err() != nil {
+		return err
 	}
 	a.heartbeat(ctx)
 	if err := a.rebuild(ctx); err != nil {
@@ -207,13 +201,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case err := <-errc:
-			if ctx.Err() != nil {
-				return nil
+			if err = followEnded(ctx, err); err != nil {
+				return fmt.Errorf("launcher: %w", err)
 			}
-			if err == nil {
-				err = errors.New("stopped following")
-			}
-			return fmt.Errorf("launcher: %w", err)
+			return nil
 		case r := <-recs:
 			a.handle(ctx, r)
 		}

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"errors"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
@@ -29,4 +30,30 @@ func followInto(ctx context.Context, b *bus.Bus, recs chan<- bus.Record, errc ch
 		})
 	}()
 	return ready
+}
+
+// awaitFollows waits until every follow reads new events; it returns a
+// follow's error, or nil when ctx ends first.
+func awaitFollows(ctx context.Context, readies []<-chan struct{}, errc <-chan error) error {
+	for _, r := range readies {
+		select {
+		case <-r:
+		case err := <-errc:
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return nil
+}
+
+// followEnded is why a follow ended, nil when ctx did.
+func followEnded(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("stopped following")
+	}
+	return err
 }

@@ -2,7 +2,6 @@ package launcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -79,14 +78,11 @@ func (w *Watchdog) Run(ctx context.Context) error {
 		follow(events.DomainPlacement, events.NamePlacementDecided, events.NamePlacementReleased),
 		follow(events.DomainAgent, events.NameAgentHeartbeat),
 	}
-	for _, r := range readies {
-		select {
-		case <-r:
-		case err := <-errc:
-			return fmt.Errorf("watchdog: %w", err)
-		case <-ctx.Done():
-			return nil
-		}
+	if err := awaitFollows(ctx, readies, errc); err != nil {
+		return fmt.Errorf("watchdog: %w", err)
+	}
+	if ctx.Err() != nil {
+		return nil
 	}
 	// What is stored: the submissions first, so that a decision read
 	// next knows whether its job has a command.
@@ -116,13 +112,10 @@ func (w *Watchdog) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case err := <-errc:
-			if ctx.Err() != nil {
-				return nil
+			if err = followEnded(ctx, err); err != nil {
+				return fmt.Errorf("watchdog: %w", err)
 			}
-			if err == nil {
-				err = errors.New("stopped following")
-			}
-			return fmt.Errorf("watchdog: %w", err)
+			return nil
 		case r := <-recs:
 			w.apply(r)
 		case <-tick.C:
