@@ -151,8 +151,14 @@ func (s *Service) decideBatch(batch []*request) {
 			if o := s.doubted(id); o != nil {
 				// Acked now, the job would be lost if its outcome was
 				// not stored and this replica stopped: it is answered
-				// with the outcome sent again in this cycle.
-				o.dups = append(o.dups, r.done)
+				// with the outcome sent again in this cycle, or, when
+				// this cycle has already waited for that, at once, for
+				// another try (no later cycle may come to answer it).
+				if slices.Contains(c.sent[c.settled:], o) {
+					o.dups = append(o.dups, r.done)
+				} else {
+					r.done <- bus.Transient(fmt.Errorf("job %s: its outcome is %w yet", id, bus.ErrUnconfirmed))
+				}
 				continue
 			}
 			s.log.Info("duplicate submission ignored", "job_id", id, "state", j.State, "correlation_id", r.env.CorrelationID)
