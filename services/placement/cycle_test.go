@@ -345,10 +345,13 @@ func TestCycleKeepsAnOutcomeInDoubt(t *testing.T) {
 		t.Fatalf("c: %s, want absent (nothing recorded)", st)
 	}
 	// The broker answers again: the next cycle stores it, and b's
-	// delivery is a duplicate now.
+	// delivery is a duplicate now. The wait is a real one again: a
+	// millisecond is too short for a stored acknowledgement on a busy
+	// machine (this failed in CI).
 	r.pub.mu.Lock()
 	r.pub.stuck["b"] = false
 	r.pub.mu.Unlock()
+	r.s.SetAckWait(10 * time.Second)
 	errs = r.submit(t, ctx, r.s, events.JobSubmitted{JobID: "b", GPUs: 4}, events.JobSubmitted{JobID: "c", GPUs: 8})
 	if errs["b"] != nil || errs["c"] != nil {
 		t.Fatalf("third cycle: %v", errs)

@@ -34,6 +34,10 @@ func (s *Service) HoldCycles() (release func()) {
 func (s *Service) NotifyQueued(ch chan<- struct{}) { s.intake.queued = ch }
 
 // SetAckWait sets how long an outcome's acknowledgement is waited for, and
-// sent again for, before it is kept in doubt; set it before any handler
-// runs.
-func (s *Service) SetAckWait(d time.Duration) { s.ackWait = d }
+// sent again for, before it is kept in doubt. It takes the service's lock,
+// which every cycle holds, so a test may change it between cycles.
+func (s *Service) SetAckWait(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ackWait = d
+}
