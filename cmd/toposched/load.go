@@ -65,17 +65,11 @@ occupancy with policies on; >= 500 decisions/s end to end.`,
 			if f.e2eOnly && f.e2e <= 0 {
 				return fmt.Errorf("--e2e-only needs --e2e N")
 			}
-			if f.cpuProfile != "" {
-				pf, err := os.Create(f.cpuProfile)
-				if err != nil {
-					return fmt.Errorf("--cpu-profile: %w", err)
-				}
-				defer func() { _ = pf.Close() }() // the profile is flushed by StopCPUProfile
-				if err := pprof.StartCPUProfile(pf); err != nil {
-					return fmt.Errorf("--cpu-profile: %w", err)
-				}
-				defer pprof.StopCPUProfile()
+			stop, err := startCPUProfile(f.cpuProfile)
+			if err != nil {
+				return err
 			}
+			defer stop()
 			return load.Run(cmd.Context(), cmd.OutOrStdout(), cfg)
 		},
 	}
@@ -114,4 +108,24 @@ func parseSizes(s string) ([]int, error) {
 		out = append(out, n*mult)
 	}
 	return out, nil
+}
+
+// startCPUProfile starts a CPU profile into file (none when file is
+// empty); stop ends it and closes the file.
+func startCPUProfile(file string) (stop func(), err error) {
+	if file == "" {
+		return func() {}, nil
+	}
+	pf, err := os.Create(file)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		_ = pf.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = pf.Close()
+	}, nil
 }

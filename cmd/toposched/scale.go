@@ -29,6 +29,7 @@ func newScale(g *globals) *cobra.Command {
 		report   string
 		policies string
 		stall    time.Duration
+		profile  string
 	)
 	cmd := &cobra.Command{
 		Use:   "scale",
@@ -50,6 +51,11 @@ and writes scale.json into --report.`,
 			if err != nil {
 				return err
 			}
+			stop, err := startCPUProfile(profile)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			var rows []replay.Summary
 			out := cmd.OutOrStdout()
 			for s := range strings.SplitSeq(sizes, ",") {
@@ -97,6 +103,7 @@ and writes scale.json into --report.`,
 	fl.StringVar(&report, "report", "", "directory for scale.json")
 	fl.StringVar(&policies, "policies", "", "policy set: a directory, none, or empty for the shipped set")
 	fl.DurationVar(&stall, "stall", 5*time.Minute, "give up when no outcome comes for this long")
+	fl.StringVar(&profile, "cpu-profile", "", "write a CPU profile of the run to FILE (go tool pprof FILE)")
 	return cmd
 }
 

@@ -148,6 +148,7 @@ func setNICHealth(w *writer, node *Node, name string, healthy bool) error {
 // its effective topology, and recomputes its GPUs' domains.
 func (w *writer) putNode(n *Node) error {
 	n.Effective = effective(n)
+	n.Links = n.Effective.LinksKey()
 	if err := w.txn.Insert(TableNodes, n); err != nil {
 		return err
 	}

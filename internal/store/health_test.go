@@ -122,6 +122,11 @@ func TestNVLinkHealth(t *testing.T) {
 			if tt.down == nil && n.Effective != n.Topology {
 				t.Error("nothing down, but Effective is not Topology")
 			}
+			// Links is what a one-GPU walk compares nodes by: it must
+			// follow the effective topology, not the reported one.
+			if n.Links != n.Effective.LinksKey() || (n.Links == n.Topology.LinksKey()) != n.Effective.SameLinks(n.Topology) {
+				t.Errorf("Links %x does not follow the effective topology", n.Links)
+			}
 			if d, _ := snap.Domain("island:n/0"); d.Total != tt.island || d.Free != tt.island {
 				t.Errorf("island:n/0 = %+v, want %d GPUs, all free", d, tt.island)
 			}

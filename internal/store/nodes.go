@@ -80,6 +80,7 @@ func (s *Store) UpsertNode(n events.TopologyNode) error {
 		}
 		node.DownNVLinks, node.DownNICs = carryHealth(oldNode, n, reported, topo)
 		node.Effective = effective(node)
+		node.Links = node.Effective.LinksKey()
 		if oldNode != nil && nodeEqual(oldNode, node) {
 			node = oldNode // keep the stored row, and its Effective
 		} else if err := txn.Insert(TableNodes, node); err != nil {

@@ -30,6 +30,10 @@ type Node struct {
 	// read costs nothing and a snapshot holds the one its domains were
 	// computed from. Shared: do not modify.
 	Effective *topology.Node
+	// Links is Effective's LinksKey, kept with it: two nodes with the same
+	// Links and free GPUs are nodes placement cannot tell apart, and the
+	// walk of a one-GPU job compares keys rather than matrices.
+	Links topology.LinksKey
 	// DownNVLinks lists the node's NVLinks that health reports say are down,
 	// sorted by GPU index, then link; nil when none.
 	DownNVLinks []NVLinkID

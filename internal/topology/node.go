@@ -1,9 +1,11 @@
 package topology
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
+	"math"
 )
 
 // GPU is one GPU of a node.
@@ -186,39 +188,65 @@ func Flat(name, source string, gpus []GPU) *Node {
 // cannot tell apart, whatever their names, UUIDs and bus IDs. Two nil
 // nodes are the same.
 func (n *Node) SameLinks(o *Node) bool {
-	if n == nil || o == nil {
-		return n == o
-	}
 	if n == o {
 		return true
 	}
-	if len(n.GPUs) != len(o.GPUs) || len(n.NICs) != len(o.NICs) || n.NVSwitches != o.NVSwitches ||
-		n.NVLinkGen != o.NVLinkGen || n.PCIeGen != o.PCIeGen {
-		return false
-	}
-	for i, g := range n.GPUs {
-		h := o.GPUs[i]
-		if g.Index != h.Index || g.Model != h.Model || g.MemoryMiB != h.MemoryMiB || g.NUMA != h.NUMA || g.MIG != h.MIG {
-			return false
-		}
-	}
-	for i, c := range n.NICs {
-		d := o.NICs[i]
-		if c.Index != d.Index || c.Name != d.Name || c.RateGbps != d.RateGbps || c.RDMA != d.RDMA || c.Transport != d.Transport || c.NUMA != d.NUMA {
-			return false
-		}
-	}
-	return samePaths(n.GPUPaths, o.GPUPaths) && samePaths(n.NICPaths, o.NICPaths)
+	return n.LinksKey() == o.LinksKey()
 }
 
-func samePaths(a, b [][]Link) bool {
-	if len(a) != len(b) {
-		return false
+// LinksKey is a digest of what SameLinks compares.
+type LinksKey [16]byte
+
+// LinksKey returns the node's digest of what SameLinks compares (the
+// first 16 bytes of a SHA-256 of it), the zero key for a nil node. A
+// store computes it once per topology it keeps, so that comparing two
+// nodes as placement sees them is comparing two keys.
+func (n *Node) LinksKey() LinksKey {
+	var k LinksKey
+	if n == nil {
+		return k
 	}
-	for i := range a {
-		if !slices.Equal(a[i], b[i]) {
-			return false
+	b := make([]byte, 0, 256)
+	num := func(v int) { b = binary.AppendVarint(b, int64(v)) }
+	str := func(v string) { num(len(v)); b = append(b, v...) }
+	num(len(n.GPUs))
+	num(len(n.NICs))
+	num(n.NVSwitches)
+	num(n.NVLinkGen)
+	num(n.PCIeGen)
+	for _, g := range n.GPUs {
+		num(g.Index)
+		str(g.Model)
+		num(g.MemoryMiB)
+		num(g.NUMA)
+		b = append(b, boolByte(g.MIG))
+	}
+	for _, c := range n.NICs {
+		num(c.Index)
+		str(c.Name)
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(c.RateGbps))
+		b = append(b, boolByte(c.RDMA))
+		str(c.Transport)
+		num(c.NUMA)
+	}
+	for _, paths := range [][][]Link{n.GPUPaths, n.NICPaths} {
+		num(len(paths))
+		for _, row := range paths {
+			num(len(row))
+			for _, l := range row {
+				num(int(l.Class))
+				num(l.NVLinks)
+			}
 		}
 	}
-	return true
+	sum := sha256.Sum256(b)
+	copy(k[:], sum[:])
+	return k
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
 }

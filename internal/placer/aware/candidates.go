@@ -70,14 +70,23 @@ func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) boo
 	// the same links and free GPUs) ranks after them all, where nothing
 	// reads it, so it is counted and not kept. On a cluster of identical
 	// nodes the walk keeps enough nodes, not oneGPULimit.
+	//
+	// A twin is passed over before the filter is asked of it: were it
+	// allowed, it would rank after its kept twins all the same. The
+	// filter's own count of denied nodes then leaves it out, as it leaves
+	// out the nodes after the walk's end.
 	var classes []twinClass
 	for node, free := range snap.EachNodeFreeByFit(model, k) {
-		if filter == nil && k == 1 && enough > 0 && twinsFull(classes, node, free, enough) {
-			// Counted, and passed over before its fabric is listed.
-			if level0++; level0 >= limit {
-				break
+		twin := -1
+		if k == 1 && enough > 0 {
+			twin = slices.IndexFunc(classes, func(tc twinClass) bool { return tc.of(node, free) })
+			if twin >= 0 && classes[twin].n >= enough {
+				// Counted, and passed over before its fabric is listed.
+				if level0++; level0 >= limit {
+					break
+				}
+				continue
 			}
-			continue
 		}
 		fabric := fabricDomains(free[0].Domains)
 		if filter != nil {
@@ -91,18 +100,11 @@ func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) boo
 			}
 		}
 		if k == 1 && enough > 0 {
-			i := slices.IndexFunc(classes, func(tc twinClass) bool { return tc.of(node, free) })
-			if i >= 0 && classes[i].n >= enough {
-				if level0++; level0 >= limit {
-					break
-				}
-				continue
-			}
-			if i < 0 {
+			if twin < 0 {
 				classes = append(classes, twinClass{node: node, free: free})
-				i = len(classes) - 1
+				twin = len(classes) - 1
 			}
-			classes[i].n++
+			classes[twin].n++
 		}
 		if len(slab) == cap(slab) {
 			slab = make([]candNode, 0, slabSize) // never cut pointers into slab
@@ -140,16 +142,9 @@ type twinClass struct {
 	n    int
 }
 
-// twinsFull reports whether the node's twins already number enough.
-func twinsFull(classes []twinClass, node store.Node, free []store.FreeGPU, enough int) bool {
-	i := slices.IndexFunc(classes, func(tc twinClass) bool { return tc.of(node, free) })
-	return i >= 0 && classes[i].n >= enough
-}
-
 func (tc twinClass) of(node store.Node, free []store.FreeGPU) bool {
-	return node.GPUModel == tc.node.GPUModel && node.GPUCount == tc.node.GPUCount &&
-		slices.EqualFunc(free, tc.free, func(a, b store.FreeGPU) bool { return a.Index == b.Index && a.Model == b.Model }) &&
-		node.Effective.SameLinks(tc.node.Effective)
+	return node.Links == tc.node.Links && node.GPUModel == tc.node.GPUModel && node.GPUCount == tc.node.GPUCount &&
+		slices.EqualFunc(free, tc.free, func(a, b store.FreeGPU) bool { return a.Index == b.Index && a.Model == b.Model })
 }
 
 // candidates collects the nodes with free GPUs of the job's model that the
