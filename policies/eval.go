@@ -60,18 +60,27 @@ type ClassEvaluator struct {
 
 // ForClass returns the node evaluator of a job class.
 func (s *Set) ForClass(job JobClass) ClassEvaluator {
-	return ClassEvaluator{set: s, job: job, class: classHash(job)}
+	return ClassEvaluator{set: s, job: job, class: s.reads.classHash(job)}
 }
 
 // EvalNode is Set.EvalNode for the evaluator's class.
 func (c ClassEvaluator) EvalNode(ctx context.Context, node Node) (NodeResult, error) {
 	s, job := c.set, c.job
-	key := nodeKey(c.class, node)
+	key := s.reads.nodeKey(c.class, node)
 	if r, ok := s.cache.get(key); ok {
 		return r, nil
 	}
-	in := NodeInput{Job: job, Node: node}.normal()
-	doc, err := s.eval(ctx, s.nodes, in)
+	r, err := s.evalNode(ctx, job, node)
+	if err != nil {
+		return r, err
+	}
+	s.cache.put(key, r)
+	return r, nil
+}
+
+// evalNode is EvalNode without the cache.
+func (s *Set) evalNode(ctx context.Context, job JobClass, node Node) (NodeResult, error) {
+	doc, err := s.eval(ctx, s.nodes, NodeInput{Job: job, Node: node}.normal())
 	if err != nil {
 		err = fmt.Errorf("policy %s: node %s: %w", short(s.Revision), node.Name, err)
 		return NodeResult{Deny: []Violation{failClosed(err)}}, err
@@ -82,7 +91,6 @@ func (c ClassEvaluator) EvalNode(ctx context.Context, node Node) (NodeResult, er
 		r.Deny = append(r.Deny, violations(pd, "deny", p.name)...)
 		r.Warn = append(r.Warn, violations(pd, "warn", p.name)...)
 	}
-	s.cache.put(key, r)
 	return r, nil
 }
 
@@ -282,36 +290,63 @@ func (h *hasher) labels(m map[string]string) {
 	}
 }
 
-func classHash(job JobClass) uint64 {
+// classHash hashes the fields of the job class the policies read.
+func (r inputReads) classHash(job JobClass) uint64 {
 	f := fnv.New64a()
 	h := &hasher{h: f}
-	h.str(job.Tenant)
-	h.int(job.Priority)
-	h.int(job.GPUs)
-	h.int(job.GPUsPerNode)
-	h.str(job.GPUModel)
-	h.labels(job.Labels)
+	for _, x := range []struct {
+		field string
+		hash  func()
+	}{
+		{"tenant", func() { h.str(job.Tenant) }},
+		{"priority", func() { h.int(job.Priority) }},
+		{"gpus", func() { h.int(job.GPUs) }},
+		{"gpus_per_node", func() { h.int(job.GPUsPerNode) }},
+		{"gpu_model", func() { h.str(job.GPUModel) }},
+		{"labels", func() { h.labels(job.Labels) }},
+	} {
+		if r.jobField(x.field) {
+			h.int(1)
+			x.hash()
+		} else {
+			h.int(0)
+		}
+	}
 	return f.Sum64()
 }
 
-func nodeKey(class uint64, node Node) cacheKey {
+// nodeKey is a node's cache key: its name and a hash of its fields, of
+// those the policies read. A node's Version stands for all of its fields.
+func (r inputReads) nodeKey(class uint64, node Node) cacheKey {
 	f := fnv.New64a()
 	h := &hasher{h: f}
+	name := node.Name
 	if node.Version != "" {
 		h.int(1)
 		h.str(node.Version)
 	} else {
 		h.int(0)
-		h.labels(node.Labels)
-		h.str(node.GPUModel)
-		h.int(node.GPUs.Total)
-		h.int(node.GPUs.Free)
-		h.int(len(node.Domains))
-		for _, d := range node.Domains {
-			h.str(d)
+		if !r.nodeField("name") {
+			name = ""
+		}
+		if r.nodeField("labels") {
+			h.labels(node.Labels)
+		}
+		if r.nodeField("gpu_model") {
+			h.str(node.GPUModel)
+		}
+		if r.nodeField("gpus") {
+			h.int(node.GPUs.Total)
+			h.int(node.GPUs.Free)
+		}
+		if r.nodeField("domains") {
+			h.int(len(node.Domains))
+			for _, d := range node.Domains {
+				h.str(d)
+			}
 		}
 	}
-	return cacheKey{node: node.Name, state: f.Sum64(), class: class}
+	return cacheKey{node: name, state: f.Sum64(), class: class}
 }
 
 // HasNodePolicies reports whether the set has rules under toposched.nodes:

@@ -197,6 +197,8 @@ type Set struct {
 	nodes, placement        rego.PreparedEvalQuery
 	nodePkgs, placementPkgs []policyPkg
 	cache                   nodeCache
+	// reads is what the policies read of a node's input: the cache's key.
+	reads inputReads
 }
 
 // policyPkg is a package under a document: its path relative to the
@@ -344,6 +346,7 @@ func compileSources(ctx context.Context, src *sources, name string) (*Set, []Tes
 
 	s := &Set{Name: name, Revision: src.revision, Files: files, Tests: results}
 	s.nodePkgs = packagesUnder(prod, NodesDoc)
+	s.reads = readsOf(comp)
 	s.placementPkgs = packagesUnder(prod, PlacementDoc)
 	prep := func(doc string) (rego.PreparedEvalQuery, error) {
 		return rego.New(
