@@ -349,6 +349,11 @@ func (r inputReads) nodeKey(class uint64, node Node) cacheKey {
 	return cacheKey{node: name, state: f.Sum64(), class: class}
 }
 
+// ReadsNode reports whether some node rule may read the named field of
+// input.node ("name", "labels", "gpu_model", "gpus", "domains"): a field
+// no rule reads need not be filled in, nor looked up.
+func (s *Set) ReadsNode(field string) bool { return s.reads.nodeField(field) }
+
 // HasNodePolicies reports whether the set has rules under toposched.nodes:
 // without any, nodes need not be evaluated.
 func (s *Set) HasNodePolicies() bool { return len(s.nodePkgs) > 0 }

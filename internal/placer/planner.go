@@ -186,10 +186,17 @@ func capacityCounterfactual(snap *store.Snapshot, job events.JobAnalyzed) []even
 const maxJobsNamed = 8
 
 // jobsCounterfactual finds running jobs whose end would leave room for a
-// waiting job: the smallest single job that does, else the fewest of the
-// largest. Room is counted in free GPUs of the job's model on nodes the
-// filter allows (whole gpus_per_node blocks where the job asks for them);
-// policies that judge the whole placement may still refuse what fits.
+// waiting job: the smallest single job (by the GPUs it holds) that does,
+// else the fewest of the largest. Room is counted in free GPUs of the
+// job's model on nodes the filter allows (whole gpus_per_node blocks where
+// the job asks for them); policies that judge the whole placement may
+// still refuse what fits.
+//
+// Every waiting job's first decision asks it, of a cluster whose nodes
+// all run jobs, so it asks the filter only of the nodes of the jobs it
+// weighs: jobs are ordered by the GPUs they hold wherever they are, and a
+// job too small to leave room even were all of its GPUs allowed is passed
+// over unasked.
 func jobsCounterfactual(snap *store.Snapshot, job events.JobAnalyzed, filter func(store.Node) bool) []events.Counterfactual {
 	model, n, gpn := job.Job.GPUModel, job.Job.GPUs, job.Job.GPUsPerNode
 	allowed := map[string]bool{}
@@ -203,72 +210,92 @@ func jobsCounterfactual(snap *store.Snapshot, job events.JobAnalyzed, filter fun
 		return a
 	}
 	free := map[string]int{}
+	freeSum, wholeFree := 0, 0 // free GPUs; nodes with gpn free
 	for _, d := range snap.DomainsOfKind(store.DomainNode) {
 		if f := d.FreeOf(model); f > 0 && ok(d.Node) {
 			free[d.Node] = f
+			freeSum += f
+			if gpn > 0 && f >= gpn {
+				wholeFree++
+			}
 		}
 	}
+	// fits reports whether the free GPUs and extra (allowed node → GPUs
+	// freed) hold the job.
 	fits := func(extra map[string]int) bool {
 		if gpn > 0 {
-			nodes := 0
-			for node, f := range free {
-				if f+extra[node] >= gpn {
-					nodes++
-				}
-			}
+			nodes := wholeFree
 			for node, e := range extra {
-				if _, counted := free[node]; !counted && e >= gpn {
+				if f := free[node]; f < gpn && f+e >= gpn {
 					nodes++
 				}
 			}
 			return nodes >= n/gpn
 		}
-		sum := 0
-		for _, f := range free {
-			sum += f
-		}
+		sum := freeSum
 		for _, e := range extra {
 			sum += e
 		}
 		return sum >= n
 	}
+	// mayFit is fits' bound for a job of held GPUs on nodes nodes, all
+	// allowed.
+	mayFit := func(held, nodes int) bool {
+		if gpn > 0 {
+			return wholeFree+nodes >= n/gpn
+		}
+		return freeSum+held >= n
+	}
 	type running struct {
-		id   string
-		gpus map[string]int // allowed node → GPUs of the model it holds
-		held int
+		id          string
+		nodes       []events.NodePlacement
+		held, spans int // GPUs held, nodes
 	}
 	var jobs []running
-	for _, j := range snap.JobsInState(store.JobPlaced) {
+	for j := range snap.EachJobInState(store.JobPlaced) {
 		if j.Decision == nil || (model != "" && j.Spec.Job.GPUModel != "" && j.Spec.Job.GPUModel != model) {
 			continue
 		}
-		r := running{id: j.ID, gpus: map[string]int{}}
+		r := running{id: j.ID, nodes: j.Decision.Nodes, spans: len(j.Decision.Nodes)}
 		for _, np := range j.Decision.Nodes {
-			if ok(np.Node) {
-				r.gpus[np.Node] += len(np.GPUs)
-				r.held += len(np.GPUs)
-			}
+			r.held += len(np.GPUs)
 		}
 		if r.held > 0 {
 			jobs = append(jobs, r)
 		}
 	}
+	// add puts the GPUs r frees on allowed nodes into extra.
+	add := func(extra map[string]int, r running) (freed int) {
+		for _, np := range r.nodes {
+			if ok(np.Node) {
+				extra[np.Node] += len(np.GPUs)
+				freed += len(np.GPUs)
+			}
+		}
+		return freed
+	}
 	slices.SortFunc(jobs, func(a, b running) int { return cmp.Or(cmp.Compare(a.held, b.held), strings.Compare(a.id, b.id)) })
+	extra := map[string]int{}
 	for _, r := range jobs {
-		if fits(r.gpus) {
+		if !mayFit(r.held, r.spans) {
+			continue
+		}
+		clear(extra)
+		if freed := add(extra, r); freed > 0 && fits(extra) {
 			return []events.Counterfactual{{Kind: events.CounterfactualJobsFinish, Jobs: []string{r.id},
-				Message: fmt.Sprintf("room for it when job %s finishes (frees %d GPUs it could use)", r.id, r.held)}}
+				Message: fmt.Sprintf("room for it when job %s finishes (frees %d GPUs it could use)", r.id, freed)}}
 		}
 	}
-	extra := map[string]int{}
+	clear(extra)
 	var ids []string
 	freed := 0
 	for i := len(jobs) - 1; i >= 0 && len(ids) < maxJobsNamed; i-- {
-		for node, g := range jobs[i].gpus {
-			extra[node] += g
+		f := add(extra, jobs[i])
+		if f == 0 {
+			continue
 		}
 		ids = append(ids, jobs[i].id)
-		freed += jobs[i].held
+		freed += f
 		if fits(extra) {
 			return []events.Counterfactual{{Kind: events.CounterfactualJobsFinish, Jobs: ids,
 				Message: fmt.Sprintf("room for it when jobs %s finish (free %d GPUs it could use)", strings.Join(ids, ", "), freed)}}

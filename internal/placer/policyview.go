@@ -49,11 +49,21 @@ func (pv *policyView) judges() bool { return pv.set != nil && pv.set.HasPlacemen
 func (pv *policyView) allowNode(v aware.NodeView) bool { return pv.evalNode(v, true) }
 
 // viewOf is a node's view read from the snapshot, for the paths outside
-// the candidate walk (which has it at hand).
+// the candidate walk (which has it at hand). It looks up only what the
+// node policies read: a pending job's counterfactual asks it of every
+// node that runs a job.
 func (pv *policyView) viewOf(n store.Node) aware.NodeView {
-	v := aware.NodeView{Node: n, Fabric: pv.snap.FabricDomains(n.Name)}
-	if d, ok := pv.snap.Domain(store.DomainNode + ":" + n.Name); ok {
-		v.Free = d.FreeOf(pv.spec.Job.GPUModel)
+	v := aware.NodeView{Node: n}
+	if pv.set == nil {
+		return v
+	}
+	if pv.set.ReadsNode("domains") {
+		v.Fabric = pv.snap.FabricDomains(n.Name)
+	}
+	if pv.set.ReadsNode("gpus") {
+		if d, ok := pv.snap.Domain(store.DomainNode + ":" + n.Name); ok {
+			v.Free = d.FreeOf(pv.spec.Job.GPUModel)
+		}
 	}
 	return v
 }

@@ -333,12 +333,20 @@ func (s *Snapshot) Job(id string) (Job, bool) {
 
 // JobsInState returns the jobs in a state, sorted by id.
 func (s *Snapshot) JobsInState(state JobState) []Job {
-	var out []Job
-	it := s.get(TableJobs, IndexState, string(state)) // memdb wants a plain string
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, *raw.(*Job))
+	return slices.Collect(s.EachJobInState(state))
+}
+
+// EachJobInState yields the jobs in a state, as JobsInState lists them,
+// without a slice of them all.
+func (s *Snapshot) EachJobInState(state JobState) iter.Seq[Job] {
+	return func(yield func(Job) bool) {
+		it := s.get(TableJobs, IndexState, string(state)) // memdb wants a plain string
+		for raw := it.Next(); raw != nil; raw = it.Next() {
+			if !yield(*raw.(*Job)) {
+				return
+			}
+		}
 	}
-	return out
 }
 
 // AnyJobInState reports whether some job is in the state, without
