@@ -52,6 +52,25 @@ const analyzedConcurrency = 64
 // messages' acks) waiting.
 const cycleBudget = time.Second
 
+// decisionTimeout bounds one decision's policy evaluations (decision):
+// past it a policy that runs away fails closed, as policies do.
+const decisionTimeout = 10 * time.Second
+
+// decision is the context a job is decided under: ctx's values (its
+// cause, its logs' correlation) without its deadline, the term's life,
+// and decisionTimeout. A handler's deadline is not the decision's: a job
+// that waited in the intake behind a long cycle would have its node
+// policies cut off mid-walk, each failing closed, and could be told to
+// wait, or refused, for a timeout of its handler's.
+func (s *Service) decision(ctx context.Context) (context.Context, context.CancelFunc) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), decisionTimeout)
+	stop := context.AfterFunc(s.life, cancel)
+	return dctx, func() {
+		stop()
+		cancel()
+	}
+}
+
 // defaultAckWait bounds the wait for one outcome's acknowledgement, and
 // confirm's sending again (Service.ackWait): its own, not the handler's,
 // whose time may be nearly spent by the time the cycle ends.
@@ -327,7 +346,9 @@ func (c *cycle) commit() error {
 // An error means nothing was sent or recorded for the job.
 func (c *cycle) place(ctx context.Context, job store.Job, fresh bool, done chan<- error) (bool, error) {
 	s := c.s
-	plan, err := s.decide(ctx, c, job.Spec, fresh)
+	dctx, cancel := s.decision(ctx)
+	defer cancel()
+	plan, err := s.decide(dctx, c, job.Spec, fresh)
 	if err != nil {
 		return false, err
 	}
@@ -339,7 +360,7 @@ func (c *cycle) place(ctx context.Context, job store.Job, fresh bool, done chan<
 	// waits while the stream's own state has room for it. One that was
 	// not stored after all is undone, and the job decided again.
 	if plan.Verdict == outcome.Wait && c.decided > 0 && c.settle() {
-		if plan, err = s.decide(ctx, c, job.Spec, fresh); err != nil {
+		if plan, err = s.decide(dctx, c, job.Spec, fresh); err != nil {
 			return false, err
 		}
 	}
@@ -364,7 +385,7 @@ func (c *cycle) place(ctx context.Context, job store.Job, fresh bool, done chan<
 		d := outcome.Decide(job.ID, plan.GPUs, s.strategy)
 		d.DecidedAt = s.now().UTC()
 		launch.Fill(&d, before)
-		d.Prediction, d.Baseline = s.predict(ctx, before, job.Spec, plan.GPUs, plan.Baseline)
+		d.Prediction, d.Baseline = s.predict(dctx, before, job.Spec, plan.GPUs, plan.Baseline)
 		d.Warnings, d.Explanation = plan.Warnings, plan.Explanation
 		// Allocate re-checks, in the cycle's transaction, that every GPU
 		// is still free and healthy.

@@ -410,3 +410,30 @@ func TestCrashMidCycle(t *testing.T) {
 	}
 	checkBooking(t, decided)
 }
+
+// A job is decided under its handler's values but not its deadline (a
+// job that waited in the intake behind a long cycle would have its node
+// policies cut off, each failing closed), and not past the term's end.
+func TestDecisionOutlivesItsHandler(t *testing.T) {
+	t.Parallel()
+	s := newCycleRig(t, eventstest.Context(t, 30*time.Second), 1).s
+	life, end := context.WithCancel(context.Background())
+	defer end()
+	s.SetLife(life)
+	env := events.Envelope{ID: "m1", CorrelationID: "c1"}
+	handler, expire := context.WithTimeout(bus.WithCause(context.Background(), env), time.Hour)
+	dctx, cancel := s.Decision(handler)
+	defer cancel()
+	expire() // the handler's time runs out mid-decision
+	if err := dctx.Err(); err != nil {
+		t.Fatalf("decision ended with its handler: %v", err)
+	}
+	if cause, ok := bus.CauseFrom(dctx); !ok || cause.CorrelationID != "c1" {
+		t.Errorf("decision lost its handler's cause: %+v %v", cause, ok)
+	}
+	if _, ok := dctx.Deadline(); !ok {
+		t.Error("a decision has no deadline of its own")
+	}
+	end() // the term ends
+	<-dctx.Done()
+}

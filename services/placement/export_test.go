@@ -41,3 +41,11 @@ func (s *Service) SetAckWait(d time.Duration) {
 	defer s.mu.Unlock()
 	s.ackWait = d
 }
+
+// Decision is the context a job is decided under, given its handler's.
+func (s *Service) Decision(ctx context.Context) (context.Context, context.CancelFunc) {
+	return s.decision(ctx)
+}
+
+// SetLife sets the term's life, as Run does.
+func (s *Service) SetLife(ctx context.Context) { s.life = ctx }
