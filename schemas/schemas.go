@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
@@ -215,34 +216,32 @@ func Validate(name string, body []byte) error {
 // wants, and reports where it is not JSON, or is JSON that parsers read
 // differently.
 func decode(body []byte) (any, *ValidationError) {
-	// Unmarshal checks the whole body first and reports the offset of any
-	// syntax error, trailing data after the value included; a Decoder would
-	// stop after the first value.
-	var raw json.RawMessage
-	if err := json.Unmarshal(body, &raw); err != nil {
-		msg := err.Error()
-		var serr *json.SyntaxError
-		if errors.As(err, &serr) {
-			msg = fmt.Sprintf("not JSON at byte offset %d: %v", serr.Offset, serr)
+	// Valid checks the whole body first, trailing data after the value
+	// included, without allocating; Unmarshal says where it is not JSON.
+	if !json.Valid(body) {
+		var raw json.RawMessage
+		msg := "not JSON"
+		if err := json.Unmarshal(body, &raw); err != nil {
+			msg = err.Error()
+			var serr *json.SyntaxError
+			if errors.As(err, &serr) {
+				msg = fmt.Sprintf("not JSON at byte offset %d: %v", serr.Offset, serr)
+			}
 		}
 		return nil, &ValidationError{Problems: []Problem{{Rule: "json", Message: msg}}}
 	}
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.UseNumber()
-	p := parser{d: d}
-	doc, err := p.value("")
-	if err != nil {
-		// Unreachable after the check above, unless encoding/json changes.
-		return nil, &ValidationError{Problems: []Problem{{Rule: "json", Message: fmt.Sprintf("not JSON: %v", err)}}}
-	}
+	p := parser{b: body}
+	doc := p.value(nil)
 	if len(p.probs) > 0 {
 		return nil, newValidationError(p.probs)
 	}
 	return doc, nil
 }
 
-// parser builds a document from a Decoder's tokens, refusing what the
-// validator and encoding/json would read differently:
+// parser builds a document from a body json.Valid accepted, as a
+// json.Decoder with UseNumber would (objects map[string]any, arrays []any,
+// numbers json.Number, strings unescaped as encoding/json does), refusing
+// what the validator and encoding/json would read differently:
 //
 //   - A repeated property: the validator sees only the last value, while
 //     encoding/json decodes each in turn (and stops at the first it cannot),
@@ -252,60 +251,142 @@ func decode(body []byte) (any, *ValidationError) {
 //     1e-999999, so a small body could hold seconds of work), and fails past
 //     a few million, after which a minimum on a non-integer would dereference
 //     nil. No event field holds such a number.
+//
+// It reads the bytes itself rather than a Decoder's tokens: every event
+// published or consumed is checked, and the tokens cost half of the check.
 type parser struct {
-	d     *json.Decoder
+	b     []byte
+	i     int
 	probs []Problem
 }
 
-// value reads one value; field is its dotted path.
-func (p *parser) value(field string) (any, error) {
-	tok, err := p.d.Token()
-	if err != nil {
-		return nil, err
+// spot is where a value sits: its parent and its key, or its index in
+// an array. It is spelled out (String) only for a problem.
+type spot struct {
+	parent *spot
+	key    string
+	index  int // -1 for an object's property
+}
+
+func (at *spot) String() string {
+	if at == nil {
+		return ""
 	}
-	switch tok := tok.(type) {
-	case json.Delim:
-		if tok == '[' {
-			arr := []any{}
-			for i := 0; p.d.More(); i++ {
-				v, err := p.value(field + "[" + strconv.Itoa(i) + "]")
-				if err != nil {
-					return nil, err
-				}
-				arr = append(arr, v)
-			}
-			_, err := p.d.Token() // ]
-			return arr, err
+	if at.index >= 0 {
+		return at.parent.String() + "[" + strconv.Itoa(at.index) + "]"
+	}
+	return appendKey(at.parent.String(), at.key)
+}
+
+func (p *parser) space() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
 		}
+	}
+}
+
+// value reads one value at p.i.
+func (p *parser) value(at *spot) any {
+	p.space()
+	switch c := p.b[p.i]; c {
+	case '{':
+		p.i++
 		obj := map[string]any{}
-		for p.d.More() {
-			kt, err := p.d.Token()
-			if err != nil {
-				return nil, err
-			}
-			key, _ := kt.(string)
-			kf := appendKey(field, key)
-			if _, dup := obj[key]; dup {
-				p.probs = append(p.probs, Problem{Field: kf, Rule: "json", Message: "duplicate property"})
-			}
-			v, err := p.value(kf)
-			if err != nil {
-				return nil, err
-			}
-			obj[key] = v
+		p.space()
+		if p.b[p.i] == '}' {
+			p.i++
+			return obj
 		}
-		_, err := p.d.Token() // }
-		return obj, err
-	case json.Number:
-		if !numberInRange(string(tok)) {
-			p.probs = append(p.probs, Problem{
-				Field:   field,
-				Rule:    "number",
-				Message: fmt.Sprintf("number %.40s out of range", string(tok)),
-			})
+		for {
+			p.space()
+			key := p.str()
+			p.space()
+			p.i++ // :
+			kp := &spot{parent: at, key: key, index: -1}
+			if _, dup := obj[key]; dup {
+				p.probs = append(p.probs, Problem{Field: kp.String(), Rule: "json", Message: "duplicate property"})
+			}
+			obj[key] = p.value(kp)
+			p.space()
+			if p.b[p.i] == ',' {
+				p.i++
+				continue
+			}
+			p.i++ // }
+			return obj
+		}
+	case '[':
+		p.i++
+		arr := []any{}
+		p.space()
+		if p.b[p.i] == ']' {
+			p.i++
+			return arr
+		}
+		for n := 0; ; n++ {
+			arr = append(arr, p.value(&spot{parent: at, index: n}))
+			p.space()
+			if p.b[p.i] == ',' {
+				p.i++
+				continue
+			}
+			p.i++ // ]
+			return arr
+		}
+	case '"':
+		return p.str()
+	case 't':
+		p.i += len("true")
+		return true
+	case 'f':
+		p.i += len("false")
+		return false
+	case 'n':
+		p.i += len("null")
+		return nil
+	}
+	start := p.i
+	for p.i < len(p.b) && strings.IndexByte("+-0123456789.eE", p.b[p.i]) >= 0 {
+		p.i++
+	}
+	lit := string(p.b[start:p.i])
+	if !numberInRange(lit) {
+		p.probs = append(p.probs, Problem{Field: at.String(), Rule: "number", Message: fmt.Sprintf("number %.40s out of range", lit)})
+	}
+	return json.Number(lit)
+}
+
+// str reads a string at p.i: plain ASCII as it is, anything else (escapes,
+// other UTF-8, bytes that are not UTF-8) as encoding/json reads it.
+func (p *parser) str() string {
+	start := p.i
+	p.i++ // "
+	plain := true
+	for ; ; p.i++ {
+		c := p.b[p.i]
+		if c == '\\' {
+			plain = false
+			p.i++ // the escaped byte: never the closing quote
+			continue
+		}
+		if c >= utf8.RuneSelf {
+			plain = false
+		}
+		if c == '"' {
+			break
 		}
 	}
-	return tok, nil
+	p.i++
+	if plain {
+		return string(p.b[start+1 : p.i-1])
+	}
+	var s string
+	_ = json.Unmarshal(p.b[start:p.i], &s) // a valid body's string
+	return s
 }
 
 // Bounds of the numbers Validate accepts: past any float64, yet cheap for

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
@@ -688,5 +690,67 @@ func FuzzValidate(f *testing.F) {
 			t.Fatalf("Validate(%q): problems not sorted: %v", name, ve.Problems)
 		}
 		_ = ve.Error()
+	})
+}
+
+// BenchmarkValidate checks the valid examples of the events a decision
+// costs (the body's parse and the schema's check).
+func BenchmarkValidate(b *testing.B) {
+	for _, name := range []string{"jobs.submitted", "jobs.analyzed", "placement.decided", "topology.node"} {
+		body, err := os.ReadFile(filepath.Join("v1", "examples", name, "full.json"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if err := Validate(name, body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// FuzzDecodeAsEncodingJSON checks that decode reads a body as a
+// json.Decoder with UseNumber does, wherever it finds no problem, and
+// refuses exactly what encoding/json refuses.
+func FuzzDecodeAsEncodingJSON(f *testing.F) {
+	valid, invalid := examples(f)
+	for _, e := range append(valid, invalid...) {
+		f.Add(e.body)
+	}
+	for _, s := range []string{``, ` null `, `[]`, `{}`, `"x"`, `"\u00e9\ud83d\ude00\\\"\/"`, "\"\xff\xfe\"", `"é"`, `1e999`,
+		`{"a":{"b":[[[[1, -2.5e3, true, false, null]]]]}}`, `{"a":1,"a":2}`, `[1,2] x`, `{"a" : [ ] , "b" : { } }`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		doc, verr := decode(body)
+		var want any
+		d := json.NewDecoder(bytes.NewReader(body))
+		d.UseNumber()
+		err := d.Decode(&want)
+		if err == nil && d.More() {
+			err = errors.New("trailing data")
+		}
+		if err == nil {
+			var probe json.RawMessage
+			err = json.Unmarshal(body, &probe)
+		}
+		switch {
+		case err != nil:
+			if verr == nil || verr.Problems[0].Rule != "json" || !strings.HasPrefix(verr.Problems[0].Message, "not JSON") {
+				t.Fatalf("decode(%q) = %v; encoding/json refuses it: %v", body, verr, err)
+			}
+		case verr != nil:
+			for _, p := range verr.Problems {
+				if p.Message != "duplicate property" && p.Rule != "number" {
+					t.Fatalf("decode(%q): %v; encoding/json reads it", body, verr)
+				}
+			}
+		case !reflect.DeepEqual(doc, want):
+			t.Fatalf("decode(%q) = %#v, encoding/json %#v", body, doc, want)
+		}
 	})
 }
