@@ -19,8 +19,12 @@ import (
 // nodes, waiting jobs with and without gpus_per_node) it names the jobs a
 // plain reading of its rule names: the first job by (GPUs held, id) whose
 // end leaves room on allowed nodes, else the largest first.
+//
+// One Running serves every case: the same snapshot's jobs are listed
+// once, and a new snapshot's listed afresh.
 func TestJobsCounterfactualProperty(t *testing.T) {
 	t.Parallel()
+	cache := &Running{}
 	for seed := range uint64(300) {
 		rng := rand.New(rand.NewPCG(seed, 11))
 		ns := make([]fixtures.Node, 6)
@@ -64,7 +68,7 @@ func TestJobsCounterfactualProperty(t *testing.T) {
 		for _, w := range []events.JobSubmitted{{GPUs: 4 + rng.IntN(20)}, {GPUs: 8 * (1 + rng.IntN(3)), GPUsPerNode: 8}, {GPUs: 4 * (1 + rng.IntN(4)), GPUsPerNode: 4}} {
 			w.JobID = "w"
 			job := events.JobAnalyzed{Job: w}
-			got := jobsCounterfactual(snap, job, filter)
+			got := jobsCounterfactual(snap, job, cache, filter)
 			want := plainCounterfactual(snap, w, denied)
 			if fmt.Sprint(jobsOf(got)) != fmt.Sprint(want) {
 				t.Fatalf("seed %d, job of %d GPUs (%d per node), denied %v: got %v, want %v", seed, w.GPUs, w.GPUsPerNode, denied, jobsOf(got), want)

@@ -60,6 +60,11 @@ type PlanOptions struct {
 	// cost a walk over the running jobs, so a retry from the queue, which
 	// publishes nothing while the job still waits, leaves them out.
 	Counterfactuals bool
+	// Running, when set, keeps the running jobs the counterfactuals weigh
+	// from one Plan to the next on the same snapshot: a cycle decides its
+	// waiting jobs on one view, and the list is a walk over every running
+	// job. Nil lists them for each Plan.
+	Running *Running
 }
 
 // Reason codes of the planner.
@@ -136,7 +141,7 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 					reserved, res.JobID, res.Priority, res.Since.UTC().Format(time.RFC3339))})
 		}
 		if o.Counterfactuals {
-			out.Counterfactuals = jobsCounterfactual(snap, job, func(n store.Node) bool { return opts.Filter(pv.viewOf(n)) })
+			out.Counterfactuals = jobsCounterfactual(snap, job, o.Running, func(n store.Node) bool { return opts.Filter(pv.viewOf(n)) })
 		}
 	case r.Verdict == outcome.Never:
 		out.Counterfactuals = capacityCounterfactual(snap, job)
@@ -197,7 +202,7 @@ const maxJobsNamed = 8
 // weighs: jobs are ordered by the GPUs they hold wherever they are, and a
 // job too small to leave room even were all of its GPUs allowed is passed
 // over unasked.
-func jobsCounterfactual(snap *store.Snapshot, job events.JobAnalyzed, filter func(store.Node) bool) []events.Counterfactual {
+func jobsCounterfactual(snap *store.Snapshot, job events.JobAnalyzed, cache *Running, filter func(store.Node) bool) []events.Counterfactual {
 	model, n, gpn := job.Job.GPUModel, job.Job.GPUs, job.Job.GPUsPerNode
 	allowed := map[string]bool{}
 	ok := func(node string) bool {
@@ -211,8 +216,8 @@ func jobsCounterfactual(snap *store.Snapshot, job events.JobAnalyzed, filter fun
 	}
 	free := map[string]int{}
 	freeSum, wholeFree := 0, 0 // free GPUs; nodes with gpn free
-	for _, d := range snap.DomainsOfKind(store.DomainNode) {
-		if f := d.FreeOf(model); f > 0 && ok(d.Node) {
+	for d := range snap.NodesWithFree(model, 1) {
+		if f := d.FreeOf(model); ok(d.Node) {
 			free[d.Node] = f
 			freeSum += f
 			if gpn > 0 && f >= gpn {
@@ -246,24 +251,10 @@ func jobsCounterfactual(snap *store.Snapshot, job events.JobAnalyzed, filter fun
 		}
 		return freeSum+held >= n
 	}
-	type running struct {
-		id          string
-		nodes       []events.NodePlacement
-		held, spans int // GPUs held, nodes
+	if cache == nil {
+		cache = &Running{}
 	}
-	var jobs []running
-	for j := range snap.EachJobInState(store.JobPlaced) {
-		if j.Decision == nil || (model != "" && j.Spec.Job.GPUModel != "" && j.Spec.Job.GPUModel != model) {
-			continue
-		}
-		r := running{id: j.ID, nodes: j.Decision.Nodes, spans: len(j.Decision.Nodes)}
-		for _, np := range j.Decision.Nodes {
-			r.held += len(np.GPUs)
-		}
-		if r.held > 0 {
-			jobs = append(jobs, r)
-		}
-	}
+	jobs := cache.of(snap, model)
 	// add puts the GPUs r frees on allowed nodes into extra.
 	add := func(extra map[string]int, r running) (freed int) {
 		for _, np := range r.nodes {
@@ -274,7 +265,6 @@ func jobsCounterfactual(snap *store.Snapshot, job events.JobAnalyzed, filter fun
 		}
 		return freed
 	}
-	slices.SortFunc(jobs, func(a, b running) int { return cmp.Or(cmp.Compare(a.held, b.held), strings.Compare(a.id, b.id)) })
 	extra := map[string]int{}
 	for _, r := range jobs {
 		if !mayFit(r.held, r.spans) {
@@ -302,4 +292,46 @@ func jobsCounterfactual(snap *store.Snapshot, job events.JobAnalyzed, filter fun
 		}
 	}
 	return nil
+}
+
+// Running is the running jobs of one snapshot, by the waiting job's GPU
+// model, as jobsCounterfactual weighs them (PlanOptions.Running). Not
+// safe for concurrent use.
+type Running struct {
+	snap    *store.Snapshot
+	byModel map[string][]running
+}
+
+// running is one running job: its nodes and the GPUs it holds there.
+type running struct {
+	id          string
+	nodes       []events.NodePlacement
+	held, spans int // GPUs held, nodes
+}
+
+// of lists the running jobs a job of model weighs (those of another model
+// never free its GPUs), by GPUs held, then id.
+func (c *Running) of(snap *store.Snapshot, model string) []running {
+	if c.snap != snap {
+		c.snap, c.byModel = snap, map[string][]running{}
+	}
+	if jobs, ok := c.byModel[model]; ok {
+		return jobs
+	}
+	var jobs []running
+	for j := range snap.EachJobInState(store.JobPlaced) {
+		if j.Decision == nil || (model != "" && j.Spec.Job.GPUModel != "" && j.Spec.Job.GPUModel != model) {
+			continue
+		}
+		r := running{id: j.ID, nodes: j.Decision.Nodes, spans: len(j.Decision.Nodes)}
+		for _, np := range j.Decision.Nodes {
+			r.held += len(np.GPUs)
+		}
+		if r.held > 0 {
+			jobs = append(jobs, r)
+		}
+	}
+	slices.SortFunc(jobs, func(a, b running) int { return cmp.Or(cmp.Compare(a.held, b.held), strings.Compare(a.id, b.id)) })
+	c.byModel[model] = jobs
+	return jobs
 }

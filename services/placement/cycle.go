@@ -35,6 +35,7 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/internal/placer/launch"
+	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
@@ -204,6 +205,9 @@ type cycle struct {
 	// answer.
 	settled, decided int
 	errs             []error
+	// running is the running jobs the waiting jobs' counterfactuals
+	// weigh, kept while the cycle's view stays the same.
+	running placer.Running
 }
 
 // sent is an outcome published in the cycle, with what undoes it in the

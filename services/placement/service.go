@@ -410,7 +410,7 @@ func decisionTooLarge(ranks, nodes int, tl *bus.TooLargeError) events.Reason {
 // not yet handled. With no topology at all, a job waits rather than being
 // rejected.
 func (s *Service) decide(ctx context.Context, c *cycle, job events.JobAnalyzed, fresh bool) (placer.Plan, error) {
-	o := placer.PlanOptions{Counterfactuals: fresh}
+	o := placer.PlanOptions{Counterfactuals: fresh, Running: &c.running}
 	if s.observe != nil {
 		ctx = policies.WithEvalObserver(ctx, s.observe)
 	}
