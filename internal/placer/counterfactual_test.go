@@ -20,12 +20,11 @@ import (
 // plain reading of its rule names: the first job by (GPUs held, id) whose
 // end leaves room on allowed nodes, else the largest first.
 //
-// One Running serves every case: the same snapshot's jobs are listed
-// once, and a new snapshot's listed afresh.
+// One Running serves each store's cases.
 func TestJobsCounterfactualProperty(t *testing.T) {
 	t.Parallel()
-	cache := &Running{}
 	for seed := range uint64(300) {
+		cache := &Running{}
 		rng := rand.New(rand.NewPCG(seed, 11))
 		ns := make([]fixtures.Node, 6)
 		free := map[string][]int{}
@@ -64,14 +63,30 @@ func TestJobsCounterfactualProperty(t *testing.T) {
 			denied[fmt.Sprintf("n%d", i)] = rng.IntN(4) == 0
 		}
 		filter := func(n store.Node) bool { return !denied[n.Name] }
-		snap := st.Snapshot()
-		for _, w := range []events.JobSubmitted{{GPUs: 4 + rng.IntN(20)}, {GPUs: 8 * (1 + rng.IntN(3)), GPUsPerNode: 8}, {GPUs: 4 * (1 + rng.IntN(4)), GPUsPerNode: 4}} {
-			w.JobID = "w"
-			job := events.JobAnalyzed{Job: w}
-			got := jobsCounterfactual(snap, job, cache, filter)
-			want := plainCounterfactual(snap, w, denied)
-			if fmt.Sprint(jobsOf(got)) != fmt.Sprint(want) {
-				t.Fatalf("seed %d, job of %d GPUs (%d per node), denied %v: got %v, want %v", seed, w.GPUs, w.GPUsPerNode, denied, jobsOf(got), want)
+		waiting := []events.JobSubmitted{{GPUs: 4 + rng.IntN(20)}, {GPUs: 8 * (1 + rng.IntN(3)), GPUsPerNode: 8}, {GPUs: 4 * (1 + rng.IntN(4)), GPUsPerNode: 4}}
+		// Twice: then again once a running job has finished, the cache
+		// kept from before.
+		for round := range 2 {
+			if round == 1 {
+				running := st.Snapshot().JobsInState(store.JobPlaced)
+				j := running[rng.IntN(len(running))]
+				if _, err := st.Release(j.ID); err != nil {
+					t.Fatal(err)
+				}
+				j.State = store.JobFinished
+				if err := st.UpsertJob(j); err != nil {
+					t.Fatal(err)
+				}
+			}
+			snap := st.Snapshot()
+			for _, w := range waiting {
+				w.JobID = "w"
+				job := events.JobAnalyzed{Job: w}
+				got := jobsCounterfactual(snap, job, cache, filter)
+				want := plainCounterfactual(snap, w, denied)
+				if fmt.Sprint(jobsOf(got)) != fmt.Sprint(want) {
+					t.Fatalf("seed %d, round %d, job of %d GPUs (%d per node), denied %v: got %v, want %v", seed, round, w.GPUs, w.GPUsPerNode, denied, jobsOf(got), want)
+				}
 			}
 		}
 	}

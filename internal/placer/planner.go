@@ -61,9 +61,9 @@ type PlanOptions struct {
 	// publishes nothing while the job still waits, leaves them out.
 	Counterfactuals bool
 	// Running, when set, keeps the running jobs the counterfactuals weigh
-	// from one Plan to the next on the same snapshot: a cycle decides its
-	// waiting jobs on one view, and the list is a walk over every running
-	// job. Nil lists them for each Plan.
+	// from one Plan to the next while no placed job changes (a burst's
+	// waiting jobs are decided on one set of running jobs): the list is a
+	// walk over every running job. Nil lists them for each Plan.
 	Running *Running
 }
 
@@ -294,11 +294,13 @@ func jobsCounterfactual(snap *store.Snapshot, job events.JobAnalyzed, cache *Run
 	return nil
 }
 
-// Running is the running jobs of one snapshot, by the waiting job's GPU
-// model, as jobsCounterfactual weighs them (PlanOptions.Running). Not
-// safe for concurrent use.
+// Running is the running jobs of a store's snapshots, by the waiting
+// job's GPU model, as jobsCounterfactual weighs them (PlanOptions.Running):
+// kept while the snapshots' PlacedVersion stays the same. Use one per
+// store; not safe for concurrent use.
 type Running struct {
-	snap    *store.Snapshot
+	listed  bool
+	version uint64
 	byModel map[string][]running
 }
 
@@ -312,8 +314,8 @@ type running struct {
 // of lists the running jobs a job of model weighs (those of another model
 // never free its GPUs), by GPUs held, then id.
 func (c *Running) of(snap *store.Snapshot, model string) []running {
-	if c.snap != snap {
-		c.snap, c.byModel = snap, map[string][]running{}
+	if v := snap.PlacedVersion(); !c.listed || c.version != v {
+		c.listed, c.version, c.byModel = true, v, map[string][]running{}
 	}
 	if jobs, ok := c.byModel[model]; ok {
 		return jobs

@@ -33,6 +33,11 @@ func (w *writer) upsertJob(j Job) error {
 	if err != nil {
 		return err
 	}
+	if j.State == JobPlaced || (old != nil && old.(*Job).State == JobPlaced) {
+		if _, err := nextSeq(txn, placedSeqKey); err != nil {
+			return err
+		}
+	}
 	if old != nil {
 		j.Seq = old.(*Job).Seq
 	} else {
@@ -56,6 +61,13 @@ func (s *Store) DeleteJob(id string) error {
 		}
 		if len(held) > 0 {
 			return fmt.Errorf("store: job %q still holds %d GPUs; release them first", id, len(held))
+		}
+		if raw, err := txn.First(TableJobs, IndexID, id); err != nil {
+			return err
+		} else if raw != nil && raw.(*Job).State == JobPlaced {
+			if _, err := nextSeq(txn, placedSeqKey); err != nil {
+				return err
+			}
 		}
 		_, err = txn.DeleteAll(TableJobs, IndexID, id)
 		return err

@@ -349,6 +349,17 @@ func (s *Snapshot) EachJobInState(state JobState) iter.Seq[Job] {
 	}
 }
 
+// PlacedVersion counts the writes of placed jobs (a job placed, changed
+// while placed, or leaving that state): two snapshots of one store with
+// the same version hold the same placed jobs, so what is worked out from
+// them alone can be kept from one to the other.
+func (s *Snapshot) PlacedVersion() uint64 {
+	if raw := s.first(TableIndex, IndexID, placedSeqKey); raw != nil {
+		return raw.(*indexEntry).Value
+	}
+	return 0
+}
+
 // AnyJobInState reports whether some job is in the state, without
 // copying the jobs out.
 func (s *Snapshot) AnyJobInState(state JobState) bool {

@@ -975,3 +975,44 @@ func TestRestore(t *testing.T) {
 	}
 	same("after release")
 }
+
+// PlacedVersion moves with every write of a placed job, and only then.
+func TestPlacedVersion(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	version := func() uint64 { return s.Snapshot().PlacedVersion() }
+	steps := []struct {
+		name  string
+		write func() error
+		moves bool
+	}{
+		{"a job waits", func() error { return s.UpsertJob(Job{ID: "a", State: JobPending}) }, false},
+		{"it is placed", func() error { return s.UpsertJob(Job{ID: "a", State: JobPlaced}) }, true},
+		{"rewritten while placed", func() error { return s.UpsertJob(Job{ID: "a", State: JobPlaced, Priority: 2}) }, true},
+		{"another waits", func() error { return s.UpsertJob(Job{ID: "b", State: JobPending}) }, false},
+		{"the first finishes", func() error { return s.UpsertJob(Job{ID: "a", State: JobFinished}) }, true},
+		{"a finished job is deleted", func() error { return s.DeleteJob("a") }, false},
+		{"a placed job is deleted", func() error {
+			if err := s.UpsertJob(Job{ID: "c", State: JobPlaced}); err != nil {
+				return err
+			}
+			before := version()
+			if err := s.DeleteJob("c"); err != nil {
+				return err
+			}
+			if version() == before {
+				return errors.New("deleting a placed job left the version")
+			}
+			return nil
+		}, true},
+	}
+	for _, st := range steps {
+		before := version()
+		if err := st.write(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if moved := version() != before; moved != st.moves {
+			t.Errorf("%s: version moved %v, want %v", st.name, moved, st.moves)
+		}
+	}
+}

@@ -137,3 +137,6 @@ type indexEntry struct {
 
 // jobSeqKey names the counter behind Job.Seq.
 const jobSeqKey = "job_seq"
+
+// placedSeqKey names the counter behind Snapshot.PlacedVersion.
+const placedSeqKey = "placed_seq"
