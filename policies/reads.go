@@ -8,7 +8,7 @@ import (
 // policies can read: the fields of input.job and input.node that some
 // rule names. The node cache keys on those fields alone, so that a node
 // result is shared by the jobs and node states the policies cannot tell
-// apart: the shipped policies read the job's tenant and GPU model and the
+// apart: the shipped policies read the job's tenant, GPU model and labels and the
 // node's name, labels and GPU model, never a free count, which changes
 // with every decision and would otherwise make every burst a run of cache
 // misses.
@@ -21,10 +21,6 @@ type inputReads struct {
 	allJob    bool
 	allNode   bool
 }
-
-// readsAll is the analysis that reads every field: the key of a set whose
-// modules are not known.
-var readsAll = inputReads{allJob: true, allNode: true}
 
 func (r inputReads) jobField(name string) bool  { return r.allJob || r.job[name] }
 func (r inputReads) nodeField(name string) bool { return r.allNode || r.node[name] }
