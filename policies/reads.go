@@ -8,10 +8,10 @@ import (
 // policies can read: the fields of input.job and input.node that some
 // rule names. The node cache keys on those fields alone, so that a node
 // result is shared by the jobs and node states the policies cannot tell
-// apart: the shipped policies read the job's tenant, GPU model and labels and the
-// node's name, labels and GPU model, never a free count, which changes
-// with every decision and would otherwise make every burst a run of cache
-// misses.
+// apart: the shipped policies read the job's tenant, GPU model and labels
+// and the node's name, labels and GPU model, never a free count, which
+// changes with every decision and would otherwise make every burst a run
+// of cache misses.
 //
 // It is read from the compiled rules (imports resolved to full refs) and
 // errs towards reading more: input, input.job or input.node used whole, or
