@@ -270,6 +270,25 @@ func (h *hasher) int(i int) {
 	h.h.Write(h.buf[:])
 }
 
+// labelsRead hashes the labels p's rules read: every label, or the keys
+// read one by one, each present or not.
+func (h *hasher) labelsRead(p *partReads, m map[string]string) {
+	if p.anyLabel() {
+		h.labels(m)
+		return
+	}
+	for _, k := range p.labelKeys {
+		v, ok := m[k]
+		h.str(k)
+		if ok {
+			h.int(1)
+			h.str(v)
+		} else {
+			h.int(0)
+		}
+	}
+}
+
 func (h *hasher) labels(m map[string]string) {
 	h.int(len(m))
 	if len(m) == 1 {
@@ -303,7 +322,7 @@ func (r inputReads) classHash(job JobClass) uint64 {
 		{"gpus", func() { h.int(job.GPUs) }},
 		{"gpus_per_node", func() { h.int(job.GPUsPerNode) }},
 		{"gpu_model", func() { h.str(job.GPUModel) }},
-		{"labels", func() { h.labels(job.Labels) }},
+		{"labels", func() { h.labelsRead(&r.job, job.Labels) }},
 	} {
 		if r.jobField(x.field) {
 			h.int(1)
@@ -330,7 +349,7 @@ func (r inputReads) nodeKey(class uint64, node Node) cacheKey {
 			name = ""
 		}
 		if r.nodeField("labels") {
-			h.labels(node.Labels)
+			h.labelsRead(&r.node, node.Labels)
 		}
 		if r.nodeField("gpu_model") {
 			h.str(node.GPUModel)

@@ -1,6 +1,9 @@
 package policies
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
@@ -17,20 +20,36 @@ import (
 // errs towards reading more: input, input.job or input.node used whole, or
 // indexed by anything but a constant string, reads every field of it.
 type inputReads struct {
-	job, node map[string]bool
-	allJob    bool
-	allNode   bool
+	job, node partReads
 }
 
-func (r inputReads) jobField(name string) bool  { return r.allJob || r.job[name] }
-func (r inputReads) nodeField(name string) bool { return r.allNode || r.node[name] }
+// partReads is what rules read of input.job or input.node.
+type partReads struct {
+	all    bool            // the part used whole
+	fields map[string]bool // its fields named
+	// labels are the keys of its labels read one by one (labels.tenant);
+	// allLabels is set where labels is used whole or by a variable key.
+	labels    map[string]bool
+	allLabels bool
+	labelKeys []string // labels' keys, sorted
+}
+
+func (p *partReads) field(name string) bool { return p.all || p.fields[name] }
+
+func (p *partReads) anyLabel() bool { return p.all || p.allLabels }
+
+func (r inputReads) jobField(name string) bool  { return r.job.field(name) }
+func (r inputReads) nodeField(name string) bool { return r.node.field(name) }
 
 // readsOf walks the rules a node's verdict may depend on: every module but
 // the placement document's, whose rules see another input (a candidate
 // placement, the whole job), and those of its rules that a node rule
 // depends on.
 func readsOf(c *ast.Compiler) inputReads {
-	r := inputReads{job: map[string]bool{}, node: map[string]bool{}}
+	r := inputReads{
+		job:  partReads{fields: map[string]bool{}, labels: map[string]bool{}},
+		node: partReads{fields: map[string]bool{}, labels: map[string]bool{}},
+	}
 	placement := ast.MustParseRef("data." + PlacementDoc)
 	var queue []*ast.Rule
 	for _, m := range c.Modules {
@@ -53,6 +72,8 @@ func readsOf(c *ast.Compiler) inputReads {
 			}
 		}
 	}
+	r.job.labelKeys = slices.Sorted(maps.Keys(r.job.labels))
+	r.node.labelKeys = slices.Sorted(maps.Keys(r.node.labels))
 	return r
 }
 
@@ -72,7 +93,7 @@ func (r *inputReads) walk(x any) {
 			return true
 		case ast.Var:
 			if t.Equal(ast.InputRootDocument.Value) {
-				r.allJob, r.allNode = true, true // input used whole
+				r.job.all, r.node.all = true, true // input used whole
 			}
 		}
 		return false
@@ -82,34 +103,46 @@ func (r *inputReads) walk(x any) {
 // ref records one ref whose head is input.
 func (r *inputReads) ref(ref ast.Ref) {
 	if len(ref) < 2 {
-		r.allJob, r.allNode = true, true
+		r.job.all, r.node.all = true, true
 		return
 	}
 	part, ok := ref[1].Value.(ast.String)
 	if !ok {
-		r.allJob, r.allNode = true, true // input[x]
+		r.job.all, r.node.all = true, true // input[x]
 		return
 	}
-	var field string
-	if len(ref) >= 3 {
-		if s, ok := ref[2].Value.(ast.String); ok {
-			field = string(s)
-		}
-	}
+	var p *partReads
 	switch part {
 	case "job":
-		if field == "" {
-			r.allJob = true
-		} else {
-			r.job[field] = true
-		}
+		p = &r.job
 	case "node":
-		if field == "" {
-			r.allNode = true
+		p = &r.node
+	default:
+		// Other parts (input.placement, input.cluster) are the placement
+		// document's: undefined in a node's input.
+		return
+	}
+	field := constant(ref, 2)
+	if field == "" {
+		p.all = true
+		return
+	}
+	p.fields[field] = true
+	if field == "labels" {
+		if key := constant(ref, 3); key != "" {
+			p.labels[key] = true
 		} else {
-			r.node[field] = true
+			p.allLabels = true
 		}
 	}
-	// Other parts (input.placement, input.cluster) are the placement
-	// document's: undefined in a node's input.
+}
+
+// constant is the ref's i-th term when it is a constant string, "" when
+// it is not or the ref is shorter.
+func constant(ref ast.Ref, i int) string {
+	if len(ref) <= i {
+		return ""
+	}
+	s, _ := ref[i].Value.(ast.String)
+	return string(s)
 }

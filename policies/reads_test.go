@@ -14,15 +14,16 @@ func TestInputReads(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		rego      string
-		job, node []string // fields read; "*" for all
+		job, node []string // fields read; "*" for all; "labels.K" for a label read by key, "labels.*" for all labels
 	}{
-		{"the shipped set", "", []string{"gpu_model", "labels", "tenant"}, []string{"gpu_model", "labels", "name"}},
+		{"the shipped set", "", []string{"gpu_model", "labels", "labels.toposched.io/gpu-model", "tenant"}, []string{"gpu_model", "labels", "labels.tenant", "name"}},
 		{"one field", `deny contains {"code": "c", "msg": "m"} if input.node.gpus.free < 2`, nil, []string{"gpus"}},
 		{"an import", "import input.node as n\ndeny contains {\"code\": \"c\", \"msg\": \"m\"} if n.domains[0] == \"leaf:l1\"", nil, []string{"domains"}},
 		{"input whole", `deny contains {"code": "c", "msg": "m"} if count(object.keys(input)) > 5`, []string{"*"}, []string{"*"}},
 		{"input.node whole", `deny contains {"code": "c", "msg": "m"} if object.get(input.node, "x", 0) > 5`, nil, []string{"*"}},
 		{"a variable key", `deny contains {"code": "c", "msg": "m"} if { some k; input.node[k] == "x" }`, nil, []string{"*"}},
-		{"a key read from the input", `deny contains {"code": "c", "msg": "m"} if input.node.labels[input.job.tenant] == "no"`, []string{"tenant"}, []string{"labels"}},
+		{"a key read from the input", `deny contains {"code": "c", "msg": "m"} if input.node.labels[input.job.tenant] == "no"`, []string{"tenant"}, []string{"labels", "labels.*"}},
+		{"labels whole", `deny contains {"code": "c", "msg": "m"} if count(input.job.labels) > 3`, []string{"labels", "labels.*"}, nil},
 		{"a function", "f(x) if input.job.priority > x\ndeny contains {\"code\": \"c\", \"msg\": \"m\"} if f(3)", []string{"priority"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -37,10 +38,10 @@ func TestInputReads(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if got := fieldsOf(s.reads.allJob, s.reads.job, jobFields); !slices.Equal(got, tc.job) {
+			if got := fieldsOf(s.reads.job, jobFields); !slices.Equal(got, tc.job) {
 				t.Errorf("job fields %v, want %v", got, tc.job)
 			}
-			if got := fieldsOf(s.reads.allNode, s.reads.node, nodeFields); !slices.Equal(got, tc.node) {
+			if got := fieldsOf(s.reads.node, nodeFields); !slices.Equal(got, tc.node) {
 				t.Errorf("node fields %v, want %v", got, tc.node)
 			}
 		})
@@ -70,15 +71,23 @@ var (
 	nodeFields = []string{"domains", "gpu_model", "gpus", "labels", "name"}
 )
 
-// fieldsOf lists the input's fields read, of those the input has.
-func fieldsOf(all bool, read map[string]bool, fields []string) []string {
-	if all {
+// fieldsOf lists the part's fields read, of those the input has, with
+// the labels read.
+func fieldsOf(p partReads, fields []string) []string {
+	if p.all {
 		return []string{"*"}
 	}
 	var out []string
 	for _, f := range fields {
-		if read[f] {
+		if p.fields[f] {
 			out = append(out, f)
+		}
+		if f == "labels" && p.allLabels {
+			out = append(out, "labels.*")
+		} else if f == "labels" {
+			for _, k := range p.labelKeys {
+				out = append(out, "labels."+k)
+			}
 		}
 	}
 	return out
