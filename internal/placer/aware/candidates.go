@@ -65,11 +65,15 @@ func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) boo
 	}
 	slab := make([]candNode, 0, slabSize)
 	level0, ones := 0, 0
-	// A one-GPU job's candidates rank by holes, then fit, then order: a
-	// node that placement cannot tell from enough earlier ones (its twins:
-	// the same links and free GPUs) ranks after them all, where nothing
-	// reads it, so it is counted and not kept. On a cluster of identical
-	// nodes the walk keeps enough nodes, not oneGPULimit.
+	// Candidates rank by what their links and free GPUs make of them
+	// (for one GPU holes, then fit; for more, level, bandwidth, holes,
+	// fit), then order: a node that placement cannot tell from enough
+	// earlier ones (its twins: the same links and free GPUs) ranks after
+	// them all, where nothing reads it, so it is counted (as its class's
+	// level) and not kept. On a cluster of identical nodes the walk keeps
+	// enough nodes, not oneGPULimit or singleLimit, and a walk past nodes
+	// of no level-0 domain (a PCIe server, for a job no PCIe switch
+	// holds) does no more than compare each with the kept ones.
 	//
 	// A twin is passed over before the filter is asked of it: were it
 	// allowed, it would rank after its kept twins all the same. The
@@ -78,12 +82,14 @@ func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) boo
 	var classes []twinClass
 	for node, free := range snap.EachNodeFreeByFit(model, k) {
 		twin := -1
-		if k == 1 && enough > 0 {
+		if enough > 0 {
 			twin = slices.IndexFunc(classes, func(tc twinClass) bool { return tc.of(node, free) })
 			if twin >= 0 && classes[twin].n >= enough {
 				// Counted, and passed over before its fabric is listed.
-				if level0++; level0 >= limit {
-					break
+				if classes[twin].level == 0 {
+					if level0++; level0 >= limit {
+						break
+					}
 				}
 				continue
 			}
@@ -99,33 +105,37 @@ func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) boo
 				continue
 			}
 		}
-		if k == 1 && enough > 0 {
-			if twin < 0 {
-				classes = append(classes, twinClass{node: node, free: free})
-				twin = len(classes) - 1
-			}
-			classes[twin].n++
-		}
 		if len(slab) == cap(slab) {
 			slab = make([]candNode, 0, slabSize) // never cut pointers into slab
 		}
 		slab = append(slab, candNode{node: node, free: free, fabric: fabric})
 		out = append(out, &slab[len(slab)-1])
+		level := 0 // one GPU fits the smallest domain
 		if k == 1 {
-			level0++
 			if minimal != nil && minimal(out[len(out)-1]) {
 				if ones++; ones >= enough {
 					break
 				}
 			}
 		} else {
+			level = 1
 			counts = countLocal(counts, free)
 			for _, dc := range counts {
 				if dc.free >= k && levelOfID(dc.id) == 0 {
-					level0++
+					level = 0
 					break
 				}
 			}
+		}
+		if enough > 0 {
+			if twin < 0 {
+				classes = append(classes, twinClass{node: node, free: free, level: level})
+				twin = len(classes) - 1
+			}
+			classes[twin].n++
+		}
+		if level == 0 {
+			level0++
 		}
 		if level0 >= limit {
 			break
@@ -134,12 +144,15 @@ func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) boo
 	return out, seen
 }
 
-// twinClass is the nodes a one-GPU walk cannot tell apart, by its first
-// member: the same model, links and free GPUs. n counts those kept.
+// twinClass is the nodes a walk cannot tell apart, by its first member:
+// the same model, links and free GPUs. n counts those kept; level is 0
+// when a node-local domain of level 0 holds the job, 1 otherwise (how
+// the walk counts towards its end).
 type twinClass struct {
-	node store.Node
-	free []store.FreeGPU
-	n    int
+	node  store.Node
+	free  []store.FreeGPU
+	n     int
+	level int
 }
 
 func (tc twinClass) of(node store.Node, free []store.FreeGPU) bool {

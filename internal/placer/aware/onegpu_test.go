@@ -72,3 +72,61 @@ func TestOneGPUWalkStopsWithoutChangingTheChoice(t *testing.T) {
 	}
 	t.Logf("%d of 60 walks stopped early", stopped)
 }
+
+// A walk for a job of several GPUs passes over twins too: on seeded
+// clusters of mixed nodes (many alike), its favourite is never slower
+// than that of the walk that keeps every twin, and the walk reads fewer
+// nodes where twins abound.
+func TestTwinWalkNeverSlower(t *testing.T) {
+	t.Parallel()
+	kinds := []events.TopologyNode{dgx(t, "", "dgx-h100"), dgx(t, "", "pcie-8gpu"), pairs(""), fixtures.PlainNode("", "A100", 8)}
+	same, shorter := 0, 0
+	for seed := range uint64(80) {
+		rng := rand.New(rand.NewPCG(seed, 17))
+		var specs []spec
+		for i := range 40 + rng.IntN(300) {
+			sp := spec{name: fmt.Sprintf("n%03d", i), ev: kinds[rng.IntN(len(kinds))]}
+			if rng.IntN(3) == 0 { // a third of the nodes busy, the rest empty: twins
+				for g := range len(sp.ev.GPUs) {
+					if rng.IntN(2) == 0 {
+						sp.held = append(sp.held, g)
+					}
+				}
+			}
+			specs = append(specs, sp)
+		}
+		snap := build(t, specs...).Snapshot()
+		var filter func(NodeView) bool
+		if seed%2 == 1 {
+			filter = func(v NodeView) bool { return v.Node.Name[len(v.Node.Name)-1]%3 != 0 }
+		}
+		k := []int{2, 4, 8}[rng.IntN(3)]
+		opts := Options{Filter: filter}
+		enough := max((&placer{opts: opts}).limit(), maxJudged)
+		job := fixtures.SyntheticJob("j", k, k, 1)
+		best := func(cands []*candNode) float64 {
+			p := &placer{opts: opts, e: newEvaluator(snap, job, k, opts), n: k, cands: cands}
+			list := p.singleNode(cands)
+			if len(list) == 0 {
+				return inf
+			}
+			return p.score(list[0])
+		}
+		all, _ := bestFitSingle(snap, "", filter, k, 0, nil)
+		twins, _ := bestFitSingle(snap, "", filter, k, enough, nil)
+		a, b := best(all), best(twins)
+		if b > a*(1+1e-9) {
+			t.Fatalf("seed %d, %d GPUs: the twin walk's favourite costs %g, the whole walk's %g", seed, k, b, a)
+		}
+		if b == a {
+			same++
+		}
+		if len(twins) < len(all) {
+			shorter++
+		}
+	}
+	if shorter == 0 {
+		t.Fatal("no walk passed over a twin: the test tests nothing")
+	}
+	t.Logf("80 walks: %d chose as fast a favourite as the whole walk, %d kept fewer nodes", same, shorter)
+}
