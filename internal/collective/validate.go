@@ -560,8 +560,9 @@ type sweepPoint struct {
 }
 
 // sweep reads the sizes from 1 MiB of a file: nccl-tests rows, or a
-// two-column table of size labels ("1M", "134M", "8G": powers of two
-// rounded to decimal prefixes) and bus bandwidths. Nil when neither.
+// table whose first two columns are a size label ("1M", "134M", "8G":
+// powers of two rounded to decimal prefixes; "1MiB") and the bus
+// bandwidth ("36.22", "39.93GBps"). Nil when neither.
 func sweep(file string, data []byte) []sweepPoint {
 	var pts []sweepPoint
 	if res, err := nccltests.Parse(file, data); err == nil {
@@ -574,11 +575,11 @@ func sweep(file string, data []byte) []sweepPoint {
 	}
 	for i, line := range strings.Split(string(data), "\n") {
 		f := strings.FieldsFunc(line, func(r rune) bool { return r == '|' || r == ' ' || r == '\t' })
-		if len(f) != 2 {
+		if len(f) < 2 {
 			continue
 		}
 		b, ok := sizeLabel(f[0])
-		v, err := strconv.ParseFloat(f[1], 64)
+		v, err := strconv.ParseFloat(strings.TrimSuffix(f[1], "GBps"), 64)
 		if !ok || err != nil || b < 1<<20 || v <= 0 || len(pts) > 0 && b <= pts[len(pts)-1].Bytes {
 			continue
 		}
@@ -588,9 +589,13 @@ func sweep(file string, data []byte) []sweepPoint {
 }
 
 // sizeLabel reads "134M" as 2^27: the power of two nearest the decimal
-// value.
+// value; "128MiB" as 2^27 too.
 func sizeLabel(s string) (float64, bool) {
 	mult := map[byte]float64{'K': 1e3, 'M': 1e6, 'G': 1e9}
+	if b, ok := strings.CutSuffix(s, "iB"); ok {
+		s = b
+		mult = map[byte]float64{'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}
+	}
 	if len(s) < 2 {
 		return 0, false
 	}
