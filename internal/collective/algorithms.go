@@ -140,9 +140,10 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 			// Scatter, reduce and multicast, gather: three stages on the
 			// GPUs' NVLink ports (ramp.go).
 			nd, g := m.nodes[0], m.ranks[0].gpu
-			tx, rx := nd.port(kNVLS, g, tx), nd.port(kNVLS, g, rx)
+			from := len(ph.pipeIDs)
+			ph.pipeIDs = append(ph.pipeIDs, nd.port(kNVLS, g, tx), nd.port(kNVLS, g, tx), nd.port(kNVLS, g, rx))
 			ch := nvlsChunking(ps.trueBytes(S), NVLSChannels, len(nd.ranks), false)
-			ps.addPipe(ph, max(1, ps.trueBytes(S)/ch.LoopBytes), tx, tx, rx)
+			ps.addPipe(ph, from, max(1, ps.trueBytes(S)/ch.LoopBytes))
 		}
 	case NVLSTree:
 		// In-switch reduction inside each node and a double binary tree
@@ -156,11 +157,12 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 		// Scatter and reduce in the node, up the network tree and down,
 		// multicast and gather (ramp.go).
 		nd, g := m.nodes[0], m.ranks[0].gpu
-		ids := []int32{nd.port(kNVLS, g, tx), nd.port(kNVLS, g, tx)}
-		ids = append(ids, m.netStages()...)
-		ids = append(ids, nd.port(kNVLS, g, rx), nd.port(kNVLS, g, rx))
+		from := len(ph.pipeIDs)
+		ph.pipeIDs = append(ph.pipeIDs, nd.port(kNVLS, g, tx), nd.port(kNVLS, g, tx))
+		ph.pipeIDs = m.appendNetStages(ph.pipeIDs)
+		ph.pipeIDs = append(ph.pipeIDs, nd.port(kNVLS, g, rx), nd.port(kNVLS, g, rx))
 		ch := nvlsChunking(ps.trueBytes(S), NVLSChannels, len(nd.ranks), true)
-		ps.addPipe(ph, max(1, ps.trueBytes(S)/ch.LoopBytes), ids...)
+		ps.addPipe(ph, from, max(1, ps.trueBytes(S)/ch.LoopBytes))
 	case Hierarchical:
 		g := len(m.nodes[0].ranks)
 		fg := float64(g)
@@ -284,37 +286,37 @@ func (m *model) tree(ps *phases, ph *phase, S float64, calls int) {
 
 	// A chunk's path (ramp.go): up the longest chain, up the network tree
 	// and down it, down the chain.
-	var ids []int32
+	from := len(ph.pipeIDs)
 	for k := len(longest) - 1; k > 0; k-- {
-		ids = append(ids, m.localLink(longest[k], longest[k-1]))
+		ph.pipeIDs = append(ph.pipeIDs, m.localLink(longest[k], longest[k-1]))
 	}
-	ids = append(ids, m.netStages()...)
+	ph.pipeIDs = m.appendNetStages(ph.pipeIDs)
 	for k := 0; k+1 < len(longest); k++ {
-		ids = append(ids, m.localLink(longest[k], longest[k+1]))
+		ph.pipeIDs = append(ph.pipeIDs, m.localLink(longest[k], longest[k+1]))
 	}
 	b := ps.trueBytes(S)
 	ch := treeChunking(b, m.treeChannels(), treeDepth(len(m.ranks), len(m.nodes)))
-	ps.addPipe(ph, max(1, b/ch.LoopBytes), ids...)
+	ps.addPipe(ph, from, max(1, b/ch.LoopBytes))
 }
 
-// netStages are the links of a chunk's way up the double binary tree
-// between the nodes and down again (a NIC of the first node's, then of
-// the second's: the trees load them alike); none on one node.
-func (m *model) netStages() []int32 {
+// appendNetStages appends the links of a chunk's way up the double
+// binary tree between the nodes and down again (a NIC of the first
+// node's, then of the second's: the trees load them alike); none on one
+// node.
+func (m *model) appendNetStages(ids []int32) []int32 {
 	nn := len(m.nodes)
 	if nn < 2 || len(m.nodes[0].nics) == 0 || len(m.nodes[1].nics) == 0 {
-		return nil
+		return ids
 	}
 	levels := bits.Len(uint(nn - 1))
 	up, down := m.nodes[0].nic(m.nodes[0].nics[0], tx), m.nodes[1].nic(m.nodes[1].nics[0], tx)
-	out := make([]int32, 0, 2*levels)
 	for range levels {
-		out = append(out, up)
+		ids = append(ids, up)
 	}
 	for range levels {
-		out = append(out, down)
+		ids = append(ids, down)
 	}
-	return out
+	return ids
 }
 
 // treeAcross adds NCCL's double binary tree between the nodes (in order

@@ -234,16 +234,16 @@ type pipe struct {
 	units    float64
 }
 
-// addPipe records a pipeline on ph: its stages' links and its units. A
-// build whose protocol has no ramp (a job's group on LL or LL128) records
-// none.
-func (ps *phases) addPipe(ph *phase, units float64, ids ...int32) {
-	if ps.scaled && !ps.sc.ramp || units <= 0 || len(ids) < 2 {
+// addPipe records the links appended to ph.pipeIDs since from as one
+// pipeline's stages, with its units. A build whose protocol has no ramp
+// (a job's group on LL or LL128) records none. The stages are appended
+// in place so that a warm phase does not allocate.
+func (ps *phases) addPipe(ph *phase, from int, units float64) {
+	if ps.scaled && !ps.sc.ramp || units <= 0 || len(ph.pipeIDs)-from < 2 {
+		ph.pipeIDs = ph.pipeIDs[:from]
 		return
 	}
-	from := int32(len(ph.pipeIDs))
-	ph.pipeIDs = append(ph.pipeIDs, ids...)
-	ph.pipes = append(ph.pipes, pipe{from: from, to: int32(len(ph.pipeIDs)), units: units})
+	ph.pipes = append(ph.pipes, pipe{from: int32(from), to: int32(len(ph.pipeIDs)), units: units})
 }
 
 // fill is a phase's ramp: the largest of its pipelines' (sum of stage
