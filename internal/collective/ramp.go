@@ -15,8 +15,8 @@ package collective
 // fitted at large sizes (FitCalibration, >= FitMinBytes) is left as it
 // was, and the ramp applies to whatever efficiency is in force.
 //
-// Where each number comes from (NVIDIA/nccl, releases 2.19-2.20; the
-// files read are at the commits named):
+// Where each number comes from (NVIDIA/nccl, as of releases 2.18-2.20,
+// the ones with NVLS-tree; read through the repository's search index):
 //
 //   - src/include/device.h: NCCL_STEPS 8; src/include/collectives.h:
 //     ALLREDUCE_CHUNKSTEPS NCCL_STEPS/2, ALLREDUCE_SLICESTEPS NCCL_STEPS/4;
@@ -30,8 +30,8 @@ package collective
 //     { if (nc >= 2) nc--; else if ((nt % 128) == 0) nt/=2; else break; }"
 //     for ring and tree; NVLS and NVLS-tree run on nvlsChannels ("NVLS
 //     should not need more than 16 channels to get peak BW": 16).
-//   - src/enqueue.cc computeColl (the 2.20 layout, read at
-//     15876423444 in the search index): the tree Simple chunk halves from
+//   - src/enqueue.cc computeColl (the version with ncclDevWorkColl and
+//     NCCL_ALGO_NVLS_TREE, 2.19-2.20): the tree Simple chunk halves from
 //     one step "while (nBytes / (nChannels*chunkSize) < depth*8 &&
 //     chunkSize > 131072)", then "< depth*4 && > 65536", then "< depth &&
 //     > 32768"; NVLS caps the chunk at 128 KiB and, with concurrentOps =
@@ -39,7 +39,7 @@ package collective
 //     chunk, to 32 KiB below 8x, to 16 KiB below 2x; NVLS-tree drops a one
 //     step chunk to 256 KiB below 32 x concurrentOps x chunk, 128 KiB below
 //     16x, 64 KiB below 4x, 32 KiB below 1x.
-//   - src/device/all_reduce.h (commit 0e35f5d): a ring loop is
+//   - src/device/all_reduce.h (commit 0e35f5d3902f): a ring loop is
 //     nChannels*nRanks*chunkSize and its chunk min(chunkSize,
 //     divUp(remaining, nChannels*nRanks)) rounded up to
 //     (nthreads-WARP_SIZE)*8 bytes; a tree loop nChannels*chunkSize
@@ -201,7 +201,8 @@ func log2i(n int) int {
 // treeChannels approximates the channels NCCL's search gives a tree: a
 // ring per NIC across nodes (the fewest any node's ranks use), inside a
 // node one per 40 GB/s of a GPU's NVLink (search.cc's first speed), at
-// least one; doubled, as NCCL duplicates its channels.
+// least one; doubled, as NCCL's communicator runs twice the ring graph's
+// channels (nChannels = ringGraph.nChannels*2).
 func (m *model) treeChannels() int {
 	rings := 0
 	if len(m.nodes) > 1 {
