@@ -95,7 +95,7 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 		}
 		m.ring(ps, ps.at(0), nil, f*S*cf, steps*calls)
 	case Tree:
-		m.tree(ps, ps.at(0), S*cf, calls)
+		m.tree(ps, ps.at(0), S, calls)
 	case HalvingDoubling:
 		// Reduce-scatter by recursive halving (partner at distance n/2,
 		// then n/4, ...), all-gather by recursive doubling (the reverse).
@@ -136,6 +136,15 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 		ph := ps.at(0)
 		m.nvls(ph, f*S*cf)
 		ps.step(ph, 2*calls, hop{hwNVLink: m.bw.LatencyUS[topology.NV] + m.nvlsOverheadUS()})
+		if c == AllReduce {
+			// Scatter, reduce and multicast, gather: three stages on the
+			// GPUs' NVLink ports (ramp.go).
+			nd, g := m.nodes[0], m.ranks[0].gpu
+			from := len(ph.pipeIDs)
+			ph.pipeIDs = append(ph.pipeIDs, nd.port(kNVLS, g, tx), nd.port(kNVLS, g, tx), nd.port(kNVLS, g, rx))
+			ch := nvlsChunking(ps.trueBytes(S), NVLSChannels, len(nd.ranks), false)
+			ps.addPipe(ph, from, max(1, ps.trueBytes(S)/ch.LoopBytes))
+		}
 	case NVLSTree:
 		// In-switch reduction inside each node and a double binary tree
 		// between the nodes over slices of it, pipelined: one phase's
@@ -145,6 +154,15 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 		net := m.treeAcross(ph, S*cf)
 		ps.step(ph, 2*calls, hop{hwNVLink: m.bw.LatencyUS[topology.NV] + m.nvlsOverheadUS()})
 		ps.step(ps.at(1), 2*2*bits.Len(uint(len(m.nodes)))*calls, net)
+		// Scatter and reduce in the node, up the network tree and down,
+		// multicast and gather (ramp.go).
+		nd, g := m.nodes[0], m.ranks[0].gpu
+		from := len(ph.pipeIDs)
+		ph.pipeIDs = append(ph.pipeIDs, nd.port(kNVLS, g, tx), nd.port(kNVLS, g, tx))
+		ph.pipeIDs = m.appendNetStages(ph.pipeIDs)
+		ph.pipeIDs = append(ph.pipeIDs, nd.port(kNVLS, g, rx), nd.port(kNVLS, g, rx))
+		ch := nvlsChunking(ps.trueBytes(S), NVLSChannels, len(nd.ranks), true)
+		ps.addPipe(ph, from, max(1, ps.trueBytes(S)/ch.LoopBytes))
 	case Hierarchical:
 		g := len(m.nodes[0].ranks)
 		fg := float64(g)
@@ -234,13 +252,16 @@ func (m *model) ring(ps *phases, ph *phase, ranks []int, b float64, steps int) {
 	ps.step(ph, steps, hop{lat[0] / fn, lat[1] / fn, lat[2] / fn})
 }
 
-// tree adds NCCL's all-reduce tree: a chain through the ranks of each
-// node (reduce up, broadcast down: S each way on every edge), and
-// between nodes (in order of first rank) a double binary tree, each tree
-// taking half the data, reduce and broadcast pipelined.
+// tree adds calls runs of NCCL's all-reduce tree of S bytes: a chain
+// through the ranks of each node (reduce up, broadcast down: S each way
+// on every edge), and between nodes (in order of first rank) a double
+// binary tree, each tree taking half the data, reduce and broadcast
+// pipelined.
 func (m *model) tree(ps *phases, ph *phase, S float64, calls int) {
 	var lat hop
 	depth := 0
+	total := S * float64(calls)
+	var longest []int // the longest chain, for the pipeline's stages
 	for _, nd := range m.nodes {
 		chain := nd.ranks
 		if order, ok := m.nodeRing(chain); ok {
@@ -249,16 +270,53 @@ func (m *model) tree(ps *phases, ph *phase, S float64, calls int) {
 			chain = order
 		}
 		for k := 0; k+1 < len(chain); k++ {
-			lat = later(lat, m.route(ph, chain[k], chain[k+1], S))
-			lat = later(lat, m.route(ph, chain[k+1], chain[k], S))
+			lat = later(lat, m.route(ph, chain[k], chain[k+1], total))
+			lat = later(lat, m.route(ph, chain[k+1], chain[k], total))
 		}
 		depth = max(depth, len(nd.ranks)-1)
+		if len(chain) > len(longest) {
+			longest = chain
+		}
 	}
 	if nn := len(m.nodes); nn > 1 {
-		lat = later(lat, m.treeAcross(ph, S))
+		lat = later(lat, m.treeAcross(ph, total))
 		depth += 2 * bits.Len(uint(nn))
 	}
 	ps.step(ph, 2*depth*calls, lat)
+
+	// A chunk's path (ramp.go): up the longest chain, up the network tree
+	// and down it, down the chain.
+	from := len(ph.pipeIDs)
+	for k := len(longest) - 1; k > 0; k-- {
+		ph.pipeIDs = append(ph.pipeIDs, m.localLink(longest[k], longest[k-1]))
+	}
+	ph.pipeIDs = m.appendNetStages(ph.pipeIDs)
+	for k := 0; k+1 < len(longest); k++ {
+		ph.pipeIDs = append(ph.pipeIDs, m.localLink(longest[k], longest[k+1]))
+	}
+	b := ps.trueBytes(S)
+	ch := treeChunking(b, m.treeChannels(), treeDepth(len(m.ranks), len(m.nodes)))
+	ps.addPipe(ph, from, max(1, b/ch.LoopBytes))
+}
+
+// appendNetStages appends the links of a chunk's way up the double
+// binary tree between the nodes and down again (a NIC of the first
+// node's, then of the second's: the trees load them alike); none on one
+// node.
+func (m *model) appendNetStages(ids []int32) []int32 {
+	nn := len(m.nodes)
+	if nn < 2 || len(m.nodes[0].nics) == 0 || len(m.nodes[1].nics) == 0 {
+		return ids
+	}
+	levels := bits.Len(uint(nn - 1))
+	up, down := m.nodes[0].nic(m.nodes[0].nics[0], tx), m.nodes[1].nic(m.nodes[1].nics[0], tx)
+	for range levels {
+		ids = append(ids, up)
+	}
+	for range levels {
+		ids = append(ids, down)
+	}
+	return ids
 }
 
 // treeAcross adds NCCL's double binary tree between the nodes (in order

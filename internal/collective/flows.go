@@ -16,6 +16,11 @@ type phase struct {
 	steps int
 	lat   hop     // per step
 	mx    float64 // the most loaded link's seconds (measure)
+	// pipes are the phase's pipelines of chunks (ramp.go), fill their
+	// ramp on the bandwidth term (measure).
+	pipes   []pipe
+	pipeIDs []int32
+	fill    float64
 }
 
 // hop is a step's latency (µs) by the kind of hardware it crosses:
@@ -69,7 +74,8 @@ func (ps *phases) release() {
 			ph.seen[id/64] = 0
 		}
 		ph.ids = ph.ids[:0]
-		ph.steps, ph.lat, ph.mx = 0, hop{}, 0
+		ph.pipes, ph.pipeIDs = ph.pipes[:0], ph.pipeIDs[:0]
+		ph.steps, ph.lat, ph.mx, ph.fill = 0, hop{}, 0, 0
 		ps.root.free = append(ps.root.free, ph)
 	}
 	ps.list = nil
@@ -83,6 +89,16 @@ func (ph *phase) add(id int32, b float64) {
 		ph.ids = append(ph.ids, id)
 	}
 	ph.load[id] += b
+}
+
+// trueBytes is a build's message size before a job's protocol scaled it
+// (EvaluateJob builds each group with its bytes over its protocol's
+// share of bandwidth).
+func (ps *phases) trueBytes(S float64) float64 {
+	if ps.scaled {
+		return S * ps.sc.bw
+	}
+	return S
 }
 
 func (ps *phases) step(ph *phase, n int, lat hop) {
@@ -118,18 +134,24 @@ func (m *model) measure(ps *phases) (bn int32, found bool) {
 			}
 		}
 		ph.mx = mx
+		ph.fill = m.fill(ph)
 	}
 	return bn, found
 }
 
 // cost is the measured phases' time under a protocol's scale: one
 // operation latency, each phase's bandwidth term over the protocol's
-// share of Simple's bandwidth, and its steps times their latency.
+// share of Simple's bandwidth (with its pipeline's fill where the
+// protocol has one, ramp.go), and its steps times their latency.
 func (ps *phases) cost(s scale) float64 {
 	t := OpLatencyUS * 1e-6 * s.op
 	for _, ph := range ps.list {
 		l := ph.lat
-		t += ph.mx/s.bw + float64(ph.steps)*(l[0]*s.step[0]+l[1]*s.step[1]+l[2]*s.step[2])*1e-6
+		bw := ph.mx / s.bw
+		if s.ramp {
+			bw *= 1 + ph.fill
+		}
+		t += bw + float64(ph.steps)*(l[0]*s.step[0]+l[1]*s.step[1]+l[2]*s.step[2])*1e-6
 	}
 	return t
 }
@@ -157,6 +179,25 @@ func (m *model) route(ph *phase, i, j int, b float64) hop {
 	ph.add(nb.nic(nb.localNICs[rj.gpu], rx), b)
 	ph.add(nb.port(kPCIe, rj.gpu, rx), b)
 	return hop{hwNet: m.netLatency(ri.node, rj.node)}
+}
+
+// localLink is the link a step from rank i to rank j, both on one node,
+// leaves i by (routeLocal's first): its NVLink port, its NVLinks to j,
+// or its PCIe link.
+func (m *model) localLink(i, j int) int32 {
+	ri, rj := m.ranks[i], m.ranks[j]
+	nd := m.nodes[ri.node]
+	cl := topology.PHB
+	if nd.n.GPUPaths != nil {
+		cl = nd.n.GPUPaths[ri.gpu][rj.gpu].Class
+	}
+	switch {
+	case cl == topology.NV && nd.nvSwitch:
+		return nd.port(kNVPort, ri.gpu, tx)
+	case cl == topology.NV || cl == topology.NVB:
+		return nd.pair(ri.gpu, rj.gpu)
+	}
+	return nd.port(kPCIe, ri.gpu, tx)
 }
 
 func (m *model) routeLocal(ph *phase, node int32, ga, gb int, b float64) hop {

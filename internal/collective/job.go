@@ -131,7 +131,7 @@ func EvaluateJob(j Job) (JobResult, error) {
 	for _, set := range order {
 		whole.measure(&set.ps)
 		op := set.ps.op
-		t := set.ps.cost(scale{op: op, step: simpleScale.step, bw: 1})
+		t := set.ps.cost(scale{op: op, step: simpleScale.step, bw: 1, ramp: true})
 		// cost counts one operation latency; each call has one.
 		res.CommSeconds += t + float64(set.calls-1)*OpLatencyUS*op*1e-6
 	}

@@ -277,9 +277,12 @@ type scale struct {
 	op   float64
 	step [3]float64
 	bw   float64
+	// ramp: the protocol forwards whole chunks, so a pipeline of them
+	// fills (Simple; ramp.go).
+	ramp bool
 }
 
-var simpleScale = scale{op: 1, step: [3]float64{1, 1, 1}, bw: 1}
+var simpleScale = scale{op: 1, step: [3]float64{1, 1, 1}, bw: 1, ramp: true}
 
 // scaleOf is protocol p's scale for algorithm a running collective c of
 // S bytes over n ranks on nodes nodes.
@@ -295,6 +298,7 @@ func (t *Tuning) scaleOf(c Collective, a Algorithm, p Protocol, S float64, n, no
 	}
 	row := algoRow(a)
 	pi := p.index()
+	s.ramp = p == Simple
 	if p != Simple {
 		s.op = t.BaseLat[row][pi] / t.BaseLat[rowRing][2]
 		for hw := range 3 {

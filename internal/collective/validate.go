@@ -60,6 +60,11 @@ type Case struct {
 	Small []Point // around 1 MB
 	// Note explains a miss or an assumption.
 	Note string
+	// HeldOut: the file was added to test the model after it was
+	// developed, not looked at while developing it; its rows are
+	// reported as their own group and take no part in the other
+	// figures (nor in any calibration).
+	HeldOut bool
 }
 
 func nodes(spec NodeSpec, n int) []*topology.Node {
@@ -158,6 +163,23 @@ var Cases = []Case{
 		Build: onNodes(gb200x(8), 3, 8),
 		Large: []Point{{16 << 30, "NVL8 24 tree", 5}},
 	},
+	// Held out (see Case.HeldOut).
+	{
+		Name: "azure-ndh200-8gpu", File: "azure-nd-h200-v5-8gpu_single-vm_all_reduce-nvls_ai-benchmarking-guide.txt",
+		Machine: "1 VM, 8x H200 SXM NVSwitch (NV18, NVLink 4), NCCL 2.20.5", Collective: AllReduce, Algorithm: Auto,
+		Build: onNodes(with(h100, func(s *NodeSpec) { s.Name, s.Model = "h200", "H200-SXM" }), 1, 8),
+		Large: []Point{{8 << 30, "8G", 1}}, Small: []Point{{1 << 20, "1M", 1}},
+		Note:    "held out; the source names NVLS",
+		HeldOut: true,
+	},
+	{
+		Name: "aws-p5-2node-efa", File: "aws-p5-h100_2node-16gpu-efa_all_reduce_awsome-distributed-training.txt",
+		Machine: "2 nodes x 8x H100 SXM (NV18), 32x 100 Gb/s EFA per node (4 per GPU)", Collective: AllReduce, Algorithm: Auto,
+		Build: onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps, s.Transport = 8, 400, topology.TransportEFA }), 2, 8),
+		Large: []Point{{8 << 30, "8589934592", 7}}, Small: []Point{{1 << 20, "1048576", 7}},
+		Note:    "held out; each GPU's four 100 Gb/s EFA NICs are one 400 Gb/s NIC here (NCCL spreads a GPU's channels over them)",
+		HeldOut: true,
+	},
 }
 
 func gb200x(g int) NodeSpec {
@@ -196,6 +218,8 @@ type Row struct {
 	OnlineFed   bool    `json:"online_fed,omitempty"`
 	Source      string  `json:"source"`
 	Note        string  `json:"note,omitempty"`
+	// HeldOut: a held-out case's row (Case.HeldOut).
+	HeldOut bool `json:"held_out,omitempty"`
 }
 
 // Summary is the validation's error figures.
@@ -227,13 +251,19 @@ type Summary struct {
 	OnlineMax         float64 `json:"online_max_abs_error"`
 	OnlineOthers      int     `json:"online_others_count"`
 	OnlineOtherMedian float64 `json:"online_others_median_abs_error"`
+	// HeldOutLarge and HeldOutSmall are the held-out cases' errors
+	// (median, max), apart from every figure above.
+	HeldOutLargeMedian float64 `json:"held_out_large_median_abs_error"`
+	HeldOutLargeMax    float64 `json:"held_out_large_max_abs_error"`
+	HeldOutSmallMedian float64 `json:"held_out_small_median_abs_error"`
+	HeldOutSmallMax    float64 `json:"held_out_small_max_abs_error"`
 }
 
 // Validate predicts every case and compares with the measurement read
 // from fsys (a directory of the measurement files).
 func Validate(fsys fs.FS) (Summary, error) {
 	var s Summary
-	var large, small []float64
+	var large, small, heldLarge, heldSmall []float64
 	var samples []Sample
 	for _, c := range Cases {
 		data, err := fs.ReadFile(fsys, c.File)
@@ -255,11 +285,19 @@ func Validate(fsys fs.FS) (Summary, error) {
 					return s, fmt.Errorf("case %s: %w", c.Name, err)
 				}
 				e := (r.BusBWGBps - meas) / meas
-				samples = append(samples, Sample{Placement: p, Collective: c.Collective, Algorithm: c.Algorithm, Bytes: pt.Bytes,
-					BusBWGBps: meas, Source: fmt.Sprintf("%s:%d", c.File, line)})
 				s.Rows = append(s.Rows, Row{Case: c.Name, Machine: c.Machine, Algorithm: string(r.Algorithm), Protocol: string(r.Protocol), Bytes: pt.Bytes,
 					Large: set.large, Measured: meas, Predicted: r.BusBWGBps, Error: e,
-					Source: fmt.Sprintf("%s:%d", c.File, line), Note: c.Note})
+					Source: fmt.Sprintf("%s:%d", c.File, line), Note: c.Note, HeldOut: c.HeldOut})
+				switch {
+				case c.HeldOut && set.large:
+					heldLarge = append(heldLarge, math.Abs(e))
+					continue
+				case c.HeldOut:
+					heldSmall = append(heldSmall, math.Abs(e))
+					continue
+				}
+				samples = append(samples, Sample{Placement: p, Collective: c.Collective, Algorithm: c.Algorithm, Bytes: pt.Bytes,
+					BusBWGBps: meas, Source: fmt.Sprintf("%s:%d", c.File, line)})
 				if set.large {
 					large = append(large, math.Abs(e))
 				} else {
@@ -271,6 +309,8 @@ func Validate(fsys fs.FS) (Summary, error) {
 	s.LargeMedian, s.LargeMax = medianMax(large)
 	s.SmallMedian, s.SmallMax = medianMax(small)
 	s.LargeCount, s.SmallCount = len(large), len(small)
+	s.HeldOutLargeMedian, s.HeldOutLargeMax = medianMax(heldLarge)
+	s.HeldOutSmallMedian, s.HeldOutSmallMax = medianMax(heldSmall)
 	if err := s.leaveOneMachineOut(samples); err != nil {
 		return s, err
 	}
@@ -289,7 +329,7 @@ func (s *Summary) leaveOneMachineOut(samples []Sample) error {
 	online := map[string]*Calibration{} // by file: the LOMO model after online calibration
 	for i := range s.Rows {
 		row := &s.Rows[i]
-		if !row.Large {
+		if !row.Large || row.HeldOut {
 			continue
 		}
 		file, _, _ := strings.Cut(row.Source, ":")
@@ -445,6 +485,9 @@ type Transfer struct {
 	// OneSize from the largest size, TwoSizes from it and the size
 	// nearest 1 MiB (which fits the per-step overhead).
 	OneSize, TwoSizes []string `json:"-"`
+	// HeldOut: a held-out case's sweep (Case.HeldOut), in HeldOut's
+	// figures only.
+	HeldOut bool `json:"held_out,omitempty"`
 }
 
 // TransferSize is one size of a sweep.
@@ -464,7 +507,15 @@ type TransferSize struct {
 // TransferSummary is the median |error| of the sizes not fitted, by band.
 type TransferSummary struct {
 	Sweeps []Transfer `json:"sweeps"`
-	// Large is >= FitMinBytes, Mid 1 MiB up to it.
+	// The held-in sweeps' figures; HeldOut the same over the held-out
+	// sweeps alone.
+	TransferMedians
+	HeldOut TransferMedians
+}
+
+// TransferMedians are the median |errors| of the sizes not fitted, by
+// band: Large is >= FitMinBytes, Mid 1 MiB up to it.
+type TransferMedians struct {
 	OneLargeMedian, OneMidMedian float64
 	TwoLargeMedian, TwoMidMedian float64
 	LargeCount, MidCount         int
@@ -476,6 +527,7 @@ type TransferSummary struct {
 func SizeTransfer(fsys fs.FS) (TransferSummary, error) {
 	var out TransferSummary
 	var oneL, oneM, twoL, twoM []float64
+	var hOneL, hOneM, hTwoL, hTwoM []float64
 	seen := map[string]bool{}
 	for _, c := range Cases {
 		if seen[c.File] {
@@ -512,7 +564,11 @@ func SizeTransfer(fsys fs.FS) (TransferSummary, error) {
 				return out, fmt.Errorf("case %s: %w", c.Name, err)
 			}
 		}
-		tr := Transfer{File: c.File, Case: c.Name, Machine: c.Machine}
+		tr := Transfer{File: c.File, Case: c.Name, Machine: c.Machine, HeldOut: c.HeldOut}
+		oneL, oneM, twoL, twoM := &oneL, &oneM, &twoL, &twoM
+		if c.HeldOut {
+			oneL, oneM, twoL, twoM = &hOneL, &hOneM, &hTwoL, &hTwoM
+		}
 		for _, pt := range pts {
 			s := sample(pt)
 			r1, err := predictWith(s, one.Bandwidths(nil))
@@ -530,16 +586,16 @@ func SizeTransfer(fsys fs.FS) (TransferSummary, error) {
 			large := pt.Bytes >= FitMinBytes
 			if !ts.FittedOne {
 				if large {
-					oneL = append(oneL, math.Abs(ts.OneSizeError))
+					*oneL = append(*oneL, math.Abs(ts.OneSizeError))
 				} else {
-					oneM = append(oneM, math.Abs(ts.OneSizeError))
+					*oneM = append(*oneM, math.Abs(ts.OneSizeError))
 				}
 			}
 			if !ts.FittedTwo {
 				if large {
-					twoL = append(twoL, math.Abs(ts.TwoSizesError))
+					*twoL = append(*twoL, math.Abs(ts.TwoSizesError))
 				} else {
-					twoM = append(twoM, math.Abs(ts.TwoSizesError))
+					*twoM = append(*twoM, math.Abs(ts.TwoSizesError))
 				}
 			}
 		}
@@ -550,6 +606,12 @@ func SizeTransfer(fsys fs.FS) (TransferSummary, error) {
 	out.TwoLargeMedian, _ = medianMax(twoL)
 	out.TwoMidMedian, _ = medianMax(twoM)
 	out.LargeCount, out.MidCount = len(oneL), len(oneM)
+	h := &out.HeldOut
+	h.OneLargeMedian, _ = medianMax(hOneL)
+	h.OneMidMedian, _ = medianMax(hOneM)
+	h.TwoLargeMedian, _ = medianMax(hTwoL)
+	h.TwoMidMedian, _ = medianMax(hTwoM)
+	h.LargeCount, h.MidCount = len(hOneL), len(hOneM)
 	return out, nil
 }
 
@@ -560,8 +622,9 @@ type sweepPoint struct {
 }
 
 // sweep reads the sizes from 1 MiB of a file: nccl-tests rows, or a
-// two-column table of size labels ("1M", "134M", "8G": powers of two
-// rounded to decimal prefixes) and bus bandwidths. Nil when neither.
+// table whose first two columns are a size label ("1M", "134M", "8G":
+// powers of two rounded to decimal prefixes; "1MiB") and the bus
+// bandwidth ("36.22", "39.93GBps"). Nil when neither.
 func sweep(file string, data []byte) []sweepPoint {
 	var pts []sweepPoint
 	if res, err := nccltests.Parse(file, data); err == nil {
@@ -574,11 +637,11 @@ func sweep(file string, data []byte) []sweepPoint {
 	}
 	for i, line := range strings.Split(string(data), "\n") {
 		f := strings.FieldsFunc(line, func(r rune) bool { return r == '|' || r == ' ' || r == '\t' })
-		if len(f) != 2 {
+		if len(f) < 2 {
 			continue
 		}
 		b, ok := sizeLabel(f[0])
-		v, err := strconv.ParseFloat(f[1], 64)
+		v, err := strconv.ParseFloat(strings.TrimSuffix(f[1], "GBps"), 64)
 		if !ok || err != nil || b < 1<<20 || v <= 0 || len(pts) > 0 && b <= pts[len(pts)-1].Bytes {
 			continue
 		}
@@ -588,9 +651,13 @@ func sweep(file string, data []byte) []sweepPoint {
 }
 
 // sizeLabel reads "134M" as 2^27: the power of two nearest the decimal
-// value.
+// value; "128MiB" as 2^27 too.
 func sizeLabel(s string) (float64, bool) {
 	mult := map[byte]float64{'K': 1e3, 'M': 1e6, 'G': 1e9}
+	if b, ok := strings.CutSuffix(s, "iB"); ok {
+		s = b
+		mult = map[byte]float64{'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}
+	}
 	if len(s) < 2 {
 		return 0, false
 	}

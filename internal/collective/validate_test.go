@@ -22,3 +22,30 @@ func TestValidateTargets(t *testing.T) {
 		t.Errorf("small messages: median %.1f%%, max %.1f%%: worse than when written (37%%, 142%%)", 100*s.SmallMedian, 100*s.SmallMax)
 	}
 }
+
+func TestSweep(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, data string
+		bytes      []float64
+		busbw      []float64
+	}{
+		{"azure two columns", "| Message Size (Bytes) | ND A100 V4 (GB/s) |\n| 524K | 19.24 |\n| 1M | 36.22 |\n| 134M | 174.18 |\n| 8G | 231.58 |\n",
+			[]float64{1 << 20, 1 << 27, 1 << 33}, []float64{36.22, 174.18, 231.58}},
+		{"torch payload busbw algbw", "| payload |    busbw   |    algbw   |\n| ------: | ---------: | ---------: |\n|  512KiB |  23.94GBps |  13.68GBps |\n|    1MiB |  39.93GBps |  22.82GBps |\n|   16GiB | 482.26GBps | 275.58GBps |\n",
+			[]float64{1 << 20, 1 << 34}, []float64{39.93, 482.26}},
+		{"not a table", "Out of bounds values : 0 OK\n| GPU | H200 |\n", nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pts := sweep("x.md", []byte(tc.data))
+			if len(pts) != len(tc.bytes) {
+				t.Fatalf("got %d points %v, want %d", len(pts), pts, len(tc.bytes))
+			}
+			for i, p := range pts {
+				if p.Bytes != tc.bytes[i] || p.BusBW != tc.busbw[i] {
+					t.Errorf("point %d: %g bytes %g GB/s, want %g and %g", i, p.Bytes, p.BusBW, tc.bytes[i], tc.busbw[i])
+				}
+			}
+		})
+	}
+}
