@@ -34,8 +34,8 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
-	"github.com/toposched/toposched/internal/placer/launch"
 	"github.com/toposched/toposched/internal/placer"
+	"github.com/toposched/toposched/internal/placer/launch"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
