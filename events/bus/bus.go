@@ -428,10 +428,10 @@ func (b *Bus) publishError(msg *nats.Msg, err error) error {
 		// topoctl submit does not report a bare API error.
 		return Transient(fmt.Errorf("JetStream storage full: publish %s: %w", subject, err))
 	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeDuplicateInProcess {
-		// The same message sent again while the first is being stored:
-		// the stream has not said yet whether it is.
+	if inProcess(err) {
+		// The stream is storing a write this one must follow (the same
+		// message sent again, or another fenced on the same marker): it
+		// has not said yet whether this one will be.
 		return Transient(fmt.Errorf("publish %s: %w: %w", subject, ErrUnconfirmed, err))
 	}
 	return Transient(fmt.Errorf("publish %s: %w", subject, err))

@@ -57,3 +57,37 @@ func TestRetryJetStreamUsesTransport(t *testing.T) {
 		t.Errorf("permanent error: %v after %d attempts, want 1", err, n)
 	}
 }
+
+// Only a "wrong last sequence" that says the sequence it found is a newer
+// term's marker; the one without (10164: a clustered stream still storing
+// another write fenced on the same marker) refuses nothing for good, and
+// neither ends a term nor is dead-lettered.
+func TestFencedOrInProcess(t *testing.T) {
+	t.Parallel()
+	api := func(code jetstream.ErrorCode) error {
+		return fmt.Errorf("publish: %w", &jetstream.APIError{Code: 400, ErrorCode: code, Description: "wrong last sequence"})
+	}
+	for _, tc := range []struct {
+		name              string
+		err               error
+		fenced, inProcess bool
+	}{
+		{"a newer marker", api(jetstream.JSErrCodeStreamWrongLastSequence), true, false},
+		{"another fenced write being stored", api(jetstream.JSErrCodeStreamWrongLastSequenceConstant), false, true},
+		{"the same message being stored", api(errCodeDuplicateInProcess), false, true},
+		{"another API error", api(jetstream.JSErrCodeStreamNotFound), false, false},
+		{"no API error", errors.New("timeout"), false, false},
+	} {
+		if got := fenced(tc.err); got != tc.fenced {
+			t.Errorf("%s: fenced %v, want %v", tc.name, got, tc.fenced)
+		}
+		if got := inProcess(tc.err); got != tc.inProcess {
+			t.Errorf("%s: in process %v, want %v", tc.name, got, tc.inProcess)
+		}
+	}
+	b := &Bus{}
+	err := b.publishError(nats.NewMsg("s"), api(jetstream.JSErrCodeStreamWrongLastSequenceConstant))
+	if errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnconfirmed) || !IsTransient(err) {
+		t.Errorf("10164 published as %v: want unconfirmed and transient, not fenced", err)
+	}
+}

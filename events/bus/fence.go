@@ -54,12 +54,30 @@ func (f Fence) headers(h map[string]string) {
 }
 
 // fenced reports whether a publish error is JetStream's "wrong last
-// sequence": on a fenced publish, a newer marker.
+// sequence" with the sequence it found: on a fenced publish, a newer
+// marker.
+//
+// Not its namesake without a sequence (JSStreamWrongLastSequenceConstantErr,
+// 10164): a clustered stream answers that to a write expecting a
+// subject's last sequence while another message of that subject, or
+// another write expecting it, is still being stored (nats-server
+// jetstream_batching.go, expectedPerSubjectInProcess). Every outcome of a
+// placement term expects the term's marker, and a cycle sends them
+// asynchronously, so on a replicated stream they meet each other there:
+// taken for a newer term, each such answer ended the term, and a 3-node
+// e2e run saw 183 terms in a row of one surviving replica end within
+// 150 ms of starting. It is inProcess: nothing stored, to be sent again.
 func fenced(err error) bool {
 	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// inProcess reports whether a publish was refused, or not yet answered,
+// because the stream is still storing another write it must order this
+// one after: the same message id (10158), or, for a write expecting a
+// subject's last sequence, another one of that subject (10164).
+func inProcess(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == errCodeDuplicateInProcess || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

@@ -53,6 +53,17 @@ const analyzedConcurrency = 64
 // messages' acks) waiting.
 const cycleBudget = time.Second
 
+// ended is the error of a decision the term's end cut short: its node
+// policies and topology catch-up fail once the term's life ends, so
+// what it decided is not sent; the message is left, fenced, for the
+// current term. Nil while the term lasts.
+func (s *Service) ended(job string) error {
+	if s.life.Err() == nil {
+		return nil
+	}
+	return fmt.Errorf("job %s: the placement term ended mid-decision (%w): %w", job, context.Cause(s.life), bus.ErrFenced)
+}
+
 // decisionTimeout bounds one decision's policy evaluations (decision):
 // past it a policy that runs away fails closed, as policies do.
 const decisionTimeout = 10 * time.Second
@@ -353,6 +364,9 @@ func (c *cycle) place(ctx context.Context, job store.Job, fresh bool, done chan<
 	dctx, cancel := s.decision(ctx)
 	defer cancel()
 	plan, err := s.decide(dctx, c, job.Spec, fresh)
+	if err := s.ended(job.ID); err != nil {
+		return false, err
+	}
 	if err != nil {
 		return false, err
 	}
@@ -364,7 +378,11 @@ func (c *cycle) place(ctx context.Context, job store.Job, fresh bool, done chan<
 	// waits while the stream's own state has room for it. One that was
 	// not stored after all is undone, and the job decided again.
 	if plan.Verdict == outcome.Wait && c.decided > 0 && c.settle() {
-		if plan, err = s.decide(dctx, c, job.Spec, fresh); err != nil {
+		plan, err = s.decide(dctx, c, job.Spec, fresh)
+		if err := s.ended(job.ID); err != nil {
+			return false, err
+		}
+		if err != nil {
 			return false, err
 		}
 	}

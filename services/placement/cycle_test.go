@@ -437,3 +437,25 @@ func TestDecisionOutlivesItsHandler(t *testing.T) {
 	end() // the term ends
 	<-dctx.Done()
 }
+
+// A decision the term's end cuts short sends nothing: its policies and
+// catch-up fail once the term's life ends, so its message is left, fenced,
+// for the current term (a warning, not an error, and no dead letter).
+func TestDecisionCutShortByTheTermsEnd(t *testing.T) {
+	t.Parallel()
+	ctx := eventstest.Context(t, 30*time.Second)
+	r := newCycleRig(t, ctx, 1)
+	life, end := context.WithCancelCause(context.Background())
+	r.s.SetLife(life)
+	end(errors.New("a newer term started"))
+	errs := r.submit(t, ctx, r.s, events.JobSubmitted{JobID: "a", GPUs: 2})
+	if !errors.Is(errs["a"], bus.ErrFenced) {
+		t.Fatalf("a: %v, want fenced", errs["a"])
+	}
+	if st := state(r.s, "a"); st != "absent" {
+		t.Errorf("a: %s, want absent (nothing recorded)", st)
+	}
+	if d := r.decisions(t, ctx); len(d) != 0 {
+		t.Errorf("decisions sent: %v", d)
+	}
+}
