@@ -90,7 +90,7 @@ const DefaultScopeNodes = 2_048
 // DefaultFitTolerance is Options.FitTolerance's default. See
 // bestFitWithin for the rule and BENCHMARKS.md ("Issue 17: best fit
 // within a tolerance") for how it was chosen.
-const DefaultFitTolerance = 0.10
+const DefaultFitTolerance = 0.15
 
 func (o Options) fitTolerance() float64 {
 	switch {
