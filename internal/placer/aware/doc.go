@@ -134,9 +134,9 @@
 // keeps the NVSwitch node whole (so does a 4-GPU one, 14% slower under
 // one PCIe switch); a 2-GPU tensor-parallel job, 44% slower there, and
 // an 8-GPU data-parallel one, 17% slower on a PCIe tree, keep the
-// fastest. The blind baseline's check (see
-// Validity) then takes blind's GPUs only when the chosen step is longer
-// than blind's by more than the tolerance. Without a compute time, on a
+// fastest. The blind baseline's check (see Validity) then takes blind's
+// GPUs only when the chosen step is longer than blind's by more than the
+// tolerance. Without a compute time, on a
 // cluster more than half free, or for one GPU, the fastest candidate
 // wins as above. BENCHMARKS.md ("Issue 17: best fit within a tolerance")
 // says how the tolerance was chosen.
