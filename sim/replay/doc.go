@@ -89,7 +89,10 @@
 // communicates nothing and keeps its duration; so does a job whose
 // decision carries no prediction (the summary's notes count them).
 // ReferenceFLOPS and ComputeShare were fixed before any replay with them
-// was run, and are not fitted to a trace.
+// was run, and are not fitted to a trace. The compute from the model's
+// size is the placer's own estimate (aware.StepCompute), which
+// topology-aware's best fit within a tolerance weighs a slower link
+// against: the replay charges the step time placement predicted.
 //
 // The figures users and papers report follow (Summary.Finished, MultiGPU,
 // BySize, over finished jobs): job completion time (arrival to end: mean,

@@ -22,8 +22,10 @@ import (
 // bf16 peak (312 TFLOP/s) at 40% model FLOPs utilisation. It is the same
 // for every GPU model: a trace's durations already include the GPUs that
 // ran them, and only communication is scaled by placement. Set, with
-// ComputeShare, before any replay figure was seen.
-const ReferenceFLOPS = 125e12
+// ComputeShare, before any replay figure was seen. It is the placer's
+// (aware.StepCompute), so that the compute a replay charges is the one
+// topology-aware weighs a slower link against.
+const ReferenceFLOPS = aware.ReferenceFLOPS
 
 // ComputeShare is the share of a step a job of gpus GPUs spends computing
 // on an ideal placement, for jobs whose model gives no size (ComputeSeconds
@@ -49,11 +51,8 @@ func ComputeShare(gpus int) float64 {
 // with no model size, what ComputeShare makes of the ideal placement's
 // communication. NaN when none applies.
 func ComputeSeconds(sub events.JobSubmitted, ideal float64) float64 {
-	if sub.StepComputeSeconds > 0 {
-		return sub.StepComputeSeconds
-	}
-	if m := sub.Model; m != nil && m.Parameters > 0 && m.GlobalBatchSize > 0 && m.SeqLen > 0 && sub.GPUs > 0 {
-		return 6 * float64(m.Parameters) * float64(m.GlobalBatchSize) * float64(m.SeqLen) / (float64(sub.GPUs) * ReferenceFLOPS)
+	if c := aware.StepCompute(sub); !math.IsNaN(c) {
+		return c
 	}
 	if share := ComputeShare(sub.GPUs); share < 1 && ideal > 0 {
 		return ideal * share / (1 - share)

@@ -116,6 +116,31 @@
 // largest offers first, and the remainder from the node whose offer fits
 // it most tightly.
 //
+// # Best fit within a tolerance
+//
+// Whole fast nodes are what whole-node jobs wait for, so a job one node
+// holds weighs what its placement costs the next jobs against what it
+// saves this one (bestFitWithin, single.go). Where its step compute time
+// is known (step_compute_seconds, else StepCompute's estimate from its
+// model's size at ReferenceFLOPS) and the cluster is busy (at most half
+// the GPUs of its model free), the one-node candidates whose predicted
+// step time, compute plus communication, is within Options.FitTolerance
+// (DefaultFitTolerance, 15%) of the fastest one-node candidate's may be
+// taken instead: the one leaving its node the fewest free GPUs (best fit
+// across nodes, as Volcano's binpack), on ties the one whose node's free
+// GPUs are the less tightly joined (a PCIe box before a whole NVSwitch
+// node or NVLink island), then the faster. A 2-GPU data-parallel job
+// whose step is 9% slower on a PCIe box's free pair takes the pair and
+// keeps the NVSwitch node whole (so does a 4-GPU one, 14% slower under
+// one PCIe switch); a 2-GPU tensor-parallel job, 44% slower there, and
+// an 8-GPU data-parallel one, 17% slower on a PCIe tree, keep the
+// fastest. The blind baseline's check (see Validity) then takes blind's
+// GPUs only when the chosen step is longer than blind's by more than the
+// tolerance. Without a compute time, on a
+// cluster more than half free, or for one GPU, the fastest candidate
+// wins as above. BENCHMARKS.md ("Issue 17: best fit within a tolerance")
+// says how the tolerance was chosen.
+//
 // # Policies
 //
 // Options.Filter drops nodes before anything else (node policies);

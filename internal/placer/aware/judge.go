@@ -215,7 +215,11 @@ func (p *placer) leafOf(node string) string {
 // its GPUs count only when none lies on such a node.
 //
 // oursT is ours' predicted comm time when place worked it out (else NaN).
-func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours outcome.Result, oursT float64, base outcome.Result, refused map[string]bool) outcome.Result {
+// byFit says that bestFitWithin chose ours, a tighter fit allowed to be
+// slower than the fastest by the fit tolerance in step time: then blind's
+// GPUs are taken only when ours' step time is longer than blind's by more
+// than that tolerance.
+func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours outcome.Result, oursT float64, byFit bool, base outcome.Result, refused map[string]bool) outcome.Result {
 	if ours.Verdict != outcome.Placed || base.Verdict != outcome.Placed || slices.Equal(ours.GPUs, base.GPUs) {
 		return ours
 	}
@@ -233,7 +237,11 @@ func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours o
 	if math.IsNaN(to) {
 		to = e.cost(ours.GPUs)
 	}
-	if !(tb < to*(1-0.005)) {
+	if byFit {
+		if c := e.comp; !((c + to) > (c+tb)*(1+opts.fitTolerance())) {
+			return ours
+		}
+	} else if !(tb < to*(1-0.005)) {
 		return ours
 	}
 	c := Candidate{Domain: store.ClusterDomain, GPUs: base.GPUs, CommSeconds: tb}
@@ -281,7 +289,7 @@ func placeNotWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, b
 			return false
 		}
 	}
-	ours, oursT := place(snap, job, opts)
+	ours, oursT, byFit := place(snap, job, opts)
 	if f != nil && ours.Verdict == outcome.Placed && base.Verdict == outcome.Placed {
 		// The walk may not have read base's nodes (a job no node holds
 		// reads one leaf or pod's): the filter is asked of them now.
@@ -294,7 +302,7 @@ func placeNotWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, b
 			}
 		}
 	}
-	return notWorse(snap, job, opts, ours, oursT, base, refused)
+	return notWorse(snap, job, opts, ours, oursT, byFit, base, refused)
 }
 
 // allowed asks filter of one node, as the candidate walk would.

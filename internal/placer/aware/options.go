@@ -40,6 +40,12 @@ type Options struct {
 	// subset of its free GPUs and every rank order on it, when those
 	// ordered selections fit in what is left.
 	NodeExact int
+	// FitTolerance is how much longer a job's predicted step time may be
+	// (compute + communication, a share of the fastest one-node
+	// candidate's) on a node that fits it tighter (see bestFitWithin; 0:
+	// DefaultFitTolerance; negative: off, the fastest wins). It applies
+	// only to a job whose step compute time is known.
+	FitTolerance float64
 	// ScopeNodes is how many nodes with free GPUs of the job's model a
 	// cluster must have before a job no node holds reads one leaf's or
 	// pod's nodes rather than every node (see scoped; 0:
@@ -80,6 +86,21 @@ func (o Options) budget() time.Duration {
 // on the decision golden's clusters of 24 to 64 nodes, 125 decisions
 // were faster and 38 slower, some several times.
 const DefaultScopeNodes = 2_048
+
+// DefaultFitTolerance is Options.FitTolerance's default. See
+// bestFitWithin for the rule and BENCHMARKS.md ("Issue 17: best fit
+// within a tolerance") for how it was chosen.
+const DefaultFitTolerance = 0.15
+
+func (o Options) fitTolerance() float64 {
+	switch {
+	case o.FitTolerance < 0:
+		return 0
+	case o.FitTolerance == 0:
+		return DefaultFitTolerance
+	}
+	return o.FitTolerance
+}
 
 func (o Options) scopeNodes() int {
 	if o.ScopeNodes == 0 {

@@ -43,8 +43,10 @@ func PlaceWithBaseline(snap *store.Snapshot, job events.JobAnalyzed, opts Option
 }
 
 // place is the topology-aware decision and, when placed, its predicted
-// comm time (NaN when none was worked out).
-func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.Result, float64) {
+// comm time (NaN when none was worked out), and whether bestFitWithin
+// chose it (a tighter fit, allowed to be slower than the fastest by the
+// fit tolerance).
+func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.Result, float64, bool) {
 	n, gpn, model := job.Job.GPUs, job.Job.GPUsPerNode, job.Job.GPUModel
 	x := opts.Explain
 	var cands []*candNode
@@ -119,12 +121,12 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 		} else {
 			full()
 			if wait, ok := filterWait(cands, total, n, gpn, model); ok {
-				return wait, math.NaN()
+				return wait, math.NaN(), false
 			}
 		}
 	}
 	e := newEvaluator(snap, job, n, opts)
-	p := &placer{opts: opts, e: e, n: n, cands: fit}
+	p := &placer{opts: opts, e: e, n: n, cands: fit, busy: busy(snap, model)}
 	if len(fit) == 0 {
 		p.cands = cands
 	}
@@ -171,15 +173,17 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 	if len(list) == 0 {
 		// Cannot happen when blind placed and the filter left enough; be
 		// safe rather than wrong.
-		return waitReason(n, gpn, model, total, 0), math.NaN()
+		return waitReason(n, gpn, model, total, 0), math.NaN(), false
 	}
 	// A job one node holds may still be faster spread over nodes where its
 	// node's choice crosses the inter-socket link (SYS), which the cost
 	// model shares among the node's flows: then the whole cluster is the
 	// local search's to trade GPUs with. A job spread over nodes trades
 	// among them.
+	// A tighter fit bestFitWithin chose is not spread again: keeping the
+	// job on that node is what it was chosen for.
 	across := len(fit) == 0 && gpn == 0 // gpus_per_node fixes each node's share
-	if len(fit) > 0 && gpn == 0 && p.crossesSMP(list[0].gpus) {
+	if len(fit) > 0 && gpn == 0 && list[0] != p.byFit && p.crossesSMP(list[0].gpus) {
 		p.cands = full()
 		across = true
 	}
@@ -211,7 +215,7 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 			x.PolicyDenied = true
 		}
 		p.explain(judged, nil)
-		return outcome.Result{Verdict: outcome.Wait, Reasons: denyReasons(judged[0])}, math.NaN()
+		return outcome.Result{Verdict: outcome.Wait, Reasons: denyReasons(judged[0])}, math.NaN(), false
 	}
 	final := p.refine(chosen, across)
 	if alt && chosen == list[0] && n <= 16 {
@@ -232,7 +236,7 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 	}
 	*chosen = *final
 	p.explain(judged, chosen)
-	return outcome.Result{Verdict: outcome.Placed, GPUs: chosen.gpus}, chosen.comm
+	return outcome.Result{Verdict: outcome.Placed, GPUs: chosen.gpus}, chosen.comm, chosen == p.byFit
 }
 
 type placer struct {
@@ -248,6 +252,23 @@ type placer struct {
 	// since, when set, is when the next local search's time budget
 	// started: the scoring of the alternatives comes out of it.
 	since time.Time
+	// byFit is the one-node candidate bestFitWithin put first, when it
+	// is not the fastest.
+	byFit *cand
+	// busy: at most half the GPUs of the job's model are free (see
+	// bestFitWithin).
+	busy bool
+}
+
+// busy reports whether at most half the cluster's GPUs of the model (""
+// any) are free: where bestFitWithin weighs what a placement costs the
+// next jobs.
+func busy(snap *store.Snapshot, model string) bool {
+	total := 0
+	for c, nodes := range snap.NodeCounts(model).Total {
+		total += c * nodes
+	}
+	return 2*snap.FreeByModel(model) <= total
 }
 
 // refine is the local search's result on c, each node's share then

@@ -2,6 +2,7 @@ package aware
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/toposched/toposched/events"
@@ -230,6 +231,32 @@ func PredictWith(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUK
 }
 
 func newEvaluator(snap *store.Snapshot, job events.JobAnalyzed, n int, opts Options) *evaluator {
+	comp := StepCompute(job.Job)
+	if math.IsNaN(comp) {
+		comp = 0
+	}
 	return &evaluator{res: newResolver(snap), groups: jobGroups(job, n), fabric: opts.Fabric, bw: opts.Bandwidths,
-		comp: job.Job.StepComputeSeconds}
+		comp: comp}
+}
+
+// ReferenceFLOPS is the training throughput of one GPU, FLOP/s, that a
+// step's compute is estimated at when the job gives no measured compute
+// time: an A100's bf16 peak (312 TFLOP/s) at 40% model FLOPs
+// utilisation, for every GPU model.
+const ReferenceFLOPS = 125e12
+
+// StepCompute is a training step's compute time for sub: its own
+// step_compute_seconds when it gives one; else 6 FLOPs per parameter and
+// token (forward and backward, Kaplan et al. 2020) over the step's tokens
+// (global batch × sequence), shared by its GPUs at ReferenceFLOPS; NaN
+// when neither is known. bestFitWithin's tolerance is on the step time it
+// makes (compute + communication).
+func StepCompute(sub events.JobSubmitted) float64 {
+	if sub.StepComputeSeconds > 0 {
+		return sub.StepComputeSeconds
+	}
+	if m := sub.Model; m != nil && m.Parameters > 0 && m.GlobalBatchSize > 0 && m.SeqLen > 0 && sub.GPUs > 0 {
+		return 6 * float64(m.Parameters) * float64(m.GlobalBatchSize) * float64(m.SeqLen) / (float64(sub.GPUs) * ReferenceFLOPS)
+	}
+	return math.NaN()
 }

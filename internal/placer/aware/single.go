@@ -281,15 +281,28 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 	if len(qs) == 0 {
 		return nil
 	}
-	slices.SortStableFunc(qs, func(a, b quick) int { return cmp.Or(cmp.Compare(a.level, b.level), cmp.Compare(a.fit, b.fit)) })
 	// Subsets for the most promising nodes; keep enough that distinct
-	// shapes get a look.
+	// shapes get a look. Where the best fit within a tolerance may win
+	// (bestFitWithin), the tightest-fitting nodes are kept too, whatever
+	// their level.
 	limit := singleLimit
 	if k == 1 {
 		limit = oneGPULimit
 	}
+	var tight []quick
+	if p.fitRule() && len(qs) > limit {
+		tight = slices.Clone(qs)
+		slices.SortStableFunc(tight, func(a, b quick) int { return cmp.Compare(a.fit, b.fit) })
+		tight = tight[:limit]
+	}
+	slices.SortStableFunc(qs, func(a, b quick) int { return cmp.Or(cmp.Compare(a.level, b.level), cmp.Compare(a.fit, b.fit)) })
 	if len(qs) > limit {
 		qs = qs[:limit]
+		for _, q := range tight {
+			if !slices.ContainsFunc(qs[:limit], func(o quick) bool { return o.c == q.c }) {
+				qs = append(qs, q)
+			}
+		}
 	}
 	picks := make([]inNode, 0, len(qs))
 	for _, q := range qs {
@@ -351,11 +364,107 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 			bestI, bestT = i, t
 		}
 	}
-	// The fastest first, then the rest in the heuristic's order.
-	first := out[bestI]
-	copy(out[1:bestI+1], out[:bestI])
-	out[0] = first
+	// The fastest first, then the rest in the heuristic's order; where a
+	// tighter fit is within the tolerance (bestFitWithin), it goes before
+	// them all.
+	fav, w := out[bestI], out[p.bestFitWithin(out, picks, bestI)]
+	toFront(out, bestI)
+	if w != fav {
+		toFront(out, slices.Index(out, w))
+		p.byFit = w
+	}
 	return out
+}
+
+// toFront moves out[i] to the front, the others keeping their order.
+func toFront(out []*cand, i int) {
+	first := out[i]
+	copy(out[1:i+1], out[:i])
+	out[0] = first
+}
+
+// fitRule reports whether bestFitWithin may choose: a job of more than
+// one GPU whose step compute time is known, on a busy cluster, with the
+// tolerance on.
+func (p *placer) fitRule() bool {
+	c := p.e.comp
+	return p.n > 1 && p.busy && p.opts.fitTolerance() > 0 && c > 0 && !math.IsInf(c, 0)
+}
+
+// bestFitWithin weighs what a one-node placement costs the next jobs
+// against what it saves this one. Of the one-node candidates (out, and
+// their picks in the same order; out[fav] the fastest the cost model
+// found), those whose
+// predicted step time (compute + communication) is within
+// Options.FitTolerance of the fastest's may be taken instead, and the one
+// that leaves the next jobs the most is: the one that leaves its node the
+// fewest free GPUs (best fit across nodes, as Volcano's binpack plugin
+// scores nodes), on ties the one whose node's free GPUs are
+// the less tightly joined (a PCIe box's before a whole NVLink island or
+// NVSwitch node), then the faster. So a 2-GPU data-parallel job whose
+// step is a few percent slower on a PCIe box's free pair takes it and
+// leaves the NVSwitch node whole for a job that needs one, and a job
+// whose step would be much slower there (tensor parallel, most of its
+// step communicating) keeps the fastest node. It answers fav when
+// fitRule is false (without the compute time the step's share that is
+// communication is unknown, and so is what a slower link costs) or no
+// candidate fits tighter within the tolerance.
+//
+// The rule applies on a busy cluster, where at most half the GPUs of the
+// job's model are free, whether or not whole-node jobs wait now: a
+// placement holds its GPUs for the job's life, and the jobs it keeps a
+// node for are as likely to arrive after the decision as before it (and
+// the placer is not shown the queue). On a cluster more than half free
+// a node broken now is very likely to have whole twins free when a job
+// needs one, so the rule would cost this job its tolerance for nothing;
+// there the fastest wins, as before.
+func (p *placer) bestFitWithin(out []*cand, picks []inNode, fav int) int {
+	if !p.fitRule() {
+		return fav
+	}
+	comp := p.e.comp
+	bound := (comp + p.score(out[fav])) * (1 + p.opts.fitTolerance())
+	type ranked struct {
+		i, fit, level int
+	}
+	order := make([]ranked, len(picks))
+	for i, pk := range picks {
+		order[i] = ranked{i, pk.fit, p.freeLevel(pk.c)}
+	}
+	// Tightest fit first; on ties the less tightly joined node.
+	slices.SortStableFunc(order, func(a, b ranked) int { return cmp.Or(cmp.Compare(a.fit, b.fit), cmp.Compare(b.level, a.level)) })
+	for g := 0; g < len(order); {
+		// One group of equal fit and level: its fastest within bound.
+		end := g
+		for end < len(order) && order[end].fit == order[g].fit && order[end].level == order[g].level {
+			end++
+		}
+		best, bestT := -1, inf
+		for _, r := range order[g:end] {
+			if t := comp + p.score(out[r.i]); t <= bound && t < bestT {
+				best, bestT = r.i, t
+			}
+		}
+		if best >= 0 {
+			return best
+		}
+		g = end
+	}
+	return fav
+}
+
+// freeLevel is the level of the smallest node-local domain that holds
+// all of a node's free GPUs (0 an NVLink island, as an NVSwitch node's;
+// 3 the node): how tightly joined what the node offers the next job is.
+func (p *placer) freeLevel(c *candNode) int {
+	p.counts = countLocal(p.counts, c.free)
+	level := 3
+	for _, dc := range p.counts {
+		if dc.free == len(c.free) {
+			level = min(level, levelOfID(dc.id))
+		}
+	}
+	return level
 }
 
 // domain names the smallest node-local domain holding the subset.
