@@ -217,7 +217,7 @@ type cycle struct {
 	settled, decided int
 	errs             []error
 	// running is the running jobs the waiting jobs' counterfactuals
-	// weigh, kept while the cycle's view stays the same.
+	// weigh, kept while no placed job changes (placer.Running).
 	running placer.Running
 }
 
