@@ -14,16 +14,16 @@ import (
 )
 
 type loadFlags struct {
-	clusters, jobs, strategies string
-	occupancy                  float64
-	seed                       uint64
-	model                      string
-	noPolicies                 bool
-	decisions                  int
-	budget                     time.Duration
-	e2e, e2eGPUs, e2eJobGPUs   int
-	cpuProfile                 string
-	e2eOnly                    bool
+	clusters, jobs, strategies          string
+	occupancy                           float64
+	seed                                uint64
+	model                               string
+	noPolicies                          bool
+	decisions                           int
+	budget                              time.Duration
+	e2e, e2eGPUs, e2eJobGPUs, e2eWindow int
+	cpuProfile                          string
+	e2eOnly                             bool
 }
 
 func newLoad(g *globals) *cobra.Command {
@@ -41,7 +41,8 @@ p99 and max over repeated decisions on one snapshot.
 
 With --e2e N it also starts an embedded NATS server and every service in
 this process on a --e2e-gpus cluster, publishes N jobs of --e2e-job-gpus
-as fast as JetStream acknowledges them and reports the sustained
+with up to --e2e-window of them awaiting JetStream's acknowledgement at once
+(as the raw measurement it prints beside them) and reports the sustained
 decisions per second and the publish-to-decision latency.
 
 Targets (issue 5): p99 <= 10 ms for jobs of up to 64 GPUs on 10k GPUs at 50%
@@ -60,7 +61,7 @@ occupancy with policies on; >= 500 decisions/s end to end.`,
 				Clusters: clusters, Jobs: jobs, Occupancy: f.occupancy, Seed: f.seed, Model: f.model,
 				Strategies: strings.Split(f.strategies, ","), NoPolicies: f.noPolicies,
 				Decisions: f.decisions, Budget: f.budget,
-				E2E: f.e2e, E2EGPUs: f.e2eGPUs, E2EJobGPUs: f.e2eJobGPUs, E2EOnly: f.e2eOnly,
+				E2E: f.e2e, E2EGPUs: f.e2eGPUs, E2EJobGPUs: f.e2eJobGPUs, E2EWindow: f.e2eWindow, E2EOnly: f.e2eOnly,
 			}
 			if f.e2eOnly && f.e2e <= 0 {
 				return fmt.Errorf("--e2e-only needs --e2e N")
@@ -86,6 +87,7 @@ occupancy with policies on; >= 500 decisions/s end to end.`,
 	fl.IntVar(&f.e2e, "e2e", 0, "also measure N decisions end to end through NATS")
 	fl.IntVar(&f.e2eGPUs, "e2e-gpus", 10000, "cluster size of the end-to-end run")
 	fl.IntVar(&f.e2eJobGPUs, "e2e-job-gpus", 1, "GPUs of each end-to-end job")
+	fl.IntVar(&f.e2eWindow, "e2e-window", load.AsyncWindow, "end-to-end submissions awaiting their acknowledgement at once (1: one job at a time)")
 	fl.BoolVar(&f.e2eOnly, "e2e-only", false, "skip the decision table")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the run to FILE (go tool pprof FILE)")
 	_ = g

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -87,17 +88,33 @@ func BenchmarkPlan(b *testing.B) {
 }
 
 // The end-to-end run prints its decision rate beside the raw JetStream
-// publish rate of the same server, and as a share of it.
+// publish rate of the same server, and as a share of it; every job is
+// decided whatever the submission window (one at a time, fewer than the
+// jobs, more than the jobs).
 func TestE2EPrintsRawRate(t *testing.T) {
 	t.Parallel()
-	var out strings.Builder
-	err := Run(context.Background(), &out, Config{E2E: 20, E2EGPUs: 256, E2EOnly: true, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"of raw async publish", "raw JetStream publish on the same server", "/s async", "/s sync"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
-		}
+	for _, window := range []int{1, 4, 0} {
+		t.Run(fmt.Sprintf("window=%d", window), func(t *testing.T) {
+			t.Parallel()
+			var out strings.Builder
+			err := Run(context.Background(), &out, Config{E2E: 20, E2EGPUs: 256, E2EOnly: true, E2EWindow: window, Log: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			shown := window
+			if shown == 0 {
+				shown = AsyncWindow
+			}
+			for _, want := range []string{"of raw async publish", "raw JetStream publish on the same server", "/s async", "/s sync",
+				fmt.Sprintf("awaiting acknowledgement at once: %d\n", shown)} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output lacks %q:\n%s", want, out.String())
+				}
+			}
+			// The table's first cell: every job decided, none other.
+			if !regexp.MustCompile(`(?m)^20 +0 `).MatchString(out.String()) {
+				t.Errorf("not every job decided:\n%s", out.String())
+			}
+		})
 	}
 }

@@ -52,6 +52,10 @@ type Config struct {
 	E2EGPUs int
 	// E2EJobGPUs is the size of each end-to-end job (default 1).
 	E2EJobGPUs int
+	// E2EWindow is how many submissions may await their acknowledgement
+	// at once (default AsyncWindow, as the raw measurement; 1 submits one
+	// job at a time, as a script of topoctl submit calls would).
+	E2EWindow int
 	// E2EOnly skips the decision table.
 	E2EOnly bool
 	// Log receives the services' logs in e2e mode (nil: discarded).
@@ -85,6 +89,9 @@ func (c *Config) defaults() {
 	}
 	if c.E2EJobGPUs <= 0 {
 		c.E2EJobGPUs = 1
+	}
+	if c.E2EWindow <= 0 {
+		c.E2EWindow = AsyncWindow
 	}
 }
 
@@ -268,14 +275,12 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 		return fmt.Errorf("watch: %w", err)
 	}
 	start := time.Now()
-	for i := range n {
+	if err := submitAll(ctx, b, n, cfg.E2EJobGPUs, cfg.E2EWindow, func(i int) {
 		mu.Lock()
 		sent[i] = time.Now()
 		mu.Unlock()
-		job := &events.JobSubmitted{JobID: fmt.Sprintf("load-%d", i), GPUs: cfg.E2EJobGPUs}
-		if _, err := client.Submit(ctx, b, job); err != nil {
-			return err
-		}
+	}); err != nil {
+		return err
 	}
 	if err := <-done; err != nil && ctx.Err() != nil {
 		return ctx.Err()
@@ -284,8 +289,8 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 	mu.Lock()
 	defer mu.Unlock()
 	s := StatsOf(lat)
-	if _, err := fmt.Fprintf(out, "end to end through NATS: %d jobs of %d GPUs on %s GPUs (%s), all services in one process, file-backed embedded server, policies: %s\n\n",
-		n, cfg.E2EJobGPUs, FormatSize(total), cfg.Model, polName); err != nil {
+	if _, err := fmt.Fprintf(out, "end to end through NATS: %d jobs of %d GPUs on %s GPUs (%s), all services in one process, file-backed embedded server, policies: %s, submissions awaiting acknowledgement at once: %d\n\n",
+		n, cfg.E2EJobGPUs, FormatSize(total), cfg.Model, polName, cfg.E2EWindow); err != nil {
 		return err
 	}
 	rate := float64(len(lat)) / elapsed.Seconds()
@@ -297,6 +302,35 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 	_, err = fmt.Fprintf(out, "\nraw JetStream publish on the same server, same run, before the services started: %d messages of %d bytes to a file-backed stream: %.0f/s async (%d acknowledgements outstanding), %.0f/s sync. A decision costs about four events.\n",
 		raw.Messages, raw.Bytes, raw.AsyncPerSecond, AsyncWindow, raw.SyncPerSecond)
 	return err
+}
+
+// submitAll publishes n jobs of gpus GPUs, with up to window of them
+// awaiting JetStream's acknowledgement at once; sent is told before each.
+// Events published on one bus are stored in the order sent, so the jobs
+// arrive in order whatever the window.
+func submitAll(ctx context.Context, b *bus.Bus, n, gpus, window int, sent func(i int)) error {
+	inflight := make([]*bus.Pending, 0, window)
+	for i := range n {
+		if len(inflight) == window {
+			if _, err := inflight[0].Wait(ctx); err != nil {
+				return fmt.Errorf("submit: %w", err)
+			}
+			inflight = inflight[1:]
+		}
+		sent(i)
+		job := &events.JobSubmitted{JobID: fmt.Sprintf("load-%d", i), GPUs: gpus}
+		_, p, err := b.PublishAsync(ctx, job)
+		if err != nil {
+			return fmt.Errorf("submit %s: %w", job.JobID, err)
+		}
+		inflight = append(inflight, p)
+	}
+	for _, p := range inflight {
+		if _, err := p.Wait(ctx); err != nil {
+			return fmt.Errorf("submit: %w", err)
+		}
+	}
+	return nil
 }
 
 // ClusterYAML is a cluster file of the nodes (one entry each, of the
