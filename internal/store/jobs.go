@@ -53,25 +53,28 @@ func (w *writer) upsertJob(j Job) error {
 // DeleteJob removes a job. Deleting an unknown job is a no-op. A job that
 // still holds GPUs is not deleted: release them first.
 func (s *Store) DeleteJob(id string) error {
-	return s.write(func(w *writer) error {
-		txn := w.txn
-		held, err := gpusOfJob(txn, id)
-		if err != nil {
-			return err
-		}
-		if len(held) > 0 {
-			return fmt.Errorf("store: job %q still holds %d GPUs; release them first", id, len(held))
-		}
-		if raw, err := txn.First(TableJobs, IndexID, id); err != nil {
-			return err
-		} else if raw != nil && raw.(*Job).State == JobPlaced {
-			if _, err := nextSeq(txn, placedSeqKey); err != nil {
-				return err
-			}
-		}
-		_, err = txn.DeleteAll(TableJobs, IndexID, id)
+	return s.write(func(w *writer) error { return w.deleteJob(id) })
+}
+
+// deleteJob is DeleteJob in w's transaction.
+func (w *writer) deleteJob(id string) error {
+	txn := w.txn
+	held, err := gpusOfJob(txn, id)
+	if err != nil {
 		return err
-	})
+	}
+	if len(held) > 0 {
+		return fmt.Errorf("store: job %q still holds %d GPUs; release them first", id, len(held))
+	}
+	if raw, err := txn.First(TableJobs, IndexID, id); err != nil {
+		return err
+	} else if raw != nil && raw.(*Job).State == JobPlaced {
+		if _, err := nextSeq(txn, placedSeqKey); err != nil {
+			return err
+		}
+	}
+	_, err = txn.DeleteAll(TableJobs, IndexID, id)
+	return err
 }
 
 // nextSeq increments the named counter and returns its new value (the

@@ -50,6 +50,33 @@ func (t *Txn) Allocate(jobID string, gpus []GPUKey) error {
 	return t.do(func(w *writer) error { return w.allocate(jobID, gpus, false) })
 }
 
+// Restore is Store.Restore inside t.
+func (t *Txn) Restore(jobID string, gpus []GPUKey) error {
+	return t.do(func(w *writer) error { return w.allocate(jobID, gpus, true) })
+}
+
+// Release is Store.Release inside t.
+func (t *Txn) Release(jobID string) ([]GPUKey, error) {
+	if jobID == "" {
+		return nil, nil
+	}
+	var keys []GPUKey
+	err := t.do(func(w *writer) error {
+		var err error
+		keys, err = w.release(jobID)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return keys, nil
+}
+
+// DeleteJob is Store.DeleteJob inside t.
+func (t *Txn) DeleteJob(id string) error {
+	return t.do(func(w *writer) error { return w.deleteJob(id) })
+}
+
 // UpsertJob is Store.UpsertJob inside t.
 func (t *Txn) UpsertJob(j Job) error {
 	return t.do(func(w *writer) error { return w.upsertJob(j) })

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"slices"
 	"testing"
 )
 
@@ -104,4 +105,98 @@ func TestTxn(t *testing.T) {
 			t.Fatalf("after a spoiled transaction: %d free, want 8", got)
 		}
 	})
+}
+
+// Restore, Release and DeleteJob inside a Txn leave the store as the
+// Store's own methods, one transaction each, do: the GPU rows, the domain
+// counts and the placed-job counter.
+func TestTxnRestoreReleaseDelete(t *testing.T) {
+	t.Parallel()
+	setup := func(t *testing.T) *Store {
+		s := newStore(t)
+		mustUpsert(t, s, report("n1", 0, "A100", 4), report("n2", 1, "A100", 4))
+		if err := s.Allocate("old", keys("n2", 0, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.UpsertJob(Job{ID: "old", State: JobPlaced}); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// n1 GPU 7 is not in n1's report: Restore recreates it, unhealthy.
+	restored := append(keys("n1", 0), GPUKey{Node: "n1", Index: 7})
+
+	one, each := setup(t), setup(t)
+	tx := one.Begin()
+	if err := tx.Restore("new", restored); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.UpsertJob(Job{ID: "new", State: JobPlaced}); err != nil {
+		t.Fatal(err)
+	}
+	freed, err := tx.Release("old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.DeleteJob("old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.DeleteJob("new"); err == nil {
+		t.Fatal("DeleteJob of a job holding GPUs succeeded")
+	}
+	if err := tx.Commit(); err == nil {
+		t.Fatal("Commit after a refused DeleteJob succeeded: the transaction should be spoiled")
+	}
+
+	// Again without the refused delete, against the Store's methods.
+	tx = one.Begin()
+	if err := tx.Restore("new", restored); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.UpsertJob(Job{ID: "new", State: JobPlaced}); err != nil {
+		t.Fatal(err)
+	}
+	if freed, err = tx.Release("old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.DeleteJob("old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := each.Restore("new", restored); err != nil {
+		t.Fatal(err)
+	}
+	if err := each.UpsertJob(Job{ID: "new", State: JobPlaced}); err != nil {
+		t.Fatal(err)
+	}
+	want, err := each.Release("old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := each.DeleteJob("old"); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(freed, want) {
+		t.Errorf("Txn.Release freed %v, Store.Release %v", freed, want)
+	}
+	a, b := one.Snapshot(), each.Snapshot()
+	if got, want := gpuKeys(a.GPUsOfJob("new")), gpuKeys(b.GPUsOfJob("new")); !slices.Equal(got, want) || len(got) != 2 {
+		t.Errorf("new holds %v in one transaction, %v in several", got, want)
+	}
+	if _, ok := a.Job("old"); ok {
+		t.Error("old still recorded")
+	}
+	if a.FreeCount() != b.FreeCount() || a.PlacedVersion() != b.PlacedVersion() {
+		t.Errorf("free %d, placed version %d in one transaction; %d, %d in several",
+			a.FreeCount(), a.PlacedVersion(), b.FreeCount(), b.PlacedVersion())
+	}
+	for _, m := range []string{"", "A100"} {
+		for k := 1; k <= 4; k++ {
+			if x, y := a.NodeCounts(m).FreeAtLeast(k), b.NodeCounts(m).FreeAtLeast(k); x != y {
+				t.Errorf("nodes of %q with %d free: %d in one transaction, %d in several", m, k, x, y)
+			}
+		}
+	}
 }

@@ -470,23 +470,29 @@ func (s *Service) applyDecided(d *events.PlacementDecided) {
 	lj := &liveJob{decision: d, spec: spec}
 	delete(s.analyses, d.JobID)
 	s.live[d.JobID] = lj
-	// Restore, not Allocate: the store holds what was decided even where a
-	// GPU failed since; a conflict is the double booking logged above.
-	if err := s.store.Restore(d.JobID, gpusOf(d)); err != nil {
+	// One transaction for the GPUs and the job's row. Restore, not
+	// Allocate: the store holds what was decided even where a GPU failed
+	// since; a conflict is the double booking logged above, and leaves
+	// the job's row to be written.
+	t := s.store.Begin()
+	if err := t.Restore(d.JobID, gpusOf(d)); err != nil {
 		s.log.Warn("store: allocation not restored", "job_id", d.JobID, "err", err)
 	}
-	s.recordJob(lj)
+	s.recordJob(t, lj)
+	if err := t.Commit(); err != nil {
+		s.log.Warn("store: placement not recorded", "job_id", d.JobID, "err", err)
+	}
 	s.log.Debug("tracking placement", "job_id", d.JobID, "ranks", len(d.Ranks))
 }
 
-// recordJob keeps a live job in the store, where the planner's what-ifs
-// and the congestion search read it.
-func (s *Service) recordJob(lj *liveJob) {
+// recordJob keeps a live job in the store (in t), where the planner's
+// what-ifs and the congestion search read it.
+func (s *Service) recordJob(t *store.Txn, lj *liveJob) {
 	j := store.Job{ID: lj.decision.JobID, State: store.JobPlaced, Decision: lj.decision}
 	if lj.spec != nil {
 		j.Spec, j.Priority = *lj.spec, lj.spec.Job.Priority
 	}
-	if err := s.store.UpsertJob(j); err != nil {
+	if err := t.UpsertJob(j); err != nil {
 		s.log.Warn("store: job not recorded", "job_id", j.ID, "err", err)
 	}
 }
@@ -509,11 +515,15 @@ func (s *Service) dropLive(job string) {
 		}
 	}
 	delete(s.live, job)
-	if _, err := s.store.Release(job); err != nil {
+	t := s.store.Begin()
+	if _, err := t.Release(job); err != nil {
 		s.log.Warn("store: release failed", "job_id", job, "err", err)
 	}
-	if err := s.store.DeleteJob(job); err != nil {
+	if err := t.DeleteJob(job); err != nil {
 		s.log.Warn("store: job not deleted", "job_id", job, "err", err)
+	}
+	if err := t.Commit(); err != nil {
+		s.log.Warn("store: release not recorded", "job_id", job, "err", err)
 	}
 }
 

@@ -145,7 +145,11 @@ func (s *Service) ready(ctx context.Context, lj *liveJob) error {
 		if lj.spec == nil {
 			return bus.Transient(fmt.Errorf("optimizer: job %s: analysis %w", d.JobID, errNotYet))
 		}
-		s.recordJob(lj)
+		t := s.store.Begin()
+		s.recordJob(t, lj)
+		if err := t.Commit(); err != nil {
+			s.log.Warn("store: job not recorded", "job_id", d.JobID, "err", err)
+		}
 	}
 	if s.topologyMissing(d) || (len(d.Nodes) > 1 && s.fabric == nil) {
 		if err := s.catchUpTopology(ctx); err != nil {
