@@ -58,6 +58,9 @@ type cand struct {
 	judged bool
 	j      Judgement
 	cost   float64
+	// settled: a one-node candidate no other choice on its node beats
+	// (exactInNode), so the local search inside the node is skipped.
+	settled bool
 }
 
 // limit is how many candidates are scored (Options.Candidates, 4).

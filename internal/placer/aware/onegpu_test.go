@@ -3,6 +3,7 @@ package aware
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/toposched/toposched/events"
@@ -129,4 +130,54 @@ func TestTwinWalkNeverSlower(t *testing.T) {
 		t.Fatal("no walk passed over a twin: the test tests nothing")
 	}
 	t.Logf("80 walks: %d chose as fast a favourite as the whole walk, %d kept fewer nodes", same, shorter)
+}
+
+// A candidate exactInNode calls settled (its node's free GPUs alike, or a
+// single order of them) is one the local search inside its node cannot
+// better, which is why refine skips the search for it: on seeded clusters
+// of mixed nodes, partly held, for jobs of 2 to 8 GPUs with and without
+// tensor parallelism, the search returns every settled candidate as it
+// was given.
+func TestSettledCandidatesTheSearchCannotBetter(t *testing.T) {
+	t.Parallel()
+	kinds := []events.TopologyNode{dgx(t, "", "dgx-h100"), dgx(t, "", "pcie-8gpu"), pairs(""), fixtures.PlainNode("", "A100", 8)}
+	settled, other := 0, 0
+	for seed := range uint64(120) {
+		rng := rand.New(rand.NewPCG(seed, 29))
+		var specs []spec
+		for i := range 4 + rng.IntN(12) {
+			sp := spec{name: fmt.Sprintf("n%02d", i), ev: kinds[rng.IntN(len(kinds))]}
+			for g := range len(sp.ev.GPUs) {
+				if rng.IntN(3) == 0 {
+					sp.held = append(sp.held, g)
+				}
+			}
+			specs = append(specs, sp)
+		}
+		snap := build(t, specs...).Snapshot()
+		k := []int{2, 3, 4, 6, 8}[rng.IntN(5)]
+		tp := []int{1, 2, k}[rng.IntN(3)]
+		if k%tp != 0 {
+			tp = 1
+		}
+		job := fixtures.SyntheticJob("j", k, tp, 1)
+		opts := Options{}
+		p := &placer{opts: opts, e: newEvaluator(snap, job, k, opts), n: k}
+		p.cands, _ = bestFitSingle(snap, "", nil, k, 0, nil)
+		for _, c := range p.singleNode(p.cands) {
+			if !c.settled {
+				other++
+				continue
+			}
+			settled++
+			got, tt := p.localSearch(c.gpus, p.cands, false, p.score(c))
+			if !slices.Equal(got, c.gpus) {
+				t.Fatalf("seed %d, %d GPUs tp %d: settled %v (%g s) searched to %v (%g s)", seed, k, tp, c.gpus, p.score(c), got, tt)
+			}
+		}
+	}
+	if settled == 0 || other == 0 {
+		t.Fatalf("settled %d, other %d candidates: the test tests nothing", settled, other)
+	}
+	t.Logf("%d settled candidates searched in vain, %d others", settled, other)
 }

@@ -275,6 +275,15 @@ func busy(snap *store.Snapshot, model string) bool {
 // chosen exactly (exactShares), judged again with a Judge and kept only if
 // allowed; or c when nothing moved.
 func (p *placer) refine(c *cand, across bool) *cand {
+	if c.settled && !across {
+		// Every swap of its ranks and every exchange for a spare GPU of
+		// its node costs the same (exactInNode): nothing to search, and
+		// the search's clock starts afresh for the next candidate, as it
+		// would after a search.
+		p.since = time.Time{}
+		p.score(c)
+		return c
+	}
 	gpus, t := p.localSearch(c.gpus, p.cands, across, c.comm)
 	if p.opts.maxEvals() != 0 {
 		gpus, t = p.exactShares(gpus, t)

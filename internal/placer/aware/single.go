@@ -352,10 +352,12 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 	// subset and its order are among the ones it tries.
 	budget := p.opts.nodeExact()
 	for i := range min(p.limit(), len(out)) {
-		if gpus, t, ok := p.exactInNode(picks[i].c, out[i].gpus, p.score(out[i]), &budget); ok {
+		gpus, t, ok, settled := p.exactInNode(picks[i].c, out[i].gpus, p.score(out[i]), &budget)
+		if ok {
 			slab[i].gpus, slab[i].comm = gpus, t
 			slab[i].domain = inNode{c: picks[i].c, gpus: indices(gpus)}.domain()
 		}
+		slab[i].settled = settled
 	}
 	bestI, bestT := -1, inf
 	for i := range min(p.limit(), len(out)) {
@@ -515,15 +517,20 @@ func (in inNode) domain() string {
 // are counted first; the search is tried only when they fit in what is
 // left of *budget, which it then spends, and ok is false when they do not,
 // when all the free GPUs are alike (an NVSwitch node: one choice), or when
-// nothing beat start.
-func (p *placer) exactInNode(c *candNode, start []store.GPUKey, t0 float64, budget *int) (gpus []store.GPUKey, cost float64, ok bool) {
+// nothing beat start. settled says that no choice on the node is faster
+// than start at all: its free GPUs are alike, or there is one order; the
+// local search (refine) then has nothing to try on it.
+func (p *placer) exactInNode(c *candNode, start []store.GPUKey, t0 float64, budget *int) (gpus []store.GPUKey, cost float64, ok, settled bool) {
 	f, k := len(c.free), len(start)
 	if k < 2 || k > f {
-		return nil, 0, false
+		return nil, 0, false, false
 	}
 	nt, err := p.e.res.node(c.node.Name)
-	if err != nil || alike(nt, c.free) {
-		return nil, 0, false // one choice (an NVSwitch node), or nothing known
+	if err != nil {
+		return nil, 0, false, false // nothing known
+	}
+	if alike(nt, c.free) {
+		return nil, 0, false, true // one choice (an NVSwitch node)
 	}
 	hole := p.holes(c)
 	class, sizes := twins(nt, c.free, hole)
@@ -537,7 +544,7 @@ func (p *placer) exactInNode(c *candNode, start []store.GPUKey, t0 float64, budg
 		}
 	}
 	if count <= 1 || count > float64(*budget) {
-		return nil, 0, false
+		return nil, 0, false, count <= 1
 	}
 	*budget -= int(count)
 	holeOf := func(key store.GPUKey) int {
@@ -569,7 +576,7 @@ func (p *placer) exactInNode(c *candNode, start []store.GPUKey, t0 float64, budg
 			}
 			try()
 		})
-		return best, bestT, best != nil
+		return best, bestT, best != nil, false
 	}
 	eachTwinOrder(class, k, func(at []int) {
 		sel, holes = sel[:0], 0
@@ -578,7 +585,7 @@ func (p *placer) exactInNode(c *candNode, start []store.GPUKey, t0 float64, budg
 		}
 		try()
 	})
-	return best, bestT, best != nil
+	return best, bestT, best != nil, false
 }
 
 // eachTwinOrder calls visit with every order of k of the GPUs of the
