@@ -220,7 +220,8 @@ func BenchmarkSnapshot(b *testing.B) {
 
 // BenchmarkFreeGPUsIn reads the free GPUs of one domain: a leaf (128 GPUs)
 // and a pod (1024, or all of a smaller cluster) through the domain index,
-// an NVLink island (8) and a NUMA node (2) through the node index.
+// an NVLink island (8) and a NUMA node (2) through the primary key's walk
+// by node.
 func BenchmarkFreeGPUsIn(b *testing.B) {
 	for _, kind := range []string{"leaf", "pod", "island", "numa"} {
 		b.Run(kind, func(b *testing.B) {

@@ -143,8 +143,8 @@ func DomainKind(id string) string {
 }
 
 // nodeLocalKind reports whether domains of kind lie inside one node. Their
-// GPUs are found through the node index, so the free-domain index leaves
-// them out.
+// GPUs are found by a walk of the GPU table's primary key by node, so the
+// free-domain index leaves them out.
 func nodeLocalKind(kind string) bool {
 	switch kind {
 	case DomainIsland, DomainPCIe, DomainNUMA, DomainNode:
@@ -155,7 +155,7 @@ func nodeLocalKind(kind string) bool {
 
 // indexedKind reports whether the free-domain index lists domains of kind:
 // leaves, pods, any other fabric kind, and the cluster. Node-local domains
-// are reached through the node index; core domains usually hold (nearly)
+// are reached by node (the primary key's walk); core domains usually hold (nearly)
 // the whole cluster, and a node under several cores would pay an entry per
 // core, so they are a filtered walk of the cluster's entries instead.
 func indexedKind(kind string) bool { return !nodeLocalKind(kind) && kind != DomainCore }

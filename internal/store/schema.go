@@ -34,7 +34,6 @@ const (
 const (
 	IndexID       = "id"
 	IndexPosition = "position" // nodes: enumeration order
-	IndexNode     = "node"     // gpus: the GPUs of one node, by index
 	IndexOrder    = "order"    // gpus: enumeration order (node position, node, index)
 	IndexJob      = "job"      // gpus: the GPUs held by one job
 	// IndexDomain lists the free GPUs of each leaf, pod and of the cluster
@@ -101,21 +100,17 @@ func gpusTableSchema() *memdb.TableSchema {
 	return &memdb.TableSchema{
 		Name: TableGPUs,
 		Indexes: map[string]*memdb.IndexSchema{
+			// A prefix walk of it by a node's name yields that node's
+			// GPUs in Index order (gpuKeyIndexer).
 			IndexID: {
 				Name:   IndexID,
 				Unique: true,
-				Indexer: &memdb.CompoundIndex{
+				Indexer: gpuKeyIndexer{&memdb.CompoundIndex{
 					Indexes: []memdb.Indexer{
 						&memdb.StringFieldIndex{Field: "Node"},
 						&memdb.IntFieldIndex{Field: "Index"},
 					},
-				},
-			},
-			// Non-unique, so the primary key is appended: a node's GPUs
-			// come out in Index order.
-			IndexNode: {
-				Name:    IndexNode,
-				Indexer: &memdb.StringFieldIndex{Field: "Node"},
+				}},
 			},
 			// Non-unique, so memdb appends the primary key: GPUs come out
 			// by node position, node name, then index, in one walk.
@@ -138,6 +133,25 @@ func gpusTableSchema() *memdb.TableSchema {
 			},
 		},
 	}
+}
+
+// gpuKeyIndexer is the GPU table's primary key, a CompoundIndex of (Node,
+// Index), whose prefix by a node's name alone is that name whole (the
+// CompoundIndex's own would be any name beginning with it: node n1's
+// lookup would yield n10's GPUs too). So a node's GPUs are a prefix walk
+// of the primary key, in Index order, and the table keeps no index of its
+// own for them: one fewer entry on every GPU row, ~380 B per GPU, and one
+// fewer tree to copy on every GPU write.
+type gpuKeyIndexer struct{ *memdb.CompoundIndex }
+
+// nodeGPUs is the name of the primary key's prefix lookup, by node name.
+const nodeGPUs = IndexID + "_prefix"
+
+func (x gpuKeyIndexer) PrefixFromArgs(args ...any) ([]byte, error) {
+	if len(args) == 1 {
+		return x.Indexes[0].FromArgs(args[0])
+	}
+	return x.CompoundIndex.PrefixFromArgs(args...)
 }
 
 // jobsTableSchema holds *Job, keyed by ID.

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"slices"
 	"testing"
 
 	memdb "github.com/hashicorp/go-memdb"
@@ -25,14 +26,16 @@ func TestSchema(t *testing.T) {
 	// on DGX-like nodes (one leaf, pod and core per node), heap per GPU:
 	// 2035 B bare (no inner topology, no fabric), 2950 B with the nodes'
 	// topology, 3944 B with the fabric too.
-	//   - gpus: id, node and order, one entry per GPU each; job, one per
+	//   - gpus: id and order, one entry per GPU each (a node's GPUs are a
+	//     prefix walk of id: gpuKeyIndexer, ~380 B per GPU less than the
+	//     node index it replaced); job, one per
 	//     held GPU; domain, one per free GPU per leaf, pod or cluster it is
 	//     in. Its cluster entries are the former "free" index; the leaf and
 	//     pod entries cost ~860 B per free GPU. Left out, and measured: core
 	//     domains (~430 B per GPU and core, for a domain usually as wide as
 	//     the cluster; FreeGPUsIn walks the cluster's entries for them), and
 	//     node-local domains (island, numa, node on a DGX: ~1450 B per GPU;
-	//     the node index reaches their GPUs).
+	//     a prefix walk of the primary key by node reaches their GPUs).
 	//   - domains: id, one entry per domain: 6 node-local ones per DGX
 	//     node (node, island, 4 NUMA; the island and NUMA rows ~405 B per
 	//     GPU, rows and all), then the fabric's and the cluster.
@@ -47,7 +50,7 @@ func TestSchema(t *testing.T) {
 	//   - nodecounts: id only, one row per GPU model and one for any.
 	tables := map[string]map[string]want{
 		TableNodes:      {IndexID: {unique: true}, IndexPosition: {}},
-		TableGPUs:       {IndexID: {unique: true}, IndexNode: {}, IndexOrder: {}, IndexJob: {allowMissing: true}, IndexDomain: {allowMissing: true}},
+		TableGPUs:       {IndexID: {unique: true}, IndexOrder: {}, IndexJob: {allowMissing: true}, IndexDomain: {allowMissing: true}},
 		TableJobs:       {IndexID: {unique: true}, IndexState: {}},
 		TableIndex:      {IndexID: {unique: true}},
 		TableDomains:    {IndexID: {unique: true}, IndexNodeFree: {allowMissing: true}},
@@ -82,10 +85,47 @@ func TestSchema(t *testing.T) {
 		}
 	}
 
-	if _, ok := s.Tables[TableGPUs].Indexes[IndexID].Indexer.(*memdb.CompoundIndex); !ok {
-		t.Errorf("gpus id index is %T, want *memdb.CompoundIndex", s.Tables[TableGPUs].Indexes[IndexID].Indexer)
+	if _, ok := s.Tables[TableGPUs].Indexes[IndexID].Indexer.(gpuKeyIndexer); !ok {
+		t.Errorf("gpus id index is %T, want gpuKeyIndexer", s.Tables[TableGPUs].Indexes[IndexID].Indexer)
 	}
 	if _, ok := s.Tables[TableGPUs].Indexes[IndexDomain].Indexer.(memdb.MultiIndexer); !ok {
 		t.Errorf("gpus domain index is %T, want a memdb.MultiIndexer", s.Tables[TableGPUs].Indexes[IndexDomain].Indexer)
 	}
+}
+
+// A node's GPUs are a prefix walk of the GPU table's primary key by its
+// name, which yields that node's GPUs alone, in index order, and not those
+// of a node whose name begins with it; its watch channel fires on a change
+// to that node's GPUs.
+func TestNodeGPUsByPrimaryKey(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	mustUpsert(t, s, report("n1", 0, "A100", 2), report("n10", 1, "A100", 3), report("n", 2, "A100", 1))
+	snap := s.Snapshot()
+	for _, c := range []struct {
+		node string
+		want []GPUKey
+	}{
+		{"n1", keys("n1", 0, 1)},
+		{"n10", keys("n10", 0, 1, 2)},
+		{"n", keys("n", 0)},
+		{"n2", nil},
+	} {
+		if got := gpuKeys(snap.GPUs(c.node)); !slices.Equal(got, c.want) {
+			t.Errorf("GPUs(%q) = %v, want %v", c.node, got, c.want)
+		}
+	}
+	watch := snap.WatchFreeIn(DomainNode+":n1", "")
+	if err := s.Allocate("a", keys("n10", 0)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-watch:
+		t.Fatal("n1's watch fired on a change to n10")
+	default:
+	}
+	if err := s.Allocate("b", keys("n1", 1)); err != nil {
+		t.Fatal(err)
+	}
+	<-watch
 }

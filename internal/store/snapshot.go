@@ -110,7 +110,7 @@ func (s *Snapshot) GPUs(node string) []GPU {
 // EachGPU yields a node's GPUs sorted by Index, without building a slice.
 func (s *Snapshot) EachGPU(node string) iter.Seq[GPU] {
 	return func(yield func(GPU) bool) {
-		it := s.get(TableGPUs, IndexNode, node)
+		it := s.get(TableGPUs, nodeGPUs, node)
 		for raw := it.Next(); raw != nil; raw = it.Next() {
 			if !yield(*raw.(*GPU)) {
 				return
@@ -287,7 +287,7 @@ func (s *Snapshot) eachFreeGPUIn(d Domain, model string) iter.Seq[GPU] {
 // A waiter re-checks what it waits for.
 func (s *Snapshot) WatchFreeIn(domain, model string) <-chan struct{} {
 	if node := domainNode(domain); node != "" {
-		return s.get(TableGPUs, IndexNode, node).WatchCh()
+		return s.get(TableGPUs, nodeGPUs, node).WatchCh()
 	}
 	if !indexedKind(DomainKind(domain)) {
 		domain = ClusterDomain

@@ -89,7 +89,7 @@ func (s *Store) write(fn func(w *writer) error) error {
 // gpusOfNode returns the rows of a node's GPUs, by index. The rows belong to
 // memdb: read, never modify.
 func gpusOfNode(txn *memdb.Txn, node string) ([]*GPU, error) {
-	it, err := txn.Get(TableGPUs, IndexNode, node)
+	it, err := txn.Get(TableGPUs, nodeGPUs, node)
 	if err != nil {
 		return nil, err
 	}
