@@ -112,12 +112,15 @@ func placeholderGPU(txn *memdb.Txn, k GPUKey) (*GPU, error) {
 // and index. A GPU kept only because the job held it (ReasonMissing,
 // ReasonNodeRemoved) is deleted instead of freed. Releasing a job that holds
 // nothing returns nil, nil.
-func (s *Store) Release(jobID string) ([]GPUKey, error) {
+func (s *Store) Release(jobID string) ([]GPUKey, error) { return release(s.write, jobID) }
+
+// release is Release through run, a write of the store or of a Txn.
+func release(run func(func(w *writer) error) error, jobID string) ([]GPUKey, error) {
 	if jobID == "" {
 		return nil, nil
 	}
 	var keys []GPUKey
-	err := s.write(func(w *writer) error {
+	err := run(func(w *writer) error {
 		var err error
 		keys, err = w.release(jobID)
 		return err

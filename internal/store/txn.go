@@ -56,21 +56,7 @@ func (t *Txn) Restore(jobID string, gpus []GPUKey) error {
 }
 
 // Release is Store.Release inside t.
-func (t *Txn) Release(jobID string) ([]GPUKey, error) {
-	if jobID == "" {
-		return nil, nil
-	}
-	var keys []GPUKey
-	err := t.do(func(w *writer) error {
-		var err error
-		keys, err = w.release(jobID)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return keys, nil
-}
+func (t *Txn) Release(jobID string) ([]GPUKey, error) { return release(t.do, jobID) }
 
 // DeleteJob is Store.DeleteJob inside t.
 func (t *Txn) DeleteJob(id string) error {

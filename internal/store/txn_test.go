@@ -126,21 +126,34 @@ func TestTxnRestoreReleaseDelete(t *testing.T) {
 	// n1 GPU 7 is not in n1's report: Restore recreates it, unhealthy.
 	restored := append(keys("n1", 0), GPUKey{Node: "n1", Index: 7})
 
+	// What a release and the next placement write, through a Txn or
+	// through the Store.
+	type writes interface {
+		Restore(string, []GPUKey) error
+		UpsertJob(Job) error
+		Release(string) ([]GPUKey, error)
+		DeleteJob(string) error
+	}
+	apply := func(w writes) []GPUKey {
+		if err := w.Restore("new", restored); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.UpsertJob(Job{ID: "new", State: JobPlaced}); err != nil {
+			t.Fatal(err)
+		}
+		freed, err := w.Release("old")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.DeleteJob("old"); err != nil {
+			t.Fatal(err)
+		}
+		return freed
+	}
+
 	one, each := setup(t), setup(t)
 	tx := one.Begin()
-	if err := tx.Restore("new", restored); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.UpsertJob(Job{ID: "new", State: JobPlaced}); err != nil {
-		t.Fatal(err)
-	}
-	freed, err := tx.Release("old")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.DeleteJob("old"); err != nil {
-		t.Fatal(err)
-	}
+	apply(tx)
 	if err := tx.DeleteJob("new"); err == nil {
 		t.Fatal("DeleteJob of a job holding GPUs succeeded")
 	}
@@ -150,34 +163,11 @@ func TestTxnRestoreReleaseDelete(t *testing.T) {
 
 	// Again without the refused delete, against the Store's methods.
 	tx = one.Begin()
-	if err := tx.Restore("new", restored); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.UpsertJob(Job{ID: "new", State: JobPlaced}); err != nil {
-		t.Fatal(err)
-	}
-	if freed, err = tx.Release("old"); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.DeleteJob("old"); err != nil {
-		t.Fatal(err)
-	}
+	freed := apply(tx)
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if err := each.Restore("new", restored); err != nil {
-		t.Fatal(err)
-	}
-	if err := each.UpsertJob(Job{ID: "new", State: JobPlaced}); err != nil {
-		t.Fatal(err)
-	}
-	want, err := each.Release("old")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := each.DeleteJob("old"); err != nil {
-		t.Fatal(err)
-	}
+	want := apply(each)
 	if !slices.Equal(freed, want) {
 		t.Errorf("Txn.Release freed %v, Store.Release %v", freed, want)
 	}

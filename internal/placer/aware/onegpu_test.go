@@ -80,22 +80,12 @@ func TestOneGPUWalkStopsWithoutChangingTheChoice(t *testing.T) {
 // nodes where twins abound.
 func TestTwinWalkNeverSlower(t *testing.T) {
 	t.Parallel()
-	kinds := []events.TopologyNode{dgx(t, "", "dgx-h100"), dgx(t, "", "pcie-8gpu"), pairs(""), fixtures.PlainNode("", "A100", 8)}
+	kinds := mixedKinds(t)
 	same, shorter := 0, 0
 	for seed := range uint64(80) {
 		rng := rand.New(rand.NewPCG(seed, 17))
-		var specs []spec
-		for i := range 40 + rng.IntN(300) {
-			sp := spec{name: fmt.Sprintf("n%03d", i), ev: kinds[rng.IntN(len(kinds))]}
-			if rng.IntN(3) == 0 { // a third of the nodes busy, the rest empty: twins
-				for g := range len(sp.ev.GPUs) {
-					if rng.IntN(2) == 0 {
-						sp.held = append(sp.held, g)
-					}
-				}
-			}
-			specs = append(specs, sp)
-		}
+		// A third of the nodes busy, the rest empty: twins.
+		specs := randomNodes(rng, kinds, 40+rng.IntN(300), func() bool { return rng.IntN(3) == 0 }, func() bool { return rng.IntN(2) == 0 })
 		snap := build(t, specs...).Snapshot()
 		var filter func(NodeView) bool
 		if seed%2 == 1 {
@@ -132,6 +122,30 @@ func TestTwinWalkNeverSlower(t *testing.T) {
 	t.Logf("80 walks: %d chose as fast a favourite as the whole walk, %d kept fewer nodes", same, shorter)
 }
 
+// mixedKinds are the node kinds of the seeded clusters: NVSwitch, PCIe
+// switch tree, NVLink-bridged pairs, plain.
+func mixedKinds(t testing.TB) []events.TopologyNode {
+	return []events.TopologyNode{dgx(t, "", "dgx-h100"), dgx(t, "", "pcie-8gpu"), pairs(""), fixtures.PlainNode("", "A100", 8)}
+}
+
+// randomNodes draws n nodes of kinds; on each node busy says, each GPU
+// held says, the GPU is held.
+func randomNodes(rng *rand.Rand, kinds []events.TopologyNode, n int, busy, held func() bool) []spec {
+	specs := make([]spec, 0, n)
+	for i := range n {
+		sp := spec{name: fmt.Sprintf("n%03d", i), ev: kinds[rng.IntN(len(kinds))]}
+		if busy() {
+			for g := range len(sp.ev.GPUs) {
+				if held() {
+					sp.held = append(sp.held, g)
+				}
+			}
+		}
+		specs = append(specs, sp)
+	}
+	return specs
+}
+
 // A candidate exactInNode calls settled (its node's free GPUs alike, or a
 // single order of them) is one the local search inside its node cannot
 // better, which is why refine skips the search for it: on seeded clusters
@@ -140,20 +154,11 @@ func TestTwinWalkNeverSlower(t *testing.T) {
 // was given.
 func TestSettledCandidatesTheSearchCannotBetter(t *testing.T) {
 	t.Parallel()
-	kinds := []events.TopologyNode{dgx(t, "", "dgx-h100"), dgx(t, "", "pcie-8gpu"), pairs(""), fixtures.PlainNode("", "A100", 8)}
+	kinds := mixedKinds(t)
 	settled, other := 0, 0
 	for seed := range uint64(120) {
 		rng := rand.New(rand.NewPCG(seed, 29))
-		var specs []spec
-		for i := range 4 + rng.IntN(12) {
-			sp := spec{name: fmt.Sprintf("n%02d", i), ev: kinds[rng.IntN(len(kinds))]}
-			for g := range len(sp.ev.GPUs) {
-				if rng.IntN(3) == 0 {
-					sp.held = append(sp.held, g)
-				}
-			}
-			specs = append(specs, sp)
-		}
+		specs := randomNodes(rng, kinds, 4+rng.IntN(12), func() bool { return true }, func() bool { return rng.IntN(3) == 0 })
 		snap := build(t, specs...).Snapshot()
 		k := []int{2, 3, 4, 6, 8}[rng.IntN(5)]
 		tp := []int{1, 2, k}[rng.IntN(3)]
