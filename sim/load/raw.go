@@ -26,6 +26,10 @@ type Raw struct {
 // once (nats bench's default for js pub async).
 const AsyncWindow = 256
 
+// rawStallWait bounds how long an asynchronous publish of the raw
+// measurement waits for a place in the window.
+const rawStallWait = time.Minute
+
 // MeasureRaw publishes n job-sized messages to a scratch file-backed
 // stream on the server at url, asynchronously and then n/4 synchronously,
 // and deletes the stream.
@@ -54,7 +58,11 @@ func MeasureRaw(ctx context.Context, url string, n int) (Raw, error) {
 	r := Raw{Messages: n, Bytes: len(body)}
 	start := time.Now()
 	for i := range n {
-		if _, err := js.PublishAsync(fmt.Sprintf("loadraw.%d", i%64), body); err != nil {
+		// A publish at the window waits for an acknowledgement to free a
+		// place: that is the window, not a fault, however slow the
+		// machine (nats.go gives up after 200 ms by default, which a busy
+		// two-core machine exceeds).
+		if _, err := js.PublishAsync(fmt.Sprintf("loadraw.%d", i%64), body, jetstream.WithStallWait(rawStallWait)); err != nil {
 			return r, fmt.Errorf("raw publish: %w", err)
 		}
 	}
