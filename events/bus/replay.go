@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/toposched/toposched/events"
 )
@@ -33,13 +34,18 @@ func (b *Bus) Replay(ctx context.Context, domain events.Domain, subjects []strin
 // ReplayFrom is Replay starting after stream sequence after: it reads what
 // was stored since a state last caught up.
 //
-// It never waits for ever. nats.go's ordered consumer re-creates its
-// server-side consumer on every fetch and, left to its default, retries a
-// failed re-creation without end and without a word: while a cluster
-// recovers from a node's death a rebuild hung there for minutes with the
-// lease held (the cluster e2e's stall after "lease taken"). Here a
-// re-creation is tried a few times; a fetch that fails, or brings nothing
-// while messages remain, is asked again from the last message read, with a
+// It reads through one ephemeral consumer of its own (no acks, in memory,
+// one replica: what nats.go's ordered consumer creates), deleted when the
+// replay ends. Not the ordered consumer itself: that re-creates its
+// server-side consumer on every fetch, so each replay cost two consumers,
+// the first deleted in the background after the replay had returned, and,
+// left to its default, retried a failed re-creation without end and
+// without a word: while a cluster recovers from a node's death a rebuild
+// hung there for minutes with the lease held (the cluster e2e's stall
+// after "lease taken").
+//
+// It never waits for ever: a fetch that fails, or brings nothing while
+// messages remain, is asked again from the last message read, with a
 // fresh consumer and the set-up back-off, logged, until the set-up
 // deadline; then the replay fails with the reason, and the service's own
 // retry (a placement replica's campaign, say) takes over.
@@ -52,23 +58,29 @@ func (b *Bus) ReplayFrom(ctx context.Context, domain events.Domain, subjects []s
 	// responder for a while, which a replay at start-up must wait out
 	// rather than fail the service on.
 	open := func(last uint64) (jetstream.Consumer, uint64, error) {
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy,
-			MaxResetAttempts: replayResetAttempts, InactiveThreshold: replayInactive}
+		// Named, so that it is created on the API subject that names it
+		// ($JS.API.CONSUMER.CREATE.<stream>.<name>[.<filter>]), the one the
+		// roles of deploy/nats allow.
+		cfg := jetstream.ConsumerConfig{Name: "replay_" + nuid.Next(), DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckPolicy: jetstream.AckNonePolicy, InactiveThreshold: replayInactive, Replicas: 1, MemoryStorage: true}
+		if len(subjects) == 1 {
+			cfg.FilterSubject = subjects[0]
+		} else {
+			cfg.FilterSubjects = subjects
+		}
 		if last > 0 {
 			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, last+1
 		}
 		var cons jetstream.Consumer
 		var pending uint64
 		err := b.retryJetStream(ctx, func(ctx context.Context) error {
-			c, err := b.js.OrderedConsumer(ctx, stream, cfg)
+			c, err := b.js.CreateConsumer(ctx, stream, cfg)
 			if err != nil {
 				return err
 			}
-			info, err := c.Info(ctx)
-			if err != nil {
-				return fmt.Errorf("consumer info: %w", err)
-			}
-			cons, pending = c, info.NumPending
+			// The pending count of the consumer as created, without
+			// another request for its info.
+			cons, pending = c, c.CachedInfo().NumPending
 			return nil
 		})
 		return cons, pending, err
@@ -147,12 +159,10 @@ func (b *Bus) ReplayFrom(ctx context.Context, domain events.Domain, subjects []s
 	return nil
 }
 
-// Bounds of Replay's ordered consumer: how often it re-creates its
-// server-side consumer before a fetch fails (nats.go's default is for
-// ever), and how long a fetch waits for messages that are already stored.
+// Bounds of Replay's consumer: how long a fetch waits for messages that
+// are already stored.
 const (
-	replayResetAttempts = 3
-	replayFetchWait     = 5 * time.Second
+	replayFetchWait = 5 * time.Second
 	// replayInactive is how long the server keeps a replay's consumer
 	// that nothing reads (one left behind by a replica that died
 	// mid-replay).
