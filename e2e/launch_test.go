@@ -14,10 +14,14 @@ import (
 
 // launchTTL is the watchdog's agent TTL in these tests: short, so that a
 // lost agent is seen quickly, and many heartbeats (launchHeartbeat) long,
-// so that a loaded machine does not lose a live one.
+// so that a loaded machine does not lose a live one. The agents are told
+// it too: their ranks stop by themselves launchSilence after their last
+// heartbeat, the time a restarted agent has to adopt them.
 const (
-	launchTTL       = 4 * time.Second
+	launchTTL       = 6 * time.Second
 	launchHeartbeat = 250 * time.Millisecond
+	launchGrace     = time.Second
+	launchSilence   = launchTTL - launchGrace - launchHeartbeat
 )
 
 // launchCluster is nats-server, toposched serve on it and one agent with
@@ -58,7 +62,7 @@ func (c *launchCluster) startAgent(t *testing.T, node string) *proc {
 	t.Helper()
 	p := startProc(c.t, "agent "+node, childEnv(), bins.toposched, "--nats-url", c.url, "agent", "--node", node,
 		"--exec", "--cluster", c.cluster, "--state-dir", c.states[node], "--address", "127.0.0.1",
-		"--heartbeat", launchHeartbeat.String(), "--grace", "5s")
+		"--heartbeat", launchHeartbeat.String(), "--grace", launchGrace.String(), "--agent-ttl", launchTTL.String())
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		mustBeAlive(t, p)
 		return strings.Contains(p.output(), "launcher ready"), "agent " + node + " has not logged 'launcher ready'"
@@ -350,11 +354,14 @@ func TestLaunch(t *testing.T) {
 				t.Fatalf("%s (%d) ended with its agent", f, pid)
 			}
 		}
+		stopped := time.Now()
 		p := c.startAgent(t, "node-002")
 		waitFor(t, 30*time.Second, func() (bool, string) {
 			return strings.Contains(p.output(), `msg="adopted running ranks" node=node-002 job_id=adopt-job`),
 				"the restarted agent has not adopted adopt-job's ranks"
 		})
+		// Ranks whose agent stays away longer stop by themselves.
+		t.Logf("adopted %s after the agent stopped (the ranks would have stopped after %s)", time.Since(stopped).Round(time.Millisecond), launchSilence)
 		if err := os.WriteFile(filepath.Join(out, "stop"), nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -371,7 +378,7 @@ func TestLaunch(t *testing.T) {
 		noLiveJobs(t, c)
 	})
 
-	t.Run("an agent killed mid-run: the job is lost and its GPUs freed", func(t *testing.T) {
+	t.Run("an agent killed mid-run: its ranks stop, then the job is lost and its GPUs freed", func(t *testing.T) {
 		out := t.TempDir()
 		killLeft(t, out)
 		job := writeLaunchJob(t, dir, "lost-job", `echo $$ > "$OUT/pid-$RANK"; echo started; exec sleep 300`, out, nil)
@@ -388,6 +395,27 @@ func TestLaunch(t *testing.T) {
 			t.Fatalf("topoctl run: exit %d, want 3 (lost)\n%s", code, run.output())
 		}
 		t.Logf("lost after %s (TTL %s)", time.Since(killed).Round(time.Millisecond), launchTTL)
+		// The ranks of the silent agent stopped themselves before the
+		// watchdog gave their GPUs away: gone now, as the job is lost, and
+		// their shims say why.
+		pids := pidsIn(t, out)
+		d := decisionOf(t, c, "lost-job")
+		for _, rk := range d.Ranks {
+			if rk.Node != "node-002" {
+				continue
+			}
+			if pid := pids[fmt.Sprintf("pid-%d", rk.Rank)]; !processGone(pid) {
+				t.Errorf("rank %d (%d) of the silent agent still runs when its job is lost", rk.Rank, pid)
+			}
+			exitFile := filepath.Join(c.states["node-002"], "lost-job", fmt.Sprintf("rank-%d.exit", rk.Rank))
+			b, err := os.ReadFile(exitFile)
+			if err != nil || !strings.Contains(string(b), `"agent_silent":true`) {
+				t.Errorf("rank %d's exit file: %s (%v), want agent_silent", rk.Rank, b, err)
+			}
+			if fi, err := os.Stat(exitFile); err == nil {
+				t.Logf("rank %d stopped by its shim %s after the kill (silence %s)", rk.Rank, fi.ModTime().Sub(killed).Round(time.Millisecond), launchSilence)
+			}
+		}
 		if !strings.Contains(run.output(), "lost-job: lost (agent_lost): the agent of node node-002 has been silent") {
 			t.Errorf("topoctl run's status:\n%s", run.output())
 		}
@@ -396,9 +424,8 @@ func TestLaunch(t *testing.T) {
 			t.Errorf("placement.released = %v, want status lost, reason agent_lost", rel)
 		}
 		noLiveJobs(t, c)
-		// node-001's ranks stop on the release; node-002's ran on without
-		// their agent until it comes back and finds their job released.
-		pids := pidsIn(t, out)
+		// node-001's ranks stop on the release; the restarted node-002
+		// finds the job released and its state file gone with it.
 		c.startAgent(t, "node-002")
 		waitFor(t, 30*time.Second, func() (bool, string) {
 			for f, pid := range pids {
@@ -409,7 +436,7 @@ func TestLaunch(t *testing.T) {
 			return true, ""
 		})
 		if !strings.Contains(c.agents["node-002"].output(), "stopping ranks of a job released while the agent was down") {
-			t.Errorf("the restarted agent did not say it stopped the job's ranks:\n%s", c.agents["node-002"].output())
+			t.Errorf("the restarted agent did not say it cleared the job's ranks:\n%s", c.agents["node-002"].output())
 		}
 	})
 

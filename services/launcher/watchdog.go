@@ -14,8 +14,10 @@ import (
 )
 
 // DefaultAgentTTL is how long an agent may be silent before its jobs are
-// lost: three of its default heartbeats.
-const DefaultAgentTTL = 3 * DefaultHeartbeat
+// lost: six of its default heartbeats, so that with the default grace the
+// shims still give the agent three heartbeats (Config.Silence) before they
+// stop its ranks.
+const DefaultAgentTTL = 6 * DefaultHeartbeat
 
 // Watchdog finishes as lost the jobs no agent answers for. Replicas may
 // run side by side: a second finish of a job is one placement already
