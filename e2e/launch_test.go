@@ -225,10 +225,13 @@ func TestLaunch(t *testing.T) {
 				}
 			}
 			if port == "" {
-				port = env["MASTER_PORT"]
+				if d.Launch == nil || d.Launch.MasterPort == 0 {
+					t.Fatalf("the decision carries no master port: %+v", d.Launch)
+				}
+				port = strconv.Itoa(d.Launch.MasterPort)
 			}
-			if env["MASTER_PORT"] == "" || env["MASTER_PORT"] != port {
-				t.Errorf("rank %d: MASTER_PORT=%q, want one port for every rank (%q)", rk.Rank, env["MASTER_PORT"], port)
+			if env["MASTER_PORT"] != port {
+				t.Errorf("rank %d: MASTER_PORT=%q, want the decision's %s", rk.Rank, env["MASTER_PORT"], port)
 			}
 			if line := fmt.Sprintf("[rank %d] hello from rank %d\n", rk.Rank, rk.Rank); !strings.Contains(r.stdout, line) {
 				t.Errorf("topoctl run's output lacks %q:\n%s", line, r.stdout)
@@ -242,6 +245,59 @@ func TestLaunch(t *testing.T) {
 		if again := topoctl(t, c.url, "run", job); again.code != 1 || !strings.Contains(again.stderr, "job_id env-job: already submitted (finished)") {
 			t.Errorf("second topoctl run of env-job: exit %d\n%s", again.code, again.stderr)
 		}
+	})
+
+	t.Run("jobs running at once with rank 0 on one node have ports of their own", func(t *testing.T) {
+		out := t.TempDir()
+		killLeft(t, out)
+		// Three 1-GPU jobs on two nodes: two at least share rank 0's node.
+		ids := []string{"port-a", "port-b", "port-c"}
+		script := `echo $$ > "$OUT/pid-$TOPOSCHED_JOB_ID"; echo "$MASTER_PORT" > "$OUT/port-$TOPOSCHED_JOB_ID"; while [ ! -e "$OUT/stop" ]; do sleep 0.05; done`
+		args, _ := json.Marshal([]string{"-c", script})
+		runs := map[string]*proc{}
+		for _, id := range ids {
+			job := filepath.Join(dir, id+".yaml")
+			body := fmt.Sprintf("job_id: %s\ngpus: 1\ncommand: sh\nargs: %s\nenv: [\"OUT=%s\"]\n", id, args, out)
+			if err := os.WriteFile(job, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			runs[id] = startProc(t, "topoctl run "+id, childEnv(), bins.topoctl, "--nats-url", c.url, "run", job)
+		}
+		waitFor(t, 30*time.Second, func() (bool, string) {
+			for _, r := range runs {
+				mustBeAlive(t, r)
+			}
+			return len(pidsIn(t, out)) == len(ids), fmt.Sprintf("ranks started: %v", pidsIn(t, out))
+		})
+		byNode := map[string]map[int]string{} // master node -> port -> job
+		for _, id := range ids {
+			d := decisionOf(t, c, id)
+			env, err := os.ReadFile(filepath.Join(out, "port-"+id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := strings.TrimSpace(string(env)), strconv.Itoa(d.Launch.MasterPort); got != want {
+				t.Errorf("%s: MASTER_PORT=%s, want the decision's %s", id, got, want)
+			}
+			node := d.Launch.MasterAddr
+			if byNode[node] == nil {
+				byNode[node] = map[int]string{}
+			}
+			if other, ok := byNode[node][d.Launch.MasterPort]; ok {
+				t.Errorf("%s and %s both rendezvous on %s:%d", other, id, node, d.Launch.MasterPort)
+			}
+			byNode[node][d.Launch.MasterPort] = id
+		}
+		t.Logf("ports by master node: %v", byNode)
+		if err := os.WriteFile(filepath.Join(out, "stop"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for id, r := range runs {
+			if code := r.waitExit(t, 30*time.Second); code != 0 {
+				t.Errorf("topoctl run %s: exit %d\n%s", id, code, r.output())
+			}
+		}
+		noLiveJobs(t, c)
 	})
 
 	t.Run("one rank fails: the job fails and the others are stopped", func(t *testing.T) {

@@ -101,21 +101,34 @@ func TestMakePlan(t *testing.T) {
 		}
 	})
 
-	t.Run("default master port is the same on every node", func(t *testing.T) {
+	t.Run("master port is the decision's on every node", func(t *testing.T) {
 		t.Parallel()
 		job := &events.JobSubmitted{JobID: "j1", GPUs: 4, Command: prog}
-		var ports []string
-		for _, node := range []string{"a", "b"} {
-			p, err := makePlan(planInput{node: node, job: job, decision: twoNodes(), masterAddr: "m", baseEnv: base})
-			if err != nil {
-				t.Fatal(err)
+		withPort := twoNodes()
+		withPort.Launch = &events.Launch{MasterAddr: "a", MasterPort: 29777}
+		for _, tc := range []struct {
+			name string
+			d    *events.PlacementDecided
+			want string
+		}{
+			{"carried in the decision", withPort, "29777"},
+			// Made before decisions carried it: the same rule, rank 0
+			// being on a's GPU 2.
+			{"an older decision", twoNodes(), "29502"},
+		} {
+			var ports []string
+			for _, node := range []string{"a", "b"} {
+				p, err := makePlan(planInput{node: node, job: job, decision: tc.d, masterAddr: "m", baseEnv: base})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range p.ranks {
+					ports = append(ports, envMap(r.env)["MASTER_PORT"])
+				}
 			}
-			for _, r := range p.ranks {
-				ports = append(ports, envMap(r.env)["MASTER_PORT"])
+			if len(ports) != 4 || slices.ContainsFunc(ports, func(p string) bool { return p != tc.want }) {
+				t.Errorf("%s: ports %v, want %s for every rank", tc.name, ports, tc.want)
 			}
-		}
-		if len(ports) != 4 || ports[0] == "" || len(slices.Compact(slices.Clone(ports))) != 1 {
-			t.Errorf("ports %v, want one for every rank", ports)
 		}
 	})
 
