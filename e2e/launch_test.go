@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -178,6 +180,27 @@ func processGone(pid int) bool {
 	return i > 0 && strings.HasPrefix(s[i+1:], " Z")
 }
 
+// postTelemetry posts a runtime.telemetry report for job to an agent's
+// endpoint with token ("" none) and returns the HTTP status.
+func postTelemetry(t *testing.T, url, token, job string) int {
+	t.Helper()
+	body := fmt.Sprintf(`{"job_id": %q, "step": 10, "step_seconds": 0.3, "compute_seconds": 0.2}`, job)
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
 // killLeft kills, when the test ends, any rank left running.
 func killLeft(t *testing.T, dir string) {
 	t.Cleanup(func() {
@@ -252,7 +275,7 @@ func TestLaunch(t *testing.T) {
 		killLeft(t, out)
 		// Three 1-GPU jobs on two nodes: two at least share rank 0's node.
 		ids := []string{"port-a", "port-b", "port-c"}
-		script := `echo $$ > "$OUT/pid-$TOPOSCHED_JOB_ID"; echo "$MASTER_PORT" > "$OUT/port-$TOPOSCHED_JOB_ID"; while [ ! -e "$OUT/stop" ]; do sleep 0.05; done`
+		script := `env > "$OUT/env-$TOPOSCHED_JOB_ID"; echo $$ > "$OUT/pid-$TOPOSCHED_JOB_ID"; while [ ! -e "$OUT/stop" ]; do sleep 0.05; done`
 		args, _ := json.Marshal([]string{"-c", script})
 		runs := map[string]*proc{}
 		for _, id := range ids {
@@ -272,11 +295,8 @@ func TestLaunch(t *testing.T) {
 		byNode := map[string]map[int]string{} // master node -> port -> job
 		for _, id := range ids {
 			d := decisionOf(t, c, id)
-			env, err := os.ReadFile(filepath.Join(out, "port-"+id))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, want := strings.TrimSpace(string(env)), strconv.Itoa(d.Launch.MasterPort); got != want {
+			env := readEnvFile(t, filepath.Join(out, "env-"+id))
+			if got, want := env["MASTER_PORT"], strconv.Itoa(d.Launch.MasterPort); got != want {
 				t.Errorf("%s: MASTER_PORT=%s, want the decision's %s", id, got, want)
 			}
 			node := d.Launch.MasterAddr
@@ -289,6 +309,22 @@ func TestLaunch(t *testing.T) {
 			byNode[node][d.Launch.MasterPort] = id
 		}
 		t.Logf("ports by master node: %v", byNode)
+
+		// The agent's telemetry endpoint takes port-a's reports with
+		// port-a's token only: another local user has none.
+		a, b := readEnvFile(t, filepath.Join(out, "env-port-a")), readEnvFile(t, filepath.Join(out, "env-port-b"))
+		for _, tc := range []struct {
+			name, token string
+			want        int
+		}{
+			{"no token", "", 401},
+			{"port-b's token", b["TOPOSCHED_TELEMETRY_TOKEN"], 401},
+			{"port-a's token", a["TOPOSCHED_TELEMETRY_TOKEN"], 202},
+		} {
+			if got := postTelemetry(t, a["TOPOSCHED_TELEMETRY_URL"], tc.token, "port-a"); got != tc.want {
+				t.Errorf("telemetry for port-a with %s: HTTP %d, want %d", tc.name, got, tc.want)
+			}
+		}
 		if err := os.WriteFile(filepath.Join(out, "stop"), nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -391,7 +427,7 @@ func TestLaunch(t *testing.T) {
 	t.Run("a restarted agent adopts the ranks still running", func(t *testing.T) {
 		out := t.TempDir()
 		killLeft(t, out)
-		script := `echo $$ > "$OUT/pid-$RANK"; while [ ! -e "$OUT/stop" ]; do sleep 0.05; done; echo "done $RANK"`
+		script := `env > "$OUT/env-$RANK"; echo $$ > "$OUT/pid-$RANK"; while [ ! -e "$OUT/stop" ]; do sleep 0.05; done; echo "done $RANK"`
 		job := writeLaunchJob(t, dir, "adopt-job", script, out, nil)
 		run := startProc(t, "topoctl run", childEnv(), bins.topoctl, "--nats-url", c.url, "run", job)
 		waitFor(t, 30*time.Second, func() (bool, string) {
@@ -418,6 +454,17 @@ func TestLaunch(t *testing.T) {
 		})
 		// Ranks whose agent stays away longer stop by themselves.
 		t.Logf("adopted %s after the agent stopped (the ranks would have stopped after %s)", time.Since(stopped).Round(time.Millisecond), launchSilence)
+		// The restarted agent listens where its ranks know, and knows
+		// their job's token.
+		for _, rk := range decisionOf(t, c, "adopt-job").Ranks {
+			if rk.Node != "node-002" {
+				continue
+			}
+			env := readEnvFile(t, filepath.Join(out, fmt.Sprintf("env-%d", rk.Rank)))
+			if code := postTelemetry(t, env["TOPOSCHED_TELEMETRY_URL"], env["TOPOSCHED_TELEMETRY_TOKEN"], "adopt-job"); code != 202 {
+				t.Errorf("rank %d's telemetry to the restarted agent: HTTP %d, want 202", rk.Rank, code)
+			}
+		}
 		if err := os.WriteFile(filepath.Join(out, "stop"), nil, 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -401,6 +401,11 @@ func (a *Agent) handle(ctx context.Context, r bus.Record) {
 // startRun takes a job and launches (or adopts) its ranks here. a.mu is held.
 func (a *Agent) startRun(ctx context.Context, d *events.PlacementDecided, adopt *jobState) {
 	rn := &run{id: d.JobID, d: d, stop: make(chan struct{})}
+	if adopt != nil {
+		rn.token = adopt.TelemetryToken
+	} else {
+		rn.token = newToken()
+	}
 	a.runs[d.JobID] = rn
 	go a.execute(ctx, rn, adopt)
 }

@@ -61,8 +61,10 @@ type planInput struct {
 	tuning     *events.RuntimeTuning // nil when none came
 	masterAddr string
 	baseEnv    []string
-	// telemetryURL is the agent's telemetry endpoint, "" when off.
-	telemetryURL string
+	// telemetryURL is the agent's telemetry endpoint, "" when off;
+	// telemetryToken the job's pass to it.
+	telemetryURL   string
+	telemetryToken string
 	// numactl is numactl's path, "" when it is not installed; numaNodes
 	// reports whether this machine has a NUMA node.
 	numactl   string
@@ -167,7 +169,7 @@ func makePlan(in planInput) (*plan, error) {
 			"TOPOSCHED_GPU":        strconv.Itoa(r.GPU),
 		})
 		if in.telemetryURL != "" {
-			env[EnvTelemetryURL] = in.telemetryURL
+			env[EnvTelemetryURL], env[EnvTelemetryToken] = in.telemetryURL, in.telemetryToken
 		}
 		argv := append([]string{command}, job.Args...)
 		if r.NUMA != nil {

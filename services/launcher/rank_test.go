@@ -61,7 +61,8 @@ func TestMakePlan(t *testing.T) {
 		job := &events.JobSubmitted{JobID: "j1", GPUs: 4, Command: "train", Args: []string{"--steps", "3"},
 			Env: []string{"FROM_TUNING=job", "MASTER_PORT=1234", "EMPTY="}, Workdir: bin}
 		p, err := makePlan(planInput{node: "a", gpus: []int{0, 1, 2, 3}, job: job, decision: twoNodes(), tuning: tuning,
-			masterAddr: "10.0.0.1", baseEnv: base, numactl: "/usr/bin/numactl", numaNodes: func(n int) bool { return n == 0 }})
+			masterAddr: "10.0.0.1", baseEnv: base, numactl: "/usr/bin/numactl", numaNodes: func(n int) bool { return n == 0 },
+			telemetryURL: "http://127.0.0.1:9/v1/telemetry", telemetryToken: "t1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,6 +86,7 @@ func TestMakePlan(t *testing.T) {
 			"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1234", "CUDA_VISIBLE_DEVICES": "2,3", "TOPOSCHED_GPU": "3",
 			"NCCL_ALGO": "allreduce:tree", "NCCL_TOPO_FILE": "/tmp/toposched/j1/a.xml", "NCCL_IB_HCA": "=mlx5_1",
 			"FROM_TUNING": "job", "HOME": "/home/u", "EMPTY": "",
+			"TOPOSCHED_TELEMETRY_URL": "http://127.0.0.1:9/v1/telemetry", "TOPOSCHED_TELEMETRY_TOKEN": "t1",
 		} {
 			if got, ok := e1[k]; !ok || got != v {
 				t.Errorf("rank 1: %s=%q (set %v), want %q", k, got, ok, v)

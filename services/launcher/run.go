@@ -24,6 +24,11 @@ type run struct {
 	// of its own, not this agent's to run or claim.
 	external atomic.Bool
 
+	// token is what the job's ranks show the telemetry endpoint
+	// (EnvTelemetryToken), kept in the job's state file for an agent
+	// that adopts them; "" for ranks an older agent started.
+	token string
+
 	stopOnce   sync.Once
 	stop       chan struct{}
 	stopReason string
@@ -162,7 +167,7 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 	tuning := a.waitTuning(ctx, rn.id)
 	p, err := makePlan(planInput{
 		node: a.cfg.Node, gpus: a.cfg.GPUs, job: job, decision: rn.d, tuning: tuning,
-		masterAddr: a.masterAddr(ctx, rn.d), baseEnv: os.Environ(), telemetryURL: a.telemetryURL,
+		masterAddr: a.masterAddr(ctx, rn.d), baseEnv: os.Environ(), telemetryURL: a.telemetryURL, telemetryToken: rn.token,
 		numactl: a.numactl, numaNodes: numaNodeExists,
 	})
 	if err != nil {
@@ -179,7 +184,7 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 	if err := os.MkdirAll(a.jobDir(rn.id), 0o755); err != nil {
 		return nil, nil, fmt.Errorf("log dir: %w", err)
 	}
-	st := jobState{JobID: rn.id}
+	st := jobState{JobID: rn.id, TelemetryToken: rn.token}
 	var procs []*rankProc
 	var cmds []*exec.Cmd
 	fail := func(err error) ([]*rankProc, []func(<-chan struct{}), error) {
