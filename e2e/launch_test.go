@@ -264,6 +264,10 @@ func TestLaunch(t *testing.T) {
 			t.Errorf("topoctl run's status:\n%s", r.stderr)
 		}
 		noLiveJobs(t, c)
+		// The agents were given the watchdog's TTL.
+		if strings.Contains(c.serve.output(), "agent outlives the TTL") {
+			t.Errorf("the watchdog warns of an agent outliving its TTL:\n%s", c.serve.output())
+		}
 		// The id is taken: a second run would wait on the first job.
 		if again := topoctl(t, c.url, "run", job); again.code != 1 || !strings.Contains(again.stderr, "job_id env-job: already submitted (finished)") {
 			t.Errorf("second topoctl run of env-job: exit %d\n%s", again.code, again.stderr)

@@ -415,6 +415,9 @@ func (a *Agent) heartbeat(ctx context.Context) {
 	a.mu.Lock()
 	hb := &events.AgentHeartbeat{Node: a.cfg.Node, Agent: a.id, StartedAt: a.started, SentAt: time.Now().UTC(),
 		IntervalSeconds: a.cfg.Heartbeat.Seconds(), Address: a.cfg.Address}
+	if s := a.cfg.Silence(); s > 0 {
+		hb.RanksStopAfterSeconds = (s + a.cfg.Grace).Seconds()
+	}
 	for _, id := range slices.Sorted(maps.Keys(a.runs)) {
 		rn := a.runs[id]
 		if rn.external.Load() {

@@ -38,5 +38,7 @@
 // before it finishes their job at t + TTL. So the agents must be given the
 // watchdog's TTL (toposched agent --agent-ttl, the same as serve's), and an
 // agent restarted within the silence adopts its ranks; later it finds them
-// ended (ranks_gone, or the job already lost and released).
+// ended (ranks_gone, or the job already lost and released). The heartbeats
+// say when the ranks would stop, and the watchdog warns of an agent whose
+// ranks would outlive its TTL.
 package launcher
