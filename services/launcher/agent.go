@@ -164,6 +164,13 @@ func New(cfg Config, b *bus.Bus, log *slog.Logger) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("launcher: %w", err)
 	}
+	// The shims run in the job's workdir: the paths they are given (the
+	// alive and exit files) must not depend on it.
+	dir, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("launcher: state dir: %w", err)
+	}
+	cfg.StateDir = dir
 	var id [4]byte
 	_, _ = rand.Read(id[:])
 	numactl, _ := exec.LookPath("numactl")

@@ -3,6 +3,7 @@ package launcher
 import (
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,19 @@ func TestConfigSilence(t *testing.T) {
 				t.Errorf("Validate: %v, want %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestNewStateDirAbsolute: the shims, in the job's workdir, are given
+// the state dir's files by absolute paths.
+func TestNewStateDirAbsolute(t *testing.T) {
+	t.Parallel()
+	a, err := New(Config{Node: "a", StateDir: "relative/state"}, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !filepath.IsAbs(a.cfg.AliveFile()) || !strings.HasSuffix(a.cfg.StateDir, "relative/state") {
+		t.Errorf("state dir %q, alive file %q: want absolute paths", a.cfg.StateDir, a.cfg.AliveFile())
 	}
 }
 
