@@ -42,13 +42,15 @@ func TestLaunchPyTorchDDP(t *testing.T) {
 	dir := t.TempDir()
 	const steps = 10
 	job := filepath.Join(dir, "ddp-job.yaml")
+	// The decision's port is 29500 (rank 0 on GPU 0), which a test run
+	// beside this one on the machine would share: the job's own wins.
 	body := fmt.Sprintf(`job_id: ddp-job
 gpus: 4
 gpus_per_node: 2
 command: %s
 args: [%q, "%d"]
-env: ["PYTHONPATH=%s", "GLOO_SOCKET_IFNAME=lo", "OMP_NUM_THREADS=1"]
-`, python, testdata(t, "ddp_train.py"), steps, filepath.Join(moduleRoot, "deploy", "examples", "telemetry"))
+env: ["PYTHONPATH=%s", "GLOO_SOCKET_IFNAME=lo", "OMP_NUM_THREADS=1", "MASTER_PORT=%d"]
+`, python, testdata(t, "ddp_train.py"), steps, filepath.Join(moduleRoot, "deploy", "examples", "telemetry"), freePort(t))
 	if err := os.WriteFile(job, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -144,16 +146,19 @@ func TestLaunchArgsTorchrun(t *testing.T) {
 	startServe(t, "serve", testdata(t, "localhost.yaml"), port, t.TempDir(), "--poll", "0")
 	dir := t.TempDir()
 	job := filepath.Join(dir, "torchrun-job.yaml")
-	body := fmt.Sprintf("job_id: torchrun-job\ngpus: 2\ncommand: python3\nargs: [%q, \"2\"]\nenv: [\"PYTHONPATH=%s\", \"GLOO_SOCKET_IFNAME=lo\", \"OMP_NUM_THREADS=1\"]\n",
-		testdata(t, "ddp_train.py"), filepath.Join(moduleRoot, "deploy", "examples", "telemetry"))
+	// The job's own port, as in TestLaunchPyTorchDDP: launch-args puts it
+	// in torchrun's --master_port.
+	rdv := freePort(t)
+	body := fmt.Sprintf("job_id: torchrun-job\ngpus: 2\ncommand: python3\nargs: [%q, \"2\"]\nenv: [\"PYTHONPATH=%s\", \"GLOO_SOCKET_IFNAME=lo\", \"OMP_NUM_THREADS=1\", \"MASTER_PORT=%d\"]\n",
+		testdata(t, "ddp_train.py"), filepath.Join(moduleRoot, "deploy", "examples", "telemetry"), rdv)
 	if err := os.WriteFile(job, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	submitWaitDecided(t, url, job, "torchrun-job")
 	out := topoctlOK(t, url, "launch-args", "torchrun-job", "--for", "torchrun")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 || lines[0] != "# on localhost" {
-		t.Fatalf("launch-args --for torchrun printed:\n%s", out)
+	if len(lines) != 2 || lines[0] != "# on localhost" || !strings.Contains(lines[1], fmt.Sprintf(" --master_port=%d ", rdv)) {
+		t.Fatalf("launch-args --for torchrun printed (want --master_port=%d):\n%s", rdv, out)
 	}
 	// The node's line as a user would run it there, with this torchrun.
 	// Debian bookworm's torch 1.13 on Python 3.11 cannot parse its own

@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,10 +16,14 @@ import (
 
 // launchTTL is the watchdog's agent TTL in these tests: short, so that a
 // lost agent is seen quickly, and many heartbeats (launchHeartbeat) long,
-// so that a loaded machine does not lose a live one.
+// so that a loaded machine does not lose a live one. The agents are told
+// it too: their ranks stop by themselves launchSilence after their last
+// heartbeat, the time a restarted agent has to adopt them.
 const (
-	launchTTL       = 4 * time.Second
+	launchTTL       = 6 * time.Second
 	launchHeartbeat = 250 * time.Millisecond
+	launchGrace     = time.Second
+	launchSilence   = launchTTL - launchGrace - launchHeartbeat
 )
 
 // launchCluster is nats-server, toposched serve on it and one agent with
@@ -58,7 +64,7 @@ func (c *launchCluster) startAgent(t *testing.T, node string) *proc {
 	t.Helper()
 	p := startProc(c.t, "agent "+node, childEnv(), bins.toposched, "--nats-url", c.url, "agent", "--node", node,
 		"--exec", "--cluster", c.cluster, "--state-dir", c.states[node], "--address", "127.0.0.1",
-		"--heartbeat", launchHeartbeat.String(), "--grace", "5s")
+		"--heartbeat", launchHeartbeat.String(), "--grace", launchGrace.String(), "--agent-ttl", launchTTL.String())
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		mustBeAlive(t, p)
 		return strings.Contains(p.output(), "launcher ready"), "agent " + node + " has not logged 'launcher ready'"
@@ -174,6 +180,27 @@ func processGone(pid int) bool {
 	return i > 0 && strings.HasPrefix(s[i+1:], " Z")
 }
 
+// postTelemetry posts a runtime.telemetry report for job to an agent's
+// endpoint with token ("" none) and returns the HTTP status.
+func postTelemetry(t *testing.T, url, token, job string) int {
+	t.Helper()
+	body := fmt.Sprintf(`{"job_id": %q, "step": 10, "step_seconds": 0.3, "compute_seconds": 0.2}`, job)
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
 // killLeft kills, when the test ends, any rank left running.
 func killLeft(t *testing.T, dir string) {
 	t.Cleanup(func() {
@@ -221,10 +248,13 @@ func TestLaunch(t *testing.T) {
 				}
 			}
 			if port == "" {
-				port = env["MASTER_PORT"]
+				if d.Launch == nil || d.Launch.MasterPort == 0 {
+					t.Fatalf("the decision carries no master port: %+v", d.Launch)
+				}
+				port = strconv.Itoa(d.Launch.MasterPort)
 			}
-			if env["MASTER_PORT"] == "" || env["MASTER_PORT"] != port {
-				t.Errorf("rank %d: MASTER_PORT=%q, want one port for every rank (%q)", rk.Rank, env["MASTER_PORT"], port)
+			if env["MASTER_PORT"] != port {
+				t.Errorf("rank %d: MASTER_PORT=%q, want the decision's %s", rk.Rank, env["MASTER_PORT"], port)
 			}
 			if line := fmt.Sprintf("[rank %d] hello from rank %d\n", rk.Rank, rk.Rank); !strings.Contains(r.stdout, line) {
 				t.Errorf("topoctl run's output lacks %q:\n%s", line, r.stdout)
@@ -234,10 +264,80 @@ func TestLaunch(t *testing.T) {
 			t.Errorf("topoctl run's status:\n%s", r.stderr)
 		}
 		noLiveJobs(t, c)
+		// The agents were given the watchdog's TTL.
+		if strings.Contains(c.serve.output(), "agent outlives the TTL") {
+			t.Errorf("the watchdog warns of an agent outliving its TTL:\n%s", c.serve.output())
+		}
 		// The id is taken: a second run would wait on the first job.
 		if again := topoctl(t, c.url, "run", job); again.code != 1 || !strings.Contains(again.stderr, "job_id env-job: already submitted (finished)") {
 			t.Errorf("second topoctl run of env-job: exit %d\n%s", again.code, again.stderr)
 		}
+	})
+
+	t.Run("jobs running at once with rank 0 on one node have ports of their own", func(t *testing.T) {
+		out := t.TempDir()
+		killLeft(t, out)
+		// Three 1-GPU jobs on two nodes: two at least share rank 0's node.
+		ids := []string{"port-a", "port-b", "port-c"}
+		script := `env > "$OUT/env-$TOPOSCHED_JOB_ID"; echo $$ > "$OUT/pid-$TOPOSCHED_JOB_ID"; while [ ! -e "$OUT/stop" ]; do sleep 0.05; done`
+		args, _ := json.Marshal([]string{"-c", script})
+		runs := map[string]*proc{}
+		for _, id := range ids {
+			job := filepath.Join(dir, id+".yaml")
+			body := fmt.Sprintf("job_id: %s\ngpus: 1\ncommand: sh\nargs: %s\nenv: [\"OUT=%s\"]\n", id, args, out)
+			if err := os.WriteFile(job, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			runs[id] = startProc(t, "topoctl run "+id, childEnv(), bins.topoctl, "--nats-url", c.url, "run", job)
+		}
+		waitFor(t, 30*time.Second, func() (bool, string) {
+			for _, r := range runs {
+				mustBeAlive(t, r)
+			}
+			return len(pidsIn(t, out)) == len(ids), fmt.Sprintf("ranks started: %v", pidsIn(t, out))
+		})
+		byNode := map[string]map[int]string{} // master node -> port -> job
+		for _, id := range ids {
+			d := decisionOf(t, c, id)
+			env := readEnvFile(t, filepath.Join(out, "env-"+id))
+			if got, want := env["MASTER_PORT"], strconv.Itoa(d.Launch.MasterPort); got != want {
+				t.Errorf("%s: MASTER_PORT=%s, want the decision's %s", id, got, want)
+			}
+			node := d.Launch.MasterAddr
+			if byNode[node] == nil {
+				byNode[node] = map[int]string{}
+			}
+			if other, ok := byNode[node][d.Launch.MasterPort]; ok {
+				t.Errorf("%s and %s both rendezvous on %s:%d", other, id, node, d.Launch.MasterPort)
+			}
+			byNode[node][d.Launch.MasterPort] = id
+		}
+		t.Logf("ports by master node: %v", byNode)
+
+		// The agent's telemetry endpoint takes port-a's reports with
+		// port-a's token only: another local user has none.
+		a, b := readEnvFile(t, filepath.Join(out, "env-port-a")), readEnvFile(t, filepath.Join(out, "env-port-b"))
+		for _, tc := range []struct {
+			name, token string
+			want        int
+		}{
+			{"no token", "", 401},
+			{"port-b's token", b["TOPOSCHED_TELEMETRY_TOKEN"], 401},
+			{"port-a's token", a["TOPOSCHED_TELEMETRY_TOKEN"], 202},
+		} {
+			if got := postTelemetry(t, a["TOPOSCHED_TELEMETRY_URL"], tc.token, "port-a"); got != tc.want {
+				t.Errorf("telemetry for port-a with %s: HTTP %d, want %d", tc.name, got, tc.want)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(out, "stop"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for id, r := range runs {
+			if code := r.waitExit(t, 30*time.Second); code != 0 {
+				t.Errorf("topoctl run %s: exit %d\n%s", id, code, r.output())
+			}
+		}
+		noLiveJobs(t, c)
 	})
 
 	t.Run("one rank fails: the job fails and the others are stopped", func(t *testing.T) {
@@ -331,7 +431,7 @@ func TestLaunch(t *testing.T) {
 	t.Run("a restarted agent adopts the ranks still running", func(t *testing.T) {
 		out := t.TempDir()
 		killLeft(t, out)
-		script := `echo $$ > "$OUT/pid-$RANK"; while [ ! -e "$OUT/stop" ]; do sleep 0.05; done; echo "done $RANK"`
+		script := `env > "$OUT/env-$RANK"; echo $$ > "$OUT/pid-$RANK"; while [ ! -e "$OUT/stop" ]; do sleep 0.05; done; echo "done $RANK"`
 		job := writeLaunchJob(t, dir, "adopt-job", script, out, nil)
 		run := startProc(t, "topoctl run", childEnv(), bins.topoctl, "--nats-url", c.url, "run", job)
 		waitFor(t, 30*time.Second, func() (bool, string) {
@@ -350,11 +450,25 @@ func TestLaunch(t *testing.T) {
 				t.Fatalf("%s (%d) ended with its agent", f, pid)
 			}
 		}
+		stopped := time.Now()
 		p := c.startAgent(t, "node-002")
 		waitFor(t, 30*time.Second, func() (bool, string) {
 			return strings.Contains(p.output(), `msg="adopted running ranks" node=node-002 job_id=adopt-job`),
 				"the restarted agent has not adopted adopt-job's ranks"
 		})
+		// Ranks whose agent stays away longer stop by themselves.
+		t.Logf("adopted %s after the agent stopped (the ranks would have stopped after %s)", time.Since(stopped).Round(time.Millisecond), launchSilence)
+		// The restarted agent listens where its ranks know, and knows
+		// their job's token.
+		for _, rk := range decisionOf(t, c, "adopt-job").Ranks {
+			if rk.Node != "node-002" {
+				continue
+			}
+			env := readEnvFile(t, filepath.Join(out, fmt.Sprintf("env-%d", rk.Rank)))
+			if code := postTelemetry(t, env["TOPOSCHED_TELEMETRY_URL"], env["TOPOSCHED_TELEMETRY_TOKEN"], "adopt-job"); code != 202 {
+				t.Errorf("rank %d's telemetry to the restarted agent: HTTP %d, want 202", rk.Rank, code)
+			}
+		}
 		if err := os.WriteFile(filepath.Join(out, "stop"), nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -371,7 +485,7 @@ func TestLaunch(t *testing.T) {
 		noLiveJobs(t, c)
 	})
 
-	t.Run("an agent killed mid-run: the job is lost and its GPUs freed", func(t *testing.T) {
+	t.Run("an agent killed mid-run: its ranks stop, then the job is lost and its GPUs freed", func(t *testing.T) {
 		out := t.TempDir()
 		killLeft(t, out)
 		job := writeLaunchJob(t, dir, "lost-job", `echo $$ > "$OUT/pid-$RANK"; echo started; exec sleep 300`, out, nil)
@@ -388,6 +502,27 @@ func TestLaunch(t *testing.T) {
 			t.Fatalf("topoctl run: exit %d, want 3 (lost)\n%s", code, run.output())
 		}
 		t.Logf("lost after %s (TTL %s)", time.Since(killed).Round(time.Millisecond), launchTTL)
+		// The ranks of the silent agent stopped themselves before the
+		// watchdog gave their GPUs away: gone now, as the job is lost, and
+		// their shims say why.
+		pids := pidsIn(t, out)
+		d := decisionOf(t, c, "lost-job")
+		for _, rk := range d.Ranks {
+			if rk.Node != "node-002" {
+				continue
+			}
+			if pid := pids[fmt.Sprintf("pid-%d", rk.Rank)]; !processGone(pid) {
+				t.Errorf("rank %d (%d) of the silent agent still runs when its job is lost", rk.Rank, pid)
+			}
+			exitFile := filepath.Join(c.states["node-002"], "lost-job", fmt.Sprintf("rank-%d.exit", rk.Rank))
+			b, err := os.ReadFile(exitFile)
+			if err != nil || !strings.Contains(string(b), `"agent_silent":true`) {
+				t.Errorf("rank %d's exit file: %s (%v), want agent_silent", rk.Rank, b, err)
+			}
+			if fi, err := os.Stat(exitFile); err == nil {
+				t.Logf("rank %d stopped by its shim %s after the kill (silence %s)", rk.Rank, fi.ModTime().Sub(killed).Round(time.Millisecond), launchSilence)
+			}
+		}
 		if !strings.Contains(run.output(), "lost-job: lost (agent_lost): the agent of node node-002 has been silent") {
 			t.Errorf("topoctl run's status:\n%s", run.output())
 		}
@@ -396,9 +531,8 @@ func TestLaunch(t *testing.T) {
 			t.Errorf("placement.released = %v, want status lost, reason agent_lost", rel)
 		}
 		noLiveJobs(t, c)
-		// node-001's ranks stop on the release; node-002's ran on without
-		// their agent until it comes back and finds their job released.
-		pids := pidsIn(t, out)
+		// node-001's ranks stop on the release; the restarted node-002
+		// finds the job released and its state file gone with it.
 		c.startAgent(t, "node-002")
 		waitFor(t, 30*time.Second, func() (bool, string) {
 			for f, pid := range pids {
@@ -409,7 +543,7 @@ func TestLaunch(t *testing.T) {
 			return true, ""
 		})
 		if !strings.Contains(c.agents["node-002"].output(), "stopping ranks of a job released while the agent was down") {
-			t.Errorf("the restarted agent did not say it stopped the job's ranks:\n%s", c.agents["node-002"].output())
+			t.Errorf("the restarted agent did not say it cleared the job's ranks:\n%s", c.agents["node-002"].output())
 		}
 	})
 

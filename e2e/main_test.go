@@ -535,11 +535,16 @@ type (
 		GPUs               []int  `json:"gpus"`
 		CUDAVisibleDevices string `json:"cuda_visible_devices"`
 	}
+	launchJSON struct {
+		MasterAddr string `json:"master_addr"`
+		MasterPort int    `json:"master_port"`
+	}
 	decidedJSON struct {
-		JobID    string     `json:"job_id"`
-		Strategy string     `json:"strategy"`
-		Ranks    []rankJSON `json:"ranks"`
-		Nodes    []nodeJSON `json:"nodes"`
+		JobID    string      `json:"job_id"`
+		Strategy string      `json:"strategy"`
+		Ranks    []rankJSON  `json:"ranks"`
+		Nodes    []nodeJSON  `json:"nodes"`
+		Launch   *launchJSON `json:"launch"`
 	}
 	reasonJSON struct {
 		Code    string `json:"code"`

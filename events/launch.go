@@ -86,6 +86,11 @@ type AgentHeartbeat struct {
 	// Jobs are the jobs the agent has taken, from their decision until
 	// their release.
 	Jobs []AgentJob `json:"jobs,omitempty"`
+	// RanksStopAfterSeconds is how long after the start of its last
+	// heartbeat the agent's ranks stop by themselves when no other
+	// follows (its silence and grace): the watchdog warns when it is not
+	// below its TTL. 0 (absent) when they run on without their agent.
+	RanksStopAfterSeconds float64 `json:"ranks_stop_after_seconds,omitempty"`
 }
 
 // RankLog is a batch of one rank's output (runtime.rank_log).

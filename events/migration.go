@@ -167,6 +167,10 @@ const (
 	RefusedGPUsUnavailable = "gpus_unavailable"
 	// RefusedReserved: a target node is held for an older waiting job.
 	RefusedReserved = "reserved_for_older_job"
+	// RefusedLaunched: the job names a command, so the node agents run
+	// its ranks, and they do not move running ranks: a new decision would
+	// free GPUs its ranks still use.
+	RefusedLaunched = "launched_by_agents"
 )
 
 // PlacementMigrationRefused says placement did not apply a migration

@@ -290,6 +290,10 @@ type NodePlacement struct {
 type Launch struct {
 	// MasterAddr is the node of rank 0 (torchrun's rendezvous host).
 	MasterAddr string `json:"master_addr"`
+	// MasterPort is the job's rendezvous port on it, which no other job
+	// running with rank 0 on that node has (launch.MasterPort); 0 in
+	// decisions made before it was carried.
+	MasterPort int `json:"master_port,omitempty"`
 	// SlurmNodelist is srun's --nodelist, in node order.
 	SlurmNodelist string `json:"slurm_nodelist"`
 	// MPIRankfile is an Open MPI rankfile (mpirun --rankfile) that puts

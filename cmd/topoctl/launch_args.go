@@ -14,6 +14,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/client"
+	"github.com/toposched/toposched/internal/placer/launch"
 )
 
 // Launchers launch-args writes command lines for.
@@ -35,7 +36,12 @@ job's command and args (or COMMAND where it names none):
             written to --rankfile (default JOB.rankfile) and each rank gets
             its node's CUDA_VISIBLE_DEVICES
   srun      one line, a component per node: --nodelist, --ntasks and
-            --gpu-bind=map_gpu: with the node's GPUs in local-rank order`,
+            --gpu-bind=map_gpu: with the node's GPUs in local-rank order
+
+The rendezvous is the decision's (MASTER_ADDR, MASTER_PORT: a port no other
+job running with rank 0 on that node has), given to mpirun's and srun's
+ranks; a MASTER_ADDR or MASTER_PORT in the job's env wins, in torchrun's
+arguments too.`,
 		Example: `  topoctl launch-args llm-tp8-dp2 --for torchrun
   topoctl launch-args llm-tp8-dp2 --for mpirun --rankfile /shared/llm.rankfile`,
 		Args: cobra.ExactArgs(1),
@@ -95,6 +101,16 @@ func writeLaunchArgs(w io.Writer, launcher string, d *events.PlacementDecided, j
 	if job != nil {
 		envs = job.Env
 	}
+	// The rendezvous the ranks of mpirun and srun are told, and torchrun
+	// is given; the job's env wins, as with the agents.
+	var rdv []string
+	if d.Launch != nil {
+		rdv = []string{"MASTER_ADDR=" + d.Launch.MasterAddr, "MASTER_PORT=" + strconv.Itoa(launch.MasterPort(d))}
+	}
+	rdv = slices.DeleteFunc(rdv, func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.ContainsFunc(envs, func(e string) bool { return strings.HasPrefix(e, name+"=") })
+	})
 	var b strings.Builder
 	switch launcher {
 	case "torchrun":
@@ -110,7 +126,7 @@ func writeLaunchArgs(w io.Writer, launcher string, d *events.PlacementDecided, j
 			}
 			fmt.Fprintf(&b, "# on %s\n", np.Node)
 			line := append(append([]string{"CUDA_VISIBLE_DEVICES=" + np.CUDAVisibleDevices}, envs...), "torchrun")
-			line = append(append(line, np.Torchrun...), script...)
+			line = append(append(line, torchrunArgs(np.Torchrun, envs)...), script...)
 			b.WriteString(shellJoin(line) + "\n")
 		}
 	case "mpirun":
@@ -130,7 +146,7 @@ func writeLaunchArgs(w io.Writer, launcher string, d *events.PlacementDecided, j
 			}
 			command = append([]string{"sh", "-c", `case "$(hostname)" in ` + strings.Join(cases, " ") + ` esac; exec "$@"`, "sh"}, command...)
 		}
-		for _, kv := range envs {
+		for _, kv := range append(rdv, envs...) {
 			line = append(line, "-x", kv)
 		}
 		b.WriteString(shellJoin(append(line, command...)) + "\n")
@@ -138,8 +154,8 @@ func writeLaunchArgs(w io.Writer, launcher string, d *events.PlacementDecided, j
 		var parts []string
 		for _, np := range d.Nodes {
 			part := []string{"--nodelist=" + np.Node, "--nodes=1", "--ntasks=" + strconv.Itoa(len(np.GPUs)), "--gpu-bind=" + np.SlurmGPUBind}
-			if len(envs) > 0 {
-				part = append(part, "--export=ALL,"+strings.Join(envs, ","))
+			if exports := append(slices.Clone(rdv), envs...); len(exports) > 0 {
+				part = append(part, "--export=ALL,"+strings.Join(exports, ","))
 			}
 			parts = append(parts, shellJoin(append(part, command...)))
 		}
@@ -147,6 +163,26 @@ func writeLaunchArgs(w io.Writer, launcher string, d *events.PlacementDecided, j
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// torchrunArgs are the decision's torchrun arguments, with the job env's
+// MASTER_ADDR and MASTER_PORT, when it sets them, in place of the
+// decision's: torchrun's arguments win over the environment.
+func torchrunArgs(args, envs []string) []string {
+	out := slices.Clone(args)
+	for _, kv := range envs {
+		name, v, _ := strings.Cut(kv, "=")
+		flag := map[string]string{"MASTER_ADDR": "--master_addr=", "MASTER_PORT": "--master_port="}[name]
+		if flag == "" {
+			continue
+		}
+		for i, a := range out {
+			if strings.HasPrefix(a, flag) {
+				out[i] = flag + v
+			}
+		}
+	}
+	return out
 }
 
 // safeWord needs no quoting in a POSIX shell.

@@ -15,12 +15,12 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 func TestWriteLaunchArgs(t *testing.T) {
 	t.Parallel()
 	decided := func(devices ...string) *events.PlacementDecided {
-		d := &events.PlacementDecided{JobID: "ddp", Launch: &events.Launch{MasterAddr: "gpu-001", SlurmNodelist: "gpu-001,gpu-002",
+		d := &events.PlacementDecided{JobID: "ddp", Launch: &events.Launch{MasterAddr: "gpu-001", MasterPort: 29502, SlurmNodelist: "gpu-001,gpu-002",
 			MPIRankfile: "rank 0=gpu-001 slot=0\nrank 1=gpu-001 slot=1\nrank 2=gpu-002 slot=0\nrank 3=gpu-002 slot=1\n"}}
 		for i, node := range []string{"gpu-001", "gpu-002"} {
 			d.Nodes = append(d.Nodes, events.NodePlacement{Node: node, CUDAVisibleDevices: devices[i], GPUs: []int{0, 1},
 				SlurmGPUBind: "map_gpu:" + devices[i],
-				Torchrun:     []string{"--nnodes=2", "--node_rank=" + string(rune('0'+i)), "--nproc_per_node=2", "--master_addr=gpu-001", "--master_port=29500"}})
+				Torchrun:     []string{"--nnodes=2", "--node_rank=" + string(rune('0'+i)), "--nproc_per_node=2", "--master_addr=gpu-001", "--master_port=29502"}})
 			for l := range 2 {
 				d.Ranks = append(d.Ranks, events.RankPlacement{Rank: 2*i + l, Node: node, LocalRank: l})
 			}
@@ -28,6 +28,7 @@ func TestWriteLaunchArgs(t *testing.T) {
 		return d
 	}
 	job := &events.JobSubmitted{JobID: "ddp", Command: "python3", Args: []string{"train.py", "--name", "it's mine"}, Env: []string{"OMP_NUM_THREADS=1"}}
+	jobPort := &events.JobSubmitted{JobID: "ddp", Command: "python3", Args: []string{"train.py"}, Env: []string{"MASTER_PORT=1234"}}
 	for _, tc := range []struct {
 		name, launcher string
 		d              *events.PlacementDecided
@@ -39,6 +40,9 @@ func TestWriteLaunchArgs(t *testing.T) {
 		{"mpirun-devices-per-node", "mpirun", decided("0,1", "2,3"), job},
 		{"srun", "srun", decided("0,1", "2,3"), job},
 		{"srun-no-command", "srun", decided("0,1", "2,3"), nil},
+		// The job's own rendezvous port wins over the decision's.
+		{"torchrun-job-port", "torchrun", decided("0,1", "2,3"), jobPort},
+		{"mpirun-job-port", "mpirun", decided("0,1", "0,1"), jobPort},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -40,8 +40,11 @@ node where numactl is installed. When one rank fails the others are stopped
 (SIGTERM, SIGKILL after --grace), on every node of the job; when all have
 ended, the agent of rank 0's node publishes jobs.finished with each rank's
 exit code. Heartbeats let the watchdog (toposched serve --agent-ttl) free the
-GPUs of a job whose agent died. On a machine without NVML, --cluster FILE
-names the cluster file that describes --node, and nothing is discovered.`,
+GPUs of a job whose agent died; before it does, the ranks stop by themselves
+(their shim sees no heartbeat for --agent-ttl less --grace less one
+--heartbeat), so give the agent the watchdog's --agent-ttl. On a machine
+without NVML, --cluster FILE names the cluster file that describes --node,
+and nothing is discovered.`,
 		Example: `  toposched agent --print
   toposched agent --nats-url nats://nats:4222 --position 17 --label rack=r3
   toposched agent --nats-url nats://nats:4222 --exec

@@ -30,6 +30,8 @@ func (f *execFlags) register(fs *pflag.FlagSet) {
 		"with --exec: where each job's state file and its ranks' output are kept (a restarted agent adopts the ranks found there; default: TMPDIR/toposched-agent/NODE)")
 	fs.StringVar(&f.cfg.Address, "address", "", "with --exec: where other nodes reach this node's ranks, MASTER_ADDR when rank 0 runs here (default: the node name)")
 	fs.DurationVar(&f.cfg.Heartbeat, "heartbeat", launcher.DefaultHeartbeat, "with --exec: how often to send agent.heartbeat (the watchdog's --agent-ttl must be several of them)")
+	fs.DurationVar(&f.cfg.AgentTTL, "agent-ttl", launcher.DefaultAgentTTL,
+		"with --exec: the watchdog's --agent-ttl (toposched serve's; give the same value): the ranks stop by themselves once this agent has been silent for it less --grace and one --heartbeat, before their GPUs are freed (0: they run on without their agent)")
 	fs.DurationVar(&f.cfg.Grace, "grace", launcher.DefaultGrace, "with --exec: how long a rank asked to stop (SIGTERM) has before SIGKILL")
 	fs.StringVar(&f.cfg.TelemetryListen, "telemetry-listen", "127.0.0.1:0",
 		"with --exec: loopback HOST:PORT where ranks POST runtime.telemetry (TOPOSCHED_TELEMETRY_URL; port 0: any free one; empty: off)")
@@ -119,19 +121,25 @@ func runLauncher(ctx context.Context, b *bus.Bus, f *execFlags, node string, gpu
 // newRankExec is the rank shim the launcher starts each rank under
 // (launcher.RunShim): not a command for people.
 func newRankExec() *cobra.Command {
-	return &cobra.Command{
-		Use:                "rank-exec EXITFILE -- COMMAND ARGS...",
-		Short:              "Run one rank and record how it ended (started by agent --exec)",
-		Hidden:             true,
-		DisableFlagParsing: true,
-		RunE: func(_ *cobra.Command, args []string) error {
-			if len(args) < 3 || args[1] != "--" {
+	var cfg launcher.ShimConfig
+	cmd := &cobra.Command{
+		Use:    "rank-exec [--alive FILE --silence D --grace D] EXITFILE -- COMMAND ARGS...",
+		Short:  "Run one rank and record how it ended (started by agent --exec)",
+		Hidden: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 2 || cmd.ArgsLenAtDash() != 1 {
 				return errors.New("rank-exec: expected EXITFILE -- COMMAND ARGS")
 			}
-			os.Exit(launcher.RunShim(args[0], args[2:]))
+			cfg.ExitFile = args[0]
+			os.Exit(launcher.RunShim(cfg, args[1:]))
 			return nil
 		},
 	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.AliveFile, "alive", "", "the agent's alive file: stop the rank once its mtime is older than --silence")
+	f.DurationVar(&cfg.Silence, "silence", 0, "how old the alive file may grow")
+	f.DurationVar(&cfg.Grace, "grace", launcher.DefaultGrace, "how long the rank has between SIGTERM and SIGKILL when the agent is silent")
+	return cmd
 }
 
 // defaultAgentTTL is serve's --agent-ttl.

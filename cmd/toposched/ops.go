@@ -62,7 +62,7 @@ func (f *opsFlags) register(fs *pflag.FlagSet, placement bool) {
 		fs.DurationVar(&f.leaseTTL, "lease-ttl", operator.DefaultLeaseTTL,
 			"how long placement's lease outlives its holder's last renewal: the failover time after a crash (same on every replica)")
 		fs.DurationVar(&f.agentTTL, "agent-ttl", defaultAgentTTL,
-			"how long a node agent (toposched agent --exec) may be silent before its jobs are finished as lost and their GPUs freed; also how long a job with a command may wait for an agent to take it (0: no watchdog)")
+			"how long a node agent (toposched agent --exec) may be silent before its jobs are finished as lost and their GPUs freed; also how long a job with a command may wait for an agent to take it; give the agents the same --agent-ttl, so that their ranks stop before (0: no watchdog)")
 	}
 }
 

@@ -42,6 +42,11 @@ type Config struct {
 	// Heartbeat is how often the agent says it is alive; the watchdog's
 	// TTL must be several of them.
 	Heartbeat time.Duration
+	// AgentTTL is the watchdog's (toposched serve --agent-ttl): how long
+	// after the agent's last heartbeat the GPUs of its jobs may be given
+	// away. The shims stop the ranks before (Silence); 0: they do not
+	// watch the agent.
+	AgentTTL time.Duration
 	// Grace is how long a rank asked to stop (SIGTERM) has before SIGKILL.
 	Grace time.Duration
 	// TuningWait is how long a launch waits for the job's runtime.tuning
@@ -60,6 +65,24 @@ type Config struct {
 	LogLineBytes    int
 	LogBytesPerRank int64
 }
+
+// Silence is how long the shims let the agent's alive file stand still
+// before they stop its ranks: the TTL less the grace the ranks have to
+// stop and a margin (one heartbeat, at least two polls of the shim) for
+// the shim to notice. The alive file holds the start of the last
+// heartbeat NATS took, which is before the watchdog heard it, so the ranks
+// of a silent agent are gone by TTL - margin + poll after the watchdog last
+// heard from it: before it frees their GPUs. 0 when AgentTTL is 0.
+func (c Config) Silence() time.Duration {
+	if c.AgentTTL == 0 {
+		return 0
+	}
+	return c.AgentTTL - c.Grace - max(c.Heartbeat, 2*shimPoll)
+}
+
+// AliveFile is the file in the state dir whose mtime tells the shims the
+// agent is alive.
+func (c Config) AliveFile() string { return filepath.Join(c.StateDir, "agent.alive") }
 
 func (c *Config) setDefaults() {
 	if c.Address == "" {
@@ -93,6 +116,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("heartbeat %s: must be positive", c.Heartbeat)
 	case c.Grace < 0:
 		return fmt.Errorf("grace %s: must not be negative", c.Grace)
+	case c.AgentTTL < 0:
+		return fmt.Errorf("agent ttl %s: must not be negative", c.AgentTTL)
+	case c.AgentTTL > 0 && c.Silence() < 2*c.Heartbeat:
+		// One late heartbeat must not stop the ranks.
+		return fmt.Errorf("agent ttl %s: must be at least the grace (%s), two heartbeats (%s) and a margin of one more (%s) long, so that the ranks of a silent agent stop before the watchdog frees their GPUs",
+			c.AgentTTL, c.Grace, 2*c.Heartbeat, max(c.Heartbeat, 2*shimPoll))
 	case c.TuningWait < 0:
 		return fmt.Errorf("tuning wait %s: must not be negative", c.TuningWait)
 	case c.LogLineBytes < 0 || c.LogBytesPerRank < 0:
@@ -123,6 +152,10 @@ type Agent struct {
 	reports  map[string]map[string]*events.RanksExited
 	// finished are the jobs whose jobs.finished this agent published.
 	finished map[string]bool
+
+	// aliveMu orders the alive file's updates; aliveAt is its mtime.
+	aliveMu sync.Mutex
+	aliveAt time.Time
 }
 
 // New checks cfg and makes an agent publishing and following on b.
@@ -131,6 +164,13 @@ func New(cfg Config, b *bus.Bus, log *slog.Logger) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("launcher: %w", err)
 	}
+	// The shims run in the job's workdir: the paths they are given (the
+	// alive and exit files) must not depend on it.
+	dir, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("launcher: state dir: %w", err)
+	}
+	cfg.StateDir = dir
 	var id [4]byte
 	_, _ = rand.Read(id[:])
 	numactl, _ := exec.LookPath("numactl")
@@ -368,6 +408,11 @@ func (a *Agent) handle(ctx context.Context, r bus.Record) {
 // startRun takes a job and launches (or adopts) its ranks here. a.mu is held.
 func (a *Agent) startRun(ctx context.Context, d *events.PlacementDecided, adopt *jobState) {
 	rn := &run{id: d.JobID, d: d, stop: make(chan struct{})}
+	if adopt != nil {
+		rn.token = adopt.TelemetryToken
+	} else {
+		rn.token = newToken()
+	}
 	a.runs[d.JobID] = rn
 	go a.execute(ctx, rn, adopt)
 }
@@ -377,6 +422,9 @@ func (a *Agent) heartbeat(ctx context.Context) {
 	a.mu.Lock()
 	hb := &events.AgentHeartbeat{Node: a.cfg.Node, Agent: a.id, StartedAt: a.started, SentAt: time.Now().UTC(),
 		IntervalSeconds: a.cfg.Heartbeat.Seconds(), Address: a.cfg.Address}
+	if s := a.cfg.Silence(); s > 0 {
+		hb.RanksStopAfterSeconds = (s + a.cfg.Grace).Seconds()
+	}
 	for _, id := range slices.Sorted(maps.Keys(a.runs)) {
 		rn := a.runs[id]
 		if rn.external.Load() {
@@ -385,9 +433,36 @@ func (a *Agent) heartbeat(ctx context.Context) {
 		hb.Jobs = append(hb.Jobs, events.AgentJob{JobID: id, Ranks: ranksOn(rn.d, a.cfg.Node)})
 	}
 	a.mu.Unlock()
-	if _, err := a.b.Publish(ctx, hb); err != nil && ctx.Err() == nil {
-		a.log.Warn("heartbeat not sent", "err", err)
+	if _, err := a.b.Publish(ctx, hb); err != nil {
+		if ctx.Err() == nil {
+			a.log.Warn("heartbeat not sent", "err", err)
+		}
+		return
 	}
+	a.markAlive(hb.SentAt)
+}
+
+// markAlive sets the alive file's mtime to at, the start of a heartbeat
+// NATS took (so never later than the watchdog heard it), unless a later
+// one is there already: heartbeats run side by side.
+func (a *Agent) markAlive(at time.Time) {
+	a.aliveMu.Lock()
+	defer a.aliveMu.Unlock()
+	if !at.After(a.aliveAt) {
+		return
+	}
+	path := a.cfg.AliveFile()
+	err := os.Chtimes(path, at, at)
+	if errors.Is(err, os.ErrNotExist) {
+		if err = os.WriteFile(path, nil, 0o644); err == nil {
+			err = os.Chtimes(path, at, at)
+		}
+	}
+	if err != nil {
+		a.log.Warn("alive file not updated: the ranks stop once it is older than the silence", "path", path, "err", err)
+		return
+	}
+	a.aliveAt = at
 }
 
 // maybeFinishLocked publishes jobs.finished once every node of a job has

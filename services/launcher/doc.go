@@ -27,4 +27,18 @@
 // silent for the TTL, and (reason no_agent) a job with a command that no
 // agent took within the TTL of its decision: placement frees the GPUs of
 // both, as it does for any finish, so placement itself needs no timer.
+//
+// A GPU is never given away while a rank of a silent agent still runs on
+// it. Each rank runs under a shim (RunShim) that watches the agent's alive
+// file, whose mtime the agent sets to the start of every heartbeat NATS
+// took. Once it is older than Config.Silence (the TTL less --grace less one
+// heartbeat), the shim stops its rank: SIGTERM, SIGKILL after the grace,
+// then what is left of its process group. The ranks of an agent the
+// watchdog last heard at t are thus gone by t + TTL - heartbeat + a poll,
+// before it finishes their job at t + TTL. So the agents must be given the
+// watchdog's TTL (toposched agent --agent-ttl, the same as serve's), and an
+// agent restarted within the silence adopts its ranks; later it finds them
+// ended (ranks_gone, or the job already lost and released). The heartbeats
+// say when the ranks would stop, and the watchdog warns of an agent whose
+// ranks would outlive its TTL.
 package launcher

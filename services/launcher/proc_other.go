@@ -17,6 +17,10 @@ func signalGroup(int, syscall.Signal) error {
 	return errors.New("launching ranks needs a Unix system")
 }
 
+func signalOwnGroup(syscall.Signal) bool { return false }
+
+func killOwnGroup() {}
+
 func alive(int, uint64) bool { return false }
 
 func procStart(int) (uint64, error) { return 0, nil }

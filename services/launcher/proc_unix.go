@@ -27,6 +27,21 @@ func signalGroup(pid int, sig syscall.Signal) error {
 	return err
 }
 
+// signalOwnGroup sends sig to this process's group if this process leads
+// it, as the shim does (the agent starts it with Setpgid): the rank and
+// whatever it started get it, the shim too. It reports whether it was sent;
+// a process that leads no group of its own signals no one else's.
+func signalOwnGroup(sig syscall.Signal) bool {
+	pid := os.Getpid()
+	if syscall.Getpgrp() != pid {
+		return false
+	}
+	return signalGroup(pid, sig) == nil
+}
+
+// killOwnGroup kills this process's group, itself included, if it leads it.
+func killOwnGroup() { signalOwnGroup(sigKill) }
+
 // alive reports whether the process pid still runs and is the one started
 // at start (its start time in clock ticks since boot; 0: not checked), so
 // a pid reused after a reboot or wrap-around is not taken for a rank.

@@ -3,7 +3,6 @@ package launcher
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io/fs"
 	"maps"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/launch"
 )
 
 // launchError is a job the agent cannot start, with the job field at
@@ -61,8 +61,10 @@ type planInput struct {
 	tuning     *events.RuntimeTuning // nil when none came
 	masterAddr string
 	baseEnv    []string
-	// telemetryURL is the agent's telemetry endpoint, "" when off.
-	telemetryURL string
+	// telemetryURL is the agent's telemetry endpoint, "" when off;
+	// telemetryToken the job's pass to it.
+	telemetryURL   string
+	telemetryToken string
 	// numactl is numactl's path, "" when it is not installed; numaNodes
 	// reports whether this machine has a NUMA node.
 	numactl   string
@@ -134,7 +136,9 @@ func makePlan(in planInput) (*plan, error) {
 	}
 	port, ok := jobEnv["MASTER_PORT"]
 	if !ok {
-		port = strconv.Itoa(masterPort(job.JobID))
+		// The decision's, which no other job running with rank 0 on
+		// the same node has.
+		port = strconv.Itoa(launch.MasterPort(d))
 	}
 	for _, r := range mine {
 		env := map[string]string{}
@@ -165,7 +169,7 @@ func makePlan(in planInput) (*plan, error) {
 			"TOPOSCHED_GPU":        strconv.Itoa(r.GPU),
 		})
 		if in.telemetryURL != "" {
-			env[EnvTelemetryURL] = in.telemetryURL
+			env[EnvTelemetryURL], env[EnvTelemetryToken] = in.telemetryURL, in.telemetryToken
 		}
 		argv := append([]string{command}, job.Args...)
 		if r.NUMA != nil {
@@ -224,15 +228,6 @@ func executable(p string) error {
 		return fs.ErrPermission
 	}
 	return nil
-}
-
-// masterPort is the rendezvous port of a job with none in its env: the
-// same on every node without anyone choosing it, and spread over a range
-// so that two jobs on one rank-0 node rarely meet.
-func masterPort(jobID string) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(jobID))
-	return 20000 + int(h.Sum32()%10000)
 }
 
 func lookup(env []string, key string) string {

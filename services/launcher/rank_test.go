@@ -61,7 +61,8 @@ func TestMakePlan(t *testing.T) {
 		job := &events.JobSubmitted{JobID: "j1", GPUs: 4, Command: "train", Args: []string{"--steps", "3"},
 			Env: []string{"FROM_TUNING=job", "MASTER_PORT=1234", "EMPTY="}, Workdir: bin}
 		p, err := makePlan(planInput{node: "a", gpus: []int{0, 1, 2, 3}, job: job, decision: twoNodes(), tuning: tuning,
-			masterAddr: "10.0.0.1", baseEnv: base, numactl: "/usr/bin/numactl", numaNodes: func(n int) bool { return n == 0 }})
+			masterAddr: "10.0.0.1", baseEnv: base, numactl: "/usr/bin/numactl", numaNodes: func(n int) bool { return n == 0 },
+			telemetryURL: "http://127.0.0.1:9/v1/telemetry", telemetryToken: "t1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,6 +86,7 @@ func TestMakePlan(t *testing.T) {
 			"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1234", "CUDA_VISIBLE_DEVICES": "2,3", "TOPOSCHED_GPU": "3",
 			"NCCL_ALGO": "allreduce:tree", "NCCL_TOPO_FILE": "/tmp/toposched/j1/a.xml", "NCCL_IB_HCA": "=mlx5_1",
 			"FROM_TUNING": "job", "HOME": "/home/u", "EMPTY": "",
+			"TOPOSCHED_TELEMETRY_URL": "http://127.0.0.1:9/v1/telemetry", "TOPOSCHED_TELEMETRY_TOKEN": "t1",
 		} {
 			if got, ok := e1[k]; !ok || got != v {
 				t.Errorf("rank 1: %s=%q (set %v), want %q", k, got, ok, v)
@@ -101,21 +103,34 @@ func TestMakePlan(t *testing.T) {
 		}
 	})
 
-	t.Run("default master port is the same on every node", func(t *testing.T) {
+	t.Run("master port is the decision's on every node", func(t *testing.T) {
 		t.Parallel()
 		job := &events.JobSubmitted{JobID: "j1", GPUs: 4, Command: prog}
-		var ports []string
-		for _, node := range []string{"a", "b"} {
-			p, err := makePlan(planInput{node: node, job: job, decision: twoNodes(), masterAddr: "m", baseEnv: base})
-			if err != nil {
-				t.Fatal(err)
+		withPort := twoNodes()
+		withPort.Launch = &events.Launch{MasterAddr: "a", MasterPort: 29777}
+		for _, tc := range []struct {
+			name string
+			d    *events.PlacementDecided
+			want string
+		}{
+			{"carried in the decision", withPort, "29777"},
+			// Made before decisions carried it: the same rule, rank 0
+			// being on a's GPU 2.
+			{"an older decision", twoNodes(), "29502"},
+		} {
+			var ports []string
+			for _, node := range []string{"a", "b"} {
+				p, err := makePlan(planInput{node: node, job: job, decision: tc.d, masterAddr: "m", baseEnv: base})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range p.ranks {
+					ports = append(ports, envMap(r.env)["MASTER_PORT"])
+				}
 			}
-			for _, r := range p.ranks {
-				ports = append(ports, envMap(r.env)["MASTER_PORT"])
+			if len(ports) != 4 || slices.ContainsFunc(ports, func(p string) bool { return p != tc.want }) {
+				t.Errorf("%s: ports %v, want %s for every rank", tc.name, ports, tc.want)
 			}
-		}
-		if len(ports) != 4 || ports[0] == "" || len(slices.Compact(slices.Clone(ports))) != 1 {
-			t.Errorf("ports %v, want one for every rank", ports)
 		}
 	})
 

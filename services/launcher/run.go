@@ -24,6 +24,11 @@ type run struct {
 	// of its own, not this agent's to run or claim.
 	external atomic.Bool
 
+	// token is what the job's ranks show the telemetry endpoint
+	// (EnvTelemetryToken), kept in the job's state file for an agent
+	// that adopts them; "" for ranks an older agent started.
+	token string
+
 	stopOnce   sync.Once
 	stop       chan struct{}
 	stopReason string
@@ -47,6 +52,8 @@ type rankProc struct {
 	exit   events.RankExit
 	// stopped is set, by watch alone, when the agent asked the rank to stop.
 	stopped bool
+	// agentSilent: its shim stopped it, the agent having been silent.
+	agentSilent bool
 }
 
 // execute launches (or adopts) a job's local ranks, watches them, stops
@@ -110,6 +117,9 @@ func (a *Agent) execute(ctx context.Context, rn *run, adopt *jobState) {
 		rep.Ranks = append(rep.Ranks, p.exit)
 		switch {
 		case p.exit.Stopped:
+		case p.agentSilent:
+			failed = append(failed, fmt.Sprintf("rank %d stopped by its shim: the agent was silent too long (its GPUs were to be freed)", p.rank))
+			rep.Reason = events.ReasonRankFailed
 		case p.exit.ExitCode == -1 && p.exit.Signal == "":
 			failed = append(failed, fmt.Sprintf("rank %d: ended while the agent was down, how is not known", p.rank))
 			rep.Reason = events.ReasonRanksGone
@@ -157,7 +167,7 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 	tuning := a.waitTuning(ctx, rn.id)
 	p, err := makePlan(planInput{
 		node: a.cfg.Node, gpus: a.cfg.GPUs, job: job, decision: rn.d, tuning: tuning,
-		masterAddr: a.masterAddr(ctx, rn.d), baseEnv: os.Environ(), telemetryURL: a.telemetryURL,
+		masterAddr: a.masterAddr(ctx, rn.d), baseEnv: os.Environ(), telemetryURL: a.telemetryURL, telemetryToken: rn.token,
 		numactl: a.numactl, numaNodes: numaNodeExists,
 	})
 	if err != nil {
@@ -174,7 +184,7 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 	if err := os.MkdirAll(a.jobDir(rn.id), 0o755); err != nil {
 		return nil, nil, fmt.Errorf("log dir: %w", err)
 	}
-	st := jobState{JobID: rn.id}
+	st := jobState{JobID: rn.id, TelemetryToken: rn.token}
 	var procs []*rankProc
 	var cmds []*exec.Cmd
 	fail := func(err error) ([]*rankProc, []func(<-chan struct{}), error) {
@@ -194,7 +204,11 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 		if len(a.cfg.Shim) > 0 {
 			exitFile = filepath.Join(a.jobDir(rn.id), fmt.Sprintf("rank-%d.exit", rs.rank.Rank))
 			_ = os.Remove(exitFile) // a previous run's
-			argv = append(append(slices.Clone(a.cfg.Shim), exitFile, "--"), argv...)
+			shim := slices.Clone(a.cfg.Shim)
+			if silence := a.cfg.Silence(); silence > 0 {
+				shim = append(shim, "--alive", a.cfg.AliveFile(), "--silence", silence.String(), "--grace", a.cfg.Grace.String())
+			}
+			argv = append(append(shim, exitFile, "--"), argv...)
 		}
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = rs.env, rs.dir, out, out
@@ -222,7 +236,7 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 			// The shim's word is the rank's; without it (no shim, or
 			// the shim killed with the rank) the shim's status stands.
 			if e, ok := readShimExit(exitFile); ok {
-				p.exit.ExitCode, p.exit.Signal = e.ExitCode, e.Signal
+				p.exit.ExitCode, p.exit.Signal, p.agentSilent = e.ExitCode, e.Signal, e.AgentSilent
 			}
 			close(p.exited)
 		}()
@@ -251,7 +265,7 @@ func (a *Agent) adopt(ctx context.Context, rn *run, st *jobState) ([]*rankProc, 
 		procs = append(procs, p)
 		ended := func() {
 			if e, ok := readShimExit(r.Exit); ok {
-				p.exit.ExitCode, p.exit.Signal = e.ExitCode, e.Signal
+				p.exit.ExitCode, p.exit.Signal, p.agentSilent = e.ExitCode, e.Signal, e.AgentSilent
 			}
 			close(p.exited)
 		}

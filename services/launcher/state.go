@@ -14,6 +14,9 @@ import (
 type jobState struct {
 	JobID string      `json:"job_id"`
 	Ranks []rankState `json:"ranks"`
+	// TelemetryToken is the job's pass to the telemetry endpoint, in its
+	// ranks' environment: the file is the agent's alone (0600).
+	TelemetryToken string `json:"telemetry_token,omitempty"`
 }
 
 type rankState struct {

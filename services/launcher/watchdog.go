@@ -14,8 +14,10 @@ import (
 )
 
 // DefaultAgentTTL is how long an agent may be silent before its jobs are
-// lost: three of its default heartbeats.
-const DefaultAgentTTL = 3 * DefaultHeartbeat
+// lost: six of its default heartbeats, so that with the default grace the
+// shims still give the agent three heartbeats (Config.Silence) before they
+// stop its ranks.
+const DefaultAgentTTL = 6 * DefaultHeartbeat
 
 // Watchdog finishes as lost the jobs no agent answers for. Replicas may
 // run side by side: a second finish of a job is one placement already
@@ -47,8 +49,11 @@ type watched struct {
 }
 
 type seenAgent struct {
+	id   string
 	last time.Time
 	jobs map[string]bool
+	// warned: this run of the agent was told of as outliving the TTL.
+	warned bool
 }
 
 // NewWatchdog makes a watchdog over b with the agents' TTL.
@@ -177,7 +182,19 @@ func (w *Watchdog) apply(r bus.Record) {
 		if bus.Decode(r.Name, r.Body, &h) != nil {
 			return
 		}
-		a := &seenAgent{last: w.now(), jobs: map[string]bool{}}
+		a := &seenAgent{id: h.Agent, last: w.now(), jobs: map[string]bool{}}
+		if old := w.agents[h.Node]; old != nil && old.id == h.Agent {
+			a.warned = old.warned
+		}
+		if stop := time.Duration(h.RanksStopAfterSeconds * float64(time.Second)); !a.warned && (stop == 0 || stop >= w.ttl) {
+			// Its ranks would still run on GPUs this watchdog frees.
+			a.warned = true
+			msg := fmt.Sprintf("the agent's ranks stop %s after its last heartbeat, not within this watchdog's TTL %s: give the agent --agent-ttl %s", stop, w.ttl, w.ttl)
+			if stop == 0 {
+				msg = fmt.Sprintf("the agent's ranks run on without it (agent --agent-ttl 0), past this watchdog's TTL %s: give the agent --agent-ttl %s", w.ttl, w.ttl)
+			}
+			w.log.Warn("agent outlives the TTL: a lost job's GPUs may be given away while its ranks run", "node", h.Node, "agent", h.Agent, "message", msg)
+		}
 		for _, aj := range h.Jobs {
 			a.jobs[aj.JobID] = true
 			if j, ok := w.jobs[aj.JobID]; ok {

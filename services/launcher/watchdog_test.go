@@ -1,8 +1,10 @@
 package launcher
 
 import (
+	"bytes"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,4 +113,47 @@ func TestWatchdog(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWatchdogWarnsOfRanksOutlivingTTL: an agent whose ranks would outlive
+// the watchdog's TTL (or run on without it) is warned of once per run.
+func TestWatchdogWarnsOfRanksOutlivingTTL(t *testing.T) {
+	t.Parallel()
+	const ttl = 10 * time.Second
+	for _, tc := range []struct {
+		name  string
+		beats []*events.AgentHeartbeat
+		want  int // warnings
+	}{
+		{"stops within the TTL", []*events.AgentHeartbeat{stopsAfter(heartbeat("a"), 8)}, 0},
+		{"stops at the TTL", []*events.AgentHeartbeat{stopsAfter(heartbeat("a"), 10)}, 1},
+		{"runs on without its agent", []*events.AgentHeartbeat{heartbeat("a")}, 1},
+		{"once per run of the agent", []*events.AgentHeartbeat{stopsAfter(heartbeat("a"), 12), stopsAfter(heartbeat("a"), 12)}, 1},
+		{"a restarted agent again", []*events.AgentHeartbeat{stopsAfter(heartbeat("a"), 12), restarted(stopsAfter(heartbeat("a"), 12))}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var buf bytes.Buffer
+			w, err := NewWatchdog(nil, ttl, slog.New(slog.NewTextHandler(&buf, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, hb := range tc.beats {
+				w.apply(record(t, hb, time.Now()))
+			}
+			if got := strings.Count(buf.String(), "agent outlives the TTL"); got != tc.want {
+				t.Errorf("%d warnings, want %d:\n%s", got, tc.want, buf.String())
+			}
+		})
+	}
+}
+
+func stopsAfter(hb *events.AgentHeartbeat, seconds float64) *events.AgentHeartbeat {
+	hb.RanksStopAfterSeconds = seconds
+	return hb
+}
+
+func restarted(hb *events.AgentHeartbeat) *events.AgentHeartbeat {
+	hb.Agent += "-restarted"
+	return hb
 }

@@ -131,6 +131,11 @@ func (s *Service) OnMigrationAccepted(ctx context.Context, env events.Envelope, 
 		log.Info("migration request already applied; redelivery ignored", "proposal_id", m.ProposalID)
 		return nil
 	}
+	if j.Spec.Job.Command != "" {
+		// Its ranks would run on where the move frees their GPUs.
+		return refuse(req.ProposalID, events.RefusedLaunched,
+			"job %s runs under the node agents (it names a command), which do not move running ranks: cancel it and submit it again to move it", req.JobID)
+	}
 	if err := s.catchUpProposals(ctx); err != nil {
 		return bus.Transient(err)
 	}

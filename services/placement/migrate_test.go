@@ -379,6 +379,16 @@ deny contains {"code": "no_n1", "msg": "n1 is being drained"} if {
 				}
 				return "j", "p1"
 			}},
+		{name: "launched by the agents", code: events.RefusedLaunched,
+			arrange: func(w *migWorld) (string, string) {
+				w.finish("fill-n1")
+				w.submit(events.JobSubmitted{JobID: "launched", GPUs: 2, GPUModel: "A100", Command: "python3", Args: []string{"train.py"}})
+				if len(w.held(w.s, "launched")) != 2 {
+					w.t.Fatalf("launched holds %v, want 2 GPUs", w.held(w.s, "launched"))
+				}
+				w.propose("p1", "launched", node("n1", 3, 2))
+				return "launched", ""
+			}},
 		{name: "too few ranks", code: events.RefusedInvalid, proposal: "p1",
 			arrange: func(w *migWorld) (string, string) {
 				w.finish("fill-n1")

@@ -2,8 +2,10 @@
 
 Standard library only: no NATS client. A rank started by the node agent
 (`toposched agent --exec`) finds the agent's local endpoint in
-TOPOSCHED_TELEMETRY_URL and its job in TOPOSCHED_JOB_ID; the agent checks
-each report against the runtime.telemetry schema and publishes it.
+TOPOSCHED_TELEMETRY_URL, its job in TOPOSCHED_JOB_ID and the job's token in
+TOPOSCHED_TELEMETRY_TOKEN (sent as Authorization: Bearer, without which the
+agent refuses a report); the agent checks each report against the
+runtime.telemetry schema and publishes it.
 
     import toposched_telemetry
 
@@ -77,10 +79,12 @@ class Step:
 
 
 class Reporter:
-    def __init__(self, every=50, url=None, job_id=None, timeout=2.0):
+    def __init__(self, every=50, url=None, job_id=None, token=None, timeout=2.0):
         self.every = max(1, int(every))
         self.url = url or os.environ.get("TOPOSCHED_TELEMETRY_URL", "")
         self.job_id = job_id or os.environ.get("TOPOSCHED_JOB_ID", "")
+        # The agent takes the job's reports only with its token.
+        self.token = token or os.environ.get("TOPOSCHED_TELEMETRY_TOKEN", "")
         self.timeout = timeout
         self.sent = 0
         self._warned = False
@@ -138,7 +142,8 @@ class Reporter:
     def send(self, body):
         """POST one runtime.telemetry body; True once the agent took it."""
         req = urllib.request.Request(self.url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": "Bearer " + self.token})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 resp.read()

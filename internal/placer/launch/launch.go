@@ -1,7 +1,8 @@
 // Package launch completes a placement decision with what launchers need
 // to start it without reading anything else: each rank's GPU UUID, NUMA
 // node and nearest NIC; per node torchrun arguments, Slurm's --gpu-bind
-// and an NCCL topology XML; and an Open MPI rankfile and Slurm nodelist.
+// and an NCCL topology XML; the rendezvous (rank 0's node and a port of
+// the job's own there); and an Open MPI rankfile and Slurm nodelist.
 //
 // torchrun and Slurm's block distribution number ranks node by node, so
 // their arguments are given only when the decision's ranks are contiguous,
@@ -19,8 +20,37 @@ import (
 	"github.com/toposched/toposched/internal/topology"
 )
 
-// MasterPort is the rendezvous port in torchrun's arguments.
-const MasterPort = 29500
+// Rendezvous ports: a job's is MasterPortBase plus the index of rank 0's
+// GPU (modulo MasterPorts). A GPU holds one job at a time, so two jobs
+// running with rank 0 on one node never share a port (short of nodes with
+// more than MasterPorts GPUs); a released job's port is the next one's on
+// that GPU, and the port follows from the decision alone: a decision
+// replayed, sent again or made by a dry run has the same, at no cost to
+// the placement cycle. torchrun's default is the base, rank 0 on GPU 0.
+const (
+	MasterPortBase = 29500
+	MasterPorts    = 1024
+)
+
+// MasterPort is decision d's rendezvous port: the one it carries, or for
+// a decision made before it carried one, the same rule worked out here; 0
+// for one without ranks.
+func MasterPort(d *events.PlacementDecided) int {
+	if d.Launch != nil && d.Launch.MasterPort > 0 {
+		return d.Launch.MasterPort
+	}
+	return portOf(d)
+}
+
+// portOf is the rule: the base plus rank 0's GPU index.
+func portOf(d *events.PlacementDecided) int {
+	for _, r := range d.Ranks {
+		if r.Rank == 0 {
+			return MasterPortBase + r.GPU%MasterPorts
+		}
+	}
+	return 0
+}
 
 // MaxXMLNodes bounds the decisions that carry an NCCL topology XML per
 // node: beyond it the event would grow by megabytes for large jobs.
@@ -60,6 +90,7 @@ func Fill(d *events.PlacementDecided, snap *store.Snapshot) {
 			}
 		}
 	}
+	port := portOf(d)
 	blocks := contiguousBlocks(d)
 	var nodelist []string
 	for i := range d.Nodes {
@@ -71,7 +102,7 @@ func Fill(d *events.PlacementDecided, snap *store.Snapshot) {
 				"--node_rank=" + strconv.Itoa(i),
 				"--nproc_per_node=" + strconv.Itoa(len(np.GPUs)),
 				"--master_addr=" + d.Ranks[0].Node,
-				"--master_port=" + strconv.Itoa(MasterPort),
+				"--master_port=" + strconv.Itoa(port),
 			}
 		}
 		np.SlurmGPUBind = "map_gpu:" + np.CUDAVisibleDevices
@@ -93,6 +124,7 @@ func Fill(d *events.PlacementDecided, snap *store.Snapshot) {
 	}
 	d.Launch = &events.Launch{
 		MasterAddr:    d.Ranks[0].Node,
+		MasterPort:    port,
 		SlurmNodelist: strings.Join(nodelist, ","),
 		MPIRankfile:   rf.String(),
 	}
