@@ -86,7 +86,7 @@ func (p *placementTerms) start(ctx context.Context, leaseRevision uint64) (term,
 	p.mu.Lock()
 	svc, err := placement.New(placement.Config{Strategy: p.cfg.Strategy, ReserveAfter: p.cfg.ReserveAfter, Policies: p.set,
 		Holder: p.holder, LeaseRevision: leaseRevision, Bandwidths: p.bw},
-		placement.Deps{Publish: p.b, Read: p.b, Consume: p.b, Subjects: p.b.Subjects, Log: p.log, ObservePolicyEval: p.cfg.ObservePolicyEval})
+		placement.Deps{Publish: p.b, Read: p.b, Consume: p.b, Subjects: p.b.Subjects, Log: p.log, Now: p.cfg.PlacementNow, ObservePolicyEval: p.cfg.ObservePolicyEval})
 	if err != nil {
 		p.mu.Unlock()
 		return nil, err

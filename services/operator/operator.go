@@ -54,6 +54,10 @@ type Config struct {
 	// nodes are held for it (placer.Reservation); nil for the default,
 	// negative for never.
 	ReserveAfter *time.Duration
+	// PlacementNow is placement's clock, which its queue's waits and
+	// reservations are counted on (nil: time.Now). A replay on a virtual
+	// clock passes its own, so that --reserve-after counts trace time.
+	PlacementNow func() time.Time
 	// Policies is placement's base policy set: a directory, reloaded when
 	// its files change; PoliciesDefault ("") for the shipped set; or
 	// PoliciesNone. A set pushed to the policy KV bucket overrides it when

@@ -26,7 +26,7 @@ func (r *runner) virtual(ctx context.Context) error {
 		if r.finishes.Len() > 0 && (next == len(r.jobs) || r.finishes[0].at <= r.jobs[next].job.Arrival) {
 			f := heap.Pop(&r.finishes).(finish)
 			r.sample(f.at)
-			r.now = max(r.now, f.at)
+			r.advance(f.at)
 			if err := r.finish(ctx, f.job); err != nil {
 				return err
 			}
@@ -44,7 +44,7 @@ func (r *runner) virtual(ctx context.Context) error {
 		i := next
 		next++
 		r.sample(r.jobs[i].job.Arrival)
-		r.now = max(r.now, r.jobs[i].job.Arrival)
+		r.advance(r.jobs[i].job.Arrival)
 		if err := r.submit(ctx, i); err != nil {
 			return err
 		}
@@ -60,8 +60,14 @@ func (r *runner) virtual(ctx context.Context) error {
 // queueMayMove reports whether a waiting job may fit in the GPUs free
 // now. When none can, placement decides nothing on a release and the
 // barrier is not needed: barriers cost placement a consumer each (see
-// Run), and a busy replay would send one per finish.
+// Run), and a busy replay would send one per finish. With the
+// reservation on, placement's retry after a release also looks at the
+// head's wait on the virtual clock, and must do so before the clock
+// moves on: any waiting job then calls for the barrier.
 func (r *runner) queueMayMove() bool {
+	if r.cfg.ReserveAfter >= 0 && len(r.queue) > 0 {
+		return true
+	}
 	for i := range r.queue {
 		if j := r.jobs[i].job; r.occ.mayFit(j.GPUs, j.GPUsPerNode) {
 			return true

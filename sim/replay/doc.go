@@ -46,9 +46,17 @@
 // Run time below), so queueing delay is the virtual time between arrival
 // and placement,
 // exactly as a cluster that decides instantly would see it, independent
-// of how fast this machine decides. Placement's reservation for starving
-// jobs counts wall time, which means nothing under a virtual clock, so
-// the replay turns it off by default (--reserve-after).
+// of how fast this machine decides. Placement reads the virtual clock
+// too (operator.Config.PlacementNow), so that its reservation for a
+// starving job (--reserve-after: the head of the queue, once it has
+// waited that long, gets nodes no later job may take) counts trace time
+// as a cluster would; with the reservation on, every finish while jobs
+// wait is followed by a barrier, since placement's retry looks at the
+// head's wait before the clock may move on. The replay leaves the
+// reservation off by default (serve's default is 5 minutes), and only
+// topology-aware honours it: the peers' strategies place on the snapshot
+// without placement's node filter. Under --speed N placement keeps the
+// wall clock, so a reservation there comes after the wall time given.
 //
 // Every submitted job ends in exactly one of placed (it ran; its finish
 // was sent), pending (still waiting when the trace ended: nothing was

@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/toposched/toposched/events"
@@ -139,11 +140,14 @@ type runner struct {
 	outcomes chan client.Outcome
 	finishes finishHeap
 	now      float64 // virtual seconds
-	wall0    time.Time
-	probes   int
-	probeOK  int
-	decs     int // outcomes placement published for trace jobs
-	retries  int // decisions of waiting jobs
+	// clock is r.now as placement reads it (virtual clock only; nil
+	// otherwise): see advance.
+	clock   *virtualClock
+	wall0   time.Time
+	probes  int
+	probeOK int
+	decs    int // outcomes placement published for trace jobs
+	retries int // decisions of waiting jobs
 
 	// timeline sampling
 	step     float64
@@ -206,8 +210,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer func() { _ = b.Close() }() // after the replay: JetStream acknowledged all it published
 	ra := cfg.ReserveAfter
-	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: cfg.ClusterFile, Sole: true,
-		Strategy: cfg.Strategy, ReserveAfter: &ra, Policies: cfg.Policies, Replica: "replay"}, cfg.Log)
+	ocfg := operator.Config{Services: operator.All, ClusterFile: cfg.ClusterFile, Sole: true,
+		Strategy: cfg.Strategy, ReserveAfter: &ra, Policies: cfg.Policies, Replica: "replay"}
+	var clock *virtualClock
+	if !cfg.Burst && cfg.Speed <= 0 {
+		// Placement counts its queue's waits on the virtual clock, so that
+		// the reservation for a starving job comes when it would have.
+		clock = &virtualClock{epoch: time.Now()}
+		ocfg.PlacementNow = clock.now
+	}
+	op, err := operator.Start(ctx, b, ocfg, cfg.Log)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
@@ -221,6 +233,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	r := newRunner(cfg, b, ideal)
+	r.clock = clock
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	ready := make(chan struct{})
@@ -308,6 +321,27 @@ func newRunner(cfg Config, b *bus.Bus, ideal *idealModel) *runner {
 	r.work = workloadClasses(cfg.Trace.Jobs)
 	r.step = max(cfg.Trace.Span(), 1) / float64(cfg.Samples)
 	return r
+}
+
+// virtualClock is the replay's virtual time as placement reads it, from
+// its own goroutines: epoch plus the virtual seconds reached.
+type virtualClock struct {
+	epoch time.Time
+	secs  atomic.Uint64 // math.Float64bits of the virtual seconds
+}
+
+func (c *virtualClock) set(secs float64) { c.secs.Store(math.Float64bits(secs)) }
+
+func (c *virtualClock) now() time.Time {
+	return c.epoch.Add(time.Duration(math.Float64frombits(c.secs.Load()) * float64(time.Second)))
+}
+
+// advance moves the virtual clock to t (never back) and tells placement.
+func (r *runner) advance(t float64) {
+	r.now = max(r.now, t)
+	if r.clock != nil {
+		r.clock.set(r.now)
+	}
 }
 
 // sample records the state, unchanged since the last event, at every

@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -117,6 +118,59 @@ func TestReplayEndToEnd(t *testing.T) {
 	for _, f := range []string{"jobs.csv", "timeline.csv", "replay.svg", "jct.svg", "slowdown.svg"} {
 		if st, err := os.Stat(filepath.Join(report, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+// TestReservationOnTheVirtualClock: on one 8-GPU node, a stream of
+// overlapping one-GPU jobs never leaves the node empty, so an 8-GPU job
+// waiting behind it starves until the stream ends (t = 600 s) unless
+// placement holds the node for it. With --reserve-after 60s counted on the
+// virtual clock, the first release after its wait passes 60 s (t = 100 s)
+// holds the node; the stream's next job waits, and the 8-GPU job starts
+// when the node drains (t = 150 s). Counted on the wall clock, as before,
+// its wait was a few milliseconds and the reservation never came. The
+// reservation is topology-aware's: the peers' strategies place on the
+// snapshot without placement's node filter, reservations included.
+func TestReservationOnTheVirtualClock(t *testing.T) {
+	dir := t.TempDir()
+	clusterFile := filepath.Join(dir, "cluster.yaml")
+	if err := os.WriteFile(clusterFile, []byte("name: one\nnodes:\n  - {name: dgx, count: 1, model: dgx-a100}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := LoadInventory(clusterFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &Trace{Kind: "test", Source: "TestReservationOnTheVirtualClock", Jobs: []Job{
+		{ID: "small-0", Arrival: 0, Duration: 100, GPUs: 1, GPUsPerNode: 1},
+		{ID: "big", Arrival: 1, Duration: 10, GPUs: 8, GPUsPerNode: 8},
+	}}
+	for k := 1; k <= 10; k++ {
+		tr.Jobs = append(tr.Jobs, Job{ID: fmt.Sprintf("small-%d", k), Arrival: float64(50 * k), Duration: 100, GPUs: 1, GPUsPerNode: 1})
+	}
+	tr.Records = len(tr.Jobs)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		reserveAfter time.Duration
+		bigStart     float64
+	}{
+		{-1, 600},
+		{time.Minute, 150},
+	} {
+		r, err := Run(ctx, Config{ClusterFile: clusterFile, Inventory: inv, Trace: tr, Strategy: "topology-aware", Seed: 1, Policies: "none",
+			ReserveAfter: tc.reserveAfter, DataDir: filepath.Join(dir, fmt.Sprint("data", tc.reserveAfter)), Stall: time.Minute, Samples: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Summary.Placed != len(tr.Jobs) {
+			t.Errorf("reserve after %v: %d of %d jobs placed", tc.reserveAfter, r.Summary.Placed, len(tr.Jobs))
+		}
+		for _, j := range r.Jobs {
+			if j.ID == "big" && j.Start != tc.bigStart {
+				t.Errorf("reserve after %v: the 8-GPU job started at %v s, want %v s", tc.reserveAfter, j.Start, tc.bigStart)
+			}
 		}
 	}
 }
