@@ -57,6 +57,9 @@ occupancy with policies on; >= 500 decisions/s end to end.`,
 			if err != nil {
 				return fmt.Errorf("--jobs: %w", err)
 			}
+			if f.e2eWindow > load.MaxE2EWindow {
+				return fmt.Errorf("--e2e-window %d: at most %d (the asynchronous publishes nats.go keeps outstanding)", f.e2eWindow, load.MaxE2EWindow)
+			}
 			cfg := load.Config{
 				Clusters: clusters, Jobs: jobs, Occupancy: f.occupancy, Seed: f.seed, Model: f.model,
 				Strategies: strings.Split(f.strategies, ","), NoPolicies: f.noPolicies,

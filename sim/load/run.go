@@ -54,7 +54,8 @@ type Config struct {
 	E2EJobGPUs int
 	// E2EWindow is how many submissions may await their acknowledgement
 	// at once (default AsyncWindow, as the raw measurement; 1 submits one
-	// job at a time, as a script of topoctl submit calls would).
+	// job at a time, as a script of topoctl submit calls would; at most
+	// MaxE2EWindow).
 	E2EWindow int
 	// E2EOnly skips the decision table.
 	E2EOnly bool
@@ -303,6 +304,11 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 		raw.Messages, raw.Bytes, raw.AsyncPerSecond, AsyncWindow, raw.SyncPerSecond)
 	return err
 }
+
+// MaxE2EWindow bounds Config.E2EWindow: nats.go keeps at most 4,000
+// asynchronous publishes outstanding on a connection, and the services
+// share the submitter's.
+const MaxE2EWindow = 2048
 
 // submitAll publishes n jobs of gpus GPUs, with up to window of them
 // awaiting JetStream's acknowledgement at once; sent is told before each.
