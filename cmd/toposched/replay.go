@@ -93,7 +93,7 @@ parallelism) is in sim/replay's package doc.`,
 	fl.IntVar(&f.limit, "limit", 0, "replay only the first N jobs by arrival (0: all)")
 	fl.StringVar(&f.report, "report", "", "directory for summary.json, jobs.csv, timeline.csv and the plots (replay.svg, jct.svg, slowdown.svg)")
 	fl.StringVar(&f.policies, "policies", "", "policy set: a directory, none, or empty for the shipped set")
-	fl.DurationVar(&f.reserveAfter, "reserve-after", -1, "placement's reservation for the queue's head, counted on the virtual clock (negative: off; serve's default is 5m; topology-aware only, see sim/replay's package doc)")
+	fl.DurationVar(&f.reserveAfter, "reserve-after", -1, "placement's reservation for the queue's head, counted on the virtual clock (negative: off; serve's default is 5m; every strategy honours it, see sim/replay's package doc)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "where the embedded server keeps its streams (default: a temporary directory)")
 	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar (it is off anyway when stderr is not a terminal)")
 	fl.DurationVar(&f.stall, "stall", 2*time.Minute, "give up when no outcome comes for this long")

@@ -84,12 +84,16 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 	opts := aware.Options{Fabric: p.Fabric, Bandwidths: p.Bandwidths, Explain: x}
 	reserved := 0
 	res := p.Reservation.Holds(job)
-	opts.Filter = func(n aware.NodeView) bool {
-		if res != nil && res.Nodes[n.Node.Name] {
-			reserved++
-			return false
+	if res != nil || pv.filters() {
+		// Without either, no node is refused: the strategies walk no
+		// filter (and blind and the peers take their plain first walks).
+		opts.Filter = func(n aware.NodeView) bool {
+			if res != nil && res.Nodes[n.Node.Name] {
+				reserved++
+				return false
+			}
+			return pv.allowNode(n)
 		}
-		return pv.allowNode(n)
 	}
 	if pv.judges() {
 		opts.Judge = pv.judge
@@ -141,7 +145,7 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 					reserved, res.JobID, res.Priority, res.Since.UTC().Format(time.RFC3339))})
 		}
 		if o.Counterfactuals {
-			out.Counterfactuals = jobsCounterfactual(snap, job, o.Running, func(n store.Node) bool { return opts.Filter(pv.viewOf(n)) })
+			out.Counterfactuals = jobsCounterfactual(snap, job, o.Running, func(n store.Node) bool { return opts.Filter == nil || opts.Filter(pv.viewOf(n)) })
 		}
 	case r.Verdict == outcome.Never:
 		out.Counterfactuals = capacityCounterfactual(snap, job)

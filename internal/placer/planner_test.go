@@ -245,3 +245,45 @@ deny contains {"code": "never", "msg": "x"} if {
 		t.Fatalf("%v %v, want denied with %s", got.Verdict, got.Reasons, policies.CodePolicyError)
 	}
 }
+
+// TestEveryStrategyHonoursTheNodeFilter: blind and the peers take GPUs only
+// of the nodes the node policies and a reservation allow, as topology-aware
+// does, each node asked once.
+func TestEveryStrategyHonoursTheNodeFilter(t *testing.T) {
+	t.Parallel()
+	for _, name := range Names(true) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, 4, map[string]map[string]string{"n0": {"tenant": "blue"}, "n1": {"tenant": "blue"}})
+			p := &Planner{Policies: r.set, Strategy: name}
+			got := r.plan(p, events.JobSubmitted{JobID: "red", Tenant: "red", GPUs: 16})
+			if got.Verdict != outcome.Placed || slices.ContainsFunc(got.GPUs, func(g store.GPUKey) bool { return g.Node == "n0" || g.Node == "n1" }) {
+				t.Fatalf("red job: %v on %v (%v), want placed off n0, n1", got.Verdict, nodesOf(got.GPUs), got.Reasons)
+			}
+			if x := got.Explanation; x == nil || len(x.NodesDenied) != 1 || x.NodesDenied[0].Nodes != 2 {
+				t.Errorf("explanation %+v, want the two blue nodes denied once each", x)
+			}
+			r.hold("other", "n2", 0)
+			if got = r.plan(p, events.JobSubmitted{JobID: "red2", Tenant: "red", GPUs: 16}); got.Verdict != outcome.Wait {
+				t.Errorf("red job with 15 GPUs free to it: %v on %v, want it to wait", got.Verdict, nodesOf(got.GPUs))
+			}
+			if got = r.plan(p, events.JobSubmitted{JobID: "red3", Tenant: "red", GPUs: 8, GPUsPerNode: 8}); got.Verdict != outcome.Placed || !slices.Equal(nodesOf(got.GPUs), []string{"n3"}) {
+				t.Errorf("red 8-GPU node job: %v on %v (%v), want n3", got.Verdict, nodesOf(got.GPUs), got.Reasons)
+			}
+
+			r = newRig(t, 2, nil)
+			res := &Reservation{JobID: "head", Priority: 5, Since: time.Unix(0, 0), Nodes: map[string]bool{"n0": true}}
+			p = &Planner{Reservation: res, Strategy: name}
+			if got = r.plan(p, events.JobSubmitted{JobID: "low", GPUs: 4, Priority: 5}); got.Verdict != outcome.Placed || slices.Contains(nodesOf(got.GPUs), "n0") {
+				t.Errorf("job behind the hold: %v on %v, want it off the held n0", got.Verdict, nodesOf(got.GPUs))
+			}
+			got = r.plan(p, events.JobSubmitted{JobID: "low", GPUs: 16, Priority: 5})
+			if got.Verdict != outcome.Wait || !strings.Contains(codes(got.Reasons), CodeReserved) || got.Explanation == nil || got.Explanation.NodesReserved != 1 {
+				t.Errorf("16-GPU job behind the hold: %v %v %+v", got.Verdict, got.Reasons, got.Explanation)
+			}
+			if got = r.plan(p, events.JobSubmitted{JobID: "head", GPUs: 16, Priority: 5}); got.Verdict != outcome.Placed {
+				t.Errorf("head: %v %v, want placed (the hold is for it)", got.Verdict, got.Reasons)
+			}
+		})
+	}
+}

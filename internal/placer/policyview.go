@@ -45,6 +45,9 @@ func newPolicyView(ctx context.Context, snap *store.Snapshot, set *policies.Set,
 
 func (pv *policyView) judges() bool { return pv.set != nil && pv.set.HasPlacementPolicies() }
 
+// filters reports whether node policies may refuse a node.
+func (pv *policyView) filters() bool { return pv.set != nil && pv.set.HasNodePolicies() }
+
 // allowNode runs the node policies on a node, counting its denials.
 func (pv *policyView) allowNode(v aware.NodeView) bool { return pv.evalNode(v, true) }
 
@@ -69,7 +72,7 @@ func (pv *policyView) viewOf(n store.Node) aware.NodeView {
 }
 
 func (pv *policyView) evalNode(v aware.NodeView, count bool) bool {
-	if pv.set == nil || !pv.set.HasNodePolicies() {
+	if !pv.filters() {
 		return true
 	}
 	n := v.Node

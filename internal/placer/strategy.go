@@ -45,7 +45,7 @@ var registered = []struct {
 	dryRunOnly bool
 }{
 	{Strategy: awareStrategy{}},
-	{Strategy: judged{StrategyBlind, blind.Place}},
+	{Strategy: judged{StrategyBlind, blind.PlaceOn}},
 	{Strategy: exhaustiveStrategy{}, dryRunOnly: true},
 	{Strategy: judged{StrategyBinpack, nodefit.Binpack}},
 	{Strategy: judged{StrategySpread, nodefit.Spread}},
@@ -90,16 +90,19 @@ func (awareStrategy) Place(snap *store.Snapshot, job events.JobAnalyzed, opts aw
 
 // judged is a strategy of one answer (blind first fit and the peers:
 // binpack, spread, go-gpuallocator, random), with the placement policies
-// judging the one placement it finds (it has no other to offer).
+// judging the one placement it finds (it has no other to offer). It takes
+// GPUs only of the nodes opts.Filter allows (node policies, a reservation
+// for an older job), as topology-aware does, so that every strategy runs
+// under the same policies and queue.
 type judged struct {
 	name  string
-	place func(*store.Snapshot, events.JobAnalyzed) outcome.Result
+	place func(*store.Snapshot, events.JobAnalyzed, blind.Keep) outcome.Result
 }
 
 func (s judged) Name() string { return s.name }
 
 func (s judged) Place(snap *store.Snapshot, job events.JobAnalyzed, opts aware.Options) (outcome.Result, outcome.Result, error) {
-	r := s.place(snap, job)
+	r := s.place(snap, job, keepOf(opts.Filter))
 	base := r
 	if s.name != StrategyBlind {
 		base = blind.Place(snap, job)
@@ -120,6 +123,23 @@ func (s judged) Place(snap *store.Snapshot, job events.JobAnalyzed, opts aware.O
 		opts.Explain.Judgement = j
 	}
 	return r, base, nil
+}
+
+// keepOf asks filter of each node at most once (the verdict and the walk
+// both look at a node, and the Planner counts each denial), nil for nil.
+func keepOf(filter func(aware.NodeView) bool) blind.Keep {
+	if filter == nil {
+		return nil
+	}
+	asked := map[string]bool{}
+	return func(n store.Node, free []store.FreeGPU) bool {
+		ok, seen := asked[n.Name]
+		if !seen {
+			ok = filter(aware.ViewOf(n, free))
+			asked[n.Name] = ok
+		}
+		return ok
+	}
 }
 
 // exhaustiveStrategy is the optimum under the cost model, for jobs small

@@ -53,9 +53,11 @@
 // as a cluster would; with the reservation on, every finish while jobs
 // wait is followed by a barrier, since placement's retry looks at the
 // head's wait before the clock may move on. The replay leaves the
-// reservation off by default (serve's default is 5 minutes), and only
-// topology-aware honours it: the peers' strategies place on the snapshot
-// without placement's node filter. Under --speed N placement keeps the
+// reservation off by default (serve's default is 5 minutes). Every
+// strategy honours it, and the node policies: blind and the peers take
+// GPUs only of the nodes placement's node filter allows, as
+// topology-aware does, so strategies compare under one queue and one set
+// of rules. Under --speed N placement keeps the
 // wall clock, so a reservation there comes after the wall time given.
 //
 // Every submitted job ends in exactly one of placed (it ran; its finish

@@ -129,9 +129,9 @@ func TestReplayEndToEnd(t *testing.T) {
 // virtual clock, the first release after its wait passes 60 s (t = 100 s)
 // holds the node; the stream's next job waits, and the 8-GPU job starts
 // when the node drains (t = 150 s). Counted on the wall clock, as before,
-// its wait was a few milliseconds and the reservation never came. The
-// reservation is topology-aware's: the peers' strategies place on the
-// snapshot without placement's node filter, reservations included.
+// its wait was a few milliseconds and the reservation never came. Every
+// strategy honours the reservation (placement's node filter), a peer's as
+// topology-aware's.
 func TestReservationOnTheVirtualClock(t *testing.T) {
 	dir := t.TempDir()
 	clusterFile := filepath.Join(dir, "cluster.yaml")
@@ -153,23 +153,26 @@ func TestReservationOnTheVirtualClock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, tc := range []struct {
+		strategy     string
 		reserveAfter time.Duration
 		bigStart     float64
 	}{
-		{-1, 600},
-		{time.Minute, 150},
+		{"topology-aware", -1, 600},
+		{"topology-aware", time.Minute, 150},
+		{"binpack", -1, 600},
+		{"binpack", time.Minute, 150},
 	} {
-		r, err := Run(ctx, Config{ClusterFile: clusterFile, Inventory: inv, Trace: tr, Strategy: "topology-aware", Seed: 1, Policies: "none",
-			ReserveAfter: tc.reserveAfter, DataDir: filepath.Join(dir, fmt.Sprint("data", tc.reserveAfter)), Stall: time.Minute, Samples: 10})
+		r, err := Run(ctx, Config{ClusterFile: clusterFile, Inventory: inv, Trace: tr, Strategy: tc.strategy, Seed: 1, Policies: "none",
+			ReserveAfter: tc.reserveAfter, DataDir: filepath.Join(dir, fmt.Sprint("data", tc.strategy, tc.reserveAfter)), Stall: time.Minute, Samples: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if r.Summary.Placed != len(tr.Jobs) {
-			t.Errorf("reserve after %v: %d of %d jobs placed", tc.reserveAfter, r.Summary.Placed, len(tr.Jobs))
+			t.Errorf("%s, reserve after %v: %d of %d jobs placed", tc.strategy, tc.reserveAfter, r.Summary.Placed, len(tr.Jobs))
 		}
 		for _, j := range r.Jobs {
 			if j.ID == "big" && j.Start != tc.bigStart {
-				t.Errorf("reserve after %v: the 8-GPU job started at %v s, want %v s", tc.reserveAfter, j.Start, tc.bigStart)
+				t.Errorf("%s, reserve after %v: the 8-GPU job started at %v s, want %v s", tc.strategy, tc.reserveAfter, j.Start, tc.bigStart)
 			}
 		}
 	}

@@ -29,6 +29,12 @@ type NodeView struct {
 	Fabric []string
 }
 
+// ViewOf is the view of a node with free GPUs (of the job's model, by
+// index; at least one) that the candidate walk gives a Filter.
+func ViewOf(node store.Node, free []store.FreeGPU) NodeView {
+	return NodeView{Node: node, Free: len(free), Fabric: fabricDomains(free[0].Domains)}
+}
+
 // candNode is a node with free GPUs the job may use.
 type candNode struct {
 	node   store.Node

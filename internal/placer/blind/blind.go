@@ -44,6 +44,20 @@ const Name = "blind"
 // GPUs) in enumeration order that stops at the job's size, so it costs
 // O(gpus) index steps however large the cluster.
 func Place(snap *store.Snapshot, job events.JobAnalyzed) outcome.Result {
+	return PlaceOn(snap, job, nil)
+}
+
+// Keep says whether a strategy may take GPUs of a node, shown with its free
+// GPUs of the job's model: the Planner's node filter (node policies and a
+// reservation for an older job). Nil keeps every node.
+type Keep func(node store.Node, free []store.FreeGPU) bool
+
+// PlaceOn is Place on the nodes keep keeps. The reasons to reject (Never)
+// are the whole cluster's, as Place's, since a node filter changes with
+// time and policies; a job the cluster could hold now but the kept nodes
+// cannot waits. With keep nil it is Place: nodes are walked only when a
+// filter must be asked of them.
+func PlaceOn(snap *store.Snapshot, job events.JobAnalyzed, keep Keep) outcome.Result {
 	n, gpn, model := job.Job.GPUs, job.Job.GPUsPerNode, job.Job.GPUModel
 
 	var invalid []events.Reason
@@ -117,6 +131,9 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed) outcome.Result {
 	}
 
 	// outcome.Placed: first fit.
+	if keep != nil {
+		return takeKept(snap, n, gpn, model, of, keep)
+	}
 	taken := make([]store.GPUKey, 0, n)
 	if gpn == 0 {
 		for g := range snap.EachFreeGPUIn(store.ClusterDomain, model) {
@@ -152,6 +169,35 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed) outcome.Result {
 }
 
 // nodes says "1 node" or "n nodes".
+// takeKept is Place's first fit over the nodes keep keeps, in enumeration
+// order, each node's free GPUs by index.
+func takeKept(snap *store.Snapshot, n, gpn int, model, of string, keep Keep) outcome.Result {
+	taken := make([]store.GPUKey, 0, n)
+	nodesKept := 0
+	for node, free := range snap.EachNodeFree(model) {
+		if (gpn > 0 && len(free) < gpn) || !keep(node, free) {
+			continue
+		}
+		k := min(len(free), n-len(taken))
+		if gpn > 0 {
+			k = gpn
+			nodesKept++
+		}
+		for _, g := range free[:k] {
+			taken = append(taken, g.Key())
+		}
+		if len(taken) == n {
+			return outcome.Result{Verdict: outcome.Placed, GPUs: taken}
+		}
+	}
+	if gpn > 0 {
+		return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeNodes, Field: outcome.FieldGPUsPerNode,
+			Message: fmt.Sprintf("needs %s with %d free GPUs%s each, %d such nodes that the node filter allows now", nodes(n/gpn), gpn, of, nodesKept)}}}
+	}
+	return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeGPUs, Field: outcome.FieldGPUs,
+		Message: fmt.Sprintf("needs %d free GPUs%s, %d free now on the nodes the node filter allows", n, of, len(taken))}}}
+}
+
 func nodes(n int) string {
 	if n == 1 {
 		return "1 node"

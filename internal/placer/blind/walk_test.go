@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/toposched/toposched/events"
@@ -229,8 +230,51 @@ func TestPlaceMatchesWalk(t *testing.T) {
 						t.Fatalf("step %d, job %d GPUs, %d per node, model %q:\n got %+v\nwant %+v",
 							step, j.Job.GPUs, j.Job.GPUsPerNode, j.Job.GPUModel, got, want)
 					}
+					// Kept by a filter that keeps all: the same GPUs.
+					all := PlaceOn(snap, j, func(store.Node, []store.FreeGPU) bool { return true })
+					if all.Verdict != want.Verdict || !reflect.DeepEqual(all.GPUs, want.GPUs) {
+						t.Fatalf("step %d, job %d GPUs, %d per node, model %q, all kept:\n got %+v\nwant %+v",
+							step, j.Job.GPUs, j.Job.GPUsPerNode, j.Job.GPUModel, all, want)
+					}
+					checkKept(t, snap, j, want)
 				}
 			}
 		})
+	}
+}
+
+// checkKept holds PlaceOn with node b refused to Place: it takes nothing
+// of b, is rejected exactly when Place is, and waits only when the other
+// nodes lack room.
+func checkKept(t *testing.T, snap *store.Snapshot, j events.JobAnalyzed, plain outcome.Result) {
+	t.Helper()
+	model, gpn := j.Job.GPUModel, j.Job.GPUsPerNode
+	got := PlaceOn(snap, j, func(n store.Node, _ []store.FreeGPU) bool { return n.Name != "b" })
+	if (got.Verdict == outcome.Never) != (plain.Verdict == outcome.Never) {
+		t.Fatalf("job %d GPUs, %d per node, model %q: %v with b refused, %v without", j.Job.GPUs, gpn, model, got.Verdict, plain.Verdict)
+	}
+	room := 0 // GPUs, or nodes with gpn free, off b
+	for n, free := range snap.EachNodeFree(model) {
+		switch {
+		case n.Name == "b":
+		case gpn == 0:
+			room += len(free)
+		case len(free) >= gpn:
+			room++
+		}
+	}
+	need := j.Job.GPUs
+	if gpn > 0 {
+		need = j.Job.GPUs / gpn
+	}
+	switch got.Verdict {
+	case outcome.Placed:
+		if len(got.GPUs) != j.Job.GPUs || slices.ContainsFunc(got.GPUs, func(k store.GPUKey) bool { return k.Node == "b" }) {
+			t.Fatalf("job %d GPUs, %d per node, model %q: placed on %v with b refused", j.Job.GPUs, gpn, model, got.GPUs)
+		}
+	case outcome.Wait:
+		if plain.Verdict == outcome.Placed && room >= need {
+			t.Fatalf("job %d GPUs, %d per node, model %q: waits with room for %d off b (needs %d)", j.Job.GPUs, gpn, model, room, need)
+		}
 	}
 }

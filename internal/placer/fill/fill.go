@@ -27,9 +27,11 @@ func First(_ store.Node, free []store.FreeGPU, k int) []store.FreeGPU { return f
 //
 // With gpus_per_node k the job takes k GPUs from each of the first
 // gpus/k nodes that have k free; without, it takes every node's free GPUs
-// (up to what is still missing) until it has them all.
-func Place(snap *store.Snapshot, job events.JobAnalyzed, nodes iter.Seq2[store.Node, []store.FreeGPU], pick Pick) outcome.Result {
-	r := blind.Place(snap, job)
+// (up to what is still missing) until it has them all. Nodes keep does not
+// keep are passed over (nil keeps all), and blind's verdict is the one on
+// the kept nodes (blind.PlaceOn).
+func Place(snap *store.Snapshot, job events.JobAnalyzed, nodes iter.Seq2[store.Node, []store.FreeGPU], pick Pick, keep blind.Keep) outcome.Result {
+	r := blind.PlaceOn(snap, job, keep)
 	if r.Verdict != outcome.Placed {
 		return r
 	}
@@ -43,7 +45,7 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed, nodes iter.Seq2[store.N
 			}
 			k = gpn
 		}
-		if k == 0 {
+		if k == 0 || (keep != nil && !keep(node, free)) {
 			continue
 		}
 		for _, g := range pick(node, free, k) {

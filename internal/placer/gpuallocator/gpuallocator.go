@@ -27,6 +27,7 @@ import (
 	"slices"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/blind"
 	"github.com/toposched/toposched/internal/placer/fill"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
@@ -169,10 +170,10 @@ func cloneSets(p [][]int) [][]int {
 	return out
 }
 
-// Place places job first fit over nodes, with the best-effort policy's
+// Place places job first fit over the nodes keep keeps (nil: every node), with the best-effort policy's
 // choice of GPUs inside each.
-func Place(snap *store.Snapshot, job events.JobAnalyzed) outcome.Result {
-	return fill.Place(snap, job, snap.EachNodeFree(job.Job.GPUModel), pick)
+func Place(snap *store.Snapshot, job events.JobAnalyzed, keep blind.Keep) outcome.Result {
+	return fill.Place(snap, job, snap.EachNodeFree(job.Job.GPUModel), pick, keep)
 }
 
 func pick(node store.Node, free []store.FreeGPU, k int) []store.FreeGPU {

@@ -18,6 +18,7 @@ import (
 	"slices"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/blind"
 	"github.com/toposched/toposched/internal/placer/fill"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
@@ -29,13 +30,15 @@ const (
 	NameSpread  = "spread"
 )
 
-// Binpack places job on the fullest nodes that fit.
-func Binpack(snap *store.Snapshot, job events.JobAnalyzed) outcome.Result {
-	return fill.Place(snap, job, snap.EachNodeFreeByFit(job.Job.GPUModel, max(job.Job.GPUsPerNode, 1)), fill.First)
+// Binpack places job on the fullest nodes that fit, of those keep keeps
+// (nil: every node).
+func Binpack(snap *store.Snapshot, job events.JobAnalyzed, keep blind.Keep) outcome.Result {
+	return fill.Place(snap, job, snap.EachNodeFreeByFit(job.Job.GPUModel, max(job.Job.GPUsPerNode, 1)), fill.First, keep)
 }
 
-// Spread places job on the emptiest nodes.
-func Spread(snap *store.Snapshot, job events.JobAnalyzed) outcome.Result {
+// Spread places job on the emptiest nodes, of those keep keeps (nil:
+// every node).
+func Spread(snap *store.Snapshot, job events.JobAnalyzed, keep blind.Keep) outcome.Result {
 	type entry struct {
 		node store.Node
 		free []store.FreeGPU
@@ -53,5 +56,5 @@ func Spread(snap *store.Snapshot, job events.JobAnalyzed) outcome.Result {
 			}
 		}
 	}
-	return fill.Place(snap, job, order, fill.First)
+	return fill.Place(snap, job, order, fill.First, keep)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/fixtures"
+	"github.com/toposched/toposched/internal/placer/blind"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
@@ -22,21 +23,27 @@ func TestBinpackAndSpread(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name    string
-		place   func(*store.Snapshot, events.JobAnalyzed) outcome.Result
+		place   func(*store.Snapshot, events.JobAnalyzed, blind.Keep) outcome.Result
+		keep    blind.Keep
 		n, gpn  int
 		verdict outcome.Verdict
 		want    []string
 	}{
-		{"binpack: the fullest node that fits", Binpack, 2, 2, outcome.Placed, []string{"a/6", "a/7"}},
-		{"binpack: skips nodes too full", Binpack, 3, 3, outcome.Placed, []string{"c/4", "c/5", "c/6"}},
-		{"binpack: across nodes, fullest first", Binpack, 7, 0, outcome.Placed, []string{"a/6", "a/7", "c/4", "c/5", "c/6", "c/7", "b/0"}},
-		{"spread: the emptiest node", Spread, 2, 2, outcome.Placed, []string{"b/0", "b/1"}},
-		{"spread: across nodes, emptiest first", Spread, 10, 0, outcome.Placed, []string{"b/0", "b/1", "b/2", "b/3", "b/4", "b/5", "b/6", "b/7", "c/4", "c/5"}},
-		{"binpack waits with blind", Binpack, 9, 9, outcome.Never, nil},
-		{"spread waits with blind", Spread, 15, 0, outcome.Wait, nil},
+		{"binpack: the fullest node that fits", Binpack, nil, 2, 2, outcome.Placed, []string{"a/6", "a/7"}},
+		{"binpack: skips nodes too full", Binpack, nil, 3, 3, outcome.Placed, []string{"c/4", "c/5", "c/6"}},
+		{"binpack: across nodes, fullest first", Binpack, nil, 7, 0, outcome.Placed, []string{"a/6", "a/7", "c/4", "c/5", "c/6", "c/7", "b/0"}},
+		{"spread: the emptiest node", Spread, nil, 2, 2, outcome.Placed, []string{"b/0", "b/1"}},
+		{"spread: across nodes, emptiest first", Spread, nil, 10, 0, outcome.Placed, []string{"b/0", "b/1", "b/2", "b/3", "b/4", "b/5", "b/6", "b/7", "c/4", "c/5"}},
+		{"binpack waits with blind", Binpack, nil, 9, 9, outcome.Never, nil},
+		{"spread waits with blind", Spread, nil, 15, 0, outcome.Wait, nil},
+		{"binpack: the fullest node kept", Binpack, refuse("a"), 2, 2, outcome.Placed, []string{"c/4", "c/5"}},
+		{"spread: the emptiest node kept", Spread, refuse("b"), 2, 2, outcome.Placed, []string{"c/4", "c/5"}},
+		{"binpack: across the kept nodes", Binpack, refuse("c"), 4, 0, outcome.Placed, []string{"a/6", "a/7", "b/0", "b/1"}},
+		{"spread waits for the kept nodes", Spread, refuse("b"), 7, 0, outcome.Wait, nil},
+		{"binpack waits for kept nodes with room", Binpack, refuse("b"), 5, 5, outcome.Wait, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := tc.place(st.Snapshot(), job(tc.n, tc.gpn))
+			r := tc.place(st.Snapshot(), job(tc.n, tc.gpn), tc.keep)
 			if r.Verdict != tc.verdict {
 				t.Fatalf("verdict %v (%v), want %v", r.Verdict, r.Reasons, tc.verdict)
 			}
@@ -49,4 +56,9 @@ func TestBinpackAndSpread(t *testing.T) {
 			}
 		})
 	}
+}
+
+// refuse keeps every node but the one named.
+func refuse(name string) blind.Keep {
+	return func(n store.Node, _ []store.FreeGPU) bool { return n.Name != name }
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/blind"
 	"github.com/toposched/toposched/internal/placer/fill"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
@@ -19,8 +20,9 @@ import (
 // Name is the strategy's name, as recorded in PlacementDecided.Strategy.
 const Name = "random"
 
-// Place places job on random nodes and random GPUs of them.
-func Place(snap *store.Snapshot, job events.JobAnalyzed) outcome.Result {
+// Place places job on random nodes of those keep keeps (nil: every node)
+// and random GPUs of them.
+func Place(snap *store.Snapshot, job events.JobAnalyzed, keep blind.Keep) outcome.Result {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(job.Job.JobID)) // a hash's Write never fails
 	rng := rand.New(rand.NewPCG(h.Sum64(), 0x9e3779b97f4a7c15))
@@ -49,5 +51,5 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed) outcome.Result {
 		}
 		return out
 	}
-	return fill.Place(snap, job, order, pick)
+	return fill.Place(snap, job, order, pick, keep)
 }
