@@ -17,6 +17,7 @@ import (
 
 	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/internal/textout"
+	"github.com/toposched/toposched/services/placement"
 	"github.com/toposched/toposched/sim/replay"
 )
 
@@ -93,7 +94,7 @@ parallelism) is in sim/replay's package doc.`,
 	fl.IntVar(&f.limit, "limit", 0, "replay only the first N jobs by arrival (0: all)")
 	fl.StringVar(&f.report, "report", "", "directory for summary.json, jobs.csv, timeline.csv and the plots (replay.svg, jct.svg, slowdown.svg)")
 	fl.StringVar(&f.policies, "policies", "", "policy set: a directory, none, or empty for the shipped set")
-	fl.DurationVar(&f.reserveAfter, "reserve-after", -1, "placement's reservation for the queue's head, counted on the virtual clock (negative: off; serve's default is 5m; every strategy honours it, see sim/replay's package doc)")
+	fl.DurationVar(&f.reserveAfter, "reserve-after", placement.DefaultReserveAfter, "placement's reservation for the queue's head, as serve's --reserve-after, counted on the virtual clock (negative: off; every strategy honours it, see sim/replay's package doc)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "where the embedded server keeps its streams (default: a temporary directory)")
 	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar (it is off anyway when stderr is not a terminal)")
 	fl.DurationVar(&f.stall, "stall", 2*time.Minute, "give up when no outcome comes for this long")
@@ -196,6 +197,11 @@ func prepareReplay(f replayFlags) (*prepared, error) {
 		return fail(err)
 	}
 	p.trace.Notes = append(notes, p.trace.Notes...)
+	if f.reserveAfter >= 0 {
+		p.trace.Notes = append(p.trace.Notes, fmt.Sprintf("placement holds nodes for the queue's head once it has waited %v (--reserve-after), under every strategy", f.reserveAfter))
+	} else {
+		p.trace.Notes = append(p.trace.Notes, "--reserve-after off: no nodes are held for a starving job")
+	}
 	if f.hold {
 		replay.Hold(p.trace)
 	}

@@ -52,12 +52,12 @@
 // waited that long, gets nodes no later job may take) counts trace time
 // as a cluster would; with the reservation on, every finish while jobs
 // wait is followed by a barrier, since placement's retry looks at the
-// head's wait before the clock may move on. The replay leaves the
-// reservation off by default (serve's default is 5 minutes). Every
-// strategy honours it, and the node policies: blind and the peers take
-// GPUs only of the nodes placement's node filter allows, as
-// topology-aware does, so strategies compare under one queue and one set
-// of rules. Under --speed N placement keeps the
+// head's wait before the clock may move on. The replay runs the
+// reservation as serve does by default (after 5 minutes; --reserve-after
+// -1 turns it off). Every strategy honours it, and the node policies:
+// blind and the peers take GPUs only of the nodes placement's node filter
+// allows, as topology-aware does, so strategies compare under one queue
+// and one set of rules. Under --speed N placement keeps the
 // wall clock, so a reservation there comes after the wall time given.
 //
 // Every submitted job ends in exactly one of placed (it ran; its finish
