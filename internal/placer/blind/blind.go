@@ -192,10 +192,10 @@ func takeKept(snap *store.Snapshot, n, gpn int, model, of string, keep Keep) out
 	}
 	if gpn > 0 {
 		return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeNodes, Field: outcome.FieldGPUsPerNode,
-			Message: fmt.Sprintf("needs %s with %d free GPUs%s each, %d such nodes that the node filter allows now", nodes(n/gpn), gpn, of, nodesKept)}}}
+			Message: fmt.Sprintf("needs %s with %d free GPUs%s each, %d such nodes now that the node policies and any reservation allow", nodes(n/gpn), gpn, of, nodesKept)}}}
 	}
 	return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeGPUs, Field: outcome.FieldGPUs,
-		Message: fmt.Sprintf("needs %d free GPUs%s, %d free now on the nodes the node filter allows", n, of, len(taken))}}}
+		Message: fmt.Sprintf("needs %d free GPUs%s, %d free now on the nodes the node policies and any reservation allow", n, of, len(taken))}}}
 }
 
 func nodes(n int) string {
