@@ -168,7 +168,6 @@ func PlaceOn(snap *store.Snapshot, job events.JobAnalyzed, keep Keep) outcome.Re
 	return outcome.Result{Verdict: outcome.Placed, GPUs: taken}
 }
 
-// nodes says "1 node" or "n nodes".
 // takeKept is Place's first fit over the nodes keep keeps, in enumeration
 // order, each node's free GPUs by index.
 func takeKept(snap *store.Snapshot, n, gpn int, model, of string, keep Keep) outcome.Result {
@@ -198,6 +197,7 @@ func takeKept(snap *store.Snapshot, n, gpn int, model, of string, keep Keep) out
 		Message: fmt.Sprintf("needs %d free GPUs%s, %d free now on the nodes the node policies and any reservation allow", n, of, len(taken))}}}
 }
 
+// nodes says "1 node" or "n nodes".
 func nodes(n int) string {
 	if n == 1 {
 		return "1 node"
