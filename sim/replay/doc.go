@@ -54,7 +54,7 @@
 // wait is followed by a barrier, since placement's retry looks at the
 // head's wait before the clock may move on. The replay runs the
 // reservation as serve does by default (after 5 minutes; --reserve-after
-// -1 turns it off). Every strategy honours it, and the node policies:
+// -1s turns it off). Every strategy honours it, and the node policies:
 // blind and the peers take GPUs only of the nodes placement's node filter
 // allows, as topology-aware does, so strategies compare under one queue
 // and one set of rules. Under --speed N placement keeps the
