@@ -170,8 +170,8 @@ func cloneSets(p [][]int) [][]int {
 	return out
 }
 
-// Place places job first fit over the nodes keep keeps (nil: every node), with the best-effort policy's
-// choice of GPUs inside each.
+// Place places job first fit over the nodes keep keeps (nil: every
+// node), with the best-effort policy's choice of GPUs inside each.
 func Place(snap *store.Snapshot, job events.JobAnalyzed, keep blind.Keep) outcome.Result {
 	return fill.Place(snap, job, snap.EachNodeFree(job.Job.GPUModel), pick, keep)
 }
