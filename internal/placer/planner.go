@@ -34,6 +34,9 @@ type Planner struct {
 	Reservation *Reservation
 	// Log receives policy evaluation errors (nil: slog.Default).
 	Log *slog.Logger
+	// SearchBudget is topology-aware's local-search budget on the wall
+	// clock (aware.Options.Budget: 0 the default, negative none).
+	SearchBudget time.Duration
 }
 
 // Plan is what a Planner decided for one job.
@@ -81,7 +84,7 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 	}
 	pv := newPolicyView(ctx, snap, p.Policies, job, log)
 	x := &aware.Explain{}
-	opts := aware.Options{Fabric: p.Fabric, Bandwidths: p.Bandwidths, Explain: x}
+	opts := aware.Options{Fabric: p.Fabric, Bandwidths: p.Bandwidths, Budget: p.SearchBudget, Explain: x}
 	reserved := 0
 	res := p.Reservation.Holds(job)
 	if res != nil || pv.filters() {

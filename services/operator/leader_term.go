@@ -85,7 +85,7 @@ func (p *placementTerms) setCurrent(svc *placement.Service) {
 func (p *placementTerms) start(ctx context.Context, leaseRevision uint64) (term, error) {
 	p.mu.Lock()
 	svc, err := placement.New(placement.Config{Strategy: p.cfg.Strategy, ReserveAfter: p.cfg.ReserveAfter, Policies: p.set,
-		Holder: p.holder, LeaseRevision: leaseRevision, Bandwidths: p.bw},
+		Holder: p.holder, LeaseRevision: leaseRevision, Bandwidths: p.bw, SearchBudget: p.cfg.PlacementSearchBudget},
 		placement.Deps{Publish: p.b, Read: p.b, Consume: p.b, Subjects: p.b.Subjects, Log: p.log, Now: p.cfg.PlacementNow, ObservePolicyEval: p.cfg.ObservePolicyEval})
 	if err != nil {
 		p.mu.Unlock()

@@ -58,6 +58,10 @@ type Config struct {
 	// reservations are counted on (nil: time.Now). A replay on a virtual
 	// clock passes its own, so that --reserve-after counts trace time.
 	PlacementNow func() time.Time
+	// PlacementSearchBudget is placement's placement.Config.SearchBudget:
+	// a replay on a virtual clock passes a negative one, so that its
+	// decisions follow the trace and not the machine's load.
+	PlacementSearchBudget time.Duration
 	// Policies is placement's base policy set: a directory, reloaded when
 	// its files change; PoliciesDefault ("") for the shipped set; or
 	// PoliciesNone. A set pushed to the policy KV bucket overrides it when

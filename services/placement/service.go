@@ -49,6 +49,10 @@ type Config struct {
 	// Bandwidths are the cost model's link rates and efficiencies (nil:
 	// the defaults; a calibration's, collective.Calibration.Bandwidths).
 	Bandwidths *topology.Bandwidths
+	// SearchBudget bounds topology-aware's local search on the wall
+	// clock (placer.Planner.SearchBudget: 0 the default, negative none,
+	// the evaluation cap alone, as a replay on a virtual clock wants).
+	SearchBudget time.Duration
 }
 
 // DefaultStrategy is the strategy of a Config that names none.
@@ -117,6 +121,8 @@ type Service struct {
 	// bandwidths of the cost model (Config.Bandwidths).
 	bandwidths atomic.Pointer[topology.Bandwidths]
 	strategy   string
+	// searchBudget is Config.SearchBudget.
+	searchBudget time.Duration
 	// policies is the policy set in force; nil means none.
 	policies *policies.Set
 	// reserveAfter is how long the head of the queue waits before nodes
@@ -172,7 +178,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	svc := &Service{pub: deps.Publish, read: deps.Read, consume: deps.Consume, subjects: deps.Subjects,
 		store: st, log: log.With("component", "placement"), now: now, observe: deps.ObservePolicyEval,
-		ready: make(chan struct{}), strategy: strategy.Name(), policies: cfg.Policies,
+		ready: make(chan struct{}), strategy: strategy.Name(), searchBudget: cfg.SearchBudget, policies: cfg.Policies,
 		reserveAfter: reserveAfter, pendingSince: map[string]time.Time{},
 		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision, ackWait: defaultAckWait,
 		life: context.Background()}
@@ -440,7 +446,8 @@ func (s *Service) decide(ctx context.Context, c *cycle, job events.JobAnalyzed, 
 
 // planner is the Planner of the service's current state.
 func (s *Service) planner() *placer.Planner {
-	return &placer.Planner{Strategy: s.strategy, Fabric: s.fabric, Bandwidths: s.bandwidths.Load(), Policies: s.policies, Reservation: s.reservation, Log: s.log}
+	return &placer.Planner{Strategy: s.strategy, Fabric: s.fabric, Bandwidths: s.bandwidths.Load(), Policies: s.policies,
+		Reservation: s.reservation, Log: s.log, SearchBudget: s.searchBudget}
 }
 
 // predict scores the chosen GPUs and, as the baseline, what blind first

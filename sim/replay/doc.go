@@ -54,7 +54,12 @@
 // wait is followed by a barrier, since placement's retry looks at the
 // head's wait before the clock may move on. The replay runs the
 // reservation as serve does by default (after 5 minutes; --reserve-after
-// -1s turns it off). Every strategy honours it, and the node policies:
+// -1s turns it off). Nor does topology-aware's local search stop on the
+// wall clock (serve's 2 ms; operator.Config.PlacementSearchBudget): each
+// decision is bounded by its cost-model evaluations alone, so a replay
+// gives the same figures on an idle machine and a loaded one
+// (TestReplayIsDeterministic). Every strategy honours the reservation,
+// and the node policies:
 // blind and the peers take GPUs only of the nodes placement's node filter
 // allows, as topology-aware does, so strategies compare under one queue
 // and one set of rules. Under --speed N placement keeps the

@@ -218,6 +218,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		// the reservation for a starving job comes when it would have.
 		clock = &virtualClock{epoch: time.Now()}
 		ocfg.PlacementNow = clock.now
+		// Nor does its local search stop on the wall clock: each
+		// decision is bounded by cost-model evaluations alone, so the
+		// replay decides alike on an idle machine and a loaded one.
+		ocfg.PlacementSearchBudget = -1
 	}
 	op, err := operator.Start(ctx, b, ocfg, cfg.Log)
 	if err != nil {

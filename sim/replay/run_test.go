@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 )
@@ -174,6 +177,69 @@ func TestReservationOnTheVirtualClock(t *testing.T) {
 			if j.ID == "big" && j.Start != tc.bigStart {
 				t.Errorf("%s, reserve after %v: the 8-GPU job started at %v s, want %v s", tc.strategy, tc.reserveAfter, j.Start, tc.bigStart)
 			}
+		}
+	}
+}
+
+// TestReplayIsDeterministic: on the virtual clock a replay's decisions
+// depend on the trace alone, not on how fast the machine is. The same
+// contended trace, whose jobs of 4 to 16 GPUs give topology-aware's local
+// search work across nodes, is replayed twice, the second time with every
+// core kept busy; each job starts at the same time on as many nodes with
+// the same predicted comm time. On the wall-clock budget of serve (2 ms)
+// the loaded run's searches stop sooner and choose otherwise.
+func TestReplayIsDeterministic(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two replays")
+	}
+	clusterFile := filepath.Join("..", "..", "deploy", "examples", "replay", "hetero-512.yaml")
+	inv, err := LoadInventory(clusterFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := Generate(SynthConfig{Jobs: 60, Seed: 5, Load: 2, DurationMedian: 600, DurationSigma: 0.5,
+		Sizes: []SizeWeight{{1, 4}, {4, 2}, {8, 3}, {12, 2}, {16, 3}}}, inv.GPUs, inv.MaxNodeGPUs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	replay := func() *Result {
+		r, err := Run(ctx, Config{ClusterFile: clusterFile, Inventory: inv, Trace: tr, Strategy: "topology-aware", Seed: 1,
+			ReserveAfter: -1, DataDir: t.TempDir(), Stall: time.Minute, Samples: 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	first := replay()
+	stop := make(chan struct{})
+	var spin sync.WaitGroup
+	for range runtime.NumCPU() {
+		spin.Add(1)
+		go func() {
+			defer spin.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	second := replay()
+	close(stop)
+	spin.Wait()
+	if len(first.Jobs) != len(second.Jobs) {
+		t.Fatalf("%d jobs, then %d", len(first.Jobs), len(second.Jobs))
+	}
+	for i, a := range first.Jobs {
+		b := second.Jobs[i]
+		same := func(x, y float64) bool { return x == y || (math.IsNaN(x) && math.IsNaN(y)) }
+		if a.ID != b.ID || a.Start != b.Start || a.Nodes != b.Nodes || !same(a.Comm, b.Comm) {
+			t.Errorf("job %s: start %v on %d nodes, comm %v; loaded: %s at %v on %d, comm %v",
+				a.ID, a.Start, a.Nodes, a.Comm, b.ID, b.Start, b.Nodes, b.Comm)
 		}
 	}
 }

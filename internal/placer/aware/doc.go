@@ -179,8 +179,9 @@
 // fit), the latter kept only when faster by 0.5%. It stops at a pass
 // without improvement, after Options.MaxEvals cost-model evaluations
 // (default 200) or after Options.Budget (default 2 ms, counted from the
-// scoring of the alternatives where there are some), whichever comes
-// first; MaxEvals < 0 turns it off. Then a job of at most 16 GPUs over
+// scoring of the alternatives where there are some; negative: no
+// wall-clock bound, as replays on a virtual clock run it), whichever
+// comes first; MaxEvals < 0 turns it off. Then a job of at most 16 GPUs over
 // several nodes gets each node's share chosen exactly with the other
 // nodes' GPUs as they are (exactShares: every order of that many of the
 // node's free GPUs, twins with the same links and NIC paths once, while

@@ -26,7 +26,10 @@ type Options struct {
 	// Bandwidths of the links (nil: topology.DefaultBandwidths).
 	Bandwidths *topology.Bandwidths
 	// Budget bounds the local search's wall time (0: 2 ms), counted from
-	// the scoring of the multi-node alternatives where there are some.
+	// the scoring of the multi-node alternatives where there are some;
+	// negative: no bound on the wall clock, MaxEvals alone, so that the
+	// decision does not depend on the machine's speed or load (a replay
+	// on a virtual clock).
 	Budget time.Duration
 	// MaxEvals bounds the local search's cost-model evaluations (0: 200;
 	// negative: no local search).
@@ -72,8 +75,12 @@ const oneGPULimit = 256
 // looks at (the first by level, then fit).
 const singleLimit = 32
 
+// budget is the local search's wall-time bound; 0 is none.
 func (o Options) budget() time.Duration {
-	if o.Budget > 0 {
+	switch {
+	case o.Budget < 0:
+		return 0
+	case o.Budget > 0:
 		return o.Budget
 	}
 	return 2 * time.Millisecond

@@ -36,13 +36,14 @@ func (p *placer) localSearch(gpus []store.GPUKey, cands []*candNode, across bool
 	if !p.since.IsZero() {
 		began, p.since = p.since, time.Time{}
 	}
-	deadline := began.Add(p.opts.budget())
+	budget := p.opts.budget()
+	deadline := began.Add(budget)
 	start := p.e.evals
 	cur := slices.Clone(gpus)
 	if math.IsNaN(curT) {
 		curT = p.e.cost(cur)
 	}
-	out := func() bool { return p.e.evals-start >= maxEvals || time.Now().After(deadline) }
+	out := func() bool { return p.e.evals-start >= maxEvals || (budget > 0 && time.Now().After(deadline)) }
 	// Free GPUs not taken, per node.
 	spare := map[string][]int{}
 	taken := map[store.GPUKey]bool{}

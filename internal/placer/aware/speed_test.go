@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/fixtures"
@@ -102,7 +101,7 @@ func decisionCases(t *testing.T) []decisionCase {
 				}
 				for variant := range decisionVariants {
 					j := fixtures.SyntheticJob("j", n, tp, 1)
-					opts := Options{MaxEvals: 30, Budget: time.Hour, Explain: &Explain{}}
+					opts := Options{MaxEvals: 30, Budget: -1, Explain: &Explain{}}
 					switch variant {
 					case 1:
 						j.Job.GPUModel = "H100"
