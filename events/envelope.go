@@ -42,27 +42,36 @@ type Envelope struct {
 	CausationID   string
 }
 
+// MaxHeaders is the most headers EachHeader sets.
+const MaxHeaders = 10
+
 // Headers renders the envelope as NATS headers, Nats-Msg-Id included.
 func (e Envelope) Headers() map[string]string {
-	h := map[string]string{
-		HeaderSpecVersion: SpecVersion,
-		HeaderType:        e.Type,
-		HeaderSource:      e.Source,
-		HeaderID:          e.ID,
-		HeaderTime:        e.Time.UTC().Format(time.RFC3339Nano),
-		HeaderContentType: ContentType,
-		HeaderMsgID:       e.ID,
-	}
+	h := make(map[string]string, MaxHeaders)
+	e.EachHeader(func(k, v string) { h[k] = v })
+	return h
+}
+
+// EachHeader calls set with each header Headers holds, for a caller that
+// writes them into a map of its own: every event sent and every one
+// received is addressed, and a map built only to be copied is garbage.
+func (e Envelope) EachHeader(set func(key, value string)) {
+	set(HeaderSpecVersion, SpecVersion)
+	set(HeaderType, e.Type)
+	set(HeaderSource, e.Source)
+	set(HeaderID, e.ID)
+	set(HeaderTime, e.Time.UTC().Format(time.RFC3339Nano))
+	set(HeaderContentType, ContentType)
+	set(HeaderMsgID, e.ID)
 	if e.Subject != "" {
-		h[HeaderSubject] = e.Subject
+		set(HeaderSubject, e.Subject)
 	}
 	if e.CorrelationID != "" {
-		h[HeaderCorrelationID] = e.CorrelationID
+		set(HeaderCorrelationID, e.CorrelationID)
 	}
 	if e.CausationID != "" {
-		h[HeaderCausationID] = e.CausationID
+		set(HeaderCausationID, e.CausationID)
 	}
-	return h
 }
 
 // Delivery is what the transport knows of a received message, used to fill

@@ -365,11 +365,37 @@ func (b *Bus) message(ctx context.Context, v any) (events.Name, events.Envelope,
 	if name.NodeScoped() {
 		subject = b.Subjects.ForNode(name, key)
 	}
-	h := env.Headers()
+	h := newHeader(events.MaxHeaders + fenceHeaders)
+	env.EachHeader(h.set)
 	if f, ok := fenceFrom(ctx); ok {
-		f.headers(h)
+		f.headers(h.set)
 	}
-	return name, env, newMsg(subject, h, body), nil
+	msg := nats.NewMsg(subject)
+	msg.Header, msg.Data = h.h, body
+	return name, env, msg, nil
+}
+
+// header builds a message's NATS headers with room for n of them, the
+// values in one array: nats.Header.Set makes a slice for each value,
+// and every event sent carries ten.
+type header struct {
+	h    nats.Header
+	vals []string
+}
+
+func newHeader(n int) *header {
+	return &header{h: make(nats.Header, n), vals: make([]string, 0, n)}
+}
+
+// set is nats.Header.Set: one value under the key as given.
+func (w *header) set(k, v string) {
+	if len(w.vals) == cap(w.vals) {
+		w.h.Set(k, v)
+		return
+	}
+	w.vals = append(w.vals, v)
+	n := len(w.vals)
+	w.h[k] = w.vals[n-1 : n : n]
 }
 
 // published tells the observer of an event stored. A duplicate is the

@@ -48,9 +48,12 @@ const (
 	headerExpectedLastSubjectSeqSubj = "Nats-Expected-Last-Subject-Sequence-Subject"
 )
 
-func (f Fence) headers(h map[string]string) {
-	h[headerExpectedLastSubjectSeq] = strconv.FormatUint(f.Seq, 10)
-	h[headerExpectedLastSubjectSeqSubj] = f.Subject
+// fenceHeaders is how many headers a fence adds.
+const fenceHeaders = 2
+
+func (f Fence) headers(set func(key, value string)) {
+	set(headerExpectedLastSubjectSeq, strconv.FormatUint(f.Seq, 10))
+	set(headerExpectedLastSubjectSeqSubj, f.Subject)
 }
 
 // fenced reports whether a publish error is JetStream's "wrong last

@@ -275,9 +275,7 @@ func (b *Bus) envelopeOf(m *message.Message) (events.Envelope, []byte, error) {
 	if err != nil {
 		return env, nil, err
 	}
-	for k, v := range env.Headers() {
-		m.Metadata.Set(k, v)
-	}
+	env.EachHeader(m.Metadata.Set)
 	m.UUID = env.ID
 	return env, m.Payload, nil
 }

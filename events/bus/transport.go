@@ -185,6 +185,9 @@ func (s *subscriber) Close() error {
 // under underscore keys.
 func toWatermill(m jetstream.Msg) *message.Message {
 	wm := message.NewMessage("", m.Data())
+	// Sized once: the headers, the five facts below, and the few
+	// envelopeOf fills in for a bare publisher.
+	wm.Metadata = make(message.Metadata, len(m.Headers())+transportFacts)
 	for k, v := range m.Headers() {
 		if len(v) == 0 {
 			continue
@@ -201,6 +204,11 @@ func toWatermill(m jetstream.Msg) *message.Message {
 	wm.UUID = wm.Metadata.Get("ce-id")
 	return wm
 }
+
+// transportFacts is room in a message's metadata beyond its headers: the
+// subject, stream, sequence, time and deliveries toWatermill sets, and
+// three envelope headers a bare publisher may have left out.
+const transportFacts = 8
 
 // normalizeHeader lower-cases CloudEvents headers: their binding is
 // case-insensitive, NATS headers are not.

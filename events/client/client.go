@@ -96,7 +96,7 @@ func Watch(ctx context.Context, b *bus.Bus, from From, ready chan<- struct{}, fn
 }
 
 func decodeOutcome(b *bus.Bus, m jetstream.Msg) (Outcome, error) {
-	h := map[string]string{}
+	h := make(map[string]string, len(m.Headers()))
 	for k, v := range m.Headers() {
 		if len(v) > 0 {
 			h[strings.ToLower(k)] = v[0]
