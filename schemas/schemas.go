@@ -230,8 +230,10 @@ func decode(body []byte) (any, *ValidationError) {
 		}
 		return nil, &ValidationError{Problems: []Problem{{Rule: "json", Message: msg}}}
 	}
-	p := parser{b: body}
-	doc := p.value(nil)
+	p := parsers.Get().(*parser)
+	defer p.release()
+	p.b = body
+	doc := p.value()
 	if len(p.probs) > 0 {
 		return nil, newValidationError(p.probs)
 	}
@@ -254,28 +256,56 @@ func decode(body []byte) (any, *ValidationError) {
 //
 // It reads the bytes itself rather than a Decoder's tokens: every event
 // published or consumed is checked, and the tokens cost half of the check.
+// For the same reason it allocates only the document: where a value sits
+// is a stack of steps, spelled out only for a problem, and each object's
+// properties and array's elements wait on a stack until the map or slice
+// can be made at its size (a map grown one property at a time is made
+// again at 9); parsers, their stacks with them, are reused.
 type parser struct {
 	b     []byte
 	i     int
 	probs []Problem
+	// path is where the value being read sits: one step per enclosing
+	// property or element.
+	path []step
+	// members and items hold the properties of the objects being read
+	// and the elements of the arrays, innermost last.
+	members []member
+	items   []any
 }
 
-// spot is where a value sits: its parent and its key, or its index in
-// an array. It is spelled out (String) only for a problem.
-type spot struct {
-	parent *spot
-	key    string
-	index  int // -1 for an object's property
+// step is one property (index -1) or array element on the way to a value.
+type step struct {
+	key   string
+	index int
 }
 
-func (at *spot) String() string {
-	if at == nil {
-		return ""
+type member struct {
+	key string
+	val any
+}
+
+var parsers = sync.Pool{New: func() any { return new(parser) }}
+
+// release empties p, keeping its stacks' room, and returns it to the pool.
+func (p *parser) release() {
+	clear(p.members[:cap(p.members)])
+	clear(p.items[:cap(p.items)])
+	*p = parser{path: p.path[:0], members: p.members[:0], items: p.items[:0]}
+	parsers.Put(p)
+}
+
+// field spells out p.path, such as ranks[3].gpu; "" is the whole body.
+func (p *parser) field() string {
+	f := ""
+	for _, s := range p.path {
+		if s.index >= 0 {
+			f += "[" + strconv.Itoa(s.index) + "]"
+		} else {
+			f = appendKey(f, s.key)
+		}
 	}
-	if at.index >= 0 {
-		return at.parent.String() + "[" + strconv.Itoa(at.index) + "]"
-	}
-	return appendKey(at.parent.String(), at.key)
+	return f
 }
 
 func (p *parser) space() {
@@ -290,53 +320,69 @@ func (p *parser) space() {
 }
 
 // value reads one value at p.i.
-func (p *parser) value(at *spot) any {
+func (p *parser) value() any {
 	p.space()
 	switch c := p.b[p.i]; c {
 	case '{':
 		p.i++
-		obj := map[string]any{}
 		p.space()
 		if p.b[p.i] == '}' {
 			p.i++
-			return obj
+			return map[string]any{}
 		}
+		base := len(p.members)
 		for {
 			p.space()
 			key := p.str()
 			p.space()
 			p.i++ // :
-			kp := &spot{parent: at, key: key, index: -1}
-			if _, dup := obj[key]; dup {
-				p.probs = append(p.probs, Problem{Field: kp.String(), Rule: "json", Message: "duplicate property"})
-			}
-			obj[key] = p.value(kp)
+			p.path = append(p.path, step{key: key, index: -1})
+			v := p.value()
+			p.path = p.path[:len(p.path)-1]
+			p.members = append(p.members, member{key, v})
 			p.space()
 			if p.b[p.i] == ',' {
 				p.i++
 				continue
 			}
 			p.i++ // }
-			return obj
+			break
 		}
+		obj := make(map[string]any, len(p.members)-base)
+		for _, m := range p.members[base:] {
+			if _, dup := obj[m.key]; dup {
+				p.path = append(p.path, step{key: m.key, index: -1})
+				p.probs = append(p.probs, Problem{Field: p.field(), Rule: "json", Message: "duplicate property"})
+				p.path = p.path[:len(p.path)-1]
+			}
+			obj[m.key] = m.val
+		}
+		p.members = p.members[:base]
+		return obj
 	case '[':
 		p.i++
-		arr := []any{}
 		p.space()
 		if p.b[p.i] == ']' {
 			p.i++
-			return arr
+			return []any{}
 		}
+		base := len(p.items)
 		for n := 0; ; n++ {
-			arr = append(arr, p.value(&spot{parent: at, index: n}))
+			p.path = append(p.path, step{index: n})
+			v := p.value()
+			p.path = p.path[:len(p.path)-1]
+			p.items = append(p.items, v)
 			p.space()
 			if p.b[p.i] == ',' {
 				p.i++
 				continue
 			}
 			p.i++ // ]
-			return arr
+			break
 		}
+		arr := slices.Clone(p.items[base:])
+		p.items = p.items[:base]
+		return arr
 	case '"':
 		return p.str()
 	case 't':
@@ -355,7 +401,7 @@ func (p *parser) value(at *spot) any {
 	}
 	lit := string(p.b[start:p.i])
 	if !numberInRange(lit) {
-		p.probs = append(p.probs, Problem{Field: at.String(), Rule: "number", Message: fmt.Sprintf("number %.40s out of range", lit)})
+		p.probs = append(p.probs, Problem{Field: p.field(), Rule: "number", Message: fmt.Sprintf("number %.40s out of range", lit)})
 	}
 	return json.Number(lit)
 }
