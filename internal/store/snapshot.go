@@ -101,6 +101,13 @@ func (s *Snapshot) Node(name string) (Node, bool) {
 // until released.
 func (s *Snapshot) GPUs(node string) []GPU {
 	var out []GPU
+	// Sized by the node's report, which lists them all but those kept
+	// for their jobs: an 8-GPU node's slice grown one GPU at a time is
+	// made four times, 15 GPUs in all, and a decision lists a node three
+	// times.
+	if raw, ok := s.first(TableNodes, IndexID, node).(*Node); ok && raw.GPUCount > 0 {
+		out = make([]GPU, 0, raw.GPUCount)
+	}
 	for g := range s.EachGPU(node) {
 		out = append(out, g)
 	}
