@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -213,23 +214,18 @@ func TestReplayIsDeterministic(t *testing.T) {
 		return r
 	}
 	first := replay()
-	stop := make(chan struct{})
+	var stop atomic.Bool
 	var spin sync.WaitGroup
 	for range runtime.NumCPU() {
 		spin.Add(1)
-		go func() {
+		go func() { // keeps a core busy until the replay is done
 			defer spin.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for !stop.Load() {
 			}
 		}()
 	}
 	second := replay()
-	close(stop)
+	stop.Store(true)
 	spin.Wait()
 	if len(first.Jobs) != len(second.Jobs) {
 		t.Fatalf("%d jobs, then %d", len(first.Jobs), len(second.Jobs))
