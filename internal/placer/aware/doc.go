@@ -141,23 +141,6 @@
 // wins as above. BENCHMARKS.md ("Issue 17: best fit within a tolerance")
 // says how the tolerance was chosen.
 //
-// A job no node holds is weighed the same way (fewestWithin, multi.go):
-// on a busy cluster, with its compute time known, its spreads over
-// nodes — one per fitting fabric domain, the spread over the fewest
-// nodes of the cluster whatever their leaves (fewestNodes), and the
-// alternatives below — are ordered by step time, and of those within the
-// tolerance of the fastest the one on the fewest nodes is taken (then
-// the faster); the local search then takes no node the spread does not
-// use. A spread holds a share of every node it touches for the job's
-// life: on the leftovers of many nodes it keeps each from a whole-node
-// job, and from the reservation of a waiting one, which must wait for
-// this job to end. A data-parallel 16-GPU job on two GPUs of each of
-// eight nodes goes to three nodes with seven, seven and two free (which
-// is faster too); a tensor-parallel one keeps the eight when the three
-// are 21% slower (TestFewestWithin). Otherwise the tightest domain's
-// spread is the favourite, as under Domain choice. BENCHMARKS.md ("Issue
-// 17: spreads over the fewest nodes") has the replays.
-//
 // # Policies
 //
 // Options.Filter drops nodes before anything else (node policies);

@@ -453,9 +453,35 @@ func (p *placer) spread(cands []*candNode, n int, dom string) []store.GPUKey {
 	var out []store.GPUKey
 	rem := n
 	for _, g := range leaves {
-		var ok bool
-		if out, rem, ok = p.takeLargest(g.nodes, out, rem); !ok {
-			return nil
+		slices.SortStableFunc(g.nodes, func(a, b *candNode) int {
+			return cmp.Or(cmp.Compare(b.offer, a.offer), cmp.Compare(len(a.free), len(b.free)))
+		})
+		used := make([]bool, len(g.nodes))
+		for i := 0; i < len(g.nodes) && rem > 0; i++ {
+			if used[i] {
+				continue
+			}
+			c := g.nodes[i]
+			take := c.offer
+			if take >= rem {
+				// The tightest offer in this leaf that covers the rest.
+				bi := i
+				for j := i + 1; j < len(g.nodes); j++ {
+					if !used[j] && g.nodes[j].offer >= rem && g.nodes[j].offer <= g.nodes[bi].offer {
+						bi = j
+					}
+				}
+				c, take = g.nodes[bi], rem
+				used[bi] = true
+			} else {
+				used[i] = true
+			}
+			in, err := p.pick(c, take)
+			if err != nil {
+				return nil
+			}
+			out = append(out, keys(c.node.Name, in.gpus)...)
+			rem -= take
 		}
 		if rem == 0 {
 			break
@@ -465,113 +491,4 @@ func (p *placer) spread(cands []*candNode, n int, dom string) []store.GPUKey {
 		return nil
 	}
 	return out
-}
-
-// takeLargest takes up to rem GPUs from nodes, sorting them, the largest
-// offers first and the rest from the node whose offer covers it most
-// tightly, appending them to out; it returns out, what is still to take,
-// and false when a node's pick failed.
-func (p *placer) takeLargest(nodes []*candNode, out []store.GPUKey, rem int) ([]store.GPUKey, int, bool) {
-	slices.SortStableFunc(nodes, func(a, b *candNode) int {
-		return cmp.Or(cmp.Compare(b.offer, a.offer), cmp.Compare(len(a.free), len(b.free)))
-	})
-	used := make([]bool, len(nodes))
-	for i := 0; i < len(nodes) && rem > 0; i++ {
-		if used[i] {
-			continue
-		}
-		c := nodes[i]
-		take := c.offer
-		if take >= rem {
-			// The tightest offer that covers the rest.
-			bi := i
-			for j := i + 1; j < len(nodes); j++ {
-				if !used[j] && nodes[j].offer >= rem && nodes[j].offer <= nodes[bi].offer {
-					bi = j
-				}
-			}
-			c, take = nodes[bi], rem
-			used[bi] = true
-		} else {
-			used[i] = true
-		}
-		in, err := p.pick(c, take)
-		if err != nil {
-			return out, rem, false
-		}
-		out = append(out, keys(c.node.Name, in.gpus)...)
-		rem -= take
-	}
-	return out, rem, true
-}
-
-// fewestNodes spreads the job over the fewest of cands' nodes, whatever
-// their leaves: the largest offers (as multiNode last set them) first.
-// Nil when they do not add up.
-func (p *placer) fewestNodes(cands []*candNode) *cand {
-	var nodes []*candNode
-	for _, c := range cands {
-		if c.offer > 0 {
-			nodes = append(nodes, c)
-		}
-	}
-	out, rem, ok := p.takeLargest(nodes, nil, p.n)
-	if !ok || rem != 0 {
-		return nil
-	}
-	return &cand{domain: cmp.Or(p.scope, store.ClusterDomain), gpus: out, comm: math.NaN()}
-}
-
-// fewestWithin orders the spreads of a job over nodes on a busy cluster
-// (fitRule): those whose predicted step time (compute + communication) is
-// within Options.FitTolerance of the fastest's first, the fewest nodes
-// first among them and then the faster; the rest by speed. A job spread
-// over nodes holds a share of each for its whole life; on the leftovers
-// of many nodes it keeps them all from whole-node jobs (and from the
-// reservation of a waiting one, which must wait for it to end) for what
-// saves it less than the tolerance.
-func (p *placer) fewestWithin(pool []*cand) []*cand {
-	comp := p.e.comp
-	best := inf
-	for _, c := range pool {
-		best = min(best, comp+p.score(c))
-	}
-	bound := best * (1 + p.opts.fitTolerance())
-	type ranked struct {
-		c      *cand
-		t      float64
-		nodes  int
-		inside bool
-	}
-	rs := make([]ranked, len(pool))
-	for i, c := range pool {
-		t := comp + p.score(c)
-		rs[i] = ranked{c, t, nodesOf(c.gpus), t <= bound}
-	}
-	slices.SortStableFunc(rs, func(a, b ranked) int {
-		switch {
-		case a.inside != b.inside:
-			if a.inside {
-				return -1
-			}
-			return 1
-		case a.inside && a.nodes != b.nodes:
-			return cmp.Compare(a.nodes, b.nodes)
-		}
-		return cmp.Compare(a.t, b.t)
-	})
-	out := make([]*cand, len(rs))
-	for i, r := range rs {
-		out[i] = r.c
-	}
-	return out
-}
-
-// nodesOf counts the nodes gpus are on.
-func nodesOf(gpus []store.GPUKey) int {
-	seen := make(map[string]struct{}, len(gpus)/4+1)
-	for _, g := range gpus {
-		seen[g.Node] = struct{}{}
-	}
-	return len(seen)
 }

@@ -167,13 +167,8 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 	}
 	if len(list) == 0 {
 		p.cands = full()
-		if p.fitRule() {
-			// Every fitting domain's spread, for fewestWithin to weigh.
-			list = p.multiNode(p.cands, job, gpn, p.limit())
-		} else {
-			list = p.multiNode(p.cands, job, gpn, 1)
-			more = func() []*cand { return p.multiNode(p.cands, job, gpn, p.limit())[1:] }
-		}
+		list = p.multiNode(p.cands, job, gpn, 1)
+		more = func() []*cand { return p.multiNode(p.cands, job, gpn, p.limit())[1:] }
 	}
 	if len(list) == 0 {
 		// Cannot happen when blind placed and the filter left enough; be
@@ -201,32 +196,10 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 	alt := false
 	if len(fit) == 0 || across {
 		p.since = time.Now()
-		if len(fit) == 0 && p.fitRule() {
-			// On a busy cluster a spread over nodes is chosen for what it
-			// leaves the next jobs too: the fewest nodes within the
-			// tolerance (fewestWithin), among the domains' spreads, the
-			// fewest-node spread over all of them and the alternatives.
-			pool := list
-			if f := p.fewestNodes(p.cands); f != nil {
-				pool = append(pool, f)
-			}
-			pool = append(pool, p.alternatives(p.cands, job, gpn, list[0])...)
-			pool = p.fewestWithin(pool)
-			p.consolidate = true
-			list = pool[:1]
-			rest, wider := pool[1:], more
-			more = func() []*cand {
-				if wider == nil {
-					return rest
-				}
-				return append(slices.Clone(rest), slices.DeleteFunc(wider(), func(c *cand) bool {
-					return slices.ContainsFunc(rest, func(r *cand) bool { return slices.Equal(c.gpus, r.gpus) })
-				})...)
-			}
-		} else if l := p.faster(list, p.alternatives(p.cands, job, gpn, list[0])); len(l) > len(list) {
-			// Other groupings on nodes, and spreads that keep off the
-			// inter-socket links, where the cost model finds one faster by
-			// 0.5% than the favourite.
+		// Other groupings on nodes, and spreads that keep off the
+		// inter-socket links, where the cost model finds one faster by
+		// 0.5% than the favourite.
+		if l := p.faster(list, p.alternatives(p.cands, job, gpn, list[0])); len(l) > len(list) {
 			alt, list = true, l
 			if more != nil {
 				m := more
@@ -285,9 +258,6 @@ type placer struct {
 	// busy: at most half the GPUs of the job's model are free (see
 	// bestFitWithin).
 	busy bool
-	// consolidate: fewestWithin chose the spread, so the local search
-	// takes no node the spread does not use.
-	consolidate bool
 }
 
 // busy reports whether at most half the cluster's GPUs of the model (""

@@ -78,7 +78,7 @@ func (p *placer) localSearch(gpus []store.GPUKey, cands []*candNode, across bool
 	}
 	crossOK := len(cur) <= 16
 	var others []*candNode // nodes the job does not use, for (d)
-	if across = across && crossOK; across && !p.consolidate {
+	if across = across && crossOK; across {
 		others = p.otherNodes(cur, cands, onNode)
 	}
 	for improved := true; improved && !out(); {
