@@ -190,9 +190,6 @@ func TestReservationOnTheVirtualClock(t *testing.T) {
 // the same predicted comm time. On the wall-clock budget of serve (2 ms)
 // the loaded run's searches stop sooner and choose otherwise.
 func TestReplayIsDeterministic(t *testing.T) {
-	if testing.Short() {
-		t.Skip("two replays")
-	}
 	clusterFile := filepath.Join("..", "..", "deploy", "examples", "replay", "hetero-512.yaml")
 	inv, err := LoadInventory(clusterFile)
 	if err != nil {
