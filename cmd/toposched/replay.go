@@ -35,6 +35,7 @@ type replayFlags struct {
 	noProgress                  bool
 	hold                        bool
 	stall                       time.Duration
+	cpuProfile                  string
 	// synthetic
 	gpus           int
 	count, burst   int
@@ -78,6 +79,11 @@ parallelism) is in sim/replay's package doc.`,
 			if g.logLevel == "info" {
 				g.logLevel = "warn" // the output is the report
 			}
+			stop, err := startCPUProfile(f.cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer stop()
 			return runReplay(cmd.Context(), g, f, cmd.OutOrStdout())
 		},
 	}
@@ -97,6 +103,7 @@ parallelism) is in sim/replay's package doc.`,
 	fl.DurationVar(&f.reserveAfter, "reserve-after", placement.DefaultReserveAfter, "placement's reservation for the queue's head, as serve's --reserve-after, counted on the virtual clock (negative: off; every strategy honours it, see sim/replay's package doc)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "where the embedded server keeps its streams (default: a temporary directory)")
 	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar (it is off anyway when stderr is not a terminal)")
+	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the run to FILE (go tool pprof FILE)")
 	fl.DurationVar(&f.stall, "stall", 2*time.Minute, "give up when no outcome comes for this long")
 	fl.IntVar(&f.gpus, "gpus", 1024, "synthetic: GPUs of the generated cluster (whole pods of 32 8-GPU nodes)")
 	fl.IntVar(&f.count, "count", 1000, "synthetic: jobs to draw")

@@ -40,7 +40,12 @@
 //     GPU model no cluster has) and waits for its rejection: placement
 //     handles one event at a time, so the barrier's outcome is published
 //     after everything the finish caused. Without waiting jobs there is
-//     nothing to wait for and no barrier is sent.
+//     nothing to wait for and no barrier is sent; nor does the replay
+//     then wait for each release before the next finish: it sends every
+//     finish due before the next arrival and waits for their releases
+//     together (a release decides nothing while nobody waits, so the
+//     order placement handles them in changes nothing;
+//     TestFinishRunsChangeNothing).
 //
 // A job placed when the clock reads t runs until t + its run time (see
 // Run time below), so queueing delay is the virtual time between arrival

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -234,5 +235,70 @@ func TestReplayIsDeterministic(t *testing.T) {
 			t.Errorf("job %s: start %v on %d nodes, comm %v; loaded: %s at %v on %d, comm %v",
 				a.ID, a.Start, a.Nodes, a.Comm, b.ID, b.Start, b.Nodes, b.Comm)
 		}
+	}
+}
+
+// TestFinishRunsChangeNothing replays a light trace, in which many jobs
+// end one after another with nobody waiting, once with the finishes sent
+// in runs (finishRun) and once one at a time, each release awaited before
+// the next: every job and every timeline point must come out the same.
+func TestFinishRunsChangeNothing(t *testing.T) {
+	clusterFile := filepath.Join("..", "..", "deploy", "examples", "replay", "hetero-512.yaml")
+	inv, err := LoadInventory(clusterFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := Generate(SynthConfig{Jobs: 80, Seed: 3, Load: 0.3, DurationMedian: 600, DurationSigma: 1.5,
+		Sizes: []SizeWeight{{1, 4}, {2, 1}, {8, 2}, {16, 1}}}, inv.GPUs, inv.MaxNodeGPUs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	replay := func(limit int) *Result {
+		t.Helper()
+		defer func(was int) { finishRunMax = was }(finishRunMax)
+		finishRunMax = limit
+		r, err := Run(ctx, Config{ClusterFile: clusterFile, Inventory: inv, Trace: tr, Strategy: "topology-aware", Seed: 1,
+			DataDir: t.TempDir(), Stall: time.Minute, Samples: 50})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	runs, single := replay(finishRunMax), replay(1)
+
+	// The trace must have finishes back to back for the test to say
+	// anything: count the ends with no arrival since the previous end.
+	var ends, arrivals []float64
+	for _, j := range single.Jobs {
+		arrivals = append(arrivals, j.Arrival)
+		if j.End >= 0 {
+			ends = append(ends, j.End)
+		}
+	}
+	slices.Sort(ends)
+	slices.Sort(arrivals)
+	backToBack := 0
+	for i := 1; i < len(ends); i++ {
+		k, _ := slices.BinarySearch(arrivals, ends[i-1])
+		if k == len(arrivals) || arrivals[k] >= ends[i] {
+			backToBack++
+		}
+	}
+	if backToBack < 10 {
+		t.Fatalf("only %d finishes follow another with no arrival between: the trace does not test runs", backToBack)
+	}
+
+	same := func(x, y float64) bool { return x == y || (math.IsNaN(x) && math.IsNaN(y)) }
+	for i, a := range single.Jobs {
+		b := runs.Jobs[i]
+		if a.ID != b.ID || a.Outcome != b.Outcome || a.Start != b.Start || a.Nodes != b.Nodes || !same(a.Comm, b.Comm) || !same(a.End, b.End) {
+			t.Errorf("job %s: %s at %v on %d nodes, comm %v, end %v; in runs: %s %s at %v on %d, comm %v, end %v",
+				a.ID, a.Outcome, a.Start, a.Nodes, a.Comm, a.End, b.ID, b.Outcome, b.Start, b.Nodes, b.Comm, b.End)
+		}
+	}
+	if !slices.Equal(single.Timeline, runs.Timeline) {
+		t.Errorf("timelines differ:\none at a time %v\nin runs       %v", single.Timeline, runs.Timeline)
 	}
 }
