@@ -272,6 +272,18 @@ func CauseFrom(ctx context.Context) (events.Envelope, bool) {
 	return env, ok
 }
 
+type eventIDKey struct{}
+
+// WithEventID gives the event published under ctx the id given, for a
+// publisher with no event it handles (whose id the event's would derive
+// from) that retries a publish whose acknowledgement did not come: the
+// same id is the same Nats-Msg-Id, which JetStream stores once within
+// its duplicate window, where a fresh id each try could store the event
+// twice.
+func WithEventID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, eventIDKey{}, id)
+}
+
 // NewID returns a random event id.
 func NewID() string {
 	var b [16]byte
@@ -288,7 +300,9 @@ func (b *Bus) Envelope(ctx context.Context, name events.Name, key string) events
 		Subject: key,
 		Time:    time.Now().UTC(),
 	}
-	if cause, ok := CauseFrom(ctx); ok {
+	if id, ok := ctx.Value(eventIDKey{}).(string); ok {
+		env.ID, env.CorrelationID = id, id
+	} else if cause, ok := CauseFrom(ctx); ok {
 		env.ID = events.DeriveID(cause.ID, name, key)
 		env.CorrelationID = cause.CorrelationID
 		env.CausationID = cause.ID

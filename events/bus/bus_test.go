@@ -217,6 +217,38 @@ func TestPublishDerivesFromCause(t *testing.T) {
 	}
 }
 
+// TestPublishWithEventID: a publisher with no cause that sends an event
+// again under the id it chose (a retry after a lost acknowledgement) has
+// it stored once; another id is another event.
+func TestPublishWithEventID(t *testing.T) {
+	t.Parallel()
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "test")
+	ctx := bus.WithEventID(context.Background(), "replay-1/finish/j9")
+	ev := &events.JobFinished{JobID: "j9", Status: events.StatusSucceeded}
+	a, err := b.Publish(ctx, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.Publish(ctx, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ID != "replay-1/finish/j9" || again.ID != a.ID || a.CorrelationID != a.ID || a.CausationID != "" {
+		t.Fatalf("envelopes %+v and %+v", a, again)
+	}
+	if _, err := b.Publish(bus.WithEventID(context.Background(), "replay-1/finish/j10"), ev); err != nil {
+		t.Fatal(err)
+	}
+	info, err := b.JetStream().Stream(ctx, b.StreamName(events.DomainJobs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.CachedInfo().State.Msgs; n != 2 {
+		t.Fatalf("stream holds %d messages, want 2: the event sent again is a duplicate, the other id another event", n)
+	}
+}
+
 func TestReplayReadsInOrder(t *testing.T) {
 	t.Parallel()
 	srv := eventstest.Server(t)

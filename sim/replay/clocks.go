@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/client"
 )
 
@@ -186,7 +187,7 @@ func (r *runner) burst(ctx context.Context) error {
 			mu.Lock()
 			r.jobs[i].submitted = time.Now()
 			mu.Unlock()
-			if _, err := client.Submit(ctx, r.b, &r.subs[i]); err != nil {
+			if err := r.publish(ctx, "submit/"+r.jobs[i].job.ID, &r.subs[i]); err != nil {
 				errc <- fmt.Errorf("submit %s: %w", r.jobs[i].job.ID, err)
 				return
 			}
@@ -229,7 +230,7 @@ func (r *runner) allDecided() bool {
 
 func (r *runner) submit(ctx context.Context, i int) error {
 	r.jobs[i].submitted = time.Now()
-	if _, err := client.Submit(ctx, r.b, &r.subs[i]); err != nil {
+	if err := r.publish(ctx, "submit/"+r.jobs[i].job.ID, &r.subs[i]); err != nil {
 		return fmt.Errorf("replay: submit %s: %w", r.jobs[i].job.ID, err)
 	}
 	return nil
@@ -237,7 +238,8 @@ func (r *runner) submit(ctx context.Context, i int) error {
 
 func (r *runner) finish(ctx context.Context, i int) error {
 	r.jobs[i].finishSent = true
-	if _, err := client.Finish(ctx, r.b, r.jobs[i].job.ID, events.StatusSucceeded); err != nil {
+	id := r.jobs[i].job.ID
+	if err := r.publish(ctx, "finish/"+id, &events.JobFinished{JobID: id, Status: events.StatusSucceeded}); err != nil {
 		return fmt.Errorf("replay: finish %s: %w", r.jobs[i].job.ID, err)
 	}
 	if r.progress != nil {
@@ -254,11 +256,42 @@ func (r *runner) barrier(ctx context.Context) error {
 	r.probes++
 	want := r.probes
 	probe := &events.JobSubmitted{JobID: probeID, GPUs: 1, GPUModel: probeModel, Labels: map[string]string{"replay.barrier": "true"}}
-	if _, err := client.Submit(ctx, r.b, probe); err != nil {
+	if err := r.publish(ctx, fmt.Sprintf("barrier/%d", want), probe); err != nil {
 		return fmt.Errorf("replay: barrier: %w", err)
 	}
 	return r.await(ctx, "barrier", func() bool { return r.probeOK >= want })
 }
+
+// publish sends one of the replay's events, named what (unique within
+// the replay), and retries a failure that may pass (a PubAck that did not
+// come in time on a loaded machine) under the same event id: JetStream
+// stores it once, where a job, a finish or a barrier sent twice would be
+// two, and a barrier's second rejection would let the next barrier
+// through before its own outcomes.
+func (r *runner) publish(ctx context.Context, what string, v any) error {
+	pctx := bus.WithEventID(ctx, r.runID+"/"+what)
+	wait := publishRetryInitial
+	for attempt := 1; ; attempt++ {
+		_, err := r.b.Publish(pctx, v)
+		if err == nil || !bus.IsTransient(err) || attempt == publishAttempts {
+			return err
+		}
+		r.log.Warn("replay: publish failed, sending it again", "event", what, "attempt", attempt, "err", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		wait = min(2*wait, publishRetryMax)
+	}
+}
+
+// How often, and after what pauses, publish tries one event.
+const (
+	publishAttempts     = 5
+	publishRetryInitial = 100 * time.Millisecond
+	publishRetryMax     = 2 * time.Second
+)
 
 // await handles outcomes until done holds.
 func (r *runner) await(ctx context.Context, what string, done func() bool) error {

@@ -127,9 +127,11 @@ func (h *finishHeap) Pop() any {
 
 // runner is one replay in progress.
 type runner struct {
-	cfg   Config
-	b     *bus.Bus
-	log   *slog.Logger
+	cfg Config
+	b   *bus.Bus
+	log *slog.Logger
+	// runID prefixes the ids of the events the replay sends (publish).
+	runID string
 	jobs  []jobState
 	byID  map[string]int
 	subs  []events.JobSubmitted
@@ -311,7 +313,7 @@ func awaitCapacity(ctx context.Context, op *operator.Operator, want int) error {
 }
 
 func newRunner(cfg Config, b *bus.Bus, ideal *idealModel) *runner {
-	r := &runner{cfg: cfg, b: b, log: cfg.Log, byID: map[string]int{}, queue: map[int]bool{},
+	r := &runner{cfg: cfg, b: b, log: cfg.Log, runID: bus.NewID(), byID: map[string]int{}, queue: map[int]bool{},
 		outcomes: make(chan client.Outcome, 1024), occ: newOccupancy(cfg.Inventory)}
 	r.jobs = make([]jobState, len(cfg.Trace.Jobs))
 	r.subs = make([]events.JobSubmitted, len(cfg.Trace.Jobs))
