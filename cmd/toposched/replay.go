@@ -37,6 +37,7 @@ type replayFlags struct {
 	stall                       time.Duration
 	cpuProfile                  string
 	// synthetic
+	seeds          string
 	gpus           int
 	count, burst   int
 	sizes          string
@@ -60,6 +61,7 @@ Traces (read by path; nothing is copied):
   --trace itp|philly|helios --jobs FILE --cluster CLUSTERFILE
   --trace synthetic [--cluster FILE | --gpus N] --count N --seed S   (Poisson arrivals)
   --trace synthetic --gpus N --burst 10000    (N jobs at once: throughput and latency)
+  --trace synthetic ... --seeds 1-10 --compare aware,blind,...   (one trace per seed: who wins how often)
 
 --speed max (default) replays on a virtual clock, one event at a time,
 waiting for every outcome an event causes; --speed N paces the wall clock
@@ -84,6 +86,16 @@ parallelism) is in sim/replay's package doc.`,
 				return err
 			}
 			defer stop()
+			if f.seeds != "" {
+				if f.trace != replay.KindSynthetic || f.burst > 0 {
+					return errors.New("replay --seeds: for --trace synthetic on the virtual clock (not --burst)")
+				}
+				seeds, err := parseSeeds(f.seeds)
+				if err != nil {
+					return err
+				}
+				return runSeeds(cmd.Context(), g, f, seeds, cmd.OutOrStdout())
+			}
 			return runReplay(cmd.Context(), g, f, cmd.OutOrStdout())
 		},
 	}
@@ -106,6 +118,7 @@ parallelism) is in sim/replay's package doc.`,
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the run to FILE (go tool pprof FILE)")
 	fl.DurationVar(&f.stall, "stall", 2*time.Minute, "give up when no outcome comes for this long")
 	fl.IntVar(&f.gpus, "gpus", 1024, "synthetic: GPUs of the generated cluster (whole pods of 32 8-GPU nodes)")
+	fl.StringVar(&f.seeds, "seeds", "", "synthetic: replay one trace per seed (1-10, or 1,4,9) under each --compare strategy and report which has the lowest mean JCT, per seed and over all")
 	fl.IntVar(&f.count, "count", 1000, "synthetic: jobs to draw")
 	fl.IntVar(&f.burst, "burst", 0, "synthetic: submit this many jobs at once, send no finish, measure throughput and latency")
 	fl.StringVar(&f.sizes, "sizes", "", "synthetic: job-size mix GPUS:WEIGHT,... (default 1:40,2:10,4:10,8:20,16:8,32:6,64:4,128:2)")

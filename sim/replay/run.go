@@ -201,6 +201,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	ncfg := natsserver.DefaultConfig()
 	ncfg.Port, ncfg.StoreDir = -1, filepath.Join(dir, "nats-"+cfg.Strategy)
+	// An earlier replay's streams would answer this one's jobs as seen
+	// before, and the replay would wait in vain for their outcomes.
+	if entries, err := os.ReadDir(ncfg.StoreDir); err == nil && len(entries) > 0 {
+		return nil, fmt.Errorf("replay: %s holds an earlier replay's streams: give an empty or new data directory", ncfg.StoreDir)
+	}
 	srv, err := natsserver.Start(ncfg)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)

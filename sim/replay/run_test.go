@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -300,5 +301,30 @@ func TestFinishRunsChangeNothing(t *testing.T) {
 	}
 	if !slices.Equal(single.Timeline, runs.Timeline) {
 		t.Errorf("timelines differ:\none at a time %v\nin runs       %v", single.Timeline, runs.Timeline)
+	}
+}
+
+// TestDataDirOfAnEarlierReplayIsRefused: a second replay into the same
+// data directory would find the first one's jobs and wait for outcomes
+// that never come; it is refused, naming the directory.
+func TestDataDirOfAnEarlierReplayIsRefused(t *testing.T) {
+	t.Parallel()
+	clusterFile := filepath.Join("..", "..", "deploy", "examples", "replay", "hetero-512.yaml")
+	inv, err := LoadInventory(clusterFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := Generate(SynthConfig{Jobs: 3, Seed: 1, Load: 0.5, DurationMedian: 60, DurationSigma: 0.1}, inv.GPUs, inv.MaxNodeGPUs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	streams := filepath.Join(dir, "nats-blind")
+	if err := os.MkdirAll(filepath.Join(streams, "jetstream"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), Config{ClusterFile: clusterFile, Inventory: inv, Trace: tr, Strategy: "blind", DataDir: dir})
+	if err == nil || !strings.Contains(err.Error(), streams+" holds an earlier replay's streams") {
+		t.Fatalf("replay into a used data directory: %v", err)
 	}
 }
