@@ -7,7 +7,6 @@ package store
 
 import (
 	"cmp"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"strconv"
@@ -285,7 +284,7 @@ func components(t *topology.Node, linked func(topology.Link) bool) [][]int {
 // key per indexed domain it belongs to (indexedKind: leaves, pods, the
 // cluster), reading
 //
-//	<domain> NUL <model> NUL <node position, 8 bytes big-endian, sign flipped>
+//	<domain> NUL <model> NUL <node position (appendPosition)>
 //
 // to which memdb appends the primary key (node name, NUL, index). A walk of
 // the prefix "<domain> NUL" yields the domain's free GPUs by model, then
@@ -311,12 +310,12 @@ func (freeDomainIndexer) FromObject(obj any) (bool, [][]byte, error) {
 		}
 		// Room for what memdb appends (node, NUL, 8-byte index), so its
 		// append does not copy.
-		key := make([]byte, 0, len(d)+len(g.Model)+2+8+len(g.Node)+1+8)
+		key := make([]byte, 0, len(d)+len(g.Model)+2+positionKeyLen+len(g.Node)+1+8)
 		key = append(key, d...)
 		key = append(key, 0)
 		key = append(key, g.Model...)
 		key = append(key, 0)
-		key = binary.BigEndian.AppendUint64(key, uint64(int64(g.NodePosition))^(1<<63))
+		key = appendPosition(key, g.NodePosition)
 		vals = append(vals, key)
 	}
 	if vals == nil {

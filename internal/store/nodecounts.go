@@ -208,7 +208,7 @@ func (modelIndexer) FromArgs(args ...any) ([]byte, error) {
 // each node domain with free GPUs, one key for "" (any model) and one per
 // model it has free GPUs of, reading
 //
-//	<model> NUL <free GPUs of the model, 4 bytes big-endian> <node position, 8 bytes big-endian, sign flipped>
+//	<model> NUL <free GPUs of the model, 4 bytes big-endian> <node position (appendPosition)>
 //
 // to which memdb appends the domain's ID ("node:<name>" NUL). The prefix
 // "<model> NUL <k>" walks the nodes with exactly k free GPUs of the model in
@@ -228,10 +228,10 @@ func (nodeFreeIndexer) FromObject(obj any) (bool, [][]byte, error) {
 	key := func(model string, free int) []byte {
 		// Room for what memdb appends (the ID and NUL), so its append
 		// does not copy.
-		b := make([]byte, 0, len(model)+1+4+8+len(d.ID)+1)
+		b := make([]byte, 0, len(model)+1+4+positionKeyLen+len(d.ID)+1)
 		b = append(append(b, model...), 0)
 		b = binary.BigEndian.AppendUint32(b, uint32(free))
-		return binary.BigEndian.AppendUint64(b, uint64(int64(d.Position))^(1<<63))
+		return appendPosition(b, d.Position)
 	}
 	vals := make([][]byte, 0, 1+len(d.Models))
 	vals = append(vals, key("", d.Free))

@@ -89,7 +89,7 @@ func nodesTableSchema() *memdb.TableSchema {
 			// nodes by Position, then Name.
 			IndexPosition: {
 				Name:    IndexPosition,
-				Indexer: &memdb.IntFieldIndex{Field: "Position"},
+				Indexer: positionIndexer{},
 			},
 		},
 	}
@@ -116,7 +116,7 @@ func gpusTableSchema() *memdb.TableSchema {
 			// by node position, node name, then index, in one walk.
 			IndexOrder: {
 				Name:    IndexOrder,
-				Indexer: &memdb.IntFieldIndex{Field: "NodePosition"},
+				Indexer: positionIndexer{},
 			},
 			// Held and unhealthy GPUs, and those in no domain, are left
 			// out of this index.
