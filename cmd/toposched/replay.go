@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -240,16 +241,35 @@ func parseSpeed(s string) (float64, error) {
 	return v, nil
 }
 
+// replaySettings are what every replay of one command shares.
+type replaySettings struct {
+	log        *slog.Logger
+	speed      float64
+	strategies []string
+}
+
+func newReplaySettings(g *globals, f replayFlags) (replaySettings, error) {
+	var rs replaySettings
+	var err error
+	if rs.log, err = g.logger(); err != nil {
+		return rs, err
+	}
+	if rs.speed, err = parseSpeed(f.speed); err != nil {
+		return rs, err
+	}
+	rs.strategies, err = replayStrategies(f)
+	return rs, err
+}
+
+// config is the replay of p under one strategy, its data in dataDir.
+func (rs replaySettings) config(f replayFlags, p *prepared, strategy, dataDir string) replay.Config {
+	return replay.Config{ClusterFile: p.clusterFile, Inventory: p.inv, Trace: p.trace, Strategy: strategy, Speed: rs.speed,
+		Burst: f.burst > 0, Seed: f.seed, Policies: f.policies, ReserveAfter: f.reserveAfter, DataDir: dataDir,
+		Stall: f.stall, Log: rs.log}
+}
+
 func runReplay(ctx context.Context, g *globals, f replayFlags, out io.Writer) error {
-	log, err := g.logger()
-	if err != nil {
-		return err
-	}
-	speed, err := parseSpeed(f.speed)
-	if err != nil {
-		return err
-	}
-	strategies, err := replayStrategies(f)
+	rs, err := newReplaySettings(g, f)
 	if err != nil {
 		return err
 	}
@@ -275,10 +295,8 @@ func runReplay(ctx context.Context, g *globals, f replayFlags, out io.Writer) er
 		return err
 	}
 	var results []*replay.Result
-	for _, s := range strategies {
-		cfg := replay.Config{ClusterFile: p.clusterFile, Inventory: p.inv, Trace: tr, Strategy: s, Speed: speed,
-			Burst: f.burst > 0, Seed: f.seed, Policies: f.policies, ReserveAfter: f.reserveAfter, DataDir: f.dataDir,
-			Stall: f.stall, Log: log}
+	for _, s := range rs.strategies {
+		cfg := rs.config(f, p, s, f.dataDir)
 		if !f.noProgress && isTerminal(os.Stderr) {
 			cfg.Progress = func(total int) replay.Progress { return newBar(total, s) }
 		}

@@ -67,18 +67,11 @@ type seedRow struct {
 // completion time is lowest: a figure that one trace, whose saturated
 // queue turns any change of placement into another history, cannot give.
 func runSeeds(ctx context.Context, g *globals, f replayFlags, seeds []uint64, out io.Writer) error {
-	log, err := g.logger()
+	rs, err := newReplaySettings(g, f)
 	if err != nil {
 		return err
 	}
-	speed, err := parseSpeed(f.speed)
-	if err != nil {
-		return err
-	}
-	strategies, err := replayStrategies(f)
-	if err != nil {
-		return err
-	}
+	strategies := rs.strategies
 	w := textout.New(out)
 	var rows []seedRow
 	for _, seed := range seeds {
@@ -94,9 +87,7 @@ func runSeeds(ctx context.Context, g *globals, f replayFlags, seeds []uint64, ou
 			dataDir = filepath.Join(dataDir, fmt.Sprintf("seed-%d", seed))
 		}
 		for _, s := range strategies {
-			cfg := replay.Config{ClusterFile: p.clusterFile, Inventory: p.inv, Trace: p.trace, Strategy: s, Speed: speed,
-				Seed: seed, Policies: f.policies, ReserveAfter: f.reserveAfter, DataDir: dataDir, Stall: f.stall, Log: log}
-			r, err := replay.Run(ctx, cfg)
+			r, err := replay.Run(ctx, rs.config(f, p, s, dataDir))
 			if err != nil {
 				p.cleanup()
 				return fmt.Errorf("seed %d, %s: %w", seed, s, err)
