@@ -65,7 +65,7 @@ func (r *runner) virtual(ctx context.Context) error {
 }
 
 // finishRun sends, while no job waits, every finish due before the next
-// arrival (at most maxFinishRun) and then waits for all their releases,
+// arrival (at most finishRunMax) and then waits for all their releases,
 // rather than for each release before the next finish: with nobody
 // waiting a release decides nothing, so the order in which placement
 // handles them changes nothing but the wall time. The replay's own view
