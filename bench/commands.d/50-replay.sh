@@ -19,4 +19,9 @@ else
   echo "skip itp: $itp not found"
 fi
 "$TOPOSCHED" replay --trace synthetic --gpus 1024 --count 1000 --seed 1 --compare aware,blind --report "$OUT/synthetic-1k"
+# Who has the lowest mean JCT over generated traces (BENCHMARKS.md, "twenty
+# generated traces"), three of the twenty seeds, to stay in budget.
+"$TOPOSCHED" replay --trace synthetic --cluster deploy/examples/replay/hetero-512.yaml --count 1500 --load 1.1 \
+  --whole-nodes 0 --sizes 1:70,2:4,4:6,8:14,16:3,32:2,64:1 --duration-median 2h --duration-sigma 1.5 \
+  --seeds 1-3 --compare aware,blind,binpack,spread,gpuallocator,random --policies none --no-progress
 "$TOPOSCHED" scale --gpus 1000,10000 --burst 1000 --report "$OUT/scale"
