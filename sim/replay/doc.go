@@ -78,9 +78,10 @@
 // the GPUs now free, by counts (a no is certain): otherwise placement has
 // nothing to decide. Each barrier is a job placement calls impossible, and
 // before it does so it catches up with the topology stream: a stream-info
-// request when nothing new is stored, else an ordered consumer the server keeps for 5 minutes; the replay's
-// own server lifts nats-server's default limit of 1,000 consumers per
-// stream, in case a replay makes that many.
+// request when nothing new is stored, else an ordered consumer the server
+// keeps for 5 minutes; the replay's own server lifts nats-server's
+// default limit of 1,000 consumers per stream, in case a replay makes
+// that many.
 //
 // # Run time
 //
