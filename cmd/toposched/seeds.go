@@ -124,8 +124,10 @@ func runSeeds(ctx context.Context, g *globals, f replayFlags, seeds []uint64, ou
 
 func meanJCT(s *replay.Summary) float64     { return s.Finished.JCTMeanSeconds }
 func multiGPUJCT(s *replay.Summary) float64 { return s.MultiGPU.JCTMeanSeconds }
+
+// shortStrategy is the name --compare takes for a strategy.
 func shortStrategy(name string) string {
-	if name == "topology-aware" {
+	if name == placer.StrategyTopologyAware {
 		return "aware"
 	}
 	return name
