@@ -25,7 +25,7 @@ func (r *runner) virtual(ctx context.Context) error {
 		// Finishes at the same time as an arrival go first: the GPUs
 		// are free when the job arrives.
 		if r.finishes.Len() > 0 && (next == len(r.jobs) || r.finishes[0].at <= r.jobs[next].job.Arrival) {
-			if len(r.queue) == 0 {
+			if len(r.queue) == 0 && !oneAtATime {
 				if err := r.finishRun(ctx, next); err != nil {
 					return err
 				}
@@ -94,9 +94,13 @@ func (r *runner) finishRun(ctx context.Context, next int) error {
 }
 
 // finishRunMax bounds the finishes in flight at once (finishRun), so
-// that the wait for their releases stays well inside the stall timeout;
-// a variable so that a test can send them one at a time.
-var finishRunMax = 256
+// that the wait for their releases stays well inside the stall timeout.
+const finishRunMax = 256
+
+// oneAtATime turns off the virtual clock's two shortcuts, finish runs and
+// barriers left out once the reservation is settled, for the tests that
+// check they change nothing.
+var oneAtATime bool
 
 // queueMayMove reports whether a waiting job may fit in the GPUs free
 // now. When none can, placement decides nothing on a release and the
@@ -106,7 +110,7 @@ var finishRunMax = 256
 // head's wait on the virtual clock, and must do so before the clock
 // moves on: any waiting job then calls for the barrier.
 func (r *runner) queueMayMove() bool {
-	if r.cfg.ReserveAfter >= 0 && len(r.queue) > 0 {
+	if r.cfg.ReserveAfter >= 0 && len(r.queue) > 0 && !r.reservationSettled() {
 		return true
 	}
 	for i := range r.queue {
@@ -115,6 +119,30 @@ func (r *runner) queueMayMove() bool {
 		}
 	}
 	return false
+}
+
+// reservationSettled reports whether every waiting job has waited longer
+// than ReserveAfter by now. Then placement's look at the head's wait
+// after a release (services/placement, reserve) answers "hold nodes for
+// it" now and at any later time, and which nodes it holds depends on the
+// GPUs free, not on the clock: the retry's reservation is the same
+// whether the clock has moved on when placement makes it, so only a job
+// that may fit calls for the barrier, as without the reservation. A job
+// waits from its arrival (placement's pending-since is the virtual time
+// of its first outcome, which the replay awaits at its arrival); a
+// millisecond's margin keeps float seconds and placement's durations from
+// disagreeing at the boundary.
+func (r *runner) reservationSettled() bool {
+	if oneAtATime {
+		return false
+	}
+	limit := r.cfg.ReserveAfter.Seconds() + 1e-3
+	for i := range r.queue {
+		if r.now-r.jobs[i].job.Arrival <= limit {
+			return false
+		}
+	}
+	return true
 }
 
 // paced replays on the wall clock, speed trace seconds per second.

@@ -45,7 +45,7 @@
 //     finish due before the next arrival and waits for their releases
 //     together (a release decides nothing while nobody waits, so the
 //     order placement handles them in changes nothing;
-//     TestFinishRunsChangeNothing).
+//     TestShortcutsChangeNothing).
 //
 // A job placed when the clock reads t runs until t + its run time (see
 // Run time below), so queueing delay is the virtual time between arrival
@@ -55,9 +55,12 @@
 // too (operator.Config.PlacementNow), so that its reservation for a
 // starving job (--reserve-after: the head of the queue, once it has
 // waited that long, gets nodes no later job may take) counts trace time
-// as a cluster would; with the reservation on, every finish while jobs
-// wait is followed by a barrier, since placement's retry looks at the
-// head's wait before the clock may move on. The replay runs the
+// as a cluster would; with the reservation on, a finish while jobs wait
+// is followed by a barrier, since placement's retry looks at the head's
+// wait before the clock may move on, until every waiting job has waited
+// longer than --reserve-after: from then on the retry's answer no longer
+// depends on the clock, and only a job that may fit calls for the barrier
+// (TestShortcutsChangeNothing, TestReservationSettled). The replay runs the
 // reservation as serve does by default (after 5 minutes; --reserve-after
 // -1s turns it off). Nor does topology-aware's local search stop on the
 // wall clock (serve's 2 ms; operator.Config.PlacementSearchBudget): each

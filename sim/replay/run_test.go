@@ -239,68 +239,87 @@ func TestReplayIsDeterministic(t *testing.T) {
 	}
 }
 
-// TestFinishRunsChangeNothing replays a light trace, in which many jobs
-// end one after another with nobody waiting, once with the finishes sent
-// in runs (finishRun) and once one at a time, each release awaited before
-// the next: every job and every timeline point must come out the same.
-func TestFinishRunsChangeNothing(t *testing.T) {
+// TestShortcutsChangeNothing replays two traces with the virtual clock's
+// shortcuts and again one event at a time (oneAtATime): a light one, in
+// which many jobs end one after another with nobody waiting (finish
+// runs), and a contended one under the reservation, in which jobs wait
+// far longer than ReserveAfter (barriers left out once it is settled).
+// Every job and every timeline point must come out the same.
+func TestShortcutsChangeNothing(t *testing.T) {
 	clusterFile := filepath.Join("..", "..", "deploy", "examples", "replay", "hetero-512.yaml")
 	inv, err := LoadInventory(clusterFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := Generate(SynthConfig{Jobs: 80, Seed: 3, Load: 0.3, DurationMedian: 600, DurationSigma: 1.5,
-		Sizes: []SizeWeight{{1, 4}, {2, 1}, {8, 2}, {16, 1}}}, inv.GPUs, inv.MaxNodeGPUs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	replay := func(limit int) *Result {
-		t.Helper()
-		defer func(was int) { finishRunMax = was }(finishRunMax)
-		finishRunMax = limit
-		r, err := Run(ctx, Config{ClusterFile: clusterFile, Inventory: inv, Trace: tr, Strategy: "topology-aware", Seed: 1,
-			DataDir: t.TempDir(), Stall: time.Minute, Samples: 50})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	runs, single := replay(finishRunMax), replay(1)
-
-	// The trace must have finishes back to back for the test to say
-	// anything: count the ends with no arrival since the previous end.
-	var ends, arrivals []float64
-	for _, j := range single.Jobs {
-		arrivals = append(arrivals, j.Arrival)
-		if j.End >= 0 {
-			ends = append(ends, j.End)
-		}
-	}
-	slices.Sort(ends)
-	slices.Sort(arrivals)
-	backToBack := 0
-	for i := 1; i < len(ends); i++ {
-		k, _ := slices.BinarySearch(arrivals, ends[i-1])
-		if k == len(arrivals) || arrivals[k] >= ends[i] {
-			backToBack++
-		}
-	}
-	if backToBack < 10 {
-		t.Fatalf("only %d finishes follow another with no arrival between: the trace does not test runs", backToBack)
-	}
-
-	same := func(x, y float64) bool { return x == y || (math.IsNaN(x) && math.IsNaN(y)) }
-	for i, a := range single.Jobs {
-		b := runs.Jobs[i]
-		if a.ID != b.ID || a.Outcome != b.Outcome || a.Start != b.Start || a.Nodes != b.Nodes || !same(a.Comm, b.Comm) || !same(a.End, b.End) {
-			t.Errorf("job %s: %s at %v on %d nodes, comm %v, end %v; in runs: %s %s at %v on %d, comm %v, end %v",
-				a.ID, a.Outcome, a.Start, a.Nodes, a.Comm, a.End, b.ID, b.Outcome, b.Start, b.Nodes, b.Comm, b.End)
-		}
-	}
-	if !slices.Equal(single.Timeline, runs.Timeline) {
-		t.Errorf("timelines differ:\none at a time %v\nin runs       %v", single.Timeline, runs.Timeline)
+	for _, tc := range []struct {
+		name  string
+		synth SynthConfig
+		check func(t *testing.T, runs, single *Result)
+	}{
+		{"finish runs", SynthConfig{Jobs: 80, Seed: 3, Load: 0.3, DurationMedian: 600, DurationSigma: 1.5,
+			Sizes: []SizeWeight{{1, 4}, {2, 1}, {8, 2}, {16, 1}}}, func(t *testing.T, _, single *Result) {
+			// Finishes back to back: ends with no arrival since the
+			// previous end.
+			var ends, arrivals []float64
+			for _, j := range single.Jobs {
+				arrivals = append(arrivals, j.Arrival)
+				if j.End >= 0 {
+					ends = append(ends, j.End)
+				}
+			}
+			slices.Sort(ends)
+			slices.Sort(arrivals)
+			backToBack := 0
+			for i := 1; i < len(ends); i++ {
+				k, _ := slices.BinarySearch(arrivals, ends[i-1])
+				if k == len(arrivals) || arrivals[k] >= ends[i] {
+					backToBack++
+				}
+			}
+			if backToBack < 10 {
+				t.Fatalf("only %d finishes follow another with no arrival between: the trace does not test runs", backToBack)
+			}
+		}},
+		{"settled reservation", SynthConfig{Jobs: 90, Seed: 5, Load: 2.5, DurationMedian: 3600, DurationSigma: 0.5,
+			Sizes: []SizeWeight{{1, 4}, {4, 2}, {8, 3}, {16, 2}}}, func(t *testing.T, runs, single *Result) {
+			if runs.Summary.Barriers >= single.Summary.Barriers {
+				t.Fatalf("%d barriers with the shortcut, %d without: the trace does not test it", runs.Summary.Barriers, single.Summary.Barriers)
+			}
+			t.Logf("barriers: %d, one at a time %d", runs.Summary.Barriers, single.Summary.Barriers)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, err := Generate(tc.synth, inv.GPUs, inv.MaxNodeGPUs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			replay := func(single bool) *Result {
+				t.Helper()
+				defer func(was bool) { oneAtATime = was }(oneAtATime)
+				oneAtATime = single
+				r, err := Run(ctx, Config{ClusterFile: clusterFile, Inventory: inv, Trace: tr, Strategy: "topology-aware", Seed: 1,
+					ReserveAfter: 5 * time.Minute, DataDir: t.TempDir(), Stall: time.Minute, Samples: 50})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r
+			}
+			runs, single := replay(false), replay(true)
+			tc.check(t, runs, single)
+			same := func(x, y float64) bool { return x == y || (math.IsNaN(x) && math.IsNaN(y)) }
+			for i, a := range single.Jobs {
+				b := runs.Jobs[i]
+				if a.ID != b.ID || a.Outcome != b.Outcome || a.Start != b.Start || a.Nodes != b.Nodes || !same(a.Comm, b.Comm) || !same(a.End, b.End) {
+					t.Errorf("job %s: %s at %v on %d nodes, comm %v, end %v; with the shortcuts: %s %s at %v on %d, comm %v, end %v",
+						a.ID, a.Outcome, a.Start, a.Nodes, a.Comm, a.End, b.ID, b.Outcome, b.Start, b.Nodes, b.Comm, b.End)
+				}
+			}
+			if !slices.Equal(single.Timeline, runs.Timeline) {
+				t.Errorf("timelines differ:\none at a time   %v\nwith shortcuts %v", single.Timeline, runs.Timeline)
+			}
+		})
 	}
 }
 
@@ -326,5 +345,37 @@ func TestDataDirOfAnEarlierReplayIsRefused(t *testing.T) {
 	_, err = Run(context.Background(), Config{ClusterFile: clusterFile, Inventory: inv, Trace: tr, Strategy: "blind", DataDir: dir})
 	if err == nil || !strings.Contains(err.Error(), streams+" holds an earlier replay's streams") {
 		t.Fatalf("replay into a used data directory: %v", err)
+	}
+}
+
+// TestReservationSettled: the barrier after a finish may be left out
+// under the reservation only once every waiting job has waited longer
+// than ReserveAfter, by more than the margin.
+func TestReservationSettled(t *testing.T) {
+	r := &runner{cfg: Config{ReserveAfter: 5 * time.Minute}, queue: map[int]bool{}}
+	r.jobs = []jobState{{job: Job{Arrival: 0}}, {job: Job{Arrival: 100}}, {job: Job{Arrival: 250}}}
+	for _, tc := range []struct {
+		name    string
+		now     float64
+		waiting []int
+		want    bool
+	}{
+		{"nobody waits", 1000, nil, true},
+		{"all waited longer", 551, []int{0, 1, 2}, true},
+		{"the newest exactly at the limit", 550, []int{0, 1, 2}, false},
+		{"the newest within the margin", 550.0005, []int{0, 1, 2}, false},
+		{"the newest has not waited enough", 500, []int{0, 2}, false},
+		{"the older ones have", 500, []int{0, 1}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clear(r.queue)
+			for _, i := range tc.waiting {
+				r.queue[i] = true
+			}
+			r.now = tc.now
+			if got := r.reservationSettled(); got != tc.want {
+				t.Errorf("settled at %v with %v waiting = %v, want %v", tc.now, tc.waiting, got, tc.want)
+			}
+		})
 	}
 }
