@@ -121,28 +121,32 @@ func (r *runner) queueMayMove() bool {
 	return false
 }
 
-// reservationSettled reports whether every waiting job has waited longer
-// than ReserveAfter by now. Then placement's look at the head's wait
-// after a release (services/placement, reserve) answers "hold nodes for
-// it" now and at any later time, and which nodes it holds depends on the
-// GPUs free, not on the clock: the retry's reservation is the same
-// whether the clock has moved on when placement makes it, so only a job
-// that may fit calls for the barrier, as without the reservation. A job
-// waits from its arrival (placement's pending-since is the virtual time
-// of its first outcome, which the replay awaits at its arrival); a
-// millisecond's margin keeps float seconds and placement's durations from
-// disagreeing at the boundary.
+// reservationSettled reports whether the head of placement's queue has
+// waited longer than ReserveAfter by now. Placement's look at the queue
+// after a release (services/placement, reserve) reads only the head's
+// wait: once it is past ReserveAfter the answer is "hold nodes for it"
+// now and at any later time, and which nodes are held depends on the
+// GPUs free, not on the clock. So the retry's reservation is the same
+// whether or not the clock has moved on when placement makes it, and only
+// a job that may fit calls for the barrier, as without the reservation;
+// a job that fits would change the head. The head is placement's: the
+// highest priority, then the first to wait (the store's job sequence,
+// which follows the replay's submissions, one at a time, in job order).
+// A job waits from its arrival (placement's pending-since is the virtual
+// time of its first outcome, which the replay awaits at its arrival); a
+// millisecond's margin keeps float seconds and placement's durations
+// from disagreeing at the boundary.
 func (r *runner) reservationSettled() bool {
-	if oneAtATime {
+	if oneAtATime || len(r.queue) == 0 {
 		return false
 	}
-	limit := r.cfg.ReserveAfter.Seconds() + 1e-3
+	head := -1
 	for i := range r.queue {
-		if r.now-r.jobs[i].job.Arrival <= limit {
-			return false
+		if head < 0 || r.subs[i].Priority > r.subs[head].Priority || (r.subs[i].Priority == r.subs[head].Priority && i < head) {
+			head = i
 		}
 	}
-	return true
+	return r.now-r.jobs[head].job.Arrival > r.cfg.ReserveAfter.Seconds()+1e-3
 }
 
 // paced replays on the wall clock, speed trace seconds per second.

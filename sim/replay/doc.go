@@ -57,10 +57,10 @@
 // waited that long, gets nodes no later job may take) counts trace time
 // as a cluster would; with the reservation on, a finish while jobs wait
 // is followed by a barrier, since placement's retry looks at the head's
-// wait before the clock may move on, until every waiting job has waited
-// longer than --reserve-after: from then on the retry's answer no longer
-// depends on the clock, and only a job that may fit calls for the barrier
-// (TestShortcutsChangeNothing, TestReservationSettled). The replay runs the
+// wait before the clock may move on, until the head of the queue has
+// waited longer than --reserve-after: from then on the retry's answer no
+// longer depends on the clock, and only a job that may fit calls for the
+// barrier (TestShortcutsChangeNothing, TestReservationSettled). The replay runs the
 // reservation as serve does by default (after 5 minutes; --reserve-after
 // -1s turns it off). Nor does topology-aware's local search stop on the
 // wall clock (serve's 2 ms; operator.Config.PlacementSearchBudget): each

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/toposched/toposched/events"
 )
 
 // TestReplayEndToEnd replays a small synthetic trace, contended enough
@@ -349,30 +351,35 @@ func TestDataDirOfAnEarlierReplayIsRefused(t *testing.T) {
 }
 
 // TestReservationSettled: the barrier after a finish may be left out
-// under the reservation only once every waiting job has waited longer
-// than ReserveAfter, by more than the margin.
+// under the reservation only once the head of the queue (the highest
+// priority, then the first to wait) has waited longer than ReserveAfter,
+// by more than the margin.
 func TestReservationSettled(t *testing.T) {
 	r := &runner{cfg: Config{ReserveAfter: 5 * time.Minute}, queue: map[int]bool{}}
 	r.jobs = []jobState{{job: Job{Arrival: 0}}, {job: Job{Arrival: 100}}, {job: Job{Arrival: 250}}}
+	r.subs = make([]events.JobSubmitted, 3)
 	for _, tc := range []struct {
-		name    string
-		now     float64
-		waiting []int
-		want    bool
+		name     string
+		now      float64
+		waiting  []int
+		priority int // of job 2
+		want     bool
 	}{
-		{"nobody waits", 1000, nil, true},
-		{"all waited longer", 551, []int{0, 1, 2}, true},
-		{"the newest exactly at the limit", 550, []int{0, 1, 2}, false},
-		{"the newest within the margin", 550.0005, []int{0, 1, 2}, false},
-		{"the newest has not waited enough", 500, []int{0, 2}, false},
-		{"the older ones have", 500, []int{0, 1}, true},
+		{"nobody waits", 1000, nil, 0, false},
+		{"the head waited longer", 301, []int{0, 1, 2}, 0, true},
+		{"the head exactly at the limit", 300, []int{0, 1, 2}, 0, false},
+		{"the head within the margin", 300.0005, []int{0, 1, 2}, 0, false},
+		{"the head has not waited enough", 350, []int{1, 2}, 0, false},
+		{"the head has, later jobs not", 401, []int{1, 2}, 0, true},
+		{"a later job of a higher priority heads the queue", 401, []int{1, 2}, 1, false},
+		{"and once it has waited long enough", 551, []int{1, 2}, 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clear(r.queue)
 			for _, i := range tc.waiting {
 				r.queue[i] = true
 			}
-			r.now = tc.now
+			r.now, r.subs[2].Priority = tc.now, tc.priority
 			if got := r.reservationSettled(); got != tc.want {
 				t.Errorf("settled at %v with %v waiting = %v, want %v", tc.now, tc.waiting, got, tc.want)
 			}
