@@ -60,9 +60,9 @@
 // wait before the clock may move on, until the head of the queue has
 // waited longer than --reserve-after: from then on the retry's answer no
 // longer depends on the clock, and only a job that may fit calls for the
-// barrier (TestShortcutsChangeNothing, TestReservationSettled). The replay runs the
-// reservation as serve does by default (after 5 minutes; --reserve-after
-// -1s turns it off). Nor does topology-aware's local search stop on the
+// barrier (TestShortcutsChangeNothing, TestReservationSettled). The
+// replay runs the reservation as serve does by default (after 5 minutes;
+// --reserve-after -1s turns it off). Nor does topology-aware's local search stop on the
 // wall clock (serve's 2 ms; operator.Config.PlacementSearchBudget): each
 // decision is bounded by its cost-model evaluations alone, so a replay
 // gives the same figures on an idle machine and a loaded one
