@@ -22,9 +22,7 @@ import (
 func (r *runner) virtual(ctx context.Context) error {
 	next := 0
 	for next < len(r.jobs) || r.finishes.Len() > 0 {
-		// Finishes at the same time as an arrival go first: the GPUs
-		// are free when the job arrives.
-		if r.finishes.Len() > 0 && (next == len(r.jobs) || r.finishes[0].at <= r.jobs[next].job.Arrival) {
+		if r.finishDue(next) {
 			if len(r.queue) == 0 && !oneAtATime {
 				if err := r.finishRun(ctx, next); err != nil {
 					return err
@@ -64,6 +62,13 @@ func (r *runner) virtual(ctx context.Context) error {
 	return nil
 }
 
+// finishDue reports whether the next event is a planned finish rather
+// than the arrival of job next: finishes at the same time as an arrival
+// go first, so the GPUs are free when the job arrives.
+func (r *runner) finishDue(next int) bool {
+	return r.finishes.Len() > 0 && (next == len(r.jobs) || r.finishes[0].at <= r.jobs[next].job.Arrival)
+}
+
 // finishRun sends, while no job waits, every finish due before the next
 // arrival (at most finishRunMax) and then waits for all their releases,
 // rather than for each release before the next finish: with nobody
@@ -73,7 +78,7 @@ func (r *runner) virtual(ctx context.Context) error {
 // sampled at the next finish is the one the one-at-a-time replay records.
 func (r *runner) finishRun(ctx context.Context, next int) error {
 	sent := make([]int, 0, 8)
-	for len(sent) < finishRunMax && r.finishes.Len() > 0 && (next == len(r.jobs) || r.finishes[0].at <= r.jobs[next].job.Arrival) {
+	for len(sent) < finishRunMax && r.finishDue(next) {
 		f := heap.Pop(&r.finishes).(finish)
 		r.sample(f.at)
 		r.advance(f.at)
