@@ -65,3 +65,19 @@ func TestRetriedHandlerErrorsAreWarnings(t *testing.T) {
 		}
 	}
 }
+
+// The retry middleware logs only before another attempt of a transient
+// error: a warning, with its fields. What the retries do not cure the
+// router logs as an error (fencedAsWarning's other errors above).
+func TestRetryingIsAWarning(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	w := retriesAsWarning{fencedAsWarning{watermill.NewSlogLogger(log), log}}.With(watermill.LogFields{"handler_name": "h"})
+	w.Error("Error occurred, retrying", Transient(errors.New("catch up with topology: context deadline exceeded")), watermill.LogFields{"retry_no": 1})
+	line := buf.String()
+	for _, want := range []string{"level=WARN", "handler_name=h", "retry_no=1", "catch up with topology"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("retry line %q lacks %q", line, want)
+		}
+	}
+}
