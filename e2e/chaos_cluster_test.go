@@ -106,7 +106,7 @@ func startChaosCluster(t *testing.T, start time.Time) *chaosCluster {
 				return false, why
 			}
 		}
-		if ok, why := consumerDrained(c.js, streamTopology, durablePlacementNode, chaosNodes); !ok {
+		if ok, why := consumerDrained(c.js, streamTopology, durablePlacementTopology, chaosNodes); !ok {
 			return false, why
 		}
 		_, why := c.leader()

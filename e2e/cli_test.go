@@ -42,7 +42,7 @@ func TestNatsCLIJobsThroughSeparateProcesses(t *testing.T) {
 				return false, why
 			}
 		}
-		return consumerDrained(js, streamTopology, durablePlacementNode, 6)
+		return consumerDrained(js, streamTopology, durablePlacementTopology, 6)
 	})
 
 	// The outcomes are read back with the CLI too, through pull consumers.

@@ -204,7 +204,7 @@ func TestClusterReplicasSIGKILL(t *testing.T) {
 				return false, why
 			}
 		}
-		return consumerDrained(js, streamTopology, durablePlacementNode, nodesN)
+		return consumerDrained(js, streamTopology, durablePlacementTopology, nodesN)
 	})
 	// Every stream is replicated on the three nodes.
 	for _, s := range []string{streamJobs, streamPlacement, streamTopology} {

@@ -27,21 +27,23 @@ func TestHealthEventTakesGPUOutOfPlacement(t *testing.T) {
 	js := jsConnect(t, url)
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		mustBeAlive(t, serve)
-		return consumerDrained(js, streamTopology, durablePlacementNode, 6)
+		return consumerDrained(js, streamTopology, durablePlacementTopology, 6)
 	})
 
 	body := `{"node":"pcie-l40s-001","component":"gpu","id":"0","health":"unhealthy","reason":"xid 79","observed_at":"2026-11-29T12:00:00Z"}`
 	natsCLI(t, url, "pub", "toposched.topology.health.pcie-l40s-001", "--jetstream", body)
+	published := streamMessages(t, js, streamTopology)
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		mustBeAlive(t, serve)
-		return consumerDrained(js, streamTopology, "placement-topology-health", 1)
+		return consumerDrained(js, streamTopology, durablePlacementTopology, published)
 	})
 
 	nic := `{"node":"dgx-a100-001","component":"nic","id":"mlx5_0","health":"unhealthy","reason":"port down","observed_at":"2026-11-29T12:00:01Z"}`
 	natsCLI(t, url, "pub", "toposched.topology.health.dgx-a100-001", "--jetstream", nic)
+	published = streamMessages(t, js, streamTopology)
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		mustBeAlive(t, serve)
-		return consumerDrained(js, streamTopology, "placement-topology-health", 2)
+		return consumerDrained(js, streamTopology, durablePlacementTopology, published)
 	})
 
 	show := topoctlOK(t, url, "topology", "show")

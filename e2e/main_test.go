@@ -44,7 +44,7 @@ const (
 
 	durableAnalysis          = "analysis-jobs-submitted"
 	durablePlacementAnalyzed = "placement-jobs-analyzed"
-	durablePlacementNode     = "placement-topology-node"
+	durablePlacementTopology = "placement-topology"
 	durableOptimizerDecided  = "optimizer-placement"
 
 	subjectSubmitted = "toposched.jobs.submitted"

@@ -309,7 +309,7 @@ var serviceConsumers = []struct{ stream, name, filter string }{
 	{streamJobs, durableAnalysis, subjectSubmitted},
 	{streamJobs, "placement-jobs-finished", "toposched.jobs.finished"},
 	{streamJobs, durablePlacementAnalyzed, "toposched.jobs.analyzed"},
-	{streamTopology, durablePlacementNode, "toposched.topology.node.*"},
+	{streamTopology, durablePlacementTopology, "toposched.topology.>"},
 	{streamPlacement, durableOptimizerDecided, "toposched.placement.>"},
 }
 
@@ -337,7 +337,7 @@ func launcherCannotTouchServices(t *testing.T, url string, auth []string, launch
 			{"consumer", "rm", streamPlacement, durableOptimizerDecided, "-f"},
 			{"consumer", "edit", streamJobs, "placement-jobs-finished", "--filter", "toposched.jobs.nothing", "-f"},
 			{"consumer", "add", streamJobs, durableAnalysis, "--filter", "toposched.jobs.nothing", "--pull", "--defaults"},
-			{"consumer", "add", streamTopology, durablePlacementNode, "--filter", "toposched.topology.nothing", "--pull", "--defaults"},
+			{"consumer", "add", streamTopology, durablePlacementTopology, "--filter", "toposched.topology.nothing", "--pull", "--defaults"},
 			{"stream", "rm", streamPlacement, "-f"},
 			{"stream", "purge", streamJobs, "-f"},
 			{"stream", "edit", streamJobs, "--max-age", "1m", "-f"},

@@ -118,7 +118,7 @@ func TestServeRestartKeepsPendingAndAllocations(t *testing.T) {
 	js := jsConnect(t, url)
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		mustBeAlive(t, serve1)
-		return consumerDrained(js, streamTopology, durablePlacementNode, 2)
+		return consumerDrained(js, streamTopology, durablePlacementTopology, 2)
 	})
 
 	// Fill both nodes, then queue a third job.
@@ -241,7 +241,7 @@ func TestTopoctlSubmitWaitPrintsTable(t *testing.T) {
 	js := jsConnect(t, url)
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		mustBeAlive(t, serve)
-		return consumerDrained(js, streamTopology, durablePlacementNode, 6)
+		return consumerDrained(js, streamTopology, durablePlacementTopology, 6)
 	})
 
 	out := topoctlOK(t, url, "submit", filepath.Join(moduleRoot, "deploy", "examples", "jobs", "llm-tp8-dp2.yaml"),

@@ -437,7 +437,7 @@ func TestPlacementSIGKILLMidBurst(t *testing.T) {
 				return false, why
 			}
 		}
-		return consumerDrained(js, streamTopology, durablePlacementNode, nodes)
+		return consumerDrained(js, streamTopology, durablePlacementTopology, nodes)
 	})
 	t.Logf("services ready after %s", time.Since(start).Round(time.Millisecond))
 

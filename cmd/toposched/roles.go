@@ -41,9 +41,7 @@ var serviceDurables = map[string][]durable{
 		{events.DomainJobs, placement.HandlerAnalyzed},
 		{events.DomainJobs, placement.HandlerFinished},
 		{events.DomainJobs, placement.HandlerMigrate},
-		{events.DomainTopology, placement.HandlerNode},
-		{events.DomainTopology, placement.HandlerHealth},
-		{events.DomainTopology, placement.HandlerFabric},
+		{events.DomainTopology, placement.HandlerTopology},
 	},
 	operator.Optimizer: {
 		{events.DomainJobs, optimizer.HandlerAnalyzed},

@@ -24,9 +24,9 @@ import (
 const (
 	HandlerAnalyzed = "placement-jobs-analyzed"
 	HandlerFinished = "placement-jobs-finished"
-	HandlerNode     = "placement-topology-node"
-	HandlerHealth   = "placement-topology-health"
-	HandlerFabric   = "placement-topology-fabric"
+	// HandlerTopology takes every topology event on one consumer, in
+	// stream order (see onTopology).
+	HandlerTopology = "placement-topology"
 )
 
 // Config is the placement service's configuration.
@@ -255,9 +255,7 @@ func (s *Service) Run(ctx context.Context) error {
 		Concurrency: analyzedConcurrency})
 	bus.Handle(r, bus.Handler[events.JobFinished]{Name: HandlerFinished, Event: events.NameJobFinished, Fn: s.OnFinished,
 		Invalid: s.OnInvalidFinish})
-	bus.Handle(r, bus.Handler[events.TopologyNode]{Name: HandlerNode, Event: events.NameTopologyNode, Fn: s.OnNode})
-	bus.Handle(r, bus.Handler[events.TopologyHealth]{Name: HandlerHealth, Event: events.NameTopologyHealth, Fn: s.OnHealth})
-	bus.Handle(r, bus.Handler[events.TopologyFabric]{Name: HandlerFabric, Event: events.NameTopologyFabric, Fn: s.OnFabric})
+	bus.HandleDomain(r, bus.DomainHandler{Name: HandlerTopology, Domain: events.DomainTopology, Fn: s.onTopology})
 	bus.Handle(r, bus.Handler[events.JobMigrationAccepted]{Name: HandlerMigrate, Event: events.NameJobMigrationAccepted, Fn: s.OnMigrationAccepted,
 		Invalid: s.OnInvalidMigrationAccept})
 	if err := bus.Serve(ctx, r, func() { close(s.ready) }); err != nil {
@@ -358,10 +356,53 @@ func (s *Service) answerMalformed(ctx context.Context, env events.Envelope, err 
 	return nil
 }
 
+// onTopology applies the topology stream in its own order, on one
+// consumer. Separate consumers per event type would let a node's report
+// overtake the health change published after it, and a report is the
+// node's whole description: a GPU marked failed would be healthy again.
+// An event is decoded first, so that a malformed one is dead-lettered even
+// when a catch-up has already passed it; one the store applied already (a
+// catch-up at start, or when a job found no node) is then skipped.
+func (s *Service) onTopology(ctx context.Context, env events.Envelope, name events.Name, body []byte) error {
+	switch name {
+	case events.NameTopologyNode:
+		var n events.TopologyNode
+		if err := s.read.Decode(name, body, &n); err != nil {
+			return err
+		}
+		return s.OnNode(ctx, env, &n)
+	case events.NameTopologyHealth:
+		var h events.TopologyHealth
+		if err := s.read.Decode(name, body, &h); err != nil {
+			return err
+		}
+		return s.OnHealth(ctx, env, &h)
+	case events.NameTopologyFabric:
+		var f events.TopologyFabric
+		if err := s.read.Decode(name, body, &f); err != nil {
+			return err
+		}
+		return s.OnFabric(ctx, env, &f)
+	}
+	return nil
+}
+
+// appliedTopology reports whether the topology event being handled (its
+// stream sequence in ctx) is one the store has applied already; the
+// caller holds mu. Only a consumer that follows the stream in order may
+// skip on it: topoSeq is a watermark of that order.
+func (s *Service) appliedTopology(ctx context.Context) bool {
+	seq := bus.StreamSeq(ctx)
+	return seq != 0 && seq <= s.topoSeq
+}
+
 // OnNode records a node's report, then retries the pending jobs.
 func (s *Service) OnNode(ctx context.Context, _ events.Envelope, n *events.TopologyNode) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.appliedTopology(ctx) {
+		return nil
+	}
 	if err := s.store.UpsertNode(*n); err != nil {
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
@@ -373,6 +414,9 @@ func (s *Service) OnNode(ctx context.Context, _ events.Envelope, n *events.Topol
 func (s *Service) OnHealth(ctx context.Context, _ events.Envelope, h *events.TopologyHealth) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.appliedTopology(ctx) {
+		return nil
+	}
 	if err := s.store.SetHealth(*h); err != nil {
 		return fmt.Errorf("health of %s: %w", h.Node, err)
 	}
@@ -386,6 +430,9 @@ func (s *Service) OnHealth(ctx context.Context, _ events.Envelope, h *events.Top
 func (s *Service) OnFabric(ctx context.Context, _ events.Envelope, ev *events.TopologyFabric) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.appliedTopology(ctx) {
+		return nil
+	}
 	if err := s.applyFabric(*ev); err != nil {
 		return err
 	}
