@@ -343,3 +343,9 @@ func StreamSeq(ctx context.Context) uint64 {
 	seq, _ := ctx.Value(seqKey{}).(uint64)
 	return seq
 }
+
+// WithStreamSeq is ctx as a handler of the message at seq gets it, for a
+// test that calls a handler directly.
+func WithStreamSeq(ctx context.Context, seq uint64) context.Context {
+	return context.WithValue(ctx, seqKey{}, seq)
+}

@@ -116,6 +116,10 @@ type Service struct {
 	mu sync.Mutex
 	// topoSeq is the last topology stream sequence the store has applied.
 	topoSeq uint64
+	// topoUnretried is set when a job's catch-up (decide) applied topology
+	// the queue has not been retried on; the topology consumer retries it
+	// when it reaches those events, which it then skips.
+	topoUnretried bool
 	// fabric is the newest switch tree; nil until one is reported.
 	fabric *topology.Fabric
 	// bandwidths of the cost model (Config.Bandwidths).
@@ -396,12 +400,22 @@ func (s *Service) appliedTopology(ctx context.Context) bool {
 	return seq != 0 && seq <= s.topoSeq
 }
 
+// retryAfterCatchUp retries the queue once after topology that a job's
+// catch-up applied: the rest of the queue may fit now too.
+func (s *Service) retryAfterCatchUp(ctx context.Context) error {
+	if !s.topoUnretried {
+		return nil
+	}
+	s.topoUnretried = false
+	return s.retryPending(ctx)
+}
+
 // OnNode records a node's report, then retries the pending jobs.
 func (s *Service) OnNode(ctx context.Context, _ events.Envelope, n *events.TopologyNode) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.appliedTopology(ctx) {
-		return nil
+		return s.retryAfterCatchUp(ctx)
 	}
 	if err := s.store.UpsertNode(*n); err != nil {
 		return fmt.Errorf("node %s: %w", n.Name, err)
@@ -415,7 +429,7 @@ func (s *Service) OnHealth(ctx context.Context, _ events.Envelope, h *events.Top
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.appliedTopology(ctx) {
-		return nil
+		return s.retryAfterCatchUp(ctx)
 	}
 	if err := s.store.SetHealth(*h); err != nil {
 		return fmt.Errorf("health of %s: %w", h.Node, err)
@@ -431,7 +445,7 @@ func (s *Service) OnFabric(ctx context.Context, _ events.Envelope, ev *events.To
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.appliedTopology(ctx) {
-		return nil
+		return s.retryAfterCatchUp(ctx)
 	}
 	if err := s.applyFabric(*ev); err != nil {
 		return err
@@ -475,9 +489,11 @@ func (s *Service) decide(ctx context.Context, c *cycle, job events.JobAnalyzed, 
 	if err := c.commit(); err != nil {
 		return plan, err
 	}
+	before := s.topoSeq
 	if _, _, err := s.catchUpTopology(ctx); err != nil {
 		return plan, bus.Transient(err)
 	}
+	s.topoUnretried = s.topoUnretried || s.topoSeq > before
 	snap := c.view()
 	if plan, err = s.planner().Plan(ctx, snap, job, o); err != nil || plan.Verdict != outcome.Never {
 		return plan, err

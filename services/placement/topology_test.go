@@ -10,6 +10,7 @@ import (
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/eventstest"
 	"github.com/toposched/toposched/internal/fixtures"
+	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/services/placement"
 )
 
@@ -107,4 +108,57 @@ func awaitTopologyConsumed(t *testing.T, ctx context.Context, b *bus.Bus) {
 		}
 	}
 	t.Fatalf("topology stream not consumed: %s", why)
+}
+
+// A job that finds no node catches up with the topology stream itself
+// (decide); the topology consumer then skips those events, but the rest
+// of the queue is retried on them once: here a waiting job fits on the
+// node the catch-up found.
+func TestCatchUpRetriesTheQueue(t *testing.T) {
+	t.Parallel()
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "test")
+	ctx := eventstest.Context(t, 30*time.Second)
+	s := placement.NewOnBus(t, b, placement.Config{}) // no handlers running: the test delivers
+	publish := func(name string) uint64 {
+		t.Helper()
+		n := fixtures.PlainNode(name, "A100", 8)
+		_, seq, err := b.PublishSeq(ctx, &n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
+	seq1 := publish("n1")
+	n1 := fixtures.PlainNode("n1", "A100", 8)
+	if err := s.OnNode(bus.WithStreamSeq(ctx, seq1), events.Envelope{}, &n1); err != nil {
+		t.Fatal(err)
+	}
+	for i, job := range []events.JobSubmitted{
+		{JobID: "first", GPUs: 8, GPUModel: "A100"},
+		{JobID: "waiter", GPUs: 8, GPUModel: "A100"},
+	} {
+		if err := s.OnAnalyzed(ctx, events.Envelope{ID: fmt.Sprint("a", i)}, analyzed(t, job)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := state(s, "waiter"); got != store.JobPending {
+		t.Fatalf("waiter is %s, want pending behind first", got)
+	}
+	seq2 := publish("n2")
+	// Twelve GPUs are more than the one node known: the job catches up,
+	// finds n2, and waits (8 free); waiter is not retried by it.
+	if err := s.OnAnalyzed(ctx, events.Envelope{ID: "a2"}, analyzed(t, events.JobSubmitted{JobID: "big", GPUs: 12, GPUModel: "A100"})); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(s, "big"); got != store.JobPending {
+		t.Fatalf("big is %s, want pending", got)
+	}
+	n2 := fixtures.PlainNode("n2", "A100", 8)
+	if err := s.OnNode(bus.WithStreamSeq(ctx, seq2), events.Envelope{}, &n2); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(s, "waiter"); got != store.JobPlaced {
+		t.Fatalf("waiter is %s after n2's report reached the consumer, want placed on n2", got)
+	}
 }
