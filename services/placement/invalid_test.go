@@ -1,7 +1,6 @@
 package placement_test
 
 import (
-	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -32,20 +31,7 @@ func TestMalformedFinishAndAcceptAreAnswered(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := placement.NewOnBus(t, b, placement.Config{})
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(rctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("placement: %v", err)
-		}
-	})
-	select {
-	case <-s.Ready():
-	case err := <-done:
-		t.Fatalf("placement stopped: %v", err)
-	}
+	rctx := run(t, ctx, s)
 
 	var mu sync.Mutex
 	answers := map[events.Name][]bus.Record{}

@@ -46,20 +46,7 @@ func TestTopologyAppliesInStreamOrder(t *testing.T) {
 		round(i)
 	}
 	s := placement.NewOnBus(t, b, placement.Config{})
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(rctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("placement: %v", err)
-		}
-	})
-	select {
-	case <-s.Ready():
-	case err := <-done:
-		t.Fatalf("placement stopped: %v", err)
-	}
+	run(t, ctx, s)
 	for i := rounds; i < 2*rounds+3; i++ {
 		round(i)
 	}
@@ -161,4 +148,25 @@ func TestCatchUpRetriesTheQueue(t *testing.T) {
 	if got := state(s, "waiter"); got != store.JobPlaced {
 		t.Fatalf("waiter is %s after n2's report reached the consumer, want placed on n2", got)
 	}
+}
+
+// run runs s until the test ends and returns once it is ready; the
+// context it runs under ends with the test.
+func run(t *testing.T, ctx context.Context, s *placement.Service) context.Context {
+	t.Helper()
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("placement: %v", err)
+		}
+	})
+	select {
+	case <-s.Ready():
+	case err := <-done:
+		t.Fatalf("placement stopped: %v", err)
+	}
+	return rctx
 }
