@@ -70,8 +70,8 @@ func (s *Service) rebuild(ctx context.Context) error {
 }
 
 // catchUpTopology applies what the topology stream holds beyond what the
-// store has seen. Topology events are idempotent, so one that the durable
-// consumer delivers again later changes nothing.
+// store has seen. The topology consumer skips what it applied (an event
+// applied again out of order would undo a later one: onTopology).
 func (s *Service) catchUpTopology(ctx context.Context) (nodes, health int, err error) {
 	subj := s.subjects
 	err = s.read.ReplayFrom(ctx, events.DomainTopology,
