@@ -32,6 +32,7 @@ type replayFlags struct {
 	report                      string
 	policies                    string
 	reserveAfter                time.Duration
+	maxStretch                  float64
 	dataDir                     string
 	noProgress                  bool
 	hold                        bool
@@ -113,6 +114,7 @@ parallelism) is in sim/replay's package doc.`,
 	fl.IntVar(&f.limit, "limit", 0, "replay only the first N jobs by arrival (0: all)")
 	fl.StringVar(&f.report, "report", "", "directory for summary.json, jobs.csv, timeline.csv and the plots (replay.svg, jct.svg, slowdown.svg)")
 	fl.StringVar(&f.policies, "policies", "", "policy set: a directory, none, or empty for the shipped set")
+	maxStretchFlag(fl, &f.maxStretch)
 	fl.DurationVar(&f.reserveAfter, "reserve-after", placement.DefaultReserveAfter, "placement's reservation for the queue's head, as serve's --reserve-after, counted on the virtual clock (negative: off; every strategy honours it, see sim/replay's package doc)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "where the embedded server keeps its streams (default: a temporary directory)")
 	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar (it is off anyway when stderr is not a terminal)")
@@ -223,6 +225,10 @@ func prepareReplay(f replayFlags) (*prepared, error) {
 	} else {
 		p.trace.Notes = append(p.trace.Notes, "--reserve-after off: no nodes are held for a starving job")
 	}
+	if f.reserveAfter >= 0 && f.maxStretch > 0 {
+		p.trace.Notes = append(p.trace.Notes, fmt.Sprintf("topology-aware starts a job spread over nodes only where it is predicted at most %.2f times as slow as on an ideal placement, "+
+			"or once nodes held for it hold it (--max-stretch; the peers start it on any placement)", f.maxStretch))
+	}
 	if f.hold {
 		replay.Hold(p.trace)
 	}
@@ -264,7 +270,7 @@ func newReplaySettings(g *globals, f replayFlags) (replaySettings, error) {
 // config is the replay of p under one strategy, its data in dataDir.
 func (rs replaySettings) config(f replayFlags, p *prepared, strategy, dataDir string) replay.Config {
 	return replay.Config{ClusterFile: p.clusterFile, Inventory: p.inv, Trace: p.trace, Strategy: strategy, Speed: rs.speed,
-		Burst: f.burst > 0, Seed: f.seed, Policies: f.policies, ReserveAfter: f.reserveAfter, DataDir: dataDir,
+		Burst: f.burst > 0, Seed: f.seed, Policies: f.policies, ReserveAfter: f.reserveAfter, MaxStretch: maxStretch(f.maxStretch), DataDir: dataDir,
 		Stall: f.stall, Log: rs.log}
 }
 

@@ -14,11 +14,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/natsserver"
 	"github.com/toposched/toposched/internal/calibration"
 	"github.com/toposched/toposched/internal/collective"
+	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/services/launcher"
 	"github.com/toposched/toposched/services/operator"
 	"github.com/toposched/toposched/services/placement"
@@ -33,6 +35,7 @@ type serveFlags struct {
 	poll       time.Duration
 	strategy   string
 	reserve    time.Duration
+	maxStretch float64
 	policies   string
 	ops        opsFlags
 }
@@ -94,6 +97,7 @@ that was not handled is acknowledged, and the server flushes its streams.`,
 	cmd.Flags().DurationVar(&f.poll, "poll", 5*time.Second, "how often discovery checks the cluster file for changes (0: never)")
 	cmd.Flags().StringVar(&f.strategy, "strategy", "topology-aware", "placement strategy: topology-aware or blind (the first-fit baseline)")
 	cmd.Flags().DurationVar(&f.reserve, "reserve-after", placement.DefaultReserveAfter, "how long the head of the queue waits before nodes are held for it so small jobs cannot starve it (0: at once; negative: never)")
+	maxStretchFlag(cmd.Flags(), &f.maxStretch)
 	cmd.Flags().StringVar(&f.policies, "policies", "", policiesUsage)
 	f.ops.register(cmd.Flags(), true)
 	return cmd
@@ -132,7 +136,7 @@ func runServe(ctx context.Context, g *globals, f *serveFlags) error {
 	}
 	return runServices(ctx, g, conn, "operator", operator.Config{
 		Services: f.services, ClusterFile: f.cluster, Poll: f.poll, Strategy: f.strategy, Policies: f.policies, ReserveAfter: &f.reserve,
-		Replica: f.ops.replica, LeaseTTL: f.ops.leaseTTL, Sole: sole,
+		MaxStretch: maxStretch(f.maxStretch), Replica: f.ops.replica, LeaseTTL: f.ops.leaseTTL, Sole: sole,
 	}, &f.ops, log)
 }
 
@@ -276,6 +280,7 @@ func runServices(ctx context.Context, g *globals, conn natsConn, source string, 
 func newSingle(g *globals, name, short string) *cobra.Command {
 	var cluster, strategy, policySet string
 	var reserve time.Duration
+	var stretch float64
 	var poll time.Duration
 	var ops opsFlags
 	cmd := &cobra.Command{
@@ -304,7 +309,7 @@ consumers: each event is handled by one of them.`,
 			}
 			return runServices(cmd.Context(), g, natsConn{url: url}, source,
 				operator.Config{Services: []string{name}, ClusterFile: cluster, Poll: poll, Strategy: strategy, Policies: policySet, ReserveAfter: &reserve,
-					Replica: ops.replica, LeaseTTL: ops.leaseTTL}, &ops, log.With("service", name))
+					MaxStretch: maxStretch(stretch), Replica: ops.replica, LeaseTTL: ops.leaseTTL}, &ops, log.With("service", name))
 		},
 	}
 	if name == operator.Discovery {
@@ -315,8 +320,26 @@ consumers: each event is handled by one of them.`,
 	if name == operator.Placement {
 		cmd.Flags().StringVar(&strategy, "strategy", "topology-aware", "placement strategy: topology-aware or blind (the first-fit baseline)")
 		cmd.Flags().DurationVar(&reserve, "reserve-after", placement.DefaultReserveAfter, "how long the head of the queue waits before nodes are held for it (0: at once; negative: never)")
+		maxStretchFlag(cmd.Flags(), &stretch)
 		cmd.Flags().StringVar(&policySet, "policies", "", policiesUsage)
 	}
 	ops.register(cmd.Flags(), name == operator.Placement)
 	return cmd
+}
+
+// maxStretchFlag registers --max-stretch, placement's bound on how much
+// slower than its ideal placement a job spread over nodes may start
+// (placer.Compact).
+func maxStretchFlag(fs *pflag.FlagSet, v *float64) {
+	fs.Float64Var(v, "max-stretch", placer.DefaultMaxStretch, "a topology-aware job spread over nodes waits, until nodes held for it as the queue's head hold it, "+
+		"rather than start where its predicted step time is more than this many times its ideal placement's (0: off; needs --reserve-after)")
+}
+
+// maxStretch is --max-stretch as placement.Config.MaxStretch, where 0 is
+// the default and a negative bound is off.
+func maxStretch(flag float64) float64 {
+	if flag <= 0 {
+		return -1
+	}
+	return flag
 }

@@ -37,6 +37,9 @@ type Planner struct {
 	// SearchBudget is topology-aware's local-search budget on the wall
 	// clock (aware.Options.Budget: 0 the default, negative none).
 	SearchBudget time.Duration
+	// Compact, when set, keeps a topology-aware job off a spread over
+	// nodes much slower than its ideal placement (see Compact).
+	Compact *Compact
 }
 
 // Plan is what a Planner decided for one job.
@@ -105,10 +108,14 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 	if err != nil {
 		return Plan{}, err
 	}
+	if strat.Name() == StrategyTopologyAware {
+		opts.Compact = p.Compact.check(snap, job, p.Reservation)
+	}
 	r, base, err := strat.Place(snap, job, opts)
 	if err != nil {
 		return Plan{}, err
 	}
+	compact := r.Verdict == outcome.Wait && x.CompactAwaited
 	out := Plan{Verdict: r.Verdict, GPUs: r.GPUs, Reasons: r.Reasons, Baseline: base}
 	ex := x.Explanation
 	if p.Policies != nil {
@@ -122,6 +129,8 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 		out.Explanation = &ex
 	}
 	switch {
+	case compact:
+		// It fits now: no job's end is what it waits for.
 	case r.Verdict == outcome.Placed:
 		out.Warnings = pv.warnings(x.Judgement, r.GPUs)
 	case r.Verdict == outcome.Wait && x.PolicyDenied:

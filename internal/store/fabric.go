@@ -84,7 +84,7 @@ func (s *Store) UpsertFabric(domainsByNode map[string][]string) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("store: fabric: %w", err)
 	}
-	return s.write(func(w *writer) error {
+	return s.writeTopology(func(w *writer) error {
 		var nodes []string
 		have := map[string][]string{}
 		it, err := w.txn.Get(TableFabric, IndexID)

@@ -39,7 +39,7 @@ func (s *Store) SetHealth(h events.TopologyHealth) error {
 	if !healthy {
 		reason = cmp.Or(h.Reason, h.Health)
 	}
-	return s.write(func(w *writer) error {
+	return s.writeTopology(func(w *writer) error {
 		txn := w.txn
 		raw, err := txn.First(TableNodes, IndexID, h.Node)
 		if err != nil {

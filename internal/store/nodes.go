@@ -54,7 +54,7 @@ func (s *Store) UpsertNode(n events.TopologyNode) error {
 		}
 		topo = t
 	}
-	return s.write(func(w *writer) error {
+	return s.writeTopology(func(w *writer) error {
 		txn := w.txn
 		existing, err := gpusOfNode(txn, n.Name)
 		if err != nil {

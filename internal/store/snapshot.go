@@ -367,6 +367,16 @@ func (s *Snapshot) PlacedVersion() uint64 {
 	return 0
 }
 
+// TopologyVersion counts the writes of the topology (node reports, health
+// changes, the fabric): two snapshots of one store with the same version
+// have the same nodes, GPUs, health and domains, whatever jobs hold.
+func (s *Snapshot) TopologyVersion() uint64 {
+	if raw := s.first(TableIndex, IndexID, topologySeqKey); raw != nil {
+		return raw.(*indexEntry).Value
+	}
+	return 0
+}
+
 // AnyJobInState reports whether some job is in the state, without
 // copying the jobs out.
 func (s *Snapshot) AnyJobInState(state JobState) bool {

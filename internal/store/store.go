@@ -86,6 +86,18 @@ func (s *Store) write(fn func(w *writer) error) error {
 	return nil
 }
 
+// writeTopology is write for a change of the topology (a node report, a
+// health change, the fabric): it also moves Snapshot.TopologyVersion.
+func (s *Store) writeTopology(fn func(w *writer) error) error {
+	return s.write(func(w *writer) error {
+		if err := fn(w); err != nil {
+			return err
+		}
+		_, err := nextSeq(w.txn, topologySeqKey)
+		return err
+	})
+}
+
 // gpusOfNode returns the rows of a node's GPUs, by index. The rows belong to
 // memdb: read, never modify.
 func gpusOfNode(txn *memdb.Txn, node string) ([]*GPU, error) {

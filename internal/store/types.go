@@ -140,3 +140,6 @@ const jobSeqKey = "job_seq"
 
 // placedSeqKey names the counter behind Snapshot.PlacedVersion.
 const placedSeqKey = "placed_seq"
+
+// topologySeqKey names the counter behind Snapshot.TopologyVersion.
+const topologySeqKey = "topology_seq"

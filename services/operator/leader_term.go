@@ -84,7 +84,7 @@ func (p *placementTerms) setCurrent(svc *placement.Service) {
 // returns once the handlers consume.
 func (p *placementTerms) start(ctx context.Context, leaseRevision uint64) (term, error) {
 	p.mu.Lock()
-	svc, err := placement.New(placement.Config{Strategy: p.cfg.Strategy, ReserveAfter: p.cfg.ReserveAfter, Policies: p.set,
+	svc, err := placement.New(placement.Config{Strategy: p.cfg.Strategy, ReserveAfter: p.cfg.ReserveAfter, MaxStretch: p.cfg.MaxStretch, Policies: p.set,
 		Holder: p.holder, LeaseRevision: leaseRevision, Bandwidths: p.bw, SearchBudget: p.cfg.PlacementSearchBudget},
 		placement.Deps{Publish: p.b, Read: p.b, Consume: p.b, Subjects: p.b.Subjects, Log: p.log, Now: p.cfg.PlacementNow, ObservePolicyEval: p.cfg.ObservePolicyEval})
 	if err != nil {

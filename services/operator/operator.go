@@ -54,6 +54,9 @@ type Config struct {
 	// nodes are held for it (placer.Reservation); nil for the default,
 	// negative for never.
 	ReserveAfter *time.Duration
+	// MaxStretch is placement's placement.Config.MaxStretch (0: the
+	// default; negative: off).
+	MaxStretch float64
 	// PlacementNow is placement's clock, which its queue's waits and
 	// reservations are counted on (nil: time.Now). A replay on a virtual
 	// clock passes its own, so that --reserve-after counts trace time.

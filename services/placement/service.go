@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,9 @@ type Config struct {
 	// clock (placer.Planner.SearchBudget: 0 the default, negative none,
 	// the evaluation cap alone, as a replay on a virtual clock wants).
 	SearchBudget time.Duration
+	// MaxStretch is placer.Compact's bound for topology-aware jobs spread
+	// over nodes: 0 is placer.DefaultMaxStretch, negative none.
+	MaxStretch float64
 }
 
 // DefaultStrategy is the strategy of a Config that names none.
@@ -60,10 +64,14 @@ const DefaultStrategy = placer.StrategyTopologyAware
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {
+	var errs []error
 	if _, err := placer.Lookup(c.Strategy, true); err != nil {
-		return fmt.Errorf("placement: %w", err)
+		errs = append(errs, fmt.Errorf("placement: %w", err))
 	}
-	return nil
+	if math.IsNaN(c.MaxStretch) || math.IsInf(c.MaxStretch, 0) || (c.MaxStretch > 0 && c.MaxStretch < 1) {
+		errs = append(errs, fmt.Errorf("placement: max stretch %v: want at least 1 (0: the default; negative: off)", c.MaxStretch))
+	}
+	return errors.Join(errs...)
 }
 
 // Deps are the ports the service uses.
@@ -135,6 +143,10 @@ type Service struct {
 	reserveAfter time.Duration
 	reservation  *placer.Reservation
 	pendingSince map[string]time.Time
+	// maxStretch is Config.MaxStretch (0 and below: the rule is off);
+	// ideals the ideal placements it compares with.
+	maxStretch float64
+	ideals     ideals
 	// nextReserve is when a new submission next checks the queue's head
 	// for a reservation (retries always do).
 	nextReserve time.Time
@@ -186,6 +198,12 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		reserveAfter: reserveAfter, pendingSince: map[string]time.Time{},
 		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision, ackWait: defaultAckWait,
 		life: context.Background()}
+	switch {
+	case cfg.MaxStretch == 0:
+		svc.maxStretch = placer.DefaultMaxStretch
+	case cfg.MaxStretch > 0:
+		svc.maxStretch = cfg.MaxStretch
+	}
 	svc.bandwidths.Store(cfg.Bandwidths)
 	return svc, nil
 }
@@ -510,7 +528,7 @@ func (s *Service) decide(ctx context.Context, c *cycle, job events.JobAnalyzed, 
 // planner is the Planner of the service's current state.
 func (s *Service) planner() *placer.Planner {
 	return &placer.Planner{Strategy: s.strategy, Fabric: s.fabric, Bandwidths: s.bandwidths.Load(), Policies: s.policies,
-		Reservation: s.reservation, Log: s.log, SearchBudget: s.searchBudget}
+		Reservation: s.reservation, Log: s.log, SearchBudget: s.searchBudget, Compact: s.compact()}
 }
 
 // predict scores the chosen GPUs and, as the baseline, what blind first

@@ -72,6 +72,10 @@
 // allows, as topology-aware does, so strategies compare under one queue
 // and one set of rules. Under --speed N placement keeps the
 // wall clock, so a reservation there comes after the wall time given.
+// Topology-aware's wait for a compact placement (--max-stretch, see
+// placer.Compact) is topology-aware's own and not the peers': a job
+// spread over nodes that it keeps waiting fits by counts, so it calls
+// for the barrier after each finish, as any job that may fit does.
 //
 // Every submitted job ends in exactly one of placed (it ran; its finish
 // was sent), pending (still waiting when the trace ended: nothing was

@@ -44,6 +44,9 @@ type Config struct {
 	Policies string
 	// ReserveAfter is placement's --reserve-after (negative: never).
 	ReserveAfter time.Duration
+	// MaxStretch is placement's --max-stretch (0: the default; negative:
+	// off).
+	MaxStretch float64
 	// DataDir holds the embedded server's streams; "" a temporary one.
 	DataDir string
 	// Samples is the number of points of the timeline (default 400).
@@ -218,7 +221,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer func() { _ = b.Close() }() // after the replay: JetStream acknowledged all it published
 	ra := cfg.ReserveAfter
 	ocfg := operator.Config{Services: operator.All, ClusterFile: cfg.ClusterFile, Sole: true,
-		Strategy: cfg.Strategy, ReserveAfter: &ra, Policies: cfg.Policies, Replica: "replay"}
+		Strategy: cfg.Strategy, ReserveAfter: &ra, MaxStretch: cfg.MaxStretch, Policies: cfg.Policies, Replica: "replay"}
 	var clock *virtualClock
 	if !cfg.Burst && cfg.Speed <= 0 {
 		// Placement counts its queue's waits on the virtual clock, so that

@@ -44,6 +44,8 @@ type Explain struct {
 	// PolicyDenied is set when the Judge denied every candidate: Place
 	// then answers Wait with the favourite's deny reasons.
 	PolicyDenied bool
+	// CompactAwaited is set when Options.Compact kept the job waiting.
+	CompactAwaited bool
 }
 
 func (x *Explain) hasLevel(level string) bool {

@@ -10,6 +10,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 )
 
@@ -63,6 +65,13 @@ type Options struct {
 	Judge func(Candidate) Judgement
 	// Explain, when set, is filled with how the decision was reached.
 	Explain *Explain
+	// Compact, when set, is asked of the candidate chosen for a job
+	// spread over nodes, with its predicted communication per step,
+	// before the local search refines it: when it answers true the job
+	// waits, with its reason, rather than start there (placer.Compact).
+	// The search only makes a candidate faster, so one it lets start
+	// stays allowed after it.
+	Compact func(gpus []store.GPUKey, comm float64) (events.Reason, bool)
 }
 
 const inf = math.MaxFloat64

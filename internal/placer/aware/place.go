@@ -217,6 +217,20 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 		p.explain(judged, nil)
 		return outcome.Result{Verdict: outcome.Wait, Reasons: denyReasons(judged[0])}, math.NaN(), false
 	}
+	if opts.Compact != nil {
+		if why, wait := opts.Compact(chosen.gpus, p.score(chosen)); wait {
+			if x != nil {
+				x.CompactAwaited = true
+			}
+			// Listed as denied, by the rule, with its reason.
+			chosen.j.Deny, chosen.j.Reasons = true, []events.Reason{why}
+			if !slices.Contains(judged, chosen) {
+				judged = append(judged, chosen)
+			}
+			p.explain(judged, nil)
+			return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{why}}, math.NaN(), false
+		}
+	}
 	final := p.refine(chosen, across)
 	if alt && chosen == list[0] && n <= 16 {
 		if other, _ := p.choose(list[1:], more); other != nil {

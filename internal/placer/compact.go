@@ -1,0 +1,107 @@
+package placer
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/aware"
+	"github.com/toposched/toposched/internal/store"
+)
+
+// Compact is topology-aware's rule on when a job spread over nodes starts.
+//
+// # The rule
+//
+// On a busy cluster a job of more GPUs than a node holds fits, by count,
+// as soon as enough GPUs are free anywhere: the leftovers of many nodes.
+// Placed there at once, its tensor-parallel groups cross nodes, its run
+// is stretched several times, and it holds a share of every node it
+// touches, which keeps those nodes from the jobs that need one whole. So
+// a topology-aware job whose best placement spans nodes is started only
+// where its predicted step time (compute + communication, the cost
+// model's) is at most MaxStretch times its step time on an ideal
+// placement: the one topology-aware chooses on the same cluster with
+// nothing running (Ideal). Otherwise it waits, with the reason
+// CodeCompactAwaited, and is tried again as GPUs free, like any waiting
+// job.
+//
+// The wait is bounded by the reservation: once the job is the head of the
+// queue and has waited --reserve-after, nodes are held for it, and once
+// they hold it the rule no longer applies, so it starts on the first
+// placement there is. With the reservation off the rule is off too.
+//
+// A job whose step compute time is unknown (no step_compute_seconds and
+// no model size), one placed on one node, and a job of another strategy
+// are placed as before.
+type Compact struct {
+	// MaxStretch is the longest predicted step time a spread over nodes
+	// may have, as a multiple of the ideal one.
+	MaxStretch float64
+	// Ideal returns the job's communication per step on an ideal
+	// placement (NaN when none is known).
+	Ideal func(job events.JobAnalyzed) float64
+}
+
+// DefaultMaxStretch is Compact.MaxStretch's default: a start that makes
+// the job run half as long again as it would on a compact placement.
+const DefaultMaxStretch = 1.5
+
+// CodeCompactAwaited is the reason code of a job kept waiting by Compact.
+const CodeCompactAwaited = "compact_placement_awaited"
+
+// check returns topology-aware's hook for job (aware.Options.Compact),
+// nil where the rule does not apply: no rule, a job whose compute time is
+// unknown, or the reserved head once its held nodes hold it.
+func (c *Compact) check(snap *store.Snapshot, job events.JobAnalyzed, res *Reservation) func([]store.GPUKey, float64) (events.Reason, bool) {
+	if c == nil || c.MaxStretch <= 0 || c.Ideal == nil || job.Job.GPUs < 2 {
+		return nil
+	}
+	if res != nil && res.JobID == job.Job.JobID && holdsNow(snap, job, res.Nodes) {
+		return nil
+	}
+	comp := aware.StepCompute(job.Job)
+	if !(comp > 0) {
+		return nil
+	}
+	return func(gpus []store.GPUKey, comm float64) (events.Reason, bool) {
+		nodes := map[string]bool{}
+		for _, g := range gpus {
+			nodes[g.Node] = true
+		}
+		if len(nodes) < 2 || math.IsNaN(comm) {
+			return events.Reason{}, false
+		}
+		ideal := c.Ideal(job)
+		if math.IsNaN(ideal) {
+			return events.Reason{}, false
+		}
+		stretch := (comp + comm) / (comp + ideal)
+		if stretch <= c.MaxStretch {
+			return events.Reason{}, false
+		}
+		return events.Reason{Code: CodeCompactAwaited, Field: "gpus", Message: fmt.Sprintf(
+			"the best placement free now spans %d nodes and is predicted %.2f times as slow per step as an ideal one (at most %.2f): "+
+				"the job waits for a more compact one, at the latest until nodes held for it as the head of the queue hold it",
+			len(nodes), stretch, c.MaxStretch)}, true
+	}
+}
+
+// holdsNow reports whether the held nodes' free GPUs of the job's model,
+// in whole gpus_per_node blocks, hold the job now.
+func holdsNow(snap *store.Snapshot, job events.JobAnalyzed, nodes map[string]bool) bool {
+	model, gpn := job.Job.GPUModel, job.Job.GPUsPerNode
+	room := 0
+	for n := range nodes {
+		d, ok := snap.Domain(store.DomainNode + ":" + n)
+		if !ok {
+			continue
+		}
+		f := d.FreeOf(model)
+		if gpn > 0 {
+			f = f / gpn * gpn
+		}
+		room += f
+	}
+	return room >= job.Job.GPUs
+}

@@ -1,0 +1,123 @@
+package placer
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/aware"
+	"github.com/toposched/toposched/internal/placer/outcome"
+)
+
+// compactJob is a 16-GPU Megatron job, TP 8: on two whole DGX nodes its
+// TP groups stay on NVSwitch; on the leftovers of four nodes they cross
+// the network.
+func compactJob(model bool) events.JobSubmitted {
+	j := events.JobSubmitted{JobID: "big", GPUs: 16, Strategy: events.StrategyMegatron,
+		Parallelism: &events.Parallelism{TP: 8, PP: 1, DP: 2}}
+	if model {
+		j.Model = &events.Model{Parameters: 7_000_000_000, Layers: 32, HiddenSize: 4096, Heads: 32,
+			SeqLen: 2048, MicroBatchSize: 1, GlobalBatchSize: 16, Dtype: events.DtypeBF16}
+	}
+	return j
+}
+
+// idealOn is a Compact's Ideal: topology-aware's choice on st emptied.
+func idealOn(t *testing.T, r *rig) func(events.JobAnalyzed) float64 {
+	empty, err := r.st.Emptied()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(job events.JobAnalyzed) float64 {
+		snap := empty.Snapshot()
+		opts := aware.Options{Fabric: r.fabric}
+		res := aware.Place(snap, job, opts)
+		if res.Verdict != outcome.Placed {
+			return math.NaN()
+		}
+		p, err := aware.PredictWith(snap, job, res.GPUs, opts)
+		if err != nil {
+			return math.NaN()
+		}
+		return p.CommSeconds
+	}
+}
+
+func TestCompactWaitsForACompactPlacement(t *testing.T) {
+	t.Parallel()
+	held := func(r *rig) {
+		for i := range 8 { // 16 free GPUs, 2 a node
+			r.hold(fmt.Sprintf("j%d", i), fmt.Sprintf("n%d", i), 0, 1, 2, 3, 4, 5)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		setup   func(r *rig)
+		compact bool
+		model   bool
+		res     *Reservation
+		want    outcome.Verdict
+	}{
+		{name: "off: placed on the leftovers", setup: held, model: true, want: outcome.Placed},
+		{name: "on: waits for a compact placement", setup: held, compact: true, model: true, want: outcome.Wait},
+		{name: "on, two whole nodes free", setup: func(r *rig) {
+			for i := 2; i < 8; i++ {
+				r.hold(fmt.Sprintf("j%d", i), fmt.Sprintf("n%d", i), 0, 1, 2, 3, 4, 5)
+			}
+		}, compact: true, model: true, want: outcome.Placed},
+		{name: "on, compute unknown: placed as before", setup: held, compact: true, want: outcome.Placed},
+		{name: "on, the reserved head whose nodes hold it now", setup: held, compact: true, model: true,
+			res:  &Reservation{JobID: "big", Since: time.Unix(0, 0), Nodes: map[string]bool{"n0": true, "n1": true, "n2": true, "n3": true, "n4": true, "n5": true, "n6": true, "n7": true}},
+			want: outcome.Placed},
+		{name: "on, the reserved head whose nodes are still busy", setup: held, compact: true, model: true,
+			res:  &Reservation{JobID: "big", Since: time.Unix(0, 0), Nodes: map[string]bool{"n0": true, "n1": true}},
+			want: outcome.Wait},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, 8, nil)
+			ideal := idealOn(t, r) // before any job holds GPUs
+			tc.setup(r)
+			p := &Planner{Reservation: tc.res}
+			if tc.compact {
+				p.Compact = &Compact{MaxStretch: DefaultMaxStretch, Ideal: ideal}
+			}
+			got := r.plan(p, compactJob(tc.model))
+			if got.Verdict != tc.want {
+				t.Fatalf("%v on %v (%v), want %v", got.Verdict, nodesOf(got.GPUs), got.Reasons, tc.want)
+			}
+			if got.Verdict == outcome.Wait {
+				if codes(got.Reasons) != CodeCompactAwaited || got.Reasons[0].Field != "gpus" || !strings.Contains(got.Reasons[0].Message, "spans 8 nodes") {
+					t.Errorf("reasons %+v, want one %s naming the 8 nodes", got.Reasons, CodeCompactAwaited)
+				}
+				if len(got.Counterfactuals) != 0 {
+					t.Errorf("counterfactuals %+v: the job fits now, no job's end is awaited", got.Counterfactuals)
+				}
+			}
+		})
+	}
+}
+
+// The ideal is worked out on the cluster as though nothing ran.
+func TestEmptiedFreesEveryGPU(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 2, nil)
+	r.hold("a", "n0", 0, 1, 2)
+	r.hold("b", "n1", 7)
+	empty, err := r.st.Emptied()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := empty.Snapshot().FreeCount(); got != 16 {
+		t.Errorf("emptied fork: %d free, want 16", got)
+	}
+	if got := r.st.Snapshot().FreeCount(); got != 12 {
+		t.Errorf("store after the fork: %d free, want 12 (unchanged)", got)
+	}
+	if v := empty.Snapshot().TopologyVersion(); v != r.st.Snapshot().TopologyVersion() || v == 0 {
+		t.Errorf("topology version %d, store's %d: want the same, not 0", v, r.st.Snapshot().TopologyVersion())
+	}
+}

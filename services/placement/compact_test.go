@@ -1,0 +1,107 @@
+package placement
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/pattern"
+	"github.com/toposched/toposched/internal/placer"
+	"github.com/toposched/toposched/internal/store"
+)
+
+// A 16-GPU job, TP 8, that fits only on the leftovers of eight nodes waits
+// for a compact placement (placer.Compact) and starts on two nodes once
+// they are free; with --max-stretch off it starts on the leftovers.
+func TestCompactPlacementAwaited(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		stretch float64
+		nodes   int // what the big job spans when first decided
+	}{
+		{name: "default", stretch: 0, nodes: 0},
+		{name: "off", stretch: -1, nodes: 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := eventstest.Server(t)
+			b := eventstest.Bus(t, srv.ClientURL(), "test")
+			ctx := eventstest.Context(t, 30*time.Second)
+			s, err := New(Config{MaxStretch: tc.stretch}, Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 8 {
+				m, err := clusterfile.Model("dgx-a100")
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.Name = fmt.Sprintf("n%d", i)
+				ev := m.Event()
+				if err := s.OnNode(ctx, events.Envelope{}, &ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			submit := func(sub events.JobSubmitted) store.Job {
+				t.Helper()
+				a, reasons := pattern.Analyze(sub)
+				if len(reasons) > 0 {
+					t.Fatal(reasons)
+				}
+				if err := s.OnAnalyzed(ctx, events.Envelope{}, &a); err != nil {
+					t.Fatal(err)
+				}
+				j, _ := s.Store().Snapshot().Job(sub.JobID)
+				return j
+			}
+			for i := range 8 { // six GPUs of every node busy
+				if j := submit(events.JobSubmitted{JobID: fmt.Sprintf("x%d", i), GPUs: 6}); j.State != store.JobPlaced {
+					t.Fatalf("x%d: %s", i, j.State)
+				}
+			}
+			big := events.JobSubmitted{JobID: "big", GPUs: 16, Strategy: events.StrategyMegatron,
+				Parallelism: &events.Parallelism{TP: 8, PP: 1, DP: 2},
+				Model: &events.Model{Parameters: 7_000_000_000, Layers: 32, HiddenSize: 4096, Heads: 32,
+					SeqLen: 2048, MicroBatchSize: 1, GlobalBatchSize: 16, Dtype: events.DtypeBF16}}
+			j := submit(big)
+			if tc.nodes > 0 {
+				if j.State != store.JobPlaced || len(spanned(j)) != tc.nodes {
+					t.Fatalf("big: %s on %v, want placed on %d nodes", j.State, spanned(j), tc.nodes)
+				}
+				return
+			}
+			if j.State != store.JobPending || len(j.Reasons) != 1 || j.Reasons[0].Code != placer.CodeCompactAwaited {
+				t.Fatalf("big: %s %+v, want pending for %s", j.State, j.Reasons, placer.CodeCompactAwaited)
+			}
+			for _, id := range []string{"x0", "x1"} {
+				if err := s.OnFinished(ctx, events.Envelope{}, &events.JobFinished{JobID: id, Status: events.StatusSucceeded}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			j, _ = s.Store().Snapshot().Job("big")
+			if j.State != store.JobPlaced || !slices.Equal(spanned(j), []string{"n0", "n1"}) {
+				t.Fatalf("big after n0 and n1 emptied: %s on %v, want placed on n0, n1", j.State, spanned(j))
+			}
+		})
+	}
+}
+
+// spanned lists the nodes a placed job's decision names, sorted.
+func spanned(j store.Job) []string {
+	var out []string
+	if j.Decision == nil {
+		return nil
+	}
+	for _, r := range j.Decision.Ranks {
+		if !slices.Contains(out, r.Node) {
+			out = append(out, r.Node)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
