@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/internal/placer/aware"
+	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/placer/outcome"
 )
 
@@ -23,27 +23,6 @@ func compactJob(model bool) events.JobSubmitted {
 			SeqLen: 2048, MicroBatchSize: 1, GlobalBatchSize: 16, Dtype: events.DtypeBF16}
 	}
 	return j
-}
-
-// idealOn is a Compact's Ideal: topology-aware's choice on st emptied.
-func idealOn(t *testing.T, r *rig) func(events.JobAnalyzed) float64 {
-	empty, err := r.st.Emptied()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return func(job events.JobAnalyzed) float64 {
-		snap := empty.Snapshot()
-		opts := aware.Options{Fabric: r.fabric}
-		res := aware.Place(snap, job, opts)
-		if res.Verdict != outcome.Placed {
-			return math.NaN()
-		}
-		p, err := aware.PredictWith(snap, job, res.GPUs, opts)
-		if err != nil {
-			return math.NaN()
-		}
-		return p.CommSeconds
-	}
 }
 
 func TestCompactWaitsForACompactPlacement(t *testing.T) {
@@ -79,11 +58,10 @@ func TestCompactWaitsForACompactPlacement(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, 8, nil)
-			ideal := idealOn(t, r) // before any job holds GPUs
 			tc.setup(r)
 			p := &Planner{Reservation: tc.res}
 			if tc.compact {
-				p.Compact = &Compact{MaxStretch: DefaultMaxStretch, Ideal: ideal}
+				p.Compact = &Compact{MaxStretch: DefaultMaxStretch, Ideal: (&Ideals{Store: r.st, Fabric: r.fabric}).Comm}
 			}
 			got := r.plan(p, compactJob(tc.model))
 			if got.Verdict != tc.want {
@@ -101,8 +79,9 @@ func TestCompactWaitsForACompactPlacement(t *testing.T) {
 	}
 }
 
-// The ideal is worked out on the cluster as though nothing ran.
-func TestEmptiedFreesEveryGPU(t *testing.T) {
+// The ideal is worked out on the cluster as though nothing ran, and again
+// when the topology changes.
+func TestIdeals(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, 2, nil)
 	r.hold("a", "n0", 0, 1, 2)
@@ -119,5 +98,22 @@ func TestEmptiedFreesEveryGPU(t *testing.T) {
 	}
 	if v := empty.Snapshot().TopologyVersion(); v != r.st.Snapshot().TopologyVersion() || v == 0 {
 		t.Errorf("topology version %d, store's %d: want the same, not 0", v, r.st.Snapshot().TopologyVersion())
+	}
+
+	a, reasons := pattern.Analyze(compactJob(true))
+	if len(reasons) > 0 {
+		t.Fatal(reasons)
+	}
+	ideals := &Ideals{Store: r.st, Fabric: r.fabric}
+	whole := ideals.Comm(a) // two whole nodes, though n0 and n1 are busy
+	if math.IsNaN(whole) || whole <= 0 {
+		t.Fatalf("ideal comm %v, want a time", whole)
+	}
+	// A GPU of n1 fails: 15 healthy GPUs cannot hold the job even empty.
+	if err := r.st.SetHealth(events.TopologyHealth{Node: "n1", Component: events.ComponentGPU, ID: "0", Health: "failed"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ideals.Comm(a); !math.IsNaN(got) {
+		t.Errorf("ideal after a GPU failed: %v, want NaN (recomputed on the new topology)", got)
 	}
 }

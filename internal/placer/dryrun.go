@@ -63,6 +63,11 @@ func DryRun(c clusterfile.Cluster, occupied []Occupied, job events.JobSubmitted,
 		strategy = StrategyTopologyAware
 	}
 	p := &Planner{Strategy: strategy, Fabric: fabric, Policies: set}
+	if strategy == StrategyTopologyAware {
+		// As placement runs by default: with the reservation, so with
+		// the wait for a compact placement.
+		p.Compact = &Compact{MaxStretch: DefaultMaxStretch, Ideal: (&Ideals{Store: st, Fabric: fabric}).Comm}
+	}
 	plan, err := p.Plan(context.Background(), snap, analyzed, PlanOptions{Counterfactuals: true})
 	if err != nil {
 		return "", nil, fmt.Errorf("dry run: %w", err)

@@ -146,7 +146,7 @@ type Service struct {
 	// maxStretch is Config.MaxStretch (0 and below: the rule is off);
 	// ideals the ideal placements it compares with.
 	maxStretch float64
-	ideals     ideals
+	ideals     placer.Ideals
 	// nextReserve is when a new submission next checks the queue's head
 	// for a reservation (retries always do).
 	nextReserve time.Time
