@@ -3,6 +3,7 @@ package placer
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/placer/aware"
@@ -30,6 +31,11 @@ import (
 // queue and has waited --reserve-after, nodes are held for it, and once
 // they hold it the rule no longer applies, so it starts on the first
 // placement there is. With the reservation off the rule is off too.
+// Held nodes drain as their jobs end; a job that never ends on one (a
+// service rather than a training run) keeps the hold from ever holding
+// the head, which then waits for a compact placement elsewhere. A
+// cluster with such jobs on the nodes of large ones turns the rule off
+// (--max-stretch 0).
 //
 // A job whose step compute time is unknown (no step_compute_seconds and
 // no model size), one placed on one node, and a job of another strategy
@@ -54,8 +60,8 @@ const CodeCompactAwaited = "compact_placement_awaited"
 // nil where the rule does not apply: no rule, a job whose compute time is
 // unknown, or the reserved head once its held nodes hold it.
 func (c *Compact) check(snap *store.Snapshot, job events.JobAnalyzed, res *Reservation) func([]store.GPUKey, float64) (events.Reason, bool) {
-	if c == nil || c.MaxStretch <= 0 || c.Ideal == nil || job.Job.GPUs < 2 {
-		return nil
+	if c == nil || c.MaxStretch <= 0 || c.Ideal == nil || job.Job.GPUs < 2 || job.Job.GPUsPerNode == job.Job.GPUs {
+		return nil // no rule, or a job one node holds
 	}
 	if res != nil && res.JobID == job.Job.JobID && holdsNow(snap, job, res.Nodes) {
 		return nil
@@ -65,12 +71,12 @@ func (c *Compact) check(snap *store.Snapshot, job events.JobAnalyzed, res *Reser
 		return nil
 	}
 	return func(gpus []store.GPUKey, comm float64) (events.Reason, bool) {
+		if math.IsNaN(comm) || !slices.ContainsFunc(gpus, func(g store.GPUKey) bool { return g.Node != gpus[0].Node }) {
+			return events.Reason{}, false // on one node
+		}
 		nodes := map[string]bool{}
 		for _, g := range gpus {
 			nodes[g.Node] = true
-		}
-		if len(nodes) < 2 || math.IsNaN(comm) {
-			return events.Reason{}, false
 		}
 		ideal := c.Ideal(job)
 		if math.IsNaN(ideal) {
