@@ -2,7 +2,9 @@ package placement
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,4 +106,18 @@ func spanned(j store.Job) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// A bound below 1 would keep every spread waiting, even the ideal one.
+func TestMaxStretchValidated(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		stretch float64
+		ok      bool
+	}{{0, true}, {-1, true}, {1, true}, {1.5, true}, {0.5, false}, {math.NaN(), false}, {math.Inf(1), false}} {
+		err := Config{MaxStretch: tc.stretch}.Validate()
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "max stretch")) {
+			t.Errorf("MaxStretch %v: %v, want ok %v (an error naming max stretch)", tc.stretch, err, tc.ok)
+		}
+	}
 }
