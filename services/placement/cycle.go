@@ -161,14 +161,7 @@ func (s *Service) decideBatch(batch []*request) {
 	slices.SortStableFunc(batch, func(a, b *request) int {
 		return cmp.Or(cmp.Compare(b.job.Job.Priority, a.job.Job.Priority), cmp.Compare(a.seq, b.seq))
 	})
-	if s.maybeReserve(batch[0].ctx) {
-		// The head, held nodes just now, may start on them: it is older
-		// than the batch, and its decision comes before the batch's
-		// outcomes (a replay awaiting those has the head's too).
-		if err := s.retryPending(batch[0].ctx); err != nil {
-			s.log.WarnContext(batch[0].ctx, "retry after holding nodes for the head", "err", err)
-		}
-	}
+	held := s.maybeReserve(batch[0].ctx)
 	c := s.newCycle()
 	start := s.now()
 	for i, r := range batch {
@@ -210,6 +203,11 @@ func (s *Service) decideBatch(batch []*request) {
 	// The requests' answers are their outcomes'; the cycle's error is
 	// theirs too.
 	_ = c.finish()
+	if held {
+		if err := s.retryPending(batch[0].ctx); err != nil {
+			s.log.WarnContext(batch[0].ctx, "retry after holding nodes for the head", "err", err)
+		}
+	}
 }
 
 // cycle is one pass of decisions: the store transaction they share and
