@@ -30,9 +30,7 @@ import (
 // The wait is bounded by the reservation: once the job is the head of the
 // queue and has waited --reserve-after, nodes are held for it, and once
 // they hold it the rule no longer applies, so it starts on the first
-// placement there is (the placement service makes the hold on a
-// submission, a finish or its ticker, and retries the queue when it
-// does). With the reservation off the rule is off too.
+// placement there is. With the reservation off the rule is off too.
 // Held nodes drain as their jobs end; a job that never ends on one (a
 // service rather than a training run) keeps the hold from ever holding
 // the head, which then waits for a compact placement elsewhere. A

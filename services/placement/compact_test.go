@@ -10,11 +10,9 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/eventstest"
-	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/placer"
-	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
 
@@ -120,104 +118,6 @@ func TestMaxStretchValidated(t *testing.T) {
 		err := Config{MaxStretch: tc.stretch}.Validate()
 		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "max stretch")) {
 			t.Errorf("MaxStretch %v: %v, want ok %v (an error naming max stretch)", tc.stretch, err, tc.ok)
-		}
-	}
-}
-
-// mixedService is a service on two H100 and two A100 nodes, a leaf each
-// pair, one GPU of h0 busy, with a clock the test moves, and a job that waits for a compact
-// placement: its ideal is the two H100 nodes, and the two A100 nodes free
-// now are predicted 1.7 times as slow.
-func mixedService(t *testing.T) (s *Service, clock *time.Time, submit func(events.JobSubmitted) store.Job) {
-	t.Helper()
-	srv := eventstest.Server(t)
-	b := eventstest.Bus(t, srv.ClientURL(), "test")
-	ctx := eventstest.Context(t, 30*time.Second)
-	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	clock = &now
-	after := 5 * time.Minute
-	s, err := New(Config{ReserveAfter: &after}, Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects,
-		Now: func() time.Time { return *clock }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, name := range []string{"h0", "h1", "a0", "a1"} {
-		m, err := clusterfile.Model(map[bool]string{true: "hgx-h100", false: "dgx-a100"}[i < 2])
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Name = name
-		ev := m.Event()
-		if err := s.OnNode(ctx, events.Envelope{}, &ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fabric := fixtures.LeafSpine("c", []string{"h0", "h1", "a0", "a1"}, 2)
-	if err := s.OnFabric(ctx, events.Envelope{}, &fabric); err != nil {
-		t.Fatal(err)
-	}
-	submit = func(sub events.JobSubmitted) store.Job {
-		t.Helper()
-		a, reasons := pattern.Analyze(sub)
-		if len(reasons) > 0 {
-			t.Fatal(reasons)
-		}
-		if err := s.OnAnalyzed(ctx, events.Envelope{}, &a); err != nil {
-			t.Fatal(err)
-		}
-		j, _ := s.Store().Snapshot().Job(sub.JobID)
-		return j
-	}
-	busy := []store.GPUKey{{Node: "h0", Index: 0}}
-	if err := s.Store().Allocate("x", busy); err != nil {
-		t.Fatal(err)
-	}
-	d := outcome.Decide("x", busy, "test")
-	if err := s.Store().UpsertJob(store.Job{ID: "x", State: store.JobPlaced, Decision: &d}); err != nil {
-		t.Fatal(err)
-	}
-	big := events.JobSubmitted{JobID: "big", GPUs: 16, Strategy: events.StrategyMegatron,
-		Parallelism: &events.Parallelism{TP: 8, PP: 1, DP: 2},
-		Model: &events.Model{Parameters: 100_000_000, Layers: 32, HiddenSize: 8192, Heads: 32,
-			SeqLen: 2048, MicroBatchSize: 1, GlobalBatchSize: 16, Dtype: events.DtypeBF16}}
-	if j := submit(big); j.State != store.JobPending || j.Reasons[0].Code != placer.CodeCompactAwaited {
-		t.Fatalf("big: %s %+v, want pending for %s", j.State, j.Reasons, placer.CodeCompactAwaited)
-	}
-	return s, clock, submit
-}
-
-// Once the job heads the queue long enough to be held nodes that hold it,
-// it starts: at the next submission, though nothing has ended.
-func TestCompactWaitEndsWithTheHold(t *testing.T) {
-	t.Parallel()
-	s, clock, submit := mixedService(t)
-	*clock = clock.Add(6 * time.Minute)
-	submit(events.JobSubmitted{JobID: "small", GPUs: 1})
-	j, _ := s.Store().Snapshot().Job("big")
-	if j.State != store.JobPlaced || len(spanned(j)) != 2 {
-		t.Fatalf("big after its hold: %s on %v (%+v), want placed on two nodes", j.State, spanned(j), j.Reasons)
-	}
-}
-
-// On the wall clock the service does not wait for an event: its ticker
-// makes the hold and retries.
-func TestCompactWaitEndsOnAQuietCluster(t *testing.T) {
-	t.Parallel()
-	s, clock, _ := mixedService(t)
-	ctx := eventstest.Context(t, 30*time.Second)
-	s.mu.Lock()
-	*clock = clock.Add(6 * time.Minute)
-	s.mu.Unlock()
-	go s.reserveTicker(ctx)
-	for {
-		changed := s.Store().WatchFree()
-		if j, _ := s.Store().Snapshot().Job("big"); j.State == store.JobPlaced {
-			return
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			t.Fatal("big still waits: the ticker did not retry it")
 		}
 	}
 }

@@ -161,7 +161,7 @@ func (s *Service) decideBatch(batch []*request) {
 	slices.SortStableFunc(batch, func(a, b *request) int {
 		return cmp.Or(cmp.Compare(b.job.Job.Priority, a.job.Job.Priority), cmp.Compare(a.seq, b.seq))
 	})
-	held := s.maybeReserve(batch[0].ctx)
+	s.maybeReserve(batch[0].ctx)
 	c := s.newCycle()
 	start := s.now()
 	for i, r := range batch {
@@ -203,11 +203,6 @@ func (s *Service) decideBatch(batch []*request) {
 	// The requests' answers are their outcomes'; the cycle's error is
 	// theirs too.
 	_ = c.finish()
-	if held {
-		if err := s.retryPending(batch[0].ctx); err != nil {
-			s.log.WarnContext(batch[0].ctx, "retry after holding nodes for the head", "err", err)
-		}
-	}
 }
 
 // cycle is one pass of decisions: the store transaction they share and

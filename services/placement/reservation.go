@@ -32,48 +32,15 @@ const reserveCheckEvery = time.Second
 // maybeReserve updates the reservation before a new job is placed, at
 // most every reserveCheckEvery, so that a head whose wait has just crossed
 // ReserveAfter is protected from the next submission too, not only from
-// the next retry. It reports whether it held nodes for a head that had
-// none: that head may start now (placer.Compact lets a held head start
-// once its nodes hold it), so the caller retries the queue.
-func (s *Service) maybeReserve(ctx context.Context) bool {
+// the next retry.
+func (s *Service) maybeReserve(ctx context.Context) {
 	now := s.now()
 	if s.reserveAfter < 0 || now.Before(s.nextReserve) || len(s.pendingSince) == 0 {
-		return false
+		return
 	}
 	s.nextReserve = now.Add(reserveCheckEvery)
 	snap := s.store.Snapshot()
-	before := s.reservation
 	s.reserve(ctx, snap, snap.PendingQueue())
-	return s.reservation != nil && (before == nil || before.JobID != s.reservation.JobID)
-}
-
-// reserveTick is how often a service on the wall clock looks at the
-// queue's head when nothing else happens (reserveTicker).
-const reserveTick = 5 * time.Second
-
-// reserveTicker makes the hold for a head whose wait crosses ReserveAfter
-// while no job is submitted or ends, and retries the queue then: on a
-// quiet cluster a job kept waiting for a compact placement would
-// otherwise wait for the next event. Only a service on the wall clock
-// runs it: tests and replays move their own clocks, and a replay's
-// placement looks at the head on each arrival and finish.
-func (s *Service) reserveTicker(ctx context.Context) {
-	t := time.NewTicker(reserveTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.mu.Lock()
-		if s.maybeReserve(ctx) {
-			if err := s.retryPending(ctx); err != nil {
-				s.log.WarnContext(ctx, "retry after holding nodes for the head", "err", err)
-			}
-		}
-		s.mu.Unlock()
-	}
 }
 
 // reserve keeps the reservation in line with the queue: held for the

@@ -147,8 +147,6 @@ type Service struct {
 	// ideals the ideal placements it compares with.
 	maxStretch float64
 	ideals     placer.Ideals
-	// wallClock: Deps.Now was nil, so the service runs reserveTicker.
-	wallClock bool
 	// nextReserve is when a new submission next checks the queue's head
 	// for a reservation (retries always do).
 	nextReserve time.Time
@@ -199,7 +197,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		ready: make(chan struct{}), strategy: strategy.Name(), searchBudget: cfg.SearchBudget, policies: cfg.Policies,
 		reserveAfter: reserveAfter, pendingSince: map[string]time.Time{},
 		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision, ackWait: defaultAckWait,
-		life: context.Background(), wallClock: deps.Now == nil}
+		life: context.Background()}
 	switch {
 	case cfg.MaxStretch == 0:
 		svc.maxStretch = placer.DefaultMaxStretch
@@ -282,12 +280,6 @@ func (s *Service) Run(ctx context.Context) error {
 	bus.HandleDomain(r, bus.DomainHandler{Name: HandlerTopology, Domain: events.DomainTopology, Fn: s.onTopology})
 	bus.Handle(r, bus.Handler[events.JobMigrationAccepted]{Name: HandlerMigrate, Event: events.NameJobMigrationAccepted, Fn: s.OnMigrationAccepted,
 		Invalid: s.OnInvalidMigrationAccept})
-	if s.wallClock {
-		tctx, stop := context.WithCancel(ctx)
-		var ticking sync.WaitGroup
-		ticking.Go(func() { s.reserveTicker(tctx) })
-		defer func() { stop(); ticking.Wait() }()
-	}
 	if err := bus.Serve(ctx, r, func() { close(s.ready) }); err != nil {
 		return fmt.Errorf("placement: %w", err)
 	}
