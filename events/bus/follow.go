@@ -20,10 +20,11 @@ import (
 // topoctl policy push waiting for policy.applied; it keeps no durable state.
 func (b *Bus) Follow(ctx context.Context, domain events.Domain, subjects []string, ready chan<- struct{}, fn func(Record) error) error {
 	stream := b.StreamName(domain)
-	cons, err := b.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: subjects,
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-	})
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects}
+	if err := b.FromNow(ctx, stream, &cfg); err != nil {
+		return fmt.Errorf("follow %s: %w", stream, err)
+	}
+	cons, err := b.js.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
 		return fmt.Errorf("follow %s: %w", stream, err)
 	}
@@ -61,4 +62,20 @@ func (b *Bus) Follow(ctx context.Context, domain events.Domain, subjects []strin
 			return err
 		}
 	}
+}
+
+// FromNow starts an ordered consumer after the stream's last message. It
+// names that sequence rather than asking for DeliverNew: an ordered
+// consumer that resets before its first message (a missed heartbeat on a
+// loaded machine, its consumer deleted) applies its deliver policy again,
+// and with DeliverNew the messages stored in between, the answer its
+// caller waits for, would be lost.
+func (b *Bus) FromNow(ctx context.Context, stream string, cfg *jetstream.OrderedConsumerConfig) error {
+	st, err := b.js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+	cfg.OptStartSeq = st.CachedInfo().State.LastSeq + 1
+	return nil
 }

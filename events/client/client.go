@@ -51,14 +51,17 @@ const (
 // job submitted after Watch started is never missed: call Watch, wait on
 // ready, then submit.
 func Watch(ctx context.Context, b *bus.Bus, from From, ready chan<- struct{}, fn func(Outcome) error) error {
-	policy := jetstream.DeliverNewPolicy
-	if from == FromStart {
-		policy = jetstream.DeliverAllPolicy
-	}
-	cons, err := b.JetStream().OrderedConsumer(ctx, b.StreamName(events.DomainPlacement), jetstream.OrderedConsumerConfig{
+	name := b.StreamName(events.DomainPlacement)
+	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{b.Subjects.Domain(events.DomainPlacement)},
-		DeliverPolicy:  policy,
-	})
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	}
+	if from == FromNow {
+		if err := b.FromNow(ctx, name, &cfg); err != nil {
+			return fmt.Errorf("watch placements: %w", err)
+		}
+	}
+	cons, err := b.JetStream().OrderedConsumer(ctx, name, cfg)
 	if err != nil {
 		return fmt.Errorf("watch placements: %w", err)
 	}
