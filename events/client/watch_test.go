@@ -36,19 +36,8 @@ func TestWatchFromNowSurvivesReset(t *testing.T) {
 	}()
 	<-ready
 
-	st, err := b.JetStream().Stream(ctx, b.StreamName(events.DomainPlacement))
-	if err != nil {
-		t.Fatal(err)
-	}
-	deleted := 0
-	for name := range st.ListConsumers(ctx).Info() {
-		if err := st.DeleteConsumer(ctx, name.Name); err != nil {
-			t.Fatal(err)
-		}
-		deleted++
-	}
-	if deleted != 1 {
-		t.Fatalf("deleted %d consumers, want the watch's one", deleted)
+	if n := eventstest.DeleteConsumers(t, ctx, b, events.DomainPlacement); n != 1 {
+		t.Fatalf("deleted %d consumers, want the watch's one", n)
 	}
 	publish(t, ctx, b, &events.PlacementReleased{JobID: "after", Status: events.StatusSucceeded})
 

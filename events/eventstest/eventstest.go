@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/natsserver"
 )
@@ -54,4 +55,23 @@ func Context(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// DeleteConsumers deletes every consumer of the domain's stream and
+// returns how many there were: an ordered consumer then resets, as it
+// does on a loaded machine that misses its heartbeats.
+func DeleteConsumers(t testing.TB, ctx context.Context, b *bus.Bus, domain events.Domain) int {
+	t.Helper()
+	st, err := b.JetStream().Stream(ctx, b.StreamName(domain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for info := range st.ListConsumers(ctx).Info() {
+		if err := st.DeleteConsumer(ctx, info.Name); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	return n
 }
