@@ -28,9 +28,12 @@ type Router struct {
 	abort        context.CancelFunc
 	abortOnClose atomic.Bool
 	aborted      atomic.Bool
+	stacks       *warmStacks
 }
 
-// NewRouter builds a router with the one middleware stack, outermost first:
+// NewRouter builds a router with the one middleware stack, outermost first
+// (each message's handling runs on a goroutine kept between messages, see
+// warmStacks):
 //
 //  1. dead letters: a permanent error (anything not marked Transient, a
 //     panic included) publishes the message to <prefix>.dlq with the error
@@ -53,7 +56,7 @@ func (b *Bus) NewRouter() (*Router, error) {
 		return nil, fmt.Errorf("router: %w", err)
 	}
 	abortCtx, abort := context.WithCancel(context.Background())
-	rt := &Router{b: b, r: r, log: b.log, abortCtx: abortCtx, abort: abort}
+	rt := &Router{b: b, r: r, log: b.log, abortCtx: abortCtx, abort: abort, stacks: newWarmStacks()}
 	// An aborted handler's error is not the message's fault: it is nacked
 	// and redelivered, never dead-lettered.
 	dead, err := middleware.PoisonQueueWithFilter(deadLetters{publisher{b}}, b.Subjects.DeadLetter(),
@@ -75,7 +78,7 @@ func (b *Bus) NewRouter() (*Router, error) {
 		ResetContextOnRetry: true,
 		Logger:              retriesAsWarning{wlog},
 	}
-	r.AddMiddleware(dead)
+	r.AddMiddleware(rt.stacks.middleware, dead)
 	if b.cfg.Observer != nil {
 		r.AddMiddleware(b.observe)
 	}
@@ -187,6 +190,7 @@ func (r *Router) Close() error {
 		r.abort()
 	}
 	defer r.abort()
+	defer r.stacks.stop()
 	return r.r.Close()
 }
 
