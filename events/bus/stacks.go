@@ -51,6 +51,7 @@ func (w *warmStacks) loop(f func()) {
 		case f = <-w.work:
 			w.idle.Add(-1)
 		case <-w.done:
+			w.idle.Add(-1)
 			return
 		}
 	}
