@@ -30,7 +30,9 @@ import (
 // The wait is bounded by the reservation: once the job is the head of the
 // queue and has waited --reserve-after, nodes are held for it, and once
 // they hold it the rule no longer applies, so it starts on the first
-// placement there is. With the reservation off the rule is off too.
+// placement there is. The nodes held for such a job are ones it would run
+// on within MaxStretch, where there are such (see StretchOn), so that
+// the placement it starts on once they drain is a fast one. With the reservation off the rule is off too.
 // Placement makes the hold, and retries the queue, only when a job ends
 // or the topology or policies change: on a quiet cluster a head kept
 // waiting waits for the next of those (BENCHMARKS.md: on ITP cluster01,
@@ -51,6 +53,10 @@ type Compact struct {
 	// Ideal returns the job's communication per step on an ideal
 	// placement (NaN when none is known).
 	Ideal func(job events.JobAnalyzed) float64
+	// IdealOn returns the job's communication per step on
+	// topology-aware's choice among the nodes, emptied (NaN when they
+	// cannot hold it); nil: the reservation does not ask.
+	IdealOn func(job events.JobAnalyzed, nodes map[string]bool) float64
 }
 
 // DefaultMaxStretch is Compact.MaxStretch's default: a start that makes
@@ -64,16 +70,13 @@ const CodeCompactAwaited = "compact_placement_awaited"
 // nil where the rule does not apply: no rule, a job whose compute time is
 // unknown, or the reserved head once its held nodes hold it.
 func (c *Compact) check(snap *store.Snapshot, job events.JobAnalyzed, res *Reservation) func([]store.GPUKey, float64) (events.Reason, bool) {
-	if c == nil || c.MaxStretch <= 0 || c.Ideal == nil || job.Job.GPUs < 2 || job.Job.GPUsPerNode == job.Job.GPUs {
-		return nil // no rule, or a job one node holds
+	if !c.Applies(job) {
+		return nil
 	}
 	if res != nil && res.JobID == job.Job.JobID && holdsNow(snap, job, res.Nodes) {
 		return nil
 	}
 	comp := aware.StepCompute(job.Job)
-	if !(comp > 0) {
-		return nil
-	}
 	return func(gpus []store.GPUKey, comm float64) (events.Reason, bool) {
 		if math.IsNaN(comm) || !slices.ContainsFunc(gpus, func(g store.GPUKey) bool { return g.Node != gpus[0].Node }) {
 			return events.Reason{}, false // on one node
@@ -95,6 +98,31 @@ func (c *Compact) check(snap *store.Snapshot, job events.JobAnalyzed, res *Reser
 				"the job waits for a more compact one, at the latest until nodes held for it as the head of the queue hold it",
 			len(nodes), stretch, c.MaxStretch)}, true
 	}
+}
+
+// Applies reports whether the rule is on for job: a rule with a bound,
+// a job of 2 GPUs or more that one node need not hold, whose step
+// compute time is known.
+func (c *Compact) Applies(job events.JobAnalyzed) bool {
+	if c == nil || c.MaxStretch <= 0 || c.Ideal == nil || job.Job.GPUs < 2 || job.Job.GPUsPerNode == job.Job.GPUs {
+		return false
+	}
+	return aware.StepCompute(job.Job) > 0
+}
+
+// StretchOn is the job's predicted step time on topology-aware's choice
+// among the nodes, emptied, as a multiple of its step time on an ideal
+// placement: +Inf when the nodes cannot hold it or nothing is known. For
+// a job the rule applies to.
+func (c *Compact) StretchOn(job events.JobAnalyzed, nodes map[string]bool) float64 {
+	if c.IdealOn == nil {
+		return math.Inf(1)
+	}
+	comp, ideal, on := aware.StepCompute(job.Job), c.Ideal(job), c.IdealOn(job, nodes)
+	if math.IsNaN(ideal) || math.IsNaN(on) {
+		return math.Inf(1)
+	}
+	return (comp + on) / (comp + ideal)
 }
 
 // holdsNow reports whether the held nodes' free GPUs of the job's model,

@@ -40,27 +40,51 @@ const idealsLimit = 4096
 // Comm is the job's communication per step on an ideal placement, NaN
 // when topology-aware cannot place it on the empty cluster.
 func (c *Ideals) Comm(job events.JobAnalyzed) float64 {
-	v := c.Store.Snapshot().TopologyVersion()
-	if c.empty == nil || c.version != v || c.fabric != c.Fabric || c.bw != c.Bandwidths || len(c.comm) >= idealsLimit {
-		empty, err := c.Store.Emptied()
-		if err != nil {
-			return math.NaN()
-		}
-		c.version, c.fabric, c.bw, c.empty, c.comm = v, c.Fabric, c.Bandwidths, empty.Snapshot(), map[string]float64{}
+	if !c.refresh() {
+		return math.NaN()
 	}
 	key := idealKey(job)
 	if t, ok := c.comm[key]; ok {
 		return t
 	}
-	t := math.NaN()
-	opts := aware.Options{Fabric: c.Fabric, Bandwidths: c.Bandwidths, Budget: c.Budget}
-	if r := aware.Place(c.empty, job, opts); r.Verdict == outcome.Placed {
-		if p, err := aware.PredictWith(c.empty, job, r.GPUs, opts); err == nil {
-			t = p.CommSeconds
-		}
-	}
+	t := c.commOn(job, nil)
 	c.comm[key] = t
 	return t
+}
+
+// CommOn is the job's communication per step on topology-aware's choice
+// among the given nodes with nothing running on them, NaN when they
+// cannot hold it. Not kept: the reservation asks it only when it picks
+// the nodes to hold.
+func (c *Ideals) CommOn(job events.JobAnalyzed, nodes map[string]bool) float64 {
+	if !c.refresh() {
+		return math.NaN()
+	}
+	return c.commOn(job, func(v aware.NodeView) bool { return nodes[v.Node.Name] })
+}
+
+// refresh makes the emptied snapshot again when the cluster changed;
+// false when the store cannot be emptied.
+func (c *Ideals) refresh() bool {
+	v := c.Store.Snapshot().TopologyVersion()
+	if c.empty == nil || c.version != v || c.fabric != c.Fabric || c.bw != c.Bandwidths || len(c.comm) >= idealsLimit {
+		empty, err := c.Store.Emptied()
+		if err != nil {
+			return false
+		}
+		c.version, c.fabric, c.bw, c.empty, c.comm = v, c.Fabric, c.Bandwidths, empty.Snapshot(), map[string]float64{}
+	}
+	return true
+}
+
+func (c *Ideals) commOn(job events.JobAnalyzed, filter func(aware.NodeView) bool) float64 {
+	opts := aware.Options{Fabric: c.Fabric, Bandwidths: c.Bandwidths, Budget: c.Budget, Filter: filter}
+	if r := aware.Place(c.empty, job, opts); r.Verdict == outcome.Placed {
+		if p, err := aware.PredictWith(c.empty, job, r.GPUs, opts); err == nil {
+			return p.CommSeconds
+		}
+	}
+	return math.NaN()
 }
 
 // idealKey names what a job's communication on a placement depends on:

@@ -20,7 +20,10 @@ import (
 // that could hold it — those allowed to it by its node policies, with the
 // most free GPUs of its model first, enough healthy GPUs in all — and
 // from then on places no other job on them, except jobs of higher
-// priority (which would be ahead of it in the queue). Those nodes drain
+// priority (which would be ahead of it in the queue). Under the Compact
+// rule a job spread over nodes is held nodes on which it would run within
+// the rule's bound where such nodes exist (services/placement's fastHold),
+// which need not be the fullest-free. Those nodes drain
 // as their jobs finish, and the head is placed as soon as it fits,
 // anywhere. The hold moves when another job becomes the head (a higher
 // priority arrives, or the head is placed or withdrawn) and is recomputed

@@ -6,12 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/events/eventstest"
-	"github.com/toposched/toposched/internal/formats/clusterfile"
-	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/internal/store"
 )
@@ -31,36 +27,12 @@ func TestCompactPlacementAwaited(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			srv := eventstest.Server(t)
-			b := eventstest.Bus(t, srv.ClientURL(), "test")
-			ctx := eventstest.Context(t, 30*time.Second)
-			s, err := New(Config{MaxStretch: tc.stretch}, Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects})
-			if err != nil {
-				t.Fatal(err)
-			}
+			nodes := map[string]string{}
 			for i := range 8 {
-				m, err := clusterfile.Model("dgx-a100")
-				if err != nil {
-					t.Fatal(err)
-				}
-				m.Name = fmt.Sprintf("n%d", i)
-				ev := m.Event()
-				if err := s.OnNode(ctx, events.Envelope{}, &ev); err != nil {
-					t.Fatal(err)
-				}
+				nodes[fmt.Sprintf("n%d", i)] = "dgx-a100"
 			}
-			submit := func(sub events.JobSubmitted) store.Job {
-				t.Helper()
-				a, reasons := pattern.Analyze(sub)
-				if len(reasons) > 0 {
-					t.Fatal(reasons)
-				}
-				if err := s.OnAnalyzed(ctx, events.Envelope{}, &a); err != nil {
-					t.Fatal(err)
-				}
-				j, _ := s.Store().Snapshot().Job(sub.JobID)
-				return j
-			}
+			r := newClockedRig(t, Config{MaxStretch: tc.stretch}, nodes)
+			submit := r.submit
 			for i := range 8 { // six GPUs of every node busy
 				if j := submit(events.JobSubmitted{JobID: fmt.Sprintf("x%d", i), GPUs: 6}); j.State != store.JobPlaced {
 					t.Fatalf("x%d: %s", i, j.State)
@@ -80,12 +52,9 @@ func TestCompactPlacementAwaited(t *testing.T) {
 			if j.State != store.JobPending || len(j.Reasons) != 1 || j.Reasons[0].Code != placer.CodeCompactAwaited {
 				t.Fatalf("big: %s %+v, want pending for %s", j.State, j.Reasons, placer.CodeCompactAwaited)
 			}
-			for _, id := range []string{"x0", "x1"} {
-				if err := s.OnFinished(ctx, events.Envelope{}, &events.JobFinished{JobID: id, Status: events.StatusSucceeded}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			j, _ = s.Store().Snapshot().Job("big")
+			r.finish("x0")
+			r.finish("x1")
+			j = r.job("big")
 			if j.State != store.JobPlaced || !slices.Equal(spanned(j), []string{"n0", "n1"}) {
 				t.Fatalf("big after n0 and n1 emptied: %s on %v, want placed on n0, n1", j.State, spanned(j))
 			}

@@ -11,5 +11,5 @@ func (s *Service) compact() *placer.Compact {
 		return nil
 	}
 	s.ideals.Store, s.ideals.Fabric, s.ideals.Bandwidths, s.ideals.Budget = s.store, s.fabric, s.bandwidths.Load(), s.searchBudget
-	return &placer.Compact{MaxStretch: s.maxStretch, Ideal: s.ideals.Comm}
+	return &placer.Compact{MaxStretch: s.maxStretch, Ideal: s.ideals.Comm, IdealOn: s.ideals.CommOn}
 }

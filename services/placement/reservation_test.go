@@ -1,6 +1,10 @@
 package placement
 
 import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,46 +22,14 @@ import (
 // instead, and the large job is placed when the holders finish.
 func TestReservationStopsStarvation(t *testing.T) {
 	t.Parallel()
-	srv := eventstest.Server(t)
-	b := eventstest.Bus(t, srv.ClientURL(), "test")
-	ctx := eventstest.Context(t, 30*time.Second)
-	clock := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	after := 10 * time.Minute
-	s, err := New(Config{ReserveAfter: &after}, Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects,
-		Now: func() time.Time { return clock }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"n0", "n1"} {
-		m, err := clusterfile.Model("dgx-a100")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.Name = name
-		ev := m.Event()
-		if err := s.OnNode(ctx, events.Envelope{}, &ev); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r := newClockedRig(t, Config{ReserveAfter: &after}, map[string]string{"n0": "dgx-a100", "n1": "dgx-a100"})
+	s, finish := r.s, r.finish
 	submit := func(id string, gpus, prio int) store.Job {
 		t.Helper()
-		a, reasons := pattern.Analyze(events.JobSubmitted{JobID: id, GPUs: gpus, Priority: prio})
-		if len(reasons) > 0 {
-			t.Fatal(reasons)
-		}
-		if err := s.OnAnalyzed(ctx, events.Envelope{}, &a); err != nil {
-			t.Fatal(err)
-		}
-		j, _ := s.Store().Snapshot().Job(id)
-		return j
+		return r.submit(events.JobSubmitted{JobID: id, GPUs: gpus, Priority: prio})
 	}
-	finish := func(id string) {
-		t.Helper()
-		if err := s.OnFinished(ctx, events.Envelope{}, &events.JobFinished{JobID: id, Status: events.StatusSucceeded}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	state := func(id string) store.JobState { j, _ := s.Store().Snapshot().Job(id); return j.State }
+	state := func(id string) store.JobState { return r.job(id).State }
 
 	submit("a", 4, 0)
 	submit("b", 4, 0)
@@ -69,7 +41,7 @@ func TestReservationStopsStarvation(t *testing.T) {
 		t.Fatalf("s1 before the hold: %s, want placed", j.State)
 	}
 	finish("s1")
-	clock = clock.Add(11 * time.Minute)
+	r.clock = r.clock.Add(11 * time.Minute)
 	// After it, the freed GPUs are held for large.
 	j := submit("s2", 4, 0)
 	if j.State != store.JobPending || !strings.Contains(j.Reasons[len(j.Reasons)-1].Code, placer.CodeReserved) {
@@ -97,5 +69,108 @@ func TestReservationStopsStarvation(t *testing.T) {
 	finish("large")
 	if state("s2") != store.JobPlaced {
 		t.Errorf("s2 after large: %s, want placed", state("s2"))
+	}
+}
+
+// Under the Compact rule the head is held nodes it would run on within the
+// bound: two busy NVSwitch nodes rather than the two empty PCIe servers
+// (the most free GPUs), on which a TP-8 job would run several times as
+// slow. It starts on the NVSwitch nodes once they drain.
+func TestReservationHoldsFastNodes(t *testing.T) {
+	t.Parallel()
+	after := 10 * time.Minute
+	r := newClockedRig(t, Config{ReserveAfter: &after},
+		map[string]string{"fast0": "dgx-a100", "fast1": "dgx-a100", "slow0": "pcie-8gpu", "slow1": "pcie-8gpu"})
+	s, submit, finish := r.s, r.submit, r.finish
+	on := map[string]string{} // node → the whole-node job on it
+	for i := range 4 {
+		id := fmt.Sprintf("w%d", i)
+		j := submit(events.JobSubmitted{JobID: id, GPUs: 8, GPUsPerNode: 8})
+		if j.State != store.JobPlaced || len(spanned(j)) != 1 {
+			t.Fatalf("%s: %s on %v, want one whole node", id, j.State, spanned(j))
+		}
+		on[spanned(j)[0]] = id
+	}
+	finish(on["slow0"])
+	finish(on["slow1"])
+	big := events.JobSubmitted{JobID: "big", GPUs: 16, Strategy: events.StrategyMegatron,
+		Parallelism: &events.Parallelism{TP: 8, PP: 1, DP: 2},
+		Model: &events.Model{Parameters: 7_000_000_000, Layers: 32, HiddenSize: 4096, Heads: 32,
+			SeqLen: 2048, MicroBatchSize: 1, GlobalBatchSize: 16, Dtype: events.DtypeBF16}}
+	if j := submit(big); j.State != store.JobPending || j.Reasons[0].Code != placer.CodeCompactAwaited {
+		t.Fatalf("big on the PCIe servers: %s %+v, want pending for %s", j.State, j.Reasons, placer.CodeCompactAwaited)
+	}
+	r.clock = r.clock.Add(11 * time.Minute)
+	if j := submit(events.JobSubmitted{JobID: "small", GPUs: 1}); j.State != store.JobPlaced || !strings.HasPrefix(spanned(j)[0], "slow") {
+		t.Fatalf("small: %s on %v, want placed on a PCIe server", j.State, spanned(j))
+	}
+	if r := s.Reservation(); r == nil || r.JobID != "big" || !r.Nodes["fast0"] || !r.Nodes["fast1"] || len(r.Nodes) != 2 {
+		t.Fatalf("reservation %+v, want fast0 and fast1 for big", r)
+	}
+	finish(on["fast0"])
+	if j := r.job("big"); j.State != store.JobPending {
+		t.Fatalf("big with fast0 alone free: %s on %v, want pending", j.State, spanned(j))
+	}
+	finish(on["fast1"])
+	if j := r.job("big"); j.State != store.JobPlaced || !slices.Equal(spanned(j), []string{"fast0", "fast1"}) {
+		t.Fatalf("big: %s on %v, want placed on fast0, fast1", j.State, spanned(j))
+	}
+}
+
+// clockedRig is a placement service on a test server, its nodes made from
+// built-in models, with a clock the test moves.
+type clockedRig struct {
+	t     *testing.T
+	s     *Service
+	ctx   context.Context
+	clock time.Time
+}
+
+func newClockedRig(t *testing.T, cfg Config, nodes map[string]string) *clockedRig {
+	t.Helper()
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "test")
+	r := &clockedRig{t: t, ctx: eventstest.Context(t, 30*time.Second), clock: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	s, err := New(cfg, Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects, Now: func() time.Time { return r.clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.s = s
+	for _, name := range slices.Sorted(maps.Keys(nodes)) {
+		m, err := clusterfile.Model(nodes[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Name = name
+		ev := m.Event()
+		if err := s.OnNode(r.ctx, events.Envelope{}, &ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
+// submit hands the job, analysed, to the service and returns its row.
+func (r *clockedRig) submit(sub events.JobSubmitted) store.Job {
+	r.t.Helper()
+	a, reasons := pattern.Analyze(sub)
+	if len(reasons) > 0 {
+		r.t.Fatal(reasons)
+	}
+	if err := r.s.OnAnalyzed(r.ctx, events.Envelope{}, &a); err != nil {
+		r.t.Fatal(err)
+	}
+	return r.job(sub.JobID)
+}
+
+func (r *clockedRig) job(id string) store.Job {
+	j, _ := r.s.Store().Snapshot().Job(id)
+	return j
+}
+
+func (r *clockedRig) finish(id string) {
+	r.t.Helper()
+	if err := r.s.OnFinished(r.ctx, events.Envelope{}, &events.JobFinished{JobID: id, Status: events.StatusSucceeded}); err != nil {
+		r.t.Fatal(err)
 	}
 }
