@@ -32,7 +32,8 @@ import (
 // they hold it the rule no longer applies, so it starts on the first
 // placement there is. The nodes held for such a job are ones it would run
 // on within MaxStretch, where there are such (see StretchOn), so that
-// the placement it starts on once they drain is a fast one. With the reservation off the rule is off too.
+// the placement it starts on once they drain is a fast one. With the
+// reservation off the rule is off too.
 // Placement makes the hold, and retries the queue, only when a job ends
 // or the topology or policies change: on a quiet cluster a head kept
 // waiting waits for the next of those (BENCHMARKS.md: on ITP cluster01,
