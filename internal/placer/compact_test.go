@@ -100,14 +100,28 @@ func TestIdeals(t *testing.T) {
 		t.Errorf("topology version %d, store's %d: want the same, not 0", v, r.st.Snapshot().TopologyVersion())
 	}
 
-	a, reasons := pattern.Analyze(compactJob(true))
-	if len(reasons) > 0 {
-		t.Fatal(reasons)
-	}
+	a := mustAnalyze(t, compactJob(true))
 	ideals := &Ideals{Store: r.st, Fabric: r.fabric}
 	whole := ideals.Comm(a) // two whole nodes, though n0 and n1 are busy
 	if math.IsNaN(whole) || whole <= 0 {
 		t.Fatalf("ideal comm %v, want a time", whole)
+	}
+	both := map[string]bool{"n0": true, "n1": true}
+	if on := ideals.CommOn(a, both); on != whole {
+		t.Errorf("comm on n0 and n1 emptied: %v, want the ideal's %v", on, whole)
+	}
+	if on := ideals.CommOn(a, map[string]bool{"n0": true}); !math.IsNaN(on) {
+		t.Errorf("comm on n0 alone: %v, want NaN (8 GPUs cannot hold 16)", on)
+	}
+	c := &Compact{MaxStretch: DefaultMaxStretch, Ideal: ideals.Comm, IdealOn: ideals.CommOn}
+	if !c.Applies(a) || (&Compact{MaxStretch: DefaultMaxStretch, Ideal: ideals.Comm}).Applies(mustAnalyze(t, compactJob(false))) {
+		t.Error("Applies: want true for a job with a model size, false without one")
+	}
+	if st := c.StretchOn(a, both); st != 1 {
+		t.Errorf("stretch on the ideal's nodes: %v, want 1", st)
+	}
+	if st := c.StretchOn(a, map[string]bool{"n0": true}); !math.IsInf(st, 1) {
+		t.Errorf("stretch on nodes that cannot hold the job: %v, want +Inf", st)
 	}
 	// A GPU of n1 fails: 15 healthy GPUs cannot hold the job even empty.
 	if err := r.st.SetHealth(events.TopologyHealth{Node: "n1", Component: events.ComponentGPU, ID: "0", Health: "failed"}); err != nil {
@@ -116,4 +130,13 @@ func TestIdeals(t *testing.T) {
 	if got := ideals.Comm(a); !math.IsNaN(got) {
 		t.Errorf("ideal after a GPU failed: %v, want NaN (recomputed on the new topology)", got)
 	}
+}
+
+func mustAnalyze(t *testing.T, sub events.JobSubmitted) events.JobAnalyzed {
+	t.Helper()
+	a, reasons := pattern.Analyze(sub)
+	if len(reasons) > 0 {
+		t.Fatal(reasons)
+	}
+	return a
 }
