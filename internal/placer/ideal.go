@@ -3,7 +3,10 @@ package placer
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/toposched/toposched/events"
@@ -54,13 +57,21 @@ func (c *Ideals) Comm(job events.JobAnalyzed) float64 {
 
 // CommOn is the job's communication per step on topology-aware's choice
 // among the given nodes with nothing running on them, NaN when they
-// cannot hold it. Not kept: the reservation asks it only when it picks
-// the nodes to hold.
+// cannot hold it. Answers are kept as Comm's are: a head's hold is made
+// again each time its nodes can no longer hold it, mostly over the same
+// sets, and each answer is a placement on the emptied cluster (some 45 ms
+// at 100k GPUs).
 func (c *Ideals) CommOn(job events.JobAnalyzed, nodes map[string]bool) float64 {
 	if !c.refresh() {
 		return math.NaN()
 	}
-	return c.commOn(job, func(v aware.NodeView) bool { return nodes[v.Node.Name] })
+	key := idealKey(job) + "\x00" + strings.Join(slices.Sorted(maps.Keys(nodes)), ",")
+	if t, ok := c.comm[key]; ok {
+		return t
+	}
+	t := c.commOn(job, func(v aware.NodeView) bool { return nodes[v.Node.Name] })
+	c.comm[key] = t
+	return t
 }
 
 // refresh makes the emptied snapshot again when the cluster changed;
