@@ -38,11 +38,7 @@ func TestCompactPlacementAwaited(t *testing.T) {
 					t.Fatalf("x%d: %s", i, j.State)
 				}
 			}
-			big := events.JobSubmitted{JobID: "big", GPUs: 16, Strategy: events.StrategyMegatron,
-				Parallelism: &events.Parallelism{TP: 8, PP: 1, DP: 2},
-				Model: &events.Model{Parameters: 7_000_000_000, Layers: 32, HiddenSize: 4096, Heads: 32,
-					SeqLen: 2048, MicroBatchSize: 1, GlobalBatchSize: 16, Dtype: events.DtypeBF16}}
-			j := submit(big)
+			j := submit(bigTP8Job())
 			if tc.nodes > 0 {
 				if j.State != store.JobPlaced || len(spanned(j)) != tc.nodes {
 					t.Fatalf("big: %s on %v, want placed on %d nodes", j.State, spanned(j), tc.nodes)

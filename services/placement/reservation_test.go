@@ -93,11 +93,7 @@ func TestReservationHoldsFastNodes(t *testing.T) {
 	}
 	finish(on["slow0"])
 	finish(on["slow1"])
-	big := events.JobSubmitted{JobID: "big", GPUs: 16, Strategy: events.StrategyMegatron,
-		Parallelism: &events.Parallelism{TP: 8, PP: 1, DP: 2},
-		Model: &events.Model{Parameters: 7_000_000_000, Layers: 32, HiddenSize: 4096, Heads: 32,
-			SeqLen: 2048, MicroBatchSize: 1, GlobalBatchSize: 16, Dtype: events.DtypeBF16}}
-	if j := submit(big); j.State != store.JobPending || j.Reasons[0].Code != placer.CodeCompactAwaited {
+	if j := submit(bigTP8Job()); j.State != store.JobPending || j.Reasons[0].Code != placer.CodeCompactAwaited {
 		t.Fatalf("big on the PCIe servers: %s %+v, want pending for %s", j.State, j.Reasons, placer.CodeCompactAwaited)
 	}
 	r.clock = r.clock.Add(11 * time.Minute)
@@ -173,4 +169,14 @@ func (r *clockedRig) finish(id string) {
 	if err := r.s.OnFinished(r.ctx, events.Envelope{}, &events.JobFinished{JobID: id, Status: events.StatusSucceeded}); err != nil {
 		r.t.Fatal(err)
 	}
+}
+
+// bigTP8Job is a 16-GPU Megatron job, TP 8, with a model size (so the
+// Compact rule applies): fast on two NVSwitch nodes, several times as
+// slow where its TP groups cross PCIe or the network.
+func bigTP8Job() events.JobSubmitted {
+	return events.JobSubmitted{JobID: "big", GPUs: 16, Strategy: events.StrategyMegatron,
+		Parallelism: &events.Parallelism{TP: 8, PP: 1, DP: 2},
+		Model: &events.Model{Parameters: 7_000_000_000, Layers: 32, HiddenSize: 4096, Heads: 32,
+			SeqLen: 2048, MicroBatchSize: 1, GlobalBatchSize: 16, Dtype: events.DtypeBF16}}
 }
