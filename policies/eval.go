@@ -1,7 +1,6 @@
 package policies
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -80,7 +79,7 @@ func (c ClassEvaluator) EvalNode(ctx context.Context, node Node) (NodeResult, er
 
 // evalNode is EvalNode without the cache.
 func (s *Set) evalNode(ctx context.Context, job JobClass, node Node) (NodeResult, error) {
-	doc, err := s.eval(ctx, s.nodes, NodeInput{Job: job, Node: node}.normal())
+	doc, err := s.eval(ctx, s.nodes, NodeInput{Job: job, Node: node}.normal().value())
 	if err != nil {
 		err = fmt.Errorf("policy %s: node %s: %w", short(s.Revision), node.Name, err)
 		return NodeResult{Deny: []Violation{failClosed(err)}}, err
@@ -98,7 +97,11 @@ func (s *Set) evalNode(ctx context.Context, job JobClass, node Node) (NodeResult
 // closed: an evaluation error returns a result denying the candidate with
 // code policy_error and the error's message, together with the error.
 func (s *Set) EvalPlacement(ctx context.Context, in PlacementInput) (PlacementResult, error) {
-	doc, err := s.eval(ctx, s.placement, in.normal())
+	v, err := in.normal().value()
+	var doc map[string]any
+	if err == nil {
+		doc, err = s.eval(ctx, s.placement, v)
+	}
 	if err != nil {
 		err = fmt.Errorf("policy %s: job %s: %w", short(s.Revision), in.Job.ID, err)
 		return PlacementResult{Deny: []Violation{failClosed(err)}}, err
@@ -119,17 +122,9 @@ func failClosed(err error) Violation {
 
 // eval runs a prepared query on an input, returning the document (nil
 // when undefined).
-func (s *Set) eval(ctx context.Context, pq rego.PreparedEvalQuery, input any) (map[string]any, error) {
+func (s *Set) eval(ctx context.Context, pq rego.PreparedEvalQuery, input ast.Value) (map[string]any, error) {
 	defer observeEval(ctx, time.Now())
-	b, err := json.Marshal(input)
-	if err != nil {
-		return nil, err
-	}
-	v, err := ast.ValueFromReader(bytes.NewReader(b))
-	if err != nil {
-		return nil, err
-	}
-	rs, err := pq.Eval(ctx, rego.EvalParsedInput(v))
+	rs, err := pq.Eval(ctx, rego.EvalParsedInput(input))
 	if err != nil {
 		return nil, err
 	}
