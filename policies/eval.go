@@ -86,7 +86,7 @@ func (s *Set) evalNode(ctx context.Context, job JobClass, node Node) (NodeResult
 	}
 	var r NodeResult
 	for _, p := range s.nodePkgs {
-		pd := lookup(doc, p.rel)
+		pd := p.document(doc)
 		r.Deny = append(r.Deny, violations(pd, "deny", p.name)...)
 		r.Warn = append(r.Warn, violations(pd, "warn", p.name)...)
 	}
@@ -98,7 +98,7 @@ func (s *Set) evalNode(ctx context.Context, job JobClass, node Node) (NodeResult
 // code policy_error and the error's message, together with the error.
 func (s *Set) EvalPlacement(ctx context.Context, in PlacementInput) (PlacementResult, error) {
 	v, err := in.normal().value()
-	var doc map[string]any
+	var doc rego.Vars
 	if err == nil {
 		doc, err = s.eval(ctx, s.placement, v)
 	}
@@ -108,7 +108,7 @@ func (s *Set) EvalPlacement(ctx context.Context, in PlacementInput) (PlacementRe
 	}
 	var r PlacementResult
 	for _, p := range s.placementPkgs {
-		pd := lookup(doc, p.rel)
+		pd := p.document(doc)
 		r.Deny = append(r.Deny, violations(pd, "deny", p.name)...)
 		r.Warn = append(r.Warn, violations(pd, "warn", p.name)...)
 		r.Score += number(pd["score"])
@@ -120,26 +120,30 @@ func failClosed(err error) Violation {
 	return Violation{Code: CodePolicyError, Msg: err.Error(), Policy: "toposched"}
 }
 
-// eval runs a prepared query on an input, returning the document (nil
-// when undefined).
-func (s *Set) eval(ctx context.Context, pq rego.PreparedEvalQuery, input ast.Value) (map[string]any, error) {
+// eval runs a prepared verdict query (verdictQuery) on an input,
+// returning its bindings.
+func (s *Set) eval(ctx context.Context, pq rego.PreparedEvalQuery, input ast.Value) (rego.Vars, error) {
 	defer observeEval(ctx, time.Now())
 	rs, err := pq.Eval(ctx, rego.EvalParsedInput(input))
 	if err != nil {
 		return nil, err
 	}
-	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+	if len(rs) == 0 {
 		return nil, nil
 	}
-	doc, _ := rs[0].Expressions[0].Value.(map[string]any)
-	return doc, nil
+	return rs[0].Bindings, nil
 }
 
-func lookup(doc map[string]any, rel []string) map[string]any {
-	for _, k := range rel {
-		doc, _ = doc[k].(map[string]any)
+// document is the package's verdicts in the bindings of its document's
+// query, by rule name; an undefined rule is absent.
+func (p policyPkg) document(vars rego.Vars) map[string]any {
+	pd := make(map[string]any, len(p.verdicts))
+	for _, v := range p.verdicts {
+		if vals, _ := vars[v.bound].([]any); len(vals) == 1 {
+			pd[v.rule] = vals[0]
+		}
 	}
-	return doc
+	return pd
 }
 
 // violations reads a deny or warn set: objects {msg, code}; a bare string

@@ -201,11 +201,59 @@ type Set struct {
 	reads inputReads
 }
 
-// policyPkg is a package under a document: its path relative to the
-// document, and its name (the Violation.Policy of its rules).
+// policyPkg is a package under a document: its name (the
+// Violation.Policy of its rules).
 type policyPkg struct {
-	rel  []string
 	name string
+	// verdicts are the verdict rules (deny, warn, score) it defines, each
+	// with the variable of the document's query that holds its value.
+	verdicts []verdict
+}
+
+type verdict struct {
+	rule, bound string
+}
+
+// verdictRules are the rules of a package that the set reads.
+var verdictRules = []string{"deny", "warn", "score"}
+
+// verdictQuery is the query of a document's verdicts: one expression per
+// verdict rule its packages define, each the rule's value in an array
+// of at most one (a complete rule may be undefined, which would make the
+// whole query undefined). It evaluates the verdicts and what they depend
+// on, where a query of the whole document evaluated every rule of every
+// package and built the document to hand back: a third of a placement
+// evaluation, and its garbage. It names the bound variables in pkgs.
+func verdictQuery(mods map[string]*ast.Module, pkgs []policyPkg) string {
+	defines := map[string]map[string]bool{}
+	for _, m := range mods {
+		name := strings.TrimPrefix(m.Package.Path.String(), "data.")
+		for _, r := range m.Rules {
+			if ref := r.Head.Ref(); len(ref) == 1 && slices.Contains(verdictRules, ref[0].String()) {
+				if defines[name] == nil {
+					defines[name] = map[string]bool{}
+				}
+				defines[name][ref[0].String()] = true
+			}
+		}
+	}
+	var exprs []string
+	for i := range pkgs {
+		p := &pkgs[i]
+		path := ast.MustParseRef("data." + p.name)
+		for _, rule := range verdictRules {
+			if !defines[p.name][rule] {
+				continue
+			}
+			bound := fmt.Sprintf("v%d", len(exprs))
+			p.verdicts = append(p.verdicts, verdict{rule: rule, bound: bound})
+			exprs = append(exprs, fmt.Sprintf("%s := [x | x := %s]", bound, path.Append(ast.StringTerm(rule))))
+		}
+	}
+	if len(exprs) == 0 {
+		return "true"
+	}
+	return strings.Join(exprs, "; ")
 }
 
 // Compile compiles and tests the set in fsys (see Check). name names the
@@ -348,18 +396,18 @@ func compileSources(ctx context.Context, src *sources, name string) (*Set, []Tes
 	s.nodePkgs = packagesUnder(prod, NodesDoc)
 	s.reads = readsOf(comp)
 	s.placementPkgs = packagesUnder(prod, PlacementDoc)
-	prep := func(doc string) (rego.PreparedEvalQuery, error) {
+	prep := func(pkgs []policyPkg) (rego.PreparedEvalQuery, error) {
 		return rego.New(
-			rego.Query("data."+doc),
+			rego.Query(verdictQuery(prod, pkgs)),
 			rego.Compiler(comp),
 			rego.Store(store),
 			rego.StrictBuiltinErrors(true),
 		).PrepareForEval(ctx)
 	}
-	if s.nodes, err = prep(NodesDoc); err != nil {
+	if s.nodes, err = prep(s.nodePkgs); err != nil {
 		return nil, results, fromAST(err)
 	}
-	if s.placement, err = prep(PlacementDoc); err != nil {
+	if s.placement, err = prep(s.placementPkgs); err != nil {
 		return nil, results, fromAST(err)
 	}
 	s.cache.init()
@@ -420,21 +468,20 @@ func sortErrs(es Errors) Errors {
 	return es
 }
 
-// packagesUnder lists the packages at or under data.<doc>, sorted.
+// packagesUnder lists the packages at or under data.<doc>, sorted. The
+// paths compare as refs, so that a package whose next segment is no
+// identifier (toposched.placement["gpu-quota"]) is under the document too.
 func packagesUnder(mods map[string]*ast.Module, doc string) []policyPkg {
+	under := ast.MustParseRef("data." + doc)
 	seen := map[string]bool{}
 	var out []policyPkg
 	for _, m := range mods {
 		name := strings.TrimPrefix(m.Package.Path.String(), "data.")
-		if name != doc && !strings.HasPrefix(name, doc+".") || seen[name] {
+		if !m.Package.Path.HasPrefix(under) || seen[name] {
 			continue
 		}
 		seen[name] = true
-		rel := []string{}
-		if name != doc {
-			rel = strings.Split(strings.TrimPrefix(name, doc+"."), ".")
-		}
-		out = append(out, policyPkg{rel: rel, name: name})
+		out = append(out, policyPkg{name: name})
 	}
 	slices.SortFunc(out, func(a, b policyPkg) int { return strings.Compare(a.name, b.name) })
 	return out

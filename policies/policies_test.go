@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
 )
 
@@ -283,6 +284,58 @@ func BenchmarkEvalPlacement(b *testing.B) {
 	for b.Loop() {
 		if _, err := s.EvalPlacement(b.Context(), in); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestVerdictQuery: each package's deny, warn and score are read by a
+// query of those rules alone; a complete rule that is undefined counts as
+// absent, a package with no verdict rules reads as nothing, a package name
+// that is no identifier still resolves, and a helper no verdict reads is
+// not evaluated (its error does not deny the candidate).
+func TestVerdictQuery(t *testing.T) {
+	fsys := fstest.MapFS{
+		"scored.rego": {Data: []byte(`package toposched.placement.scored
+
+score := 2 if input.job.gpus > 4
+
+warn contains "big" if input.job.gpus > 4
+`)},
+		"helper.rego": {Data: []byte(`package toposched.placement.helper
+
+unused := 1 / 0
+
+deny contains {"code": "odd", "msg": "odd"} if input.job.gpus % 2 == 1
+`)},
+		"quoted.rego": {Data: []byte(`package toposched.placement["with-dash"]
+
+deny contains {"code": "dash", "msg": "nine"} if input.job.gpus == 9
+`)},
+		"nothing.rego": {Data: []byte(`package toposched.placement.nothing
+
+x := 1
+`)},
+	}
+	s, err := Compile(fsys, "verdicts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		gpus       int
+		deny, warn string
+		score      float64
+	}{
+		{2, "", "", 0},
+		{3, "odd", "", 0},
+		{8, "", "policy", 2},
+		{9, "odd,dash", "policy", 2},
+	} {
+		r, err := s.EvalPlacement(t.Context(), PlacementInput{Job: Job{ID: "j", GPUs: tc.gpus}})
+		if err != nil {
+			t.Fatalf("%d GPUs: %v", tc.gpus, err)
+		}
+		if codes(r.Deny) != tc.deny || codes(r.Warn) != tc.warn || r.Score != tc.score {
+			t.Errorf("%d GPUs: deny %q warn %q score %v, want %q %q %v", tc.gpus, codes(r.Deny), codes(r.Warn), r.Score, tc.deny, tc.warn, tc.score)
 		}
 	}
 }
