@@ -229,11 +229,13 @@ func verdictQuery(mods map[string]*ast.Module, pkgs []policyPkg) string {
 	for _, m := range mods {
 		name := strings.TrimPrefix(m.Package.Path.String(), "data.")
 		for _, r := range m.Rules {
-			if ref := r.Head.Ref(); len(ref) == 1 && slices.Contains(verdictRules, ref[0].String()) {
+			// The rule's first name: deny.x contains ... makes deny an
+			// object, which reads as no verdict, as the document did.
+			if rule := r.Head.Ref()[0].String(); slices.Contains(verdictRules, rule) {
 				if defines[name] == nil {
 					defines[name] = map[string]bool{}
 				}
-				defines[name][ref[0].String()] = true
+				defines[name][rule] = true
 			}
 		}
 	}
