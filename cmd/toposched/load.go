@@ -69,18 +69,28 @@ occupancy with policies on; >= 500 decisions/s end to end.`,
 			if f.e2eOnly && f.e2e <= 0 {
 				return fmt.Errorf("--e2e-only needs --e2e N")
 			}
-			if f.e2eOnly {
+			if f.e2eOnly && f.cpuProfile != "" {
 				// The decisions alone: building and filling the cluster,
 				// and the services' catch-up, would be most of the profile.
+				pf, err := os.Create(f.cpuProfile)
+				if err != nil {
+					return fmt.Errorf("--cpu-profile: %w", err)
+				}
+				defer func() { _ = pf.Close() }() // written once the window closes
+				var perr error
 				cfg.Measured = func() func() {
-					stop, err := startCPUProfile(f.cpuProfile)
-					if err != nil {
-						fmt.Fprintln(cmd.ErrOrStderr(), err)
+					if perr = pprof.StartCPUProfile(pf); perr != nil {
 						return func() {}
 					}
-					return stop
+					return pprof.StopCPUProfile
 				}
-				return load.Run(cmd.Context(), cmd.OutOrStdout(), cfg)
+				if err := load.Run(cmd.Context(), cmd.OutOrStdout(), cfg); err != nil {
+					return err
+				}
+				if perr != nil {
+					return fmt.Errorf("--cpu-profile: %w", perr)
+				}
+				return nil
 			}
 			stop, err := startCPUProfile(f.cpuProfile)
 			if err != nil {
