@@ -8,8 +8,14 @@ import (
 	"github.com/toposched/toposched/schemas"
 )
 
-// validateCacheSize bounds the bodies a Bus remembers as valid.
-const validateCacheSize = 4096
+// validateCacheSize bounds the bodies a Bus remembers as valid. It must
+// cover what publishers run ahead of their subscribers in a burst: with
+// 4,096, a burst of 8,000 one-GPU jobs validated 1.9 jobs.analyzed and
+// 1.3 placement.decided bodies per decision instead of one each, since
+// analysis was thousands of jobs ahead of placement and placement ahead of
+// the optimizer. 65,536 keys (about 16,000 decisions of four events) hold
+// some 4.5 MB, none of it pointers for the GC to scan.
+const validateCacheSize = 1 << 16
 
 // validationCache remembers the last size (event name, body) pairs that met
 // their schema, by SHA-256. In one process the same bytes are validated by
