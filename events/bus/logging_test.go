@@ -81,3 +81,26 @@ func TestRetryingIsAWarning(t *testing.T) {
 		}
 	}
 }
+
+// The router's per-message lines are logged only at the levels they map
+// to, and skipped (fields and all) below them.
+func TestRouterLinesFollowTheLevel(t *testing.T) {
+	for _, tc := range []struct {
+		level slog.Level
+		want  int // lines of the three calls
+	}{
+		{slog.LevelInfo, 0},
+		{slog.LevelDebug, 2},
+		{watermill.LevelTrace, 3},
+	} {
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: tc.level}))
+		w := fencedAsWarning{watermill.NewSlogLoggerWithLevelMapping(log, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug}), log}
+		w.Trace("received", watermill.LogFields{"message_uuid": "m1"})
+		w.Debug("handled", watermill.LogFields{"message_uuid": "m1"})
+		w.Info("acked", watermill.LogFields{"message_uuid": "m1"})
+		if got := strings.Count(buf.String(), "message_uuid=m1"); got != tc.want {
+			t.Errorf("level %v: %d lines, want %d:\n%s", tc.level, got, tc.want, buf.String())
+		}
+	}
+}

@@ -111,6 +111,27 @@ func (l fencedAsWarning) Error(msg string, err error, fields watermill.LogFields
 	l.warn(msg+why, err, fields)
 }
 
+// Trace and Debug come several times a message (received, handled,
+// acked): their fields become slog arguments only when the level is on.
+// (Info is mapped to Debug above.)
+func (l fencedAsWarning) Trace(msg string, fields watermill.LogFields) {
+	if l.log.Enabled(context.Background(), watermill.LevelTrace) {
+		l.LoggerAdapter.Trace(msg, fields)
+	}
+}
+
+func (l fencedAsWarning) Debug(msg string, fields watermill.LogFields) {
+	if l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.LoggerAdapter.Debug(msg, fields)
+	}
+}
+
+func (l fencedAsWarning) Info(msg string, fields watermill.LogFields) {
+	if l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.LoggerAdapter.Info(msg, fields)
+	}
+}
+
 func (l fencedAsWarning) warn(msg string, err error, fields watermill.LogFields) {
 	args := make([]any, 0, 2*len(fields)+2)
 	for k, v := range fields {
