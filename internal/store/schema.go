@@ -42,6 +42,11 @@ const (
 	// index, so only the leaf and pod entries cost extra.
 	IndexDomain = "domain"
 	IndexState  = "state" // jobs: the jobs in one state
+	// IndexQueue lists the pending jobs in the order they are tried:
+	// highest priority, then lowest Seq (queueIndexer). The head of the
+	// queue is its first entry, and the queue a walk of it, with no sort
+	// of every pending job each time.
+	IndexQueue = "queue"
 	// IndexNodeFree lists the node domains with free GPUs by model, then
 	// free count, then enumeration order (nodeFreeIndexer): best fit and
 	// first fit without walking the full nodes.
@@ -168,8 +173,40 @@ func jobsTableSchema() *memdb.TableSchema {
 				Name:    IndexState,
 				Indexer: &memdb.StringFieldIndex{Field: "State"},
 			},
+			// Only pending jobs have keys.
+			IndexQueue: {
+				Name:         IndexQueue,
+				AllowMissing: true,
+				Indexer:      queueIndexer{},
+			},
 		},
 	}
+}
+
+// queueIndexer keys a pending job by priority, highest first, then Seq,
+// lowest first, each four bits a byte (appendPosition); other jobs have no
+// key. A walk with no argument yields the queue in order; memdb appends
+// the ID, which keeps jobs of one Seq (none: the store gives each its own)
+// apart.
+type queueIndexer struct{}
+
+func (queueIndexer) FromObject(obj any) (bool, []byte, error) {
+	j, ok := obj.(*Job)
+	if !ok {
+		return false, nil, fmt.Errorf("store: queue index: unexpected %T", obj)
+	}
+	if j.State != JobPending {
+		return false, nil, nil
+	}
+	b := make([]byte, 0, 2*positionKeyLen+len(j.ID)+1)
+	b = appendPosition(b, -j.Priority)
+	b = appendPosition(b, int(j.Seq))
+	return true, b, nil
+}
+
+// FromArgs takes nothing: the index is only walked whole.
+func (queueIndexer) FromArgs(args ...any) ([]byte, error) {
+	return nil, fmt.Errorf("store: queue index: walked whole, got %d arguments", len(args))
 }
 
 // indexTableSchema holds *indexEntry, keyed by Key.

@@ -48,10 +48,12 @@ func TestSchema(t *testing.T) {
 	//   - fabric: id only, one entry per node the fabric names (~85 B per
 	//     GPU).
 	//   - nodecounts: id only, one row per GPU model and one for any.
+	//   - jobs: id and state, one entry per job each; queue, one per
+	//     pending job, so that the head of the queue is one lookup.
 	tables := map[string]map[string]want{
 		TableNodes:      {IndexID: {unique: true}, IndexPosition: {}},
 		TableGPUs:       {IndexID: {unique: true}, IndexOrder: {}, IndexJob: {allowMissing: true}, IndexDomain: {allowMissing: true}},
-		TableJobs:       {IndexID: {unique: true}, IndexState: {}},
+		TableJobs:       {IndexID: {unique: true}, IndexState: {}, IndexQueue: {allowMissing: true}},
 		TableIndex:      {IndexID: {unique: true}},
 		TableDomains:    {IndexID: {unique: true}, IndexNodeFree: {allowMissing: true}},
 		TableFabric:     {IndexID: {unique: true}},

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"cmp"
 	"iter"
 	"slices"
 
@@ -384,13 +383,26 @@ func (s *Snapshot) AnyJobInState(state JobState) bool {
 }
 
 // PendingQueue returns the pending jobs in the order they are to be tried:
-// highest Priority first, then oldest (lowest Seq) first.
+// highest Priority first, then oldest (lowest Seq) first. It walks the
+// queue index: with thousands waiting, collecting and sorting them at
+// every retry and submission was most of a saturated replay's CPU.
 func (s *Snapshot) PendingQueue() []Job {
-	q := s.JobsInState(JobPending)
-	slices.SortFunc(q, func(a, b Job) int {
-		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Seq, b.Seq))
-	})
+	var q []Job
+	it := s.get(TableJobs, IndexQueue)
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		q = append(q, *raw.(*Job))
+	}
 	return q
+}
+
+// PendingHead returns the first job of PendingQueue, false when none is
+// pending, without a walk of the queue.
+func (s *Snapshot) PendingHead() (Job, bool) {
+	raw := s.first(TableJobs, IndexQueue)
+	if raw == nil {
+		return Job{}, false
+	}
+	return *raw.(*Job), true
 }
 
 // Capacity counts the GPUs of a model ("" for any model) on the nodes of the

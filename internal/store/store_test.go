@@ -1,8 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strings"
@@ -680,6 +682,9 @@ func TestJobs(t *testing.T) {
 	if got, want := pending(), []string{"b", "e", "f", "a", "c"}; !slices.Equal(got, want) {
 		t.Errorf("PendingQueue = %v, want %v", got, want)
 	}
+	if h, ok := s.Snapshot().PendingHead(); !ok || h.ID != "b" {
+		t.Errorf("PendingHead = %+v, %v; want b", h, ok)
+	}
 	a, ok := s.Snapshot().Job("a")
 	if !ok || a.Seq != 1 {
 		t.Errorf("Job(a) = %+v, %v; want Seq 1 (assigned by the store, kept on update)", a, ok)
@@ -1015,4 +1020,49 @@ func TestPlacedVersion(t *testing.T) {
 			t.Errorf("%s: version moved %v, want %v", st.name, moved, st.moves)
 		}
 	}
+}
+
+// TestPendingQueueOrder: the queue index yields, on seeded random jobs of
+// random priorities (negative ones too) moving in and out of the queue,
+// the order of a sort by priority, highest first, then Seq; PendingHead
+// is its first job.
+func TestPendingQueueOrder(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(15, 33))
+	s := newStore(t)
+	states := []JobState{JobPending, JobPending, JobPending, JobPlaced, JobFinished, JobRejected}
+	for i := range 2000 {
+		id := fmt.Sprintf("j%d", rng.IntN(300))
+		if rng.IntN(10) == 0 {
+			if err := s.DeleteJob(id); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := s.UpsertJob(Job{ID: id, State: states[rng.IntN(len(states))], Priority: rng.IntN(7) - 3}); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 != 0 {
+			continue
+		}
+		snap := s.Snapshot()
+		want := snap.JobsInState(JobPending)
+		slices.SortFunc(want, func(a, b Job) int {
+			return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Seq, b.Seq))
+		})
+		got := snap.PendingQueue()
+		if !slices.EqualFunc(got, want, func(a, b Job) bool { return a.ID == b.ID }) {
+			t.Fatalf("step %d: queue %v, want %v", i, jobIDs(got), jobIDs(want))
+		}
+		h, ok := snap.PendingHead()
+		if ok != (len(want) > 0) || ok && h.ID != want[0].ID {
+			t.Fatalf("step %d: head %q, %v; want the queue's first of %v", i, h.ID, ok, jobIDs(want))
+		}
+	}
+}
+
+func jobIDs(js []Job) []string {
+	out := make([]string, len(js))
+	for i, j := range js {
+		out[i] = j.ID
+	}
+	return out
 }

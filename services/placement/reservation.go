@@ -26,8 +26,8 @@ func (s *Service) Reservation() *placer.Reservation {
 }
 
 // reserveCheckEvery bounds how often a new submission looks at the queue
-// for a reservation: the look walks the queue, and a burst of submissions
-// must not pay it each time.
+// for a reservation: a new head's hold is picked from the whole cluster,
+// and a burst of submissions must not pay it each time.
 const reserveCheckEvery = time.Second
 
 // maybeReserve updates the reservation before a new job is placed, at
@@ -41,17 +41,18 @@ func (s *Service) maybeReserve(ctx context.Context) {
 	}
 	s.nextReserve = now.Add(reserveCheckEvery)
 	snap := s.store.Snapshot()
-	s.reserve(ctx, snap, snap.PendingQueue())
+	head, ok := snap.PendingHead()
+	s.reserve(ctx, snap, head, ok)
 }
 
 // reserve keeps the reservation in line with the queue: held for the
-// head once it has waited long enough, dropped otherwise.
-func (s *Service) reserve(ctx context.Context, snap *store.Snapshot, queue []store.Job) {
-	if len(queue) == 0 || s.reserveAfter < 0 {
+// head once it has waited long enough, dropped otherwise. pending is
+// false when no job waits.
+func (s *Service) reserve(ctx context.Context, snap *store.Snapshot, head store.Job, pending bool) {
+	if !pending || s.reserveAfter < 0 {
 		s.reservation = nil
 		return
 	}
-	head := queue[0]
 	since, ok := s.pendingSince[head.ID]
 	if !ok {
 		since = s.now()

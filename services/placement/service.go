@@ -549,8 +549,9 @@ func (s *Service) predict(ctx context.Context, before *store.Snapshot, job event
 func (s *Service) retryPending(ctx context.Context) error {
 	c := s.newCycle()
 	snap := c.view()
+	head, pending := snap.PendingHead()
+	s.reserve(ctx, snap, head, pending)
 	queue := snap.PendingQueue()
-	s.reserve(ctx, snap, queue)
 	free := snap.FreeCount()
 	for _, j := range queue {
 		if free == 0 {
