@@ -384,13 +384,14 @@ func (s *Snapshot) AnyJobInState(state JobState) bool {
 
 // PendingQueue returns the pending jobs in the order they are to be tried:
 // highest Priority first, then oldest (lowest Seq) first. It walks the
-// queue index: with thousands waiting, collecting and sorting them at
-// every retry and submission was most of a saturated replay's CPU.
-func (s *Snapshot) PendingQueue() []Job {
-	var q []Job
+// queue index: with thousands waiting, copying and sorting them at every
+// retry and submission was most of a saturated replay's CPU. The jobs are
+// the store's rows: shared, do not modify.
+func (s *Snapshot) PendingQueue() []*Job {
+	var q []*Job
 	it := s.get(TableJobs, IndexQueue)
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		q = append(q, *raw.(*Job))
+		q = append(q, raw.(*Job))
 	}
 	return q
 }

@@ -1049,8 +1049,8 @@ func TestPendingQueueOrder(t *testing.T) {
 			return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Seq, b.Seq))
 		})
 		got := snap.PendingQueue()
-		if !slices.EqualFunc(got, want, func(a, b Job) bool { return a.ID == b.ID }) {
-			t.Fatalf("step %d: queue %v, want %v", i, jobIDs(got), jobIDs(want))
+		if !slices.EqualFunc(got, want, func(a *Job, b Job) bool { return a.ID == b.ID }) {
+			t.Fatalf("step %d: queue %d jobs, want %v", i, len(got), jobIDs(want))
 		}
 		h, ok := snap.PendingHead()
 		if ok != (len(want) > 0) || ok && h.ID != want[0].ID {

@@ -560,7 +560,7 @@ func (s *Service) retryPending(ctx context.Context) error {
 		if j.Spec.Job.GPUs > free {
 			continue
 		}
-		left, err := c.place(ctx, j, false, nil)
+		left, err := c.place(ctx, *j, false, nil)
 		if err != nil {
 			return errors.Join(err, c.finish())
 		}
