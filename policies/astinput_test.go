@@ -106,26 +106,24 @@ func randomFloat(rng *rand.Rand) float64 {
 	return f
 }
 
-func randomLabels(rng *rand.Rand) map[string]string {
+// randomMap is nil a third of the time, else up to three entries.
+func randomMap[V any](rng *rand.Rand, key func() string, val func() V) map[string]V {
 	if rng.IntN(3) == 0 {
 		return nil
 	}
-	m := map[string]string{}
+	m := map[string]V{}
 	for range rng.IntN(4) {
-		m[randomWord(rng)+randomWord(rng)] = randomWord(rng)
+		m[key()] = val()
 	}
 	return m
 }
 
+func randomLabels(rng *rand.Rand) map[string]string {
+	return randomMap(rng, func() string { return randomWord(rng) + randomWord(rng) }, func() string { return randomWord(rng) })
+}
+
 func randomCounts(rng *rand.Rand) map[string]int {
-	if rng.IntN(3) == 0 {
-		return nil
-	}
-	m := map[string]int{}
-	for range rng.IntN(4) {
-		m[randomWord(rng)] = randomInt(rng)
-	}
-	return m
+	return randomMap(rng, func() string { return randomWord(rng) }, func() int { return randomInt(rng) })
 }
 
 func randomJob(rng *rand.Rand) Job {

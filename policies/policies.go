@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -218,38 +219,19 @@ type verdict struct {
 var verdictRules = []string{"deny", "warn", "score"}
 
 // verdictQuery is the query of a document's verdicts: one expression per
-// verdict rule its packages define, each the rule's value in an array
-// of at most one (a complete rule may be undefined, which would make the
-// whole query undefined). It evaluates the verdicts and what they depend
-// on, where a query of the whole document evaluated every rule of every
-// package and built the document to hand back: a third of a placement
-// evaluation, and its garbage. It names the bound variables in pkgs.
-func verdictQuery(mods map[string]*ast.Module, pkgs []policyPkg) string {
-	defines := map[string]map[string]bool{}
-	for _, m := range mods {
-		name := strings.TrimPrefix(m.Package.Path.String(), "data.")
-		for _, r := range m.Rules {
-			// The rule's first name: deny.x contains ... makes deny an
-			// object, which reads as no verdict, as the document did.
-			if rule := r.Head.Ref()[0].String(); slices.Contains(verdictRules, rule) {
-				if defines[name] == nil {
-					defines[name] = map[string]bool{}
-				}
-				defines[name][rule] = true
-			}
-		}
-	}
+// verdict rule its packages define (packagesUnder), each the rule's value
+// in an array of at most one (a complete rule may be undefined, which
+// would make the whole query undefined), bound to the verdict's variable.
+// It evaluates the verdicts and what they depend on, where a query of the
+// whole document evaluated every rule of every package and built the
+// document to hand back: a third of a placement evaluation, and its
+// garbage.
+func verdictQuery(pkgs []policyPkg) string {
 	var exprs []string
-	for i := range pkgs {
-		p := &pkgs[i]
+	for _, p := range pkgs {
 		path := ast.MustParseRef("data." + p.name)
-		for _, rule := range verdictRules {
-			if !defines[p.name][rule] {
-				continue
-			}
-			bound := fmt.Sprintf("v%d", len(exprs))
-			p.verdicts = append(p.verdicts, verdict{rule: rule, bound: bound})
-			exprs = append(exprs, fmt.Sprintf("%s := [x | x := %s]", bound, path.Append(ast.StringTerm(rule))))
+		for _, v := range p.verdicts {
+			exprs = append(exprs, fmt.Sprintf("%s := [x | x := %s]", v.bound, path.Append(ast.StringTerm(v.rule))))
 		}
 	}
 	if len(exprs) == 0 {
@@ -400,7 +382,7 @@ func compileSources(ctx context.Context, src *sources, name string) (*Set, []Tes
 	s.placementPkgs = packagesUnder(prod, PlacementDoc)
 	prep := func(pkgs []policyPkg) (rego.PreparedEvalQuery, error) {
 		return rego.New(
-			rego.Query(verdictQuery(prod, pkgs)),
+			rego.Query(verdictQuery(pkgs)),
 			rego.Compiler(comp),
 			rego.Store(store),
 			rego.StrictBuiltinErrors(true),
@@ -470,22 +452,40 @@ func sortErrs(es Errors) Errors {
 	return es
 }
 
-// packagesUnder lists the packages at or under data.<doc>, sorted. The
-// paths compare as refs, so that a package whose next segment is no
-// identifier (toposched.placement["gpu-quota"]) is under the document too.
+// packagesUnder lists the packages at or under data.<doc>, sorted, with
+// the verdict rules each defines and their variables in the document's
+// query (v0, v1, ...). The paths compare as refs, so that a package whose
+// next segment is no identifier (toposched.placement["gpu-quota"]) is
+// under the document too.
 func packagesUnder(mods map[string]*ast.Module, doc string) []policyPkg {
 	under := ast.MustParseRef("data." + doc)
-	seen := map[string]bool{}
-	var out []policyPkg
+	defines := map[string]map[string]bool{} // package -> rule names
 	for _, m := range mods {
-		name := strings.TrimPrefix(m.Package.Path.String(), "data.")
-		if !m.Package.Path.HasPrefix(under) || seen[name] {
+		if !m.Package.Path.HasPrefix(under) {
 			continue
 		}
-		seen[name] = true
-		out = append(out, policyPkg{name: name})
+		name := strings.TrimPrefix(m.Package.Path.String(), "data.")
+		if defines[name] == nil {
+			defines[name] = map[string]bool{}
+		}
+		for _, r := range m.Rules {
+			// The rule's first name: deny.x contains ... makes deny an
+			// object, which reads as no verdict, as the document did.
+			defines[name][r.Head.Ref()[0].String()] = true
+		}
 	}
-	slices.SortFunc(out, func(a, b policyPkg) int { return strings.Compare(a.name, b.name) })
+	out := make([]policyPkg, 0, len(defines))
+	n := 0
+	for _, name := range slices.Sorted(maps.Keys(defines)) {
+		p := policyPkg{name: name}
+		for _, rule := range verdictRules {
+			if defines[name][rule] {
+				p.verdicts = append(p.verdicts, verdict{rule: rule, bound: fmt.Sprintf("v%d", n)})
+				n++
+			}
+		}
+		out = append(out, p)
+	}
 	return out
 }
 

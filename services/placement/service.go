@@ -549,9 +549,12 @@ func (s *Service) predict(ctx context.Context, before *store.Snapshot, job event
 func (s *Service) retryPending(ctx context.Context) error {
 	c := s.newCycle()
 	snap := c.view()
-	head, pending := snap.PendingHead()
-	s.reserve(ctx, snap, head, pending)
 	queue := snap.PendingQueue()
+	var head store.Job
+	if len(queue) > 0 {
+		head = *queue[0]
+	}
+	s.reserve(ctx, snap, head, len(queue) > 0)
 	free := snap.FreeCount()
 	for _, j := range queue {
 		if free == 0 {
