@@ -47,6 +47,8 @@ type Config struct {
 	// events (calibration.Revision of the file).
 	Calibration         *collective.Calibration
 	CalibrationRevision string
+	// OptimizerNoMigrations is the optimizer's optimizer.Config.NoMigrations.
+	OptimizerNoMigrations bool
 	// OnlineCalibration lets the optimizer move the calibration in the
 	// bucket from what jobs' telemetry measures (collective.Online).
 	OnlineCalibration bool
@@ -231,7 +233,7 @@ func Start(ctx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) (*Oper
 	var opt *optimizer.Service
 	if has(Optimizer) {
 		var err error
-		opt, err = optimizer.New(optimizer.Config{Bandwidths: cfg.Calibration.Bandwidths(nil)},
+		opt, err = optimizer.New(optimizer.Config{Bandwidths: cfg.Calibration.Bandwidths(nil), NoMigrations: cfg.OptimizerNoMigrations},
 			optimizer.Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects, Log: log})
 		if err != nil {
 			return abort(err)

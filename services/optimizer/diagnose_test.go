@@ -3,6 +3,7 @@ package optimizer
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -296,4 +297,44 @@ func TestBetterPlacementWhenGPUsFree(t *testing.T) {
 		t.Fatalf("proposal %+v", p)
 	}
 	t.Logf("proposal: %s", p.Message)
+}
+
+// With NoMigrations (as in a replay) the same release proposes nothing;
+// the handlers are driven by hand, so the stream is read after they have
+// returned.
+func TestNoMigrations(t *testing.T) {
+	t.Parallel()
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoMigrations=%v", off), func(t *testing.T) {
+			t.Parallel()
+			c := fourNodeCluster(t, placer.StrategyBlind)
+			victim, flood := gpt2("victim", 16), gpt2("flood", 16)
+			victim.StepComputeSeconds = 0.01
+			_, dv := c.submit(victim)
+			_, df := c.submit(flood)
+			o, err := New(Config{NoMigrations: off}, Deps{Publish: c.b, Read: c.b, Consume: c.b, Subjects: c.b.Subjects})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range []*events.PlacementDecided{dv, df} {
+				if err := o.OnDecided(c.ctx, events.Envelope{ID: "d-" + d.JobID}, d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.finish("flood")
+			if err := o.OnReleased(c.ctx, events.Envelope{}, &events.PlacementReleased{JobID: "flood", Status: events.StatusSucceeded}); err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			if err := c.b.Replay(c.ctx, events.DomainPlacement, []string{c.b.Subjects.Of(events.NamePlacementMigration)}, func(bus.Record) error {
+				n++
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int{false: 1, true: 0}[off]; n != want {
+				t.Fatalf("%d proposals, want %d", n, want)
+			}
+		})
+	}
 }

@@ -101,6 +101,9 @@ func (s *Service) spreadOut(lj *liveJob) bool {
 // onto unhealthy parts (the planner takes healthy GPUs only, and the
 // fork's topology has the down links taken out).
 func (s *Service) propose(ctx context.Context, lj *liveJob, reason string) error {
+	if s.noMigrations {
+		return nil
+	}
 	d := lj.decision
 	what := s.store.Fork()
 	if _, err := what.Release(d.JobID); err != nil {

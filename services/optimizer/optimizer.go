@@ -75,12 +75,15 @@ const (
 	HandlerAnalyzed = "optimizer-jobs-analyzed"
 )
 
-// Config is the optimizer's configuration. It has none yet; the type
-// keeps the shape every service shares.
+// Config is the optimizer's configuration.
 type Config struct {
 	// Bandwidths are the cost model's link rates and efficiencies (nil:
 	// the defaults; a calibration's, collective.Calibration.Bandwidths).
 	Bandwidths *topology.Bandwidths
+	// NoMigrations stops placement.migration proposals. A replay sets it:
+	// nothing there accepts a move, and planning one for every spread-out
+	// job after every release was over a third of a replay's CPU.
+	NoMigrations bool
 }
 
 // Validate reports every problem at once.
@@ -127,6 +130,8 @@ type Service struct {
 	log        *slog.Logger
 	now        func() time.Time
 	serving    chan struct{}
+	// noMigrations is Config.NoMigrations.
+	noMigrations bool
 
 	// mu serialises every handler: they share the state below, and a
 	// catch-up from one handler applies events another would have.
@@ -207,6 +212,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		analyses: map[string]*events.JobAnalyzed{},
 		live:     map[string]*liveJob{},
 		holder:   map[gpuKey]string{},
+
+		noMigrations: cfg.NoMigrations,
 	}
 	svc.bandwidths.Store(cfg.Bandwidths)
 	return svc, nil

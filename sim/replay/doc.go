@@ -1,7 +1,10 @@
 // Package replay drives a cluster and a job trace through the whole
 // pipeline — an embedded NATS server, discovery, analysis, placement (with
 // its policies) and the optimizer, as `toposched serve` runs them — and
-// measures what placement did: `toposched replay`.
+// measures what placement did: `toposched replay`. One difference: the
+// optimizer proposes no migrations (optimizer.Config.NoMigrations), since
+// nothing in a replay accepts one; a proposal changes no decision until
+// it is accepted, and planning them was over a third of a replay's CPU.
 //
 // # Inputs
 //

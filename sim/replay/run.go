@@ -221,7 +221,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer func() { _ = b.Close() }() // after the replay: JetStream acknowledged all it published
 	ra := cfg.ReserveAfter
 	ocfg := operator.Config{Services: operator.All, ClusterFile: cfg.ClusterFile, Sole: true,
-		Strategy: cfg.Strategy, ReserveAfter: &ra, MaxStretch: cfg.MaxStretch, Policies: cfg.Policies, Replica: "replay"}
+		Strategy: cfg.Strategy, ReserveAfter: &ra, MaxStretch: cfg.MaxStretch, Policies: cfg.Policies, Replica: "replay",
+		// Nothing in a replay accepts a move (see the package doc).
+		OptimizerNoMigrations: true}
 	var clock *virtualClock
 	if !cfg.Burst && cfg.Speed <= 0 {
 		// Placement counts its queue's waits on the virtual clock, so that
