@@ -82,7 +82,8 @@ type Config struct {
 	Bandwidths *topology.Bandwidths
 	// NoMigrations stops placement.migration proposals. A replay sets it:
 	// nothing there accepts a move, and planning one for every spread-out
-	// job after every release was over a third of a replay's CPU.
+	// job after every release was 38% of the CPU of blind's whole-Philly
+	// replay (BENCHMARKS.md).
 	NoMigrations bool
 }
 
