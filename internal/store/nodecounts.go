@@ -32,6 +32,31 @@ type NodeCounts struct {
 	// WholeFree counts the nodes whose GPUs of the model are all free
 	// (and that have some).
 	WholeFree int
+	// Whole sorts those nodes into kinds, in no particular order. Shared:
+	// do not modify.
+	Whole []WholeKind
+}
+
+// WholeKind is one kind of node among those whose GPUs of a model are all
+// free: nodes alike (Alike) while wholly free, and how many there are. A
+// walk of the nodes by fit that has seen enough nodes of every kind with
+// its last free count knows that the rest of the walk brings nothing new
+// (aware's one-node walk), without reading it.
+type WholeKind struct {
+	// Node and GPUs are the row and the GPUs of the model (all free, by
+	// index) of one node of the kind. Shared: do not modify.
+	Node  *Node
+	GPUs  []FreeGPU
+	Nodes int
+}
+
+// Alike reports whether two nodes, with these free GPUs of a model, are
+// the same to a placement on one node: the same links (Node.Links), GPU
+// model and count, and free GPUs by index and model. Which node, its
+// labels and its fabric are not compared.
+func Alike(a *Node, af []FreeGPU, b *Node, bf []FreeGPU) bool {
+	return a.Links == b.Links && a.GPUModel == b.GPUModel && a.GPUCount == b.GPUCount &&
+		slices.EqualFunc(af, bf, func(x, y FreeGPU) bool { return x.Index == y.Index && x.Model == y.Model })
 }
 
 // MaxTotal returns the most GPUs of the model on one node, healthy or not.
@@ -95,25 +120,35 @@ func (w *writer) nodeCount(d *Domain, sign int) error {
 	return nil
 }
 
+// countsEdit returns the writer's copy of the node counts of a model.
+func (w *writer) countsEdit(model string) (*nodeCountsEdit, error) {
+	if e, ok := w.nodeCounts[model]; ok {
+		return e, nil
+	}
+	raw, err := w.txn.First(TableNodeCounts, IndexID, model)
+	if err != nil {
+		return nil, err
+	}
+	e := &nodeCountsEdit{}
+	if raw != nil {
+		e.old = raw.(*NodeCounts)
+		e.cur = &NodeCounts{Model: model, Total: slices.Clone(e.old.Total),
+			Healthy: slices.Clone(e.old.Healthy), Free: slices.Clone(e.old.Free), WholeFree: e.old.WholeFree,
+			Whole: slices.Clone(e.old.Whole)}
+	} else {
+		e.cur = &NodeCounts{Model: model}
+	}
+	if w.nodeCounts == nil {
+		w.nodeCounts = map[string]*nodeCountsEdit{}
+	}
+	w.nodeCounts[model] = e
+	return e, nil
+}
+
 func (w *writer) addNodeCount(model string, total, healthy, free, sign int) error {
-	e, ok := w.nodeCounts[model]
-	if !ok {
-		raw, err := w.txn.First(TableNodeCounts, IndexID, model)
-		if err != nil {
-			return err
-		}
-		e = &nodeCountsEdit{}
-		if raw != nil {
-			e.old = raw.(*NodeCounts)
-			e.cur = &NodeCounts{Model: model, Total: slices.Clone(e.old.Total),
-				Healthy: slices.Clone(e.old.Healthy), Free: slices.Clone(e.old.Free), WholeFree: e.old.WholeFree}
-		} else {
-			e.cur = &NodeCounts{Model: model}
-		}
-		if w.nodeCounts == nil {
-			w.nodeCounts = map[string]*nodeCountsEdit{}
-		}
-		w.nodeCounts[model] = e
+	e, err := w.countsEdit(model)
+	if err != nil {
+		return err
 	}
 	add := func(hist *[]int, c int) error {
 		if c < 1 {
@@ -140,6 +175,69 @@ func (w *writer) addNodeCount(model string, total, healthy, free, sign int) erro
 		}
 	}
 	return add(&e.cur.Free, free)
+}
+
+// kindNode moves a node domain between the kinds of wholly free nodes
+// (NodeCounts.Whole) of "" and of each model it has, from old to cur
+// (either may be nil). It runs after cur's node row is set.
+func (w *writer) kindNode(old, cur *Domain) error {
+	var err error
+	eachWhole(old, func(model string, free []FreeGPU) {
+		if err == nil && !(cur != nil && wholeAlike(cur, model, old.node, free)) {
+			err = w.addKind(model, old.node, free, -1)
+		}
+	})
+	eachWhole(cur, func(model string, free []FreeGPU) {
+		if err == nil && !(old != nil && wholeAlike(old, model, cur.node, free)) {
+			err = w.addKind(model, cur.node, free, +1)
+		}
+	})
+	return err
+}
+
+// eachWhole calls f with "" and each model of which a node domain's GPUs
+// are all free, and those GPUs.
+func eachWhole(d *Domain, f func(model string, free []FreeGPU)) {
+	if d == nil || d.node == nil || d.Total == 0 {
+		return
+	}
+	if d.Free == d.Total {
+		f("", freeOf(d, ""))
+	}
+	for _, m := range d.Models {
+		if m.Model != "" && m.Free == m.Total {
+			f(m.Model, freeOf(d, m.Model))
+		}
+	}
+}
+
+// wholeAlike reports whether node domain d's GPUs of model are all free
+// and d is alike a node n with those free GPUs.
+func wholeAlike(d *Domain, model string, n *Node, free []FreeGPU) bool {
+	c := d.Count(model)
+	return d.node != nil && c.Total > 0 && c.Free == c.Total && Alike(d.node, freeOf(d, model), n, free)
+}
+
+// addKind adds sign nodes n, with free its GPUs of model, to their kind.
+func (w *writer) addKind(model string, n *Node, free []FreeGPU, sign int) error {
+	e, err := w.countsEdit(model)
+	if err != nil {
+		return err
+	}
+	whole := e.cur.Whole
+	i := slices.IndexFunc(whole, func(k WholeKind) bool { return Alike(k.Node, k.GPUs, n, free) })
+	switch {
+	case i < 0 && sign < 0:
+		return fmt.Errorf("store: node %s left a kind of whole free nodes of model %q it was not in: a store bug", n.Name, model)
+	case i < 0:
+		e.cur.Whole = append(whole, WholeKind{Node: n, GPUs: free, Nodes: 1})
+	default:
+		whole[i].Nodes += sign
+		if whole[i].Nodes == 0 {
+			e.cur.Whole = slices.Delete(whole, i, i+1)
+		}
+	}
+	return nil
 }
 
 // trimCounts drops a histogram's trailing zeros (and returns nil for one
@@ -179,7 +277,10 @@ func (w *writer) flushNodeCounts() error {
 
 func nodeCountsEqual(a, b *NodeCounts) bool {
 	return a.Model == b.Model && slices.Equal(a.Total, b.Total) && slices.Equal(a.Healthy, b.Healthy) &&
-		slices.Equal(a.Free, b.Free) && a.WholeFree == b.WholeFree
+		slices.Equal(a.Free, b.Free) && a.WholeFree == b.WholeFree &&
+		slices.EqualFunc(a.Whole, b.Whole, func(x, y WholeKind) bool {
+			return x.Nodes == y.Nodes && Alike(x.Node, x.GPUs, y.Node, y.GPUs)
+		})
 }
 
 // modelIndexer keys a NodeCounts row by its Model, "" included: model NUL.

@@ -224,6 +224,11 @@ func (w *writer) flush() error {
 			}
 			e.cur.node = raw.(*Node)
 		}
+		if e.cur.Kind == DomainNode {
+			if err := w.kindNode(e.old, e.cur); err != nil {
+				return err
+			}
+		}
 		switch {
 		case e.cur.Total == 0:
 			if e.old != nil {
