@@ -59,7 +59,20 @@ type candNode struct {
 // enough nodes where minimal says it takes one are seen (as many as the
 // judge ever reads, enough), no node further on can rank among them. seen
 // records the filter's answer per node walked.
+//
+// The walk also stops once all it has left are twins it would pass over:
+// in the last free count of the model, when no node has more GPUs of it
+// (so every node left has all of them free), and enough nodes of every
+// kind of such node (store.NodeCounts.Whole) are kept. On a cluster of few
+// node kinds, mostly empty, that is most of the walk.
 func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) bool, k int, enough int, minimal func(*candNode) bool) (out []*candNode, seen map[string]bool) {
+	out, seen, _ = bestFitWalk(snap, model, filter, k, enough, minimal, true)
+	return out, seen
+}
+
+// bestFitWalk is bestFitSingle, and how many nodes it read; stopWhole
+// false walks the twins left to the end, as the tests' reference.
+func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool, k int, enough int, minimal func(*candNode) bool, stopWhole bool) (out []*candNode, seen map[string]bool, read int) {
 	limit := singleLimit
 	if k == 1 {
 		limit = oneGPULimit
@@ -86,11 +99,27 @@ func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) boo
 	// filter's own count of denied nodes then leaves it out, as it leaves
 	// out the nodes after the walk's end.
 	var classes []twinClass
+	nc := snap.NodeCounts(model)
+	// last is the walk's last free count when every node there has all
+	// its GPUs of the model free, 0 otherwise.
+	last := 0
+	if stopWhole && len(nc.Free) > 1 && len(nc.Free) == len(nc.Total) {
+		last = len(nc.Free) - 1
+	}
 	for node, free := range snap.EachNodeFreeByFit(model, k) {
+		read++
 		twin := -1
 		if enough > 0 {
-			twin = slices.IndexFunc(classes, func(tc twinClass) bool { return tc.of(node, free) })
+			for i := range classes {
+				if classes[i].of(&node, free) {
+					twin = i
+					break
+				}
+			}
 			if twin >= 0 && classes[twin].n >= enough {
+				if len(free) == last && wholeKindsKept(classes, nc.Whole, last, enough) {
+					break // every node left is a twin passed over
+				}
 				// Counted, and passed over before its fabric is listed.
 				if classes[twin].level == 0 {
 					if level0++; level0 >= limit {
@@ -147,7 +176,7 @@ func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) boo
 			break
 		}
 	}
-	return out, seen
+	return out, seen, read
 }
 
 // twinClass is the nodes a walk cannot tell apart, by its first member:
@@ -161,9 +190,22 @@ type twinClass struct {
 	level int
 }
 
-func (tc twinClass) of(node store.Node, free []store.FreeGPU) bool {
-	return node.Links == tc.node.Links && node.GPUModel == tc.node.GPUModel && node.GPUCount == tc.node.GPUCount &&
-		slices.EqualFunc(free, tc.free, func(a, b store.FreeGPU) bool { return a.Index == b.Index && a.Model == b.Model })
+func (tc *twinClass) of(node *store.Node, free []store.FreeGPU) bool {
+	return store.Alike(&tc.node, tc.free, node, free)
+}
+
+// wholeKindsKept reports whether classes keep enough nodes of every kind
+// of wholly free node with c free GPUs.
+func wholeKindsKept(classes []twinClass, kinds []store.WholeKind, c, enough int) bool {
+	for _, k := range kinds {
+		if len(k.GPUs) != c {
+			continue
+		}
+		if !slices.ContainsFunc(classes, func(tc twinClass) bool { return tc.n >= enough && tc.of(k.Node, k.GPUs) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // candidates collects the nodes with free GPUs of the job's model that the

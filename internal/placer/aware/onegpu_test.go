@@ -2,6 +2,7 @@ package aware
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -185,4 +186,68 @@ func TestSettledCandidatesTheSearchCannotBetter(t *testing.T) {
 		t.Fatalf("settled %d, other %d candidates: the test tests nothing", settled, other)
 	}
 	t.Logf("%d settled candidates searched in vain, %d others", settled, other)
+}
+
+// The one-node walk stops where all it has left are twins it would pass
+// over (wholly free nodes of kinds it keeps enough of): on seeded clusters
+// of mixed kinds and sizes, mostly empty or mostly busy, some GPUs
+// unhealthy, for jobs of
+// 1 to 8 GPUs of any model or of one, with and without a filter, it keeps
+// the nodes the walk to the end keeps, in its order, and asks the filter
+// of the same nodes, with the same answers.
+func TestWalkStopsAtWholeTwins(t *testing.T) {
+	t.Parallel()
+	kinds := append(mixedKinds(t), fixtures.PlainNode("", "A100", 4), fixtures.PairsNode("", "A100", 8))
+	const seeds = 150
+	stopped := 0
+	for seed := range uint64(seeds) {
+		rng := rand.New(rand.NewPCG(seed, 19))
+		busy := []float64{0.25, 0.6, 0.97}[rng.IntN(3)]
+		specs := randomNodes(rng, kinds, 20+rng.IntN(300), func() bool { return rng.Float64() < busy }, func() bool { return rng.IntN(2) == 0 })
+		for i := range specs {
+			if seed%4 == 0 && len(specs[i].ev.GPUs) == 8 && !slices.Contains(specs[i].held, 0) {
+				// No 8-GPU node wholly free: the most free GPUs are on
+				// nodes that have more.
+				specs[i].held = append(specs[i].held, 0)
+			}
+			if rng.IntN(40) == 0 {
+				specs[i].unhealthy = []int{rng.IntN(len(specs[i].ev.GPUs))}
+			}
+		}
+		snap := build(t, specs...).Snapshot()
+		model := []string{"", "A100", specs[0].ev.GPUModel}[rng.IntN(3)]
+		var filter func(NodeView) bool
+		if seed%3 == 1 {
+			filter = func(v NodeView) bool { return v.Node.Name[len(v.Node.Name)-1]%3 != 0 }
+		}
+		k := []int{1, 1, 2, 4, 8}[rng.IntN(5)]
+		enough := []int{1, 4, 16}[rng.IntN(3)]
+		var minimal func(*candNode) bool
+		if k == 1 && rng.IntN(2) == 0 {
+			p := &placer{}
+			minimal = func(c *candNode) bool { in, err := p.pick(c, 1); return err == nil && in.holes == 1 }
+		}
+		names := func(cands []*candNode) []string {
+			out := make([]string, len(cands))
+			for i, c := range cands {
+				out[i] = c.node.Name
+			}
+			return out
+		}
+		all, allSeen, allRead := bestFitWalk(snap, model, filter, k, enough, minimal, false)
+		short, shortSeen, shortRead := bestFitWalk(snap, model, filter, k, enough, minimal, true)
+		if !slices.Equal(names(all), names(short)) {
+			t.Fatalf("seed %d (model %q, %d GPUs, enough %d): the walk to the end keeps %v, the stopped walk %v", seed, model, k, enough, names(all), names(short))
+		}
+		if !maps.Equal(allSeen, shortSeen) {
+			t.Fatalf("seed %d: the walk to the end asked the filter %v, the stopped walk %v", seed, allSeen, shortSeen)
+		}
+		if shortRead < allRead {
+			stopped++
+		}
+	}
+	if stopped < seeds/10 {
+		t.Fatalf("%d of %d walks stopped at whole twins: the test tests little", stopped, seeds)
+	}
+	t.Logf("%d of %d walks stopped at whole twins", stopped, seeds)
 }
