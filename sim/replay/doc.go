@@ -129,9 +129,11 @@
 // BySize, over finished jobs): job completion time (arrival to end: mean,
 // p50, p90, p99), queueing delay, bounded slowdown against ideal
 // (max(JCT, 10 s) / max(duration, 10 s): the job placed ideally the
-// moment it arrived), the run's stretch alone, GPU-hours and the part of
-// them spent communicating, and the makespan, each by job-size bucket (1,
-// 2-4, 5-8, 9-32, 33+ GPUs).
+// moment it arrived), the run's stretch alone, the mean JCT had every run
+// been ideal with the waits as they were (where no job waited, the least
+// any strategy could reach), GPU-hours and the part of them spent
+// communicating, and the makespan, each by job-size bucket (1, 2-4, 5-8,
+// 9-32, 33+ GPUs).
 //
 // # Peers
 //

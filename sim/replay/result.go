@@ -373,6 +373,7 @@ func WriteTable(w io.Writer, runs ...*Summary) error {
 	row("multi-GPU JCT mean (jobs)", func(s *Summary) string {
 		return fmt.Sprintf("%s (%d)", dur(s.MultiGPU.JCTMeanSeconds), s.MultiGPU.Jobs)
 	})
+	row("  the same, every run ideal", func(s *Summary) string { return dur(s.MultiGPU.JCTIdealRunMeanSeconds) })
 	row("queueing delay mean / p90", func(s *Summary) string {
 		return fmt.Sprintf("%s / %s", dur(s.Finished.QueueDelayMeanSeconds), dur(s.Finished.QueueDelayP90Seconds))
 	})
