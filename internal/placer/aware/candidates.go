@@ -44,6 +44,19 @@ type candNode struct {
 	// one is the one-GPU pick of the node, where the walk worked it out
 	// (bestFitSingle's minimal), for singleNode not to do it twice.
 	one *inNode
+	// twin is the first node the walk kept of this one's twin class (nil
+	// for that first one, and where the walk did not tell twins apart):
+	// pick works a subset out once per class. head marks a first node,
+	// picked its last pick of more than one GPU (one's is one).
+	twin   *candNode
+	head   bool
+	picked *twinPick
+}
+
+// twinPick is a pick kept for the twins of the node it was made on.
+type twinPick struct {
+	k  int
+	in inNode
 }
 
 // bestFitSingle walks the nodes with at least k free GPUs of the model in
@@ -145,6 +158,15 @@ func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool,
 		}
 		slab = append(slab, candNode{node: node, free: free, fabric: fabric})
 		out = append(out, &slab[len(slab)-1])
+		switch {
+		case enough == 0:
+		case twin < 0:
+			out[len(out)-1].head = true
+		case node.Effective != nil && node.Effective.GPUPaths != nil:
+			// (Without paths, pick reads a topology of the GPU rows,
+			// which Node.Links does not digest.)
+			out[len(out)-1].twin = classes[twin].head
+		}
 		level := 0 // one GPU fits the smallest domain
 		if k == 1 {
 			if minimal != nil && minimal(out[len(out)-1]) {
@@ -164,7 +186,7 @@ func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool,
 		}
 		if enough > 0 {
 			if twin < 0 {
-				classes = append(classes, twinClass{node: node, free: free, level: level})
+				classes = append(classes, twinClass{node: node, free: free, level: level, head: out[len(out)-1]})
 				twin = len(classes) - 1
 			}
 			classes[twin].n++
@@ -188,6 +210,7 @@ type twinClass struct {
 	free  []store.FreeGPU
 	n     int
 	level int
+	head  *candNode // the first kept
 }
 
 func (tc *twinClass) of(node *store.Node, free []store.FreeGPU) bool {

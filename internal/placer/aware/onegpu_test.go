@@ -41,8 +41,7 @@ func TestOneGPUWalkStopsWithoutChangingTheChoice(t *testing.T) {
 		}
 		opts := Options{Filter: filter}
 		enough := max((&placer{opts: opts}).limit(), maxJudged)
-		tmp := &placer{opts: opts}
-		minimal := func(c *candNode) bool { in, err := tmp.pick(c, 1); return err == nil && in.holes == 1 }
+		minimal := (&placer{opts: opts}).minimalOne
 		full, _ := bestFitSingle(snap, "", filter, 1, enough, nil)
 		short, _ := bestFitSingle(snap, "", filter, 1, enough, minimal)
 		if len(short) < len(full) {
@@ -224,8 +223,7 @@ func TestWalkStopsAtWholeTwins(t *testing.T) {
 		enough := []int{1, 4, 16}[rng.IntN(3)]
 		var minimal func(*candNode) bool
 		if k == 1 && rng.IntN(2) == 0 {
-			p := &placer{}
-			minimal = func(c *candNode) bool { in, err := p.pick(c, 1); return err == nil && in.holes == 1 }
+			minimal = (&placer{}).minimalOne
 		}
 		names := func(cands []*candNode) []string {
 			out := make([]string, len(cands))
@@ -250,4 +248,75 @@ func TestWalkStopsAtWholeTwins(t *testing.T) {
 		t.Fatalf("%d of %d walks stopped at whole twins: the test tests little", stopped, seeds)
 	}
 	t.Logf("%d of %d walks stopped at whole twins", stopped, seeds)
+}
+
+// A twin's pick is the one worked out on its class's first node (for one
+// GPU, by the walk's minimalOne): on seeded clusters of mixed kinds, partly
+// held, some GPUs unhealthy, for jobs of 1 to 8 GPUs, every kept node's
+// pick, and singleNode's list, are those worked out node by node.
+func TestTwinPicksAreTheirOwn(t *testing.T) {
+	t.Parallel()
+	kinds := append(mixedKinds(t), fixtures.PlainNode("", "A100", 4), fixtures.PairsNode("", "A100", 8))
+	copied := 0
+	for seed := range uint64(80) {
+		rng := rand.New(rand.NewPCG(seed, 23))
+		busy := []float64{0.25, 0.6, 0.97}[rng.IntN(3)]
+		specs := randomNodes(rng, kinds, 20+rng.IntN(200), func() bool { return rng.Float64() < busy }, func() bool { return rng.IntN(3) == 0 })
+		for i := range specs {
+			if rng.IntN(30) == 0 {
+				specs[i].unhealthy = []int{rng.IntN(len(specs[i].ev.GPUs))}
+			}
+		}
+		snap := build(t, specs...).Snapshot()
+		k := []int{1, 2, 3, 4, 8}[rng.IntN(5)]
+		job := fixtures.SyntheticJob("j", k, k, 1)
+		opts := Options{}
+		enough := max((&placer{opts: opts}).limit(), maxJudged)
+		run := func(noTwinPicks bool) ([]inNode, []string) {
+			var minimal func(*candNode) bool
+			if k == 1 {
+				minimal = (&placer{opts: opts, noTwinPicks: noTwinPicks}).minimalOne
+			}
+			cands, _ := bestFitSingle(snap, "", nil, k, enough, minimal)
+			p := &placer{opts: opts, e: newEvaluator(snap, job, k, opts), n: k, cands: cands, noTwinPicks: noTwinPicks}
+			var picks []inNode
+			for _, c := range cands {
+				if len(c.free) < k {
+					continue
+				}
+				in, err := p.pick(c, k)
+				if err != nil {
+					t.Fatalf("seed %d: pick %s: %v", seed, c.node.Name, err)
+				}
+				if !noTwinPicks && c.twin != nil {
+					copied++
+				}
+				picks = append(picks, in)
+			}
+			var list []string
+			for _, c := range p.singleNode(cands) {
+				list = append(list, fmt.Sprint(c.gpus))
+			}
+			return picks, list
+		}
+		got, gotList := run(false)
+		want, wantList := run(true)
+		if len(got) != len(want) {
+			t.Fatalf("seed %d: %d picks, want %d", seed, len(got), len(want))
+		}
+		for i := range got {
+			g, w := got[i], want[i]
+			if g.c.node.Name != w.c.node.Name || !slices.Equal(g.gpus, w.gpus) || g.level != w.level || g.minBW != w.minBW ||
+				g.sumBW != w.sumBW || g.holes != w.holes || g.fit != w.fit {
+				t.Fatalf("seed %d, %d GPUs: on %s the twin's pick is %+v, worked out %+v", seed, k, g.c.node.Name, g, w)
+			}
+		}
+		if !slices.Equal(gotList, wantList) {
+			t.Fatalf("seed %d, %d GPUs: singleNode lists %v, worked out node by node %v", seed, k, gotList, wantList)
+		}
+	}
+	if copied == 0 {
+		t.Fatal("no pick was a twin's: the test tests nothing")
+	}
+	t.Logf("%d picks taken from a twin", copied)
 }

@@ -63,16 +63,7 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 		var minimal func(*candNode) bool
 		walker := &placer{opts: opts} // pick's scratch, and limit
 		if n == 1 {
-			// A node where the one GPU leaves no hole: nothing ranks
-			// before it but an earlier such node (see bestFitSingle).
-			minimal = func(c *candNode) bool {
-				in, err := walker.pick(c, 1)
-				if err != nil {
-					return false
-				}
-				c.one = &in
-				return in.holes == 1
-			}
+			minimal = walker.minimalOne
 		}
 		fit, seen = bestFitSingle(snap, model, opts.Filter, n, max(walker.limit(), maxJudged), minimal)
 		if x != nil {
@@ -272,6 +263,21 @@ type placer struct {
 	// busy: at most half the GPUs of the job's model are free (see
 	// bestFitWithin).
 	busy bool
+	// noTwinPicks works out every node's pick, twins' too: the tests'
+	// reference.
+	noTwinPicks bool
+}
+
+// minimalOne reports whether one GPU on the node leaves no hole: nothing
+// ranks before such a node but an earlier one (see bestFitSingle). It
+// keeps the node's one-GPU pick in c.one.
+func (p *placer) minimalOne(c *candNode) bool {
+	in, err := p.pick(c, 1)
+	if err != nil {
+		return false
+	}
+	c.one = &in
+	return in.holes == 1
 }
 
 // busy reports whether at most half the cluster's GPUs of the model (""

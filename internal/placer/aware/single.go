@@ -90,8 +90,34 @@ func (p *placer) holes(c *candNode) []int {
 }
 
 // pick chooses k of the node's free GPUs: the smallest node-local domain
-// with room, then a greedy bandwidth-grown subset, best fit on ties.
+// with room, then a greedy bandwidth-grown subset, best fit on ties. A
+// twin of a node already picked for k GPUs gets that node's pick: the
+// same links (its topology), free GPUs and node-local domains make the
+// same choice.
 func (p *placer) pick(c *candNode, k int) (inNode, error) {
+	if t := c.twin; t != nil && !p.noTwinPicks {
+		var kept *inNode
+		switch {
+		case k == 1:
+			kept = t.one // the walk's minimal keeps it
+		case t.picked != nil && t.picked.k == k:
+			kept = &t.picked.in
+		}
+		if kept != nil {
+			in := *kept
+			in.c, in.gpus = c, slices.Clone(in.gpus)
+			return in, nil
+		}
+	}
+	in, err := p.pickOn(c, k)
+	if err == nil && c.head && k > 1 {
+		c.picked = &twinPick{k: k, in: in}
+	}
+	return in, err
+}
+
+// pickOn is pick, worked out on the node.
+func (p *placer) pickOn(c *candNode, k int) (inNode, error) {
 	// One GPU needs no bandwidth, so no topology: the node is in the
 	// snapshot (it is a candidate), which is all resolving it checks.
 	var nt *nodeTopo
