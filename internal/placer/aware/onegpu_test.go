@@ -251,9 +251,10 @@ func TestWalkStopsAtWholeTwins(t *testing.T) {
 }
 
 // A twin's pick is the one worked out on its class's first node (for one
-// GPU, by the walk's minimalOne): on seeded clusters of mixed kinds, partly
-// held, some GPUs unhealthy, for jobs of 1 to 8 GPUs, every kept node's
-// pick, and singleNode's list, are those worked out node by node.
+// GPU, by the walk's minimalOne), and its cost on the same GPUs that
+// node's: on seeded clusters of mixed kinds, partly held, some GPUs
+// unhealthy, for jobs of 1 to 8 GPUs, every kept node's pick, and
+// singleNode's list with its costs, are those worked out node by node.
 func TestTwinPicksAreTheirOwn(t *testing.T) {
 	t.Parallel()
 	kinds := append(mixedKinds(t), fixtures.PlainNode("", "A100", 4), fixtures.PairsNode("", "A100", 8))
@@ -295,7 +296,7 @@ func TestTwinPicksAreTheirOwn(t *testing.T) {
 			}
 			var list []string
 			for _, c := range p.singleNode(cands) {
-				list = append(list, fmt.Sprint(c.gpus))
+				list = append(list, fmt.Sprint(c.gpus, " ", c.comm, " ", c.settled))
 			}
 			return picks, list
 		}

@@ -116,6 +116,24 @@ func (p *placer) pick(c *candNode, k int) (inNode, error) {
 	return in, err
 }
 
+// twinHead is the first node of c's twin class where the walk told twins
+// apart on their topology, nil otherwise.
+func twinHead(c *candNode) *candNode {
+	switch {
+	case c.twin != nil:
+		return c.twin
+	case c.head && c.node.Effective != nil && c.node.Effective.GPUPaths != nil:
+		return c
+	}
+	return nil
+}
+
+// sameIndices reports whether two lists of GPUs, each on one node, take
+// the same GPU indices in the same order.
+func sameIndices(a, b []store.GPUKey) bool {
+	return slices.EqualFunc(a, b, func(x, y store.GPUKey) bool { return x.Index == y.Index })
+}
+
 // pickOn is pick, worked out on the node.
 func (p *placer) pickOn(c *candNode, k int) (inNode, error) {
 	// One GPU needs no bandwidth, so no topology: the node is in the
@@ -378,6 +396,16 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 	// subset and its order are among the ones it tries.
 	budget := p.opts.nodeExact()
 	for i := range min(p.limit(), len(out)) {
+		// A twin of a node scored before, on the same GPUs, costs the
+		// same: the cost model reads the node's links, not its name.
+		if h := twinHead(picks[i].c); h != nil && !p.noTwinPicks {
+			for j := range i {
+				if twinHead(picks[j].c) == h && !math.IsNaN(slab[j].comm) && sameIndices(slab[j].gpus, slab[i].gpus) {
+					slab[i].comm = slab[j].comm
+					break
+				}
+			}
+		}
 		gpus, t, ok, settled := p.exactInNode(picks[i].c, out[i].gpus, p.score(out[i]), &budget)
 		if ok {
 			slab[i].gpus, slab[i].comm = gpus, t
