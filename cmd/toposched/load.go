@@ -37,7 +37,8 @@ core), fills them to --occupancy with a seeded random mix of 1- to 64-GPU
 jobs, puts the shipped policy set in force (--no-policies leaves it out),
 and times the placement planner (the function the service and
 topoctl place --dry-run decide with) on TP8 jobs of each --jobs size: p50,
-p99 and max over repeated decisions on one snapshot.
+p99 and max over repeated decisions on one snapshot, and the bytes each
+decision allocated.
 
 With --e2e N it also starts an embedded NATS server and every service in
 this process on a --e2e-gpus cluster, publishes N jobs of --e2e-job-gpus

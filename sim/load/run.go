@@ -143,7 +143,7 @@ func runDecisions(ctx context.Context, out io.Writer, cfg Config) error {
 		polName, 100*cfg.Occupancy, cfg.Seed, cfg.Decisions, cfg.Budget); err != nil {
 		return err
 	}
-	header := []string{"cluster", "build", "job", "strategy", "verdict", "n", "p50", "p99", "max"}
+	header := []string{"cluster", "build", "job", "strategy", "verdict", "n", "p50", "p99", "max", "alloc/decision"}
 	var rows [][]string
 	flush := func() error {
 		err := table(out, header, rows)
@@ -165,13 +165,19 @@ func runDecisions(ctx context.Context, out io.Writer, cfg Config) error {
 					plan, err := p.Plan(ctx, snap, job, placer.PlanOptions{})
 					return plan.Verdict.String(), err
 				}
+				// Bytes allocated per decision: nothing else runs while a
+				// cell is timed.
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
 				lat, verdict, err := TimeDecisions(ctx, snap, job, decide, 5, cfg.Decisions, cfg.Budget)
 				if err != nil {
 					return fmt.Errorf("%d-GPU job on %d GPUs (%s): %w", n, cl.GPUs, strategy, err)
 				}
+				runtime.ReadMemStats(&after)
 				s := StatsOf(lat)
+				alloc := float64(after.TotalAlloc-before.TotalAlloc) / float64(max(s.N, 1))
 				rows = append(rows, []string{FormatSize(cl.GPUs), build, fmt.Sprint(n), strategy, verdict, fmt.Sprint(s.N),
-					FormatDuration(s.P50), FormatDuration(s.P99), FormatDuration(s.Max)})
+					FormatDuration(s.P50), FormatDuration(s.P99), FormatDuration(s.Max), fmt.Sprintf("%.1f KB", alloc/1000)})
 				build = ""
 			}
 		}
