@@ -136,7 +136,7 @@ func (pv *policyView) nodesForbid(job events.JobAnalyzed) (bool, []events.Reason
 	}
 	model, n, gpn := job.Job.GPUModel, job.Job.GPUs, job.Job.GPUsPerNode
 	room := 0
-	for _, d := range pv.snap.DomainsOfKind(store.DomainNode) {
+	for d := range pv.snap.EachDomainOfKind(store.DomainNode) {
 		h := d.Count(model).Healthy
 		if h == 0 || (gpn > 0 && h < gpn) {
 			continue

@@ -167,12 +167,22 @@ func (s *Snapshot) Domain(id string) (Domain, bool) {
 // DomainsOfKind returns the domains of a kind (DomainLeaf, ...) sorted by
 // ID: a prefix walk of the domains' primary index.
 func (s *Snapshot) DomainsOfKind(kind string) []Domain {
-	var out []Domain
-	it := s.get(TableDomains, IndexID+"_prefix", kind+":")
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, raw.(*Domain).public())
+	return slices.Collect(s.EachDomainOfKind(kind))
+}
+
+// EachDomainOfKind yields the domains of a kind sorted by ID, as
+// DomainsOfKind returns them, and stops when the caller does: a caller
+// that keeps a few of 100k nodes' or thousands of leaves' rows copies
+// those, not every row into a slice.
+func (s *Snapshot) EachDomainOfKind(kind string) iter.Seq[Domain] {
+	return func(yield func(Domain) bool) {
+		it := s.get(TableDomains, IndexID+"_prefix", kind+":")
+		for raw := it.Next(); raw != nil; raw = it.Next() {
+			if !yield(raw.(*Domain).public()) {
+				return
+			}
+		}
 	}
-	return out
 }
 
 // FreeGPUsIn returns the free GPUs of a model ("" for any) in a domain,

@@ -104,7 +104,7 @@ func (s *Service) pickReserved(ctx context.Context, snap *store.Snapshot, job ev
 	model := job.Job.GPUModel
 	pv := placer.NewPolicyCheck(ctx, snap, s.policies, job, s.log)
 	var cands []store.Domain
-	for _, d := range snap.DomainsOfKind(store.DomainNode) {
+	for d := range snap.EachDomainOfKind(store.DomainNode) {
 		if usable(d, model, job.Job.GPUsPerNode) == 0 {
 			continue
 		}

@@ -317,18 +317,23 @@ func scoped(snap *store.Snapshot, job events.JobAnalyzed, model string, filter f
 	}
 	walked := 0
 	for _, kind := range []string{store.DomainLeaf, store.DomainPod} {
-		var doms []store.Domain
-		for _, d := range snap.DomainsOfKind(kind) {
-			if d.FreeOf(model) >= n {
-				doms = append(doms, d)
+		type fitting struct {
+			d    store.Domain
+			free int
+		}
+		var doms []fitting
+		for d := range snap.EachDomainOfKind(kind) {
+			if f := d.FreeOf(model); f >= n {
+				doms = append(doms, fitting{d, f})
 			}
 		}
-		slices.SortFunc(doms, func(a, b store.Domain) int {
-			return cmp.Or(cmp.Compare(a.FreeOf(model), b.FreeOf(model)), strings.Compare(a.ID, b.ID))
+		slices.SortFunc(doms, func(a, b fitting) int {
+			return cmp.Or(cmp.Compare(a.free, b.free), strings.Compare(a.d.ID, b.d.ID))
 		})
 		var sets []scopeSet
 		perModel := map[string]int{}
-		for _, d := range doms {
+		for _, df := range doms {
+			d := df.d
 			if len(sets) == scopeDomains || walked >= scopeWalk {
 				break
 			}
