@@ -4,7 +4,11 @@ package collective
 // how a flow between two ranks is routed onto links, and a phase's time,
 // its most loaded link's bytes over that link's capacity.
 
-import "github.com/toposched/toposched/internal/topology"
+import (
+	"sync"
+
+	"github.com/toposched/toposched/internal/topology"
+)
 
 // phase is a set of concurrent flows: bytes per link (by link id, see
 // layout), and the sequential steps it takes with the slowest step's
@@ -59,11 +63,39 @@ func (ps *phases) at(i int) *phase {
 		if n := len(r.free); n > 0 {
 			ph, r.free = r.free[n-1], r.free[:n-1]
 		} else {
-			ph = &phase{load: make([]float64, r.nLinks), seen: make([]uint64, (r.nLinks+63)/64)}
+			ph = newPhase(r.nLinks)
 		}
 		ps.list = append(ps.list, ph)
 	}
 	return ps.list[i]
+}
+
+// phasePool keeps phases from one evaluation to the next (recycle): a
+// placement decision evaluates tens of candidates, and each would
+// otherwise make its phases' arrays anew, a quarter of what it allocates.
+// A phase in the pool is clear: release zeroes what it loaded.
+var phasePool sync.Pool
+
+// newPhase returns a clear phase over nLinks links, from the pool when one
+// there has the room (entries past those a phase was used over were never
+// written, so they are zero too).
+func newPhase(nLinks int32) *phase {
+	words := (nLinks + 63) / 64
+	if ph, _ := phasePool.Get().(*phase); ph != nil && int32(cap(ph.load)) >= nLinks && int32(cap(ph.seen)) >= words {
+		ph.load, ph.seen = ph.load[:nLinks], ph.seen[:words]
+		return ph
+	}
+	return &phase{load: make([]float64, nLinks), seen: make([]uint64, words)}
+}
+
+// recycle hands a root model's released phases to the pool; the model
+// must read none of them after.
+func (m *model) recycle() {
+	for i, ph := range m.free {
+		phasePool.Put(ph)
+		m.free[i] = nil
+	}
+	m.free = m.free[:0]
 }
 
 // release clears the phases and keeps them for reuse.

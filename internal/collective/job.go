@@ -88,6 +88,12 @@ func EvaluateJob(j Job) (JobResult, error) {
 	}
 	whole := newRoot(j.Fabric, j.Bandwidths, j.Contention, 0)
 	whole.tuning = j.Tuning.tuning()
+	defer func() {
+		for _, set := range order {
+			set.ps.release()
+		}
+		whole.recycle()
+	}()
 	for _, g := range j.Groups {
 		for _, r := range g.Ranks {
 			if _, err := whole.addRank(len(whole.ranks), r, true); err != nil {
