@@ -44,12 +44,11 @@ type candNode struct {
 	// one is the one-GPU pick of the node, where the walk worked it out
 	// (bestFitSingle's minimal), for singleNode not to do it twice.
 	one *inNode
-	// twin is the first node the walk kept of this one's twin class (nil
-	// for that first one, and where the walk did not tell twins apart):
-	// pick works a subset out once per class. head marks a first node,
-	// picked its last pick of more than one GPU (one's is one).
+	// twin is the first node the walk kept of this one's twin class, the
+	// node itself for that first one, nil where the walk did not tell
+	// twins apart: pick works a subset out once per class. picked is a
+	// first node's last pick of more than one GPU (one's is one).
 	twin   *candNode
-	head   bool
 	picked *twinPick
 }
 
@@ -161,8 +160,8 @@ func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool,
 		switch {
 		case enough == 0:
 		case twin < 0:
-			out[len(out)-1].head = true
-		case node.Effective != nil && node.Effective.GPUPaths != nil:
+			out[len(out)-1].twin = out[len(out)-1]
+		case hasPaths(&node):
 			// (Without paths, pick reads a topology of the GPU rows,
 			// which Node.Links does not digest.)
 			out[len(out)-1].twin = classes[twin].head

@@ -95,7 +95,7 @@ func (p *placer) holes(c *candNode) []int {
 // same links (its topology), free GPUs and node-local domains make the
 // same choice.
 func (p *placer) pick(c *candNode, k int) (inNode, error) {
-	if t := c.twin; t != nil && !p.noTwinPicks {
+	if t := c.twin; t != nil && t != c && !p.noTwinPicks {
 		var kept *inNode
 		switch {
 		case k == 1:
@@ -110,7 +110,7 @@ func (p *placer) pick(c *candNode, k int) (inNode, error) {
 		}
 	}
 	in, err := p.pickOn(c, k)
-	if err == nil && c.head && k > 1 {
+	if err == nil && c.twin == c && k > 1 {
 		c.picked = &twinPick{k: k, in: in}
 	}
 	return in, err
@@ -119,14 +119,15 @@ func (p *placer) pick(c *candNode, k int) (inNode, error) {
 // twinHead is the first node of c's twin class where the walk told twins
 // apart on their topology, nil otherwise.
 func twinHead(c *candNode) *candNode {
-	switch {
-	case c.twin != nil:
+	if c.twin != c || hasPaths(&c.node) {
 		return c.twin
-	case c.head && c.node.Effective != nil && c.node.Effective.GPUPaths != nil:
-		return c
 	}
 	return nil
 }
+
+// hasPaths reports whether the node was reported with the paths between
+// its GPUs.
+func hasPaths(n *store.Node) bool { return n.Effective != nil && n.Effective.GPUPaths != nil }
 
 // sameIndices reports whether two lists of GPUs, each on one node, take
 // the same GPU indices in the same order.
