@@ -182,13 +182,17 @@ func (w *writer) addNodeCount(model string, total, healthy, free, sign int) erro
 // (either may be nil). It runs after cur's node row is set.
 func (w *writer) kindNode(old, cur *Domain) error {
 	var err error
+	// A node wholly free of a model before and after, alike, stays put.
+	stays := func(other *Domain, model string, n *Node, free []FreeGPU) bool {
+		return other != nil && wholeAlike(other, model, n, free)
+	}
 	eachWhole(old, func(model string, free []FreeGPU) {
-		if err == nil && !(cur != nil && wholeAlike(cur, model, old.node, free)) {
+		if err == nil && !stays(cur, model, old.node, free) {
 			err = w.addKind(model, old.node, free, -1)
 		}
 	})
 	eachWhole(cur, func(model string, free []FreeGPU) {
-		if err == nil && !(old != nil && wholeAlike(old, model, cur.node, free)) {
+		if err == nil && !stays(old, model, cur.node, free) {
 			err = w.addKind(model, cur.node, free, +1)
 		}
 	})
