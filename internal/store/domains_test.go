@@ -668,6 +668,15 @@ func TestFreeGPUsIn(t *testing.T) {
 	if got := domainIDs(snap.DomainsOfKind(DomainCluster)); !slices.Equal(got, []string{ClusterDomain}) {
 		t.Errorf("DomainsOfKind(cluster) = %v", got)
 	}
+	var first []string // a walk the caller stops
+	for d := range snap.EachDomainOfKind(DomainNUMA) {
+		if first = append(first, d.ID); len(first) == 2 {
+			break
+		}
+	}
+	if !slices.Equal(first, []string{"numa:x/0", "numa:x/1"}) {
+		t.Errorf("EachDomainOfKind(numa), stopped after two = %v", first)
+	}
 	checkDomains(t, snap)
 }
 
