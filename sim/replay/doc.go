@@ -192,5 +192,10 @@
 // mode (--burst) measures throughput under load. Predicted comm time is
 // taken from each placement.decided: its prediction and its blind
 // baseline (blind first fit on the same cluster state, scored by the same
-// cost model).
+// cost model). A topology-aware decision is never predicted slower than
+// its baseline, but for best fit within a tolerance: a tighter fit may
+// cost more communication while its step time (compute included) stays
+// within the tolerance of the fastest, so on a busy trace the mean
+// communication can come out above the baseline's while the jobs finish
+// sooner.
 package replay
