@@ -193,7 +193,8 @@
 // taken from each placement.decided: its prediction and its blind
 // baseline (blind first fit on the same cluster state, scored by the same
 // cost model). A topology-aware decision is never predicted slower than
-// its baseline, but for best fit within a tolerance: a tighter fit may
+// its baseline (aware's notWorse) but where the policies refuse the
+// baseline's GPUs, and for best fit within a tolerance: a tighter fit may
 // cost more communication while its step time (compute included) stays
 // within the tolerance of the fastest, so on a busy trace the mean
 // communication can come out above the baseline's while the jobs finish
