@@ -185,7 +185,7 @@ func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool,
 		}
 		if enough > 0 {
 			if twin < 0 {
-				classes = append(classes, twinClass{node: node, free: free, level: level, head: out[len(out)-1]})
+				classes = append(classes, twinClass{head: out[len(out)-1], level: level})
 				twin = len(classes) - 1
 			}
 			classes[twin].n++
@@ -200,20 +200,18 @@ func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool,
 	return out, seen, read
 }
 
-// twinClass is the nodes a walk cannot tell apart, by its first member:
-// the same model, links and free GPUs. n counts those kept; level is 0
-// when a node-local domain of level 0 holds the job, 1 otherwise (how
-// the walk counts towards its end).
+// twinClass is the nodes a walk cannot tell apart, by its first member
+// (head, the first kept): the same model, links and free GPUs. n counts
+// those kept; level is 0 when a node-local domain of level 0 holds the
+// job, 1 otherwise (how the walk counts towards its end).
 type twinClass struct {
-	node  store.Node
-	free  []store.FreeGPU
+	head  *candNode
 	n     int
 	level int
-	head  *candNode // the first kept
 }
 
 func (tc *twinClass) of(node *store.Node, free []store.FreeGPU) bool {
-	return store.Alike(&tc.node, tc.free, node, free)
+	return store.Alike(&tc.head.node, tc.head.free, node, free)
 }
 
 // wholeKindsKept reports whether classes keep enough nodes of every kind
