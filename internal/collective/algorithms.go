@@ -228,7 +228,7 @@ func (m *model) ring(ps *phases, ph *phase, ranks []int, b float64, steps int) {
 		// the ranks' order: the same GPUs give one ring. Across nodes the
 		// ring visits the nodes in the order of their first rank, each
 		// through its searched chain.
-		rs := make([]int, n)
+		rs := take(&m.root().sc.ints, n)
 		for i := range n {
 			rs[i] = at(i)
 		}

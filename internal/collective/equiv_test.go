@@ -3,9 +3,11 @@ package collective
 import (
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/toposched/toposched/internal/topology"
@@ -218,4 +220,50 @@ func TestLinkIDs(t *testing.T) {
 		}
 		prev = k
 	}
+}
+
+// Recycled root models (scratch.go) carry nothing from one evaluation to
+// the next: jobs of different shapes, evaluated in shuffled orders from
+// several goroutines at once, get the results they get alone (which the
+// golden above pins).
+func TestEvaluateJobRecycled(t *testing.T) {
+	t.Parallel()
+	big, small := benchJob(t, 512), benchJob(t, 64)
+	var hs []*topology.Node
+	for _, g := range big.Groups {
+		if g.Name == "tp" {
+			hs = append(hs, g.Ranks[0].Node)
+		}
+	}
+	pcie := BuildNode(NodeSpec{Name: "pcie", GPUs: 4, PCIeGen: 4, NICs: 2, NICGbps: 100})
+	jobs := []Job{big, small,
+		{Groups: []Group{{Name: "a2a", Collective: AllToAll, Ranks: NodesRanks(hs[0:8], 2), Bytes: 1 << 24},
+			{Name: "pcie", Collective: AllReduce, Ranks: NodeRanks(pcie, 3, 0, 2), Bytes: 1 << 20, Phase: "a2a"}}, Fabric: big.Fabric},
+		{Groups: []Group{{Name: "bad", Collective: AllReduce, Ranks: NodeRanks(hs[0], 0, 0)}}},
+		{Groups: []Group{{Name: "one", Collective: AllGather, Ranks: NodeRanks(pcie), Bytes: 1 << 26}}},
+	}
+	want := make([]string, len(jobs))
+	for i, j := range jobs {
+		var b strings.Builder
+		r, err := EvaluateJob(j)
+		dumpJob(&b, "", r, err)
+		want[i] = b.String()
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for range 25 {
+				for _, i := range rng.Perm(len(jobs)) {
+					var b strings.Builder
+					r, err := EvaluateJob(jobs[i])
+					if dumpJob(&b, "", r, err); b.String() != want[i] {
+						t.Errorf("job %d evaluated after others:\n%s\nalone:\n%s", i, b.String(), want[i])
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -88,16 +88,6 @@ func newPhase(nLinks int32) *phase {
 	return &phase{load: make([]float64, nLinks), seen: make([]uint64, words)}
 }
 
-// recycle hands a root model's released phases to the pool; the model
-// must read none of them after.
-func (m *model) recycle() {
-	for i, ph := range m.free {
-		phasePool.Put(ph)
-		m.free[i] = nil
-	}
-	m.free = m.free[:0]
-}
-
 // release clears the phases and keeps them for reuse.
 func (ps *phases) release() {
 	for _, ph := range ps.list {

@@ -68,6 +68,19 @@ type JobResult struct {
 // comm fraction is Tcomm / (Tcalc + Tcomm) (no overlap), the speed-up
 // SpeedUp(N, Tcomm, Tcalc).
 func EvaluateJob(j Job) (JobResult, error) {
+	return evaluateJob(j, true)
+}
+
+// CommSeconds is EvaluateJob's CommSeconds alone: it keeps no result per
+// group, for a caller that compares many placements of one job.
+func CommSeconds(j Job) (float64, error) {
+	r, err := evaluateJob(j, false)
+	return r.CommSeconds, err
+}
+
+// evaluateJob is EvaluateJob; withGroups false leaves JobResult.Groups
+// empty.
+func evaluateJob(j Job, withGroups bool) (JobResult, error) {
 	type phaseSet struct {
 		name  string
 		ps    phases
@@ -77,6 +90,9 @@ func EvaluateJob(j Job) (JobResult, error) {
 	var order []*phaseSet
 	byName := map[string]*phaseSet{}
 	res := JobResult{}
+	if withGroups {
+		res.Groups = make([]GroupResult, 0, len(j.Groups))
+	}
 	// One model over all ranks of the job (each distinct rank once, in
 	// order of first appearance), so that groups share links.
 	n := 0
@@ -132,7 +148,9 @@ func EvaluateJob(j Job) (JobResult, error) {
 		set.ps.scaled = false
 		set.ps.op = max(set.ps.op, sc.op)
 		set.calls = max(set.calls, calls)
-		res.Groups = append(res.Groups, GroupResult{Name: g.Name, Phase: ph, Result: r, StepSeconds: float64(calls) * r.TimeSeconds})
+		if withGroups {
+			res.Groups = append(res.Groups, GroupResult{Name: g.Name, Phase: ph, Result: r, StepSeconds: float64(calls) * r.TimeSeconds})
+		}
 	}
 	for _, set := range order {
 		whole.measure(&set.ps)
@@ -164,21 +182,24 @@ func (m *model) sub(ranks []Rank) (*model, error) {
 	if len(ranks) == 0 {
 		return nil, ErrNoRanks
 	}
-	s := &model{bw: m.bw, fabric: m.fabric, leafNames: m.leafNames, upGBps: m.upGBps, contByNm: m.contByNm,
-		netLat: m.netLat, ranks: make([]rankRef, len(ranks)), parent: m, tuning: m.tuning}
-	if m.localIdx == nil {
-		m.localIdx = make([]int32, len(m.nodes))
+	sc := m.sc
+	s := &take(&sc.subs, 1)[0]
+	*s = model{bw: m.bw, fabric: m.fabric, leafNames: m.leafNames, upGBps: m.upGBps, contByNm: m.contByNm,
+		netLat: m.netLat, ranks: take(&sc.refs, len(ranks)), parent: m, tuning: m.tuning}
+	if len(m.localIdx) < len(m.nodes) {
+		m.localIdx = grown(m.localIdx, len(m.nodes))
 		for i := range m.localIdx {
 			m.localIdx[i] = -1
 		}
 	}
 	// The root's rank of each of ours, and the nodes in order of first
 	// rank (marked in localIdx, cleared before returning).
-	var order []int32
+	order := sc.order[:0]
 	defer func() {
 		for _, g := range order {
 			m.localIdx[g] = -1
 		}
+		sc.order = order[:0]
 	}()
 	for i, r := range ranks {
 		p := -1
@@ -197,12 +218,12 @@ func (m *model) sub(ranks []Rank) (*model, error) {
 	}
 	// Nodes are shared; each keeps the group's own ranks and NICs, in
 	// one buffer (a node's NICs are no more than its ranks).
-	views := make([]nodeView, len(order))
-	s.nodes = make([]*nodeView, len(order))
+	views := take(&sc.views, len(order))
+	s.nodes = take(&sc.ptrs, len(order))
 	for _, r := range s.ranks {
 		views[r.node].nicSum++ // count ranks per node for now
 	}
-	buf := make([]int, 2*len(ranks))
+	buf := take(&sc.ints, 2*len(ranks))
 	at := 0
 	for li, g := range order {
 		cnt := int(views[li].nicSum)

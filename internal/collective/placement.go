@@ -36,6 +36,7 @@ type model struct {
 	capKnown  []uint64
 	free      []*phase
 	localIdx  []int32 // scratch for sub: root node -> sub node, -1
+	sc        *scratch
 }
 
 // root is the model whose nodes and links a (sub-)model's flows land on.
@@ -111,15 +112,6 @@ func newModel(p Placement, cont Contention) (*model, error) {
 	return m, nil
 }
 
-func newRoot(f *topology.Fabric, bw *topology.Bandwidths, cont Contention, hint int) *model {
-	m := &model{bw: bw, fabric: f, ranks: make([]rankRef, 0, hint), contByNm: cont,
-		netLat: map[[2]int32]float64{}, index: map[*topology.Node]int32{}, tuning: DefaultTuning}
-	if m.bw == nil {
-		m.bw = topology.DefaultBandwidths()
-	}
-	return m
-}
-
 // addRank adds rank r as rank i (which must be len(m.ranks)). With
 // dedupe, a rank already held is skipped (false) instead of an error.
 func (m *model) addRank(i int, r Rank, dedupe bool) (bool, error) {
@@ -144,7 +136,9 @@ func (m *model) addRank(i int, r Rank, dedupe bool) (bool, error) {
 			nd.name = fmt.Sprintf("node%d", ni)
 		}
 		nd.gi = ni
-		m.nodes = append(m.nodes, &nodeView{nodeInfo: nd, ranks: nd.ranksBuf})
+		v := &take(&m.sc.views, 1)[0]
+		*v = nodeView{nodeInfo: nd, ranks: nd.ranksBuf, nics: take(&m.sc.ints, len(nd.nicGBps))[:0]}
+		m.nodes = append(m.nodes, v)
 	}
 	nd := m.nodes[ni]
 	nd.rankAt[r.GPU] = len(m.ranks)
@@ -160,8 +154,12 @@ func (m *model) finish() {
 	}
 	m.leaves()
 	m.layout()
-	m.capv = make([]float64, m.nLinks)
-	m.capKnown = make([]uint64, (m.nLinks+63)/64)
+	m.capv = grown(m.capv, int(m.nLinks))
+	m.capKnown = grown(m.capKnown, int(m.nLinks+63)/64)
+	m.localIdx = grown(m.localIdx, len(m.nodes))
+	for i := range m.localIdx {
+		m.localIdx[i] = -1
+	}
 	if m.contByNm == nil {
 		// No link names to look up: every capacity now, cheaply.
 		for kind := kNVPort; kind < kUplink; kind++ {
@@ -181,7 +179,8 @@ func (m *model) finish() {
 }
 
 func (m *model) describe(n *topology.Node) *nodeInfo {
-	nd := &nodeInfo{n: n, name: n.Name, leaf: -1}
+	nd := &take(&m.sc.infos, 1)[0]
+	*nd = nodeInfo{n: n, name: n.Name, leaf: -1}
 	model := ""
 	if len(n.GPUs) > 0 {
 		model = n.GPUs[0].Model
@@ -197,8 +196,8 @@ func (m *model) describe(n *topology.Node) *nodeInfo {
 	nd.smp = m.bw.SMP
 	// One allocation for the per-GPU and per-NIC figures each.
 	G := len(n.GPUs)
-	fs := make([]float64, G+len(n.NICs)+1)
-	is := make([]int, 3*G)
+	fs := take(&m.sc.floats, G+len(n.NICs)+1)
+	is := take(&m.sc.ints, 3*G)
 	nd.nvPort, nd.nicGBps = fs[:G:G], fs[G:]
 	nd.localNICs, nd.rankAt, nd.ranksBuf = is[:G:G], is[G:2*G:2*G], is[2*G:2*G:3*G]
 	allNV, first := len(n.GPUs) > 1 && n.GPUPaths != nil, 0
@@ -238,7 +237,7 @@ func (m *model) describe(n *topology.Node) *nodeInfo {
 			}
 		}
 	}
-	nd.nicKind = make([]string, len(n.NICs)+1)
+	nd.nicKind = take(&m.sc.strs, len(n.NICs)+1)
 	for k := -1; k < len(n.NICs); k++ {
 		rate, kind := 0.0, "net"
 		if k >= 0 {
