@@ -314,35 +314,35 @@ func scoped(snap *store.Snapshot, job events.JobAnalyzed, model string, filter f
 	}
 	walked := 0
 	for _, kind := range []string{store.DomainLeaf, store.DomainPod} {
+		// A leaf or pod that holds the job, as little as is read of it:
+		// every one of 3,125 leaves at 100k GPUs may.
 		type fitting struct {
-			d    store.Domain
-			free int
+			id, major string
+			free      int
 		}
 		var doms []fitting
 		for d := range snap.EachDomainOfKind(kind) {
 			if f := d.FreeOf(model); f >= n {
-				doms = append(doms, fitting{d, f})
+				doms = append(doms, fitting{d.ID, mostFree(d), f})
 			}
 		}
 		slices.SortFunc(doms, func(a, b fitting) int {
-			return cmp.Or(cmp.Compare(a.free, b.free), strings.Compare(a.d.ID, b.d.ID))
+			return cmp.Or(cmp.Compare(a.free, b.free), strings.Compare(a.id, b.id))
 		})
 		var sets []scopeSet
 		perModel := map[string]int{}
-		for _, df := range doms {
-			d := df.d
+		for _, d := range doms {
 			if len(sets) == scopeDomains || walked >= scopeWalk {
 				break
 			}
-			major := mostFree(d)
-			if perModel[major] == 4 {
+			if perModel[d.major] == 4 {
 				continue
 			}
-			cands, _, considered := candidatesIn(snap, d.ID, model, filter)
+			cands, _, considered := candidatesIn(snap, d.id, model, filter)
 			walked += considered
 			if offers(cands) >= n {
-				perModel[major]++
-				sets = append(sets, scopeSet{dom: d.ID, cands: cands})
+				perModel[d.major]++
+				sets = append(sets, scopeSet{dom: d.id, cands: cands})
 			}
 		}
 		if len(sets) > 0 {

@@ -3,6 +3,7 @@ package aware
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/toposched/toposched/events"
@@ -72,8 +73,8 @@ func fallbackTopology(n store.Node, gpus []store.GPU) *topology.Node {
 	return topology.Flat(n.Name, "placement fallback (no paths reported)", tg)
 }
 
-func (r *resolver) ranks(gpus []store.GPUKey) ([]collective.Rank, error) {
-	out := make([]collective.Rank, len(gpus))
+func (r *resolver) ranks(out []collective.Rank, gpus []store.GPUKey) ([]collective.Rank, error) {
+	out = slices.Grow(out[:0], len(gpus))[:len(gpus)]
 	for i, k := range gpus {
 		nt, err := r.node(k.Node)
 		if err != nil {
@@ -183,6 +184,10 @@ type evaluator struct {
 	bw     *topology.Bandwidths
 	comp   float64
 	evals  int
+	// The last evaluation's job and ranks, whose arrays the next one
+	// reuses (EvaluateJob keeps neither).
+	job        collective.Job
+	ranks, grp []collective.Rank
 }
 
 func (e *evaluator) eval(gpus []store.GPUKey) (collective.JobResult, error) {
@@ -190,29 +195,54 @@ func (e *evaluator) eval(gpus []store.GPUKey) (collective.JobResult, error) {
 	if len(e.groups) == 0 {
 		return collective.JobResult{GPUs: len(gpus)}, nil
 	}
-	ranks, err := e.res.ranks(gpus)
+	j, err := e.jobOn(gpus)
 	if err != nil {
 		return collective.JobResult{}, err
 	}
-	j := collective.Job{GPUs: len(gpus), ComputeSeconds: e.comp, Fabric: e.fabric, Bandwidths: e.bw,
-		Candidates: collective.NCCLAlgorithms, Groups: make([]collective.Group, len(e.groups))}
-	for i, g := range e.groups {
-		rs := make([]collective.Rank, len(g.ranks))
-		for k, r := range g.ranks {
-			rs[k] = ranks[r]
-		}
-		j.Groups[i] = collective.Group{Name: g.name, Collective: g.coll, Ranks: rs, Bytes: g.bytes, Calls: g.calls, Phase: g.phase}
+	return collective.EvaluateJob(*j)
+}
+
+// jobOn is the cost model's job of the placement gpus, in the arrays of the
+// last one.
+func (e *evaluator) jobOn(gpus []store.GPUKey) (*collective.Job, error) {
+	ranks, err := e.res.ranks(e.ranks, gpus)
+	if err != nil {
+		return nil, err
 	}
-	return collective.EvaluateJob(j)
+	e.ranks = ranks
+	if e.job.Groups == nil {
+		e.job = collective.Job{Fabric: e.fabric, Bandwidths: e.bw, Candidates: collective.NCCLAlgorithms,
+			Groups: make([]collective.Group, len(e.groups))}
+	}
+	j := &e.job
+	j.GPUs, j.ComputeSeconds = len(gpus), e.comp
+	rs := e.grp[:0]
+	for i, g := range e.groups {
+		at := len(rs)
+		for _, r := range g.ranks {
+			rs = append(rs, ranks[r])
+		}
+		j.Groups[i] = collective.Group{Name: g.name, Collective: g.coll, Ranks: rs[at:len(rs):len(rs)], Bytes: g.bytes, Calls: g.calls, Phase: g.phase}
+	}
+	e.grp = rs
+	return j, nil
 }
 
 // cost is the predicted comm time per step, +Inf on an error.
 func (e *evaluator) cost(gpus []store.GPUKey) float64 {
-	r, err := e.eval(gpus)
+	e.evals++
+	if len(e.groups) == 0 {
+		return 0
+	}
+	j, err := e.jobOn(gpus)
 	if err != nil {
 		return inf
 	}
-	return r.CommSeconds
+	t, err := collective.CommSeconds(*j)
+	if err != nil {
+		return inf
+	}
+	return t
 }
 
 // Predict scores a placement by the cost model: the analysed job's groups

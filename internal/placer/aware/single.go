@@ -181,7 +181,7 @@ func (p *placer) pickOn(c *candNode, k int) (inNode, error) {
 	}
 	// Bandwidth between pool GPUs (none read for one GPU).
 	m := len(pool)
-	var bw [][]float64
+	var bw []float64 // bw[a*m+b]
 	if k > 1 {
 		pos := make([]int, len(c.free))
 		for i, g := range c.free {
@@ -190,12 +190,11 @@ func (p *placer) pickOn(c *candNode, k int) (inNode, error) {
 		bwOf := func(a, b int) float64 {
 			return nt.topo.Path(pos[a], pos[b], p.e.bw).BandwidthGBps
 		}
-		bw = make([][]float64, m)
+		bw = make([]float64, m*m)
 		for a := range m {
-			bw[a] = make([]float64, m)
 			for b := range m {
 				if a != b {
-					bw[a][b] = bwOf(pool[a], pool[b])
+					bw[a*m+b] = bwOf(pool[a], pool[b])
 				}
 			}
 		}
@@ -220,9 +219,10 @@ func (p *placer) pickOn(c *candNode, k int) (inNode, error) {
 		seeds = seeds[:16]
 	}
 	in := make([]bool, m)
+	set := make([]int, 0, k)
 	for _, s := range seeds {
 		clear(in)
-		set := []int{s}
+		set = append(set[:0], s)
 		in[s] = true
 		for len(set) < k {
 			cand, cs, ch := -1, -1.0, 0
@@ -232,7 +232,7 @@ func (p *placer) pickOn(c *candNode, k int) (inNode, error) {
 				}
 				sum := 0.0
 				for _, y := range set {
-					sum += bw[x][y]
+					sum += bw[x*m+y]
 				}
 				if sum > cs || (sum == cs && hole[pool[x]] < ch) {
 					cand, cs, ch = x, sum, hole[pool[x]]
@@ -245,8 +245,8 @@ func (p *placer) pickOn(c *candNode, k int) (inNode, error) {
 		for i, a := range set {
 			holes += hole[pool[a]]
 			for _, b := range set[i+1:] {
-				minBW = min(minBW, bw[a][b])
-				sumBW += bw[a][b]
+				minBW = min(minBW, bw[a*m+b])
+				sumBW += bw[a*m+b]
 			}
 		}
 		if k == 1 {
@@ -258,21 +258,20 @@ func (p *placer) pickOn(c *candNode, k int) (inNode, error) {
 		}
 	}
 	// Rank order: a chain of best links from the first GPU.
-	order := []int{bestSet[0]}
-	left := bestSet[1:]
+	best.gpus = make([]int, 0, k)
+	last, left := bestSet[0], bestSet[1:] // bestSet is ours to reorder
+	best.gpus = append(best.gpus, c.free[pool[last]].Index)
 	for len(left) > 0 {
-		last := order[len(order)-1]
+		row := bw[last*m : last*m+m]
 		bi := 0
 		for i, x := range left {
-			if bw[last][x] > bw[last][left[bi]] || (bw[last][x] == bw[last][left[bi]] && c.free[pool[x]].Index < c.free[pool[left[bi]]].Index) {
+			if row[x] > row[left[bi]] || (row[x] == row[left[bi]] && c.free[pool[x]].Index < c.free[pool[left[bi]]].Index) {
 				bi = i
 			}
 		}
-		order = append(order, left[bi])
-		left = slices.Delete(slices.Clone(left), bi, bi+1)
-	}
-	for _, x := range order {
-		best.gpus = append(best.gpus, c.free[pool[x]].Index)
+		last = left[bi]
+		left = slices.Delete(left, bi, bi+1)
+		best.gpus = append(best.gpus, c.free[pool[last]].Index)
 	}
 	return best, nil
 }
