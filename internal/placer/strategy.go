@@ -132,10 +132,10 @@ func keepOf(filter func(aware.NodeView) bool) blind.Keep {
 		return nil
 	}
 	asked := map[string]bool{}
-	return func(n store.Node, free []store.FreeGPU) bool {
+	return func(n *store.Node, free []store.FreeGPU) bool {
 		ok, seen := asked[n.Name]
 		if !seen {
-			ok = filter(aware.ViewOf(n, free))
+			ok = filter(aware.ViewOf(*n, free))
 			asked[n.Name] = ok
 		}
 		return ok

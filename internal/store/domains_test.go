@@ -280,7 +280,7 @@ func checkNodeCounts(t *testing.T, snap *Snapshot) {
 			}
 		}
 		for n, free := range snap.EachNodeFree(model) {
-			got = append(got, nodeFree{n, free})
+			got = append(got, nodeFree{*n, free})
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("EachNodeFree(%q) = %v, want %v", model, got, want)

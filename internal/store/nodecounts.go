@@ -456,13 +456,13 @@ func (s *Snapshot) eachNodeWithFree(model string, min int, yield func(*Domain) b
 // other models and the nodes left with none, and only what placement reads
 // of each GPU. It walks the node-free index (one entry per such node) and
 // reads each node's row and free GPUs from its domain row, so it costs one
-// index step per node with room, whatever the number of GPUs. The slices
-// are the store's, or new when the node has GPUs of other models too:
-// keep them, but do not modify them.
-func (s *Snapshot) EachNodeFree(model string) iter.Seq2[Node, []FreeGPU] {
-	return func(yield func(Node, []FreeGPU) bool) {
+// index step per node with room, whatever the number of GPUs. The node is
+// the store's row, and the slices are the store's too, or new when the
+// node has GPUs of other models: keep them, but do not modify them.
+func (s *Snapshot) EachNodeFree(model string) iter.Seq2[*Node, []FreeGPU] {
+	return func(yield func(*Node, []FreeGPU) bool) {
 		s.eachNodeWithFree(model, 1, func(d *Domain) bool {
-			return yield(*d.node, freeOf(d, model))
+			return yield(d.node, freeOf(d, model))
 		})
 	}
 }
@@ -471,8 +471,8 @@ func (s *Snapshot) EachNodeFree(model string) iter.Seq2[Node, []FreeGPU] {
 // pod: see EachFreeGPUIn): it walks the domain's free GPUs, not the
 // cluster's nodes, so a job spread inside one leaf reads that leaf's
 // nodes only.
-func (s *Snapshot) EachNodeFreeIn(domain, model string) iter.Seq2[Node, []FreeGPU] {
-	return func(yield func(Node, []FreeGPU) bool) {
+func (s *Snapshot) EachNodeFreeIn(domain, model string) iter.Seq2[*Node, []FreeGPU] {
+	return func(yield func(*Node, []FreeGPU) bool) {
 		last := ""
 		for g := range s.EachFreeGPUIn(domain, model) {
 			if g.Node == last {
@@ -484,7 +484,7 @@ func (s *Snapshot) EachNodeFreeIn(domain, model string) iter.Seq2[Node, []FreeGP
 				continue
 			}
 			d := raw.(*Domain)
-			if !yield(*d.node, freeOf(d, model)) {
+			if !yield(d.node, freeOf(d, model)) {
 				return
 			}
 		}
@@ -510,8 +510,8 @@ func freeOf(d *Domain, model string) []FreeGPU {
 // least min free GPUs of the model, fewest free first, then enumeration
 // order (as NodesByFree). A caller that wants only the best-fitting few
 // stops early and walks no more of the index.
-func (s *Snapshot) EachNodeFreeByFit(model string, min int) iter.Seq2[Node, []FreeGPU] {
-	return func(yield func(Node, []FreeGPU) bool) {
+func (s *Snapshot) EachNodeFreeByFit(model string, min int) iter.Seq2[*Node, []FreeGPU] {
+	return func(yield func(*Node, []FreeGPU) bool) {
 		counts := s.NodeCounts(model)
 		for c := max(min, 1); c < len(counts.Free); c++ {
 			if counts.Free[c] == 0 {
@@ -521,7 +521,7 @@ func (s *Snapshot) EachNodeFreeByFit(model string, min int) iter.Seq2[Node, []Fr
 			must(err)
 			for raw := it.Next(); raw != nil; raw = it.Next() {
 				d := raw.(*Domain)
-				if !yield(*d.node, freeOf(d, model)) {
+				if !yield(d.node, freeOf(d, model)) {
 					return
 				}
 			}

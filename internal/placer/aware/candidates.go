@@ -37,7 +37,7 @@ func ViewOf(node store.Node, free []store.FreeGPU) NodeView {
 
 // candNode is a node with free GPUs the job may use.
 type candNode struct {
-	node   store.Node
+	node   *store.Node     // the store's row: do not modify
 	free   []store.FreeGPU // free GPUs of the model, by index; the store's: do not modify
 	fabric []string        // fabric domains, smallest first
 	offer  int             // GPUs it offers a multi-node placement
@@ -123,7 +123,7 @@ func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool,
 		twin := -1
 		if enough > 0 {
 			for i := range classes {
-				if classes[i].of(&node, free) {
+				if classes[i].of(node, free) {
 					twin = i
 					break
 				}
@@ -143,7 +143,7 @@ func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool,
 		}
 		fabric := fabricDomains(free[0].Domains)
 		if filter != nil {
-			ok := filter(NodeView{Node: node, Free: len(free), Fabric: fabric})
+			ok := filter(NodeView{Node: *node, Free: len(free), Fabric: fabric})
 			if seen == nil {
 				seen = map[string]bool{}
 			}
@@ -161,7 +161,7 @@ func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool,
 		case enough == 0:
 		case twin < 0:
 			out[len(out)-1].twin = out[len(out)-1]
-		case hasPaths(&node):
+		case hasPaths(node):
 			// (Without paths, pick reads a topology of the GPU rows,
 			// which Node.Links does not digest.)
 			out[len(out)-1].twin = classes[twin].head
@@ -211,7 +211,7 @@ type twinClass struct {
 }
 
 func (tc *twinClass) of(node *store.Node, free []store.FreeGPU) bool {
-	return store.Alike(&tc.head.node, tc.head.free, node, free)
+	return store.Alike(tc.head.node, tc.head.free, node, free)
 }
 
 // wholeKindsKept reports whether classes keep enough nodes of every kind
@@ -247,7 +247,7 @@ func candidates(snap *store.Snapshot, model string, filter func(NodeView) bool) 
 	for node, free := range snap.EachNodeFree(model) {
 		considered++
 		fabric := fabricDomains(free[0].Domains)
-		if filter != nil && !filter(NodeView{Node: node, Free: len(free), Fabric: fabric}) {
+		if filter != nil && !filter(NodeView{Node: *node, Free: len(free), Fabric: fabric}) {
 			continue
 		}
 		if len(slab) == cap(slab) {
@@ -381,7 +381,7 @@ func candidatesIn(snap *store.Snapshot, dom, model string, filter func(NodeView)
 	for node, free := range snap.EachNodeFreeIn(dom, model) {
 		considered++
 		fabric := fabricDomains(free[0].Domains)
-		if filter != nil && !filter(NodeView{Node: node, Free: len(free), Fabric: fabric}) {
+		if filter != nil && !filter(NodeView{Node: *node, Free: len(free), Fabric: fabric}) {
 			continue
 		}
 		out = append(out, &candNode{node: node, free: free, fabric: fabric})

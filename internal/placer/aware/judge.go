@@ -157,6 +157,7 @@ func (p *placer) explain(judged []*cand, chosen *cand) {
 		}
 		return cmp.Compare(a.cost, b.cost)
 	})
+	leafOf := p.leavesOf(order)
 	for _, c := range order {
 		leaves := map[string]bool{}
 		nodes := map[string]bool{}
@@ -168,7 +169,7 @@ func (p *placer) explain(judged []*cand, chosen *cand) {
 			cs.Cost = 1 + c.j.Score
 		}
 		for n := range nodes {
-			if l := p.leafOf(n); l != "" {
+			if l := leafOf[n]; l != "" {
 				leaves[l] = true
 			}
 		}
@@ -195,19 +196,28 @@ func denyReasons(c *cand) []events.Reason {
 	return []events.Reason{{Code: "policy_denied", Message: "a placement policy denied every candidate placement"}}
 }
 
-func (p *placer) leafOf(node string) string {
-	if p.leaves == nil {
-		p.leaves = map[string]string{}
-		for _, c := range p.cands {
-			for _, d := range c.fabric {
-				if store.DomainKind(d) == store.DomainLeaf {
-					p.leaves[c.node.Name] = d
-					break
-				}
+// leavesOf maps the nodes of the candidates to their leaves, as the
+// candidate nodes list them (none when they list no leaf): one pass over
+// the candidate nodes, keeping the few the candidates use.
+func (p *placer) leavesOf(cs []*cand) map[string]string {
+	out := map[string]string{}
+	for _, c := range cs {
+		for _, g := range c.gpus {
+			out[g.Node] = ""
+		}
+	}
+	for _, c := range p.cands {
+		if _, ok := out[c.node.Name]; !ok {
+			continue
+		}
+		for _, d := range c.fabric {
+			if store.DomainKind(d) == store.DomainLeaf {
+				out[c.node.Name] = d
+				break
 			}
 		}
 	}
-	return p.leaves[node]
+	return out
 }
 
 // notWorse keeps a topology-aware decision from being predicted slower than

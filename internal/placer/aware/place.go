@@ -252,8 +252,7 @@ type placer struct {
 	e      *evaluator
 	n      int
 	cands  []*candNode
-	leaves map[string]string // node → leaf domain, for explanations
-	counts []domainCount     // scratch of countLocal, reused node after node
+	counts []domainCount // scratch of countLocal, reused node after node
 	// since, when set, is when the next local search's time budget
 	// started: the scoring of the alternatives comes out of it.
 	since time.Time

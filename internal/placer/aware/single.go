@@ -119,7 +119,7 @@ func (p *placer) pick(c *candNode, k int) (inNode, error) {
 // twinHead is the first node of c's twin class where the walk told twins
 // apart on their topology, nil otherwise.
 func twinHead(c *candNode) *candNode {
-	if c.twin != c || hasPaths(&c.node) {
+	if c.twin != c || hasPaths(c.node) {
 		return c.twin
 	}
 	return nil
@@ -364,8 +364,11 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 		return nil
 	}
 	if k == 1 {
-		// No communication: the fit decides.
+		// No communication: the fit decides. The judge reads no further
+		// than maxJudged candidates (choose), and nothing else reads a
+		// one-GPU list, so the rest are not made.
 		slices.SortStableFunc(picks, func(a, b inNode) int { return cmp.Or(cmp.Compare(a.holes, b.holes), cmp.Compare(a.fit, b.fit)) })
+		picks = picks[:min(len(picks), max(p.limit(), maxJudged))]
 	} else {
 		slices.SortStableFunc(picks, func(a, b inNode) int {
 			return cmp.Or(cmp.Compare(a.level, b.level), cmp.Compare(b.minBW, a.minBW), cmp.Compare(b.sumBW, a.sumBW),

@@ -50,7 +50,7 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed) outcome.Result {
 // Keep says whether a strategy may take GPUs of a node, shown with its free
 // GPUs of the job's model: the Planner's node filter (node policies and a
 // reservation for an older job). Nil keeps every node.
-type Keep func(node store.Node, free []store.FreeGPU) bool
+type Keep func(node *store.Node, free []store.FreeGPU) bool
 
 // PlaceOn is Place on the nodes keep keeps. The reasons to reject (Never)
 // are the whole cluster's, as Place's, since a node filter changes with

@@ -231,7 +231,7 @@ func TestPlaceMatchesWalk(t *testing.T) {
 							step, j.Job.GPUs, j.Job.GPUsPerNode, j.Job.GPUModel, got, want)
 					}
 					// Kept by a filter that keeps all: the same GPUs.
-					all := PlaceOn(snap, j, func(store.Node, []store.FreeGPU) bool { return true })
+					all := PlaceOn(snap, j, func(*store.Node, []store.FreeGPU) bool { return true })
 					if all.Verdict != want.Verdict || !reflect.DeepEqual(all.GPUs, want.GPUs) {
 						t.Fatalf("step %d, job %d GPUs, %d per node, model %q, all kept:\n got %+v\nwant %+v",
 							step, j.Job.GPUs, j.Job.GPUsPerNode, j.Job.GPUModel, all, want)
@@ -249,7 +249,7 @@ func TestPlaceMatchesWalk(t *testing.T) {
 func checkKept(t *testing.T, snap *store.Snapshot, j events.JobAnalyzed, plain outcome.Result) {
 	t.Helper()
 	model, gpn := j.Job.GPUModel, j.Job.GPUsPerNode
-	got := PlaceOn(snap, j, func(n store.Node, _ []store.FreeGPU) bool { return n.Name != "b" })
+	got := PlaceOn(snap, j, func(n *store.Node, _ []store.FreeGPU) bool { return n.Name != "b" })
 	if (got.Verdict == outcome.Never) != (plain.Verdict == outcome.Never) {
 		t.Fatalf("job %d GPUs, %d per node, model %q: %v with b refused, %v without", j.Job.GPUs, gpn, model, got.Verdict, plain.Verdict)
 	}

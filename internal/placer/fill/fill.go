@@ -14,10 +14,10 @@ import (
 )
 
 // Pick chooses k of a node's free GPUs (sorted by index, len(free) >= k).
-type Pick func(node store.Node, free []store.FreeGPU, k int) []store.FreeGPU
+type Pick func(node *store.Node, free []store.FreeGPU, k int) []store.FreeGPU
 
 // First picks the first k free GPUs by index, as blind first fit does.
-func First(_ store.Node, free []store.FreeGPU, k int) []store.FreeGPU { return free[:k] }
+func First(_ *store.Node, free []store.FreeGPU, k int) []store.FreeGPU { return free[:k] }
 
 // Place decides for job with the nodes in the order nodes yields them
 // (each with its free GPUs of the job's model, by index) and pick's choice
@@ -30,7 +30,7 @@ func First(_ store.Node, free []store.FreeGPU, k int) []store.FreeGPU { return f
 // (up to what is still missing) until it has them all. Nodes keep does not
 // keep are passed over (nil keeps all), and blind's verdict is the one on
 // the kept nodes (blind.PlaceOn).
-func Place(snap *store.Snapshot, job events.JobAnalyzed, nodes iter.Seq2[store.Node, []store.FreeGPU], pick Pick, keep blind.Keep) outcome.Result {
+func Place(snap *store.Snapshot, job events.JobAnalyzed, nodes iter.Seq2[*store.Node, []store.FreeGPU], pick Pick, keep blind.Keep) outcome.Result {
 	r := blind.PlaceOn(snap, job, keep)
 	if r.Verdict != outcome.Placed {
 		return r

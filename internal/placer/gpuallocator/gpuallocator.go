@@ -176,7 +176,7 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed, keep blind.Keep) outcom
 	return fill.Place(snap, job, snap.EachNodeFree(job.Job.GPUModel), pick, keep)
 }
 
-func pick(node store.Node, free []store.FreeGPU, k int) []store.FreeGPU {
+func pick(node *store.Node, free []store.FreeGPU, k int) []store.FreeGPU {
 	topo := node.Effective
 	at := map[int]int{} // GPU index -> row of the path matrix
 	if topo != nil {

@@ -40,7 +40,7 @@ func Binpack(snap *store.Snapshot, job events.JobAnalyzed, keep blind.Keep) outc
 // every node).
 func Spread(snap *store.Snapshot, job events.JobAnalyzed, keep blind.Keep) outcome.Result {
 	type entry struct {
-		node store.Node
+		node *store.Node
 		free []store.FreeGPU
 	}
 	var all []entry
@@ -49,7 +49,7 @@ func Spread(snap *store.Snapshot, job events.JobAnalyzed, keep blind.Keep) outco
 	}
 	// Stable: equal free counts keep enumeration order.
 	slices.SortStableFunc(all, func(a, b entry) int { return cmp.Compare(len(b.free), len(a.free)) })
-	var order iter.Seq2[store.Node, []store.FreeGPU] = func(yield func(store.Node, []store.FreeGPU) bool) {
+	var order iter.Seq2[*store.Node, []store.FreeGPU] = func(yield func(*store.Node, []store.FreeGPU) bool) {
 		for _, e := range all {
 			if !yield(e.node, e.free) {
 				return

@@ -60,5 +60,5 @@ func TestBinpackAndSpread(t *testing.T) {
 
 // refuse keeps every node but the one named.
 func refuse(name string) blind.Keep {
-	return func(n store.Node, _ []store.FreeGPU) bool { return n.Name != name }
+	return func(n *store.Node, _ []store.FreeGPU) bool { return n.Name != name }
 }

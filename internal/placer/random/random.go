@@ -27,7 +27,7 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed, keep blind.Keep) outcom
 	_, _ = h.Write([]byte(job.Job.JobID)) // a hash's Write never fails
 	rng := rand.New(rand.NewPCG(h.Sum64(), 0x9e3779b97f4a7c15))
 	type entry struct {
-		node store.Node
+		node *store.Node
 		free []store.FreeGPU
 	}
 	var all []entry
@@ -35,14 +35,14 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed, keep blind.Keep) outcom
 		all = append(all, entry{n, free})
 	}
 	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
-	var order iter.Seq2[store.Node, []store.FreeGPU] = func(yield func(store.Node, []store.FreeGPU) bool) {
+	var order iter.Seq2[*store.Node, []store.FreeGPU] = func(yield func(*store.Node, []store.FreeGPU) bool) {
 		for _, e := range all {
 			if !yield(e.node, e.free) {
 				return
 			}
 		}
 	}
-	pick := func(_ store.Node, free []store.FreeGPU, k int) []store.FreeGPU {
+	pick := func(_ *store.Node, free []store.FreeGPU, k int) []store.FreeGPU {
 		idx := rng.Perm(len(free))[:k]
 		slices.Sort(idx) // ranks in index order, as a device plugin lists them
 		out := make([]store.FreeGPU, k)
