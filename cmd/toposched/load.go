@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -22,7 +23,7 @@ type loadFlags struct {
 	decisions                           int
 	budget                              time.Duration
 	e2e, e2eGPUs, e2eJobGPUs, e2eWindow int
-	cpuProfile                          string
+	cpuProfile, memProfile              string
 	e2eOnly                             bool
 }
 
@@ -49,7 +50,7 @@ decisions per second and the publish-to-decision latency.
 Targets (issue 5): p99 <= 10 ms for jobs of up to 64 GPUs on 10k GPUs at 50%
 occupancy with policies on; >= 500 decisions/s end to end.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			clusters, err := parseSizes(f.clusters)
 			if err != nil {
 				return fmt.Errorf("--clusters: %w", err)
@@ -69,6 +70,41 @@ occupancy with policies on; >= 500 decisions/s end to end.`,
 			}
 			if f.e2eOnly && f.e2e <= 0 {
 				return fmt.Errorf("--e2e-only needs --e2e N")
+			}
+			if f.memProfile != "" {
+				// Sampled finer than the default 512 KB: a decision
+				// allocates a few hundred KB.
+				runtime.MemProfileRate = 64 << 10
+				var merr error
+				snap := func(file string) {
+					if err := writeAllocs(file); err != nil && merr == nil {
+						merr = err
+					}
+				}
+				defer func() {
+					if !f.e2eOnly {
+						snap(f.memProfile)
+					}
+				}()
+				if f.e2eOnly {
+					inner := cfg.Measured
+					cfg.Measured = func() func() {
+						snap(f.memProfile + ".base")
+						closed := func() {}
+						if inner != nil {
+							closed = inner()
+						}
+						return func() {
+							closed()
+							snap(f.memProfile)
+						}
+					}
+				}
+				defer func() {
+					if merr != nil {
+						err = fmt.Errorf("--mem-profile: %w", merr)
+					}
+				}()
 			}
 			if f.e2eOnly && f.cpuProfile != "" {
 				// The decisions alone: building and filling the cluster,
@@ -117,6 +153,7 @@ occupancy with policies on; >= 500 decisions/s end to end.`,
 	fl.IntVar(&f.e2eWindow, "e2e-window", load.AsyncWindow, "end-to-end submissions awaiting their acknowledgement at once (1: one job at a time)")
 	fl.BoolVar(&f.e2eOnly, "e2e-only", false, "skip the decision table")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the run to FILE (go tool pprof FILE); with --e2e-only, of the timed window alone")
+	fl.StringVar(&f.memProfile, "mem-profile", "", "write the run's allocations to FILE (go tool pprof -sample_index=alloc_space FILE); with --e2e-only also FILE.base at the timed window's start, for go tool pprof -base FILE.base FILE")
 	_ = g
 	return cmd
 }
@@ -157,4 +194,17 @@ func startCPUProfile(file string) (stop func(), err error) {
 		pprof.StopCPUProfile()
 		_ = pf.Close()
 	}, nil
+}
+
+// writeAllocs writes the allocation profile so far to file.
+func writeAllocs(file string) error {
+	pf, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(pf, 0); err != nil {
+		_ = pf.Close()
+		return err
+	}
+	return pf.Close()
 }

@@ -105,7 +105,7 @@ func TestE2EPrintsRawRate(t *testing.T) {
 			if shown == 0 {
 				shown = AsyncWindow
 			}
-			for _, want := range []string{"of raw async publish", "raw JetStream publish on the same server", "/s async", "/s sync",
+			for _, want := range []string{"of raw async publish", "alloc/decision", "raw JetStream publish on the same server", "/s async", "/s sync",
 				fmt.Sprintf("awaiting acknowledgement at once: %d\n", shown)} {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("output lacks %q:\n%s", want, out.String())

@@ -294,6 +294,10 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 	if cfg.Measured != nil {
 		closed = cfg.Measured()
 	}
+	// Bytes allocated in the window by the whole process: the server, every
+	// service and the submitter, as a deployment in one process would.
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
 	start := time.Now()
 	if err := submitAll(ctx, b, n, cfg.E2EJobGPUs, cfg.E2EWindow, func(i int) {
 		mu.Lock()
@@ -306,6 +310,7 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 		return ctx.Err()
 	}
 	elapsed := time.Since(start)
+	runtime.ReadMemStats(&after)
 	closed()
 	mu.Lock()
 	defer mu.Unlock()
@@ -315,12 +320,14 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 		return err
 	}
 	rate := float64(len(lat)) / elapsed.Seconds()
-	if err := table(out, []string{"decided", "other", "seconds", "decisions/s", "p50 latency", "p99 latency", "of raw async publish"}, [][]string{{
+	alloc := float64(after.TotalAlloc-before.TotalAlloc) / float64(max(len(lat), 1))
+	if err := table(out, []string{"decided", "other", "seconds", "decisions/s", "p50 latency", "p99 latency", "alloc/decision", "of raw async publish"}, [][]string{{
 		fmt.Sprint(len(lat)), fmt.Sprint(other), fmt.Sprintf("%.2f", elapsed.Seconds()),
-		fmt.Sprintf("%.0f", rate), FormatDuration(s.P50), FormatDuration(s.P99), fmt.Sprintf("%.2f%%", 100*rate/raw.AsyncPerSecond)}}); err != nil {
+		fmt.Sprintf("%.0f", rate), FormatDuration(s.P50), FormatDuration(s.P99), fmt.Sprintf("%.1f KB", alloc/1024),
+		fmt.Sprintf("%.2f%%", 100*rate/raw.AsyncPerSecond)}}); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(out, "\nraw JetStream publish on the same server, same run, before the services started: %d messages of %d bytes to a file-backed stream: %.0f/s async (%d acknowledgements outstanding), %.0f/s sync. A decision costs about four events.\n",
+	_, err = fmt.Fprintf(out, "\nalloc/decision: bytes the whole process (server, services, submitter) allocated in the window, per decision.\nraw JetStream publish on the same server, same run, before the services started: %d messages of %d bytes to a file-backed stream: %.0f/s async (%d acknowledgements outstanding), %.0f/s sync. A decision costs about four events.\n",
 		raw.Messages, raw.Bytes, raw.AsyncPerSecond, AsyncWindow, raw.SyncPerSecond)
 	return err
 }
