@@ -79,6 +79,9 @@ type Domain struct {
 	// Snapshot hands out leave them out (public).
 	node *Node
 	free []FreeGPU
+	// outside is, on a node domain's row, the most GPUs of the node
+	// outside one GPU's smallest node-local domain (outsideOf).
+	outside int
 }
 
 // FreeGPU is what placement reads of a free GPU, kept in its node's domain
@@ -236,6 +239,59 @@ func nodeDomains(n *Node, gpus []*GPU, fabric []string) [][]string {
 		out[i] = ds
 	}
 	return out
+}
+
+// outsideOf is, over a node's GPUs and their Domains (as nodeDomains
+// gives them), the most GPUs of the node outside one GPU's smallest
+// node-local domain: its island, else its PCIe group, else its NUMA node;
+// a GPU in none of them has none outside. GPUs its report no longer lists
+// (ReasonMissing) are left out: they are never free again. On such a node,
+// the free GPUs of the smallest domain of any free GPU (what a one-GPU
+// placement leaves as a hole there) are at least the node's free GPUs less
+// this: 0 on an NVSwitch node, whose one island holds every GPU.
+func outsideOf(gpus []*GPU, doms [][]string) int {
+	size, n := map[string]int{}, 0
+	for i, ds := range doms {
+		if gpus[i].HealthReason == ReasonMissing {
+			continue
+		}
+		n++
+		for _, d := range ds {
+			if localLevel(d) < 3 {
+				size[d]++
+			}
+		}
+	}
+	out := 0
+	for i, ds := range doms {
+		if gpus[i].HealthReason == ReasonMissing {
+			continue
+		}
+		best, level := "", 3
+		for _, d := range ds {
+			if l := localLevel(d); l < level {
+				best, level = d, l
+			}
+		}
+		if best != "" {
+			out = max(out, n-size[best])
+		}
+	}
+	return out
+}
+
+// localLevel orders the node-local domains smallest first: island 0,
+// PCIe group 1, NUMA node 2, anything else 3.
+func localLevel(id string) int {
+	switch {
+	case strings.HasPrefix(id, DomainIsland+":"):
+		return 0
+	case strings.HasPrefix(id, DomainPCIe+":"):
+		return 1
+	case strings.HasPrefix(id, DomainNUMA+":"):
+		return 2
+	}
+	return 3
 }
 
 // components returns the connected components of two or more GPUs (by

@@ -164,6 +164,7 @@ func checkDomains(t *testing.T, snap *Snapshot) {
 			t.Errorf("domain %s has a row but no GPU", d.ID)
 			continue
 		}
+		w.outside = d.outside // recounted in checkNodeCounts
 		if !domainEqual(&d, w) {
 			t.Errorf("domain %s = %+v, recounted %+v", d.ID, d, *w)
 		}
@@ -226,12 +227,34 @@ func checkDomains(t *testing.T, snap *Snapshot) {
 func checkNodeCounts(t *testing.T, snap *Snapshot) {
 	t.Helper()
 	type nodeCount struct {
-		node                 Node
-		total, healthy, free int
+		node                          Node
+		total, healthy, free, outside int
 	}
 	byModel := map[string][]nodeCount{"": nil, "no-such-model": nil}
 	for n, gpus := range snap.EachNodeWithGPUs() {
-		counts := map[string]*nodeCount{"": {node: n}}
+		// The most of the node's GPUs (less those its report dropped)
+		// without one GPU's smallest node-local domain among theirs.
+		outside := 0
+		for _, g := range gpus {
+			smallest := ""
+			for _, prefix := range []string{DomainIsland, DomainPCIe, DomainNUMA} {
+				if i := slices.IndexFunc(g.Domains, func(d string) bool { return strings.HasPrefix(d, prefix+":") }); i >= 0 {
+					smallest = g.Domains[i]
+					break
+				}
+			}
+			if smallest == "" || g.HealthReason == ReasonMissing {
+				continue
+			}
+			without := 0
+			for _, h := range gpus {
+				if h.HealthReason != ReasonMissing && !slices.Contains(h.Domains, smallest) {
+					without++
+				}
+			}
+			outside = max(outside, without)
+		}
+		counts := map[string]*nodeCount{"": {node: n, outside: outside}}
 		for _, g := range gpus {
 			m := cmp.Or(g.Model, n.GPUModel)
 			if g.Model != m {
@@ -244,7 +267,7 @@ func checkNodeCounts(t *testing.T, snap *Snapshot) {
 			for _, model := range models {
 				c := counts[model]
 				if c == nil {
-					c = &nodeCount{node: n}
+					c = &nodeCount{node: n, outside: outside}
 					counts[model] = c
 				}
 				c.total++
@@ -305,6 +328,10 @@ func checkNodeCounts(t *testing.T, snap *Snapshot) {
 			hist(&want.Total, c.total)
 			hist(&want.Healthy, c.healthy)
 			hist(&want.Free, c.free)
+			for len(want.Outside) <= c.outside {
+				want.Outside = append(want.Outside, 0)
+			}
+			want.Outside[c.outside]++
 		}
 		got := snap.NodeCounts(model)
 		if !sameKinds(got.Whole, want.Whole) {
@@ -788,11 +815,15 @@ func TestDomainsRandomized(t *testing.T) {
 				model := []string{"A100", "H100", ""}[rng.IntN(3)]
 				g := 1 + rng.IntN(4)
 				var n events.TopologyNode
-				switch rng.IntN(3) {
+				switch rng.IntN(4) {
 				case 0:
 					n = topoReport(name, pos, model, nvswitch(g, 12), []int{0, 0, 1, 1}, dgxNICs(g))
 				case 1:
 					n = report(name, pos, model, g)
+				case 2:
+					// One NVLink between each pair: a link down takes its
+					// GPU out of the island, and the node's counts stay.
+					n = topoReport(name, pos, model, nvswitch(g, 1), []int{0, 0, 1, 1}, nil)
 				default:
 					n = topoReport(name, pos, model, nvswitch(g, 12), nil, nil)
 					for i := range n.GPUPaths {
@@ -862,7 +893,7 @@ func TestDomainsRandomized(t *testing.T) {
 					case 1:
 						h.Component = events.ComponentNode
 					case 2:
-						h.Component, h.ID = events.ComponentNVLink, fmt.Sprintf("%d/%d", rng.IntN(4), rng.IntN(12))
+						h.Component, h.ID = events.ComponentNVLink, fmt.Sprintf("%d/%d", rng.IntN(4), rng.IntN([]int{1, 12}[rng.IntN(2)]))
 					default:
 						h.Component, h.ID = events.ComponentNIC, fmt.Sprintf("mlx5_%d", rng.IntN(4))
 					}

@@ -35,7 +35,18 @@ type NodeCounts struct {
 	// Whole sorts those nodes into kinds, in no particular order. Shared:
 	// do not modify.
 	Whole []WholeKind
+	// Outside[x] counts the nodes with x GPUs outside the smallest
+	// node-local domain (island, PCIe group, NUMA node) of one of their
+	// GPUs, at most (MaxOutside).
+	Outside []int
 }
+
+// MaxOutside is the most GPUs any node with GPUs of the model has outside
+// the smallest node-local domain of one of its GPUs: on every such node,
+// the free GPUs of the smallest domain of any free GPU are at least its
+// free GPUs of the model less this (at least one). 0 on a cluster of
+// NVSwitch nodes, where they are all its free GPUs.
+func (c NodeCounts) MaxOutside() int { return max(len(c.Outside)-1, 0) }
 
 // WholeKind is one kind of node among those whose GPUs of a model are all
 // free: nodes alike (Alike) while wholly free, and how many there are. A
@@ -106,14 +117,14 @@ func (w *writer) countNode(old, cur *Domain) error {
 }
 
 func (w *writer) nodeCount(d *Domain, sign int) error {
-	if err := w.addNodeCount("", d.Total, d.Healthy, d.Free, sign); err != nil {
+	if err := w.addNodeCount("", d.Total, d.Healthy, d.Free, d.outside, sign); err != nil {
 		return err
 	}
 	for _, m := range d.Models {
 		if m.Model == "" {
 			continue // GPUs without a model count under "" (any) only
 		}
-		if err := w.addNodeCount(m.Model, m.Total, m.Healthy, m.Free, sign); err != nil {
+		if err := w.addNodeCount(m.Model, m.Total, m.Healthy, m.Free, d.outside, sign); err != nil {
 			return err
 		}
 	}
@@ -134,7 +145,7 @@ func (w *writer) countsEdit(model string) (*nodeCountsEdit, error) {
 		e.old = raw.(*NodeCounts)
 		e.cur = &NodeCounts{Model: model, Total: slices.Clone(e.old.Total),
 			Healthy: slices.Clone(e.old.Healthy), Free: slices.Clone(e.old.Free), WholeFree: e.old.WholeFree,
-			Whole: slices.Clone(e.old.Whole)}
+			Whole: slices.Clone(e.old.Whole), Outside: slices.Clone(e.old.Outside)}
 	} else {
 		e.cur = &NodeCounts{Model: model}
 	}
@@ -145,13 +156,13 @@ func (w *writer) countsEdit(model string) (*nodeCountsEdit, error) {
 	return e, nil
 }
 
-func (w *writer) addNodeCount(model string, total, healthy, free, sign int) error {
+func (w *writer) addNodeCount(model string, total, healthy, free, outside, sign int) error {
 	e, err := w.countsEdit(model)
 	if err != nil {
 		return err
 	}
 	add := func(hist *[]int, c int) error {
-		if c < 1 {
+		if c < 0 || (c == 0 && hist != &e.cur.Outside) {
 			return nil
 		}
 		if c >= len(*hist) {
@@ -167,6 +178,9 @@ func (w *writer) addNodeCount(model string, total, healthy, free, sign int) erro
 		return err
 	}
 	if err := add(&e.cur.Healthy, healthy); err != nil {
+		return err
+	}
+	if err := add(&e.cur.Outside, outside); err != nil {
 		return err
 	}
 	if total > 0 && free == total {
@@ -261,7 +275,7 @@ func (w *writer) flushNodeCounts() error {
 	for _, model := range slices.Sorted(maps.Keys(w.nodeCounts)) {
 		e := w.nodeCounts[model]
 		c := e.cur
-		c.Total, c.Healthy, c.Free = trimCounts(c.Total), trimCounts(c.Healthy), trimCounts(c.Free)
+		c.Total, c.Healthy, c.Free, c.Outside = trimCounts(c.Total), trimCounts(c.Healthy), trimCounts(c.Free), trimCounts(c.Outside)
 		switch {
 		case c.Total == nil:
 			if e.old != nil {
@@ -281,7 +295,7 @@ func (w *writer) flushNodeCounts() error {
 
 func nodeCountsEqual(a, b *NodeCounts) bool {
 	return a.Model == b.Model && slices.Equal(a.Total, b.Total) && slices.Equal(a.Healthy, b.Healthy) &&
-		slices.Equal(a.Free, b.Free) && a.WholeFree == b.WholeFree &&
+		slices.Equal(a.Free, b.Free) && slices.Equal(a.Outside, b.Outside) && a.WholeFree == b.WholeFree &&
 		slices.EqualFunc(a.Whole, b.Whole, func(x, y WholeKind) bool {
 			return x.Nodes == y.Nodes && Alike(x.Node, x.GPUs, y.Node, y.GPUs)
 		})

@@ -141,13 +141,14 @@ func (s *Store) UpsertNode(n events.TopologyNode) error {
 		if err != nil {
 			return err
 		}
-		for i, ds := range nodeDomains(node, rows, fabric) {
+		doms := nodeDomains(node, rows, fabric)
+		for i, ds := range doms {
 			rows[i].Domains = ds
 			if err := w.putGPU(olds[i], rows[i]); err != nil {
 				return err
 			}
 		}
-		return nil
+		return w.setOutside(node.Name, outsideOf(rows, doms))
 	})
 }
 

@@ -254,7 +254,7 @@ func (w *writer) flush() error {
 
 func domainEqual(a, b *Domain) bool {
 	return a.ID == b.ID && a.Kind == b.Kind && a.Node == b.Node && a.Position == b.Position && a.Total == b.Total &&
-		a.Healthy == b.Healthy && a.Free == b.Free && slices.Equal(a.Models, b.Models)
+		a.Healthy == b.Healthy && a.Free == b.Free && slices.Equal(a.Models, b.Models) && a.outside == b.outside
 }
 
 func gpuEqual(a, b *GPU) bool {
@@ -291,5 +291,15 @@ func (w *writer) redomain(n *Node) error {
 			return err
 		}
 	}
+	return w.setOutside(n.Name, outsideOf(gpus, doms))
+}
+
+// setOutside keeps a node's outsideOf on its node domain's row.
+func (w *writer) setOutside(node string, out int) error {
+	e, err := w.edit(DomainNode + ":" + node)
+	if err != nil {
+		return err
+	}
+	e.cur.outside = out
 	return nil
 }

@@ -42,7 +42,7 @@ type candNode struct {
 	fabric []string        // fabric domains, smallest first
 	offer  int             // GPUs it offers a multi-node placement
 	// one is the one-GPU pick of the node, where the walk worked it out
-	// (bestFitSingle's minimal), for singleNode not to do it twice.
+	// (bestFitSingle's holesOf), for singleNode not to do it twice.
 	one *inNode
 	// twin is the first node the walk kept of this one's twin class, the
 	// node itself for that first one, nil where the walk did not tell
@@ -67,35 +67,39 @@ type twinPick struct {
 // every node is of level 0). Once that many accepted nodes of level 0 are
 // seen, no node further on (same or worse fit, later on ties) can rank
 // among them. A one-GPU job stops sooner: singleNode ranks its nodes by
-// holes, then fit, and no node can take fewer holes than one, so once
-// enough nodes where minimal says it takes one are seen (as many as the
-// judge ever reads, enough), no node further on can rank among them. seen
-// records the filter's answer per node walked.
+// holes (holesOf: the free GPUs of the picked GPU's smallest node-local
+// domain), then fit. A node with f free GPUs of the model takes at least
+// f - store.NodeCounts.MaxOutside() holes, and at least one, and the nodes
+// further on have as many free GPUs or more; so once enough kept nodes
+// (as many as the judge ever reads) take no more holes than that floor,
+// no node further on can rank among them. On a cluster of NVSwitch nodes
+// the floor is f itself: the walk stops after enough nodes of the fewest
+// free GPUs. seen records the filter's answer per node walked.
 //
 // The walk also stops once all it has left are twins it would pass over:
 // in the last free count of the model, when no node has more GPUs of it
 // (so every node left has all of them free), and enough nodes of every
 // kind of such node (store.NodeCounts.Whole) are kept. On a cluster of few
 // node kinds, mostly empty, that is most of the walk.
-func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) bool, k int, enough int, minimal func(*candNode) bool) (out []*candNode, seen map[string]bool) {
-	out, seen, _ = bestFitWalk(snap, model, filter, k, enough, minimal, true)
+func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) bool, k int, enough int, holesOf func(*candNode) int) (out []*candNode, seen map[string]bool) {
+	out, seen, _ = bestFitWalk(snap, model, filter, k, enough, holesOf, true)
 	return out, seen
 }
 
 // bestFitWalk is bestFitSingle, and how many nodes it read; stopWhole
 // false walks the twins left to the end, as the tests' reference.
-func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool, k int, enough int, minimal func(*candNode) bool, stopWhole bool) (out []*candNode, seen map[string]bool, read int) {
+func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool, k int, enough int, holesOf func(*candNode) int, stopWhole bool) (out []*candNode, seen map[string]bool, read int) {
 	limit := singleLimit
 	if k == 1 {
 		limit = oneGPULimit
 	}
 	var counts []domainCount
 	slabSize := limit
-	if k == 1 && minimal != nil {
+	if k == 1 && holesOf != nil {
 		slabSize = min(limit, 2*enough) // most walks stop by then
 	}
 	slab := make([]candNode, 0, slabSize)
-	level0, ones := 0, 0
+	level0 := 0
 	// Candidates rank by what their links and free GPUs make of them
 	// (for one GPU holes, then fit; for more, level, bandwidth, holes,
 	// fit), then order: a node that placement cannot tell from enough
@@ -118,7 +122,24 @@ func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool,
 	if stopWhole && len(nc.Free) > 1 && len(nc.Free) == len(nc.Total) {
 		last = len(nc.Free) - 1
 	}
+	// byHoles counts the kept nodes of a one-GPU job by the holes their
+	// pick takes; settled says whether enough of them take no more than
+	// any node with f free GPUs or more can.
+	var byHoles []int
+	maxOut := nc.MaxOutside()
+	settled := func(f int) bool {
+		n := 0
+		for h := 1; h < len(byHoles) && h <= max(1, f-maxOut); h++ {
+			n += byHoles[h]
+		}
+		return n >= enough
+	}
+	lastF := 0
 	for node, free := range snap.EachNodeFreeByFit(model, k) {
+		if len(free) > lastF && byHoles != nil && settled(len(free)) {
+			break
+		}
+		lastF = len(free)
 		read++
 		twin := -1
 		if enough > 0 {
@@ -168,9 +189,14 @@ func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool,
 		}
 		level := 0 // one GPU fits the smallest domain
 		if k == 1 {
-			if minimal != nil && minimal(out[len(out)-1]) {
-				if ones++; ones >= enough {
-					break
+			if holesOf != nil {
+				if h := holesOf(out[len(out)-1]); h > 0 {
+					for len(byHoles) <= h {
+						byHoles = append(byHoles, 0)
+					}
+					if byHoles[h]++; settled(len(free)) {
+						break
+					}
 				}
 			}
 		} else {

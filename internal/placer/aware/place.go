@@ -60,12 +60,12 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 	filter := opts.Filter
 	if single && snap.NodeCounts(model).FreeAtLeast(n) > 0 {
 		var seen map[string]bool
-		var minimal func(*candNode) bool
+		var holesOf func(*candNode) int
 		walker := &placer{opts: opts} // pick's scratch, and limit
 		if n == 1 {
-			minimal = walker.minimalOne
+			holesOf = walker.holesOne
 		}
-		fit, seen = bestFitSingle(snap, model, opts.Filter, n, max(walker.limit(), maxJudged), minimal)
+		fit, seen = bestFitSingle(snap, model, opts.Filter, n, max(walker.limit(), maxJudged), holesOf)
 		if x != nil {
 			x.Explanation.NodesConsidered = snap.NodeCounts(model).FreeAtLeast(1)
 		}
@@ -267,16 +267,16 @@ type placer struct {
 	noTwinPicks bool
 }
 
-// minimalOne reports whether one GPU on the node leaves no hole: nothing
-// ranks before such a node but an earlier one (see bestFitSingle). It
-// keeps the node's one-GPU pick in c.one.
-func (p *placer) minimalOne(c *candNode) bool {
+// holesOne is the holes the node's one-GPU pick takes (the free GPUs of
+// its smallest node-local domain; bestFitSingle stops by them), 0 where
+// there is no pick. It keeps the pick in c.one.
+func (p *placer) holesOne(c *candNode) int {
 	in, err := p.pick(c, 1)
 	if err != nil {
-		return false
+		return 0
 	}
 	c.one = &in
-	return in.holes == 1
+	return in.holes
 }
 
 // busy reports whether at most half the cluster's GPUs of the model (""

@@ -99,7 +99,7 @@ func (p *placer) pick(c *candNode, k int) (inNode, error) {
 		var kept *inNode
 		switch {
 		case k == 1:
-			kept = t.one // the walk's minimal keeps it
+			kept = t.one // the walk's holesOne keeps it
 		case t.picked != nil && t.picked.k == k:
 			kept = &t.picked.in
 		}
