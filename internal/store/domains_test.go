@@ -597,6 +597,9 @@ func TestUpsertFabric(t *testing.T) {
 			t.Parallel()
 			s := newStore(t)
 			mustUpsert(t, s, report("n1", 0, "A100", 2), report("n2", 1, "A100", 2))
+			if s.Snapshot().HasFabric() {
+				t.Error("HasFabric before any fabric")
+			}
 			if err := s.UpsertFabric(map[string][]string{"n1": {"leaf:old"}, "n2": {"leaf:old"}}); err != nil {
 				t.Fatal(err)
 			}
@@ -614,6 +617,9 @@ func TestUpsertFabric(t *testing.T) {
 			}
 			if got := domainIDs(snap.DomainsOfKind(DomainLeaf)); !slices.Equal(got, tt.leaves) && len(got)+len(tt.leaves) > 0 {
 				t.Errorf("leaves %v, want %v", got, tt.leaves)
+			}
+			if got, want := snap.HasFabric(), len(tt.leaves) > 0; got != want {
+				t.Errorf("HasFabric %v, want %v", got, want)
 			}
 			checkDomains(t, snap)
 			if tt.wantErr == "" {

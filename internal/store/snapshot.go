@@ -386,6 +386,12 @@ func (s *Snapshot) TopologyVersion() uint64 {
 	return 0
 }
 
+// HasFabric reports whether the store holds any node's fabric domains
+// (UpsertFabric). Discovery publishes a cluster's fabric after its nodes,
+// so a reader that must not start before the fabric is in (a benchmark's
+// timed window, a replay's first job) waits for it after the nodes.
+func (s *Snapshot) HasFabric() bool { return s.first(TableFabric, IndexID+"_prefix", "") != nil }
+
 // AnyJobInState reports whether some job is in the state, without
 // copying the jobs out.
 func (s *Snapshot) AnyJobInState(state JobState) bool {

@@ -241,13 +241,15 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 	}
 	defer func() { _ = op.Stop() }() // a service that failed shows as decisions that never came
 	total := len(names) * NodeGPUs
-	// Placement and the optimizer both hold the whole cluster before the
-	// window opens: their catch-up with the topology stream is the start's
-	// cost, not the decisions'.
+	// Placement and the optimizer both hold the whole cluster, and its
+	// fabric (published after the nodes), before the window opens: their
+	// catch-up with the topology stream is the start's cost, not the
+	// decisions'.
 	for {
-		t, _ := op.Placement.Store().Snapshot().Capacity("")
-		o, _ := op.Optimizer.Store().Snapshot().Capacity("")
-		if t == total && o == total {
+		place, opt := op.Placement.Store().Snapshot(), op.Optimizer.Store().Snapshot()
+		t, _ := place.Capacity("")
+		o, _ := opt.Capacity("")
+		if t == total && o == total && place.HasFabric() && opt.HasFabric() {
 			break
 		}
 		select {

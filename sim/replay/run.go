@@ -240,13 +240,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	defer func() { _ = op.Stop() }() // a service's failure is reported from op.Err below
-	if err := awaitCapacity(ctx, op, cfg.Inventory.GPUs); err != nil {
-		return nil, err
-	}
-
 	ideal, err := newIdealModel(cfg.ClusterFile)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
+	}
+	if err := awaitTopology(ctx, op, cfg.Inventory.GPUs, ideal.fabric != nil); err != nil {
+		return nil, err
 	}
 	r := newRunner(cfg, b, ideal)
 	r.clock = clock
@@ -302,17 +301,21 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	return r.result(wall, setupTook, mem.peak()), nil
 }
 
-func awaitCapacity(ctx context.Context, op *operator.Operator, want int) error {
+// awaitTopology returns once placement holds the cluster's want GPUs and,
+// with fabric, its fabric, which discovery publishes after the nodes: the
+// first job is not to be decided on a cluster without its network.
+func awaitTopology(ctx context.Context, op *operator.Operator, want int, fabric bool) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if total, _ := op.Placement.Store().Snapshot().Capacity(""); total >= want {
+		snap := op.Placement.Store().Snapshot()
+		total, _ := snap.Capacity("")
+		if total >= want && (!fabric || snap.HasFabric()) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			total, _ := op.Placement.Store().Snapshot().Capacity("")
-			return fmt.Errorf("replay: placement holds %d of the cluster's %d GPUs after 2 minutes", total, want)
+			return fmt.Errorf("replay: placement holds %d of the cluster's %d GPUs (fabric: %v of %v) after 2 minutes", total, want, snap.HasFabric(), fabric)
 		}
 		select {
 		case <-tick.C:
