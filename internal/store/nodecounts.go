@@ -12,8 +12,10 @@ import (
 
 // Node counts and the node-free index: what lets placement answer "how
 // many nodes have k healthy (free) GPUs of model M", "the largest node of
-// model M", and "the nodes with at least k free GPUs of model M, fewest
-// first (or in enumeration order)" without walking the cluster. Both are
+// model M", "the kinds of wholly free node", "how far below its free GPUs
+// a node's smallest hole can be" (MaxOutside), and "the nodes with at
+// least k free GPUs of model M, fewest first (or in enumeration order)"
+// without walking the cluster. Both are
 // kept from the node domains' rows (a node domain holds exactly the GPUs of
 // one live node) in the same write transaction as the GPU rows, so they
 // agree with every other read of a snapshot.
