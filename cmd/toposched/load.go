@@ -196,8 +196,13 @@ func startCPUProfile(file string) (stop func(), err error) {
 	}, nil
 }
 
-// writeAllocs writes the allocation profile so far to file.
+// writeAllocs writes the allocation profile so far to file. It collects
+// garbage first: the profile counts an allocation only once a collection
+// has ended after it, so a window's profile would otherwise hold what was
+// allocated before it (the services' catch-up) and miss its own last
+// allocations.
 func writeAllocs(file string) error {
+	runtime.GC()
 	pf, err := os.Create(file)
 	if err != nil {
 		return err
