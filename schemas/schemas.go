@@ -153,6 +153,10 @@ func compile() (map[string]*jsonschema.Schema, error) {
 	// Every reference is to a resource added here; a schema that reached for
 	// the network or the file system would be a bug, so refuse it.
 	c.UseLoader(jsonschema.SchemeURLLoader{})
+	// Plain numeric schemas are checked by this package's vocabulary
+	// (numbers.go), in machine arithmetic where it is exact.
+	c.RegisterVocabulary(numberVocab)
+	c.AssertVocabs()
 	for _, f := range files {
 		b, err := FS.ReadFile(f)
 		if err != nil {
@@ -168,6 +172,7 @@ func compile() (map[string]*jsonschema.Schema, error) {
 		if obj, ok := doc.(map[string]any); !ok || obj["$id"] != want {
 			return nil, fmt.Errorf("schemas: %s: $id must be %s", f, want)
 		}
+		rewriteNumbers(doc)
 		if err := c.AddResource(want, doc); err != nil {
 			return nil, fmt.Errorf("schemas: add %s: %w", f, err)
 		}
