@@ -193,8 +193,8 @@ type number struct {
 	rat   *big.Rat
 }
 
-func parseNumber(lit string) *number {
-	n := &number{lit: lit}
+func parseNumber(lit string) number {
+	n := number{lit: lit}
 	if plainInt(lit) {
 		if i, err := strconv.ParseInt(lit, 10, 64); err == nil {
 			n.i, n.isInt = i, true
