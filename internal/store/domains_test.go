@@ -308,6 +308,20 @@ func checkNodeCounts(t *testing.T, snap *Snapshot) {
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("EachNodeFree(%q) = %v, want %v", model, got, want)
 		}
+		// NodeFree answers node by node as the walk does.
+		for n := range snap.EachNode() {
+			i := slices.IndexFunc(want, func(w nodeFree) bool { return w.node.Name == n.Name })
+			row, free, ok := snap.NodeFree(n.Name, model)
+			switch {
+			case ok != (i >= 0):
+				t.Errorf("NodeFree(%s, %q) found %v, the walk %v", n.Name, model, ok, i >= 0)
+			case ok && (!reflect.DeepEqual(*row, want[i].node) || !reflect.DeepEqual(free, want[i].free)):
+				t.Errorf("NodeFree(%s, %q) = %v %v, the walk %v", n.Name, model, *row, free, want[i])
+			}
+		}
+		if _, _, ok := snap.NodeFree("no-such-node", model); ok {
+			t.Errorf("NodeFree of an unknown node found it")
+		}
 	}
 	for model, nodes := range byModel {
 		want := NodeCounts{Model: model}

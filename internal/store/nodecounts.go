@@ -483,6 +483,23 @@ func (s *Snapshot) EachNodeFree(model string) iter.Seq2[*Node, []FreeGPU] {
 	}
 }
 
+// NodeFree is one node as EachNodeFree gives it: its row and its free
+// GPUs of a model ("" for any), by index, both the store's (do not modify);
+// false for a node the store does not have or with no such GPU free. One
+// index lookup.
+func (s *Snapshot) NodeFree(name, model string) (*Node, []FreeGPU, bool) {
+	raw := s.first(TableDomains, IndexID, DomainNode+":"+name)
+	if raw == nil {
+		return nil, nil, false
+	}
+	d := raw.(*Domain)
+	free := freeOf(d, model)
+	if d.node == nil || len(free) == 0 {
+		return nil, nil, false
+	}
+	return d.node, free, true
+}
+
 // EachNodeFreeIn is EachNodeFree for the nodes of one domain (a leaf or a
 // pod: see EachFreeGPUIn): it walks the domain's free GPUs, not the
 // cluster's nodes, so a job spread inside one leaf reads that leaf's

@@ -322,18 +322,6 @@ func placeNotWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, b
 
 // allowed asks filter of one node, as the candidate walk would.
 func allowed(snap *store.Snapshot, model, name string, filter func(NodeView) bool) bool {
-	node, ok := snap.Node(name)
-	if !ok {
-		return false
-	}
-	var free []store.GPU
-	for _, g := range snap.FreeGPUs(name) {
-		if model == "" || g.Model == model {
-			free = append(free, g)
-		}
-	}
-	if len(free) == 0 {
-		return false
-	}
-	return filter(NodeView{Node: node, Free: len(free), Fabric: fabricDomains(free[0].Domains)})
+	node, free, ok := snap.NodeFree(name, model)
+	return ok && filter(ViewOf(*node, free))
 }
