@@ -257,7 +257,7 @@ func outsideOf(gpus []*GPU, doms [][]string) int {
 		}
 		n++
 		for _, d := range ds {
-			if localLevel(d) < 3 {
+			if LocalLevel(d) < 3 {
 				size[d]++
 			}
 		}
@@ -269,7 +269,7 @@ func outsideOf(gpus []*GPU, doms [][]string) int {
 		}
 		best, level := "", 3
 		for _, d := range ds {
-			if l := localLevel(d); l < level {
+			if l := LocalLevel(d); l < level {
 				best, level = d, l
 			}
 		}
@@ -280,9 +280,11 @@ func outsideOf(gpus []*GPU, doms [][]string) int {
 	return out
 }
 
-// localLevel orders the node-local domains smallest first: island 0,
-// PCIe group 1, NUMA node 2, anything else 3.
-func localLevel(id string) int {
+// LocalLevel orders domain IDs by the node-local domain they name,
+// smallest first: island 0, PCIe group 1, NUMA node 2, anything else
+// (the node, a fabric domain, the cluster) 3. Placement ranks a GPU's
+// domains by it, and the store's MaxOutside is counted by it.
+func LocalLevel(id string) int {
 	switch {
 	case strings.HasPrefix(id, DomainIsland+":"):
 		return 0

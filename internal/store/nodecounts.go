@@ -163,8 +163,10 @@ func (w *writer) addNodeCount(model string, total, healthy, free, outside, sign 
 	if err != nil {
 		return err
 	}
-	add := func(hist *[]int, c int) error {
-		if c < 0 || (c == 0 && hist != &e.cur.Outside) {
+	// add counts a node at c in hist; counts below least are not kept
+	// (index 0 of Total, Healthy and Free stays 0; Outside counts 0).
+	add := func(hist *[]int, c, least int) error {
+		if c < least {
 			return nil
 		}
 		if c >= len(*hist) {
@@ -176,13 +178,13 @@ func (w *writer) addNodeCount(model string, total, healthy, free, outside, sign 
 		}
 		return nil
 	}
-	if err := add(&e.cur.Total, total); err != nil {
+	if err := add(&e.cur.Total, total, 1); err != nil {
 		return err
 	}
-	if err := add(&e.cur.Healthy, healthy); err != nil {
+	if err := add(&e.cur.Healthy, healthy, 1); err != nil {
 		return err
 	}
-	if err := add(&e.cur.Outside, outside); err != nil {
+	if err := add(&e.cur.Outside, outside, 0); err != nil {
 		return err
 	}
 	if total > 0 && free == total {
@@ -190,7 +192,7 @@ func (w *writer) addNodeCount(model string, total, healthy, free, outside, sign 
 			return fmt.Errorf("store: whole free nodes of model %q went negative: a store bug", model)
 		}
 	}
-	return add(&e.cur.Free, free)
+	return add(&e.cur.Free, free, 1)
 }
 
 // kindNode moves a node domain between the kinds of wholly free nodes

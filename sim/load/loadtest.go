@@ -251,6 +251,10 @@ func FormatDuration(d time.Duration) string {
 	return fmt.Sprintf("%.2f ms", ms)
 }
 
+// formatKB prints bytes in KB of 1,000 bytes, one decimal: both tables'
+// alloc/decision, so that they compare.
+func formatKB(bytes float64) string { return fmt.Sprintf("%.1f KB", bytes/1000) }
+
 // table prints rows aligned under a header.
 func table(out io.Writer, header []string, rows [][]string) error {
 	width := make([]int, len(header))

@@ -177,7 +177,7 @@ func runDecisions(ctx context.Context, out io.Writer, cfg Config) error {
 				s := StatsOf(lat)
 				alloc := float64(after.TotalAlloc-before.TotalAlloc) / float64(max(s.N, 1))
 				rows = append(rows, []string{FormatSize(cl.GPUs), build, fmt.Sprint(n), strategy, verdict, fmt.Sprint(s.N),
-					FormatDuration(s.P50), FormatDuration(s.P99), FormatDuration(s.Max), fmt.Sprintf("%.1f KB", alloc/1000)})
+					FormatDuration(s.P50), FormatDuration(s.P99), FormatDuration(s.Max), formatKB(alloc)})
 				build = ""
 			}
 		}
@@ -325,7 +325,7 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 	alloc := float64(after.TotalAlloc-before.TotalAlloc) / float64(max(len(lat), 1))
 	if err := table(out, []string{"decided", "other", "seconds", "decisions/s", "p50 latency", "p99 latency", "alloc/decision", "of raw async publish"}, [][]string{{
 		fmt.Sprint(len(lat)), fmt.Sprint(other), fmt.Sprintf("%.2f", elapsed.Seconds()),
-		fmt.Sprintf("%.0f", rate), FormatDuration(s.P50), FormatDuration(s.P99), fmt.Sprintf("%.1f KB", alloc/1024),
+		fmt.Sprintf("%.0f", rate), FormatDuration(s.P50), FormatDuration(s.P99), formatKB(alloc),
 		fmt.Sprintf("%.2f%%", 100*rate/raw.AsyncPerSecond)}}); err != nil {
 		return err
 	}

@@ -203,7 +203,7 @@ func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool,
 			level = 1
 			counts = countLocal(counts, free)
 			for _, dc := range counts {
-				if dc.free >= k && levelOfID(dc.id) == 0 {
+				if dc.free >= k && store.LocalLevel(dc.id) == 0 {
 					level = 0
 					break
 				}
@@ -343,13 +343,14 @@ func scoped(snap *store.Snapshot, job events.JobAnalyzed, model string, filter f
 		// A leaf or pod that holds the job, as little as is read of it:
 		// every one of 3,125 leaves at 100k GPUs may.
 		type fitting struct {
-			id, major string
-			free      int
+			id     string
+			models []store.ModelCount // the store's
+			free   int
 		}
 		var doms []fitting
 		for d := range snap.EachDomainOfKind(kind) {
 			if f := d.FreeOf(model); f >= n {
-				doms = append(doms, fitting{d.ID, mostFree(d), f})
+				doms = append(doms, fitting{d.ID, d.Models, f})
 			}
 		}
 		slices.SortFunc(doms, func(a, b fitting) int {
@@ -361,13 +362,14 @@ func scoped(snap *store.Snapshot, job events.JobAnalyzed, model string, filter f
 			if len(sets) == scopeDomains || walked >= scopeWalk {
 				break
 			}
-			if perModel[d.major] == 4 {
+			major := mostFree(d.models)
+			if perModel[major] == 4 {
 				continue
 			}
 			cands, _, considered := candidatesIn(snap, d.id, model, filter)
 			walked += considered
 			if offers(cands) >= n {
-				perModel[d.major]++
+				perModel[major]++
 				sets = append(sets, scopeSet{dom: d.id, cands: cands})
 			}
 		}
@@ -381,10 +383,10 @@ func scoped(snap *store.Snapshot, job events.JobAnalyzed, model string, filter f
 	return nil
 }
 
-// mostFree is the model of most of a domain's free GPUs.
-func mostFree(d store.Domain) string {
+// mostFree is the model of most of a domain's free GPUs, by its counts.
+func mostFree(models []store.ModelCount) string {
 	best := store.ModelCount{}
-	for _, m := range d.Models {
+	for _, m := range models {
 		if m.Free > best.Free {
 			best = m
 		}

@@ -14,7 +14,6 @@ import (
 	"cmp"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/toposched/toposched/events"
@@ -374,19 +373,6 @@ func levelOf(kind string) int {
 	case store.DomainPCIe:
 		return 1
 	case store.DomainNUMA:
-		return 2
-	}
-	return 3
-}
-
-// levelOfID is levelOf(store.DomainKind(id)) without cutting the string.
-func levelOfID(id string) int {
-	switch {
-	case strings.HasPrefix(id, store.DomainIsland+":"):
-		return 0
-	case strings.HasPrefix(id, store.DomainPCIe+":"):
-		return 1
-	case strings.HasPrefix(id, store.DomainNUMA+":"):
 		return 2
 	}
 	return 3

@@ -44,7 +44,7 @@ func countLocal(counts []domainCount, free []store.FreeGPU) []domainCount {
 	counts = counts[:0]
 	for _, g := range free {
 		for _, d := range g.Domains {
-			if levelOfID(d) == 3 {
+			if store.LocalLevel(d) == 3 {
 				continue
 			}
 			i := slices.IndexFunc(counts, func(c domainCount) bool { return c.id == d })
@@ -78,7 +78,7 @@ func (p *placer) holes(c *candNode) []int {
 		hole[i] = len(c.free)
 		best := 4
 		for _, d := range g.Domains {
-			if l := levelOfID(d); l < best {
+			if l := store.LocalLevel(d); l < best {
 				best, hole[i] = l, freeOf(p.counts, d)
 			}
 		}
@@ -152,7 +152,7 @@ func (p *placer) pickOn(c *candNode, k int) (inNode, error) {
 	level, poolDom, poolFree := 3, "", len(c.free)
 	for _, dc := range freeIn {
 		d, f := dc.id, dc.free
-		l := levelOfID(d)
+		l := store.LocalLevel(d)
 		if f >= k && (l < level || (l == level && (f < poolFree || (f == poolFree && d < poolDom)))) {
 			level, poolDom, poolFree = l, d, f
 		}
@@ -300,7 +300,7 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 			p.counts = countLocal(p.counts, c.free)
 			for _, dc := range p.counts {
 				if dc.free >= k {
-					level = min(level, levelOfID(dc.id))
+					level = min(level, store.LocalLevel(dc.id))
 				}
 			}
 		}
@@ -520,7 +520,7 @@ func (p *placer) freeLevel(c *candNode) int {
 	level := 3
 	for _, dc := range p.counts {
 		if dc.free == len(c.free) {
-			level = min(level, levelOfID(dc.id))
+			level = min(level, store.LocalLevel(dc.id))
 		}
 	}
 	return level
