@@ -783,7 +783,7 @@ func TestWatchFreeIn(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s := newStore(t)
+			s := watchedStore(t)
 			mustUpsert(t, s,
 				topoReport("a", 0, "H100", nvswitch(2, 18), nil, nil),
 				topoReport("b", 1, "H100", nvswitch(2, 18), nil, nil))
@@ -793,7 +793,7 @@ func TestWatchFreeIn(t *testing.T) {
 			snap := s.Snapshot()
 			chans := map[watch]<-chan struct{}{}
 			for _, w := range append(slices.Clone(tt.fire), tt.quiet...) {
-				chans[w] = snap.WatchFreeIn(w.domain, w.model)
+				chans[w] = snap.watchFreeIn(w.domain, w.model)
 				if !quiet(chans[w]) {
 					t.Fatalf("%v closed before the change", w)
 				}

@@ -321,11 +321,11 @@ func TestPartHealthAcrossReports(t *testing.T) {
 // writes nothing.
 func TestPartHealthNoOp(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
+	s := watchedStore(t)
 	mustUpsert(t, s, topoReport("n", 0, "A100", nvswitch(2, 12), nil, dgxNICs(2)))
 	for _, h := range []events.TopologyHealth{nvlinkHealth("n", "0/1", "healthy"), nicHealth("n", "mlx5_0", "healthy")} {
 		before, _ := s.Snapshot().Node("n")
-		ch := s.Snapshot().WatchFreeIn("node:n", "")
+		ch := s.Snapshot().watchFreeIn("node:n", "")
 		if err := s.SetHealth(h); err != nil {
 			t.Fatal(err)
 		}

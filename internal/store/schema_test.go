@@ -101,7 +101,7 @@ func TestSchema(t *testing.T) {
 // to that node's GPUs.
 func TestNodeGPUsByPrimaryKey(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
+	s := watchedStore(t)
 	mustUpsert(t, s, report("n1", 0, "A100", 2), report("n10", 1, "A100", 3), report("n", 2, "A100", 1))
 	snap := s.Snapshot()
 	for _, c := range []struct {
@@ -117,7 +117,7 @@ func TestNodeGPUsByPrimaryKey(t *testing.T) {
 			t.Errorf("GPUs(%q) = %v, want %v", c.node, got, c.want)
 		}
 	}
-	watch := snap.WatchFreeIn(DomainNode+":n1", "")
+	watch := snap.watchFreeIn(DomainNode+":n1", "")
 	if err := s.Allocate("a", keys("n10", 0)); err != nil {
 		t.Fatal(err)
 	}

@@ -293,28 +293,6 @@ func (s *Snapshot) eachFreeGPUIn(d Domain, model string) iter.Seq[GPU] {
 	}
 }
 
-// WatchFreeIn returns a channel that is closed on the first change, after
-// this snapshot was taken, to the free GPUs of a model ("" for any) in a
-// domain. Taken from the snapshot that found no room, it misses nothing.
-// It may also close on a change that leaves that set as it was: for a
-// node-local domain on any change to the node's GPUs, for a core domain on
-// any change to the cluster's free GPUs of the model, for an unknown
-// domain or one with no free GPU on a change to a wider part of the index.
-// A waiter re-checks what it waits for.
-func (s *Snapshot) WatchFreeIn(domain, model string) <-chan struct{} {
-	if node := domainNode(domain); node != "" {
-		return s.get(TableGPUs, nodeGPUs, node).WatchCh()
-	}
-	if !indexedKind(DomainKind(domain)) {
-		domain = ClusterDomain
-	}
-	args := []any{domain}
-	if model != "" {
-		args = append(args, model)
-	}
-	return s.get(TableGPUs, IndexDomain, args...).WatchCh()
-}
-
 // FabricDomains returns the fabric domains UpsertFabric gave a node, known
 // or not yet; nil when it gave none. Shared: do not modify.
 func (s *Snapshot) FabricDomains(node string) []string {

@@ -20,8 +20,7 @@
 // row with its counts of GPUs, healthy and free, overall and by model,
 // updated in the same transaction as the GPUs, so a snapshot's counts and
 // rows always agree; and the free GPUs of every domain that spans nodes are
-// one prefix walk of one index, whose watch channels wake a waiter when
-// that domain's free set changes.
+// one prefix walk of one index.
 package store
 
 // The Store, its write transaction (write) and the reads the writes share.
@@ -50,24 +49,20 @@ func New() (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return &Store{db: db}, nil
+	// memdb's primary database closes, at every commit, the watch
+	// channel of every tree node the commit copied, which it keeps in a
+	// set meanwhile; nothing here waits on them, and the set and the
+	// closing were a twelfth of what a placement cycle's commit
+	// allocates. A snapshot of the fresh database is the same database,
+	// writable, without that tracking (memdb tracks for its primary only,
+	// so that writes to a snapshot never wake its primary's watchers).
+	return &Store{db: db.Snapshot()}, nil
 }
 
 // Snapshot returns a point-in-time view of the store in O(1).
 func (s *Store) Snapshot() *Snapshot {
 	db := s.db.Snapshot()
 	return &Snapshot{db: db, txn: db.Txn(false)}
-}
-
-// WatchFree returns a channel that is closed on the next change to the set
-// of free GPUs (a GPU allocated, released, turning healthy or unhealthy,
-// added or removed). It may also close on a change that leaves the set as it
-// was (a free GPU's details rewritten, or any GPU change while no GPU is
-// free), so a waiter re-checks what it waits for. Take the channel before
-// reading the snapshot that found no room, or a change in between is missed;
-// Snapshot.WatchFreeIn has no such gap, and narrows the wait to one domain.
-func (s *Store) WatchFree() <-chan struct{} {
-	return s.Snapshot().WatchFreeIn(ClusterDomain, "")
 }
 
 // write runs fn in one write transaction, committing if it returns nil.

@@ -737,7 +737,7 @@ func TestJobs(t *testing.T) {
 
 func TestWatchFree(t *testing.T) {
 	t.Parallel()
-	s := newStore(t)
+	s := watchedStore(t)
 	mustUpsert(t, s, report("n1", 0, "A100", 4))
 	if err := s.Allocate("held", keys("n1", 3)); err != nil {
 		t.Fatal(err)
@@ -789,7 +789,7 @@ func TestWatchFree(t *testing.T) {
 		{"node removed", func() error { return s.UpsertNode(events.TopologyNode{Name: "n2", Removed: true}) }, true},
 	}
 	for _, st := range steps {
-		ch := s.WatchFree()
+		ch := s.watchFree()
 		if !quiet(ch) {
 			t.Fatalf("%s: channel closed before the change", st.name)
 		}
@@ -797,15 +797,15 @@ func TestWatchFree(t *testing.T) {
 			t.Fatalf("%s: %v", st.name, err)
 		}
 		if st.change && !fired(ch) {
-			t.Errorf("%s: WatchFree did not fire", st.name)
+			t.Errorf("%s: watchFree did not fire", st.name)
 		}
 		if !st.change && !quiet(ch) {
-			t.Errorf("%s: WatchFree fired on no change", st.name)
+			t.Errorf("%s: watchFree fired on no change", st.name)
 		}
 	}
 
 	// A waiter blocked on the channel wakes on release.
-	ch := s.WatchFree()
+	ch := s.watchFree()
 	woke := make(chan struct{})
 	go func() { <-ch; close(woke) }()
 	if _, err := s.Release("held"); err != nil {

@@ -12,7 +12,7 @@ import (
 func TestTxn(t *testing.T) {
 	t.Parallel()
 	setup := func(t *testing.T) *Store {
-		s := newStore(t)
+		s := watchedStore(t)
 		mustUpsert(t, s, report("n1", 0, "A100", 4), report("n2", 1, "A100", 4))
 		return s
 	}
@@ -20,7 +20,7 @@ func TestTxn(t *testing.T) {
 	t.Run("commit", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t)
-		watch := s.WatchFree()
+		watch := s.watchFree()
 		tx := s.Begin()
 		if err := tx.Allocate("a", keys("n1", 0, 1)); err != nil {
 			t.Fatal(err)
@@ -47,7 +47,7 @@ func TestTxn(t *testing.T) {
 		}
 		select {
 		case <-watch:
-			t.Fatal("WatchFree fired before Commit")
+			t.Fatal("watchFree fired before Commit")
 		default:
 		}
 		if err := tx.Commit(); err != nil {
@@ -113,7 +113,7 @@ func TestTxn(t *testing.T) {
 func TestTxnRestoreReleaseDelete(t *testing.T) {
 	t.Parallel()
 	setup := func(t *testing.T) *Store {
-		s := newStore(t)
+		s := watchedStore(t)
 		mustUpsert(t, s, report("n1", 0, "A100", 4), report("n2", 1, "A100", 4))
 		if err := s.Allocate("old", keys("n2", 0, 1)); err != nil {
 			t.Fatal(err)

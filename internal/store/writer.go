@@ -44,8 +44,8 @@ func shareOf(g *GPU) share {
 }
 
 // putGPU replaces old with upd (either may be nil: an insert, a delete)
-// and adjusts the domain counts. An upd equal to old writes nothing, which
-// keeps the watch channels quiet on a report that changed nothing.
+// and adjusts the domain counts. An upd equal to old writes nothing: a
+// report that changed nothing copies no tree path.
 func (w *writer) putGPU(old, upd *GPU) error {
 	switch {
 	case upd == nil && old == nil:
