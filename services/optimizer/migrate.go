@@ -105,7 +105,7 @@ func (s *Service) propose(ctx context.Context, lj *liveJob, reason string) error
 		return nil
 	}
 	d := lj.decision
-	what := s.store.Fork()
+	what := s.occupancy().Fork()
 	if _, err := what.Release(d.JobID); err != nil {
 		return fmt.Errorf("optimizer: what-if release of %s: %w", d.JobID, err)
 	}

@@ -9,8 +9,9 @@
 //   - a store (internal/store) fed by the topology stream on one
 //     ordered consumer (nodes, health changes and the fabric, in stream
 //     order, as placement's store is), with every live job's GPUs
-//     allocated in it, so that it can answer "who else uses this uplink"
-//     and plan what-ifs with placement's planner;
+//     allocated in it, so that it can plan what-ifs with placement's
+//     planner (the allocations are written back in batches, before the
+//     what-ifs read them: writeback.go);
 //   - the analysed jobs (jobs.analyzed), kept until the job is released or
 //     rejected: tuning and diagnosis need each job's groups and volumes;
 //   - the live decisions (placement.decided until placement.released), on
@@ -152,6 +153,9 @@ type Service struct {
 	analyses map[string]*events.JobAnalyzed
 	live     map[string]*liveJob
 	holder   map[gpuKey]string
+	// unwritten is the placement changes the store has yet to be told
+	// (writeback.go).
+	unwritten []storeChange
 }
 
 // liveJob is one running job as the optimizer sees it.
@@ -228,8 +232,13 @@ func (s *Service) SetBandwidths(bw *topology.Bandwidths) { s.bandwidths.Store(bw
 // (nil: the defaults).
 func (s *Service) Bandwidths() *topology.Bandwidths { return s.bandwidths.Load() }
 
-// Store is the optimizer's inventory, for tests and read-only views.
-func (s *Service) Store() *store.Store { return s.store }
+// Store is the optimizer's inventory, every placement applied so far
+// written to it, for tests and read-only views.
+func (s *Service) Store() *store.Store {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.occupancy()
+}
 
 // Ready is closed once the state is rebuilt and every handler consumes.
 func (s *Service) Ready() <-chan struct{} { return s.serving }
@@ -290,7 +299,7 @@ func (s *Service) applyTopology(name events.Name, body []byte) error {
 		if err := s.read.Decode(name, body, &n); err != nil {
 			return err
 		}
-		if err := s.store.UpsertNode(n); err != nil {
+		if err := s.occupancy().UpsertNode(n); err != nil {
 			return fmt.Errorf("node %s: %w", n.Name, err)
 		}
 		if n.Removed {
@@ -301,7 +310,7 @@ func (s *Service) applyTopology(name events.Name, body []byte) error {
 		if err := s.read.Decode(name, body, &h); err != nil {
 			return err
 		}
-		if err := s.store.SetHealth(h); err != nil {
+		if err := s.occupancy().SetHealth(h); err != nil {
 			return fmt.Errorf("health of %s: %w", h.Node, err)
 		}
 		key := h.Component + "/" + h.ID
@@ -324,7 +333,7 @@ func (s *Service) applyTopology(name events.Name, body []byte) error {
 }
 
 func (s *Service) applyFabric(ev events.TopologyFabric) error {
-	f, err := s.store.ApplyFabric(ev)
+	f, err := s.occupancy().ApplyFabric(ev)
 	if err != nil {
 		return err
 	}
@@ -478,23 +487,12 @@ func (s *Service) applyDecided(d *events.PlacementDecided) {
 	lj := &liveJob{decision: d, spec: spec}
 	delete(s.analyses, d.JobID)
 	s.live[d.JobID] = lj
-	// One transaction for the GPUs and the job's row. Restore, not
-	// Allocate: the store holds what was decided even where a GPU failed
-	// since; a conflict is the double booking logged above, and leaves
-	// the job's row to be written.
-	t := s.store.Begin()
-	if err := t.Restore(d.JobID, gpusOf(d)); err != nil {
-		s.log.Warn("store: allocation not restored", "job_id", d.JobID, "err", err)
-	}
-	s.recordJob(t, lj)
-	if err := t.Commit(); err != nil {
-		s.log.Warn("store: placement not recorded", "job_id", d.JobID, "err", err)
-	}
+	s.later(storeChange{kind: changePlaced, job: d.JobID, gpus: gpusOf(d), lj: lj})
 	s.log.Debug("tracking placement", "job_id", d.JobID, "ranks", len(d.Ranks))
 }
 
 // recordJob keeps a live job in the store (in t), where the planner's
-// what-ifs and the congestion search read it.
+// what-ifs read it.
 func (s *Service) recordJob(t *store.Txn, lj *liveJob) {
 	j := store.Job{ID: lj.decision.JobID, State: store.JobPlaced, Decision: lj.decision}
 	if lj.spec != nil {
@@ -523,16 +521,7 @@ func (s *Service) dropLive(job string) {
 		}
 	}
 	delete(s.live, job)
-	t := s.store.Begin()
-	if _, err := t.Release(job); err != nil {
-		s.log.Warn("store: release failed", "job_id", job, "err", err)
-	}
-	if err := t.DeleteJob(job); err != nil {
-		s.log.Warn("store: job not deleted", "job_id", job, "err", err)
-	}
-	if err := t.Commit(); err != nil {
-		s.log.Warn("store: release not recorded", "job_id", job, "err", err)
-	}
+	s.later(storeChange{kind: changeReleased, job: job})
 }
 
 // Live reports the number of live placements and GPUs they hold.

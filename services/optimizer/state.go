@@ -145,11 +145,7 @@ func (s *Service) ready(ctx context.Context, lj *liveJob) error {
 		if lj.spec == nil {
 			return bus.Transient(fmt.Errorf("optimizer: job %s: analysis %w", d.JobID, errNotYet))
 		}
-		t := s.store.Begin()
-		s.recordJob(t, lj)
-		if err := t.Commit(); err != nil {
-			s.log.Warn("store: job not recorded", "job_id", d.JobID, "err", err)
-		}
+		s.later(storeChange{kind: changeRecorded, job: d.JobID, lj: lj})
 	}
 	if s.topologyMissing(d) || (len(d.Nodes) > 1 && s.fabric == nil) {
 		if err := s.catchUpTopology(ctx); err != nil {
