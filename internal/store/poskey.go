@@ -29,22 +29,17 @@ func appendPosition(b []byte, pos int) []byte {
 // positionKeyLen is the length appendPosition appends.
 const positionKeyLen = 16
 
-// positionIndexer indexes nodes by Position or GPUs by NodePosition with
-// appendPosition's key; a walk of it with no argument yields them in
-// position order (then, for a non-unique index, by the primary key memdb
-// appends).
+// positionIndexer indexes nodes by Position with appendPosition's key; a
+// walk of it with no argument yields them in position order (then, for a
+// non-unique index, by the primary key memdb appends).
 type positionIndexer struct{}
 
 func (positionIndexer) FromObject(obj any) (bool, []byte, error) {
-	var pos int
-	switch o := obj.(type) {
-	case *Node:
-		pos = o.Position
-	case *GPU:
-		pos = o.NodePosition
-	default:
+	n, ok := obj.(*Node)
+	if !ok {
 		return false, nil, fmt.Errorf("store: position index: unexpected %T", obj)
 	}
+	pos := n.Position
 	// Room for what memdb appends to a non-unique key (the primary key),
 	// so its append does not copy.
 	return true, appendPosition(make([]byte, 0, positionKeyLen+32), pos), nil

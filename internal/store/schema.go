@@ -34,7 +34,6 @@ const (
 const (
 	IndexID       = "id"
 	IndexPosition = "position" // nodes: enumeration order
-	IndexOrder    = "order"    // gpus: enumeration order (node position, node, index)
 	IndexJob      = "job"      // gpus: the GPUs held by one job
 	// IndexDomain lists the free GPUs of each leaf, pod and of the cluster
 	// by model, then enumeration order (freeDomainIndexer, indexedKind).
@@ -116,12 +115,6 @@ func gpusTableSchema() *memdb.TableSchema {
 						&memdb.IntFieldIndex{Field: "Index"},
 					},
 				}},
-			},
-			// Non-unique, so memdb appends the primary key: GPUs come out
-			// by node position, node name, then index, in one walk.
-			IndexOrder: {
-				Name:    IndexOrder,
-				Indexer: positionIndexer{},
 			},
 			// Held and unhealthy GPUs, and those in no domain, are left
 			// out of this index.

@@ -26,9 +26,10 @@ func TestSchema(t *testing.T) {
 	// on DGX-like nodes (one leaf, pod and core per node), heap per GPU:
 	// 2035 B bare (no inner topology, no fabric), 2950 B with the nodes'
 	// topology, 3944 B with the fabric too.
-	//   - gpus: id and order, one entry per GPU each (a node's GPUs are a
-	//     prefix walk of id: gpuKeyIndexer, ~380 B per GPU less than the
-	//     node index it replaced); job, one per
+	//   - gpus: id, one entry per GPU (a node's GPUs are a prefix walk of
+	//     it: gpuKeyIndexer, ~380 B per GPU less than the node index it
+	//     replaced; an order index, by node position, went too: no reader
+	//     of the product walked it); job, one per
 	//     held GPU; domain, one per free GPU per leaf, pod or cluster it is
 	//     in. Its cluster entries are the former "free" index; the leaf and
 	//     pod entries cost ~860 B per free GPU. Left out, and measured: core
@@ -52,7 +53,7 @@ func TestSchema(t *testing.T) {
 	//     pending job, so that the head of the queue is one lookup.
 	tables := map[string]map[string]want{
 		TableNodes:      {IndexID: {unique: true}, IndexPosition: {}},
-		TableGPUs:       {IndexID: {unique: true}, IndexOrder: {}, IndexJob: {allowMissing: true}, IndexDomain: {allowMissing: true}},
+		TableGPUs:       {IndexID: {unique: true}, IndexJob: {allowMissing: true}, IndexDomain: {allowMissing: true}},
 		TableJobs:       {IndexID: {unique: true}, IndexState: {}, IndexQueue: {allowMissing: true}},
 		TableIndex:      {IndexID: {unique: true}},
 		TableDomains:    {IndexID: {unique: true}, IndexNodeFree: {allowMissing: true}},

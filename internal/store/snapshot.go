@@ -33,29 +33,23 @@ func (s *Snapshot) first(table, index string, args ...any) any {
 }
 
 // EachNodeWithGPUs yields the nodes in enumeration order, each with its
-// GPUs sorted by Index. It zips two ordered walks instead of looking up
-// each node's GPUs, which is what makes a pass over a 10k-node cluster
-// cheap. The slice is reused between yields: copy what you keep.
+// GPUs sorted by Index (a prefix walk of the GPU table's primary key per
+// node). The slice is reused between yields: copy what you keep. GPUs of
+// removed nodes, still held by their jobs, are not yielded. Placement
+// reads the node-free index instead (EachNodeFree); the GPU table keeps
+// no index of its own in enumeration order, which would cost an entry per
+// GPU and a tree path copied at every GPU write for no reader of the
+// product.
 func (s *Snapshot) EachNodeWithGPUs() iter.Seq2[Node, []GPU] {
 	return func(yield func(Node, []GPU) bool) {
 		nodes := s.get(TableNodes, IndexPosition)
-		gpus := s.get(TableGPUs, IndexOrder)
 		var buf []GPU
-		next := gpus.Next()
 		for raw := nodes.Next(); raw != nil; raw = nodes.Next() {
 			n := raw.(*Node)
 			buf = buf[:0]
-			for ; next != nil; next = gpus.Next() {
-				g := next.(*GPU)
-				// GPUs of removed nodes, still held by their jobs, sort
-				// between live nodes: skip them.
-				if g.NodePosition < n.Position || (g.NodePosition == n.Position && g.Node < n.Name) {
-					continue
-				}
-				if g.Node != n.Name {
-					break
-				}
-				buf = append(buf, *g)
+			it := s.get(TableGPUs, nodeGPUs, n.Name)
+			for g := it.Next(); g != nil; g = it.Next() {
+				buf = append(buf, *g.(*GPU))
 			}
 			if !yield(*n, buf) {
 				return
