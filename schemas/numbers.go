@@ -39,9 +39,9 @@ var boundKeys = []string{"minimum", "maximum", "exclusiveMinimum", "exclusiveMax
 var inertKeys = map[string]bool{"description": true, "title": true, "$comment": true, "examples": true,
 	"default": true, "deprecated": true, "readOnly": true, "writeOnly": true}
 
-// rewriteNumbers rewrites, in place, the plain numeric schemas of a schema
-// document (at any depth where a schema may be) into numberKeyword.
-func rewriteNumbers(sch any) {
+// eachSchema calls fn on every schema object of a schema document, at any
+// depth where a schema may be, inner ones first.
+func eachSchema(sch any, fn func(map[string]any)) {
 	obj, ok := sch.(map[string]any)
 	if !ok {
 		return
@@ -51,22 +51,30 @@ func rewriteNumbers(sch any) {
 		case "properties", "patternProperties", "$defs", "definitions", "dependentSchemas":
 			if m, ok := v.(map[string]any); ok {
 				for _, s := range m {
-					rewriteNumbers(s)
+					eachSchema(s, fn)
 				}
 			}
 		case "allOf", "anyOf", "oneOf", "prefixItems", "items":
 			if a, ok := v.([]any); ok {
 				for _, s := range a {
-					rewriteNumbers(s)
+					eachSchema(s, fn)
 				}
 			} else {
-				rewriteNumbers(v)
+				eachSchema(v, fn)
 			}
 		case "additionalProperties", "contains", "propertyNames", "not", "if", "then", "else",
 			"unevaluatedProperties", "unevaluatedItems", "additionalItems":
-			rewriteNumbers(v)
+			eachSchema(v, fn)
 		}
 	}
+	fn(obj)
+}
+
+// rewriteNumbers rewrites, in place, the plain numeric schemas of a schema
+// document into numberKeyword.
+func rewriteNumbers(sch any) { eachSchema(sch, rewriteNumber) }
+
+func rewriteNumber(obj map[string]any) {
 	t, _ := obj["type"].(string)
 	if t != "integer" && t != "number" {
 		return

@@ -156,6 +156,8 @@ func compile() (map[string]*jsonschema.Schema, error) {
 	// Plain numeric schemas are checked by this package's vocabulary
 	// (numbers.go), in machine arithmetic where it is exact.
 	c.RegisterVocabulary(numberVocab)
+	// And uniqueItems by one key per item (unique.go).
+	c.RegisterVocabulary(uniqueVocab)
 	c.AssertVocabs()
 	for _, f := range files {
 		b, err := FS.ReadFile(f)
@@ -173,6 +175,7 @@ func compile() (map[string]*jsonschema.Schema, error) {
 			return nil, fmt.Errorf("schemas: %s: $id must be %s", f, want)
 		}
 		rewriteNumbers(doc)
+		rewriteUnique(doc)
 		if err := c.AddResource(want, doc); err != nil {
 			return nil, fmt.Errorf("schemas: add %s: %w", f, err)
 		}
