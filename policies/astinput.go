@@ -18,16 +18,22 @@ import (
 // a third of a placement evaluation's time and a third of its garbage.
 
 func (in PlacementInput) value() (ast.Value, error) {
+	return placementValue(ast.NewTerm(in.Job.value()), in.Placement, ast.NewTerm(in.Cluster.value()))
+}
+
+// placementValue is a placement input of built job and cluster parts
+// (PlacementJudge builds them once for all of a job's candidates).
+func placementValue(job *ast.Term, c Candidate, cluster *ast.Term) (ast.Value, error) {
 	// As json.Marshal refuses them, so that such a candidate fails closed.
-	for _, f := range []float64{in.Placement.Prediction.CommSecondsPerStep, in.Placement.Prediction.CommFraction} {
+	for _, f := range []float64{c.Prediction.CommSecondsPerStep, c.Prediction.CommFraction} {
 		if math.IsNaN(f) || math.IsInf(f, 0) {
 			return nil, fmt.Errorf("input.placement.prediction: unsupported value %v", f)
 		}
 	}
 	return ast.NewObject(
-		item("job", in.Job.value()),
-		item("placement", in.Placement.value()),
-		item("cluster", in.Cluster.value()),
+		ast.Item(ast.InternedTerm("job"), job),
+		item("placement", c.value()),
+		ast.Item(ast.InternedTerm("cluster"), cluster),
 	), nil
 }
 

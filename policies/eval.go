@@ -97,13 +97,37 @@ func (s *Set) evalNode(ctx context.Context, job JobClass, node Node) (NodeResult
 // closed: an evaluation error returns a result denying the candidate with
 // code policy_error and the error's message, together with the error.
 func (s *Set) EvalPlacement(ctx context.Context, in PlacementInput) (PlacementResult, error) {
-	v, err := in.normal().value()
+	return s.PlacementJudge(in.Job, in.Cluster).Eval(ctx, in.Placement)
+}
+
+// PlacementJudge evaluates the placement policies on the candidates of
+// one job against one summary of the cluster, as EvalPlacement does.
+// Candidates differ in their placement alone, so the input's job and
+// cluster parts are built once rather than for each candidate, where
+// they were as much work as the rest of a one-GPU candidate's input.
+type PlacementJudge struct {
+	s            *Set
+	jobID        string
+	job, cluster *ast.Term
+}
+
+// PlacementJudge returns the judge of job's candidates on cluster.
+func (s *Set) PlacementJudge(job Job, cluster Cluster) *PlacementJudge {
+	in := PlacementInput{Job: job, Cluster: cluster}.normal()
+	return &PlacementJudge{s: s, jobID: job.ID, job: ast.NewTerm(in.Job.value()), cluster: ast.NewTerm(in.Cluster.value())}
+}
+
+// Eval runs the placement policies on one candidate. A policy that fails
+// denies it (fail closed) and the error is returned as well.
+func (j *PlacementJudge) Eval(ctx context.Context, c Candidate) (PlacementResult, error) {
+	s := j.s
+	v, err := placementValue(j.job, PlacementInput{Placement: c}.normal().Placement, j.cluster)
 	var doc rego.Vars
 	if err == nil {
 		doc, err = s.eval(ctx, s.placement, v)
 	}
 	if err != nil {
-		err = fmt.Errorf("policy %s: job %s: %w", short(s.Revision), in.Job.ID, err)
+		err = fmt.Errorf("policy %s: job %s: %w", short(s.Revision), j.jobID, err)
 		return PlacementResult{Deny: []Violation{failClosed(err)}}, err
 	}
 	var r PlacementResult

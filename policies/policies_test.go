@@ -2,6 +2,8 @@ package policies
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,6 +166,36 @@ func TestEvalPlacement(t *testing.T) {
 	}
 }
 
+// A judge built once for a job gives each of its candidates, judged one
+// after another and again, EvalPlacement's verdict: the job and cluster
+// parts it shares between them are not changed by an evaluation.
+func TestPlacementJudge(t *testing.T) {
+	s := mustDefault(t)
+	whole := PlacedNode{Name: "n1", GPUModel: "H100", GPUs: 2, GPUsTotal: 8, GPUsFree: 8}
+	part := PlacedNode{Name: "n2", GPUModel: "H100", GPUs: 2, GPUsTotal: 8, GPUsFree: 4}
+	cands := []Candidate{
+		candidate(2, []string{"l1"}, nil, []PlacedNode{whole}, 1).Placement,
+		candidate(2, []string{"l1", "l2"}, [][]string{{"a", "b"}}, []PlacedNode{part}, 1).Placement,
+		candidate(2, []string{"l1"}, nil, []PlacedNode{part}, 1).Placement,
+		{Nodes: []PlacedNode{whole}, Prediction: Prediction{CommSecondsPerStep: math.NaN()}},
+	}
+	in := candidate(2, nil, nil, nil, 1)
+	j := s.PlacementJudge(in.Job, in.Cluster)
+	for round := range 2 {
+		for i, c := range cands {
+			in.Placement = c
+			want, werr := s.EvalPlacement(t.Context(), in)
+			got, gerr := j.Eval(t.Context(), c)
+			if fmt.Sprint(got, gerr) != fmt.Sprint(want, werr) {
+				t.Errorf("round %d, candidate %d: judge says %v, %v; EvalPlacement %v, %v", round, i, got, gerr, want, werr)
+			}
+		}
+	}
+	if r, _ := j.Eval(t.Context(), cands[0]); codes(r.Warn) != "breaks_whole_node" {
+		t.Errorf("the whole node's candidate: warn %q", codes(r.Warn))
+	}
+}
+
 func TestFailClosed(t *testing.T) {
 	s, err := CompileDir("testdata/divzero")
 	if err != nil {
@@ -271,6 +303,9 @@ func BenchmarkEvalNodeUncached(b *testing.B) {
 	}
 }
 
+// BenchmarkEvalPlacement evaluates a 64-GPU candidate and a one-GPU one
+// each on its own (EvalPlacement) and as a job's judge does, its job and
+// cluster built once for every candidate.
 func BenchmarkEvalPlacement(b *testing.B) {
 	s := mustDefault(b)
 	var nodes []PlacedNode
@@ -280,11 +315,31 @@ func BenchmarkEvalPlacement(b *testing.B) {
 		nodes = append(nodes, PlacedNode{Name: n, GPUModel: "H100", GPUs: 8, GPUsTotal: 8, GPUsFree: 8})
 		tp = append(tp, []string{n + "/nvl0"})
 	}
-	in := candidate(64, []string{"l1", "l2"}, tp, nodes, 3)
-	for b.Loop() {
-		if _, err := s.EvalPlacement(b.Context(), in); err != nil {
-			b.Fatal(err)
-		}
+	one := candidate(1, []string{"l1"}, nil, []PlacedNode{{Name: "a", GPUModel: "H100", GPUs: 1, GPUsTotal: 8, GPUsFree: 3}}, 3)
+	one.Job.Labels = map[string]string{"team": "x", "toposched.io/gpu-model": "H100"}
+	one.Job.Groups = []Group{{Dimension: "dp", Size: 1, Count: 1}}
+	one.Cluster.FreeGPUsByModel = map[string]int{"A100": 100, "H100": 40, "V100": 12}
+	for _, c := range []struct {
+		name string
+		in   PlacementInput
+	}{{"64gpus", candidate(64, []string{"l1", "l2"}, tp, nodes, 3)}, {"1gpu", one}} {
+		b.Run(c.name+"/each", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.EvalPlacement(b.Context(), c.in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"/judge", func(b *testing.B) {
+			b.ReportAllocs()
+			j := s.PlacementJudge(c.in.Job, c.in.Cluster)
+			for b.Loop() {
+				if _, err := j.Eval(b.Context(), c.in.Placement); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -31,6 +31,9 @@ type policyView struct {
 	nodeWarn map[string][]policies.Violation
 	cluster  *policies.Cluster
 	gpus     map[string][]store.GPU
+	// judger evaluates the placement policies on the job's candidates,
+	// made at the first.
+	judger *policies.PlacementJudge
 }
 
 func newPolicyView(ctx context.Context, snap *store.Snapshot, set *policies.Set, job events.JobAnalyzed, log *slog.Logger) *policyView {
@@ -166,8 +169,10 @@ func (pv *policyView) nodesForbid(job events.JobAnalyzed) (bool, []events.Reason
 
 // judge runs the placement policies on a candidate.
 func (pv *policyView) judge(c aware.Candidate) aware.Judgement {
-	in := policies.PlacementInput{Job: pv.job, Placement: pv.candidate(c), Cluster: pv.clusterSummary()}
-	r, err := pv.set.EvalPlacement(pv.ctx, in)
+	if pv.judger == nil {
+		pv.judger = pv.set.PlacementJudge(pv.job, pv.clusterSummary())
+	}
+	r, err := pv.judger.Eval(pv.ctx, pv.candidate(c))
 	if err != nil {
 		pv.log.WarnContext(pv.ctx, "placement policy failed; candidate denied", "job_id", pv.spec.Job.JobID, "domain", c.Domain, "err", err)
 	}
