@@ -577,20 +577,29 @@ func (s *Service) retryPending(ctx context.Context) error {
 	return c.finish()
 }
 
+// applyReleased frees a released job's GPUs and records it finished, in
+// one transaction: no reader sees the GPUs free while the job still holds
+// them in its row.
 func (s *Service) applyReleased(rel *events.PlacementReleased) error {
-	if _, err := s.store.Release(rel.JobID); err != nil {
+	t := s.store.Begin()
+	if _, err := t.Release(rel.JobID); err != nil {
+		t.Abort()
 		return fmt.Errorf("release %s: %w", rel.JobID, err)
 	}
-	j, ok := s.store.Snapshot().Job(rel.JobID)
+	j, ok := t.Snapshot().Job(rel.JobID)
 	if !ok {
 		j = store.Job{ID: rel.JobID}
 	}
 	j.State = store.JobFinished
-	delete(s.pendingSince, rel.JobID)
-	s.forget(rel.JobID)
-	if err := s.store.UpsertJob(j); err != nil {
+	if err := t.UpsertJob(j); err != nil {
+		t.Abort()
 		return fmt.Errorf("record job %s: %w", rel.JobID, err)
 	}
+	if err := t.Commit(); err != nil {
+		return fmt.Errorf("release %s: %w", rel.JobID, err)
+	}
+	delete(s.pendingSince, rel.JobID)
+	s.forget(rel.JobID)
 	return nil
 }
 
