@@ -11,24 +11,9 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
-// sortedLines is the error's text, its lines sorted.
-func sortedLines(err error) string {
-	lines := strings.Split(fmt.Sprint(err), "\n")
-	slices.Sort(lines)
-	return strings.Join(lines, "\n")
-}
-
-// The unique-items vocabulary (unique.go) answers as the library does:
-// seeded arrays of up to 30 items (past the library's 20, where it hashes)
-// drawn from values that are equal in JSON but spelled apart (1, 1.0,
-// 1e0, 10e-1; objects with their keys in another order), values that only
-// look alike ("1" and 1, 0 and false, [] and {}), nested arrays and
-// objects, and numbers beyond int64, get the same errors from a schema
-// compiled with the vocabulary as from the same schema as the library
-// reads it, under "items" of each kind and in an object's property
-// (errors in any order: Validate sorts them).
-func TestUniqueVocabularyAgrees(t *testing.T) {
-	t.Parallel()
+// uniqueSchemas compiles one schema of arrays with uniqueItems at several
+// depths with the vocabulary (ours) and as the library reads it (theirs).
+func uniqueSchemas(t testing.TB) (ours, theirs *jsonschema.Schema) {
 	schemaText := `{"$id": "https://toposched.dev/test/u.json", "type": "object", "properties": {
 		"any": {"type": "array", "uniqueItems": true},
 		"ints": {"type": "array", "uniqueItems": true, "items": {"type": "integer", "minimum": 0}},
@@ -57,7 +42,51 @@ func TestUniqueVocabularyAgrees(t *testing.T) {
 		}
 		return s
 	}
-	ours, theirs := compile(true), compile(false)
+	return compile(true), compile(false)
+}
+
+// FuzzUniqueVocabularyAgrees holds the vocabulary to the library's answers
+// on any body: an array under each of the schema's properties.
+func FuzzUniqueVocabularyAgrees(f *testing.F) {
+	for _, s := range []string{`[1, 1.0]`, `[{"a":1,"b":2},{"b":2,"a":1e0}]`, `["1", 1]`, `[[], {}]`, `[0, false, null]`,
+		`[9223372036854775808, 9.223372036854775808e18]`, `[1e-400, 0]`, `[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 3]`} {
+		f.Add(s)
+	}
+	ours, theirs := uniqueSchemas(f)
+	f.Fuzz(func(t *testing.T, arr string) {
+		for _, body := range []string{`{"any": ` + arr + `}`, `{"ints": ` + arr + `}`, `{"deep": {"in": ` + arr + `}}`} {
+			// Through the package's own reading, as Validate reads a
+			// body: what it refuses never reaches a schema.
+			doc, verr := decode([]byte(body))
+			if verr != nil {
+				continue
+			}
+			if got, want := sortedLines(ours.Validate(doc)), sortedLines(theirs.Validate(doc)); got != want {
+				t.Errorf("%s: vocabulary says %s\nthe library says %s", body, got, want)
+			}
+		}
+	})
+}
+
+// sortedLines is the error's text, its lines sorted.
+func sortedLines(err error) string {
+	lines := strings.Split(fmt.Sprint(err), "\n")
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+// The unique-items vocabulary (unique.go) answers as the library does:
+// seeded arrays of up to 30 items (past the library's 20, where it hashes)
+// drawn from values that are equal in JSON but spelled apart (1, 1.0,
+// 1e0, 10e-1; objects with their keys in another order), values that only
+// look alike ("1" and 1, 0 and false, [] and {}), nested arrays and
+// objects, and numbers beyond int64, get the same errors from a schema
+// compiled with the vocabulary as from the same schema as the library
+// reads it, under "items" of each kind and in an object's property
+// (errors in any order: Validate sorts them).
+func TestUniqueVocabularyAgrees(t *testing.T) {
+	t.Parallel()
+	ours, theirs := uniqueSchemas(t)
 	if ours.Properties["ints"].UniqueItems || ours.Properties["ints"].Extensions == nil || ours.Properties["off"].Extensions != nil {
 		t.Fatal("uniqueItems: true is not rewritten, or false is")
 	}
