@@ -10,6 +10,36 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
+// vocabSchemas compiles a test schema, at id, as compile does (its plain
+// numeric schemas and uniqueItems rewritten into the package's vocabulary:
+// ours) and as the library reads it (theirs).
+func vocabSchemas(t testing.TB, id, schemaText string) (ours, theirs *jsonschema.Schema) {
+	t.Helper()
+	compile := func(rewrite bool) *jsonschema.Schema {
+		doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schemaText))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := jsonschema.NewCompiler()
+		if rewrite {
+			rewriteNumbers(doc)
+			rewriteUnique(doc)
+			c.RegisterVocabulary(numberVocab)
+			c.RegisterVocabulary(uniqueVocab)
+			c.AssertVocabs()
+		}
+		if err := c.AddResource(id, doc); err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Compile(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	return compile(true), compile(false)
+}
+
 // The number vocabulary (numbers.go) answers as the library does: seeded
 // values of every JSON type, numbers at, near and far from each bound
 // (plain integers, decimals, exponents, beyond int64 and float64), against
@@ -32,27 +62,7 @@ func TestNumberVocabularyAgrees(t *testing.T) {
 		"arr": {"type": "array", "items": {"type": "integer", "minimum": 2}},
 		"keep": {"type": "integer", "enum": [1, 2]}
 	}}`
-	compile := func(rewrite bool) *jsonschema.Schema {
-		doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schemaText))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := jsonschema.NewCompiler()
-		if rewrite {
-			rewriteNumbers(doc)
-			c.RegisterVocabulary(numberVocab)
-			c.AssertVocabs()
-		}
-		if err := c.AddResource("https://toposched.dev/test/n.json", doc); err != nil {
-			t.Fatal(err)
-		}
-		s, err := c.Compile("https://toposched.dev/test/n.json")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	ours, theirs := compile(true), compile(false)
+	ours, theirs := vocabSchemas(t, "https://toposched.dev/test/n.json", schemaText)
 	if ext := ours.Properties["i1"].Extensions; len(ext) != 1 || ours.Properties["keep"].Extensions != nil {
 		t.Fatalf("the plain numeric schemas are not rewritten, or one with enum is")
 	}

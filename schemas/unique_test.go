@@ -20,29 +20,7 @@ func uniqueSchemas(t testing.TB) (ours, theirs *jsonschema.Schema) {
 		"off": {"type": "array", "uniqueItems": false},
 		"deep": {"type": "object", "properties": {"in": {"type": "array", "minItems": 1, "uniqueItems": true}}}
 	}}`
-	compile := func(rewrite bool) *jsonschema.Schema {
-		doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schemaText))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := jsonschema.NewCompiler()
-		if rewrite {
-			rewriteNumbers(doc)
-			rewriteUnique(doc)
-			c.RegisterVocabulary(numberVocab)
-			c.RegisterVocabulary(uniqueVocab)
-			c.AssertVocabs()
-		}
-		if err := c.AddResource("https://toposched.dev/test/u.json", doc); err != nil {
-			t.Fatal(err)
-		}
-		s, err := c.Compile("https://toposched.dev/test/u.json")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	return compile(true), compile(false)
+	return vocabSchemas(t, "https://toposched.dev/test/u.json", schemaText)
 }
 
 // FuzzUniqueVocabularyAgrees holds the vocabulary to the library's answers
