@@ -348,8 +348,8 @@ func components(t *topology.Node, linked func(topology.Link) bool) [][]int {
 // the prefix "<domain> NUL" yields the domain's free GPUs by model, then
 // node position, node name and index; of "<domain> NUL <model> NUL", those
 // of one model in that order. Held and unhealthy GPUs have no key, so the
-// index shrinks as the cluster fills. Node-local and core domains are left out (see
-// indexedKind): each would cost another ~450 B per free GPU.
+// index shrinks as the cluster fills. Node-local and core domains are left
+// out (see indexedKind): each would cost another ~450 B per free GPU.
 type freeDomainIndexer struct{}
 
 func (freeDomainIndexer) FromObject(obj any) (bool, [][]byte, error) {

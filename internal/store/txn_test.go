@@ -12,14 +12,15 @@ import (
 func TestTxn(t *testing.T) {
 	t.Parallel()
 	setup := func(t *testing.T) *Store {
-		s := watchedStore(t)
+		s := newStore(t)
 		mustUpsert(t, s, report("n1", 0, "A100", 4), report("n2", 1, "A100", 4))
 		return s
 	}
 
 	t.Run("commit", func(t *testing.T) {
 		t.Parallel()
-		s := setup(t)
+		s := watchedStore(t)
+		mustUpsert(t, s, report("n1", 0, "A100", 4), report("n2", 1, "A100", 4))
 		watch := s.watchFree()
 		tx := s.Begin()
 		if err := tx.Allocate("a", keys("n1", 0, 1)); err != nil {
@@ -113,7 +114,7 @@ func TestTxn(t *testing.T) {
 func TestTxnRestoreReleaseDelete(t *testing.T) {
 	t.Parallel()
 	setup := func(t *testing.T) *Store {
-		s := watchedStore(t)
+		s := newStore(t)
 		mustUpsert(t, s, report("n1", 0, "A100", 4), report("n2", 1, "A100", 4))
 		if err := s.Allocate("old", keys("n2", 0, 1)); err != nil {
 			t.Fatal(err)

@@ -7,8 +7,9 @@ import "github.com/toposched/toposched/internal/store"
 // but the store's GPU and job rows it keeps beside the topology are read
 // only by the migration search (propose, on a fork) and by tests: tuning
 // and diagnosis read node rows alone. Written one transaction per event,
-// they were some 15% of the bytes an all-in-one operator allocates per
-// one-GPU decision and most of the optimizer's CPU; they now wait in
+// they were some 18 of the 213 KB an all-in-one operator allocated per
+// one-GPU decision, and two thirds of the optimizer's CPU in a replay
+// (BENCHMARKS.md); they now wait in
 // unwritten, in order, and go into one transaction when the search reads
 // the store, before a topology change (which must come after them, as in
 // the stream), or once unwrittenMax have piled up.
