@@ -105,7 +105,7 @@ func TestE2EPrintsRawRate(t *testing.T) {
 			if shown == 0 {
 				shown = AsyncWindow
 			}
-			for _, want := range []string{"of raw async publish", "alloc/decision", "raw JetStream publish on the same server", "/s async", "/s sync",
+			for _, want := range []string{"of raw async publish", "alloc/decision", "cpu/decision", "raw JetStream publish on the same server", "/s async", "/s sync",
 				fmt.Sprintf("awaiting acknowledgement at once: %d\n", shown)} {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("output lacks %q:\n%s", want, out.String())
@@ -114,6 +114,11 @@ func TestE2EPrintsRawRate(t *testing.T) {
 			// The table's first cell: every job decided, none other.
 			if !regexp.MustCompile(`(?m)^20 +0 `).MatchString(out.String()) {
 				t.Errorf("not every job decided:\n%s", out.String())
+			}
+			// CPU per decision and the collector's share of it, where the
+			// system tells the process's CPU time.
+			if _, ok := processCPU(); ok && !regexp.MustCompile(`(?m)^20 .* KB +[0-9.]+ ms +[0-9]+% +[0-9.]+%$`).MatchString(out.String()) {
+				t.Errorf("no CPU per decision and collector's share:\n%s", out.String())
 			}
 		})
 	}

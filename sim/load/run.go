@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"time"
@@ -300,6 +301,8 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 	// service and the submitter, as a deployment in one process would.
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
+	cpu0, cpuOK := processCPU()
+	gc0 := gcCPU()
 	start := time.Now()
 	if err := submitAll(ctx, b, n, cfg.E2EJobGPUs, cfg.E2EWindow, func(i int) {
 		mu.Lock()
@@ -312,6 +315,8 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 		return ctx.Err()
 	}
 	elapsed := time.Since(start)
+	cpu1, _ := processCPU()
+	gc1 := gcCPU()
 	runtime.ReadMemStats(&after)
 	closed()
 	mu.Lock()
@@ -323,13 +328,18 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 	}
 	rate := float64(len(lat)) / elapsed.Seconds()
 	alloc := float64(after.TotalAlloc-before.TotalAlloc) / float64(max(len(lat), 1))
-	if err := table(out, []string{"decided", "other", "seconds", "decisions/s", "p50 latency", "p99 latency", "alloc/decision", "of raw async publish"}, [][]string{{
+	cpuPer, gcShare := "-", "-"
+	if used := cpu1 - cpu0; cpuOK && used > 0 {
+		cpuPer = FormatDuration(used / time.Duration(max(len(lat), 1)))
+		gcShare = fmt.Sprintf("%.0f%%", 100*(gc1-gc0)/used.Seconds())
+	}
+	if err := table(out, []string{"decided", "other", "seconds", "decisions/s", "p50 latency", "p99 latency", "alloc/decision", "cpu/decision", "gc", "of raw async publish"}, [][]string{{
 		fmt.Sprint(len(lat)), fmt.Sprint(other), fmt.Sprintf("%.2f", elapsed.Seconds()),
-		fmt.Sprintf("%.0f", rate), FormatDuration(s.P50), FormatDuration(s.P99), formatKB(alloc),
+		fmt.Sprintf("%.0f", rate), FormatDuration(s.P50), FormatDuration(s.P99), formatKB(alloc), cpuPer, gcShare,
 		fmt.Sprintf("%.2f%%", 100*rate/raw.AsyncPerSecond)}}); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(out, "\nalloc/decision: bytes the whole process (server, services, submitter) allocated in the window, per decision.\nraw JetStream publish on the same server, same run, before the services started: %d messages of %d bytes to a file-backed stream: %.0f/s async (%d acknowledgements outstanding), %.0f/s sync. A decision costs about four events.\n",
+	_, err = fmt.Fprintf(out, "\nalloc/decision: bytes the whole process (server, services, submitter) allocated in the window, per decision; cpu/decision: the process's CPU time (user and system) in the window, per decision, which moves less with a shared host's speed than decisions/s does; gc: the garbage collector's share of it (runtime/metrics' estimate).\nraw JetStream publish on the same server, same run, before the services started: %d messages of %d bytes to a file-backed stream: %.0f/s async (%d acknowledgements outstanding), %.0f/s sync. A decision costs about four events.\n",
 		raw.Messages, raw.Bytes, raw.AsyncPerSecond, AsyncWindow, raw.SyncPerSecond)
 	return err
 }
@@ -400,4 +410,16 @@ func ClusterYAML(names []string, model string) string {
 		b.WriteString("}\n")
 	}
 	return b.String()
+}
+
+// gcCPU is runtime/metrics' estimate of the CPU time the garbage collector
+// has used so far (its marking, by its own workers and by assists, and
+// its pauses), in seconds.
+func gcCPU() float64 {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64 {
+		return 0
+	}
+	return s[0].Value.Float64()
 }
