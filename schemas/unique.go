@@ -17,6 +17,7 @@ package schemas
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/big"
 	"slices"
 	"strconv"
@@ -112,13 +113,7 @@ func appendItemKey(b []byte, v any) ([]byte, bool) {
 		return append(b, ']'), true
 	case map[string]any:
 		b = append(b, '{')
-		for i, k := range slices.Sorted(func(yield func(string) bool) {
-			for k := range x {
-				if !yield(k) {
-					return
-				}
-			}
-		}) {
+		for i, k := range slices.Sorted(maps.Keys(x)) {
 			if i > 0 {
 				b = append(b, ',')
 			}

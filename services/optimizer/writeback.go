@@ -9,10 +9,10 @@ import "github.com/toposched/toposched/internal/store"
 // and diagnosis read node rows alone. Written one transaction per event,
 // they were some 18 of the 213 KB an all-in-one operator allocated per
 // one-GPU decision, and two thirds of the optimizer's CPU in a replay
-// (BENCHMARKS.md); they now wait in
-// unwritten, in order, and go into one transaction when the search reads
-// the store, before a topology change (which must come after them, as in
-// the stream), or once unwrittenMax have piled up.
+// (BENCHMARKS.md); they now wait in unwritten, in order, and go into one
+// transaction when the search reads the store, before a topology change
+// (which must come after them, as in the stream), or once unwrittenMax
+// have piled up.
 
 // unwrittenMax bounds the placement changes held back from the store.
 const unwrittenMax = 512

@@ -9,7 +9,7 @@ import (
 
 // processCPU is the CPU time, user and system, the process has used so
 // far; ok is false where the system does not say.
-func processCPU() (d time.Duration, ok bool) {
+func processCPU() (time.Duration, bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0, false
