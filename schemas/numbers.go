@@ -235,6 +235,9 @@ func plainInt(lit string) bool {
 
 // exact is the number as the library reads it.
 func (n *number) exact() *big.Rat {
+	if n.rat == nil && n.lit == "" && n.isInt {
+		n.rat = new(big.Rat).SetInt64(n.i) // read by smallInt, which keeps no literal
+	}
 	if n.rat == nil {
 		n.rat, _ = new(big.Rat).SetString(n.lit)
 		if n.rat == nil {

@@ -1,0 +1,273 @@
+package schemas
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+)
+
+// Every event has a fast path: a schema that grew a keyword fast.go does
+// not translate would fall back to the library alone, correct but slow.
+func TestFastCoversEvents(t *testing.T) {
+	t.Parallel()
+	m, err := compiled()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range Names() {
+		if _, err := compileFast(m[name]); err != nil {
+			t.Errorf("%s: no fast path: %v", name, err)
+		}
+	}
+}
+
+// library is Validate through the library alone.
+func library(t testing.TB, name string, body []byte) error {
+	t.Helper()
+	m, err := compiled()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return validateWith(name, m[name], body)
+}
+
+// fastAccepts is the fast path's verdict on a body of the named event.
+func fastAccepts(t testing.TB, name string, body []byte) bool {
+	t.Helper()
+	fast, err := fastPrograms()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fast[name] != nil && fast[name].accepts(body)
+}
+
+// The fast path (fast.go) accepts no body the library refuses, and
+// declines few it accepts: seeded mutations of every example of every
+// event (a property dropped, added, repeated or spelled with an escape; a
+// value replaced by one of every JSON type, by numbers at and past the
+// schemas' bounds spelled several ways, by strings empty, long, escaped,
+// non-ASCII or date-like; an array item repeated or respelled), rendered
+// with their properties in random order.
+func TestFastAgrees(t *testing.T) {
+	t.Parallel()
+	valid, invalid := examples(t)
+	for _, e := range valid {
+		if !fastAccepts(t, e.event, e.body) {
+			t.Errorf("%s: the fast path declines a valid example", e.path)
+		}
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	bodies, libOK, fastOK := 0, 0, 0
+	for round := range 240 {
+		for _, e := range append(slices.Clone(valid), invalid...) {
+			doc, verr := decode(e.body)
+			if verr != nil {
+				continue // a body the reading refuses: FuzzFastAgrees has those
+			}
+			m := mutator{rng: rng, escape: rng.IntN(20) == 0, repeat: rng.IntN(20) == 0}
+			for range round % 3 {
+				doc = m.mutate(doc)
+			}
+			body := m.render(doc)
+			bodies++
+			lib := library(t, e.event, body) == nil
+			fast := fastAccepts(t, e.event, body)
+			if lib {
+				libOK++
+			}
+			if fast {
+				fastOK++
+			}
+			if fast && !lib {
+				t.Fatalf("%s: the fast path accepts what the library refuses (%v):\n%s", e.event, library(t, e.event, body), body)
+			}
+		}
+	}
+	t.Logf("%d bodies: the library accepts %d, the fast path %d", bodies, libOK, fastOK)
+	if bodies < 10000 || libOK < bodies/10 || libOK == bodies {
+		t.Fatalf("%d bodies, %d valid: the mutations do not test both verdicts", bodies, libOK)
+	}
+	// It declines what it cannot read cheaply (escaped names, unique
+	// items that are neither plain integers nor plain strings); little else.
+	if fastOK < libOK*85/100 {
+		t.Fatalf("the fast path accepts %d of the %d bodies the library accepts", fastOK, libOK)
+	}
+}
+
+// FuzzFastAgrees holds the fast path to the library on any body.
+func FuzzFastAgrees(f *testing.F) {
+	names := Names()
+	valid, invalid := examples(f)
+	for _, e := range append(valid, invalid...) {
+		f.Add(uint8(slices.Index(names, e.event)), e.body)
+	}
+	for _, s := range []string{`{"a":1,"a":2}`, `{"\u0061":1,"a":2}`, `{"gpus":[1,1.0]}`, `1e999`, `[[[[[]]]]]`} {
+		f.Add(uint8(0), []byte(s))
+	}
+	f.Fuzz(func(t *testing.T, i uint8, body []byte) {
+		name := names[int(i)%len(names)]
+		if fastAccepts(t, name, body) {
+			if err := library(t, name, body); err != nil {
+				t.Fatalf("%s: the fast path accepts what the library refuses (%v):\n%s", name, err, body)
+			}
+		}
+	})
+}
+
+// mutator changes decoded documents at random and renders them.
+type mutator struct {
+	rng *rand.Rand
+	// escape and repeat: render spells the first property name it
+	// writes with an escape, or repeats it.
+	escape, repeat bool
+}
+
+// replacements are the values a mutation puts in place of another.
+var replacements = []string{`null`, `true`, `false`, `0`, `-0`, `0.0`, `1`, `1.0`, `1e0`, `-1`, `0.5`, `1.5`, `2`, `7`,
+	`8`, `63`, `64`, `65`, `100`, `1e2`, `1024`, `65535`, `65536`, `1e6`, `1000001`, `9007199254740993`,
+	`9223372036854775807`, `9223372036854775808`, `1e308`, `-1e308`, `1e-7`, `""`, `"a"`, `"A"`, `"node-1"`,
+	`"é"`, `"\u0041"`, `"a\"b"`, `"ring"`, `"nvls"`, `"dp"`, `"tp"`, `"simple"`, `"ll128"`, `"NCCL_ALGO"`, `"nccl_algo"`,
+	`"2026-12-06T07:44:26Z"`, `"2026-13-06T07:44:26Z"`, `"2026-12-06 07:44:26"`, `"0"`, `"123"`, `[]`, `[0]`,
+	`[0,1]`, `[1,1]`, `["a","a"]`, `{}`, `{"a":"b"}`, `{"NCCL_ALGO":"ring"}`}
+
+func init() {
+	// A long string, and one past every maxLength.
+	replacements = append(replacements, strconv.Quote(string(bytes.Repeat([]byte("x"), 320))),
+		strconv.Quote(string(bytes.Repeat([]byte("y"), 5000))))
+}
+
+func (m mutator) value() any {
+	doc, verr := decode([]byte(replacements[m.rng.IntN(len(replacements))]))
+	if verr != nil {
+		panic(verr)
+	}
+	return doc
+}
+
+// mutate changes one place of doc, chosen at random, and returns the doc.
+func (m mutator) mutate(doc any) any {
+	var places []any // the objects and arrays of doc
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			places = append(places, x)
+			for _, k := range slices.Sorted(maps.Keys(x)) {
+				walk(x[k])
+			}
+		case []any:
+			places = append(places, x)
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(doc)
+	if len(places) == 0 {
+		return m.value()
+	}
+	switch p := places[m.rng.IntN(len(places))].(type) {
+	case map[string]any:
+		keys := slices.Sorted(maps.Keys(p))
+		switch op := m.rng.IntN(4); {
+		case op == 0 && len(keys) > 0:
+			delete(p, keys[m.rng.IntN(len(keys))])
+		case op == 1:
+			p[[]string{"extra", "NCCL_PROTO", "0", "x.y/z", "é"}[m.rng.IntN(5)]] = m.value()
+		case len(keys) > 0:
+			p[keys[m.rng.IntN(len(keys))]] = m.value()
+		}
+	case []any:
+		switch op := m.rng.IntN(4); {
+		case op == 0 && len(p) > 0:
+			// A repeat, or the same number spelled otherwise.
+			x := p[m.rng.IntN(len(p))]
+			if n, ok := x.(json.Number); ok && plainInt(string(n)) && m.rng.IntN(2) == 0 {
+				x = json.Number(string(n) + ".0")
+			}
+			p = append(p, x)
+			return m.replace(doc, places, p)
+		case len(p) > 0:
+			p[m.rng.IntN(len(p))] = m.value()
+		}
+	}
+	return doc
+}
+
+// replace puts a grown array back where it was found (append may have
+// moved it).
+func (m mutator) replace(doc any, places []any, grown []any) any {
+	var fix func(v any) any
+	fix = func(v any) any {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				x[k] = fix(e)
+			}
+		case []any:
+			if len(x) > 0 && len(grown) == len(x)+1 && &x[0] == &grown[0] {
+				return grown
+			}
+			for i, e := range x {
+				x[i] = fix(e)
+			}
+		}
+		return v
+	}
+	return fix(doc)
+}
+
+// render writes doc as JSON with each object's properties in random
+// order.
+func (m *mutator) render(doc any) []byte {
+	var b bytes.Buffer
+	var write func(v any)
+	write = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			keys := slices.Sorted(maps.Keys(x))
+			m.rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+			if len(keys) > 0 && m.repeat {
+				keys = append(keys, keys[0])
+				m.repeat = false
+			}
+			b.WriteByte('{')
+			for i, k := range keys {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				if k != "" && m.escape {
+					fmt.Fprintf(&b, `"\u%04x%s"`, k[0], k[1:])
+					m.escape = false
+				} else {
+					b.WriteString(strconv.Quote(k))
+				}
+				b.WriteString(": ")
+				write(x[k])
+			}
+			b.WriteByte('}')
+		case []any:
+			b.WriteByte('[')
+			for i, e := range x {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				write(e)
+			}
+			b.WriteByte(']')
+		default:
+			enc, err := json.Marshal(x)
+			if err != nil {
+				panic(err)
+			}
+			b.Write(enc)
+		}
+	}
+	write(doc)
+	return b.Bytes()
+}
