@@ -271,3 +271,31 @@ func (m *mutator) render(doc any) []byte {
 	write(doc)
 	return b.Bytes()
 }
+
+// FuzzFastGrammar holds the fast path's reading of JSON to Validate's
+// (json.Valid, then no repeated property and no number out of range),
+// with a schema that admits every value: it accepts nothing that reading
+// refuses, and declines nothing it takes but escaped or non-ASCII text
+// (left to the library) and deep nesting.
+func FuzzFastGrammar(f *testing.F) {
+	valid, invalid := examples(f)
+	for _, e := range append(valid, invalid...) {
+		f.Add(e.body)
+	}
+	for _, s := range []string{``, ` `, `{}`, `[]`, `{"a":}`, `{"a" 1}`, `{"a":1,}`, `[1,]`, `[,1]`, `{,}`, `01`, `-`, `-0`, `1.`,
+		`.5`, `1e`, `1e+`, `1E-2`, `-0.0e0`, `tru`, `nul`, `true false`, `"\u12"`, `"\u12G4"`, `"\x"`, "\"\x01\"", `"\/"`,
+		`{"a":1} x`, `[[[[]]]]`, `"`, `{"a`, `{"a":"b`, `1e400`, `123456789012345678`, `1234567890123456789`} {
+		f.Add([]byte(s))
+	}
+	var anything *fastSchema // nil admits every value
+	f.Fuzz(func(t *testing.T, body []byte) {
+		_, verr := decode(body)
+		switch fast := anything.accepts(body); {
+		case fast && verr != nil:
+			t.Fatalf("accepts %q, which Validate's reading refuses: %v", body, verr)
+		case !fast && verr == nil && !bytes.ContainsFunc(body, func(r rune) bool { return r == '\\' || r >= 0x80 }) &&
+			bytes.Count(body, []byte("["))+bytes.Count(body, []byte("{")) <= maxFastNesting:
+			t.Fatalf("declines %q, which Validate's reading takes", body)
+		}
+	})
+}
