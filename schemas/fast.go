@@ -116,12 +116,7 @@ var fastPrograms = sync.OnceValues(func() (map[string]*fastSchema, error) {
 	}
 	out := make(map[string]*fastSchema, len(m))
 	for name, s := range m {
-		f, err := compileFast(s)
-		if err != nil {
-			out[name] = nil // the library alone
-			continue
-		}
-		out[name] = f
+		out[name], _ = compileFast(s) // nil on error: the library alone (TestFastCoversEvents)
 	}
 	return out, nil
 })
