@@ -325,3 +325,30 @@ func BenchmarkAllocateRelease(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkCycle is placement's cycle of one-GPU decisions: 28 in one
+// transaction (the mean of a burst's cycles in toposched load --e2e),
+// each GPU allocated, then the view the next decision reads taken and
+// the cluster's free count read from it; the transaction is aborted, so
+// every round starts from the same store. ns/decision is per decision.
+func BenchmarkCycle(b *testing.B) {
+	const perCycle = 28
+	eachSize(b, func(b *testing.B, s *Store, nodes int) {
+		round := 0
+		for b.Loop() {
+			tx := s.Begin()
+			for j := range perCycle {
+				node := clusterNodeName((round*perCycle + j) * 31 % nodes)
+				if err := tx.Allocate(fmt.Sprint("job-", j), keys(node, j%benchGPUsPerNode)); err != nil {
+					b.Fatal(err)
+				}
+				if tx.Snapshot().FreeByModel("") == 0 {
+					b.Fatal("no free GPU")
+				}
+			}
+			tx.Abort()
+			round++
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*perCycle), "ns/decision")
+	})
+}

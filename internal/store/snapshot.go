@@ -17,6 +17,21 @@ type Snapshot struct {
 	// root, so one serves any number of reads, concurrent ones included,
 	// and a read no longer allocates its own.
 	txn *memdb.Txn
+	// pending is the transaction a Txn.Snapshot reads, whose writer may
+	// still hold domain rows (writer.flushLocal); nil for a snapshot of
+	// the store.
+	pending *Txn
+}
+
+// flushDomains writes a transaction's pending domain rows before a walk
+// of the domain table. It writes at the first walk after a change (the
+// view is valid until the next), when the view's caller holds no
+// iterator of that table yet: the rows pending are never node-local, so
+// none of them has an entry in the node-free index it may be walking.
+func (s *Snapshot) flushDomains() {
+	if t := s.pending; t != nil && len(t.w.domains) > 0 {
+		t.flushed(t.w.flush())
+	}
 }
 
 // get opens a read transaction and iterates table by index.
@@ -151,6 +166,14 @@ func (s *Snapshot) FreeGPUsOfModel(model string) []GPU {
 // Domain returns the domain with the given ID ("leaf:l1", "island:n1/0",
 // ClusterDomain). A domain without GPUs has no row.
 func (s *Snapshot) Domain(id string) (Domain, bool) {
+	if t := s.pending; t != nil {
+		if d, row, ok := t.w.pendingDomain(id); ok {
+			if !row {
+				return Domain{}, false
+			}
+			return d.public(), true
+		}
+	}
 	raw := s.first(TableDomains, IndexID, id)
 	if raw == nil {
 		return Domain{}, false
@@ -170,6 +193,7 @@ func (s *Snapshot) DomainsOfKind(kind string) []Domain {
 // those, not every row into a slice.
 func (s *Snapshot) EachDomainOfKind(kind string) iter.Seq[Domain] {
 	return func(yield func(Domain) bool) {
+		s.flushDomains()
 		it := s.get(TableDomains, IndexID+"_prefix", kind+":")
 		for raw := it.Next(); raw != nil; raw = it.Next() {
 			if !yield(raw.(*Domain).public()) {

@@ -78,12 +78,19 @@ func (t *Txn) Snapshot() *Snapshot {
 		return t.view
 	}
 	// The domain rows are written at flush; a view without it would count
-	// GPUs the transaction has already allocated as free.
-	if err := t.w.flush(); err != nil && t.err == nil {
+	// GPUs the transaction has already allocated as free. Those of wider
+	// domains wait (writer.flushLocal): the view reads them from the
+	// writer, and writes them before a walk of the table.
+	t.flushed(t.w.flushLocal())
+	t.view = &Snapshot{txn: t.w.txn, pending: t}
+	return t.view
+}
+
+// flushed spoils t with a flush's error.
+func (t *Txn) flushed(err error) {
+	if err != nil && t.err == nil {
 		t.err = fmt.Errorf("store: transaction spoiled: %w", err)
 	}
-	t.view = &Snapshot{txn: t.w.txn}
-	return t.view
 }
 
 // Commit makes t's changes visible to the store's readers, or, when t was

@@ -2,6 +2,8 @@ package store
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -189,5 +191,105 @@ func TestTxnRestoreReleaseDelete(t *testing.T) {
 				t.Errorf("nodes of %q with %d free: %d in one transaction, %d in several", m, k, x, y)
 			}
 		}
+	}
+}
+
+// A Txn's view reads the domain rows its writer still holds (a leaf's,
+// a pod's, the cluster's: writer.flushLocal) as the table will hold them:
+// seeded allocations, restores and releases in one transaction, on nodes
+// under a fabric, each followed by point reads of every domain against a
+// recount from the view's GPU rows, then, now and then, by a walk of the
+// table (which writes the rows first) and the store's full checks; at
+// Commit, the store's.
+func TestTxnPendingDomains(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(12) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(seed, 7))
+			s := newStore(t)
+			names := []string{"n0", "n1", "n2", "n3", "n4", "n5"}
+			fabric := map[string][]string{}
+			for i, n := range names {
+				mustUpsert(t, s, topoReport(n, i, []string{"A100", "H100"}[i%2], nvswitch(4, 12), []int{0, 0, 1, 1}, dgxNICs(4)))
+				fabric[n] = []string{fmt.Sprintf("leaf:l%d", i/2), fmt.Sprintf("pod:p%d", i/4), "core:c0"}
+			}
+			if err := s.UpsertFabric(fabric); err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]bool{}
+			for _, d := range allDomains(s.Snapshot()) {
+				seen[d.ID] = true
+			}
+			for round := range 3 {
+				tx := s.Begin()
+				jobs := 0
+				for step := range 40 {
+					switch op := rng.IntN(4); {
+					case op == 3 && jobs > 0:
+						if _, err := tx.Release(fmt.Sprintf("r%d-j%d", round, 1+rng.IntN(jobs))); err != nil {
+							t.Fatal(err)
+						}
+					default:
+						jobs++
+						var ks []GPUKey
+						for range 1 + rng.IntN(3) {
+							k := GPUKey{names[rng.IntN(len(names))], rng.IntN(4)}
+							if !slices.Contains(ks, k) {
+								ks = append(ks, k)
+							}
+						}
+						id := fmt.Sprintf("r%d-j%d", round, jobs)
+						var err error
+						if op == 2 {
+							err = tx.Restore(id, ks)
+						} else {
+							err = tx.Allocate(id, ks)
+						}
+						if err != nil && !errors.Is(err, ErrConflict) {
+							t.Fatal(err)
+						}
+					}
+					snap := tx.Snapshot()
+					want := map[string]*Domain{}
+					for _, g := range allGPUs(snap) {
+						for _, id := range g.Domains {
+							seen[id] = true
+							d := want[id]
+							if d == nil {
+								d = &Domain{}
+								want[id] = d
+							}
+							d.Total++
+							if g.Free() {
+								d.Free++
+							}
+						}
+					}
+					for id := range seen {
+						got, ok := snap.Domain(id)
+						w := want[id]
+						switch {
+						case ok != (w != nil):
+							t.Fatalf("round %d step %d: Domain(%s) found %v, recount has it %v", round, step, id, ok, w != nil)
+						case ok && (got.Total != w.Total || got.Free != w.Free):
+							t.Fatalf("round %d step %d: Domain(%s) = %d total %d free, recount %d, %d", round, step, id, got.Total, got.Free, w.Total, w.Free)
+						}
+					}
+					if rng.IntN(4) == 0 {
+						if leaves := snap.DomainsOfKind(DomainLeaf); len(leaves) == 0 {
+							t.Fatal("no leaves")
+						}
+						checkDomains(t, snap)
+						checkNodeCounts(t, snap)
+					}
+				}
+				if err := tx.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				checkDomains(t, s.Snapshot())
+				checkNodeCounts(t, s.Snapshot())
+			}
+		})
 	}
 }
