@@ -418,16 +418,7 @@ func (w *walker) literal(lit string) bool {
 	return true
 }
 
-func (w *walker) space() {
-	for w.i < len(w.b) {
-		switch w.b[w.i] {
-		case ' ', '\t', '\n', '\r':
-			w.i++
-		default:
-			return
-		}
-	}
-}
+func (w *walker) space() { w.i = skipSpace(w.b, w.i) }
 
 // value checks the value at w.i against s (nil admits anything) and moves
 // past it.

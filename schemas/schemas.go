@@ -326,15 +326,19 @@ func (p *parser) field() string {
 	return f
 }
 
-func (p *parser) space() {
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
+func (p *parser) space() { p.i = skipSpace(p.b, p.i) }
+
+// skipSpace is where the JSON whitespace at b[i:] ends.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
 		case ' ', '\t', '\n', '\r':
-			p.i++
+			i++
 		default:
-			return
+			return i
 		}
 	}
+	return i
 }
 
 // value reads one value at p.i.
