@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -135,6 +136,10 @@ var replacements = []string{`null`, `true`, `false`, `0`, `-0`, `0.0`, `1`, `1.0
 	`"2026-12-06T07:44:26Z"`, `"2026-13-06T07:44:26Z"`, `"2026-12-06 07:44:26"`, `"0"`, `"123"`, `[]`, `[0]`,
 	`[0,1]`, `[1,1]`, `["a","a"]`, `{}`, `{"a":"b"}`, `{"NCCL_ALGO":"ring"}`}
 
+// propertyNames are the names a mutation adds a property under.
+var propertyNames = []string{"extra", "NCCL_PROTO", "NCCL_ALGO", "nccl_proto", "9LIVES", "0", "17", "0123", "x.y/z",
+	"team", "é", "", strings.Repeat("k", 318)}
+
 func init() {
 	// A long string, and one past every maxLength.
 	replacements = append(replacements, strconv.Quote(string(bytes.Repeat([]byte("x"), 320))),
@@ -178,7 +183,15 @@ func (m mutator) mutate(doc any) any {
 		case op == 0 && len(keys) > 0:
 			delete(p, keys[m.rng.IntN(len(keys))])
 		case op == 1:
-			p[[]string{"extra", "NCCL_PROTO", "0", "x.y/z", "é"}[m.rng.IntN(5)]] = m.value()
+			// A name of each kind the schemas' propertyNames and
+			// additionalProperties tell apart, with a sibling's value
+			// half the time (so the rest of the body may stay valid).
+			name := propertyNames[m.rng.IntN(len(propertyNames))]
+			if len(keys) > 0 && m.rng.IntN(2) == 0 {
+				p[name] = p[keys[m.rng.IntN(len(keys))]]
+			} else {
+				p[name] = m.value()
+			}
 		case len(keys) > 0:
 			p[keys[m.rng.IntN(len(keys))]] = m.value()
 		}
@@ -284,7 +297,7 @@ func FuzzFastGrammar(f *testing.F) {
 	}
 	for _, s := range []string{``, ` `, `{}`, `[]`, `{"a":}`, `{"a" 1}`, `{"a":1,}`, `[1,]`, `[,1]`, `{,}`, `01`, `-`, `-0`, `1.`,
 		`.5`, `1e`, `1e+`, `1E-2`, `-0.0e0`, `tru`, `nul`, `true false`, `"\u12"`, `"\u12G4"`, `"\x"`, "\"\x01\"", `"\/"`,
-		`{"a":1} x`, `[[[[]]]]`, `"`, `{"a`, `{"a":"b`, `1e400`, `123456789012345678`, `1234567890123456789`} {
+		`{"a":1} x`, `{"a":1 "b":2}`, `[1 2]`, `[[[[]]]]`, `"`, `{"a`, `{"a":"b`, `1e400`, `123456789012345678`, `1234567890123456789`} {
 		f.Add([]byte(s))
 	}
 	var anything *fastSchema // nil admits every value
@@ -298,4 +311,98 @@ func FuzzFastGrammar(f *testing.F) {
 			t.Fatalf("declines %q, which Validate's reading takes", body)
 		}
 	})
+}
+
+// keywordSchema uses every keyword fast.go translates, in the forms the
+// event schemas use today and in those they do not (an integer type
+// beside anyOf, which the number vocabulary leaves to the library; the
+// library's own bounds; allOf; a recursive $ref; the false schema).
+const keywordSchema = `{"$id": "https://toposched.dev/test/k.json", "type": "object", "required": ["id"],
+	"additionalProperties": false, "maxProperties": 6,
+	"properties": {
+		"id": {"type": "string", "minLength": 1, "maxLength": 5, "pattern": "^[a-z]+$"},
+		"n": {"type": "integer", "minimum": 0, "maximum": 9},
+		"x": {"type": "number", "exclusiveMinimum": 0, "multipleOf": 0.5},
+		"i": {"type": "integer", "anyOf": [{"minimum": 10}, {"const": -1}]},
+		"r": {"anyOf": [{"exclusiveMaximum": 2.5, "multipleOf": 0.25}, {"type": "string", "enum": ["a", "b"]}]},
+		"c": {"const": "on"},
+		"e": {"enum": ["ring", "tree"]},
+		"t": {"type": "string", "format": "date-time"},
+		"m": {"type": "object", "minProperties": 1, "maxProperties": 3, "propertyNames": {"$ref": "#/$defs/envName"},
+			"additionalProperties": {"type": "string", "maxLength": 3}},
+		"l": {"type": "array", "minItems": 1, "maxItems": 4, "uniqueItems": true, "items": {"type": ["integer", "string"]}},
+		"a": {"allOf": [{"type": "array"}, {"maxItems": 3}], "items": {"$ref": "#/$defs/tree"}},
+		"f": false,
+		"u": {"type": ["null", "boolean"]}
+	},
+	"$defs": {
+		"envName": {"pattern": "^[A-Z_][A-Z0-9_]*$", "maxLength": 8},
+		"tree": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/tree"}}}, "additionalProperties": false}
+	}}`
+
+// The fast path gives the library's verdict on seeded bodies of a schema
+// that uses every keyword it translates (keywordSchema): it accepts
+// exactly what the library accepts, but for bodies with escapes or
+// non-ASCII text, which it may leave to the library.
+func TestFastAgreesOnKeywords(t *testing.T) {
+	t.Parallel()
+	ours, _ := vocabSchemas(t, "https://toposched.dev/test/k.json", keywordSchema)
+	fast, err := compileFast(ours)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools := map[string][]string{
+		"id": {`"abc"`, `"a"`, `""`, `"abcdef"`, `"ab1"`, `"AB"`, `1`, `"\u0061"`},
+		"n":  {`0`, `9`, `10`, `-1`, `1.0`, `4.5`, `9e0`, `"3"`, `1e400`, `null`},
+		"x":  {`0.5`, `1`, `0`, `-0.5`, `0.25`, `1e2`, `100.5`, `true`},
+		"i":  {`10`, `11`, `-1`, `-1.0`, `0`, `9`, `10.5`, `1e1`, `"10"`},
+		"r":  {`0`, `2.25`, `2.5`, `0.3`, `-1`, `"a"`, `"c"`, `null`},
+		"c":  {`"on"`, `"off"`, `"o\u006e"`, `1`},
+		"e":  {`"ring"`, `"tree"`, `"nvls"`, `0`},
+		"t":  {`"2026-12-06T07:44:26Z"`, `"2026-12-06T07:44:26.5+01:00"`, `"2026-13-06T07:44:26Z"`, `"yesterday"`, `1`},
+		"m":  {`{"A":"x"}`, `{}`, `{"A":"x","B":"y","C":"z","D":"w"}`, `{"a":"x"}`, `{"TOO_LONG_X":"x"}`, `{"A":"long"}`, `{"A":1}`, `{"A":"x","A":"y"}`},
+		"l":  {`[1]`, `[1,2]`, `[1,1]`, `["a","a"]`, `["a",1]`, `[1,1.0]`, `[]`, `[1,2,3,4,5]`, `[1.5]`, `[-0,0]`, `["a","b","c"]`},
+		"a":  {`[]`, `[{}]`, `[{"kids":[{"kids":[]}]}]`, `[{"kids":[{"x":1}]}]`, `[{},{},{},{}]`, `{}`},
+		"f":  {`1`, `null`},
+		"u":  {`null`, `true`, `false`, `0`},
+		"zz": {`1`},
+	}
+	names := slices.Sorted(maps.Keys(pools))
+	rng := rand.New(rand.NewPCG(5, 6))
+	accepted, agreed := 0, 0
+	for range 20000 {
+		var b strings.Builder
+		b.WriteString("{")
+		n := 0
+		for _, k := range names {
+			if (k == "id" && rng.IntN(12) > 0) || rng.IntN(5) == 0 {
+				if n > 0 {
+					b.WriteString(",")
+				}
+				n++
+				fmt.Fprintf(&b, "%q:%s", k, pools[k][rng.IntN(len(pools[k]))])
+			}
+		}
+		b.WriteString("}")
+		body := []byte(b.String())
+		doc, verr := decode(body)
+		lib := verr == nil && ours.Validate(doc) == nil
+		got := fast.accepts(body)
+		switch {
+		case got && !lib:
+			t.Fatalf("the fast path accepts what the library refuses: %s", body)
+		case !got && lib && !bytes.ContainsAny(body, `\`):
+			t.Fatalf("the fast path declines what the library accepts: %s", body)
+		}
+		if lib {
+			accepted++
+			if got {
+				agreed++
+			}
+		}
+	}
+	t.Logf("20000 bodies: the library accepts %d, the fast path %d", accepted, agreed)
+	if accepted < 1000 {
+		t.Fatalf("only %d valid bodies: the pools test one verdict", accepted)
+	}
 }
