@@ -27,9 +27,10 @@ type Snapshot struct {
 // of the domain table. It writes at the first walk after a change (the
 // view is valid until the next), when the view's caller holds no
 // iterator of that table yet: the rows pending are never node-local, so
-// none of them has an entry in the node-free index it may be walking.
+// none of them has an entry in the node-free index it may be walking. A
+// view kept past its transaction's end writes nothing.
 func (s *Snapshot) flushDomains() {
-	if t := s.pending; t != nil && len(t.w.domains) > 0 {
+	if t := s.pending; t != nil && !t.done && len(t.w.domains) > 0 {
 		t.flushed(t.w.flush())
 	}
 }
