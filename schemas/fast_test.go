@@ -49,8 +49,9 @@ func fastAccepts(t testing.TB, name string, body []byte) bool {
 
 // The fast path (fast.go) accepts no body the library refuses, and
 // declines few it accepts: seeded mutations of every example of every
-// event (a property dropped, added, repeated or spelled with an escape; a
-// value replaced by one of every JSON type, by numbers at and past the
+// event (a property dropped, repeated or spelled with an escape, or added
+// under a name of each kind propertyNames tells apart; a value replaced
+// by one of every JSON type, by numbers at and past the
 // schemas' bounds spelled several ways, by strings empty, long, escaped,
 // non-ASCII or date-like; an array item repeated or respelled), rendered
 // with their properties in random order.
