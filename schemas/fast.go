@@ -341,24 +341,6 @@ func unsupported(s *jsonschema.Schema) error {
 	return nil
 }
 
-// newBound reads a bound's literal as compileNumber does.
-func newBound(key, lit string) (bound, error) {
-	r, ok := new(big.Rat).SetString(lit)
-	if !ok {
-		return bound{}, fmt.Errorf("%s: %s is not a number", key, lit)
-	}
-	return ratBound(key, r), nil
-}
-
-func ratBound(key string, r *big.Rat) bound {
-	b := bound{key: key, rat: r}
-	b.f, _ = r.Float64()
-	if r.IsInt() && r.Num().IsInt64() {
-		b.i, b.isInt = r.Num().Int64(), true
-	}
-	return b
-}
-
 // walker reads one body for accepts. Its stacks are reused.
 type walker struct {
 	b       []byte
@@ -891,45 +873,4 @@ func (w *walker) distinct(items [][2]int) bool {
 		}
 	}
 	return true
-}
-
-// holds reports whether the number keyword's check passes: integral if
-// asked, within every bound.
-func (c *numberCheck) holds(n *number) bool {
-	if c.integer && !n.integral() {
-		return false
-	}
-	for _, b := range c.bounds {
-		if !holds(n, b) {
-			return false
-		}
-	}
-	return true
-}
-
-// holds reports whether n meets one bound.
-func holds(n *number, b bound) bool {
-	if b.key == "multipleOf" {
-		return new(big.Rat).Quo(n.exact(), b.rat).IsInt()
-	}
-	cmp := cmpNumber(n, b)
-	switch b.key {
-	case "minimum":
-		return cmp >= 0
-	case "maximum":
-		return cmp <= 0
-	case "exclusiveMinimum":
-		return cmp > 0
-	case "exclusiveMaximum":
-		return cmp < 0
-	}
-	return cmp == 0
-}
-
-// cmpNumber compares n with b's value exactly.
-func cmpNumber(n *number, b bound) int {
-	if cmp, ok := n.cmpFast(b); ok {
-		return cmp
-	}
-	return n.exact().Cmp(b.rat)
 }

@@ -127,14 +127,9 @@ func compileNumber(_ *jsonschema.CompilerContext, obj map[string]any) (jsonschem
 		if !ok {
 			continue
 		}
-		r, ok := new(big.Rat).SetString(fmt.Sprint(v))
-		if !ok {
-			return nil, fmt.Errorf("schemas: %s: %v is not a number", k, v)
-		}
-		b := bound{key: k, rat: r}
-		b.f, _ = r.Float64()
-		if r.IsInt() && r.Num().IsInt64() {
-			b.i, b.isInt = r.Num().Int64(), true
+		b, err := newBound(k, fmt.Sprint(v))
+		if err != nil {
+			return nil, fmt.Errorf("schemas: %w", err)
 		}
 		c.bounds = append(c.bounds, b)
 	}
@@ -159,35 +154,82 @@ func (c *numberCheck) Validate(ctx *jsonschema.ValidatorContext, v any) {
 		return
 	}
 	for _, b := range c.bounds {
-		if b.key == "multipleOf" {
-			if q := new(big.Rat).Quo(n.exact(), b.rat); !q.IsInt() {
-				ctx.AddError(&kind.MultipleOf{Got: n.exact(), Want: b.rat})
-			}
+		if holds(&n, b) {
 			continue
 		}
-		cmp, ok := n.cmpFast(b)
-		if !ok {
-			cmp = n.exact().Cmp(b.rat)
-		}
 		switch b.key {
+		case "multipleOf":
+			ctx.AddError(&kind.MultipleOf{Got: n.exact(), Want: b.rat})
 		case "minimum":
-			if cmp < 0 {
-				ctx.AddError(&kind.Minimum{Got: n.exact(), Want: b.rat})
-			}
+			ctx.AddError(&kind.Minimum{Got: n.exact(), Want: b.rat})
 		case "maximum":
-			if cmp > 0 {
-				ctx.AddError(&kind.Maximum{Got: n.exact(), Want: b.rat})
-			}
+			ctx.AddError(&kind.Maximum{Got: n.exact(), Want: b.rat})
 		case "exclusiveMinimum":
-			if cmp <= 0 {
-				ctx.AddError(&kind.ExclusiveMinimum{Got: n.exact(), Want: b.rat})
-			}
+			ctx.AddError(&kind.ExclusiveMinimum{Got: n.exact(), Want: b.rat})
 		case "exclusiveMaximum":
-			if cmp >= 0 {
-				ctx.AddError(&kind.ExclusiveMaximum{Got: n.exact(), Want: b.rat})
-			}
+			ctx.AddError(&kind.ExclusiveMaximum{Got: n.exact(), Want: b.rat})
 		}
 	}
+}
+
+// holds reports whether the number keyword's check passes: integral if
+// asked, within every bound (the fast path's reading; Validate reports).
+func (c *numberCheck) holds(n *number) bool {
+	if c.integer && !n.integral() {
+		return false
+	}
+	for _, b := range c.bounds {
+		if !holds(n, b) {
+			return false
+		}
+	}
+	return true
+}
+
+// holds reports whether n meets one bound.
+func holds(n *number, b bound) bool {
+	if b.key == "multipleOf" {
+		return new(big.Rat).Quo(n.exact(), b.rat).IsInt()
+	}
+	cmp := cmpNumber(n, b)
+	switch b.key {
+	case "minimum":
+		return cmp >= 0
+	case "maximum":
+		return cmp <= 0
+	case "exclusiveMinimum":
+		return cmp > 0
+	case "exclusiveMaximum":
+		return cmp < 0
+	}
+	return cmp == 0
+}
+
+// cmpNumber compares n with b's value exactly.
+func cmpNumber(n *number, b bound) int {
+	if cmp, ok := n.cmpFast(b); ok {
+		return cmp
+	}
+	return n.exact().Cmp(b.rat)
+}
+
+// newBound reads a bound's literal.
+func newBound(key, lit string) (bound, error) {
+	r, ok := new(big.Rat).SetString(lit)
+	if !ok {
+		return bound{}, fmt.Errorf("%s: %s is not a number", key, lit)
+	}
+	return ratBound(key, r), nil
+}
+
+// ratBound is a bound of an exact value, as machine numbers too.
+func ratBound(key string, r *big.Rat) bound {
+	b := bound{key: key, rat: r}
+	b.f, _ = r.Float64()
+	if r.IsInt() && r.Num().IsInt64() {
+		b.i, b.isInt = r.Num().Int64(), true
+	}
+	return b
 }
 
 // number is a JSON number literal as machine numbers where they hold it,

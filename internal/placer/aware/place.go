@@ -365,15 +365,3 @@ func (p *placer) crossesSMP(gpus []store.GPUKey) bool {
 	}
 	return false
 }
-
-func levelOf(kind string) int {
-	switch kind {
-	case store.DomainIsland:
-		return 0
-	case store.DomainPCIe:
-		return 1
-	case store.DomainNUMA:
-		return 2
-	}
-	return 3
-}

@@ -534,7 +534,7 @@ func (in inNode) domain() string {
 			continue
 		}
 		for _, d := range g.Domains {
-			l := levelOf(store.DomainKind(d))
+			l := store.LocalLevel(d)
 			if l >= bestL {
 				continue
 			}
