@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"testing/fstest"
 	"time"
+
+	"github.com/open-policy-agent/opa/v1/topdown"
 )
 
 func TestDefaultCompilesAndTestsPass(t *testing.T) {
@@ -340,6 +343,39 @@ func BenchmarkEvalPlacement(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestEvalCancelled: an evaluation stops when its context ends, before or
+// while it runs, and its candidate is denied. (Evaluations are cancelled
+// through context.AfterFunc rather than OPA's goroutine; a policy that
+// would run for minutes proves the cancellation reached it.)
+func TestEvalCancelled(t *testing.T) {
+	s, err := Compile(fstest.MapFS{"slow.rego": {Data: []byte(`package toposched.placement.slow
+
+deny contains "slow" if {
+	r := numbers.range(1, input.job.gpus)
+	count({1 | some i in r; some j in r; some k in r}) > 0
+}
+`)}}, "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, early := range []bool{true, false} {
+		ctx, cancel := context.WithCancel(t.Context())
+		if early {
+			cancel()
+		} else {
+			go cancel()
+		}
+		r, err := s.EvalPlacement(ctx, PlacementInput{Job: Job{ID: "j", GPUs: 400}})
+		var terr *topdown.Error
+		if !errors.As(err, &terr) || terr.Code != topdown.CancelErr {
+			t.Fatalf("cancelled before the evaluation %v: error %v, want %s", early, err, topdown.CancelErr)
+		}
+		if codes(r.Deny) != CodePolicyError {
+			t.Errorf("cancelled before the evaluation %v: deny %q, want %s", early, codes(r.Deny), CodePolicyError)
+		}
 	}
 }
 
