@@ -26,7 +26,7 @@ type Snapshot struct {
 // flushDomains writes a transaction's pending domain rows before a walk
 // of the domain table. It writes at the first walk after a change (the
 // view is valid until the next), when the view's caller holds no
-// iterator of that table yet: the rows pending are never node-local, so
+// iterator of that table yet: the rows pending are never node domains, so
 // none of them has an entry in the node-free index it may be walking. A
 // view kept past its transaction's end writes nothing.
 func (s *Snapshot) flushDomains() {

@@ -208,19 +208,21 @@ func (w *writer) count(id string, s share, sign int) error {
 // without GPUs; the node counts (nodecounts.go) follow the node domains.
 func (w *writer) flush() error { return w.flushDomains(true) }
 
-// flushLocal is flush for the domains inside a node (the node's own, its
-// islands, PCIe groups and NUMA nodes), which the node-free index and
-// the node counts follow. The others (a leaf, pod, core, the cluster:
+// flushLocal is flush for the node domains, which the node-free index
+// and the node counts follow. The others (a node's islands, PCIe groups
+// and NUMA nodes, which no index lists; a leaf, pod, core, the cluster:
 // one row shared by many nodes) stay with the writer: a transaction's
 // Snapshot reads them from there (pendingDomain), so a cycle of decisions
 // writes each of them into its tree once, at commit, instead of once per
-// decision, some ten rows per GPU on a rail-optimized fabric.
+// decision: some ten rows per GPU on a rail-optimized fabric, and, as
+// one-GPU jobs are packed onto the fullest node, its islands' rows again
+// and again.
 func (w *writer) flushLocal() error { return w.flushDomains(false) }
 
 func (w *writer) flushDomains(all bool) error {
 	for _, id := range slices.Sorted(maps.Keys(w.domains)) {
 		e := w.domains[id]
-		if !all && !nodeLocalKind(e.cur.Kind) {
+		if !all && e.cur.Kind != DomainNode {
 			continue
 		}
 		delete(w.domains, id)
