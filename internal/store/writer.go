@@ -8,7 +8,6 @@ package store
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -23,6 +22,9 @@ type writer struct {
 	txn        *memdb.Txn
 	domains    map[string]*domainEdit
 	nodeCounts map[string]*nodeCountsEdit // by model, "" for any
+	// flushing is flushDomains' list of the rows it writes, kept for the
+	// next: a cycle flushes once a decision.
+	flushing []string
 }
 
 type domainEdit struct {
@@ -220,11 +222,16 @@ func (w *writer) flush() error { return w.flushDomains(true) }
 func (w *writer) flushLocal() error { return w.flushDomains(false) }
 
 func (w *writer) flushDomains(all bool) error {
-	for _, id := range slices.Sorted(maps.Keys(w.domains)) {
-		e := w.domains[id]
-		if !all && e.cur.Kind != DomainNode {
-			continue
+	ids := w.flushing[:0]
+	for id, e := range w.domains {
+		if all || e.cur.Kind == DomainNode {
+			ids = append(ids, id)
 		}
+	}
+	slices.Sort(ids)
+	w.flushing = ids
+	for _, id := range ids {
+		e := w.domains[id]
 		delete(w.domains, id)
 		if e.cur.Kind == DomainNode && (e.old == nil || !domainEqual(e.old, e.cur)) {
 			if err := w.countNode(e.old, e.cur); err != nil {
