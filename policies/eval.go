@@ -2,11 +2,8 @@ package policies
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"hash"
-	"hash/fnv"
 	"slices"
 	"sync"
 	"time"
@@ -287,22 +284,35 @@ func (s *Set) CacheLen() int {
 	return len(s.cache.m)
 }
 
-// hasher feeds a cache key to h, whose Write never returns an error (see
-// package hash).
-type hasher struct {
-	h   hash.Hash
-	buf [8]byte
-}
+// hasher is a cache key's FNV-1a (64-bit) hash, as hash/fnv computes it,
+// kept in a value: hash/fnv's is reached through hash.Hash, so it and
+// every string written to it were allocated on each node a walk asks.
+type hasher struct{ sum uint64 }
+
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
+
+func newHasher() hasher { return hasher{sum: fnvOffset64} }
 
 func (h *hasher) str(s string) {
-	binary.LittleEndian.PutUint64(h.buf[:], uint64(len(s)))
-	h.h.Write(h.buf[:])
-	h.h.Write([]byte(s))
+	h.int(len(s))
+	for i := 0; i < len(s); i++ {
+		h.sum ^= uint64(s[i])
+		h.sum *= fnvPrime64
+	}
 }
 
+// int writes i as hash/fnv would be written its eight bytes, little end
+// first.
 func (h *hasher) int(i int) {
-	binary.LittleEndian.PutUint64(h.buf[:], uint64(i))
-	h.h.Write(h.buf[:])
+	u := uint64(i)
+	for range 8 {
+		h.sum ^= u & 0xff
+		h.sum *= fnvPrime64
+		u >>= 8
+	}
 }
 
 // labelsRead hashes the labels p's rules read: every label, or the keys
@@ -346,8 +356,7 @@ func (h *hasher) labels(m map[string]string) {
 
 // classHash hashes the fields of the job class the policies read.
 func (r inputReads) classHash(job JobClass) uint64 {
-	f := fnv.New64a()
-	h := &hasher{h: f}
+	h := newHasher()
 	for _, x := range []struct {
 		field string
 		hash  func()
@@ -366,14 +375,13 @@ func (r inputReads) classHash(job JobClass) uint64 {
 			h.int(0)
 		}
 	}
-	return f.Sum64()
+	return h.sum
 }
 
 // nodeKey is a node's cache key: its name and a hash of its fields, of
 // those the policies read. A node's Version stands for all of its fields.
 func (r inputReads) nodeKey(class uint64, node Node) cacheKey {
-	f := fnv.New64a()
-	h := &hasher{h: f}
+	h := newHasher()
 	name := node.Name
 	if node.Version != "" {
 		h.int(1)
@@ -400,7 +408,7 @@ func (r inputReads) nodeKey(class uint64, node Node) cacheKey {
 			}
 		}
 	}
-	return cacheKey{node: name, state: f.Sum64(), class: class}
+	return cacheKey{node: name, state: h.sum, class: class}
 }
 
 // ReadsNode reports whether some node rule may read the named field of

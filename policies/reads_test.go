@@ -1,7 +1,9 @@
 package policies
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"math/rand/v2"
 	"slices"
@@ -127,5 +129,36 @@ warn contains {"code": "few_free", "msg": sprintf("%d free", [input.node.gpus.fr
 	}
 	if n := s.CacheLen(); n >= 3000 {
 		t.Errorf("cache holds %d results for 3000 evaluations: nothing shared", n)
+	}
+}
+
+// TestHasherIsFNV: the cache key's hash is hash/fnv's FNV-1a of each
+// string's length (eight bytes, little end first) and bytes, and of each
+// integer's eight bytes.
+func TestHasherIsFNV(t *testing.T) {
+	for _, in := range [][]any{
+		{},
+		{""},
+		{"tenant-a", 3, -1},
+		{0, "toposched.io/gpu-model", "H100", 1 << 40},
+	} {
+		h, f := newHasher(), fnv.New64a()
+		var buf [8]byte
+		for _, x := range in {
+			switch x := x.(type) {
+			case string:
+				h.str(x)
+				binary.LittleEndian.PutUint64(buf[:], uint64(len(x)))
+				f.Write(buf[:])
+				f.Write([]byte(x))
+			case int:
+				h.int(x)
+				binary.LittleEndian.PutUint64(buf[:], uint64(x))
+				f.Write(buf[:])
+			}
+		}
+		if h.sum != f.Sum64() {
+			t.Errorf("%v: %x, hash/fnv %x", in, h.sum, f.Sum64())
+		}
 	}
 }
