@@ -304,8 +304,8 @@ func (h *hasher) str(s string) {
 	}
 }
 
-// int writes i as hash/fnv would be written its eight bytes, little end
-// first.
+// int hashes i's eight bytes, little end first, as hash/fnv hashes them
+// written to it.
 func (h *hasher) int(i int) {
 	u := uint64(i)
 	for range 8 {

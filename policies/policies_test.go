@@ -349,7 +349,7 @@ func BenchmarkEvalPlacement(b *testing.B) {
 // TestEvalCancelled: an evaluation stops when its context ends, before or
 // while it runs, and its candidate is denied. (Evaluations are cancelled
 // through context.AfterFunc rather than OPA's goroutine; a policy that
-// would run for minutes proves the cancellation reached it.)
+// would run for many seconds proves the cancellation reached it.)
 func TestEvalCancelled(t *testing.T) {
 	s, err := Compile(fstest.MapFS{"slow.rego": {Data: []byte(`package toposched.placement.slow
 

@@ -78,9 +78,10 @@ func (t *Txn) Snapshot() *Snapshot {
 		return t.view
 	}
 	// The domain rows are written at flush; a view without it would count
-	// GPUs the transaction has already allocated as free. Those of other
-	// domains than nodes wait (writer.flushLocal): the view reads them from the
-	// writer, and writes them before a walk of the table.
+	// GPUs the transaction has already allocated as free. Only the node
+	// domains' rows are written now (writer.flushLocal): the view reads
+	// the others from the writer, and writes them before a walk of the
+	// table.
 	t.flushed(t.w.flushLocal())
 	t.view = &Snapshot{txn: t.w.txn, pending: t}
 	return t.view
