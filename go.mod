@@ -122,3 +122,5 @@ tool (
 	github.com/nats-io/nats-server/v2
 	github.com/nats-io/natscli/nats
 )
+
+replace github.com/hashicorp/go-memdb => ./third_party/go-memdb

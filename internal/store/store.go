@@ -69,17 +69,32 @@ func (s *Store) Snapshot() *Snapshot {
 // write runs fn in one write transaction, committing if it returns nil.
 // The domain counts fn's GPU changes made are written before the commit.
 func (s *Store) write(fn func(w *writer) error) error {
-	txn := s.db.Txn(true)
-	defer txn.Abort() // no-op after Commit
-	w := &writer{txn: txn}
+	w := s.writer()
+	defer w.txn.Abort() // no-op after Commit
 	if err := fn(w); err != nil {
 		return err
 	}
 	if err := w.flush(); err != nil {
 		return err
 	}
-	txn.Commit()
+	w.txn.Commit()
 	return nil
+}
+
+// writer opens the store's write transaction. Its reads of what it has
+// written read the transaction's trees in place (memdb's LiveReads, a patch
+// of ours: third_party/go-memdb/PATCHES.md), so that a write after a read
+// reuses the tree nodes the transaction has already copied: a decision
+// cycle reads its view between every two decisions, and upstream memdb
+// makes each read forget the copied nodes, so each write copied its whole
+// path again (about 20 KB of a one-GPU decision's 145 KB, BENCHMARKS.md).
+// The price is that no iterator of the transaction outlives the next write
+// to it; memdb panics if one does, and the store reads every iterator to
+// its end, or drops it, before it writes.
+func (s *Store) writer() *writer {
+	txn := s.db.Txn(true)
+	txn.LiveReads()
+	return &writer{txn: txn}
 }
 
 // writeTopology is write for a change of the topology (a node report, a

@@ -26,7 +26,7 @@ type Txn struct {
 
 // Begin opens a Txn. Commit or Abort it.
 func (s *Store) Begin() *Txn {
-	return &Txn{w: &writer{txn: s.db.Txn(true)}}
+	return &Txn{w: s.writer()}
 }
 
 // do runs one change; see Txn for which failures spoil it.
