@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/ThreeDotsLabs/watermill v1.5.1
+	github.com/go-json-experiment/json v1.27.2
 	github.com/hashicorp/go-memdb v1.3.5
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0

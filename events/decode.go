@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
 // DecodeJSON decodes a JSON body into v, a pointer to an event's Go type
@@ -35,9 +37,11 @@ import (
 // (after the schema), job files (events/client.ParseJob, so topoctl submit
 // and the dry run), and the readers of stored events.
 //
-// A body that encoding/json takes as it is costs one json.Unmarshal; only
-// one it refuses is read again, number by number. As with json.Unmarshal,
-// v may be partly filled when an error is returned.
+// A body that encoding/json takes as it is costs one decode, on the
+// engine of encoding/json/v2 with encoding/json's semantics (jsonv1,
+// below); only one it refuses is read again, by encoding/json itself and
+// then number by number, so errors are worded as they always were. As
+// with json.Unmarshal, v may be partly filled when an error is returned.
 func DecodeJSON(body []byte, v any) error {
 	return decodeJSON(body, v, false)
 }
@@ -109,6 +113,20 @@ func decodeJSON(body []byte, v any, strict bool) error {
 		return fmt.Errorf("events: DecodeJSON into %T: want a non-nil pointer", v)
 	}
 	if !strict {
+		if u, ok := v.(json.Unmarshaler); ok {
+			// Its decoder reads the body whole, with DecodeJSON
+			// (JobAnalyzed): once, not after a scan of the body here.
+			return u.UnmarshalJSON(body)
+		}
+		// go-json-experiment/json/v1 is encoding/json's API and
+		// semantics on encoding/json/v2's decoder, what encoding/json
+		// itself becomes in Go 1.27: some twice as fast on events
+		// (BENCHMARKS.md). TestDecodeEngines holds it to encoding/json's
+		// results on every example and fuzz seed. What it refuses,
+		// encoding/json reads again below, for the errors' words.
+		if jsonv1.Unmarshal(body, v) == nil {
+			return nil
+		}
 		err := json.Unmarshal(body, v)
 		if err == nil {
 			return nil

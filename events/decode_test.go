@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	jsonv1 "github.com/go-json-experiment/json/v1"
+
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/schemas"
 )
@@ -239,9 +241,15 @@ func FuzzDecodeJSON(f *testing.F) {
 			}
 			noGoWords(t, err)
 		}
+		// encoding/json and DecodeJSON's faster engine (jsonv1) take the
+		// same bodies, the same way.
+		var plain, fast events.JobSubmitted
+		errPlain, errFast := json.Unmarshal(body, &plain), jsonv1.Unmarshal(body, &fast)
+		if (errPlain == nil) != (errFast == nil) || errPlain == nil && !reflect.DeepEqual(plain, fast) {
+			t.Fatalf("%q: encoding/json %+v (%v), jsonv1 %+v (%v)", body, plain, errPlain, fast, errFast)
+		}
 		// Whatever encoding/json takes, DecodeJSON takes the same way.
-		var plain events.JobSubmitted
-		if json.Unmarshal(body, &plain) == nil {
+		if errPlain == nil {
 			if err != nil {
 				t.Fatalf("json.Unmarshal takes %q, DecodeJSON says %v", body, err)
 			}
