@@ -58,3 +58,28 @@ func newDecodeTarget(name Name) any {
 	}
 	return name.New()
 }
+
+// BenchmarkDecode decodes the full example of the events a decision's
+// path decodes, with encoding/json and with DecodeJSON, side by side.
+func BenchmarkDecode(b *testing.B) {
+	for _, name := range []Name{NameJobSubmitted, NameJobAnalyzed, NamePlacementDecided} {
+		body, err := os.ReadFile(filepath.Join("..", "schemas", "v1", "examples", string(name), "full.json"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, engine := range []struct {
+			name   string
+			decode func([]byte, any) error
+		}{{"encoding-json", json.Unmarshal}, {"DecodeJSON", DecodeJSON}} {
+			b.Run(string(name)+"/"+engine.name, func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(body)))
+				for b.Loop() {
+					if err := engine.decode(body, name.New()); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
