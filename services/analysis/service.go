@@ -15,9 +15,17 @@ import (
 // the wire contract: renaming it re-reads the stream from the start.
 const HandlerSubmitted = "analysis-jobs-submitted"
 
-// Concurrency is how many submissions are analysed at once: analysis is
-// pure computation, so a few overlap the publishes.
-const Concurrency = 4
+// Concurrency is how many submissions are analysed at once. A handler is
+// a short computation, then a publish awaited for its PubAck, which on a
+// busy server takes milliseconds: the handlers mostly wait, and analysis
+// passes at most Concurrency jobs per PubAck time on to placement. With 4
+// that held the whole pipeline back under a burst: placement's cycles got
+// 11-12 jobs each, where 16 handlers give them 27-28, and the larger
+// cycles cost less CPU a decision (BENCHMARKS.md, "analysis in step").
+// Jobs analysed together may be stored out of their submission order, by
+// fewer than Concurrency places; placement's arrival order is the order
+// of jobs.analyzed.
+const Concurrency = 16
 
 // Config is the analysis service's configuration. It has none yet; the
 // type keeps the shape every service shares.
