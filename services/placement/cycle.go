@@ -42,10 +42,15 @@ import (
 
 // analyzedConcurrency is how many jobs.analyzed messages are handled at
 // once: the most a cycle can decide. Half of them can arrive while a cycle
-// of the other half runs, so the next cycle starts full; all of them wait
-// for their decision within the handler's time (30 s), which 64 decisions
-// of 4,096-GPU jobs on 100k GPUs (some 100-300 ms each) leave room for.
-const analyzedConcurrency = 64
+// of the other half runs, so the next cycle starts full. A cycle ends with
+// a wait for its outcomes' PubAcks, with the lock held, so the more jobs
+// share a cycle the less of that wait each carries: with 128 handlers a
+// burst of one-GPU jobs costs some 10% less CPU a decision than with 64
+// (BENCHMARKS.md, "analysis in step"). All of them wait for their decision
+// within the handler's time (30 s), which 128 decisions of 4,096-GPU jobs
+// on 100k GPUs leave room for (p99 some 100-150 ms each, BENCHMARKS.md;
+// and a cycle takes new jobs for cycleBudget only).
+const analyzedConcurrency = 128
 
 // cycleBudget is how long a cycle takes new jobs: those left go back to
 // the intake, first, for the next cycle, so that a cycle of large

@@ -1,7 +1,7 @@
 // Package placement decides where each analysed job runs and keeps the GPU
 // inventory it decides on.
 //
-//	jobs.analyzed (up to 64 at once) ─► intake ─┐
+//	jobs.analyzed (up to 128 at once) ─► intake ─┐
 //	jobs.finished, topology.node/health ─────────┴─► (one lock) decision cycle:
 //	    the strategy on one view of the store ─► one store transaction
 //	    ─► placement.decided / pending / rejected, sent as decided, their
