@@ -45,7 +45,9 @@ With --e2e N it also starts an embedded NATS server and every service in
 this process on a --e2e-gpus cluster, publishes N jobs of --e2e-job-gpus
 with up to --e2e-window of them awaiting JetStream's acknowledgement at once
 (as the raw measurement it prints beside them) and reports the sustained
-decisions per second and the publish-to-decision latency.
+decisions per second and the publish-to-decision latency; then it waits
+for the optimizer, which tunes each decision off the decision path, and
+says how far behind it was and the CPU a decision costs with its tuning.
 
 Targets (issue 5): p99 <= 10 ms for jobs of up to 64 GPUs on 10k GPUs at 50%
 occupancy with policies on; >= 500 decisions/s end to end.`,

@@ -115,6 +115,12 @@ func TestE2EPrintsRawRate(t *testing.T) {
 			if !regexp.MustCompile(`(?m)^20 +0 `).MatchString(out.String()) {
 				t.Errorf("not every job decided:\n%s", out.String())
 			}
+			// The optimizer tunes every decision (one GPU: an empty
+			// tuning), after the window if need be, and the run waits
+			// for it.
+			if !regexp.MustCompile(`tuning \(the optimizer, off the decision path\): [0-9]+ of 20 decisions tuned when the last was decided, all [0-9.]+ s later; cpu/decision with every decision tuned: `).MatchString(out.String()) {
+				t.Errorf("no tuning line, or not every decision tuned:\n%s", out.String())
+			}
 			// CPU per decision and the collector's share of it, where the
 			// system tells the process's CPU time.
 			if _, ok := processCPU(); ok && !regexp.MustCompile(`(?m)^20 .* KB +[0-9.]+ ms +[0-9]+% +[0-9.]+%$`).MatchString(out.String()) {

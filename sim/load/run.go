@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/client"
@@ -301,6 +303,10 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 	// service and the submitter, as a deployment in one process would.
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
+	tuned0, err := tunings(ctx, b)
+	if err != nil {
+		return err
+	}
 	cpu0, cpuOK := processCPU()
 	gc0 := gcCPU()
 	start := time.Now()
@@ -319,6 +325,10 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 	gc1 := gcCPU()
 	runtime.ReadMemStats(&after)
 	closed()
+	tuning, err := awaitTuning(ctx, b, tuned0, len(lat), start, cpu0)
+	if err != nil {
+		return err
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	s := StatsOf(lat)
@@ -341,7 +351,83 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 	}
 	_, err = fmt.Fprintf(out, "\nalloc/decision: bytes the whole process (server, services, submitter) allocated in the window, per decision; cpu/decision: the process's CPU time (user and system) in the window, per decision, which moves less with a shared host's speed than decisions/s does; gc: the garbage collector's share of it (runtime/metrics' estimate).\nraw JetStream publish on the same server, same run, before the services started: %d messages of %d bytes to a file-backed stream: %.0f/s async (%d acknowledgements outstanding), %.0f/s sync. A decision costs about four events.\n",
 		raw.Messages, raw.Bytes, raw.AsyncPerSecond, AsyncWindow, raw.SyncPerSecond)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(out, tuning.String(elapsed, len(lat), cpuOK))
 	return err
+}
+
+// tuningWait bounds how long the run waits, after the last decision, for
+// the optimizer to tune every decision.
+const tuningWait = time.Minute
+
+// tuningLag is how far the optimizer, which tunes each decision off the
+// decision path, was behind when the last decision came.
+type tuningLag struct {
+	// atLast is how many decisions were tuned when the last was decided,
+	// all how many were tuned by the end of the wait.
+	atLast, all int
+	// done is when the last was tuned, measured from the window's start;
+	// cpu the process's CPU time from the window's start until then.
+	done, cpu time.Duration
+}
+
+// String says what the window's figures leave out: the tuning still to
+// come when the last decision came, and the CPU a decision costs once
+// each is tuned too.
+func (t tuningLag) String(window time.Duration, decided int, cpuOK bool) string {
+	if t.all < decided {
+		return fmt.Sprintf("tuning (the optimizer, off the decision path): %d of %d decisions tuned when the last was decided, %d within %s after it.",
+			t.atLast, decided, t.all, tuningWait)
+	}
+	cpu := "-"
+	if cpuOK && decided > 0 {
+		cpu = FormatDuration(t.cpu / time.Duration(decided))
+	}
+	return fmt.Sprintf("tuning (the optimizer, off the decision path): %d of %d decisions tuned when the last was decided, all %.2f s later; cpu/decision with every decision tuned: %s.",
+		t.atLast, decided, (t.done - window).Seconds(), cpu)
+}
+
+// awaitTuning waits until the runtime stream holds a tuning for each of
+// the decided decisions past the tuned0 it held when the window opened.
+func awaitTuning(ctx context.Context, b *bus.Bus, tuned0, decided int, start time.Time, cpu0 time.Duration) (tuningLag, error) {
+	var t tuningLag
+	n, err := tunings(ctx, b)
+	if err != nil {
+		return t, err
+	}
+	t.atLast, t.all = n-tuned0, n-tuned0
+	deadline := time.Now().Add(tuningWait)
+	for t.all < decided && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return t, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+		if n, err = tunings(ctx, b); err != nil {
+			return t, err
+		}
+		t.all = n - tuned0
+	}
+	t.done = time.Since(start)
+	cpu, _ := processCPU()
+	t.cpu = cpu - cpu0
+	return t, nil
+}
+
+// tunings is how many runtime.tuning events the runtime stream holds.
+func tunings(ctx context.Context, b *bus.Bus) (int, error) {
+	subject := b.Subjects.Of(events.NameRuntimeTuning)
+	st, err := b.JetStream().Stream(ctx, b.StreamName(events.DomainRuntime))
+	if err != nil {
+		return 0, fmt.Errorf("runtime stream: %w", err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return 0, fmt.Errorf("runtime stream: %w", err)
+	}
+	return int(info.State.Subjects[subject]), nil
 }
 
 // MaxE2EWindow bounds Config.E2EWindow: nats.go keeps at most 4,000
