@@ -81,6 +81,13 @@ func (p *placer) score(c *cand) float64 {
 	return c.comm
 }
 
+// passes judges c and reports whether the judge lets it through as it
+// is: neither denied nor scored, so that no other candidate can cost less.
+func (p *placer) passes(c *cand) bool {
+	p.judge(c)
+	return !c.j.Deny && c.j.Score == 0
+}
+
 func (p *placer) judge(c *cand) {
 	if c.judged {
 		return
@@ -103,8 +110,7 @@ func (p *placer) choose(list []*cand, more func() []*cand) (*cand, []*cand) {
 	if p.opts.Judge == nil {
 		return list[0], list[:1]
 	}
-	p.judge(list[0])
-	if !list[0].j.Deny && list[0].j.Score == 0 {
+	if p.passes(list[0]) {
 		list[0].cost = 1
 		return list[0], list[:1]
 	}

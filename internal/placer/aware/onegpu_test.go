@@ -328,3 +328,87 @@ func TestTwinPicksAreTheirOwn(t *testing.T) {
 	}
 	t.Logf("%d picks taken from a twin", copied)
 }
+
+// A one-GPU job's walk keeps the favourite's few nodes and walks on only
+// for a judge that does not pass the favourite (place): on seeded clusters
+// of mixed nodes and occupancy, with judges that pass everything, deny
+// or score some nodes, and a filter or none, it decides as the walk to
+// maxJudged at once does, judges the same candidates, and explains alike
+// but for the levels' counts of the nodes walked, which are the longer
+// walk's whenever it comes.
+func TestOneGPUWalkWaitsForTheJudge(t *testing.T) {
+	t.Parallel()
+	kinds := []events.TopologyNode{dgx(t, "", "dgx-h100"), dgx(t, "", "pcie-8gpu"), pairs(""), fixtures.PlainNode("", "A100", 8)}
+	judges := map[string]func(Candidate) Judgement{
+		"passes": func(Candidate) Judgement { return Judgement{} },
+		"denies-odd": func(c Candidate) Judgement {
+			return Judgement{Deny: c.GPUs[0].Node[len(c.GPUs[0].Node)-1]%2 == 1, Reasons: []events.Reason{{Code: "odd"}}}
+		},
+		"scores-some": func(c Candidate) Judgement {
+			return Judgement{Score: float64(c.GPUs[0].Node[len(c.GPUs[0].Node)-1]%3) / 2}
+		},
+		"denies-all": func(Candidate) Judgement { return Judgement{Deny: true, Reasons: []events.Reason{{Code: "no"}}} },
+	}
+	longer := 0
+	for seed := range uint64(120) {
+		rng := rand.New(rand.NewPCG(seed, 21))
+		var specs []spec
+		for i := range 10 + rng.IntN(200) {
+			sp := spec{name: fmt.Sprintf("n%03d", i), ev: kinds[rng.IntN(len(kinds))]}
+			occ := rng.Float64()
+			for g := range len(sp.ev.GPUs) {
+				if rng.Float64() < occ {
+					sp.held = append(sp.held, g)
+				}
+			}
+			specs = append(specs, sp)
+		}
+		snap := build(t, specs...).Snapshot()
+		job := fixtures.SyntheticJob("j", 1, 1, 1)
+		for name, judge := range judges {
+			var filter func(NodeView) bool
+			if seed%2 == 1 {
+				filter = func(v NodeView) bool { return v.Node.Name[len(v.Node.Name)-1]%5 != 0 }
+			}
+			run := func(eager bool) (outcome.Result, Explain, []string, map[string]int) {
+				asked := map[string]int{}
+				counted := func(v NodeView) bool { asked[v.Node.Name]++; return filter(v) }
+				var judged []string
+				x := Explain{}
+				opts := Options{Judge: func(c Candidate) Judgement { judged = append(judged, fmt.Sprint(c.GPUs)); return judge(c) }, Explain: &x, eagerOneGPU: eager}
+				if filter != nil {
+					opts.Filter = counted
+				}
+				return Place(snap, job, opts), x, judged, asked
+			}
+			want, wantX, wantJudged, wantAsked := run(true)
+			got, gotX, gotJudged, asked := run(false)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("seed %d, judge %s: %v, the walk to maxJudged %v", seed, name, got, want)
+			}
+			if len(gotJudged) > 1 || name != "passes" {
+				if !slices.Equal(gotJudged[1:], wantJudged[1:]) || (len(wantJudged) > 0 && gotJudged[0] != wantJudged[0]) {
+					t.Fatalf("seed %d, judge %s: judged %v, the walk to maxJudged %v", seed, name, gotJudged, wantJudged)
+				}
+			}
+			// The filter counts the nodes it denies: the walk that goes
+			// on asks none it asked before.
+			for node, n := range asked {
+				if n > wantAsked[node] {
+					t.Fatalf("seed %d, judge %s: node %s asked of the filter %d times, by the walk to maxJudged %d", seed, name, node, n, wantAsked[node])
+				}
+			}
+			if !slices.Equal(gotX.Explanation.Levels, wantX.Explanation.Levels) {
+				if name != "passes" && len(wantJudged) > 1 {
+					t.Fatalf("seed %d, judge %s: levels %v, the walk to maxJudged %v", seed, name, gotX.Explanation.Levels, wantX.Explanation.Levels)
+				}
+				longer++
+				gotX.Explanation.Levels = wantX.Explanation.Levels
+			}
+			if fmt.Sprint(gotX) != fmt.Sprint(wantX) {
+				t.Fatalf("seed %d, judge %s: explained %+v, the walk to maxJudged %+v", seed, name, gotX, wantX)
+			}
+		}
+	}
+	t.Logf("%d decisions walked fewer nodes", longer)
+}

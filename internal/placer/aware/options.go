@@ -72,6 +72,11 @@ type Options struct {
 	// The search only makes a candidate faster, so one it lets start
 	// stays allowed after it.
 	Compact func(gpus []store.GPUKey, comm float64) (events.Reason, bool)
+
+	// eagerOneGPU walks a one-GPU job's nodes to maxJudged at once, as
+	// before the walk waited for the judge to ask (place): the tests'
+	// reference.
+	eagerOneGPU bool
 }
 
 const inf = math.MaxFloat64

@@ -57,24 +57,52 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 	// for more.
 	var fit []*candNode
 	filter := opts.Filter
+	// judgedFrom walks the nodes again, keeping as many as the judge may
+	// read (maxJudged), for a one-GPU job whose first walk kept only the
+	// favourite's few (below); nil otherwise.
+	var judgedFrom func() []*candNode
 	if single && snap.NodeCounts(model).FreeAtLeast(n) > 0 {
 		var seen map[string]bool
 		var holesOf func(*candNode) int
 		walker := &placer{opts: opts} // pick's scratch, and limit
+		enough := max(walker.limit(), maxJudged)
+		if n == 1 && !opts.eagerOneGPU {
+			// The judge reads one candidate when the favourite passes,
+			// as it mostly does, and up to maxJudged when it does not:
+			// the walk keeps the first limit() nodes, which it finds
+			// exactly as the longer walk does (bestFitSingle), and is
+			// walked again to maxJudged only for a favourite the judge
+			// does not pass. A tenth of a one-GPU decision's CPU was the
+			// longer walk's (BENCHMARKS.md).
+			enough = walker.limit()
+		}
 		if n == 1 {
 			holesOf = walker.holesOne
 		}
-		fit, seen = bestFitSingle(snap, model, opts.Filter, n, max(walker.limit(), maxJudged), holesOf)
+		fit, seen = bestFitSingle(snap, model, opts.Filter, n, enough, holesOf)
 		if x != nil {
 			x.Explanation.NodesConsidered = snap.NodeCounts(model).FreeAtLeast(1)
 		}
 		if f := opts.Filter; f != nil {
-			// The cluster walk, if it comes, asks no node twice.
+			// The cluster walk, and the longer walk, if they come, ask
+			// no node twice (the filter counts the nodes it denies).
 			filter = func(v NodeView) bool {
 				if ok, asked := seen[v.Node.Name]; asked {
 					return ok
 				}
 				return f(v)
+			}
+		}
+		if enough < maxJudged {
+			judgedFrom = func() []*candNode {
+				longer, asked := bestFitSingle(snap, model, filter, n, max(walker.limit(), maxJudged), holesOf)
+				for name, ok := range asked {
+					if seen == nil {
+						seen = map[string]bool{}
+					}
+					seen[name] = ok
+				}
+				return longer
 			}
 		}
 	}
@@ -123,7 +151,26 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 	var list []*cand
 	var more func() []*cand
 	if len(fit) > 0 {
+		levels := 0
+		if x != nil {
+			levels = len(x.Explanation.Levels)
+		}
 		list = p.singleNode(fit)
+		if judgedFrom != nil && len(list) > 0 && opts.Judge != nil {
+			if first := list[0]; !p.passes(first) {
+				// As if the walk had gone on to maxJudged from the
+				// start: its favourite is the same one, judged already.
+				fit = judgedFrom()
+				p.cands = fit
+				if x != nil {
+					x.Explanation.Levels = x.Explanation.Levels[:levels]
+				}
+				list = p.singleNode(fit)
+				if len(list) > 0 && list[0].domain == first.domain && slices.Equal(list[0].gpus, first.gpus) {
+					list[0].j, list[0].judged = first.j, true
+				}
+			}
+		}
 		if gpn == 0 {
 			// Spread over nodes, for when every one-node candidate is
 			// denied; those that land on one node were seen already.
