@@ -115,16 +115,23 @@ func decodeJSON(body []byte, v any, strict bool) error {
 	if !strict {
 		if u, ok := v.(json.Unmarshaler); ok {
 			// Its decoder reads the body whole, with DecodeJSON
-			// (JobAnalyzed): once, not after a scan of the body here.
-			return u.UnmarshalJSON(body)
-		}
-		// go-json-experiment/json/v1 is encoding/json's API and
-		// semantics on encoding/json/v2's decoder, what encoding/json
-		// itself becomes in Go 1.27: some twice as fast on events
-		// (BENCHMARKS.md). TestDecodeEngines holds it to encoding/json's
-		// results on every example and fuzz seed. What it refuses,
-		// encoding/json reads again below, for the errors' words.
-		if jsonv1.Unmarshal(body, v) == nil {
+			// (JobAnalyzed): once, not after a scan of the body here. An
+			// error of another kind is read again below, as any is.
+			err := u.UnmarshalJSON(body)
+			if err == nil {
+				return nil
+			}
+			var derr *DecodeError
+			if errors.As(err, &derr) {
+				return derr
+			}
+		} else if jsonv1.Unmarshal(body, v) == nil {
+			// go-json-experiment/json/v1 is encoding/json's API and
+			// semantics on encoding/json/v2's decoder, what encoding/json
+			// itself becomes in Go 1.27: some twice as fast on events
+			// (BENCHMARKS.md). TestDecodeEngines and FuzzDecodeJSON hold
+			// it to encoding/json's results. What it refuses,
+			// encoding/json reads again below, for the errors' words.
 			return nil
 		}
 		err := json.Unmarshal(body, v)

@@ -295,3 +295,19 @@ func TestDecodeErrorBounded(t *testing.T) {
 		t.Fatalf("%d problems, error of %d bytes", len(de.Problems), len(err.Error()))
 	}
 }
+
+// A value with a decoder of its own that fails in its own words (not
+// DecodeJSON's, as JobAnalyzed's does) is read again as any body is:
+// DecodeJSON still answers with a *DecodeError.
+func TestDecodeJSONOwnDecoder(t *testing.T) {
+	t.Parallel()
+	var at time.Time
+	err := events.DecodeJSON([]byte(`"yesterday"`), &at)
+	var de *events.DecodeError
+	if !errors.As(err, &de) {
+		t.Fatalf("DecodeJSON(yesterday) = %T %v, want a *DecodeError", err, err)
+	}
+	if err := events.DecodeJSON([]byte(`"2026-12-06T10:00:00Z"`), &at); err != nil || at.Year() != 2026 {
+		t.Fatalf("DecodeJSON(a date) = %v, %v", at, err)
+	}
+}
