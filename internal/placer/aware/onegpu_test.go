@@ -30,18 +30,7 @@ func TestOneGPUWalkStopsWithoutChangingTheChoice(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			of = kinds[rng.IntN(len(kinds)):][:1]
 		}
-		var specs []spec
-		for i := range 20 + rng.IntN(300) {
-			sp := spec{name: fmt.Sprintf("n%03d", i), ev: of[rng.IntN(len(of))]}
-			occ := rng.Float64()
-			for g := range len(sp.ev.GPUs) {
-				if rng.Float64() < occ {
-					sp.held = append(sp.held, g)
-				}
-			}
-			specs = append(specs, sp)
-		}
-		snap := build(t, specs...).Snapshot()
+		snap := build(t, partlyHeld(rng, of, 20+rng.IntN(300))...).Snapshot()
 		var filter func(NodeView) bool
 		if seed%2 == 1 {
 			filter = func(v NodeView) bool { return len(v.Node.Name)%3 != 0 || v.Node.Name[len(v.Node.Name)-1]%2 == 0 }
@@ -137,6 +126,23 @@ func mixedKinds(t testing.TB) []events.TopologyNode {
 
 // randomNodes draws n nodes of kinds; on each node busy says, each GPU
 // held says, the GPU is held.
+// partlyHeld is n nodes of the kinds, each with a share of its GPUs held
+// drawn for it.
+func partlyHeld(rng *rand.Rand, kinds []events.TopologyNode, n int) []spec {
+	specs := make([]spec, 0, n)
+	for i := range n {
+		sp := spec{name: fmt.Sprintf("n%03d", i), ev: kinds[rng.IntN(len(kinds))]}
+		occ := rng.Float64()
+		for g := range len(sp.ev.GPUs) {
+			if rng.Float64() < occ {
+				sp.held = append(sp.held, g)
+			}
+		}
+		specs = append(specs, sp)
+	}
+	return specs
+}
+
 func randomNodes(rng *rand.Rand, kinds []events.TopologyNode, n int, busy, held func() bool) []spec {
 	specs := make([]spec, 0, n)
 	for i := range n {
@@ -352,18 +358,7 @@ func TestOneGPUWalkWaitsForTheJudge(t *testing.T) {
 	longer := 0
 	for seed := range uint64(120) {
 		rng := rand.New(rand.NewPCG(seed, 21))
-		var specs []spec
-		for i := range 10 + rng.IntN(200) {
-			sp := spec{name: fmt.Sprintf("n%03d", i), ev: kinds[rng.IntN(len(kinds))]}
-			occ := rng.Float64()
-			for g := range len(sp.ev.GPUs) {
-				if rng.Float64() < occ {
-					sp.held = append(sp.held, g)
-				}
-			}
-			specs = append(specs, sp)
-		}
-		snap := build(t, specs...).Snapshot()
+		snap := build(t, partlyHeld(rng, kinds, 10+rng.IntN(200))...).Snapshot()
 		job := fixtures.SyntheticJob("j", 1, 1, 1)
 		for name, judge := range judges {
 			var filter func(NodeView) bool
