@@ -37,4 +37,12 @@ for step in range(steps):
         opt.zero_grad()
     print("step %d loss %.4f" % (step, loss.item()), flush=True)
 print("telemetry reports sent: %d" % reporter.sent, flush=True)
+# Torn down in step. In one of four CI runs on 2026-12-06 rank 1 aborted
+# after its last step ("terminate called without an active exception",
+# torch 1.13 with gloo): the DDP reducer still held the process group when
+# it was destroyed, and rank 0, which hosts the rendezvous store, may have
+# gone already. So the reducer goes first, and every rank waits for the
+# others before any destroys the group.
+del model, opt
+dist.barrier()
 dist.destroy_process_group()
