@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -147,8 +148,99 @@ func shares(e *topology.Efficiency) []*float64 {
 	return []*float64{&e.NVLink, &e.NVLS, &e.PCIe, &e.Net, &e.EFA, &e.TCP}
 }
 
+// Plausibility. A set's efficiencies are shares of line rate, at most 1,
+// and at least a floor per kind of link: a value no real machine fits to
+// (a typo, a unit slip, a measurement of something else) would make every
+// prediction absurd (net 1e-300 predicted 10^297 s a step) and is refused
+// by ParseCalibration and Validate, so by topoctl calibration push and by
+// every replica. Each floor is an order of magnitude or so below the lowest
+// value a real measurement fits (model calibrate on the files of
+// testdata/ and of the shared tree's nccl-tests/, whose README names their
+// sources):
+//
+//   - nvlink 0.05: the lowest fit is 0.65 (sendrecv on 8 A100 over
+//     NVSwitch, li-plus playground: p2p runs on fewer channels); 0.80 to
+//     0.82 for collectives (Azure ND A100 v4, ND GB200 v6, GCP A3 Mega). At
+//     0.05 an A100's twelve NVLinks carry 15 GB/s, less than its PCIe Gen4
+//     x16: NCCL would not use such an NVLink.
+//   - nvls 0.05: fits 0.59 to 0.61 (8 H200 torch benchmark, Azure ND H200
+//     v5, AWS p5).
+//   - pcie 0.03: the lowest fit is 0.56 (8 Quadro RTX 6000 on PCIe Gen3
+//     across two switches, au25-cse599o-hw2), 0.69 on 2 and 4 of them; an
+//     NCCL maintainer puts 8 RTX 5090 on Gen5 at 28 GB/s busbw, set by the
+//     CPU (NVIDIA/nccl#1639, about 0.44).
+//   - net, efa, tcp 0.001: healthy fits are 0.85 to 0.99 (AWS p4de EFA,
+//     GB200 partitions over InfiniBand); the lowest is 0.011, a real but
+//     broken cluster (NVIDIA/nccl#1453: 5 GB/s busbw from 64 MiB on 3 nodes
+//     of 8 H100 with eight 400 Gb/s NICs each). At 0.001 a 400 Gb/s NIC
+//     carries 50 MB/s, less than 1 Gb Ethernet. No file in either tree has
+//     TCP at its bottleneck (GCP A3 Mega's TCPXO run is bound by NVLink), so
+//     TCP takes the network's floor.
+//
+// Every floor is at most MinEfficiency, the lowest share an online step
+// moves a kind to, so the optimizer's online moves never write a set the
+// replicas refuse.
+var EfficiencyFloors = map[string]float64{
+	"nvlink": 0.05, "nvls": 0.05, "pcie": 0.03,
+	"net": 0.001, topology.TransportEFA: 0.001, topology.TransportTCP: 0.001,
+}
+
+// WarnFactor is how far from its documented default (DefaultEfficiency) an
+// efficiency may be before Warnings names it. The real measurements' fits
+// are within 1.42 of the defaults (0.56 against PCIe's 0.80 for 8 Quadro
+// RTX 6000; about 1.8 for the RTX 5090 statement), the broken cluster of
+// NVIDIA/nccl#1453 87 times below: a factor of 3 passes every healthy
+// machine with room and still names a fit that is probably a degraded
+// link, another topology or the wrong --nodes. A set beyond it is still
+// valid: the machine may really be that slow.
+const WarnFactor = 3
+
+// Agreement: a fit's efficiency and the efficiency in force for its kind
+// say one thing twice (and a latency fit's overhead and the efficiency's
+// step_overhead_us), so they must agree to what model calibrate and
+// topoctl calibration show print (3 decimals of a share, 2 of a
+// microsecond); a set where they differ more was edited on one side only,
+// and which side is meant cannot be known.
+const (
+	EfficiencyAgreement = 0.0005
+	OverheadAgreementUS = 0.005
+)
+
+// DefaultEfficiency is the documented efficiency of a LinkKinds entry (the
+// EFA and TCP transports follow the network's).
+func DefaultEfficiency(kind string) float64 {
+	switch kind {
+	case "nvlink":
+		return EffNVLink
+	case "nvls":
+		return EffNVLS
+	case "pcie":
+		return EffPCIe
+	}
+	return EffNet
+}
+
 // problem is one refused field, before it is given a file and line.
 type problem struct{ field, msg string }
+
+// shareProblem is what is wrong with v as kind's share of line rate ("":
+// nothing); zero says what 0 means where it is allowed ("": it is not).
+func shareProblem(kind string, v float64, zero string) string {
+	expected := "expected a share of line rate, above 0 and at most 1"
+	if zero != "" {
+		expected += " (0: " + zero + ")"
+	}
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > 1 || (v == 0 && zero == ""):
+		return fmt.Sprintf("%g: %s", v, expected)
+	case v == 0:
+		return ""
+	case v < EfficiencyFloors[kind]:
+		return fmt.Sprintf("%g: below the floor %g of line rate for %s links, %.3g times under the documented %g: no real measurement fits so low (see the README's calibration floors)",
+			v, EfficiencyFloors[kind], kind, DefaultEfficiency(kind)/v, DefaultEfficiency(kind))
+	}
+	return ""
+}
 
 // problems checks every value; none is nil.
 func (c *Calibration) problems() []problem {
@@ -158,9 +250,8 @@ func (c *Calibration) problems() []problem {
 	}
 	e := c.Efficiency
 	for i, p := range shares(&e) {
-		if v := *p; v < 0 || v > 1 || math.IsNaN(v) {
-			out = append(out, problem{"efficiency." + LinkKinds[i],
-				fmt.Sprintf("%g: expected a share of line rate, above 0 and at most 1 (0: the default)", *p)})
+		if msg := shareProblem(LinkKinds[i], *p, "the default"); msg != "" {
+			out = append(out, problem{"efficiency." + LinkKinds[i], msg})
 		}
 	}
 	if e.StepOverheadUS < 0 || e.StepOverheadUS > 1000 || math.IsNaN(e.StepOverheadUS) {
@@ -173,28 +264,179 @@ func (c *Calibration) problems() []problem {
 			out = append(out, problem{field, "a model needs a name"})
 		}
 		for i, p := range shares(&me) {
-			if v := *p; v < 0 || v > 1 || math.IsNaN(v) {
-				out = append(out, problem{field + "." + LinkKinds[i],
-					fmt.Sprintf("%g: expected a share of line rate, above 0 and at most 1 (0: the cluster's)", v)})
+			if msg := shareProblem(LinkKinds[i], *p, "the cluster's"); msg != "" {
+				out = append(out, problem{field + "." + LinkKinds[i], msg})
 			}
 		}
 		if me.StepOverheadUS < 0 || me.StepOverheadUS > 1000 || math.IsNaN(me.StepOverheadUS) {
 			out = append(out, problem{field + ".step_overhead_us", fmt.Sprintf("%g: expected 0 to 1000 (0: the cluster's)", me.StepOverheadUS)})
 		}
 	}
+	disagree := func(v float64, field string, zero bool) string {
+		msg := fmt.Sprintf("disagrees with %s = %g", field, v)
+		switch {
+		case zero && strings.HasPrefix(field, "models."):
+			msg += " (0: the cluster's)"
+		case zero:
+			msg += " (0: the default)"
+		}
+		return msg + ", the value in force: a fit is that value's evidence, so the two must agree (edit both or neither)"
+	}
 	for i, f := range c.Fits {
 		field := fmt.Sprintf("fits[%d]", i)
-		if !slices.Contains(LinkKinds, f.Kind) {
+		known := slices.Contains(LinkKinds, f.Kind)
+		if !known {
 			out = append(out, problem{field + ".kind", fmt.Sprintf("%q: expected one of %s", f.Kind, strings.Join(LinkKinds, ", "))})
 		}
-		if f.Efficiency <= 0 || f.Efficiency > 1 || math.IsNaN(f.Efficiency) {
-			out = append(out, problem{field + ".efficiency", fmt.Sprintf("%g: expected above 0 and at most 1", f.Efficiency)})
+		msg := ""
+		if known {
+			msg = shareProblem(f.Kind, f.Efficiency, "")
+		} else if !(f.Efficiency > 0 && f.Efficiency <= 1) {
+			msg = fmt.Sprintf("%g: expected above 0 and at most 1", f.Efficiency)
+		}
+		if msg != "" {
+			out = append(out, problem{field + ".efficiency", msg})
 		}
 		if f.Samples < 0 || f.Ratio < 0 || math.IsNaN(f.Ratio) || math.IsInf(f.Ratio, 0) {
 			out = append(out, problem{field, fmt.Sprintf("samples %d, ratio %g: expected non-negative numbers", f.Samples, f.Ratio)})
 		}
+		if !known || msg != "" {
+			continue
+		}
+		v, in, zero, ok := c.inForce(f.Model, f.Kind)
+		switch {
+		case !ok:
+			out = append(out, problem{field + ".model", fmt.Sprintf("%q: no models entry holds the efficiency it fitted", f.Model)})
+		case math.Abs(v-f.Efficiency) > EfficiencyAgreement:
+			out = append(out, problem{field + ".efficiency", fmt.Sprintf("%g: %s", f.Efficiency, disagree(v, in, zero))})
+		}
+	}
+	latency := func(field string, l LatencyFit) {
+		if math.IsNaN(l.StepOverheadUS) || l.StepOverheadUS <= 0 || l.StepOverheadUS > 1000 || l.Samples < 0 {
+			out = append(out, problem{field + ".step_overhead_us", fmt.Sprintf("%g from %d samples: expected above 0 and at most 1000", l.StepOverheadUS, l.Samples)})
+			return
+		}
+		v, in, zero, ok := c.inForce(l.Model, "")
+		switch {
+		case !ok:
+			out = append(out, problem{field + ".model", fmt.Sprintf("%q: no models entry holds the overhead it fitted", l.Model)})
+		case math.Abs(v-l.StepOverheadUS) > OverheadAgreementUS:
+			out = append(out, problem{field + ".step_overhead_us", fmt.Sprintf("%g: %s", l.StepOverheadUS, disagree(v, in, zero))})
+		}
+	}
+	if c.Latency != nil {
+		latency("latency", *c.Latency)
+	}
+	for i, l := range c.ModelLatency {
+		latency(fmt.Sprintf("model_latency[%d]", i), l)
 	}
 	return out
+}
+
+// inForce is the value of a kind of link (or the step overhead, kind "")
+// in force on nodes of model ("": the cluster's), the field that sets it,
+// and whether that field is 0 (a default); ok is false for a model the set
+// has no entry for.
+func (c *Calibration) inForce(model, kind string) (v float64, field string, zero, ok bool) {
+	e, field, stored := c.Efficiency, "efficiency", c.Efficiency
+	if model != "" {
+		bw := c.Bandwidths(nil)
+		if stored, ok = bw.ByModel[topology.ModelKey(model)]; !ok {
+			return 0, "", false, false
+		}
+		e, field = bw.EfficiencyOf(model), "models."+model
+	}
+	r := (&Calibration{Efficiency: e}).Resolved()
+	if kind == "" {
+		return r.StepOverheadUS, field + ".step_overhead_us", stored.StepOverheadUS == 0, true
+	}
+	i := slices.Index(LinkKinds, kind)
+	return *shares(&r)[i], field + "." + kind, *shares(&stored)[i] == 0, true
+}
+
+// agrees is whether a fit's efficiency is the one in force for its kind
+// (see EfficiencyAgreement).
+func (c *Calibration) agrees(f Fit) bool {
+	v, _, _, ok := c.inForce(f.Model, f.Kind)
+	return ok && math.Abs(v-f.Efficiency) <= EfficiencyAgreement
+}
+
+// Warnings are what is valid but probably wrong in a set, one sentence
+// each: an efficiency more than WarnFactor from its documented default,
+// with the measurements it was fitted from, and a source named by an
+// absolute path (model calibrate stores them relative or as base names,
+// since a set is read by everyone who reads the bucket). model calibrate,
+// topoctl calibration push and show print them.
+func (c *Calibration) Warnings() []string {
+	var out []string
+	check := func(field, model string, e topology.Efficiency) {
+		for i, p := range shares(&e) {
+			v, kind := *p, LinkKinds[i]
+			if !(v > 0) {
+				continue
+			}
+			def := DefaultEfficiency(kind)
+			factor, way := def/v, "below"
+			if v > def {
+				factor, way = v/def, "above"
+			}
+			if !(factor > WarnFactor) {
+				continue
+			}
+			w := fmt.Sprintf("%s.%s = %.3g: %.1f× %s the documented %g (beyond %d×): a degraded link, a measurement of another topology or the wrong --nodes? check before pushing",
+				field, kind, v, factor, way, def, WarnFactor)
+			for _, f := range c.Fits {
+				if f.Kind == kind && topology.ModelKey(f.Model) == topology.ModelKey(model) {
+					w += fmt.Sprintf("; fitted from %d measurements: %s", f.Samples, strings.Join(f.Sources[:min(len(f.Sources), 4)], ", "))
+					if len(f.Sources) > 4 {
+						w += ", ..."
+					}
+					break
+				}
+			}
+			out = append(out, w)
+		}
+	}
+	check("efficiency", "", c.Efficiency)
+	for _, model := range slices.Sorted(maps.Keys(c.Models)) {
+		check("models."+model, model, c.Models[model])
+	}
+	var abs []string
+	sources := func(field string, srcs []string) {
+		for _, s := range srcs {
+			if isAbsSource(s) {
+				abs = append(abs, fmt.Sprintf("%s.sources: %q", field, s))
+				return
+			}
+		}
+	}
+	for i, f := range c.Fits {
+		sources(fmt.Sprintf("fits[%d]", i), f.Sources)
+	}
+	if c.Latency != nil {
+		sources("latency", c.Latency.Sources)
+	}
+	for i, l := range c.ModelLatency {
+		sources(fmt.Sprintf("model_latency[%d]", i), l.Sources)
+	}
+	if len(abs) > 0 {
+		more := ""
+		if len(abs) > 1 {
+			more = fmt.Sprintf(" (and %d more fields)", len(abs)-1)
+		}
+		out = append(out, fmt.Sprintf("%s is an absolute path of the machine that ran model calibrate%s, shown to everyone who reads the set: run model calibrate again, which stores names relative to its working directory or base names",
+			abs[0], more))
+	}
+	return out
+}
+
+// isAbsSource is whether a source (file:line) names its file by an
+// absolute path, of this system or another's (C:\...).
+func isAbsSource(s string) bool {
+	if strings.HasPrefix(s, "/") || strings.HasPrefix(s, `\`) || filepath.IsAbs(s) {
+		return true
+	}
+	return len(s) >= 3 && s[1] == ':' && (s[2] == '\\' || s[2] == '/') && ('a' <= s[0]|0x20 && s[0]|0x20 <= 'z')
 }
 
 // Validate checks a calibration built in memory (ParseCalibration checks a

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"strings"
 	"testing"
@@ -145,6 +146,24 @@ func TestParseCalibration(t *testing.T) {
 		{"trailing", `{"version": 1, "efficiency": {}} {}`, "data after the JSON object"},
 		{"fit kind", "{\"version\": 1, \"efficiency\": {},\n \"fits\": [\n {\"kind\": \"nvlink\", \"efficiency\": 0.8, \"samples\": 1, \"ratio\": 1, \"sources\": []},\n {\"kind\": \"ib\", \"efficiency\": 0.8, \"samples\": 1, \"ratio\": 1, \"sources\": []}]}",
 			`c.json:4: fits[1].kind: "ib": expected one of nvlink, nvls, pcie, net`},
+		// Issue 46: a set pushed with net 1e-300 predicted 10^297 s a step.
+		{"tiny efficiency", "{\"version\": 1,\n \"efficiency\": {\"net\": 1e-300}}", "c.json:2: efficiency.net: 1e-300: below the floor 0.001 of line rate for net links"},
+		{"tiny model efficiency", "{\"version\": 1, \"efficiency\": {},\n \"models\": {\n  \"A100\": {\"nvlink\": 0.001}}}",
+			"c.json:3: models.A100.nvlink: 0.001: below the floor 0.05 of line rate for nvlink links"},
+		{"tiny fit", "{\"version\": 1, \"efficiency\": {\"pcie\": 0.6},\n \"fits\": [\n {\"kind\": \"pcie\", \"efficiency\": 0.0001, \"samples\": 1, \"ratio\": 1, \"sources\": []}]}",
+			"c.json:3: fits[0].efficiency: 0.0001: below the floor 0.03 of line rate for pcie links"},
+		{"fit disagrees", "{\"version\": 1, \"efficiency\": {\"net\": 0.9},\n \"fits\": [\n {\"kind\": \"net\", \"efficiency\": 0.5, \"samples\": 3, \"ratio\": 0.5, \"sources\": [\"a.txt:9\"]}]}",
+			"c.json:3: fits[0].efficiency: 0.5: disagrees with efficiency.net = 0.9, the value in force"},
+		{"fit disagrees with a default", "{\"version\": 1, \"efficiency\": {},\n \"fits\": [\n {\"kind\": \"nvls\", \"efficiency\": 0.3, \"samples\": 3, \"ratio\": 0.5, \"sources\": []}]}",
+			"c.json:3: fits[0].efficiency: 0.3: disagrees with efficiency.nvls = 0.611 (0: the default)"},
+		{"model fit disagrees", "{\"version\": 1, \"efficiency\": {\"nvlink\": 0.7},\n \"models\": {\"H100\": {\"nvlink\": 0.75}},\n \"fits\": [\n {\"kind\": \"nvlink\", \"model\": \"H100\", \"efficiency\": 0.7, \"samples\": 3, \"ratio\": 1, \"sources\": []}]}",
+			"c.json:4: fits[0].efficiency: 0.7: disagrees with models.H100.nvlink = 0.75"},
+		{"fit of no model entry", "{\"version\": 1, \"efficiency\": {},\n \"fits\": [\n {\"kind\": \"nvlink\", \"model\": \"H100\", \"efficiency\": 0.8, \"samples\": 3, \"ratio\": 1, \"sources\": []}]}",
+			`c.json:3: fits[0].model: "H100": no models entry`},
+		{"latency disagrees", "{\"version\": 1, \"efficiency\": {\"step_overhead_us\": 4},\n \"latency\": {\"step_overhead_us\": 40, \"samples\": 2, \"sources\": []}}",
+			"c.json:2: latency.step_overhead_us: 40: disagrees with efficiency.step_overhead_us = 4"},
+		{"model latency disagrees", "{\"version\": 1, \"efficiency\": {}, \"models\": {\"H100\": {\"step_overhead_us\": 4}},\n \"model_latency\": [\n {\"model\": \"H100\", \"step_overhead_us\": 9, \"samples\": 2, \"sources\": []}]}",
+			"c.json:3: model_latency[0].step_overhead_us: 9: disagrees with models.H100.step_overhead_us = 4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseCalibration("c.json", []byte(tc.in))
@@ -169,6 +188,16 @@ func FuzzParseCalibration(f *testing.F) {
 		`{"version": 1, "efficiency": {}, "fits": [{"kind": "net", "efficiency": 0.9, "samples": 3, "ratio": 0.94, "sources": ["a:1"]}]}`,
 		`{"version": 1, "efficiency": {"pcie": 0.5`,
 		"",
+		// The plausibility refusals (issue 46): below a floor, fits or
+		// latency disagreeing with the efficiency in force, a fit of a
+		// model the set has no entry for.
+		`{"version": 1, "efficiency": {"net": 1e-300}}`,
+		`{"version": 1, "efficiency": {}, "models": {"A100": {"tcp": 1e-9}}}`,
+		`{"version": 1, "efficiency": {"net": 0.9}, "fits": [{"kind": "net", "efficiency": 0.5, "samples": 3, "ratio": 0.5, "sources": ["a:1"]}]}`,
+		`{"version": 1, "efficiency": {"net": 0.9}, "fits": [{"kind": "net", "efficiency": 0.9004, "samples": 3, "ratio": 0.94, "sources": ["a:1"]}]}`,
+		`{"version": 1, "efficiency": {}, "fits": [{"kind": "nvlink", "model": "H100", "efficiency": 0.8, "samples": 1, "ratio": 1, "sources": []}]}`,
+		`{"version": 1, "efficiency": {"step_overhead_us": 4}, "latency": {"step_overhead_us": 40, "samples": 2, "sources": []}}`,
+		`{"version": 1, "efficiency": {}, "models": {"H100": {"step_overhead_us": 4}}, "model_latency": [{"model": "H100", "step_overhead_us": 9, "samples": 2, "sources": []}]}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -263,5 +292,143 @@ func TestCalibrationByModel(t *testing.T) {
 	}
 	if next := o.Step(both, "online"); next == nil || len(next.Models) != 2 || next.Models["H100-SXM"].NVLink != 0.7 {
 		t.Errorf("online move %+v", next)
+	}
+}
+
+// Every kind of link has a floor, refused below and accepted at; none is
+// above the online calibration's lowest step, so that an online move never
+// writes a set the replicas refuse; the real measurements' fits (model
+// validate's files) are all above ten times their floor.
+func TestCalibrationFloors(t *testing.T) {
+	t.Parallel()
+	if len(EfficiencyFloors) != len(LinkKinds) {
+		t.Fatalf("floors %v, want one per kind of %v", EfficiencyFloors, LinkKinds)
+	}
+	for i, kind := range LinkKinds {
+		floor := EfficiencyFloors[kind]
+		if !(floor > 0) || floor > MinEfficiency {
+			t.Errorf("%s: floor %g, want above 0 and at most the online step's %g", kind, floor, MinEfficiency)
+		}
+		for _, tc := range []struct {
+			v  float64
+			ok bool
+		}{{floor / 2, false}, {floor, true}, {-floor, false}, {math.NaN(), false}, {math.Inf(1), false}, {math.Inf(-1), false}, {0, true}, {1, true}} {
+			c := &Calibration{Version: CalibrationVersion}
+			*shares(&c.Efficiency)[i] = tc.v
+			err := c.Validate()
+			if (err == nil) != tc.ok {
+				t.Errorf("%s %g: %v, want accepted %v", kind, tc.v, err, tc.ok)
+			}
+			if err != nil && !strings.Contains(err.Error(), "efficiency."+kind) {
+				t.Errorf("%s %g: %v does not name the link", kind, tc.v, err)
+			}
+		}
+	}
+	for _, c := range Cases {
+		data, err := fs.ReadFile(TestdataFS(), c.File)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var samples []Sample
+		for _, pt := range append(append([]Point{}, c.Large...), c.Small...) {
+			meas, line, err := measured(data, pt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			samples = append(samples, Sample{Placement: c.Build(), Collective: c.Collective, Algorithm: c.Algorithm, Bytes: pt.Bytes, BusBWGBps: meas,
+				Source: fmt.Sprintf("%s:%d", c.File, line)})
+		}
+		cal, err := FitCalibration(c.Name, samples, nil)
+		if err != nil {
+			continue // no message of 128 MiB or more in the file
+		}
+		for _, f := range cal.Fits {
+			if f.Efficiency < 10*EfficiencyFloors[f.Kind] {
+				t.Errorf("%s: fits %s to %.3f, within ten times its floor %g", c.Name, f.Kind, f.Efficiency, EfficiencyFloors[f.Kind])
+			}
+		}
+		if err := cal.Validate(); err != nil {
+			t.Errorf("%s: its own fit refused: %v", c.Name, err)
+		}
+		if w := cal.Warnings(); len(w) > 0 {
+			t.Errorf("%s: a healthy machine's fit warns: %v", c.Name, w)
+		}
+	}
+}
+
+// A set far from the documented efficiencies warns, naming the field and
+// the factor; one near them does not; an absolute source path warns.
+func TestCalibrationWarnings(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		c    Calibration
+		want []string
+	}{
+		{"near the defaults", Calibration{Efficiency: topology.Efficiency{NVLink: 0.7, Net: 0.5, PCIe: 0.3}}, nil},
+		{"20 times slower network", Calibration{Efficiency: topology.Efficiency{Net: 0.048},
+			Fits: []Fit{{Kind: "net", Efficiency: 0.048, Samples: 3, Ratio: 0.05, Sources: []string{"ar.txt:30", "ar.txt:31", "ar.txt:32"}}}},
+			[]string{"efficiency.net = 0.048: 20.0× below the documented 0.96", "fitted from 3 measurements: ar.txt:30, ar.txt:31, ar.txt:32"}},
+		{"EFA against the network's default", Calibration{Efficiency: topology.Efficiency{EFA: 0.2}}, []string{"efficiency.efa = 0.2: 4.8× below the documented 0.96"}},
+		{"a model's entry", Calibration{Models: map[string]topology.Efficiency{"H100": {NVLS: 0.1}}}, []string{"models.H100.nvls = 0.1: 6.1× below the documented 0.611"}},
+		{"absolute source", Calibration{Efficiency: topology.Efficiency{Net: 0.9},
+			Fits: []Fit{{Kind: "net", Efficiency: 0.9, Samples: 2, Ratio: 0.94, Sources: []string{"/home/alice/runs/ar.txt:30", "/home/alice/runs/ar.txt:31"}}}},
+			[]string{`fits[0].sources: "/home/alice/runs/ar.txt:30" is an absolute path`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.c.Version = CalibrationVersion
+			if err := tc.c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Join(tc.c.Warnings(), "\n")
+			if len(tc.want) == 0 && got != "" {
+				t.Errorf("warnings %q, want none", got)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("warnings %q lack %q", got, w)
+				}
+			}
+		})
+	}
+}
+
+// Fits and latency that agree with the efficiency in force within what
+// show prints are accepted; the sets FitCalibration, ForModel and Online
+// write agree by construction.
+func TestCalibrationAgreement(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{
+		`{"version": 1, "efficiency": {"net": 0.9}, "fits": [{"kind": "net", "efficiency": 0.9004, "samples": 3, "ratio": 0.94, "sources": []}]}`,
+		`{"version": 1, "efficiency": {}, "fits": [{"kind": "nvlink", "efficiency": 0.8, "samples": 3, "ratio": 1, "sources": []}]}`,
+		`{"version": 1, "efficiency": {"net": 0.7}, "fits": [{"kind": "efa", "efficiency": 0.7, "samples": 3, "ratio": 1, "sources": []}]}`,
+		`{"version": 1, "efficiency": {"step_overhead_us": 4.2}, "latency": {"step_overhead_us": 4.204, "samples": 2, "sources": []}}`,
+		`{"version": 1, "efficiency": {"nvlink": 0.7}, "models": {"H100": {"pcie": 0.5}}, "fits": [{"kind": "nvlink", "model": "h100", "efficiency": 0.7, "samples": 3, "ratio": 1, "sources": []}]}`,
+	} {
+		if _, err := ParseCalibration("ok.json", []byte(in)); err != nil {
+			t.Errorf("%s: %v", in, err)
+		}
+	}
+	// An EFA fit following the network's efficiency (efa left at 0): an
+	// online move of the network drops it rather than write a set that
+	// says two things.
+	c, err := ParseCalibration("follow.json", []byte(`{"version": 1, "efficiency": {"net": 0.7},
+		"fits": [{"kind": "efa", "efficiency": 0.7, "samples": 3, "ratio": 1, "sources": []}, {"kind": "pcie", "efficiency": 0.8, "samples": 3, "ratio": 1, "sources": []}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := NewOnline()
+	for range OnlineMinSamples {
+		o.Observe(Observation{Kind: "net", Ratio: 1.3})
+	}
+	next := o.Step(c, "online")
+	if next == nil || next.Efficiency.Net <= 0.7 {
+		t.Fatalf("online move %+v", next)
+	}
+	if err := next.Validate(); err != nil {
+		t.Errorf("online move refused: %v", err)
+	}
+	if kinds := fmt.Sprint(next.Fits); strings.Contains(kinds, "efa") || !strings.Contains(kinds, "pcie") || !strings.Contains(kinds, "net") {
+		t.Errorf("online move's fits %s, want pcie and net", kinds)
 	}
 }

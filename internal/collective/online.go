@@ -155,6 +155,10 @@ func (o *Online) Step(c *Calibration, name string) *Calibration {
 		}
 	}
 	out.Fits = append(out.Fits, moved...)
+	// A fit carried over whose value in force the move changed (a
+	// transport or a model's entry left at 0, following what moved) is
+	// no longer that value's evidence, and a set must not say two things.
+	out.Fits = slices.DeleteFunc(out.Fits, func(f Fit) bool { return !out.agrees(f) })
 	slices.SortStableFunc(out.Fits, func(a, b Fit) int {
 		return slices.Index(LinkKinds, a.Kind) - slices.Index(LinkKinds, b.Kind)
 	})
