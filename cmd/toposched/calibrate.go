@@ -41,14 +41,21 @@ model predict --calibration reads.
 
 A file that is cut off, a number that cannot be (a negative time), or a bus
 bandwidth above what the links could carry at line rate (a measurement of
-another topology) is refused with the file, the line and the reason; nothing
-is written.
+another topology) is refused with the file, the line and the reason; so is a
+fit below its kind of link's floor (no real machine is that slow: the
+README's calibration floors), naming the measurements. Nothing is written
+then. A fit more than 3 times from the documented efficiency is written, with
+a warning on stderr naming the link and the factor.
+
+The set names each measurement file:line relative to the working directory
+when the file lies under it, else by its base name: never by an absolute
+path, which everyone who reads the calibration bucket would see.
 
   toposched model calibrate --topology node.txt \
       --nccl-tests all_reduce_perf.txt --out node-calibration.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runCalibrate(cmd.OutOrStdout(), f)
+			return runCalibrate(cmd.OutOrStdout(), cmd.ErrOrStderr(), f)
 		},
 	}
 	fl := cmd.Flags()
@@ -64,7 +71,7 @@ is written.
 	return cmd
 }
 
-func runCalibrate(stdout io.Writer, f calibrateFlags) error {
+func runCalibrate(stdout, stderr io.Writer, f calibrateFlags) error {
 	switch {
 	case f.topology == "":
 		return errors.New("model calibrate: --topology is required")
@@ -93,6 +100,10 @@ func runCalibrate(stdout io.Writer, f calibrateFlags) error {
 		nodes = append(nodes, n)
 	}
 	p := collective.Placement{Ranks: collective.NodesRanks(nodes, len(nodes[0].GPUs))}
+	wd, err := os.Getwd()
+	if err != nil {
+		wd = "" // base names only
+	}
 	var samples []collective.Sample
 	for _, file := range f.ncclTests {
 		c, err := collectiveOf(file, f.collective)
@@ -112,7 +123,7 @@ func runCalibrate(stdout io.Writer, f calibrateFlags) error {
 				continue // too small to show
 			}
 			samples = append(samples, collective.Sample{Placement: p, Collective: c, Algorithm: algo, Bytes: r.Bytes,
-				BusBWGBps: r.BusBW(), Source: fmt.Sprintf("%s:%d", file, r.Line)})
+				BusBWGBps: r.BusBW(), Source: fmt.Sprintf("%s:%d", sourceName(file, wd), r.Line)})
 		}
 	}
 	name := f.name
@@ -134,8 +145,16 @@ func runCalibrate(stdout io.Writer, f calibrateFlags) error {
 			}
 		}
 		cal = cal.ForModel(f.model, into)
-		if err := cal.Validate(); err != nil {
-			return fmt.Errorf("model calibrate: %w", err)
+		// A set merged into may have been written before sources were
+		// stored without the machine's directories.
+		relativeSources(cal, wd)
+	}
+	if err := cal.Validate(); err != nil {
+		return fmt.Errorf("model calibrate: the fit is refused, nothing written: %w%s", err, floorEvidence(cal))
+	}
+	for _, w := range cal.Warnings() {
+		if _, err := fmt.Fprintf(stderr, "model calibrate: warning: %s\n", w); err != nil {
+			return err
 		}
 	}
 	body, err := json.MarshalIndent(cal, "", "  ")
@@ -157,6 +176,74 @@ func runCalibrate(stdout io.Writer, f calibrateFlags) error {
 	}
 	_, err = fmt.Fprintf(stdout, "wrote %s\n", f.out)
 	return err
+}
+
+// sourceName is how a set names a measurement file: its path relative to
+// the working directory wd where the file lies under it (runs/node3/ar.txt
+// tells two runs apart), else its base name; never an absolute path, which
+// would show the directories of the machine that ran calibrate (user
+// names, mounts) to everyone who reads the calibration bucket. wd "" (not
+// known): the base name.
+func sourceName(file, wd string) string {
+	base := filepath.Base(file)
+	if wd == "" || !filepath.IsAbs(wd) {
+		return base
+	}
+	if !filepath.IsAbs(file) {
+		file = filepath.Join(wd, file)
+	}
+	rel, err := filepath.Rel(wd, filepath.Clean(file))
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
+		return base
+	}
+	return filepath.ToSlash(rel)
+}
+
+// relativeSources names every absolute source of c (file:line) as
+// sourceName does.
+func relativeSources(c *collective.Calibration, wd string) {
+	fix := func(srcs []string) {
+		for i, s := range srcs {
+			if !strings.HasPrefix(s, "/") && !filepath.IsAbs(s) {
+				continue
+			}
+			file, line := s, ""
+			if j := strings.LastIndexByte(s, ':'); j > 0 {
+				file, line = s[:j], s[j:]
+			}
+			srcs[i] = sourceName(file, wd) + line
+		}
+	}
+	for i := range c.Fits {
+		fix(c.Fits[i].Sources)
+	}
+	if c.Latency != nil {
+		fix(c.Latency.Sources)
+	}
+	for i := range c.ModelLatency {
+		fix(c.ModelLatency[i].Sources)
+	}
+}
+
+// floorEvidence names the measurements of each fit below its floor: the
+// files to look at.
+func floorEvidence(c *collective.Calibration) string {
+	var b strings.Builder
+	for _, f := range c.Fits {
+		if f.Efficiency >= collective.EfficiencyFloors[f.Kind] {
+			continue
+		}
+		kind := f.Kind
+		if f.Model != "" {
+			kind = f.Model + " " + kind
+		}
+		fmt.Fprintf(&b, "; %s fitted to %.3g from %d measurements (%.3g of the default's prediction): %s", kind, f.Efficiency, f.Samples, f.Ratio,
+			strings.Join(f.Sources[:min(len(f.Sources), 4)], ", "))
+		if len(f.Sources) > 4 {
+			b.WriteString(", ...")
+		}
+	}
+	return b.String()
 }
 
 // collectiveOf is the flag's collective, else the one the file's name

@@ -1,14 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/toposched/toposched/events/eventstest"
 	"github.com/toposched/toposched/internal/calibration"
+	"github.com/toposched/toposched/internal/collective"
 )
 
 func TestModelCalibrate(t *testing.T) {
@@ -129,5 +132,155 @@ func TestModelPredictCalibrationFrom(t *testing.T) {
 	}
 	if busbw(fromKV) == "" || busbw(fromKV) != busbw(fromFile) || busbw(fromKV) == busbw(empty) {
 		t.Errorf("bucket %q, file %q, defaults %q", busbw(fromKV), busbw(fromFile), busbw(empty))
+	}
+}
+
+// runModelSplit runs toposched model with stdout and stderr apart.
+func runModelSplit(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	root := newRoot()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(append([]string{"model"}, args...))
+	err := root.Execute()
+	return out.String(), errOut.String(), err
+}
+
+// slowed writes a copy of an nccl-tests output whose rows of
+// collective.FitMinBytes and more took factor times as long (lines kept).
+func slowed(t *testing.T, src, dst string, factor float64) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	n := 0
+	for i, l := range lines {
+		f := strings.Fields(l)
+		if len(f) != 14 || f[0] != "0:" {
+			continue
+		}
+		if size, err := strconv.ParseFloat(f[1], 64); err != nil || size < collective.FitMinBytes {
+			continue
+		}
+		for j, scale := range map[int]float64{6: factor, 7: 1 / factor, 8: 1 / factor, 10: factor, 11: 1 / factor, 12: 1 / factor} {
+			v, err := strconv.ParseFloat(f[j], 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f[j] = strconv.FormatFloat(v*scale, 'g', 6, 64)
+		}
+		lines[i] = strings.Join(f, " ")
+		n++
+	}
+	if n == 0 {
+		t.Fatalf("%s: no row to slow", src)
+	}
+	if err := os.WriteFile(dst, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Issue 46: a file whose large rows were 1,000 times slower was fitted to a
+// network efficiency of 0.0004 and written without a word, its sources
+// named by absolute paths. A fit below its link's floor is refused, naming
+// the link, the value, the floor and the measurements, and nothing is
+// written; one 20 times slower (47 times under the default here: a 2-node
+// tree on this topology is predicted above the file's rows) is written
+// with a warning on stderr naming the link and the factor; no source is
+// an absolute path.
+func TestModelCalibrateImplausible(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	topo := filepath.Join("..", "..", "internal", "formats", "nvsmi", "testdata", "a100-sxm-8gpu-nv12-17nic_xuesongtap-blog.txt")
+	meas := filepath.Join("..", "..", "internal", "formats", "nccltests", "testdata", "aws-p4de-a100_2node-16gpu-efa_all_reduce_awsome-distributed-training.txt")
+
+	slow1000 := filepath.Join(dir, "slow1000_all_reduce.txt")
+	slowed(t, meas, slow1000, 1000)
+	out := filepath.Join(dir, "slow1000.json")
+	stdout, stderr, err := runModelSplit(t, "calibrate", "--topology", topo, "--nodes", "2", "--nccl-tests", slow1000, "--out", out)
+	if err == nil {
+		t.Fatalf("a fit 1,000 times slower was written\n%s%s", stdout, stderr)
+	}
+	for _, w := range []string{"efficiency.net = 0.0004", "below the floor 0.001 of line rate for net links", "nothing written",
+		"net fitted to 0.000402 from 5 measurements", "slow1000_all_reduce.txt:27"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("refusal %q lacks %q", err, w)
+		}
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("%s written after the refusal", out)
+	}
+
+	slow20 := filepath.Join(dir, "slow20_all_reduce.txt")
+	slowed(t, meas, slow20, 20)
+	out = filepath.Join(dir, "slow20.json")
+	stdout, stderr, err = runModelSplit(t, "calibrate", "--topology", topo, "--nodes", "2", "--nccl-tests", slow20, "--out", out)
+	if err != nil {
+		t.Fatalf("a fit 20 times slower refused: %v\n%s%s", err, stdout, stderr)
+	}
+	for _, w := range []string{"model calibrate: warning: efficiency.net = 0.0202: 47.5× below the documented 0.96", "slow20_all_reduce.txt:27"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, stderr)
+		}
+	}
+	if !strings.Contains(stdout, "wrote "+out) {
+		t.Errorf("stdout:\n%s", stdout)
+	}
+	set, err := loadCalibration(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(set.Warnings(), "\n"); !strings.Contains(got, "efficiency.net") {
+		t.Errorf("the written set's warnings %q", got)
+	}
+
+	// The measurements named by an absolute path, and by one outside the
+	// working directory: stored as base names, so neither the temporary
+	// directory nor ../.. reaches the set.
+	abs, err := filepath.Abs(meas)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{abs, meas, slow20} {
+		out := filepath.Join(dir, "paths.json")
+		if _, _, err := runModelSplit(t, "calibrate", "--topology", topo, "--nodes", "2", "--nccl-tests", m, "--out", out); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(data), dir) || strings.Contains(string(data), abs) || strings.Contains(string(data), "../") {
+			t.Errorf("%s: the set names a path of this machine:\n%s", m, data)
+		}
+		if !strings.Contains(string(data), `"`+filepath.Base(m)+`:30"`) {
+			t.Errorf("%s: the set does not name %s:30:\n%s", m, filepath.Base(m), data)
+		}
+	}
+}
+
+func TestSourceName(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ file, wd, want string }{
+		{"runs/ar.txt", "/home/alice/lab", "runs/ar.txt"},
+		{"./ar.txt", "/home/alice/lab", "ar.txt"},
+		{"/home/alice/lab/runs/node3/ar.txt", "/home/alice/lab", "runs/node3/ar.txt"},
+		{"/data/runs/ar.txt", "/home/alice/lab", "ar.txt"},
+		{"../ar.txt", "/home/alice/lab", "ar.txt"},
+		{"runs/../../x/ar.txt", "/home/alice/lab", "ar.txt"},
+		{"/home/alice/lab/runs/ar.txt", "", "ar.txt"},
+	} {
+		if got := sourceName(tc.file, tc.wd); got != tc.want {
+			t.Errorf("sourceName(%q, %q) = %q, want %q", tc.file, tc.wd, got, tc.want)
+		}
+	}
+	c := &collective.Calibration{Fits: []collective.Fit{{Sources: []string{"/home/alice/lab/runs/ar.txt:30", "runs/ar.txt:31"}}},
+		Latency: &collective.LatencyFit{Sources: []string{"/tmp/x/ar.txt:12"}}}
+	relativeSources(c, "/home/alice/lab")
+	if got := strings.Join(append(c.Fits[0].Sources, c.Latency.Sources...), " "); got != "runs/ar.txt:30 runs/ar.txt:31 ar.txt:12" {
+		t.Errorf("sources %s", got)
 	}
 }
