@@ -44,8 +44,11 @@ func newCalibrationPush(g *globals) *cobra.Command {
 		Short: "Check a calibration set, push it to the calibration bucket and wait for a replica to apply it",
 		Long: `push reads FILE as every replica will: a set that is cut off, not JSON, has an
 unknown field or an impossible number (an efficiency above line rate, a negative
-one) is refused with file, line and field before NATS is touched. A set that
-passes is put, unchanged, under the key "set" of <prefix>-calibration.
+one, one below its kind of link's floor) or a fit that disagrees with the
+efficiency it fitted is refused with file, line and field before NATS is
+touched. A set that passes is put, unchanged, under the key "set" of
+<prefix>-calibration; an efficiency more than 3 times from the documented one,
+or a source named by an absolute path, is pushed with a warning on stderr.
 
 Each placement and optimizer replica checks it again and answers with
 policy.calibration_applied, or policy.calibration_rejected naming the line (the
@@ -54,7 +57,7 @@ for this push and exits non-zero on a rejection.`,
 		Example: "  toposched model calibrate --topology node.txt --nccl-tests ar.txt --out lab.json\n  topoctl calibration push lab.json",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return calibrationPush(cmd.Context(), g, cmd.OutOrStdout(), args[0], wait, timeout)
+			return calibrationPush(cmd.Context(), g, cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], wait, timeout)
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", true, "wait for a replica to apply or reject the set, and print its answer")
@@ -62,7 +65,7 @@ for this push and exits non-zero on a rejection.`,
 	return cmd
 }
 
-func calibrationPush(ctx context.Context, g *globals, out io.Writer, file string, wait bool, timeout time.Duration) error {
+func calibrationPush(ctx context.Context, g *globals, out, errOut io.Writer, file string, wait bool, timeout time.Duration) error {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return err
@@ -70,6 +73,11 @@ func calibrationPush(ctx context.Context, g *globals, out io.Writer, file string
 	cal, err := collective.ParseCalibration(file, data)
 	if err != nil {
 		return refusedLocally(out, file, err)
+	}
+	for _, w := range cal.Warnings() {
+		if _, err := fmt.Fprintf(errOut, "warning: %s: %s\n", file, w); err != nil {
+			return err
+		}
 	}
 	b, err := g.connect(ctx)
 	if err != nil {
@@ -205,8 +213,9 @@ func newCalibrationShow(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show",
 		Short: "Show the calibration in the bucket and the one each replica last applied",
-		Long: `show prints the set in the calibration bucket (its efficiencies and the evidence
-of each fit), with --history every stored version, and from the policy stream the
+		Long: `show prints the set in the calibration bucket (its efficiencies, the evidence
+of each fit as stored, and the warnings push printed: an efficiency more than 3
+times from the documented one), with --history every stored version, and from the policy stream the
 last policy.calibration_applied of every replica that announced one, newest first.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -225,12 +234,18 @@ type storedSet struct {
 	Withdrawn  bool                    `json:"withdrawn,omitempty"`
 	Set        *collective.Calibration `json:"set,omitempty"`
 	Error      string                  `json:"error,omitempty"`
+	// Warnings are the set's (collective.Calibration.Warnings), as push
+	// printed them.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 func storedOf(e calibration.Entry) storedSet {
 	s := storedSet{Revision: e.Revision, KVRevision: e.KVRevision, Created: e.Created.UTC(), Withdrawn: e.Deleted, Set: e.Set}
 	if e.Err != nil {
 		s.Error = e.Err.Error()
+	}
+	if e.Set != nil {
+		s.Warnings = e.Set.Warnings()
 	}
 	return s
 }
@@ -301,6 +316,9 @@ func calibrationShow(ctx context.Context, g *globals, out io.Writer, history boo
 					kind = f.Model + " " + kind
 				}
 				w.Printf("  fit %s: %.3f from %d samples (measured/predicted %.3f before): %s\n", kind, f.Efficiency, f.Samples, f.Ratio, strings.Join(f.Sources, ", "))
+			}
+			for _, warn := range s.Warnings {
+				w.Printf("  warning: %s\n", warn)
 			}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/eventstest"
 	"github.com/toposched/toposched/internal/calibration"
 	"github.com/toposched/toposched/services/operator"
@@ -23,6 +24,11 @@ func TestCalibrationPushRefusesBadFileBeforeNATS(t *testing.T) {
 		{"impossible", "{\n  \"version\": 1,\n  \"efficiency\": {\n    \"nvlink\": 1.3,\n    \"net\": -0.1}}",
 			"impossible.json:4: efficiency.nvlink: 1.3: expected a share of line rate"},
 		{"negative overhead", "{\"version\": 1,\n \"efficiency\": {\"step_overhead_us\": -4}}", "negative overhead.json:2: efficiency.step_overhead_us: -4"},
+		// Issue 46: pushed, and applied by every replica.
+		{"tiny", "{\"version\": 1,\n \"name\": \"tiny\",\n \"efficiency\": {\"net\": 1e-300}}",
+			"tiny.json:3: efficiency.net: 1e-300: below the floor 0.001 of line rate for net links"},
+		{"disagreeing fit", "{\"version\": 1,\n \"efficiency\": {\"pcie\": 0.6},\n \"fits\": [\n  {\"kind\": \"pcie\", \"efficiency\": 0.06, \"samples\": 3, \"ratio\": 0.08, \"sources\": [\"ar.txt:30\"]}]}",
+			"disagreeing fit.json:4: fits[0].efficiency: 0.06: disagrees with efficiency.pcie = 0.6"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := filepath.Join(dir, tc.name+".json")
@@ -147,3 +153,114 @@ func TestCalibrationPushShowWithdraw(t *testing.T) {
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// Issue 46: a set with net 1e-300 was pushed and applied by every replica.
+// topoctl refuses it before NATS is touched; put into the bucket past
+// topoctl, every replica answers policy.calibration_rejected naming the
+// link and the value, and the set in force stays; a set whose fit
+// disagrees with its efficiency likewise. A set far from the defaults is
+// pushed and applied, with a warning from push and from show.
+func TestCalibrationImplausibleRefusedByReplicas(t *testing.T) {
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "operator")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	op, err := operator.Start(ctx, b, operator.Config{Services: []string{operator.Placement, operator.Optimizer}, Replica: "r1"},
+		slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := op.Stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	url := srv.ClientURL()
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		file := filepath.Join(dir, name)
+		if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return file
+	}
+	good := `{"version": 1, "name": "lab", "efficiency": {"net": 0.9}}` + "\n"
+	rev := calibration.Revision([]byte(good))
+	if out, err := runPolicy("--nats-url", url, "calibration", "push", write("lab.json", good)); err != nil || strings.Contains(out, "warning") {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+	kv, err := calibration.OpenKV(ctx, b.JetStream(), b.Subjects.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := calibration.InForce(ctx, kv)
+	if err != nil || before == nil {
+		t.Fatalf("in the bucket: %+v %v", before, err)
+	}
+
+	tiny := "{\"version\": 1,\n \"name\": \"tiny\",\n \"efficiency\": {\"net\": 1e-300}}"
+	out, err := runPolicy("--nats-url", url, "calibration", "push", write("tiny.json", tiny))
+	if err == nil || !strings.Contains(out, "tiny.json:3: efficiency.net: 1e-300: below the floor") {
+		t.Fatalf("push of net 1e-300: %v\n%s", err, out)
+	}
+	if e, err := calibration.InForce(ctx, kv); err != nil || e.KVRevision != before.KVRevision {
+		t.Fatalf("after the refused push the bucket holds %+v (%v), want kv revision %d", e, err, before.KVRevision)
+	}
+
+	answers, errc, err := followPolicyDomain(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejected := func(value string, want ...string) {
+		t.Helper()
+		kvRev, err := kv.Put(ctx, calibration.KVKey, []byte(value))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case v := <-answers:
+				out, _ := json.Marshal(v)
+				if !strings.Contains(string(out), `"kv_revision":`+itoa(kvRev)) {
+					continue
+				}
+				if _, ok := v.(*events.CalibrationRejected); !ok {
+					t.Errorf("answer %T, want policy.calibration_rejected: %s", v, out)
+				}
+				for _, w := range append(want, `"in_force":"`+rev+`"`) {
+					if !strings.Contains(string(out), w) {
+						t.Errorf("answer lacks %s: %s", w, out)
+					}
+				}
+				if bw := op.PlacementService().Bandwidths(); bw == nil || bw.Efficiency.Net != 0.9 {
+					t.Errorf("after the refusal placement predicts with %+v", bw)
+				}
+				if bw := op.Optimizer.Bandwidths(); bw == nil || bw.Efficiency.Net != 0.9 {
+					t.Errorf("after the refusal the optimizer predicts with %+v", bw)
+				}
+				return
+			case err := <-errc:
+				t.Fatalf("follow: %v", err)
+			}
+		}
+	}
+	rejected(tiny, `"name":"tiny"`, `"line":3`, `"field":"efficiency.net"`, `1e-300: below the floor 0.001 of line rate for net links`)
+	rejected("{\"version\": 1,\n \"efficiency\": {\"net\": 0.9},\n \"fits\": [\n  {\"kind\": \"net\", \"efficiency\": 0.09, \"samples\": 3, \"ratio\": 0.1, \"sources\": [\"ar.txt:30\"]}]}",
+		`"line":4`, `"field":"fits[0].efficiency"`, `0.09: disagrees with efficiency.net = 0.9`)
+
+	far := `{"version": 1, "name": "far", "efficiency": {"net": 0.2}, "fits": [{"kind": "net", "efficiency": 0.2, "samples": 3, "ratio": 0.21, "sources": ["ar.txt:30"]}]}`
+	out, err = runPolicy("--nats-url", url, "calibration", "push", write("far.json", far))
+	if err != nil {
+		t.Fatalf("push of a set far from the defaults: %v\n%s", err, out)
+	}
+	for _, w := range []string{"warning: " + filepath.Join(dir, "far.json") + ": efficiency.net = 0.2: 4.8× below the documented 0.96", "fitted from 3 measurements: ar.txt:30",
+		"applied by r1"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("push output lacks %q:\n%s", w, out)
+		}
+	}
+	out, err = runPolicy("--nats-url", url, "calibration", "show")
+	if err != nil || !strings.Contains(out, "  warning: efficiency.net = 0.2: 4.8× below") || !strings.Contains(out, "fit net: 0.200 from 3 samples (measured/predicted 0.210 before): ar.txt:30") {
+		t.Errorf("show: %v\n%s", err, out)
+	}
+}
