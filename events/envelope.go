@@ -40,6 +40,9 @@ type Envelope struct {
 	Time          time.Time
 	CorrelationID string
 	CausationID   string
+	// Scope is the identity the event was published under, read from the
+	// subject it came on (received events only; see scope.go).
+	Scope Scope
 }
 
 // MaxHeaders is the most headers EachHeader sets.
@@ -102,6 +105,9 @@ func ParseEnvelope(subjects Subjects, h map[string]string, body []byte, d Delive
 		CausationID:   h[HeaderCausationID],
 	}
 	name, ok := subjects.NameOfSubject(d.Subject)
+	// A message read on another subject than its event's (a dead letter)
+	// has no scope to read.
+	onOwnSubject := ok
 	var typeErr *EnvelopeError
 	if e.Type != "" {
 		if n, known := NameOfCEType(e.Type); known && (!ok || n == name) {
@@ -149,6 +155,13 @@ func ParseEnvelope(subjects Subjects, h map[string]string, body []byte, d Delive
 	}
 	if typeErr != nil {
 		return e, "", typeErr
+	}
+	if onOwnSubject {
+		scope, err := subjects.ScopeOfSubject(name, d.Subject)
+		if err != nil {
+			return e, name, err
+		}
+		e.Scope = scope
 	}
 	return e, name, nil
 }

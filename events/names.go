@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 )
 
 // DefaultPrefix is the first subject token of every toposched event.
@@ -65,9 +66,16 @@ var Catalogue = []Name{
 	NameAgentHeartbeat, NameRankLog, NameRanksExited,
 }
 
-// NodeScoped reports whether the event's subject ends in a node token.
+// NodeScoped reports whether the event's subject ends in a node token:
+// what a node says of itself, so that a stream can keep each node's newest
+// report and NATS permissions can let a node's agent speak for its node
+// alone (scope.go).
 func (n Name) NodeScoped() bool {
-	return n == NameTopologyNode || n == NameTopologyHealth || n == NameAgentHeartbeat
+	switch n {
+	case NameTopologyNode, NameTopologyHealth, NameAgentHeartbeat, NameRanksExited, NameRankLog:
+		return true
+	}
+	return false
 }
 
 // Domain is the stream domain of the event, the first token of its name.
@@ -269,17 +277,36 @@ func (s Subjects) NameOfSubject(subject string) (Name, bool) {
 		return "", false
 	}
 	for _, n := range Catalogue {
-		if rest == string(n) || (n.NodeScoped() && strings.HasPrefix(rest, string(n)+".")) {
+		if rest == string(n) || ((n.NodeScoped() || n.IdentityScoped()) && strings.HasPrefix(rest, string(n)+".")) {
 			return n, true
 		}
 	}
 	return "", false
 }
 
-// NodeToken escapes a node name into one subject token: host names may hold
-// dots, which NATS reads as token separators.
+// NodeToken escapes a node (or tenant) name into one subject token: host
+// names may hold dots, which NATS reads as token separators, and a
+// tenant's name is what a user typed: wildcards, white space and control
+// characters, which NATS subjects cannot carry, are escaped as %XX.
 func NodeToken(node string) string {
-	return strings.NewReplacer("%", "%25", ".", "%2E", "*", "%2A", ">", "%3E", " ", "%20").Replace(node)
+	if !strings.ContainsFunc(node, tokenEscaped) {
+		return node
+	}
+	var b strings.Builder
+	for i := 0; i < len(node); i++ {
+		c := node[i]
+		if c < utf8.RuneSelf && tokenEscaped(rune(c)) {
+			fmt.Fprintf(&b, "%%%02X", c)
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// tokenEscaped reports the characters NodeToken escapes.
+func tokenEscaped(r rune) bool {
+	return r <= ' ' || r == 0x7f || r == '%' || r == '.' || r == '*' || r == '>'
 }
 
 // NodeFromToken is the inverse of NodeToken.

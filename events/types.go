@@ -488,6 +488,10 @@ type PlacementReleased struct {
 	// Reason is the jobs.finished's reason (agent_lost, ...), where it
 	// gave one.
 	Reason string `json:"reason,omitempty"`
+	// Tenant is the tenant whose finish withdrew a job placement had not
+	// seen yet: the withdrawal holds for that tenant's job of this id
+	// alone, so that no tenant can withdraw another's job before it comes.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // GPU health values.

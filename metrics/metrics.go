@@ -142,6 +142,9 @@ type Stats struct {
 	FreeGPUs   int
 	// Jobs counts the store's jobs by state (pending, placed, ...).
 	Jobs map[string]int
+	// RebuildIgnored counts the placement events the leader's rebuild
+	// left out, by reason (unfenced, conflict).
+	RebuildIgnored map[string]int
 }
 
 // Watch adds the series read from stats when scraped: the placement
@@ -162,13 +165,16 @@ var (
 		"1 while this replica holds placement's lease and applies decisions, 0 on a standby.", nil, nil)
 	descTerms = prometheus.NewDesc("toposched_placement_leader_terms_total",
 		"Terms this replica has led (each began with a rebuild from the streams).", nil, nil)
+	descIgnored = prometheus.NewDesc("toposched_placement_rebuild_ignored_events",
+		"Placement events the leader's rebuild did not take in: unfenced (no placement term wrote them) or conflict (GPUs another job holds).",
+		[]string{"reason"}, nil)
 )
 
 // statsCollector reads the services at scrape time.
 type statsCollector struct{ stats func() Stats }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPending, descJobs, descNodes, descGPUs, descLeader, descTerms} {
+	for _, d := range []*prometheus.Desc{descPending, descJobs, descNodes, descGPUs, descLeader, descTerms, descIgnored} {
 		ch <- d
 	}
 }
@@ -194,6 +200,10 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descGPUs, prometheus.GaugeValue, float64(st.GPUs), "total")
 	ch <- prometheus.MustNewConstMetric(descGPUs, prometheus.GaugeValue, float64(st.HealthyGPU), "healthy")
 	ch <- prometheus.MustNewConstMetric(descGPUs, prometheus.GaugeValue, float64(st.FreeGPUs), "free")
+	// placement.IgnoredUnfenced and IgnoredConflict, always shown.
+	for _, reason := range []string{"unfenced", "conflict"} {
+		ch <- prometheus.MustNewConstMetric(descIgnored, prometheus.GaugeValue, float64(st.RebuildIgnored[reason]), reason)
+	}
 }
 
 // Handler serves /metrics, /healthz (the process answers) and /readyz

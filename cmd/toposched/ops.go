@@ -127,6 +127,7 @@ func operatorStats(op *operator.Operator) func() metrics.Stats {
 		if ps, ok := op.PlacementStats(); ok {
 			st.StoreKnown = true
 			st.Nodes, st.GPUs, st.HealthyGPU, st.FreeGPUs, st.Jobs = ps.Nodes, ps.GPUs, ps.HealthyGPU, ps.FreeGPUs, ps.Jobs
+			st.RebuildIgnored = ps.RebuildIgnored
 		}
 		return st
 	}

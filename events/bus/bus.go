@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,6 +44,10 @@ type Config struct {
 	// Transport tunes retries, back-offs, acknowledgements and batching;
 	// the zero value is the defaults (see Transport).
 	Transport Transport
+	// Scope is the identity this process publishes identity-scoped events
+	// under (events.Scope): a node agent's node, a tenant user's tenant;
+	// zero for the services. WithScope overrides it per publish.
+	Scope events.Scope
 }
 
 func (c *Config) setDefaults() {
@@ -91,6 +96,8 @@ type Bus struct {
 	log      *slog.Logger
 	// validated remembers bodies that met their schema (validate.go).
 	validated *validationCache
+	// denied ends a publish the server refused for permissions at once.
+	denied *denials
 }
 
 // Connect dials NATS and creates or updates the streams.
@@ -113,7 +120,13 @@ func Connect(ctx context.Context, cfg Config) (*Bus, error) {
 			cfg.Logger.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
 		}),
 	}, cfg.NATSOptions...)
+	denied := &denials{}
+	opts = append(opts, nats.ErrorHandler(denied.handler(nil)))
 	nc, err := nats.Connect(cfg.URL, opts...)
+	if errors.Is(err, nats.ErrAuthorization) {
+		return nil, fmt.Errorf("connect to nats %s: %w: the server requires credentials: give --nats-nkey FILE (toposched serve writes "+
+			"DATA_DIR/credentials/launcher.nk; toposched roles issue writes agents' and tenants'), --nats-creds FILE or --nats-user", cfg.URL, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats %s: %w", cfg.URL, err)
 	}
@@ -126,7 +139,7 @@ func Connect(ctx context.Context, cfg Config) (*Bus, error) {
 	}
 	b := &Bus{
 		cfg: cfg, nc: nc, js: js, Subjects: events.NewSubjects(cfg.Prefix), log: cfg.Logger,
-		validated: newValidationCache(validateCacheSize),
+		validated: newValidationCache(validateCacheSize), denied: denied,
 	}
 	if cfg.SkipStreams {
 		return b, nil
@@ -375,10 +388,7 @@ func (b *Bus) message(ctx context.Context, v any) (events.Name, events.Envelope,
 	if err := b.validated.validate(name, body); err != nil {
 		return name, env, nil, fmt.Errorf("publish %s %s: breaks its schema: %w", name, key, err)
 	}
-	subject := b.Subjects.Of(name)
-	if name.NodeScoped() {
-		subject = b.Subjects.ForNode(name, key)
-	}
+	subject := b.Subjects.Scoped(name, b.scopeOf(ctx, v))
 	h := newHeader(events.MaxHeaders + fenceHeaders)
 	env.EachHeader(h.set)
 	if f, ok := fenceFrom(ctx); ok {
@@ -447,7 +457,13 @@ func newMsg(subject string, headers map[string]string, body []byte) *nats.Msg {
 }
 
 func (b *Bus) publishMsg(ctx context.Context, msg *nats.Msg) (uint64, bool, error) {
+	ctx, stop := b.denied.watch(ctx, msg.Subject)
 	ack, err := b.js.PublishMsg(ctx, msg)
+	stop()
+	var de *DeniedError
+	if errors.As(context.Cause(ctx), &de) {
+		return 0, false, de
+	}
 	if err != nil {
 		return 0, false, b.publishError(msg, err)
 	}
@@ -538,4 +554,44 @@ func storageFull(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) &&
 		(apiErr.ErrorCode == errCodeInsufficientResources || apiErr.ErrorCode == errCodeStorageExceeded)
+}
+
+type scopeKey struct{}
+
+// WithScope makes the identity-scoped events published with the returned
+// context travel under scope (events.Scope): topoctl finishing a job under
+// the job's tenant, say. A node-scoped event's own node and a
+// jobs.submitted's own tenant always win: they are what NATS permissions
+// check the sender against.
+func WithScope(ctx context.Context, scope events.Scope) context.Context {
+	return context.WithValue(ctx, scopeKey{}, scope)
+}
+
+// scopeOf is the scope v is published under.
+func (b *Bus) scopeOf(ctx context.Context, v any) events.Scope {
+	if s, ok := events.ScopeOf(v); ok {
+		return s
+	}
+	if s, ok := ctx.Value(scopeKey{}).(events.Scope); ok {
+		return s
+	}
+	return b.cfg.Scope
+}
+
+// filters are the filter subjects that read what subjects name: the bare
+// subject of an identity-scoped event (events.Subjects.Of) stands for that
+// event under every scope too, so that no reader of jobs.finished misses
+// the finishes of tenants and agents.
+func (b *Bus) filters(subjects []string) []string {
+	var extra []string
+	for _, s := range subjects {
+		n, ok := b.Subjects.NameOfSubject(s)
+		if ok && n.IdentityScoped() && s == b.Subjects.Of(n) && !slices.Contains(subjects, s+".>") {
+			extra = append(extra, s+".>")
+		}
+	}
+	if extra == nil {
+		return subjects
+	}
+	return append(slices.Clone(subjects), extra...)
 }

@@ -84,3 +84,14 @@ func inProcess(err error) bool {
 	return errors.As(err, &apiErr) &&
 		(apiErr.ErrorCode == errCodeDuplicateInProcess || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
+
+// fenceOf reads the fence a stored message was published under from its
+// headers (JetStream keeps them): zero when it had none.
+func fenceOf(h map[string]string) Fence {
+	subject := h[headerExpectedLastSubjectSeqSubj]
+	seq, err := strconv.ParseUint(h[headerExpectedLastSubjectSeq], 10, 64)
+	if subject == "" || err != nil {
+		return Fence{}
+	}
+	return Fence{Subject: subject, Seq: seq}
+}

@@ -20,7 +20,7 @@ import (
 // topoctl policy push waiting for policy.applied; it keeps no durable state.
 func (b *Bus) Follow(ctx context.Context, domain events.Domain, subjects []string, ready chan<- struct{}, fn func(Record) error) error {
 	stream := b.StreamName(domain)
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: b.filters(subjects)}
 	if err := b.FromNow(ctx, stream, &cfg); err != nil {
 		return fmt.Errorf("follow %s: %w", stream, err)
 	}

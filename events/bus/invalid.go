@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -38,7 +39,26 @@ const (
 	CodeWrongEventType = "wrong_event_type"
 	// CodeStructuredMode: the body is a CloudEvents structured-mode event.
 	CodeStructuredMode = "structured_mode"
+	// CodeWrongScope: the subject's scope does not fit the event, or the
+	// body speaks for another node or tenant than its subject's.
+	CodeWrongScope = "wrong_scope"
 )
+
+// checkScope reads the body of a node-scoped event, or of a jobs.submitted
+// under a tenant, far enough to check that it agrees with its subject's
+// scope (events.CheckScope): for a reader that decodes later, or only
+// some of what it reads. A body that does not decode is left to that
+// reader's own decoding.
+func (b *Bus) checkScope(name events.Name, scope events.Scope, body []byte) error {
+	if scope.IsZero() || (!name.NodeScoped() && name != events.NameJobSubmitted) {
+		return nil
+	}
+	v := name.New()
+	if json.Unmarshal(body, v) != nil {
+		return nil
+	}
+	return events.CheckScope(scope, v)
+}
 
 // ReasonsOf turns why a message could not be read into the reasons of its
 // answer (a rejection, a refused finish or migration): one per schema problem (schema_<rule>) or decoding problem
@@ -55,6 +75,14 @@ func ReasonsOf(err error) []events.Reason {
 			msg += fmt.Sprintf(": a message sent on %s must have %s %s, or none", ee.Subject, ee.Header, ee.Want)
 		}
 		return []events.Reason{{Code: CodeWrongEventType, Message: msg}}
+	}
+	var sc *events.ScopeError
+	if errors.As(err, &sc) {
+		return []events.Reason{{Code: CodeWrongScope, Field: sc.Field, Message: sc.Error()}}
+	}
+	var sj *events.SubjectError
+	if errors.As(err, &sj) {
+		return []events.Reason{{Code: CodeWrongScope, Message: sj.Error()}}
 	}
 	var se *events.StructuredModeError
 	if errors.As(err, &se) {

@@ -21,6 +21,9 @@ type Record struct {
 	Name events.Name
 	Body []byte
 	Seq  uint64
+	// Fence is the fence the message was published under (WithFence),
+	// zero when it carried none.
+	Fence Fence
 }
 
 // Replay reads, in stream order, every message stored on the given subjects
@@ -63,7 +66,7 @@ func (b *Bus) ReplayFrom(ctx context.Context, domain events.Domain, subjects []s
 		// roles of deploy/nats allow.
 		cfg := jetstream.ConsumerConfig{Name: "replay_" + nuid.Next(), DeliverPolicy: jetstream.DeliverAllPolicy,
 			AckPolicy: jetstream.AckNonePolicy, InactiveThreshold: replayInactive, Replicas: 1, MemoryStorage: true}
-		if len(subjects) == 1 {
+		if subjects := b.filters(subjects); len(subjects) == 1 {
 			cfg.FilterSubject = subjects[0]
 		} else {
 			cfg.FilterSubjects = subjects
@@ -209,5 +212,9 @@ func (b *Bus) record(m jetstream.Msg, what string) (r Record, ok bool, err error
 		b.log.Warn(what+": skipping unreadable message", "stream", md.Stream, "seq", md.Sequence.Stream, "err", err)
 		return Record{}, false, nil
 	}
-	return Record{Env: env, Name: name, Body: m.Data(), Seq: md.Sequence.Stream}, true, nil
+	if err := b.checkScope(name, env.Scope, m.Data()); err != nil {
+		b.log.Warn(what+": skipping a message whose body is not its subject's", "stream", md.Stream, "seq", md.Sequence.Stream, "err", err)
+		return Record{}, false, nil
+	}
+	return Record{Env: env, Name: name, Body: m.Data(), Seq: md.Sequence.Stream, Fence: fenceOf(h)}, true, nil
 }

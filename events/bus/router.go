@@ -263,7 +263,14 @@ func Handle[T any](r *Router, h Handler[T]) {
 			ctx = context.WithValue(ctx, seqKey{}, seq)
 		}
 		var ev T
-		if err := r.b.Decode(h.Event, body, &ev); err != nil {
+		err = r.b.Decode(h.Event, body, &ev)
+		if err == nil {
+			// The body must agree with the subject NATS let its sender
+			// publish on: a node speaks for itself, a tenant submits its
+			// own jobs.
+			err = events.CheckScope(env.Scope, &ev)
+		}
+		if err != nil {
 			if h.Invalid != nil {
 				if ierr := h.Invalid(ctx, env, body, err); ierr != nil {
 					return ierr
@@ -301,6 +308,9 @@ func HandleDomain(r *Router, h DomainHandler) {
 			return fmt.Errorf("envelope: %w", err)
 		}
 		name, _ := events.NameOfCEType(env.Type)
+		if err := r.b.checkScope(name, env.Scope, body); err != nil {
+			return err
+		}
 		ctx := WithCause(m.Context(), env)
 		if seq, err := strconv.ParseUint(m.Metadata.Get(metaSeq), 10, 64); err == nil {
 			// As for typed handlers: a consumer that also replays its

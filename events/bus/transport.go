@@ -78,15 +78,21 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	// cluster node just died) must wait for it, not exit.
 	err = s.b.retryJetStream(ctx, func(ctx context.Context) error {
 		var err error
-		cons, err = s.b.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		cfg := jetstream.ConsumerConfig{
 			Durable:       s.durable,
-			FilterSubject: topic,
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       t.AckWait,
 			MaxAckPending: t.MaxAckPending,
 			MaxDeliver:    t.MaxDeliver,
 			DeliverPolicy: jetstream.DeliverAllPolicy,
-		})
+		}
+		if filters := s.b.filters([]string{topic}); len(filters) == 1 {
+			cfg.FilterSubject = topic
+		} else {
+			// An identity-scoped event: its bare subject and its scopes.
+			cfg.FilterSubjects = filters
+		}
+		cons, err = s.b.js.CreateOrUpdateConsumer(ctx, stream, cfg)
 		return err
 	})
 	if err != nil {

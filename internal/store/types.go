@@ -117,6 +117,9 @@ type Job struct {
 	Spec     events.JobAnalyzed
 	Decision *events.PlacementDecided
 	Reasons  []events.Reason
+	// WithdrawnBy is the tenant that finished the job before placement
+	// saw it (events.PlacementReleased.Tenant); "" for the services.
+	WithdrawnBy string
 }
 
 // Health reasons set by the store itself.

@@ -398,7 +398,9 @@ func (a *Agent) handle(ctx context.Context, r bus.Record) {
 		if bus.Decode(r.Name, r.Body, &x) != nil {
 			return
 		}
-		if run, ok := a.runs[x.JobID]; ok && x.Node != a.cfg.Node && x.Status == events.StatusFailed {
+		// Only a node the decision runs ranks on may stop them: the
+		// report's node is its sender's (its subject, bus.checkScope).
+		if run, ok := a.runs[x.JobID]; ok && x.Node != a.cfg.Node && x.Status == events.StatusFailed && onNode(run.d, x.Node) {
 			run.requestStop(events.ReasonPeerFailed)
 		}
 		a.maybeFinishLocked(ctx, x.JobID)
@@ -501,7 +503,9 @@ func (a *Agent) maybeFinishLocked(ctx context.Context, id string) {
 	}
 	a.finished[id] = true
 	go func() {
-		if _, err := a.b.Publish(ctx, fin); err != nil {
+		// Under this node's scope: placement takes a finish from the
+		// node of rank 0 alone.
+		if _, err := a.b.Publish(bus.WithScope(ctx, events.NodeScope(a.cfg.Node)), fin); err != nil {
 			a.log.Error("jobs.finished not sent", "job_id", id, "err", err)
 			return
 		}

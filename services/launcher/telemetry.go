@@ -131,7 +131,8 @@ func (a *Agent) takeTelemetry(ctx context.Context, auth string, body io.Reader) 
 	if !tokenMatches(auth, rn.token) {
 		return http.StatusUnauthorized, fmt.Sprintf("Authorization: job %s's reports need \"Bearer $%s\" (its ranks' environment)", t.JobID, EnvTelemetryToken)
 	}
-	if _, err := a.b.Publish(ctx, &t); err != nil {
+	// Under this node's scope: an agent's credentials allow its node alone.
+	if _, err := a.b.Publish(bus.WithScope(ctx, events.NodeScope(a.cfg.Node)), &t); err != nil {
 		return http.StatusServiceUnavailable, fmt.Sprintf("publish: %v", err)
 	}
 	return http.StatusAccepted, "published"

@@ -12,6 +12,9 @@ type PlacementStats struct {
 	// Jobs counts the jobs the store knows, by state: pending, placed,
 	// rejected, finished.
 	Jobs map[string]int
+	// RebuildIgnored counts the placement events the term's rebuild did
+	// not take in, by reason (placement.IgnoredUnfenced, ...).
+	RebuildIgnored map[string]int
 }
 
 // PlacementStats reads the current term's store; ok is false on a standby
@@ -31,5 +34,6 @@ func (o *Operator) PlacementStats() (st PlacementStats, ok bool) {
 	for _, s := range []store.JobState{store.JobPending, store.JobPlaced, store.JobRejected, store.JobFinished} {
 		st.Jobs[string(s)] = len(snap.JobsInState(s))
 	}
+	st.RebuildIgnored = svc.RebuildIgnored()
 	return st, true
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/toposched/toposched/events"
@@ -103,6 +104,17 @@ func (s *Service) OnTelemetry(ctx context.Context, env events.Envelope, t *event
 			return nil
 		}
 	}
+	if env.Scope.Kind == events.ScopeTenant && lj.spec == nil {
+		if err := s.ready(ctx, lj); err != nil {
+			return err
+		}
+	}
+	if why := telemetryRefused(env.Scope, lj); why != "" {
+		// Another tenant's, or another node's, word on a job: it would
+		// bend the job's diagnosis and migration proposals.
+		s.log.WarnContext(ctx, "telemetry ignored: not the sender's job", "job_id", t.JobID, "scope", env.Scope.String(), "reason", why)
+		return nil
+	}
 	for _, r := range t.Ranks {
 		if r.Rank >= len(lj.decision.Ranks) {
 			return fmt.Errorf("%w: job %s step %d: rank %d: the job has %d ranks", ErrTelemetry, t.JobID, t.Step, r.Rank, len(lj.decision.Ranks))
@@ -161,4 +173,21 @@ func (s *Service) rebuildRuntime(ctx context.Context) error {
 		return fmt.Errorf("optimizer: rebuild findings: %w", err)
 	}
 	return nil
+}
+
+// telemetryRefused says why the identity of scope may not report on lj's
+// job, "" when it may: a tenant reports on its own jobs, a node's agent on
+// the jobs with ranks on its node, the services on any.
+func telemetryRefused(scope events.Scope, lj *liveJob) string {
+	switch scope.Kind {
+	case events.ScopeTenant:
+		if lj.spec == nil || lj.spec.Job.Tenant != scope.Name {
+			return fmt.Sprintf("tenant %s reports on its own jobs only", scope.Name)
+		}
+	case events.ScopeNode:
+		if !slices.ContainsFunc(lj.decision.Ranks, func(r events.RankPlacement) bool { return r.Node == scope.Name }) {
+			return fmt.Sprintf("node %s runs no rank of the job", scope.Name)
+		}
+	}
+	return ""
 }

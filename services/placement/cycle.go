@@ -183,7 +183,7 @@ func (s *Service) decideBatch(batch []*request) {
 			continue
 		}
 		id := r.job.Job.JobID
-		if j, ok := c.view().Job(id); ok && j.State != store.JobRejected {
+		if j, ok := c.view().Job(id); ok && j.State != store.JobRejected && !withdrawnForAnother(j, r.job.Job.Tenant) {
 			if o := s.doubted(id); o != nil {
 				// Acked now, the job would be lost if its outcome was
 				// not stored and this replica stopped: it is answered
@@ -208,6 +208,13 @@ func (s *Service) decideBatch(batch []*request) {
 	// The requests' answers are their outcomes'; the cycle's error is
 	// theirs too.
 	_ = c.finish()
+}
+
+// withdrawnForAnother reports whether j is a withdrawal by another tenant
+// than the job's: a tenant's finish of a job placement had not seen holds
+// for that tenant's job alone.
+func withdrawnForAnother(j store.Job, tenant string) bool {
+	return j.State == store.JobFinished && j.Spec.Job.JobID == "" && j.WithdrawnBy != "" && j.WithdrawnBy != tenant
 }
 
 // cycle is one pass of decisions: the store transaction they share and

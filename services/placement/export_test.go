@@ -12,11 +12,17 @@ import (
 // streams without running the handlers (they call them by hand).
 func (s *Service) Rebuild(ctx context.Context) error { return s.rebuild(ctx) }
 
-// NewOnBus is New with every port on b, failing the test on an error.
+// NewOnBus is New with every port on b, failing the test on an error. It
+// opens the service's term, as Run does first: the outcomes it publishes
+// when a test calls its handlers by hand are fenced on the term, as in
+// production, and so a rebuild takes them in.
 func NewOnBus(t testing.TB, b *bus.Bus, cfg Config) *Service {
 	t.Helper()
 	s, err := New(cfg, Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.openTerm(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -49,3 +55,15 @@ func (s *Service) Decision(ctx context.Context) (context.Context, context.Cancel
 
 // SetLife sets the term's life, as Run does.
 func (s *Service) SetLife(ctx context.Context) { s.life = ctx }
+
+// NewStandby is New with every port on b and no term of its own: a replica
+// that rebuilds and reads while another leads (what NewOnBus's service
+// publishes is fenced on that one's term).
+func NewStandby(t testing.TB, b *bus.Bus, cfg Config) *Service {
+	t.Helper()
+	s, err := New(cfg, Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -131,6 +131,9 @@ func (s *Service) OnMigrationAccepted(ctx context.Context, env events.Envelope, 
 		log.Info("migration request already applied; redelivery ignored", "proposal_id", m.ProposalID)
 		return nil
 	}
+	if env.Scope.Kind == events.ScopeTenant && j.Spec.Job.Tenant != env.Scope.Name {
+		return refuse(req.ProposalID, events.CodeNotPermitted, "tenant %s moves its own jobs only, and %s is not one", env.Scope.Name, req.JobID)
+	}
 	if j.Spec.Job.Command != "" {
 		// Its ranks would run on where the move frees their GPUs.
 		return refuse(req.ProposalID, events.RefusedLaunched,

@@ -44,27 +44,53 @@ func newMigWorld(t *testing.T) *migWorld {
 		}
 		w.publish(n)
 	}
-	w.s = w.replica()
+	w.s = placement.NewOnBus(t, w.b, placement.Config{})
+	if err := w.s.Rebuild(w.ctx); err != nil {
+		t.Fatal(err)
+	}
 	return w
 }
 
-// replica starts a fresh placement service rebuilt from the streams.
+// replica starts a fresh placement service rebuilt from the streams, a
+// standby beside w.s, which keeps the term.
 func (w *migWorld) replica() *placement.Service {
 	w.t.Helper()
-	s := placement.NewOnBus(w.t, w.b, placement.Config{})
+	s := placement.NewStandby(w.t, w.b, placement.Config{})
 	if err := s.Rebuild(w.ctx); err != nil {
 		w.t.Fatal(err)
 	}
 	return s
 }
 
+// publish stores v; a decision, wait or release as the term in force
+// would (fenced on its marker), so that a rebuild takes it in.
 func (w *migWorld) publish(v any) events.Envelope {
 	w.t.Helper()
-	env, err := w.b.Publish(w.ctx, v)
+	ctx := w.ctx
+	switch v.(type) {
+	case *events.PlacementDecided, *events.PlacementPending, *events.PlacementReleased:
+		ctx = bus.WithFence(ctx, w.term())
+	}
+	env, err := w.b.Publish(ctx, v)
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	return env
+}
+
+// term is the fence of the last placement term marker stored.
+func (w *migWorld) term() bus.Fence {
+	w.t.Helper()
+	subject := w.b.Subjects.Of(events.NamePlacementTerm)
+	m, err := w.b.JetStream().Stream(w.ctx, w.b.StreamName(events.DomainPlacement))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	last, err := m.GetLastMsgForSubject(w.ctx, subject)
+	if err != nil {
+		w.t.Fatalf("no placement term to fence on: %v", err)
+	}
+	return bus.Fence{Subject: subject, Seq: last.Sequence}
 }
 
 func (w *migWorld) env() events.Envelope {

@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
@@ -23,7 +24,19 @@ func (s *Service) rebuild(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.ignored = map[string]int{}
+	terms := map[uint64]bool{}
 	err = s.read.Replay(ctx, events.DomainPlacement, []string{subj.Domain(events.DomainPlacement)}, func(r bus.Record) error {
+		if r.Name == events.NamePlacementTerm {
+			terms[r.Seq] = true
+			return nil
+		}
+		if why := s.unfenced(r, terms); why != "" {
+			s.ignored[IgnoredUnfenced]++
+			s.log.Warn("rebuild: ignoring a placement outcome no placement term wrote", "event", r.Name, "job_id", r.Env.Subject,
+				"seq", r.Seq, "source", r.Env.Source, "reason", why)
+			return nil
+		}
 		return s.replayPlacement(r)
 	})
 	if err != nil {
@@ -112,6 +125,48 @@ func (s *Service) catchUpTopology(ctx context.Context) (nodes, health int, err e
 	return nodes, health, nil
 }
 
+// Why a rebuild ignored placement events (Service.RebuildIgnored).
+const (
+	// IgnoredUnfenced: a decision, wait or release that carries no
+	// fence of a placement term stored before it. Every outcome placement
+	// publishes is fenced on its term's marker (bus.WithFence), so such an
+	// event was written by someone else (a credential that may publish
+	// placement events but is not placement: only an administrator's).
+	IgnoredUnfenced = "unfenced"
+	// IgnoredConflict: a decision for GPUs another placed job holds.
+	IgnoredConflict = "conflict"
+)
+
+// unfenced says why a stored outcome is not one a placement term wrote,
+// "" when it is: decisions, waits and releases are published fenced on a
+// term marker stored earlier in the stream (terms: the markers read so
+// far). Rejections are not checked: analysis rejects invalid jobs too,
+// unfenced, and a rejection frees and takes nothing.
+func (s *Service) unfenced(r bus.Record, terms map[uint64]bool) string {
+	switch r.Name {
+	case events.NamePlacementDecided, events.NamePlacementPending, events.NamePlacementReleased:
+	default:
+		return ""
+	}
+	switch {
+	case r.Fence.Subject == "":
+		return "no fence headers"
+	case r.Fence.Subject != s.subjects.Of(events.NamePlacementTerm):
+		return "fenced on " + r.Fence.Subject + ", not on placement's terms"
+	case !terms[r.Fence.Seq]:
+		return fmt.Sprintf("fenced on sequence %d, which holds no placement term", r.Fence.Seq)
+	}
+	return ""
+}
+
+// RebuildIgnored counts, by reason (IgnoredUnfenced, IgnoredConflict), the
+// placement events this term's rebuild did not take in.
+func (s *Service) RebuildIgnored() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.ignored)
+}
+
 // replayPlacement applies one event of placement's own log.
 func (s *Service) replayPlacement(r bus.Record) error {
 	switch r.Name {
@@ -125,7 +180,11 @@ func (s *Service) replayPlacement(r bus.Record) error {
 		// decided again (a migration) moves: the new decision replaces
 		// the old one's GPUs, as it did live.
 		if _, err := s.store.RestoreMove(d.JobID, gpusOf(d)); err != nil {
-			s.log.Error("rebuild: allocation conflicts with another job", "job_id", d.JobID, "err", err)
+			// Placement never gives one GPU twice: a decision that would
+			// is not its own, and taking it in would double-book.
+			s.ignored[IgnoredConflict]++
+			s.log.Error("rebuild: ignoring a decision whose GPUs another job holds", "job_id", d.JobID, "seq", r.Seq, "err", err)
+			return nil
 		}
 		delete(s.pendingSince, d.JobID)
 		j, _ := s.store.Snapshot().Job(d.JobID)

@@ -167,6 +167,8 @@ type Service struct {
 	// fenced ends Run once a publish finds a newer term's marker.
 	fence  bus.Fence
 	fenced context.CancelCauseFunc
+	// ignored counts what the rebuild did not take in, by reason.
+	ignored map[string]int
 }
 
 // New returns the placement service with an empty store; Run rebuilds it
@@ -253,12 +255,9 @@ func (s *Service) Run(ctx context.Context) error {
 	// The marker comes before the rebuild: whatever an earlier leader
 	// stored is before it in the stream, so the rebuild reads it, and
 	// whatever that leader tries to store after it is refused.
-	term := &events.PlacementTerm{Holder: s.holder, LeaseRevision: s.leaseRevision, StartedAt: s.now().UTC()}
-	_, seq, err := s.pub.PublishSeq(ctx, term)
-	if err != nil {
-		return fmt.Errorf("placement: open the term: %w", err)
+	if err := s.openTerm(ctx); err != nil {
+		return err
 	}
-	s.fence = bus.Fence{Subject: s.subjects.Of(events.NamePlacementTerm), Seq: seq}
 	ctx, s.fenced = context.WithCancelCause(ctx)
 	defer s.fenced(nil)
 	s.life = ctx
@@ -289,6 +288,17 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
+// openTerm publishes the term's marker and fences every outcome on it.
+func (s *Service) openTerm(ctx context.Context) error {
+	term := &events.PlacementTerm{Holder: s.holder, LeaseRevision: s.leaseRevision, StartedAt: s.now().UTC()}
+	_, seq, err := s.pub.PublishSeq(ctx, term)
+	if err != nil {
+		return fmt.Errorf("placement: open the term: %w", err)
+	}
+	s.fence = bus.Fence{Subject: s.subjects.Of(events.NamePlacementTerm), Seq: seq}
+	return nil
+}
+
 // publish stores an outcome of the term, fenced on its marker. A refusal
 // means a newer term has started: the service stops at once (the message
 // being handled is nacked for the new leader, not dead-lettered).
@@ -310,9 +320,18 @@ func (s *Service) OnFinished(ctx context.Context, env events.Envelope, ev *event
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j, ok := s.store.Snapshot().Job(ev.JobID)
+	if why := mayFinish(env.Scope, j, ok); why != "" {
+		refused := &events.PlacementFinishRefused{JobID: ev.JobID, RequestID: env.ID,
+			Reasons: []events.Reason{{Code: events.CodeNotPermitted, Field: "job_id", Message: why}}}
+		if _, err := s.publish(ctx, refused); err != nil {
+			return err
+		}
+		s.log.Warn("finish refused: not the sender's part", "job_id", ev.JobID, "scope", env.Scope.String(), "reason", why, "correlation_id", env.CorrelationID)
+		return nil
+	}
 	switch {
 	case !ok:
-		rel := &events.PlacementReleased{JobID: ev.JobID, Status: ev.Status, Reason: ev.Reason}
+		rel := &events.PlacementReleased{JobID: ev.JobID, Status: ev.Status, Reason: ev.Reason, Tenant: withdrawer(env.Scope)}
 		if _, err := s.publish(ctx, rel); err != nil {
 			return err
 		}
@@ -336,6 +355,50 @@ func (s *Service) OnFinished(ctx context.Context, env events.Envelope, ev *event
 	// Retried even for a duplicate: a crash may have come between the
 	// release and the retry.
 	return s.retryPending(ctx)
+}
+
+// mayFinish says why the identity of scope may not finish job j (ok: the
+// store knows it), or "" when it may: the services and administrators
+// finish any job, a tenant its own jobs (and a job placement has not
+// seen, which then stays withdrawn only for that tenant's job: see
+// withdrawnFor), a node's agent the job whose rank 0 it runs.
+func mayFinish(scope events.Scope, j store.Job, ok bool) string {
+	switch scope.Kind {
+	case events.ScopeTenant:
+		if !ok || j.Spec.Job.JobID == "" {
+			return "" // not seen yet, or withdrawn: its tenant is not known
+		}
+		if j.Spec.Job.Tenant != scope.Name {
+			return fmt.Sprintf("tenant %s finishes its own jobs only, and %s is not one", scope.Name, j.ID)
+		}
+	case events.ScopeNode:
+		if !ok || j.Decision == nil {
+			return fmt.Sprintf("node %s's agent finishes the jobs whose rank 0 it runs, and %s runs no rank there", scope.Name, j.ID)
+		}
+		if lead := leadNode(j.Decision); lead != scope.Name {
+			return fmt.Sprintf("node %s's agent finishes the jobs whose rank 0 it runs, and %s's rank 0 runs on %s", scope.Name, j.ID, lead)
+		}
+	}
+	return ""
+}
+
+// withdrawer is the tenant whose finish withdraws a job placement has not
+// seen, "" for the services'.
+func withdrawer(scope events.Scope) string {
+	if scope.Kind == events.ScopeTenant {
+		return scope.Name
+	}
+	return ""
+}
+
+// leadNode is the node of a decision's rank 0.
+func leadNode(d *events.PlacementDecided) string {
+	for _, r := range d.Ranks {
+		if r.Rank == 0 {
+			return r.Node
+		}
+	}
+	return ""
 }
 
 // OnInvalidFinish answers a jobs.finished that names a job (in ce-subject
@@ -588,7 +651,7 @@ func (s *Service) applyReleased(rel *events.PlacementReleased) error {
 	}
 	j, ok := t.Snapshot().Job(rel.JobID)
 	if !ok {
-		j = store.Job{ID: rel.JobID}
+		j = store.Job{ID: rel.JobID, WithdrawnBy: rel.Tenant}
 	}
 	j.State = store.JobFinished
 	if err := t.UpsertJob(j); err != nil {
