@@ -79,7 +79,7 @@ func calibrationPush(ctx context.Context, g *globals, out, errOut io.Writer, fil
 			return err
 		}
 	}
-	b, err := g.connect(ctx)
+	b, err := g.connectPolicyAdmin(ctx)
 	if err != nil {
 		return err
 	}
@@ -343,7 +343,7 @@ func newCalibrationWithdraw(g *globals) *cobra.Command {
 		Short: "Withdraw the set in the bucket: replicas fall back to their --calibration file or the defaults",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := g.connect(cmd.Context())
+			b, err := g.connectPolicyAdmin(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -42,6 +42,10 @@ type globals struct {
 	natsURL string
 	prefix  string
 	format  string
+	// tenant is whose jobs this user submits, finishes and moves: the
+	// scope of what it publishes (events.Scope), and, without
+	// credentials given, the tenant-<tenant> seed serve generated.
+	tenant string
 	// conn is how to authenticate to NATS and secure the connection.
 	conn natsflags.Flags
 }
@@ -71,6 +75,8 @@ placement.rejected.`,
 	pf.StringVarP(&g.format, "format", "o", "table", "output format: table or json (topology show also takes dot)")
 	pf.StringVar(&g.format, "output", "table", "same as --format")
 	_ = pf.MarkHidden("output")
+	pf.StringVar(&g.tenant, "tenant", os.Getenv("TOPOSCHED_TENANT"),
+		"the tenant whose jobs you submit, finish and move (env TOPOSCHED_TENANT); a job without a tenant gets it, and one of another tenant is refused")
 	g.conn.Register(pf)
 	root.AddCommand(newSubmit(g), newWatch(g), newFinish(g), newTopology(g))
 	root.AddCommand(newPolicy(g))
@@ -89,13 +95,54 @@ func envOr(key, def string) string {
 	return def
 }
 
+// connect connects as a user: a tenant's, or without --tenant an
+// administrator's (the launcher role).
 func (g *globals) connect(ctx context.Context) (*bus.Bus, error) {
-	opts, err := g.conn.Options()
+	role := "launcher"
+	if g.tenant != "" {
+		var err error
+		if role, err = events.TenantScope(g.tenant).Role(); err != nil {
+			return nil, fmt.Errorf("--tenant: %w", err)
+		}
+	}
+	return g.connectAs(ctx, role)
+}
+
+// connectPolicyAdmin connects as the one who pushes policy and
+// calibration sets (the policy-admin role).
+func (g *globals) connectPolicyAdmin(ctx context.Context) (*bus.Bus, error) {
+	return g.connectAs(ctx, "policy-admin")
+}
+
+// connectAs connects with the credentials given, or else with role's seed
+// in serve's credentials directory, where there is one.
+func (g *globals) connectAs(ctx context.Context, role string) (*bus.Bus, error) {
+	conn := g.conn
+	conn.Role = role
+	opts, err := conn.Options()
 	if err != nil {
 		return nil, err
 	}
 	return bus.Connect(ctx, bus.Config{URL: g.natsURL, Prefix: g.prefix, Source: "urn:toposched:topoctl", ConnectTimeout: 5 * time.Second, SkipStreams: true,
-		NATSOptions: opts})
+		NATSOptions: opts, Scope: events.TenantScope(g.tenant)})
+}
+
+// loadJob reads a job file as client.LoadJob does, and makes it --tenant's
+// job: a job naming no tenant gets it, and one naming another is refused
+// here, rather than by the server's permissions.
+func (g *globals) loadJob(path string) (*events.JobSubmitted, error) {
+	job, err := client.LoadJob(path)
+	if err != nil || g.tenant == "" {
+		return job, err
+	}
+	switch job.Tenant {
+	case "":
+		job.Tenant = g.tenant
+	case g.tenant:
+	default:
+		return nil, fmt.Errorf("%s: tenant: %q, but --tenant is %q: a tenant submits its own jobs only", path, job.Tenant, g.tenant)
+	}
+	return job, nil
 }
 
 // closeBus closes a command's connection on its way out. Its error is
@@ -145,7 +192,7 @@ A job file looks like:
 		Example: "  topoctl submit job.yaml --wait",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			job, err := client.LoadJob(args[0])
+			job, err := g.loadJob(args[0])
 			if err != nil {
 				return err
 			}

@@ -63,7 +63,7 @@ enumerate; bigger ones are refused with a clear message.`,
 					return fmt.Errorf("place: --occupied %s: %w", occupiedFile, err)
 				}
 			}
-			job, err := client.LoadJob(args[0])
+			job, err := g.loadJob(args[0])
 			if err != nil {
 				return err
 			}

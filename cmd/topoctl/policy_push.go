@@ -96,7 +96,7 @@ func policyPush(ctx context.Context, g *globals, out io.Writer, dir, name string
 		return fmt.Errorf("push policy set %s: %w", dir, err)
 	}
 
-	b, err := g.connect(ctx)
+	b, err := g.connectPolicyAdmin(ctx)
 	if err != nil {
 		return err
 	}

@@ -55,7 +55,7 @@ the job: its ranks are stopped and its GPUs freed.`,
 			if (dash < 0 && len(args) != 1) || dash > 1 {
 				return errors.New("expected one job file, then optionally -- COMMAND ARGS")
 			}
-			job, err := client.LoadJob(args[0])
+			job, err := g.loadJob(args[0])
 			if err != nil {
 				return err
 			}

@@ -67,16 +67,17 @@ and nothing is discovered.`,
 			if err != nil {
 				return err
 			}
-			url := g.natsURL
-			if url == "" {
-				url = "nats://127.0.0.1:4222"
+			if cfg.NodeName == "" {
+				// NVML's discovery names the node after the host too; the
+				// name is needed first, for the node's credentials.
+				h, err := os.Hostname()
+				if err != nil {
+					return fmt.Errorf("--node: none given and no host name: %w", err)
+				}
+				cfg.NodeName = h
 			}
 			ctx := cmd.Context()
-			// The operator creates the streams: an agent's NATS role
-			// (deploy/nats) may publish its node's topology and no more.
-			bcfg := g.busConfig(url, "agent", log)
-			bcfg.SkipStreams = true
-			b, err := bus.Connect(ctx, bcfg)
+			b, err := connectAgent(ctx, g, cfg.NodeName, log)
 			if err != nil {
 				return err
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/services/launcher"
@@ -55,12 +56,20 @@ func clusterGPUs(path, node string) ([]int, error) {
 	return gpus, nil
 }
 
-// connectAgent connects a node agent: the operator creates the streams.
-func connectAgent(ctx context.Context, g *globals, log *slog.Logger) (*bus.Bus, error) {
+// connectAgent connects node's agent: the operator creates the streams
+// (an agent's role may publish its node's reports and no more), and
+// without credentials given it signs in with the node's seed in serve's
+// credentials directory (agent-<node>.nk), where there is one.
+func connectAgent(ctx context.Context, g *globals, node string, log *slog.Logger) (*bus.Bus, error) {
 	url := g.natsURL
 	if url == "" {
 		url = "nats://127.0.0.1:4222"
 	}
+	role, err := events.NodeScope(node).Role()
+	if err != nil {
+		return nil, fmt.Errorf("--node: %w", err)
+	}
+	g.conn.Role = role
 	bcfg := g.busConfig(url, "agent", log)
 	bcfg.SkipStreams = true
 	return bus.Connect(ctx, bcfg)
@@ -83,7 +92,7 @@ func runLauncherOnly(ctx context.Context, g *globals, f *execFlags, node string)
 	if err != nil {
 		return err
 	}
-	b, err := connectAgent(ctx, g, log)
+	b, err := connectAgent(ctx, g, node, log)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/toposched/toposched/deploy/examples"
@@ -61,14 +62,26 @@ func runDemo(ctx context.Context, g *globals, stdout io.Writer, log *slog.Logger
 	if err := os.WriteFile(clusterFile, clusterYAML, 0o600); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
+	// Secure as serve is: no one else on the host signs in to the demo's
+	// server while it runs.
+	creds, err := natsserver.EnsureCredentials(filepath.Join(dir, "credentials"), []natsserver.Role{{Name: roleOperator}})
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	operatorSeed, err := creds.Option(roleOperator)
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
 	cfg := natsserver.DefaultConfig()
-	cfg.Port, cfg.StoreDir = -1, filepath.Join(dir, "nats")
+	cfg.Port, cfg.StoreDir, cfg.Credentials = -1, filepath.Join(dir, "nats"), creds
 	srv, err := natsserver.Start(cfg)
 	if err != nil {
 		return err
 	}
 	defer srv.Shutdown()
-	b, err := bus.Connect(ctx, g.busConfig(srv.ClientURL(), "demo", log))
+	bcfg := g.busConfig(srv.ClientURL(), "demo", log)
+	bcfg.NATSOptions = []nats.Option{operatorSeed}
+	b, err := bus.Connect(ctx, bcfg)
 	if err != nil {
 		return err
 	}

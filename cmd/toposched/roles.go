@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -15,15 +16,34 @@ import (
 	"github.com/toposched/toposched/services/placement"
 )
 
-// The roles of the credentials serve generates for an embedded server that
-// listens beyond loopback; deploy/nats/auth.conf defines the same roles
-// for a NATS deployment (TestShippedLauncherRoleIsGenerated keeps the
-// launcher's the same).
+// The roles of toposched's NATS users: one identity per part, each allowed
+// its own part and nothing more (README, Security). Subjects carry whose
+// part an event is (events.Scope), so that the server itself checks it:
+//
+//   - operator: the services of one process (toposched serve): everything.
+//   - analysis, placement, optimizer, discovery: one service each (the
+//     Helm chart's Deployments): everything but the events the others
+//     write, so that only placement writes decisions, terms and releases.
+//   - launcher: an administrator's topoctl and launchers: submits,
+//     finishes and moves jobs of every tenant; no node's reports.
+//   - tenant-<tenant>: a tenant's users: submit, finish and move their
+//     tenant's jobs, and report their telemetry.
+//   - agent-<node>: one node's agent: that node's topology, health,
+//     heartbeats, rank logs and exits, the finishes of the jobs whose
+//     rank 0 it runs (placement checks that part) and their telemetry.
+//   - policy-admin: topoctl policy push and calibration push.
+//
+// The readers (launcher, tenants, agents) read the streams through
+// ordered consumers and gets, and can neither manage a stream nor touch a
+// service's durable consumer.
 const (
-	roleOperator = "operator"
-	roleLauncher = "launcher"
-	roleAgent    = "agent"
+	roleOperator    = "operator"
+	roleLauncher    = "launcher"
+	rolePolicyAdmin = "policy-admin"
 )
+
+// fixedRoles are the roles without a name, in the order they are listed.
+var fixedRoles = append([]string{roleOperator, roleLauncher, rolePolicyAdmin}, operator.All...)
 
 // durable is one durable consumer a service reads through.
 type durable struct {
@@ -32,9 +52,9 @@ type durable struct {
 }
 
 // serviceDurables are the durable consumers of each service, by the
-// services' own constants: what readiness checks and what launchers may
-// never touch. TestServiceDurablesAreTheConsumers compares them with the
-// consumers the services create.
+// services' own constants: what readiness checks and what the readers
+// may never touch. TestServiceDurablesAreTheConsumers compares them with
+// the consumers the services create.
 var serviceDurables = map[string][]durable{
 	operator.Analysis: {{events.DomainJobs, analysis.HandlerSubmitted}},
 	operator.Placement: {
@@ -51,6 +71,65 @@ var serviceDurables = map[string][]durable{
 	},
 }
 
+// publishedBy names the services that write each event the services
+// write; the others are their users' and agents'. A service role may
+// publish none of the events another service owns.
+// TestPublishedByCoversTheServices checks each service's role lets it
+// publish what it does.
+var publishedBy = map[events.Name][]string{
+	events.NameJobAnalyzed:               {operator.Analysis},
+	events.NamePlacementRejected:         {operator.Analysis, operator.Placement},
+	events.NamePlacementDecided:          {operator.Placement},
+	events.NamePlacementPending:          {operator.Placement},
+	events.NamePlacementReleased:         {operator.Placement},
+	events.NamePlacementTerm:             {operator.Placement},
+	events.NamePlacementFinishRefused:    {operator.Placement},
+	events.NamePlacementMigrationRefused: {operator.Placement},
+	events.NameJobFinished:               {operator.Placement}, // the watchdog's lost jobs
+	events.NamePlacementMigration:        {operator.Optimizer},
+	events.NameRuntimeTuning:             {operator.Optimizer},
+	events.NameRuntimeDiagnosis:          {operator.Optimizer},
+	events.NameTopologyNode:              {operator.Discovery},
+	events.NameTopologyFabric:            {operator.Discovery},
+	events.NameTopologyHealth:            {operator.Discovery},
+	events.NamePolicyApplied:             {operator.Placement, operator.Optimizer},
+	events.NamePolicyRejected:            {operator.Placement, operator.Optimizer},
+	events.NameCalibrationApplied:        {operator.Placement, operator.Optimizer},
+	events.NameCalibrationRejected:       {operator.Placement, operator.Optimizer},
+	events.NameJobSubmitted:              nil,
+	events.NameJobMigrationAccepted:      nil,
+	events.NameRuntimeTelemetry:          nil,
+	events.NameAgentHeartbeat:            nil,
+	events.NameRankLog:                   nil,
+	events.NameRanksExited:               nil,
+}
+
+// roles are the roles of one subject prefix.
+type roles struct{ prefix string }
+
+// permissions gives a role's permissions (nil: everything), or ok false
+// for a name that is no role.
+func (r roles) permissions(role string) (*server.Permissions, bool) {
+	switch role {
+	case roleOperator:
+		return nil, true
+	case roleLauncher:
+		return r.launcher(), true
+	case rolePolicyAdmin:
+		return r.policyAdmin(), true
+	}
+	if slices.Contains(operator.All, role) {
+		return r.service(role), true
+	}
+	switch s, _ := events.ScopeOfRole(role); s.Kind {
+	case events.ScopeNode:
+		return r.agent(s.Name), true
+	case events.ScopeTenant:
+		return r.tenant(s.Name), true
+	}
+	return nil, false
+}
+
 // streamName is bus.(*Bus).StreamName without a bus: the credentials are
 // made before the server that the bus connects to starts
 // (TestStreamNameIsTheBus's).
@@ -58,43 +137,26 @@ func streamName(prefix string, d events.Domain) string {
 	return strings.ToUpper(strings.NewReplacer("-", "_").Replace(prefix) + "_" + string(d))
 }
 
-// launcherReads are the streams a launcher reads: decisions, tuning,
-// jobs, topology, policy answers, the agents' heartbeats; never the dead
+// readerStreams are the streams the readers read: decisions, tuning, jobs,
+// topology, policy answers, the agents' heartbeats; never the dead
 // letters.
-var launcherReads = []events.Domain{events.DomainJobs, events.DomainPlacement, events.DomainRuntime, events.DomainTopology, events.DomainPolicy, events.DomainAgent}
+var readerStreams = []events.Domain{events.DomainJobs, events.DomainPlacement, events.DomainRuntime, events.DomainTopology, events.DomainPolicy, events.DomainAgent}
 
-// launcherPermissions is the launcher role (deploy/nats/auth.conf's
-// LAUNCHER_PERMS for the default prefix): it publishes jobs.submitted,
-// jobs.finished, jobs.migration_accepted, runtime.telemetry and what a
-// node agent that launches ranks says (agent.heartbeat.<node>,
-// runtime.rank_log, runtime.ranks_exited: toposched agent --exec signs in
-// as a launcher), and reads
-// the streams of launcherReads through ordered consumers and gets. It
-// manages no stream and cannot create, edit, delete or pull from a
-// service's durable consumer.
+// reads are what a reader publishes to read: JetStream's API for ordered
+// consumers and gets on readerStreams and the KV buckets' gets.
 //
 // JetStream's consumer create subject is $JS.API.CONSUMER.CREATE.<stream>.
 // <name>[.<filter>] for an ephemeral or a durable alike, and NATS
-// wildcards match whole tokens, so a launcher's ordered consumers (random
+// wildcards match whole tokens, so a reader's ordered consumers (random
 // names) are allowed with a wildcard and each service durable is denied
-// by name; deny wins over allow. The legacy forms that take the name from
-// the request body ($JS.API.CONSUMER.CREATE.<stream>,
+// by name (denies); deny wins over allow. The legacy forms that take the
+// name from the request body ($JS.API.CONSUMER.CREATE.<stream>,
 // $JS.API.CONSUMER.DURABLE.CREATE.<stream>.<name>) are not allowed at all.
 // Ordered consumers acknowledge nothing, so no $JS.ACK subject either.
-func launcherPermissions(prefix string) *server.Permissions {
-	subj := events.NewSubjects(prefix)
-	allow := []string{
-		subj.Of(events.NameJobSubmitted),
-		subj.Of(events.NameJobFinished),
-		subj.Of(events.NameJobMigrationAccepted),
-		subj.Of(events.NameRuntimeTelemetry),
-		subj.Of(events.NameAgentHeartbeat),
-		subj.Of(events.NameRankLog),
-		subj.Of(events.NameRanksExited),
-		"$JS.API.INFO",
-	}
-	for _, d := range launcherReads {
-		s := streamName(prefix, d)
+func (r roles) reads() []string {
+	allow := []string{"$JS.API.INFO"}
+	for _, d := range readerStreams {
+		s := streamName(r.prefix, d)
 		allow = append(allow,
 			"$JS.API.STREAM.INFO."+s,
 			"$JS.API.STREAM.MSG.GET."+s,
@@ -107,17 +169,29 @@ func launcherPermissions(prefix string) *server.Permissions {
 			"$JS.API.CONSUMER.DELETE."+s+".*",
 		)
 	}
-	for _, bucket := range []string{policies.BucketName(prefix), calibration.BucketName(prefix)} {
+	for _, bucket := range []string{policies.BucketName(r.prefix), calibration.BucketName(r.prefix)} {
 		kv := "KV_" + bucket
 		allow = append(allow, "$JS.API.STREAM.INFO."+kv, "$JS.API.DIRECT.GET."+kv+".>")
 	}
+	return allow
+}
 
-	deny := []string{
-		subj.Domain(events.DomainPlacement),
-		subj.Domain(events.DomainTopology),
-		subj.Domain(events.DomainPolicy),
+// denies are what no reader may publish, whatever its allows say: the
+// domains of the services' events but those given, stream management,
+// the KV buckets' writes, the dead letters, and the services' durable
+// consumers (no create, which would update one; no delete; no pull,
+// which would take its messages).
+func (r roles) denies(except ...events.Domain) []string {
+	subj := events.NewSubjects(r.prefix)
+	var deny []string
+	for _, d := range []events.Domain{events.DomainPlacement, events.DomainTopology, events.DomainPolicy} {
+		if !slices.Contains(except, d) {
+			deny = append(deny, subj.Domain(d))
+		}
+	}
+	deny = append(deny,
 		subj.DeadLetter(),
-		subj.DeadLetter() + ".>",
+		subj.DeadLetter()+".>",
 		"$KV.>",
 		"$JS.API.STREAM.CREATE.>",
 		"$JS.API.STREAM.UPDATE.>",
@@ -125,7 +199,7 @@ func launcherPermissions(prefix string) *server.Permissions {
 		"$JS.API.STREAM.PURGE.>",
 		"$JS.API.STREAM.MSG.DELETE.>",
 		"$JS.API.CONSUMER.DURABLE.>",
-	}
+	)
 	for _, name := range durableNames() {
 		deny = append(deny,
 			"$JS.API.CONSUMER.CREATE.*."+name,
@@ -134,8 +208,117 @@ func launcherPermissions(prefix string) *server.Permissions {
 			"$JS.API.CONSUMER.MSG.NEXT.*."+name,
 		)
 	}
+	return deny
+}
+
+// reader is a reader's permissions: publish allow and the reads, never
+// deny.
+func (r roles) reader(allow, deny []string) *server.Permissions {
 	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: allow, Deny: deny},
+		Publish:   &server.SubjectPermission{Allow: append(allow, r.reads()...), Deny: deny},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+	}
+}
+
+// userEvents are the events users publish about their jobs.
+var userEvents = []events.Name{events.NameJobSubmitted, events.NameJobFinished, events.NameJobMigrationAccepted, events.NameRuntimeTelemetry}
+
+// launcher is an administrator's role: the users' events bare and under
+// every tenant, never under a node.
+func (r roles) launcher() *server.Permissions {
+	subj := events.NewSubjects(r.prefix)
+	var allow []string
+	for _, n := range userEvents {
+		allow = append(allow, subj.Of(n), subj.Of(n)+"."+string(events.ScopeTenant)+".*")
+	}
+	return r.reader(allow, r.denies())
+}
+
+// tenant is a tenant's users' role: the users' events under their tenant.
+func (r roles) tenant(name string) *server.Permissions {
+	subj := events.NewSubjects(r.prefix)
+	var allow []string
+	for _, n := range userEvents {
+		allow = append(allow, subj.Scoped(n, events.TenantScope(name)))
+	}
+	return r.reader(allow, r.denies())
+}
+
+// agent is one node's agent's role: what the node says of itself, and the
+// finishes and telemetry of the jobs it runs, under its node.
+func (r roles) agent(node string) *server.Permissions {
+	subj := events.NewSubjects(r.prefix)
+	scope := events.NodeScope(node)
+	allow := []string{
+		subj.Scoped(events.NameTopologyNode, scope),
+		subj.Scoped(events.NameTopologyHealth, scope),
+		subj.Scoped(events.NameAgentHeartbeat, scope),
+		subj.Scoped(events.NameRankLog, scope),
+		subj.Scoped(events.NameRanksExited, scope),
+		subj.Scoped(events.NameJobFinished, scope),
+		subj.Scoped(events.NameRuntimeTelemetry, scope),
+	}
+	return r.reader(allow, r.denies(events.DomainTopology))
+}
+
+// service is one service's role: everything but the events the other
+// services own and the buckets it does not write.
+func (r roles) service(svc string) *server.Permissions {
+	subj := events.NewSubjects(r.prefix)
+	var deny []string
+	for _, n := range events.Catalogue {
+		if slices.Contains(publishedBy[n], svc) {
+			continue
+		}
+		deny = append(deny, subj.Of(n))
+		if n.NodeScoped() || n.IdentityScoped() {
+			// Of is the node wildcard of a node-scoped event; the
+			// identity-scoped ones have their scopes below the name.
+			deny = append(deny, strings.TrimSuffix(subj.Of(n), ".*")+".>")
+		}
+	}
+	deny = append(deny, "$KV."+policies.BucketName(r.prefix)+".>")
+	if svc != operator.Optimizer {
+		deny = append(deny, "$KV."+calibration.BucketName(r.prefix)+".>") // the online calibration's
+	}
+	if svc != operator.Placement {
+		deny = append(deny, "$KV."+operator.LeaseBucket(r.prefix)+".>")
+	}
+	return &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{">"}, Deny: deny},
+		Subscribe: &server.SubjectPermission{Allow: []string{">"}},
+	}
+}
+
+// policyAdmin is topoctl policy push's and calibration push's role: the
+// policy and calibration buckets (create them if missing, put, read,
+// watch) and the policy stream's answers.
+func (r roles) policyAdmin() *server.Permissions {
+	allow := []string{"$JS.API.INFO", "$JS.FC.>"}
+	for _, bucket := range []string{policies.BucketName(r.prefix), calibration.BucketName(r.prefix)} {
+		kv := "KV_" + bucket
+		allow = append(allow,
+			"$KV."+bucket+".>",
+			"$JS.API.STREAM.INFO."+kv,
+			"$JS.API.STREAM.CREATE."+kv,
+			"$JS.API.STREAM.MSG.GET."+kv,
+			"$JS.API.DIRECT.GET."+kv,
+			"$JS.API.DIRECT.GET."+kv+".>",
+			"$JS.API.CONSUMER.CREATE."+kv,
+			"$JS.API.CONSUMER.CREATE."+kv+".>",
+			"$JS.API.CONSUMER.DELETE."+kv+".>",
+		)
+	}
+	s := streamName(r.prefix, events.DomainPolicy)
+	allow = append(allow,
+		"$JS.API.STREAM.INFO."+s,
+		"$JS.API.CONSUMER.CREATE."+s,
+		"$JS.API.CONSUMER.CREATE."+s+".>",
+		"$JS.API.CONSUMER.MSG.NEXT."+s+".>",
+		"$JS.API.CONSUMER.DELETE."+s+".>",
+	)
+	return &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: allow},
 		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
 	}
 }
@@ -156,24 +339,16 @@ func durableNames() []string {
 	return out
 }
 
-// agentPermissions is the node agents' role of the generated credentials:
-// any node's topology and health, nothing else. (auth.conf has one user
-// per node, bound to its own node's subjects; one generated key for every
-// agent cannot be.)
-func agentPermissions(prefix string) *server.Permissions {
-	subj := events.NewSubjects(prefix)
-	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{subj.Of(events.NameTopologyNode), subj.Of(events.NameTopologyHealth)}},
-		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+// servedRoles are the roles toposched serve keeps a seed for in its
+// credentials directory from its first start: its services' (operator),
+// an administrator's (launcher) and the policy pusher's. Agents and
+// tenants are issued (toposched roles issue).
+func servedRoles(prefix string) []natsserver.Role {
+	r := roles{prefix}
+	var out []natsserver.Role
+	for _, role := range []string{roleOperator, roleLauncher, rolePolicyAdmin} {
+		p, _ := r.permissions(role)
+		out = append(out, natsserver.Role{Name: role, Permissions: p})
 	}
-}
-
-// generatedRoles are the users of the generated credentials: the services
-// (everything), launchers and node agents.
-func generatedRoles(prefix string) []natsserver.Role {
-	return []natsserver.Role{
-		{Name: roleOperator},
-		{Name: roleLauncher, Permissions: launcherPermissions(prefix)},
-		{Name: roleAgent, Permissions: agentPermissions(prefix)},
-	}
+	return out
 }

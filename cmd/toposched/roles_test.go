@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"flag"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,15 +17,50 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/events/natsserver"
+	"github.com/toposched/toposched/services/analysis"
 	"github.com/toposched/toposched/services/operator"
 )
 
-// shippedUsers parses deploy/nats/standalone.conf (and the auth.conf it
-// includes) as nats-server does.
-func shippedUsers(t *testing.T) map[string]*server.User {
+var update = flag.Bool("update", false, "rewrite deploy/nats/auth.conf")
+
+// rolePasswords are the environment auth.conf reads its passwords from.
+var rolePasswords = []string{"TOPOSCHED_OPERATOR_PASSWORD", "TOPOSCHED_LAUNCHER_PASSWORD", "TOPOSCHED_POLICY_PASSWORD", "NATS_SYS_PASSWORD"}
+
+// conf runs toposched roles conf with args and returns what it prints.
+func conf(t *testing.T, args ...string) string {
 	t.Helper()
-	for _, k := range []string{"TOPOSCHED_OPERATOR_PASSWORD", "TOPOSCHED_LAUNCHER_PASSWORD", "TOPOSCHED_POLICY_PASSWORD",
-		"TOPOSCHED_AGENT_PASSWORD", "NATS_SYS_PASSWORD"} {
+	g := &globals{prefix: events.DefaultPrefix}
+	cmd := newRoles(g)
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(io.Discard)
+	cmd.SetArgs(append([]string{"conf"}, args...))
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
+}
+
+// The shipped auth.conf is what toposched roles conf --passwords prints:
+// one definition of what each role may do. Write it again with
+// go test ./cmd/toposched -run TestShippedAuthConfIsGenerated -update.
+func TestShippedAuthConfIsGenerated(t *testing.T) {
+	file := filepath.Join("..", "..", "deploy", "nats", "auth.conf")
+	got := conf(t, "--passwords")
+	if *update {
+		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Fatalf("deploy/nats/auth.conf is not toposched roles conf --passwords: run this test with -update")
+	}
+	for _, k := range rolePasswords {
 		t.Setenv(k, "pw")
 	}
 	t.Setenv("NATS_STORE_DIR", t.TempDir())
@@ -29,11 +68,85 @@ func shippedUsers(t *testing.T) map[string]*server.User {
 	if err != nil {
 		t.Fatal(err)
 	}
-	users := map[string]*server.User{}
+	r := roles{events.DefaultPrefix}
+	var names []string
 	for _, u := range opts.Users {
-		users[u.Username] = u
+		names = append(names, u.Username)
+		if u.Username == "sys" {
+			continue
+		}
+		want, ok := r.permissions(u.Username)
+		if !ok || !samePermissions(want, u.Permissions) {
+			t.Errorf("user %s: permissions %+v, want the role's %+v", u.Username, u.Permissions, want)
+		}
 	}
-	return users
+	if !slices.Equal(sorted(names), sorted([]string{roleOperator, roleLauncher, rolePolicyAdmin, "sys"})) {
+		t.Errorf("auth.conf users %v", names)
+	}
+}
+
+// roles conf --dir lets in exactly the users of the directory, each with
+// its role's permissions, whatever its name (dots, spaces, wildcards).
+func TestRolesConfNkeys(t *testing.T) {
+	dir := t.TempDir()
+	wanted, err := issuedRoles(events.DefaultPrefix, []string{"gpu-001", "rack1.gpu-002", "n*>"}, []string{"research", "ads team"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := natsserver.EnsureCredentials(dir, wanted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := conf(t, "--dir", dir)
+	file := filepath.Join(t.TempDir(), "roles.conf")
+	if err := os.WriteFile(file, []byte("jetstream {store_dir: $NATS_STORE_DIR}\n"+text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NATS_SYS_PASSWORD", "pw")
+	t.Setenv("NATS_STORE_DIR", t.TempDir())
+	opts, err := server.ProcessConfigFile(file)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, text)
+	}
+	r := roles{events.DefaultPrefix}
+	if len(opts.Nkeys) != len(wanted) {
+		t.Fatalf("%d nkey users, want %d", len(opts.Nkeys), len(wanted))
+	}
+	for _, role := range creds.Roles() {
+		i := slices.IndexFunc(opts.Nkeys, func(u *server.NkeyUser) bool { return u.Nkey == creds.PublicKey(role) })
+		if i < 0 {
+			t.Fatalf("%s: no user", role)
+		}
+		want, _ := r.permissions(role)
+		if !samePermissions(want, opts.Nkeys[i].Permissions) {
+			t.Errorf("%s: permissions %+v, want %+v", role, opts.Nkeys[i].Permissions, want)
+		}
+	}
+}
+
+// samePermissions compares two roles' permissions, lists as sets; nil
+// (everything) is the operator's publish and subscribe ">".
+func samePermissions(a, b *server.Permissions) bool {
+	norm := func(p *server.Permissions) [4][]string {
+		if p == nil {
+			return [4][]string{{">"}, nil, {">"}, nil}
+		}
+		var out [4][]string
+		if p.Publish != nil {
+			out[0], out[1] = sorted(p.Publish.Allow), sorted(p.Publish.Deny)
+		}
+		if p.Subscribe != nil {
+			out[2], out[3] = sorted(p.Subscribe.Allow), sorted(p.Subscribe.Deny)
+		}
+		return out
+	}
+	x, y := norm(a), norm(b)
+	for i := range x {
+		if !slices.Equal(x[i], y[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 func sorted(s []string) []string {
@@ -42,57 +155,123 @@ func sorted(s []string) []string {
 	return slices.Compact(s)
 }
 
-// diff lists what only want and only got hold.
-func diff(t *testing.T, what string, want, got []string) {
-	t.Helper()
-	want, got = sorted(want), sorted(got)
-	for _, w := range want {
-		if !slices.Contains(got, w) {
-			t.Errorf("%s: deploy/nats/auth.conf lacks %q", what, w)
-		}
+// may reports whether p lets its user publish on subject (nil: all).
+func may(p *server.Permissions, subject string) bool {
+	if p == nil {
+		return true
 	}
-	for _, g := range got {
-		if !slices.Contains(want, g) {
-			t.Errorf("%s: deploy/nats/auth.conf has %q, which the generated role has not", what, g)
-		}
+	match := func(filters []string) bool {
+		return slices.ContainsFunc(filters, func(f string) bool { return server.SubjectMatchesFilter(subject, f) })
 	}
+	return match(p.Publish.Allow) && !match(p.Publish.Deny)
 }
 
-// The shipped launcher role is the one serve generates: one definition of
-// what a launcher may do, with every service durable denied by its name.
-func TestShippedLauncherRoleIsGenerated(t *testing.T) {
-	u := shippedUsers(t)["launcher"]
-	if u == nil || u.Permissions == nil || u.Permissions.Publish == nil || u.Permissions.Subscribe == nil {
-		t.Fatalf("auth.conf: no launcher with publish and subscribe permissions: %+v", u)
-	}
-	want := launcherPermissions(events.DefaultPrefix)
-	diff(t, "launcher publish allow", want.Publish.Allow, u.Permissions.Publish.Allow)
-	diff(t, "launcher publish deny", want.Publish.Deny, u.Permissions.Publish.Deny)
-	diff(t, "launcher subscribe allow", want.Subscribe.Allow, u.Permissions.Subscribe.Allow)
-	diff(t, "launcher subscribe deny", want.Subscribe.Deny, u.Permissions.Subscribe.Deny)
-	for _, name := range durableNames() {
-		for _, subj := range []string{
-			"$JS.API.CONSUMER.CREATE.TOPOSCHED_JOBS." + name,
-			"$JS.API.CONSUMER.CREATE.TOPOSCHED_JOBS." + name + ".toposched.jobs.submitted",
-			"$JS.API.CONSUMER.DELETE.TOPOSCHED_JOBS." + name,
-			"$JS.API.CONSUMER.MSG.NEXT.TOPOSCHED_JOBS." + name,
-		} {
-			if !denied(want, subj) {
-				t.Errorf("the launcher role does not deny %s", subj)
+// Each role may publish its own part and nothing else: the README's
+// Security table, subject by subject (e2e/security_test.go checks the
+// same against a real server).
+func TestRolesPublishOnlyTheirPart(t *testing.T) {
+	r := roles{events.DefaultPrefix}
+	s := events.NewSubjects("")
+	scoped := func(n events.Name, scope events.Scope) string { return s.Scoped(n, scope) }
+	gpu1, gpu2 := events.NodeScope("gpu-001"), events.NodeScope("gpu-002")
+	research, ads := events.TenantScope("research"), events.TenantScope("ads")
+	durable := "$JS.API.CONSUMER.CREATE.TOPOSCHED_JOBS." + analysis.HandlerSubmitted
+	for _, tc := range []struct {
+		role   string
+		may    []string
+		mayNot []string
+	}{
+		{roleLauncher,
+			[]string{scoped(events.NameJobSubmitted, events.Scope{}), scoped(events.NameJobSubmitted, research), scoped(events.NameJobFinished, ads),
+				scoped(events.NameJobMigrationAccepted, research), scoped(events.NameRuntimeTelemetry, events.Scope{})},
+			[]string{scoped(events.NameAgentHeartbeat, gpu1), scoped(events.NameRanksExited, gpu1), scoped(events.NameJobFinished, gpu1),
+				s.Of(events.NamePlacementDecided), s.Of(events.NamePlacementTerm), s.Of(events.NamePlacementReleased),
+				scoped(events.NameTopologyNode, gpu1), "$KV.toposched-policies.x", durable, "$JS.API.STREAM.DELETE.TOPOSCHED_JOBS"}},
+		{"tenant-research",
+			[]string{scoped(events.NameJobSubmitted, research), scoped(events.NameJobFinished, research),
+				scoped(events.NameJobMigrationAccepted, research), scoped(events.NameRuntimeTelemetry, research)},
+			[]string{scoped(events.NameJobSubmitted, ads), scoped(events.NameJobSubmitted, events.Scope{}), scoped(events.NameJobFinished, ads),
+				scoped(events.NameJobFinished, events.Scope{}), scoped(events.NameJobFinished, gpu1), scoped(events.NameAgentHeartbeat, gpu1),
+				s.Of(events.NamePlacementDecided), durable}},
+		{"agent-gpu-001",
+			[]string{scoped(events.NameTopologyNode, gpu1), scoped(events.NameTopologyHealth, gpu1), scoped(events.NameAgentHeartbeat, gpu1),
+				scoped(events.NameRanksExited, gpu1), scoped(events.NameRankLog, gpu1), scoped(events.NameJobFinished, gpu1),
+				scoped(events.NameRuntimeTelemetry, gpu1)},
+			[]string{scoped(events.NameAgentHeartbeat, gpu2), scoped(events.NameRanksExited, gpu2), scoped(events.NameTopologyNode, gpu2),
+				scoped(events.NameJobFinished, gpu2), scoped(events.NameJobFinished, research), scoped(events.NameJobFinished, events.Scope{}),
+				scoped(events.NameJobSubmitted, research), s.Of(events.NamePlacementDecided), s.Of(events.NameTopologyFabric), durable}},
+		{operator.Placement,
+			[]string{s.Of(events.NamePlacementDecided), s.Of(events.NamePlacementTerm), s.Of(events.NamePlacementReleased),
+				s.Of(events.NameJobFinished), "$KV.toposched-leases.x"},
+			[]string{s.Of(events.NameJobAnalyzed), s.Of(events.NameRuntimeTuning), scoped(events.NameTopologyNode, gpu1),
+				scoped(events.NameJobSubmitted, research), scoped(events.NameAgentHeartbeat, gpu1), "$KV.toposched-policies.x"}},
+		{operator.Analysis,
+			[]string{s.Of(events.NameJobAnalyzed), s.Of(events.NamePlacementRejected)},
+			[]string{s.Of(events.NamePlacementDecided), s.Of(events.NamePlacementTerm), s.Of(events.NamePlacementReleased),
+				"$KV.toposched-leases.x"}},
+		{operator.Optimizer,
+			[]string{s.Of(events.NameRuntimeTuning), s.Of(events.NamePlacementMigration), "$KV.toposched-calibration.x"},
+			[]string{s.Of(events.NamePlacementDecided), s.Of(events.NameJobFinished)}},
+		{operator.Discovery,
+			[]string{scoped(events.NameTopologyNode, gpu1), s.Of(events.NameTopologyFabric)},
+			[]string{s.Of(events.NamePlacementDecided), scoped(events.NameJobFinished, gpu1)}},
+		{rolePolicyAdmin,
+			[]string{"$KV.toposched-policies.set", "$KV.toposched-calibration.set"},
+			[]string{s.Of(events.NamePlacementDecided), scoped(events.NameJobSubmitted, research)}},
+	} {
+		p, ok := r.permissions(tc.role)
+		if !ok {
+			t.Fatalf("%s: no such role", tc.role)
+		}
+		for _, subj := range tc.may {
+			if !may(p, subj) {
+				t.Errorf("%s may not publish %s, and should", tc.role, subj)
+			}
+		}
+		for _, subj := range tc.mayNot {
+			if may(p, subj) {
+				t.Errorf("%s may publish %s, and should not", tc.role, subj)
 			}
 		}
 	}
 }
 
-// denied reports whether a subject matches one of the role's publish
-// denies (NATS token wildcards).
-func denied(p *server.Permissions, subject string) bool {
-	for _, d := range p.Publish.Deny {
-		if server.SubjectMatchesFilter(subject, d) {
-			return true
+// Every event is in publishedBy: a new event is given its owners, or none
+// (the users' and agents'), on purpose.
+func TestPublishedByCoversTheCatalogue(t *testing.T) {
+	for _, n := range events.Catalogue {
+		if _, ok := publishedBy[n]; !ok {
+			t.Errorf("publishedBy has no entry for %s", n)
 		}
 	}
-	return false
+}
+
+// A role's name is its seed file's and the other way round, one to one,
+// whatever the node's or tenant's name.
+func TestRoleNamesAreInjective(t *testing.T) {
+	r := roles{events.DefaultPrefix}
+	seen := map[string]events.Scope{}
+	for _, name := range []string{"gpu-001", "gpu_001", "gpu.001", "gpu%2E001", "gpu 001", "a/b", "..", "é", "n*>", "-x"} {
+		for _, scope := range []events.Scope{events.NodeScope(name), events.TenantScope(name)} {
+			role, err := scope.Role()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if prev, ok := seen[role]; ok {
+				t.Fatalf("%v and %v share role %s", prev, scope, role)
+			}
+			seen[role] = scope
+			if strings.ContainsAny(role, "/.") && role != "." {
+				t.Errorf("role %s of %v is not a plain file name", role, scope)
+			}
+			if back, ok := events.ScopeOfRole(role); !ok || back != scope {
+				t.Errorf("role %s reads back as %v, want %v", role, back, scope)
+			}
+			if _, ok := r.permissions(role); !ok {
+				t.Errorf("role %s has no permissions", role)
+			}
+		}
+	}
 }
 
 // streamName gives the bus's stream names, whatever the prefix.

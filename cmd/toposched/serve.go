@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/toposched/toposched/events/natsserver"
 	"github.com/toposched/toposched/internal/calibration"
 	"github.com/toposched/toposched/internal/collective"
+	"github.com/toposched/toposched/internal/natsflags"
 	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/services/launcher"
 	"github.com/toposched/toposched/services/operator"
@@ -38,6 +38,8 @@ type serveFlags struct {
 	maxStretch float64
 	policies   string
 	ops        opsFlags
+	// insecureLoopback: no credentials on the loopback listener.
+	insecureLoopback bool
 }
 
 func newServe(g *globals) *cobra.Command {
@@ -54,18 +56,20 @@ Launchers and topoctl connect to that address. The data dir must be writable
 (serve fails at once, naming it, if not), and JetStream's storage is capped
 by the free space of its filesystem.
 
-An address other than loopback (such as 0.0.0.0:4222, every interface) needs
-authentication, one of:
-  - generated credentials: on first start serve writes an nkey seed per role
-    into DATA_DIR/credentials (mode 0600; the path is logged, the secret is
-    not): operator.nk (the services in this process use it), launcher.nk
-    (topoctl --nats-nkey FILE: submit, finish, accept, watch, read) and
-    agent.nk (toposched agent --nats-nkey FILE: topology and health);
+Clients sign in, on loopback too, with one of:
+  - the credentials in DATA_DIR/credentials (the default): nkey seed files,
+    mode 0600, one per user (the path is logged, the secret is not). serve
+    writes operator.nk (its services), launcher.nk (an administrator: topoctl
+    finds it there) and policy-admin.nk on first start; 'toposched roles
+    issue --agent NODE --tenant T' adds a node's agent (agent-NODE.nk) or a
+    tenant's users (tenant-T.nk), which serve takes in within a second, and
+    a removed file is a user signed out;
   - --nats-config FILE: a nats-server configuration with its users (such as
     deploy/nats/standalone.conf); the services then connect with --nats-user,
     --nats-creds or --nats-nkey. --listen and --data-dir override its listen
-    and store_dir.
-With neither it refuses to start.
+    and store_dir;
+  - --insecure-loopback: nobody signs in, on a loopback listener only (anyone
+    on the host may then submit, decide and run commands through the agents).
 
 With --nats-url it connects to an existing NATS deployment instead.
 
@@ -76,8 +80,9 @@ with topoctl policy push overrides it while it is the newer of the two.
 SIGTERM or Ctrl-C stops it gracefully: handlers in flight finish, nothing
 that was not handled is acknowledged, and the server flushes its streams.`,
 		Example: `  toposched serve --cluster deploy/examples/cluster.yaml
-  # every interface, authenticated with the credentials generated in /var/lib/toposched/credentials:
+  # every interface, authenticated with the credentials in /var/lib/toposched/credentials:
   toposched serve --cluster cluster.yaml --listen 0.0.0.0:4222 --data-dir /var/lib/toposched
+  toposched roles issue --dir /var/lib/toposched/credentials --agents-from cluster.yaml --tenant research
   # every interface, authenticated by the users of a NATS config:
   toposched serve --cluster cluster.yaml --listen 0.0.0.0:4222 --nats-config nats.conf --nats-user operator
   toposched serve --cluster cluster.yaml --nats-url nats://nats-0:4222,nats://nats-1:4222
@@ -90,7 +95,10 @@ that was not handled is acknowledged, and the server flushes its streams.`,
 	cmd.Flags().StringVar(&f.cluster, "cluster", "", "cluster file (YAML or JSON) that discovery publishes")
 	cmd.Flags().StringVar(&f.listen, "listen", defaultListen,
 		"embedded NATS listen address; one beyond loopback needs authentication (generated credentials in --data-dir, or --nats-config)")
-	cmd.Flags().StringVar(&f.dataDir, "data-dir", "toposched-data", "embedded NATS JetStream storage directory (and its generated credentials)")
+	cmd.Flags().StringVar(&f.dataDir, "data-dir", natsflags.DataDir(),
+		"embedded NATS JetStream storage directory, and its credentials in DATA_DIR/credentials (env TOPOSCHED_DATA_DIR, which topoctl and the agents read to find their seeds)")
+	cmd.Flags().BoolVar(&f.insecureLoopback, "insecure-loopback", false,
+		"let clients on this host in without credentials (loopback listeners only): anyone on the host may then submit jobs, write decisions and run commands through the agents")
 	cmd.Flags().StringVar(&f.natsConfig, "nats-config", "",
 		"nats-server configuration file for the embedded server (users, accounts, TLS, limits); the services connect with --nats-user, --nats-creds or --nats-nkey")
 	cmd.Flags().StringSliceVar(&f.services, "services", operator.All, "services to run")
@@ -109,22 +117,20 @@ const policiesUsage = "Rego policy set directory, reloaded when its files change
 // defaultListen is the embedded server's address: this host only.
 const defaultListen = "127.0.0.1:4222"
 
-// credentialsDir is where serve keeps the credentials it generates, inside
-// the data dir.
-const credentialsDir = "credentials"
-
 func runServe(ctx context.Context, g *globals, f *serveFlags) error {
 	log, err := g.logger()
 	if err != nil {
 		return err
 	}
 	conn := natsConn{url: g.natsURL}
+	g.conn.Role = roleOperator // serve's seed, where no credentials are given
 	sole := false
 	if conn.url == "" {
 		// Replicas share a NATS cluster (--nats-url); the embedded server
 		// serves this process's services alone.
 		sole = true
-		emb, err := startEmbedded(embeddedFlags{listen: f.listen, dataDir: f.dataDir, config: f.natsConfig, prefix: g.prefix}, log)
+		emb, err := startEmbedded(ctx, embeddedFlags{listen: f.listen, dataDir: f.dataDir, config: f.natsConfig, prefix: g.prefix,
+			insecure: f.insecureLoopback}, log)
 		if err != nil {
 			return err
 		}
@@ -152,13 +158,18 @@ type natsConn struct {
 // embeddedFlags are serve's settings of its embedded server.
 type embeddedFlags struct {
 	listen, dataDir, config, prefix string
+	// insecure lets clients in without credentials (loopback only).
+	insecure bool
 }
 
-// startEmbedded starts serve's embedded server. On loopback it needs no
-// authentication; beyond loopback it takes the users of --nats-config, or
-// else generates credentials in the data dir and signs the services in as
-// their operator.
-func startEmbedded(f embeddedFlags, log *slog.Logger) (natsConn, error) {
+// startEmbedded starts serve's embedded server. Clients must sign in: by
+// default with the nkey users whose seeds serve keeps in its credentials
+// directory (generating the operator's, launcher's and policy-admin's on
+// first start, and taking in the agents and tenants toposched roles issue
+// there, while it runs), or as the users of --nats-config. With
+// --insecure-loopback, and only on loopback, anyone on the host may do
+// anything.
+func startEmbedded(ctx context.Context, f embeddedFlags, log *slog.Logger) (natsConn, error) {
 	host, portText, err := net.SplitHostPort(f.listen)
 	if err != nil {
 		return natsConn{}, fmt.Errorf("--listen %q: %w", f.listen, err)
@@ -174,24 +185,36 @@ func startEmbedded(f embeddedFlags, log *slog.Logger) (natsConn, error) {
 	cfg.Host, cfg.Port, cfg.StoreDir, cfg.ConfigFile = host, port, f.dataDir, f.config
 	cfg.Logger = log
 	var conn natsConn
-	if f.config == "" && !natsserver.IsLoopback(host) {
+	switch {
+	case f.config != "" && f.insecure:
+		return natsConn{}, errors.New("--insecure-loopback and --nats-config: the config's users decide who signs in; choose one")
+	case f.insecure && !natsserver.IsLoopback(host):
+		return natsConn{}, fmt.Errorf("--insecure-loopback: --listen %s reaches beyond this host; an open server listens on loopback only", f.listen)
+	case f.insecure:
+		log.Warn("embedded NATS without credentials (--insecure-loopback): anyone on this host may submit, decide and run commands through the agents", "listen", f.listen)
+	case f.config == "":
 		// The credentials live in the data dir: check it first, so that
 		// an unwritable one is named as such.
 		if err := natsserver.CheckStoreDir(f.dataDir); err != nil {
 			return natsConn{}, fmt.Errorf("embedded nats: %w", err)
 		}
-		creds, err := natsserver.EnsureCredentials(filepath.Join(f.dataDir, credentialsDir), generatedRoles(f.prefix))
+		dir := natsflags.CredentialsDir(f.dataDir)
+		made, err := natsserver.EnsureCredentials(dir, servedRoles(f.prefix))
 		if err != nil {
-			return natsConn{}, fmt.Errorf("--listen %s beyond loopback needs credentials: %w", f.listen, err)
+			return natsConn{}, fmt.Errorf("embedded nats: credentials: %w", err)
+		}
+		creds, err := readCredentials(dir, f.prefix, log)
+		if err != nil {
+			return natsConn{}, err
 		}
 		opt, err := creds.Option(roleOperator)
 		if err != nil {
 			return natsConn{}, err
 		}
 		cfg.Credentials, conn.opts = creds, []nats.Option{opt}
-		log.Info("embedded NATS requires credentials (nkey seed files, mode 0600)",
-			"listen", f.listen, "dir", creds.Dir, "generated", creds.Created(),
-			"operator", creds.File(roleOperator), "launcher", creds.File(roleLauncher), "agent", creds.File(roleAgent))
+		log.Info("embedded NATS requires credentials (nkey seed files, mode 0600; toposched roles issue adds agents and tenants)",
+			"listen", f.listen, "dir", dir, "generated", made.Created(), "roles", creds.Roles(),
+			"launcher", made.File(roleLauncher), "policy_admin", made.File(rolePolicyAdmin))
 	}
 	srv, err := natsserver.Start(cfg)
 	if err != nil {
@@ -201,7 +224,61 @@ func startEmbedded(f embeddedFlags, log *slog.Logger) (natsConn, error) {
 		return natsConn{}, err // it names the address or the data dir
 	}
 	conn.url, conn.srv = srv.ClientURL(), srv
+	if cfg.Credentials != nil {
+		go watchCredentials(ctx, srv, cfg.Credentials, f.prefix, log)
+	}
 	return conn, nil
+}
+
+// credentialsPoll is how often serve looks for seed files added to or
+// removed from its credentials directory: an agent issued a credential
+// signs in within it.
+const credentialsPoll = time.Second
+
+// readCredentials reads the users of serve's credentials directory; a
+// file that is no role of this deployment is logged and left out.
+func readCredentials(dir, prefix string, log *slog.Logger) (*natsserver.Credentials, error) {
+	creds, errs := natsserver.ReadCredentials(dir, roles{prefix}.permissions)
+	for _, err := range errs {
+		log.Warn("credentials: file left out", "err", err)
+	}
+	if creds == nil {
+		return nil, fmt.Errorf("embedded nats: credentials in %s: %w", dir, errors.Join(errs...))
+	}
+	return creds, nil
+}
+
+// watchCredentials keeps the server's users those of the credentials
+// directory until ctx ends: a seed file added (toposched roles issue) is a
+// user that may sign in, one removed a user the server disconnects.
+func watchCredentials(ctx context.Context, srv *natsserver.Server, in *natsserver.Credentials, prefix string, log *slog.Logger) {
+	tick := time.NewTicker(credentialsPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		creds, errs := natsserver.ReadCredentials(in.Dir, roles{prefix}.permissions)
+		if creds == nil || creds.Equal(in) {
+			continue
+		}
+		if creds.File(roleOperator) == "" {
+			// The services' own: without it they could not sign in again.
+			log.Error("credentials: operator.nk is gone from the credentials directory; the users stay as they were", "dir", in.Dir)
+			continue
+		}
+		for _, err := range errs {
+			log.Warn("credentials: file left out", "err", err)
+		}
+		if err := srv.SetCredentials(creds); err != nil {
+			log.Error("credentials: the server's users not changed", "err", err)
+			continue
+		}
+		log.Info("credentials changed: the server's users are now those of the directory", "dir", in.Dir, "roles", creds.Roles())
+		in = creds
+	}
 }
 
 // runServices connects to NATS, runs the services until ctx ends, then
@@ -301,6 +378,9 @@ consumers: each event is handled by one of them.`,
 			if url == "" {
 				url = "nats://127.0.0.1:4222"
 			}
+			// Its own role's seed in serve's credentials directory, where
+			// no credentials are given and there is one.
+			g.conn.Role = name
 			// A replica's events name it in ce-source, so an audit of the
 			// placement log can tell which replica wrote what.
 			source := name

@@ -2,14 +2,19 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/toposched/toposched/events/natsserver"
+	"github.com/toposched/toposched/internal/natsflags"
 )
 
 // serve --help: the default address is loopback, and 0.0.0.0 appears only
@@ -55,13 +60,19 @@ func TestServeHelpListensOnLoopbackAndSaysOpenNeedsAuth(t *testing.T) {
 }
 
 // The embedded server of serve, on its default address, listens on
-// loopback and needs no credentials there.
-func TestServeDefaultListenIsLoopback(t *testing.T) {
+// loopback, and even there lets in only the users of its credentials
+// directory (issue 46: anyone on the host was root on every exec agent):
+// a client without credentials is refused, the operator's seed signs in,
+// and a seed issued while it runs (toposched roles issue) signs in within
+// a poll, a removed one no more.
+func TestServeDefaultListenIsLoopbackAndSecure(t *testing.T) {
 	host, _, err := net.SplitHostPort(defaultListen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := startEmbedded(embeddedFlags{listen: net.JoinHostPort(host, "-1"), dataDir: t.TempDir(), prefix: "toposched"}, slog.New(slog.DiscardHandler))
+	dataDir := t.TempDir()
+	ctx := t.Context()
+	conn, err := startEmbedded(ctx, embeddedFlags{listen: net.JoinHostPort(host, "-1"), dataDir: dataDir, prefix: "toposched"}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +80,85 @@ func TestServeDefaultListenIsLoopback(t *testing.T) {
 	if a := conn.srv.Addr(); !a.IP.IsLoopback() {
 		t.Errorf("serve's embedded server listens on %v, want loopback", a)
 	}
+	if conn.opts == nil || !conn.srv.RequiresAuth() {
+		t.Fatalf("loopback: credentials %v, requires auth %v; want both", conn.opts, conn.srv.RequiresAuth())
+	}
+	if nc, err := nats.Connect(conn.url); err == nil {
+		nc.Close()
+		t.Fatal("a client without credentials signed in on loopback")
+	} else if !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("anonymous client: %v, want an authorization violation", err)
+	}
+	dir := natsflags.CredentialsDir(dataDir)
+	signIn := func(role string) error {
+		opt, err := nats.NkeyOptionFromSeed(filepath.Join(dir, role+natsserver.SeedFileSuffix))
+		if err != nil {
+			return err
+		}
+		nc, err := nats.Connect(conn.url, opt)
+		if err == nil {
+			nc.Close()
+		}
+		return err
+	}
+	for _, role := range []string{roleOperator, roleLauncher, rolePolicyAdmin} {
+		if err := signIn(role); err != nil {
+			t.Errorf("%s: %v", role, err)
+		}
+	}
+	wanted, err := issuedRoles("toposched", []string{"gpu-001"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := natsserver.EnsureCredentials(dir, wanted); err != nil {
+		t.Fatal(err)
+	}
+	until := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * credentialsPoll); !ok(); time.Sleep(credentialsPoll / 10) {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+		}
+	}
+	until("an agent issued while serve runs does not sign in", func() bool { return signIn("agent-gpu-001") == nil })
+	seed, err := os.ReadFile(filepath.Join(dir, "agent-gpu-001.nk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "agent-gpu-001.nk")); err != nil {
+		t.Fatal(err)
+	}
+	kept := filepath.Join(t.TempDir(), "kept.nk")
+	if err := os.WriteFile(kept, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	until("a removed agent's seed still signs in", func() bool {
+		opt, err := nats.NkeyOptionFromSeed(kept)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := nats.Connect(conn.url, opt)
+		if err == nil {
+			nc.Close()
+		}
+		return errors.Is(err, nats.ErrAuthorization)
+	})
+}
+
+// --insecure-loopback opens the loopback listener, and nothing else.
+func TestServeInsecureLoopback(t *testing.T) {
+	conn, err := startEmbedded(t.Context(), embeddedFlags{listen: "127.0.0.1:-1", dataDir: t.TempDir(), prefix: "toposched", insecure: true}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.srv.Shutdown()
 	if conn.opts != nil || conn.srv.RequiresAuth() {
-		t.Errorf("loopback: credentials %v, requires auth %v; want none", conn.opts, conn.srv.RequiresAuth())
+		t.Errorf("--insecure-loopback: credentials %v, requires auth %v; want none", conn.opts, conn.srv.RequiresAuth())
+	}
+	_, err = startEmbedded(t.Context(), embeddedFlags{listen: "0.0.0.0:-1", dataDir: t.TempDir(), prefix: "toposched", insecure: true}, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "--insecure-loopback") {
+		t.Fatalf("--insecure-loopback on 0.0.0.0: %v, want a refusal naming the flag", err)
 	}
 }
 
@@ -81,7 +169,7 @@ func TestServeRefusesOpenListenWithoutAuth(t *testing.T) {
 	if err := os.WriteFile(conf, []byte("max_payload: 8MB\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := startEmbedded(embeddedFlags{listen: "0.0.0.0:-1", dataDir: t.TempDir(), config: conf, prefix: "toposched"}, slog.New(slog.DiscardHandler))
+	_, err := startEmbedded(t.Context(), embeddedFlags{listen: "0.0.0.0:-1", dataDir: t.TempDir(), config: conf, prefix: "toposched"}, slog.New(slog.DiscardHandler))
 	if err == nil {
 		t.Fatal("serve started on 0.0.0.0 with a config without users")
 	}

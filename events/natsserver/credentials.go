@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -25,7 +27,14 @@ type Role struct {
 // SeedFileSuffix ends the name of every seed file.
 const SeedFileSuffix = ".nk"
 
-var roleName = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+// roleName is a role's shape: a lower-case kind, and for a node's or a
+// tenant's role its name after a dash, escaped (RoleFor).
+var roleName = regexp.MustCompile(`^[a-z][a-z0-9-]*(-[A-Za-z0-9_%-]+)?$`)
+
+// maxRoleName keeps a seed file's name (role, SeedFileSuffix and the
+// temporary file's decoration) within the 255 bytes file systems allow
+// (events.MaxRoleName).
+const maxRoleName = 200
 
 // Credentials are nkey users whose seeds are kept in files, one per role,
 // readable by their owner only. The server knows only the public keys; a
@@ -58,12 +67,12 @@ func EnsureCredentials(dir string, roles []Role) (*Credentials, error) {
 	c := &Credentials{Dir: dir}
 	seen := map[string]bool{}
 	for _, r := range roles {
-		if !roleName.MatchString(r.Name) || seen[r.Name] {
+		if !roleName.MatchString(r.Name) || len(r.Name) > maxRoleName || seen[r.Name] {
 			return nil, fmt.Errorf("credentials: role %q: want a unique lower-case name", r.Name)
 		}
 		seen[r.Name] = true
 		file := filepath.Join(dir, r.Name+SeedFileSuffix)
-		pub, created, err := ensureSeed(file, r.Name)
+		pub, created, err := ensureSeed(file, r.Name, true)
 		if err != nil {
 			return nil, err
 		}
@@ -92,11 +101,11 @@ func privateDir(dir string) error {
 }
 
 // ensureSeed returns the public key of the seed in file, writing a new one
-// first if the file does not exist.
-func ensureSeed(file, role string) (pub string, created bool, err error) {
+// first if the file does not exist and create is set.
+func ensureSeed(file, role string, create bool) (pub string, created bool, err error) {
 	st, err := os.Lstat(file)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist) && create:
 		pub, err := writeSeed(file, role)
 		return pub, true, err
 	case err != nil:
@@ -208,4 +217,76 @@ func (c *Credentials) nkeyUsers() []*server.NkeyUser {
 		out = append(out, &server.NkeyUser{Nkey: u.pub, Permissions: u.role.Permissions})
 	}
 	return out
+}
+
+// ReadCredentials reads every seed file in dir (<role>.nk) whose role
+// permissions knows: permissions gives the role's permissions (nil: all),
+// or ok false for a file that is no role of this deployment's, which is
+// reported in errs and left out, as is a file that cannot be read. So a
+// directory is the list of who may sign in: a file added is a user added,
+// a file removed one removed (Server.SetCredentials). Files that others
+// may read are made private again, as EnsureCredentials does.
+func ReadCredentials(dir string, permissions func(role string) (perms *server.Permissions, ok bool)) (*Credentials, []error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, []error{fmt.Errorf("credentials dir %s: %w", dir, err)}
+	}
+	c := &Credentials{Dir: dir}
+	var errs []error
+	for _, e := range entries {
+		role, ok := strings.CutSuffix(e.Name(), SeedFileSuffix)
+		if !ok || strings.HasPrefix(e.Name(), ".") {
+			continue // temporary files of writeSeed, and anything else
+		}
+		file := filepath.Join(dir, e.Name())
+		perms, known := permissions(role)
+		if !known || !roleName.MatchString(role) {
+			errs = append(errs, fmt.Errorf("credentials %s: %q is no role of this deployment: not a user", file, role))
+			continue
+		}
+		pub, _, err := ensureSeed(file, role, false)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.users = append(c.users, credUser{role: Role{Name: role, Permissions: perms}, pub: pub, file: file})
+	}
+	if len(c.users) == 0 {
+		errs = append(errs, fmt.Errorf("credentials dir %s: no seed file of a known role", dir))
+		return nil, errs
+	}
+	return c, errs
+}
+
+// Roles lists the roles, in the order read.
+func (c *Credentials) Roles() []string {
+	out := make([]string, len(c.users))
+	for i, u := range c.users {
+		out[i] = u.role.Name
+	}
+	return out
+}
+
+// Equal reports whether c and o let in the same users with the same roles
+// (not the same permissions: those follow from the roles).
+func (c *Credentials) Equal(o *Credentials) bool {
+	key := func(c *Credentials) []string {
+		var out []string
+		for _, u := range c.users {
+			out = append(out, u.role.Name+"="+u.pub)
+		}
+		slices.Sort(out)
+		return out
+	}
+	return slices.Equal(key(c), key(o))
+}
+
+// PublicKey is the public nkey of a role's user, "" for an unknown role.
+func (c *Credentials) PublicKey(role string) string {
+	for _, u := range c.users {
+		if u.role.Name == role {
+			return u.pub
+		}
+	}
+	return ""
 }

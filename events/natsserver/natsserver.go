@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -106,7 +107,10 @@ func (c Config) Validate() error {
 
 // Server is a running embedded NATS server.
 type Server struct {
-	ns       *server.Server
+	ns *server.Server
+	// reloadMu orders configuration reloads; opts is what the server
+	// runs with (reloads replace it).
+	reloadMu sync.Mutex
 	opts     *server.Options
 	storeDir string
 	log      *slog.Logger
@@ -300,4 +304,23 @@ func (s *Server) RequiresAuth() bool { return requireAuth(s.opts) == nil }
 func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
+}
+
+// SetCredentials makes the running server accept exactly the users of c
+// (nats-server's configuration reload): a user added signs in at once, a
+// removed one is disconnected. Only for a server started with
+// Config.Credentials.
+func (s *Server) SetCredentials(c *Credentials) error {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if len(s.opts.Nkeys) == 0 {
+		return errors.New("embedded nats: credentials: the server was not started with generated credentials")
+	}
+	opts := s.opts.Clone()
+	opts.Nkeys = c.nkeyUsers()
+	if err := s.ns.ReloadOptions(opts); err != nil {
+		return fmt.Errorf("embedded nats: reload credentials: %w", err)
+	}
+	s.opts = opts
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
@@ -23,6 +24,41 @@ type Flags struct {
 	TLSCA    string // PEM CA bundle the server's certificate must chain to
 	TLSCert  string // client certificate (mutual TLS)
 	TLSKey   string // its key
+	// Role is the role whose seed file in CredentialsDir signs in when
+	// no credentials are given: what toposched serve generates for this
+	// host (launcher for topoctl, agent-<node> for a node's agent).
+	Role string
+}
+
+// DefaultDataDir is toposched serve's data directory unless
+// TOPOSCHED_DATA_DIR or --data-dir says otherwise.
+const DefaultDataDir = "toposched-data"
+
+// DataDir is serve's data directory as this environment has it:
+// TOPOSCHED_DATA_DIR, else DefaultDataDir.
+func DataDir() string {
+	if d := os.Getenv("TOPOSCHED_DATA_DIR"); d != "" {
+		return d
+	}
+	return DefaultDataDir
+}
+
+// CredentialsDir is where serve keeps the seed files of its users, in its
+// data directory.
+func CredentialsDir(dataDir string) string { return filepath.Join(dataDir, "credentials") }
+
+// DefaultSeed is the seed file a command signs in with when no credentials
+// are given: its Role's in serve's credentials directory, "" when there is
+// none (a server that needs none, or another host's).
+func (f *Flags) DefaultSeed() string {
+	if f.Role == "" {
+		return ""
+	}
+	p := filepath.Join(CredentialsDir(DataDir()), f.Role+".nk")
+	if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+		return ""
+	}
+	return p
 }
 
 // Register adds the flags to fs. Defaults come from the environment
@@ -85,6 +121,14 @@ func (f *Flags) Options() ([]nats.Option, error) {
 			pw = os.Getenv("TOPOSCHED_NATS_PASSWORD")
 		}
 		opts = append(opts, nats.UserInfo(f.User, pw))
+	default:
+		if seed := f.DefaultSeed(); seed != "" {
+			o, err := nats.NkeyOptionFromSeed(seed)
+			if err != nil {
+				return nil, fmt.Errorf("%s (the %s credentials serve generated): %w", seed, f.Role, err)
+			}
+			opts = append(opts, o)
+		}
 	}
 	if f.TLSCA != "" {
 		opts = append(opts, nats.RootCAs(f.TLSCA))

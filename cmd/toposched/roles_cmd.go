@@ -1,0 +1,322 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/spf13/cobra"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/natsserver"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/natsflags"
+)
+
+func newRoles(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "roles",
+		Short: "Issue and list the NATS credentials of toposched's users: one per service, node agent, tenant and administrator",
+		Long: `Every part of toposched signs in to NATS as its own user, allowed its own
+part and nothing more (README, Security): the services (operator, or one role
+per service), an administrator (launcher), a tenant's users (tenant-<tenant>:
+their tenant's jobs), a node's agent (agent-<node>: its node's reports and the
+jobs it runs) and whoever pushes policies (policy-admin).
+
+The credentials are nkey seed files, <role>.nk (mode 0600), in a directory:
+toposched serve's DATA_DIR/credentials, whose seeds serve's embedded server
+takes in within a second of their writing (and forgets when they are removed),
+or one kept for a NATS deployment, whose users 'toposched roles conf' writes.
+topoctl and the agents find their seed in TOPOSCHED_DATA_DIR/credentials
+(default toposched-data) when no --nats-nkey is given.`,
+		Args: cobra.NoArgs,
+	}
+	dir := natsflags.CredentialsDir(natsflags.DataDir())
+	cmd.PersistentFlags().StringVar(&dir, "dir", dir, "the credentials directory (default: toposched serve's, DATA_DIR/credentials; env TOPOSCHED_DATA_DIR)")
+	cmd.AddCommand(newRolesIssue(g, &dir), newRolesList(g, &dir), newRolesConf(g, &dir), newRolesShow(g))
+	return cmd
+}
+
+func newRolesIssue(g *globals, dir *string) *cobra.Command {
+	var agents, tenants []string
+	var clusterFile string
+	cmd := &cobra.Command{
+		Use:   "issue [--agent NODE]... [--tenant TENANT]... [--agents-from CLUSTER_FILE]",
+		Short: "Write a seed file for each role named, and the operator's, launcher's and policy-admin's, keeping those already there",
+		Example: `  toposched roles issue --agent gpu-001 --agent gpu-002 --tenant research
+  toposched agent --exec --node gpu-001 --nats-nkey toposched-data/credentials/agent-gpu-001.nk
+  topoctl --tenant research submit job.yaml       # signs in with tenant-research.nk`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if clusterFile != "" {
+				c, err := clusterfile.LoadCluster(clusterFile)
+				if err != nil {
+					return fmt.Errorf("--agents-from: %w", err)
+				}
+				for _, n := range c.Nodes {
+					agents = append(agents, n.Name)
+				}
+			}
+			wanted, err := issuedRoles(g.prefix, agents, tenants)
+			if err != nil {
+				return err
+			}
+			creds, err := natsserver.EnsureCredentials(*dir, wanted)
+			if err != nil {
+				return err
+			}
+			return writeRoles(cmd.OutOrStdout(), creds, creds.Roles(), creds.Created())
+		},
+	}
+	cmd.Flags().StringArrayVar(&agents, "agent", nil, "a node whose agent gets a role (repeatable)")
+	cmd.Flags().StringArrayVar(&tenants, "tenant", nil, "a tenant whose users get a role (repeatable)")
+	cmd.Flags().StringVar(&clusterFile, "agents-from", "", "a cluster file: a role for each of its nodes' agents")
+	return cmd
+}
+
+// issuedRoles are the roles roles issue keeps: serve's and those named.
+func issuedRoles(prefix string, agents, tenants []string) ([]natsserver.Role, error) {
+	out := servedRoles(prefix)
+	r := roles{prefix}
+	var errs []error
+	add := func(scope events.Scope) {
+		role, err := scope.Role()
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		if slices.ContainsFunc(out, func(x natsserver.Role) bool { return x.Name == role }) {
+			return
+		}
+		p, _ := r.permissions(role)
+		out = append(out, natsserver.Role{Name: role, Permissions: p})
+	}
+	for _, n := range agents {
+		add(events.NodeScope(n))
+	}
+	for _, t := range tenants {
+		add(events.TenantScope(t))
+	}
+	return out, errors.Join(errs...)
+}
+
+func newRolesList(g *globals, dir *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the roles of the credentials directory: who may sign in, as what",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			creds, errs := natsserver.ReadCredentials(*dir, roles{g.prefix}.permissions)
+			for _, err := range errs {
+				fmt.Fprintln(cmd.ErrOrStderr(), "toposched roles list:", err)
+			}
+			if creds == nil {
+				return errors.Join(errs...)
+			}
+			return writeRoles(cmd.OutOrStdout(), creds, creds.Roles(), nil)
+		},
+	}
+}
+
+// writeRoles prints a role a line: its name, what it may do, its file and
+// public key, and whether it was just made.
+func writeRoles(w io.Writer, creds *natsserver.Credentials, list, created []string) error {
+	for _, role := range list {
+		made := ""
+		if slices.Contains(created, role) {
+			made = "  (new)"
+		}
+		if _, err := fmt.Fprintf(w, "%-24s %-34s %s  %s%s\n", role, roleSummary(role), creds.File(role), creds.PublicKey(role), made); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// roleSummary says in a few words what a role may do.
+func roleSummary(role string) string {
+	switch role {
+	case roleOperator:
+		return "every service: everything"
+	case roleLauncher:
+		return "every tenant's jobs"
+	case rolePolicyAdmin:
+		return "policy and calibration sets"
+	}
+	if slices.Contains(fixedRoles, role) {
+		return "the " + role + " service's events"
+	}
+	switch s, _ := events.ScopeOfRole(role); s.Kind {
+	case events.ScopeNode:
+		return "node " + s.Name + "'s agent"
+	case events.ScopeTenant:
+		return "tenant " + s.Name + "'s jobs"
+	}
+	return "?"
+}
+
+func newRolesShow(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ROLE",
+		Short: "Print a role's NATS permissions as JSON (agent-<node>, tenant-<tenant>, launcher, operator, ...)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, ok := roles{g.prefix}.permissions(args[0])
+			if !ok {
+				return fmt.Errorf("role %q: no such role (toposched roles --help lists them)", args[0])
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(p)
+		},
+	}
+}
+
+func newRolesConf(g *globals, dir *string) *cobra.Command {
+	var account string
+	var passwords bool
+	cmd := &cobra.Command{
+		Use:   "conf [--dir DIR | --passwords]",
+		Short: "Print the nats-server accounts block that lets in the users of the credentials directory, each with its role's permissions",
+		Long: `conf prints a nats-server configuration block (accounts, with JetStream, and
+the system account): one nkey user per seed file of the credentials directory,
+with its role's permissions. Include it in the servers' configuration and
+reload them (nats-server --signal reload) whenever a role is issued or a seed
+file removed.
+
+With --passwords it prints the users of the roles without a name (operator,
+launcher, policy-admin), signing in with a password from the server's
+environment (TOPOSCHED_<ROLE>_PASSWORD): deploy/nats/auth.conf is this.
+Agents and tenants need a role each, so they come only with --dir.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w := &confWriter{w: cmd.OutOrStdout(), r: roles{g.prefix}}
+			if passwords {
+				return w.passwords(account)
+			}
+			creds, errs := natsserver.ReadCredentials(*dir, w.r.permissions)
+			for _, err := range errs {
+				fmt.Fprintln(cmd.ErrOrStderr(), "toposched roles conf:", err)
+			}
+			if creds == nil {
+				return errors.Join(errs...)
+			}
+			return w.nkeys(account, *dir, creds)
+		},
+	}
+	cmd.Flags().StringVar(&account, "account", "TOPOSCHED", "the account of toposched's users")
+	cmd.Flags().BoolVar(&passwords, "passwords", false, "users of the roles without a name by password from the server's environment, as deploy/nats/auth.conf")
+	return cmd
+}
+
+// confWriter writes nats-server configuration, remembering its first
+// write error.
+type confWriter struct {
+	w   io.Writer
+	r   roles
+	err error
+}
+
+func (c *confWriter) printf(format string, args ...any) {
+	if c.err == nil {
+		_, c.err = fmt.Fprintf(c.w, format, args...)
+	}
+}
+
+// quote is a string of nats-server configuration: JSON's quoting is its.
+func quote(s string) string { return strconv.Quote(s) }
+
+// permissions writes p as a configuration value, indented by ind.
+func (c *confWriter) permissions(p *server.Permissions, ind string) {
+	if p == nil {
+		c.printf("{publish: %s, subscribe: %s}", quote(">"), quote(">"))
+		return
+	}
+	list := func(in, name string, subjects []string) {
+		if len(subjects) == 0 {
+			return
+		}
+		c.printf("%s%s: [\n", in, name)
+		for _, s := range subjects {
+			c.printf("%s  %s\n", in, quote(s))
+		}
+		c.printf("%s]\n", in)
+	}
+	side := func(name string, sp *server.SubjectPermission) {
+		if sp == nil {
+			return
+		}
+		c.printf("%s  %s: {\n", ind, name)
+		list(ind+"    ", "allow", sp.Allow)
+		list(ind+"    ", "deny", sp.Deny)
+		c.printf("%s  }\n", ind)
+	}
+	c.printf("{\n")
+	side("publish", p.Publish)
+	side("subscribe", p.Subscribe)
+	c.printf("%s}", ind)
+}
+
+// passwords writes the password users of the roles without a name.
+func (c *confWriter) passwords(account string) error {
+	c.printf("# toposched's NATS users by password (toposched roles conf --passwords; do not edit:\n" +
+		"# TestShippedAuthConfIsGenerated keeps it equal to the command's output).\n" +
+		"# Passwords come from the server's environment, never from this file:\n")
+	for _, role := range []string{roleOperator, roleLauncher, rolePolicyAdmin} {
+		c.printf("#   %-28s %s\n", passwordVar(role), roleSummary(role))
+	}
+	c.printf("#   %-28s %s\n", "NATS_SYS_PASSWORD", "the system account (monitoring, nats server ...)\n"+
+		"# Node agents and tenants sign in with a role each (agent-<node>, tenant-<tenant>):\n"+
+		"# issue their nkeys with toposched roles issue and write every user with\n"+
+		"# toposched roles conf --dir DIR in place of this file. The subjects are toposched's\n"+
+		"# default prefix; print another's with toposched --prefix P roles conf.\n")
+	for _, role := range []string{roleOperator, roleLauncher, rolePolicyAdmin} {
+		p, _ := c.r.permissions(role)
+		c.printf("%s = ", permsVar(role))
+		c.permissions(p, "")
+		c.printf("\n\n")
+	}
+	c.printf("accounts {\n  %s {\n    jetstream: enabled\n    users: [\n", account)
+	for _, role := range []string{roleOperator, roleLauncher, rolePolicyAdmin} {
+		c.printf("      {user: %s, password: $%s, permissions: $%s}\n", role, passwordVar(role), permsVar(role))
+	}
+	c.printf("    ]\n  }\n  SYS {\n    users: [{user: sys, password: $NATS_SYS_PASSWORD}]\n  }\n}\nsystem_account: SYS\n")
+	return c.err
+}
+
+// nkeys writes an nkey user for each of creds' roles.
+func (c *confWriter) nkeys(account, dir string, creds *natsserver.Credentials) error {
+	c.printf("# toposched's NATS users, one per seed file of %s\n"+
+		"# (toposched roles conf --dir; write it again after toposched roles issue).\n"+
+		"# The system account's password comes from the server's environment.\n\n", dir)
+	c.printf("accounts {\n  %s {\n    jetstream: enabled\n    users: [\n", account)
+	for _, role := range creds.Roles() {
+		p, _ := c.r.permissions(role)
+		c.printf("      # %s: %s\n      {nkey: %s, permissions: ", role, roleSummary(role), quote(creds.PublicKey(role)))
+		c.permissions(p, "      ")
+		c.printf("}\n")
+	}
+	c.printf("    ]\n  }\n  SYS {\n    users: [{user: sys, password: $NATS_SYS_PASSWORD}]\n  }\n}\nsystem_account: SYS\n")
+	return c.err
+}
+
+// passwordVar is the environment variable of a role's password.
+func passwordVar(role string) string {
+	if role == rolePolicyAdmin {
+		return "TOPOSCHED_POLICY_PASSWORD" // its name since the first auth.conf
+	}
+	return "TOPOSCHED_" + strings.ToUpper(strings.ReplaceAll(role, "-", "_")) + "_PASSWORD"
+}
+
+// permsVar is the configuration variable of a role's permissions.
+func permsVar(role string) string {
+	if role == rolePolicyAdmin {
+		return "POLICY_PERMS"
+	}
+	return strings.ToUpper(strings.ReplaceAll(role, "-", "_")) + "_PERMS"
+}
