@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -317,4 +318,40 @@ func TestStartWithConfigFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	nc.Close()
+}
+
+// ReadCredentials takes every seed file of a known role, leaves out (and
+// names) the others, makes a loosened file private again, and a file that
+// is no seed is an error naming it; SetCredentials then lets in exactly
+// those users.
+func TestReadCredentials(t *testing.T) {
+	dir := t.TempDir()
+	known := func(role string) (*server.Permissions, bool) {
+		return nil, role == "operator" || role == "agent-n1"
+	}
+	if _, err := EnsureCredentials(dir, []Role{{Name: "operator"}, {Name: "agent-n1"}, {Name: "stranger"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(dir, "agent-n1.nk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "junk.nk"), []byte("not a seed"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	creds, errs := ReadCredentials(dir, func(role string) (*server.Permissions, bool) {
+		_, ok := known(role)
+		return nil, ok || role == "junk"
+	})
+	if creds == nil || !slices.Equal(creds.Roles(), []string{"agent-n1", "operator"}) {
+		t.Fatalf("roles %v, want agent-n1 and operator", creds.Roles())
+	}
+	if len(errs) != 2 || !strings.Contains(errors.Join(errs...).Error(), "stranger") || !strings.Contains(errors.Join(errs...).Error(), "junk.nk") {
+		t.Fatalf("errors %v, want stranger left out and junk.nk unreadable", errs)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "agent-n1.nk")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("agent-n1.nk: %v %v, want 0600", st.Mode(), err)
+	}
+	if _, errs := ReadCredentials(t.TempDir(), known); len(errs) == 0 {
+		t.Fatal("an empty directory read as credentials")
+	}
 }
