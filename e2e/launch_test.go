@@ -514,7 +514,7 @@ func TestLaunch(t *testing.T) {
 			if pid := pids[fmt.Sprintf("pid-%d", rk.Rank)]; !processGone(pid) {
 				t.Errorf("rank %d (%d) of the silent agent still runs when its job is lost", rk.Rank, pid)
 			}
-			exitFile := filepath.Join(c.states["node-002"], "lost-job", fmt.Sprintf("rank-%d.exit", rk.Rank))
+			exitFile := filepath.Join(c.states["node-002"], "jobs", "lost-job", fmt.Sprintf("rank-%d.exit", rk.Rank))
 			b, err := os.ReadFile(exitFile)
 			if err != nil || !strings.Contains(string(b), `"agent_silent":true`) {
 				t.Errorf("rank %d's exit file: %s (%v), want agent_silent", rk.Rank, b, err)

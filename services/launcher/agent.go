@@ -153,6 +153,9 @@ type Agent struct {
 	// finished are the jobs whose jobs.finished this agent published.
 	finished map[string]bool
 
+	// runsDone counts the runs' goroutines (execute).
+	runsDone sync.WaitGroup
+
 	// aliveMu orders the alive file's updates; aliveAt is its mtime.
 	aliveMu sync.Mutex
 	aliveAt time.Time
@@ -189,12 +192,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(a.cfg.StateDir, 0o755); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
+	if err := checkCaseSensitive(a.cfg.StateDir); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
 	if a.numactl == "" {
 		a.log.Info("numactl not found: ranks are not bound to their GPU's NUMA node")
 	}
 	if err := waitStreams(ctx, a.b, a.log, events.DomainJobs, events.DomainPlacement, events.DomainRuntime, events.DomainAgent); err != nil {
 		return nil
 	}
+	// The runs stop with ctx (their ranks go on); a state file is not
+	// touched once Run has returned, so a next agent may read it.
+	defer a.runsDone.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if a.cfg.TelemetryListen != "" {
@@ -290,8 +299,11 @@ func (a *Agent) rebuild(ctx context.Context) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// A job with a state here was started here: it is adopted (or
+	// reported), never started again, even when its state cannot be read.
 	adopted := map[string]bool{}
 	for _, s := range states {
+		adopted[s.JobID] = true
 		d, ok := a.live[s.JobID]
 		if !ok {
 			// Released while the agent was away: nothing may run on
@@ -302,10 +314,11 @@ func (a *Agent) rebuild(ctx context.Context) error {
 					_ = signalGroup(r.PID, sigKill)
 				}
 			}
-			_ = removeState(a.cfg.StateDir, s.JobID)
+			if err := removeState(&s); err != nil {
+				a.log.Warn("state file not removed", "job_id", s.JobID, "err", err)
+			}
 			continue
 		}
-		adopted[s.JobID] = true
 		a.startRun(ctx, d, &s)
 	}
 	for id, d := range a.live {
@@ -414,7 +427,7 @@ func (a *Agent) startRun(ctx context.Context, d *events.PlacementDecided, adopt 
 		rn.token = newToken()
 	}
 	a.runs[d.JobID] = rn
-	go a.execute(ctx, rn, adopt)
+	a.runsDone.Go(func() { a.execute(ctx, rn, adopt) })
 }
 
 // heartbeat says the agent is alive, with the jobs it has taken.
@@ -578,6 +591,3 @@ func waitStreams(ctx context.Context, b *bus.Bus, log *slog.Logger, domains ...e
 	}
 	return nil
 }
-
-// jobDir is where a job's rank output goes.
-func (a *Agent) jobDir(id string) string { return filepath.Join(a.cfg.StateDir, fileName(id)) }
