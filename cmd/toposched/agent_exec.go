@@ -119,27 +119,18 @@ func runLauncher(ctx context.Context, b *bus.Bus, f *execFlags, node string, gpu
 }
 
 // newRankExec is the rank shim the launcher starts each rank under
-// (launcher.RunShim): not a command for people.
+// (launcher.ShimMain, which reads its own command line): not a command for
+// people.
 func newRankExec() *cobra.Command {
-	var cfg launcher.ShimConfig
-	cmd := &cobra.Command{
-		Use:    "rank-exec [--alive FILE --silence D --grace D] EXITFILE -- COMMAND ARGS...",
-		Short:  "Run one rank and record how it ended (started by agent --exec)",
-		Hidden: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) < 2 || cmd.ArgsLenAtDash() != 1 {
-				return errors.New("rank-exec: expected EXITFILE -- COMMAND ARGS")
-			}
-			cfg.ExitFile = args[0]
-			os.Exit(launcher.RunShim(cfg, args[1:]))
-			return nil
+	return &cobra.Command{
+		Use:                "rank-exec [--alive FILE --silence D --grace D] [--gate-fd N] [--uid U --gid G --groups G,...] EXITFILE -- COMMAND ARGS...",
+		Short:              "Run one rank and record how it ended (started by agent --exec)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		Run: func(_ *cobra.Command, args []string) {
+			os.Exit(launcher.ShimMain(args))
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&cfg.AliveFile, "alive", "", "the agent's alive file: stop the rank once its mtime is older than --silence")
-	f.DurationVar(&cfg.Silence, "silence", 0, "how old the alive file may grow")
-	f.DurationVar(&cfg.Grace, "grace", launcher.DefaultGrace, "how long the rank has between SIGTERM and SIGKILL when the agent is silent")
-	return cmd
 }
 
 // defaultAgentTTL is serve's --agent-ttl.

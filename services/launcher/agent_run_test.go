@@ -144,6 +144,9 @@ func (e *agentEnv) start(t *testing.T, cfg Config) *runningAgent {
 		cfg.Heartbeat = 100 * time.Millisecond
 	}
 	cfg.TuningWait = time.Millisecond
+	if cfg.Shim == nil {
+		cfg.Shim = testShim()
+	}
 	rec := newLogRecorder()
 	a, err := New(cfg, eventstest.Bus(t, e.url, "agent-a"), slog.New(rec))
 	if err != nil {
@@ -290,6 +293,11 @@ func TestAgentRestartNoDoubleStart(t *testing.T) {
 		fin := e.finished(t)
 		return len(fin) == len(ids), fmt.Sprintf("jobs finished: %v", fin)
 	})
+	for id, f := range e.finished(t) {
+		if f.Status != events.StatusSucceeded {
+			t.Errorf("%s finished %s (%s: %s), want succeeded", id, f.Status, f.Reason, f.Message)
+		}
+	}
 	for id, pids := range starts(t, out) {
 		if len(pids) != 1 {
 			t.Errorf("%s started %d times (pids %v), want once", id, len(pids), pids)
@@ -398,6 +406,9 @@ func TestAgentReportsBeforeForgetting(t *testing.T) {
 	waitUntil(t, 30*time.Second, func() (bool, string) {
 		return e.finished(t)["once"] != nil, fmt.Sprintf("the job has not finished:\n%s", second.log)
 	})
+	if f := e.finished(t)["once"]; f.Status != events.StatusSucceeded {
+		t.Errorf("finished %s (%s: %s), want succeeded: the next agent read the shim's exit file", f.Status, f.Reason, f.Message)
+	}
 	if n := len(starts(t, out)["once"]); n != 1 {
 		t.Errorf("the job started %d times, want once", n)
 	}

@@ -210,31 +210,51 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 	st := &jobState{JobID: rn.id, TelemetryToken: rn.token}
 	var procs []*rankProc
 	var cmds []*exec.Cmd
+	// The shims start their rank once the state is written: a byte each
+	// on the gate. The agent's end closes it (the write end is not
+	// inherited), so no rank runs that a next agent would not know of.
+	var gate, gateOpen *os.File
+	if len(a.cfg.Shim) > 0 {
+		var err error
+		if gateOpen, gate, err = os.Pipe(); err != nil {
+			return nil, nil, nil, fmt.Errorf("gate: %w", err)
+		}
+		defer func() { _ = gateOpen.Close() }() // the shims hold their own
+		defer func() { _ = gate.Close() }()     // written, or the shims must end
+	}
 	fail := func(err error) ([]*rankProc, []func(<-chan struct{}), *jobState, error) {
+		if gate != nil {
+			_ = gate.Close() // the shims end without starting a rank
+		}
 		for _, c := range cmds {
 			_ = signalGroup(c.Process.Pid, sigKill)
 			_ = c.Wait()
+		}
+		if rerr := removeState(st); rerr != nil {
+			a.log.Warn("state file not removed", "job_id", rn.id, "err", rerr)
 		}
 		return nil, nil, nil, err
 	}
 	for _, rs := range p.ranks {
 		path := rankLogPath(dir, rs.rank.Rank)
-		out, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+		out, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 		if err != nil {
 			return fail(fmt.Errorf("rank %d output: %w", rs.rank.Rank, err))
 		}
 		argv, exitFile := rs.argv, ""
+		var extra []*os.File
 		if len(a.cfg.Shim) > 0 {
 			exitFile = rankExitPath(dir, rs.rank.Rank)
 			_ = os.Remove(exitFile) // a previous run's
-			shim := slices.Clone(a.cfg.Shim)
+			sc := ShimConfig{ExitFile: exitFile, GateFD: 3}
 			if silence := a.cfg.Silence(); silence > 0 {
-				shim = append(shim, "--alive", a.cfg.AliveFile(), "--silence", silence.String(), "--grace", a.cfg.Grace.String())
+				sc.AliveFile, sc.Silence, sc.Grace = a.cfg.AliveFile(), silence, a.cfg.Grace
 			}
-			argv = append(append(shim, exitFile, "--"), argv...)
+			argv = append(slices.Clone(a.cfg.Shim), sc.Args(argv)...)
+			extra = []*os.File{gateOpen} // fd 3
 		}
 		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = rs.env, rs.dir, out, out
+		cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = rs.env, rs.dir, out, out, extra
 		detach(cmd)
 		err = cmd.Start()
 		_ = out.Close() // the rank holds its own descriptor
@@ -247,6 +267,11 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 	}
 	if err := writeState(a.cfg.StateDir, st); err != nil {
 		return fail(err)
+	}
+	if gate != nil {
+		if _, err := gate.Write(make([]byte, len(cmds))); err != nil {
+			return fail(fmt.Errorf("gate: %w", err))
+		}
 	}
 	var tails []func(<-chan struct{})
 	for i, cmd := range cmds {
