@@ -386,6 +386,8 @@ func TestLaunch(t *testing.T) {
 				want: []string{"failed (launch_failed)", "workdir: /no/such/dir"}},
 			// Refused before it is sent, as analysis would refuse it.
 			{name: "env-not-name-value", env: []string{"NO_EQUALS_SIGN"}, want: []string{"env[1]"}},
+			{name: "relative-workdir", extra: []string{"workdir: srv/train"}, want: []string{"workdir"}},
+			{name: "nul-in-env", env: []string{"A=x\x00y"}, want: []string{"env[1]"}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				job := writeLaunchJob(t, dir, tc.name, "true", out, tc.env, tc.extra...)

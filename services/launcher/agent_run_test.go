@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -438,5 +439,69 @@ func TestAgentUnreadableState(t *testing.T) {
 	}
 	if got := starts(t, out); len(got) != 0 {
 		t.Errorf("ranks started: %v, want none", got)
+	}
+}
+
+// TestAgentLaunchErrorsPrivate: what a failed launch tells the submitter
+// (runtime.ranks_exited, jobs.finished) names the job's field and value,
+// never the agent's PATH or state directory; the agent's log has those.
+// Before, a missing command returned the agent's PATH and a log file the
+// agent could not open its state directory.
+func TestAgentLaunchErrorsPrivate(t *testing.T) {
+	t.Parallel()
+	e := newAgentEnv(t)
+	// Where rank 0's output of "no-log" would go, a directory.
+	jd, err := makeJobDir(e.state, "no-log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(rankLogPath(jd, 0), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	a := e.start(t, Config{})
+	e.submit(t, &events.JobSubmitted{JobID: "no-command", Command: "no-such-program-46"}, 0)
+	e.submit(t, &events.JobSubmitted{JobID: "no-log", Command: "sh", Args: []string{"-c", "true"}}, 1)
+	waitUntil(t, 30*time.Second, func() (bool, string) {
+		return len(e.finished(t)) == 2, fmt.Sprintf("jobs finished: %v", e.finished(t))
+	})
+	for id, want := range map[string]string{
+		"no-command": "a: command: no-such-program-46: not found in the PATH of the agent's environment (the job's env may set PATH)",
+		"no-log":     "a: rank 0: the agent could not open its output file (the agent's log says why)",
+	} {
+		f := e.finished(t)[id]
+		if f.Status != events.StatusFailed || f.Reason != events.ReasonLaunchFailed || f.Message != want {
+			t.Errorf("%s finished %s (%s): %q, want failed (launch_failed): %q", id, f.Status, f.Reason, f.Message, want)
+		}
+		for _, private := range []string{os.Getenv("PATH"), e.state} {
+			if strings.Contains(f.Message, private) {
+				t.Errorf("%s: the message %q holds %q", id, f.Message, private)
+			}
+		}
+		logged := a.log.find("job not launched", "job_id", id)
+		if len(logged) != 1 {
+			t.Fatalf("%s: %d 'job not launched' lines logged, want 1:\n%s", id, len(logged), a.log)
+		}
+		if d := logged[0].attrs["detail"]; !strings.Contains(d, "PATH="+os.Getenv("PATH")) && !strings.Contains(d, e.state) {
+			t.Errorf("%s: the log's detail %q says neither the PATH nor the file", id, d)
+		}
+	}
+	var exited []*events.RanksExited
+	err = e.b.Replay(e.ctx, events.DomainRuntime, []string{e.b.Subjects.Of(events.NameRanksExited)}, func(r bus.Record) error {
+		var x events.RanksExited
+		if err := bus.Decode(r.Name, r.Body, &x); err != nil {
+			return err
+		}
+		exited = append(exited, &x)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := map[string]string{}
+	for _, x := range exited {
+		fields[x.JobID] = x.Field
+	}
+	if want := map[string]string{"no-command": "command", "no-log": ""}; !reflect.DeepEqual(fields, want) {
+		t.Errorf("ranks_exited fields %v, want %v", fields, want)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/client"
 )
 
 // run is one job taken by the agent, from its decision to its release.
@@ -93,15 +94,17 @@ func (a *Agent) execute(ctx context.Context, rn *run, adopt *jobState) {
 			if errors.Is(err, errExternal) || ctx.Err() != nil {
 				return
 			}
-			rep := &events.RanksExited{Status: events.StatusFailed, Reason: events.ReasonLaunchFailed, Message: err.Error()}
+			// Only a launchError's message is the submitter's: any
+			// other error is the agent's, told in its log alone.
 			var le *launchError
-			if errors.As(err, &le) {
-				rep.Field = le.field
+			if !errors.As(err, &le) {
+				le = agentErr("the agent could not launch the job", err)
 			}
+			rep := &events.RanksExited{Status: events.StatusFailed, Reason: events.ReasonLaunchFailed, Message: le.Error(), Field: le.field}
 			for _, r := range ranksOn(rn.d, a.cfg.Node) {
 				rep.Ranks = append(rep.Ranks, events.RankExit{Rank: r, Node: a.cfg.Node, ExitCode: -1})
 			}
-			log.Warn("job not launched", "err", err)
+			log.Warn("job not launched", "err", le.Error(), "detail", le.detail)
 			a.report(ctx, rn, rep)
 			return
 		}
@@ -180,7 +183,10 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 		if errors.Is(err, ctx.Err()) {
 			return nil, nil, nil, err
 		}
-		return nil, nil, nil, fmt.Errorf("reading the job's submission: %w", err)
+		if errors.Is(err, client.ErrUnknownJob) {
+			return nil, nil, nil, &launchError{err: errors.New("the agent found no jobs.submitted for the job"), detail: err.Error()}
+		}
+		return nil, nil, nil, agentErr("the agent could not read the job's submission", err)
 	}
 	if job == nil || job.Command == "" {
 		rn.external.Store(true)
@@ -203,9 +209,12 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 			a.log.Warn("tuning file not written", "job_id", rn.id, "path", f.Path, "err", err)
 		}
 	}
+	if _, err := jobFileName(rn.id); err != nil {
+		return nil, nil, nil, &launchError{field: "job_id", err: errors.New("too long to name the agent's files"), detail: err.Error()}
+	}
 	dir, err := makeJobDir(a.cfg.StateDir, rn.id)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("log dir: %w", err)
+		return nil, nil, nil, agentErr("the agent could not make the job's directory", err)
 	}
 	st := &jobState{JobID: rn.id, TelemetryToken: rn.token}
 	var procs []*rankProc
@@ -217,7 +226,7 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 	if len(a.cfg.Shim) > 0 {
 		var err error
 		if gateOpen, gate, err = os.Pipe(); err != nil {
-			return nil, nil, nil, fmt.Errorf("gate: %w", err)
+			return nil, nil, nil, agentErr("the agent could not start the ranks", err)
 		}
 		defer func() { _ = gateOpen.Close() }() // the shims hold their own
 		defer func() { _ = gate.Close() }()     // written, or the shims must end
@@ -239,7 +248,7 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 		path := rankLogPath(dir, rs.rank.Rank)
 		out, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 		if err != nil {
-			return fail(fmt.Errorf("rank %d output: %w", rs.rank.Rank, err))
+			return fail(agentErr(fmt.Sprintf("rank %d: the agent could not open its output file", rs.rank.Rank), err))
 		}
 		argv, exitFile := rs.argv, ""
 		var extra []*os.File
@@ -258,19 +267,22 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 		detach(cmd)
 		err = cmd.Start()
 		_ = out.Close() // the rank holds its own descriptor
-		if err != nil {
-			return fail(&launchError{field: "command", err: err})
+		switch {
+		case err != nil && len(a.cfg.Shim) > 0:
+			return fail(agentErr(fmt.Sprintf("rank %d: the agent could not start its shim", rs.rank.Rank), err))
+		case err != nil:
+			return fail(&launchError{field: "command", err: fmt.Errorf("rank %d could not be started: %s", rs.rank.Rank, pathErrText(err)), detail: err.Error()})
 		}
 		cmds = append(cmds, cmd)
 		start, _ := procStart(cmd.Process.Pid)
 		st.Ranks = append(st.Ranks, rankState{Rank: rs.rank.Rank, PID: cmd.Process.Pid, Start: start, Log: path, Exit: exitFile})
 	}
 	if err := writeState(a.cfg.StateDir, st); err != nil {
-		return fail(err)
+		return fail(agentErr("the agent could not record the job's state", err))
 	}
 	if gate != nil {
 		if _, err := gate.Write(make([]byte, len(cmds))); err != nil {
-			return fail(fmt.Errorf("gate: %w", err))
+			return fail(agentErr("the agent could not start the ranks", err))
 		}
 	}
 	var tails []func(<-chan struct{})
