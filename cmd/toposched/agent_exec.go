@@ -36,6 +36,9 @@ func (f *execFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.cfg.TelemetryListen, "telemetry-listen", "127.0.0.1:0",
 		"with --exec: loopback HOST:PORT where ranks POST runtime.telemetry (TOPOSCHED_TELEMETRY_URL; port 0: any free one; empty: off)")
 	fs.DurationVar(&f.cfg.TuningWait, "tuning-wait", launcher.DefaultTuningWait, "with --exec: how long a launch waits for the job's runtime.tuning")
+	fs.StringSliceVar(&f.cfg.RunAsAllow, "run-as-allow", nil,
+		"with --exec: the users a job's ranks may run as (its run_as, or --run-as-default). Required for an agent running as root, which runs each rank as its job's user; --run-as-allow root is the explicit opt-in to run ranks as root. An agent not running as root runs ranks only as itself, and a list given must name it")
+	fs.StringVar(&f.cfg.RunAsDefault, "run-as-default", "", "with --exec: the user the ranks of a job that names no run_as run as (default: the agent's own user)")
 }
 
 // clusterGPUs reads node's GPU indices from a cluster file.
@@ -78,6 +81,9 @@ func runLauncherOnly(ctx context.Context, g *globals, f *execFlags, node string)
 	gpus, err := clusterGPUs(f.cluster, node)
 	if err != nil {
 		return err
+	}
+	if err := launcher.CheckRunAs(f.cfg); err != nil {
+		return fmt.Errorf("agent: %w", err)
 	}
 	log, err := g.logger()
 	if err != nil {

@@ -64,6 +64,12 @@ type Config struct {
 	// LogLineBytes and LogBytesPerRank bound the log stream (0: defaults).
 	LogLineBytes    int
 	LogBytesPerRank int64
+	// RunAsAllow are the users a job's ranks may run as (run_as; see
+	// runas.go); an agent running as root needs it. Nil: no list.
+	RunAsAllow []string
+	// RunAsDefault is the user the ranks of a job naming none run as;
+	// "": the agent's own.
+	RunAsDefault string
 }
 
 // Silence is how long the shims let the agent's alive file stand still
@@ -138,6 +144,7 @@ type Agent struct {
 	id      string
 	started time.Time
 	numactl string
+	runAs   *runAsPolicy
 	// telemetryURL is the endpoint's, "" when it is off.
 	telemetryURL string
 
@@ -174,12 +181,20 @@ func New(cfg Config, b *bus.Bus, log *slog.Logger) (*Agent, error) {
 		return nil, fmt.Errorf("launcher: state dir: %w", err)
 	}
 	cfg.StateDir = dir
+	self, err := currentAccount()
+	if err != nil {
+		return nil, fmt.Errorf("launcher: the agent's own user: %w", err)
+	}
+	runAs, err := newRunAsPolicy(self, cfg.RunAsAllow, cfg.RunAsDefault, lookupAccount)
+	if err != nil {
+		return nil, fmt.Errorf("launcher: %w", err)
+	}
 	var id [4]byte
 	_, _ = rand.Read(id[:])
 	numactl, _ := exec.LookPath("numactl")
 	return &Agent{
 		cfg: cfg, b: b, log: log.With("node", cfg.Node), id: cfg.Node + "-" + hex.EncodeToString(id[:]),
-		started: time.Now().UTC(), numactl: numactl,
+		started: time.Now().UTC(), numactl: numactl, runAs: runAs,
 		live: map[string]*events.PlacementDecided{}, released: map[string]bool{}, runs: map[string]*run{},
 		tunings: map[string]*events.RuntimeTuning{}, tuned: map[string]chan struct{}{}, addrs: map[string]string{},
 		reports: map[string]map[string]*events.RanksExited{}, finished: map[string]bool{},
@@ -244,7 +259,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}
 	}()
-	a.log.Info("launcher ready", "agent", a.id, "address", a.cfg.Address, "state_dir", a.cfg.StateDir, "telemetry", a.telemetryURL)
+	a.log.Info("launcher ready", "agent", a.id, "address", a.cfg.Address, "state_dir", a.cfg.StateDir, "telemetry", a.telemetryURL,
+		"user", a.runAs.self.name, "run_as_allow", a.cfg.RunAsAllow, "run_as_default", a.cfg.RunAsDefault)
 	for {
 		select {
 		case <-ctx.Done():

@@ -148,6 +148,9 @@ func (e *agentEnv) start(t *testing.T, cfg Config) *runningAgent {
 	if cfg.Shim == nil {
 		cfg.Shim = testShim()
 	}
+	if cfg.RunAsAllow == nil {
+		cfg.RunAsAllow = selfAllow(t)
+	}
 	rec := newLogRecorder()
 	a, err := New(cfg, eventstest.Bus(t, e.url, "agent-a"), slog.New(rec))
 	if err != nil {

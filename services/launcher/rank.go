@@ -85,6 +85,8 @@ type rankSpec struct {
 	argv []string
 	env  []string
 	dir  string
+	// user is who the rank runs as; nil: the agent's user.
+	user *Credential
 }
 
 // plan is how the ranks of one job on this node are started.
@@ -114,6 +116,9 @@ type planInput struct {
 	// reports whether this machine has a NUMA node.
 	numactl   string
 	numaNodes func(int) bool
+	// user is the job's user (run_as) where the ranks run as another
+	// than the agent; nil: as the agent.
+	user *account
 }
 
 // makePlan checks the job and works out each local rank's command line
@@ -208,6 +213,12 @@ func makePlan(in planInput) (*plan, error) {
 				env[k] = v
 			}
 		}
+		var user *Credential
+		if u := in.user; u != nil {
+			// Whose the rank is, not the agent's.
+			env["USER"], env["LOGNAME"], env["HOME"] = u.name, u.name, u.home
+			user = u.credential()
+		}
 		if t := in.tuning; t != nil {
 			maps.Copy(env, t.Env.All)
 			maps.Copy(env, t.Env.Nodes[in.node])
@@ -243,7 +254,7 @@ func makePlan(in planInput) (*plan, error) {
 				argv = append([]string{in.numactl, "--cpunodebind=" + n, "--membind=" + n}, argv...)
 			}
 		}
-		p.ranks = append(p.ranks, rankSpec{rank: r, argv: argv, env: sortedEnv(env), dir: dir})
+		p.ranks = append(p.ranks, rankSpec{rank: r, argv: argv, env: sortedEnv(env), dir: dir, user: user})
 	}
 	return p, nil
 }

@@ -192,11 +192,15 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 		rn.external.Store(true)
 		return nil, nil, nil, errExternal
 	}
+	user, err := a.runAs.resolve(job.RunAs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	tuning := a.waitTuning(ctx, rn.id)
 	p, err := makePlan(planInput{
 		node: a.cfg.Node, gpus: a.cfg.GPUs, job: job, decision: rn.d, tuning: tuning,
 		masterAddr: a.masterAddr(ctx, rn.d), baseEnv: os.Environ(), telemetryURL: a.telemetryURL, telemetryToken: rn.token,
-		numactl: a.numactl, numaNodes: numaNodeExists,
+		numactl: a.numactl, numaNodes: numaNodeExists, user: user,
 	})
 	if err != nil {
 		return nil, nil, nil, err
@@ -255,7 +259,7 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 		if len(a.cfg.Shim) > 0 {
 			exitFile = rankExitPath(dir, rs.rank.Rank)
 			_ = os.Remove(exitFile) // a previous run's
-			sc := ShimConfig{ExitFile: exitFile, GateFD: 3}
+			sc := ShimConfig{ExitFile: exitFile, GateFD: 3, User: rs.user}
 			if silence := a.cfg.Silence(); silence > 0 {
 				sc.AliveFile, sc.Silence, sc.Grace = a.cfg.AliveFile(), silence, a.cfg.Grace
 			}
@@ -265,7 +269,13 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = rs.env, rs.dir, out, out, extra
 		detach(cmd)
-		err = cmd.Start()
+		if len(a.cfg.Shim) == 0 && rs.user != nil {
+			// No shim to switch for it (tests): the rank itself.
+			err = asUser(cmd, rs.user)
+		}
+		if err == nil {
+			err = cmd.Start()
+		}
 		_ = out.Close() // the rank holds its own descriptor
 		switch {
 		case err != nil && len(a.cfg.Shim) > 0:

@@ -241,18 +241,20 @@ func passGate(fd int) bool {
 	return n == 1
 }
 
-// asUser makes cmd run as u (nil: as this process), in this process's
-// working directory entered as u: a directory u could not reach by its
-// path is no way in for the rank.
+// asUser makes cmd run as u (nil: as this process), entering its
+// directory (cmd.Dir, else this process's working directory) by its path
+// as u: a directory u could not reach is no way in for the rank.
 func asUser(cmd *exec.Cmd, u *Credential) error {
 	if u == nil {
 		return nil
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return err
+	if cmd.Dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return err
+		}
+		cmd.Dir = wd
 	}
-	cmd.Dir = wd
 	return setCredential(cmd, u)
 }
 
