@@ -253,18 +253,20 @@ func killStarted(t *testing.T, out string) {
 	})
 }
 
-// TestAgentRestartNoDoubleStart: ids that differ only in punctuation are
-// separate jobs, before and after the agent restarts; the restarted agent
-// adopts every one of them and starts none again. Before the state files
-// were named injectively, r:1 and r_1 shared one: the restarted agent
-// adopted one and started the other a second time while its first rank
-// still ran.
+// TestAgentRestartNoDoubleStart: ids that differ only in punctuation, or
+// that look like the agent's own file names, are separate jobs, before and
+// after the agent restarts; the restarted agent adopts every one of them
+// and starts none again. Before the state files were named injectively,
+// r:1 and r_1 shared one: the restarted agent adopted one and started the
+// other a second time while its first rank still ran; and zz.job.json's
+// log directory stood where zz's state file had to go, so zz could not be
+// launched.
 func TestAgentRestartNoDoubleStart(t *testing.T) {
 	t.Parallel()
 	e := newAgentEnv(t)
 	out := t.TempDir()
 	killStarted(t, out)
-	ids := []string{"r:1", "r_1", "r.1", "r-1"}
+	ids := []string{"r:1", "r_1", "r.1", "r-1", "zz.job.json", "zz", "x.job.json.tmp", "x", "rank-0.log"}
 	first := e.start(t, Config{})
 	for i, id := range ids {
 		e.submit(t, &events.JobSubmitted{JobID: id, Command: "sh", Args: []string{"-c", startsScript}, Env: []string{"OUT=" + out}}, i)
