@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -58,13 +59,30 @@ func startLaunchCluster(t *testing.T) *launchCluster {
 	return c
 }
 
+// runAsAllow is the agents' --run-as-allow: the user the tests run as
+// (in CI root, so this is the explicit opt-in an agent running as root
+// needs to run ranks as root), and nobody besides where that is root, for
+// the run_as test.
+func runAsAllow(t *testing.T) string {
+	t.Helper()
+	u, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		return u.Username + ",nobody"
+	}
+	return u.Username
+}
+
 // startAgent starts (or restarts) the agent of node, on the state
 // directory it had, and waits until it follows the streams.
 func (c *launchCluster) startAgent(t *testing.T, node string) *proc {
 	t.Helper()
 	p := startProc(c.t, "agent "+node, childEnv(), bins.toposched, "--nats-url", c.url, "agent", "--node", node,
 		"--exec", "--cluster", c.cluster, "--state-dir", c.states[node], "--address", "127.0.0.1",
-		"--heartbeat", launchHeartbeat.String(), "--grace", launchGrace.String(), "--agent-ttl", launchTTL.String())
+		"--heartbeat", launchHeartbeat.String(), "--grace", launchGrace.String(), "--agent-ttl", launchTTL.String(),
+		"--run-as-allow", runAsAllow(t))
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		mustBeAlive(t, p)
 		return strings.Contains(p.output(), "launcher ready"), "agent " + node + " has not logged 'launcher ready'"
@@ -386,6 +404,10 @@ func TestLaunch(t *testing.T) {
 				want: []string{"failed (launch_failed)", "workdir: /no/such/dir"}},
 			// Refused before it is sent, as analysis would refuse it.
 			{name: "env-not-name-value", env: []string{"NO_EQUALS_SIGN"}, want: []string{"env[1]"}},
+			{name: "relative-workdir", extra: []string{"workdir: srv/train"}, want: []string{"workdir"}},
+			{name: "run-as-not-allowed", extra: []string{"run_as: daemon"},
+				want: []string{"failed (launch_failed)", "run_as: daemon: not a user this agent may run ranks as"}},
+			{name: "nul-in-env", env: []string{"A=x\x00y"}, want: []string{"env[1]"}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				job := writeLaunchJob(t, dir, tc.name, "true", out, tc.env, tc.extra...)
@@ -400,6 +422,39 @@ func TestLaunch(t *testing.T) {
 				}
 				mustBeAlive(t, c.agents["node-001"], c.agents["node-002"], c.serve)
 			})
+		}
+		noLiveJobs(t, c)
+	})
+
+	t.Run("run_as runs the ranks as the job's user", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("the agents do not run as root, so they run ranks only as themselves (CI runs this as root)")
+		}
+		nobody, err := user.Lookup("nobody")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := t.TempDir()
+		// nobody writes in out, which it must reach.
+		for dir, mode := range map[string]os.FileMode{filepath.Dir(out): 0o711, out: 0o777} {
+			if err := os.Chmod(dir, mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+		job := writeLaunchJob(t, dir, "nobody-job", `id -u > "$OUT/uid-$RANK"; echo "rank $RANK is $(id -un)"`, out, nil,
+			"run_as: nobody", "workdir: "+out)
+		r := topoctl(t, c.url, "run", job)
+		if r.code != 0 {
+			t.Fatalf("topoctl run: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		}
+		for rank := range 4 {
+			b, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("uid-%d", rank)))
+			if err != nil || strings.TrimSpace(string(b)) != nobody.Uid {
+				t.Errorf("rank %d ran as uid %q (%v), want nobody's %s", rank, b, err, nobody.Uid)
+			}
+			if line := fmt.Sprintf("[rank %d] rank %d is nobody\n", rank, rank); !strings.Contains(r.stdout, line) {
+				t.Errorf("topoctl run's output lacks %q:\n%s", line, r.stdout)
+			}
 		}
 		noLiveJobs(t, c)
 	})
@@ -514,7 +569,7 @@ func TestLaunch(t *testing.T) {
 			if pid := pids[fmt.Sprintf("pid-%d", rk.Rank)]; !processGone(pid) {
 				t.Errorf("rank %d (%d) of the silent agent still runs when its job is lost", rk.Rank, pid)
 			}
-			exitFile := filepath.Join(c.states["node-002"], "lost-job", fmt.Sprintf("rank-%d.exit", rk.Rank))
+			exitFile := filepath.Join(c.states["node-002"], "jobs", "lost-job", fmt.Sprintf("rank-%d.exit", rk.Rank))
 			b, err := os.ReadFile(exitFile)
 			if err != nil || !strings.Contains(string(b), `"agent_silent":true`) {
 				t.Errorf("rank %d's exit file: %s (%v), want agent_silent", rk.Rank, b, err)

@@ -114,8 +114,13 @@ type JobSubmitted struct {
 	Args    []string `json:"args,omitempty"`
 	// Env holds NAME=value entries added to each rank's environment.
 	Env []string `json:"env,omitempty"`
-	// Workdir is the ranks' working directory on every node.
+	// Workdir is the ranks' working directory on every node, an absolute
+	// path.
 	Workdir string `json:"workdir,omitempty"`
+	// RunAs is the user the ranks run as, where the node agent runs as
+	// root and allows that user (toposched agent --run-as-allow); "" is
+	// the agent's default.
+	RunAs string `json:"run_as,omitempty"`
 }
 
 // Collective is one kind of call a group makes in a training step.

@@ -320,6 +320,9 @@ func TestProblemsOfExamples(t *testing.T) {
 		{"jobs.submitted/invalid/unknown-field-gpu.json", []where{{"gpu", "additionalProperties"}}},
 		{"jobs.submitted/invalid/parallelism-tp-zero.json", []where{{"parallelism.tp", "minimum"}}},
 		{"jobs.submitted/invalid/job-id-space.json", []where{{"job_id", "pattern"}}},
+		{"jobs.submitted/invalid/workdir-relative.json", []where{{"workdir", "pattern"}}},
+		{"jobs.submitted/invalid/args-nul.json", []where{{"args[3]", "pattern"}}},
+		{"jobs.submitted/invalid/run-as-option.json", []where{{"run_as", "pattern"}}},
 		{"jobs.submitted/invalid/not-an-object.json", []where{{"", "type"}}},
 		{"jobs.submitted/invalid/truncated.json", []where{{"", "json"}}},
 		{"jobs.submitted/invalid/several.json", []where{

@@ -15,6 +15,7 @@ import (
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/services/discovery/nvml"
+	"github.com/toposched/toposched/services/launcher"
 )
 
 func newAgent(g *globals) *cobra.Command {
@@ -44,10 +45,15 @@ GPUs of a job whose agent died; before it does, the ranks stop by themselves
 (their shim sees no heartbeat for --agent-ttl less --grace less one
 --heartbeat), so give the agent the watchdog's --agent-ttl. On a machine
 without NVML, --cluster FILE names the cluster file that describes --node,
-and nothing is discovered.`,
+and nothing is discovered.
+
+An agent with --exec running as root runs each rank as its job's run_as user
+(or --run-as-default), only if --run-as-allow names it; it does not start
+without --run-as-allow (--run-as-allow root lets ranks run as root). An agent
+not running as root runs ranks only as itself.`,
 		Example: `  toposched agent --print
   toposched agent --nats-url nats://nats:4222 --position 17 --label rack=r3
-  toposched agent --nats-url nats://nats:4222 --exec
+  toposched agent --nats-url nats://nats:4222 --exec --run-as-allow alice,bob --run-as-default nobody
   toposched agent --nats-url nats://nats:4222 --node gpu-001 --exec --cluster cluster.yaml --address 10.0.0.11`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -62,6 +68,11 @@ and nothing is discovered.`,
 				}
 				ev := n.Event()
 				return clusterfile.WriteMatrix(cmd.OutOrStdout(), ev, false, true)
+			}
+			if ef.exec {
+				if err := launcher.CheckRunAs(ef.cfg); err != nil {
+					return fmt.Errorf("agent: %w", err)
+				}
 			}
 			log, err := g.logger()
 			if err != nil {

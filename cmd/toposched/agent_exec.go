@@ -37,6 +37,9 @@ func (f *execFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.cfg.TelemetryListen, "telemetry-listen", "127.0.0.1:0",
 		"with --exec: loopback HOST:PORT where ranks POST runtime.telemetry (TOPOSCHED_TELEMETRY_URL; port 0: any free one; empty: off)")
 	fs.DurationVar(&f.cfg.TuningWait, "tuning-wait", launcher.DefaultTuningWait, "with --exec: how long a launch waits for the job's runtime.tuning")
+	fs.StringSliceVar(&f.cfg.RunAsAllow, "run-as-allow", nil,
+		"with --exec: the users a job's ranks may run as (its run_as, or --run-as-default). Required for an agent running as root, which runs each rank as its job's user; --run-as-allow root is the explicit opt-in to run ranks as root. An agent not running as root runs ranks only as itself, and a list given must name it")
+	fs.StringVar(&f.cfg.RunAsDefault, "run-as-default", "", "with --exec: the user the ranks of a job that names no run_as run as (default: the agent's own user)")
 }
 
 // clusterGPUs reads node's GPU indices from a cluster file.
@@ -88,6 +91,9 @@ func runLauncherOnly(ctx context.Context, g *globals, f *execFlags, node string)
 	if err != nil {
 		return err
 	}
+	if err := launcher.CheckRunAs(f.cfg); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
 	log, err := g.logger()
 	if err != nil {
 		return err
@@ -128,27 +134,18 @@ func runLauncher(ctx context.Context, b *bus.Bus, f *execFlags, node string, gpu
 }
 
 // newRankExec is the rank shim the launcher starts each rank under
-// (launcher.RunShim): not a command for people.
+// (launcher.ShimMain, which reads its own command line): not a command for
+// people.
 func newRankExec() *cobra.Command {
-	var cfg launcher.ShimConfig
-	cmd := &cobra.Command{
-		Use:    "rank-exec [--alive FILE --silence D --grace D] EXITFILE -- COMMAND ARGS...",
-		Short:  "Run one rank and record how it ended (started by agent --exec)",
-		Hidden: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) < 2 || cmd.ArgsLenAtDash() != 1 {
-				return errors.New("rank-exec: expected EXITFILE -- COMMAND ARGS")
-			}
-			cfg.ExitFile = args[0]
-			os.Exit(launcher.RunShim(cfg, args[1:]))
-			return nil
+	return &cobra.Command{
+		Use:                "rank-exec [--alive FILE --silence D --grace D] [--gate-fd N] [--uid U --gid G --groups G,...] EXITFILE -- COMMAND ARGS...",
+		Short:              "Run one rank and record how it ended (started by agent --exec)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		Run: func(_ *cobra.Command, args []string) {
+			os.Exit(launcher.ShimMain(args))
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&cfg.AliveFile, "alive", "", "the agent's alive file: stop the rank once its mtime is older than --silence")
-	f.DurationVar(&cfg.Silence, "silence", 0, "how old the alive file may grow")
-	f.DurationVar(&cfg.Grace, "grace", launcher.DefaultGrace, "how long the rank has between SIGTERM and SIGKILL when the agent is silent")
-	return cmd
 }
 
 // defaultAgentTTL is serve's --agent-ttl.

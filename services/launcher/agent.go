@@ -64,6 +64,12 @@ type Config struct {
 	// LogLineBytes and LogBytesPerRank bound the log stream (0: defaults).
 	LogLineBytes    int
 	LogBytesPerRank int64
+	// RunAsAllow are the users a job's ranks may run as (run_as; see
+	// runas.go); an agent running as root needs it. Nil: no list.
+	RunAsAllow []string
+	// RunAsDefault is the user the ranks of a job naming none run as;
+	// "": the agent's own.
+	RunAsDefault string
 }
 
 // Silence is how long the shims let the agent's alive file stand still
@@ -138,6 +144,7 @@ type Agent struct {
 	id      string
 	started time.Time
 	numactl string
+	runAs   *runAsPolicy
 	// telemetryURL is the endpoint's, "" when it is off.
 	telemetryURL string
 
@@ -152,6 +159,9 @@ type Agent struct {
 	reports  map[string]map[string]*events.RanksExited
 	// finished are the jobs whose jobs.finished this agent published.
 	finished map[string]bool
+
+	// runsDone counts the runs' goroutines (execute).
+	runsDone sync.WaitGroup
 
 	// aliveMu orders the alive file's updates; aliveAt is its mtime.
 	aliveMu sync.Mutex
@@ -171,12 +181,20 @@ func New(cfg Config, b *bus.Bus, log *slog.Logger) (*Agent, error) {
 		return nil, fmt.Errorf("launcher: state dir: %w", err)
 	}
 	cfg.StateDir = dir
+	self, err := currentAccount()
+	if err != nil {
+		return nil, fmt.Errorf("launcher: the agent's own user: %w", err)
+	}
+	runAs, err := newRunAsPolicy(self, cfg.RunAsAllow, cfg.RunAsDefault, lookupAccount)
+	if err != nil {
+		return nil, fmt.Errorf("launcher: %w", err)
+	}
 	var id [4]byte
 	_, _ = rand.Read(id[:])
 	numactl, _ := exec.LookPath("numactl")
 	return &Agent{
 		cfg: cfg, b: b, log: log.With("node", cfg.Node), id: cfg.Node + "-" + hex.EncodeToString(id[:]),
-		started: time.Now().UTC(), numactl: numactl,
+		started: time.Now().UTC(), numactl: numactl, runAs: runAs,
 		live: map[string]*events.PlacementDecided{}, released: map[string]bool{}, runs: map[string]*run{},
 		tunings: map[string]*events.RuntimeTuning{}, tuned: map[string]chan struct{}{}, addrs: map[string]string{},
 		reports: map[string]map[string]*events.RanksExited{}, finished: map[string]bool{},
@@ -189,12 +207,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(a.cfg.StateDir, 0o755); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
+	if err := checkCaseSensitive(a.cfg.StateDir); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
 	if a.numactl == "" {
 		a.log.Info("numactl not found: ranks are not bound to their GPU's NUMA node")
 	}
 	if err := waitStreams(ctx, a.b, a.log, events.DomainJobs, events.DomainPlacement, events.DomainRuntime, events.DomainAgent); err != nil {
 		return nil
 	}
+	// The runs stop with ctx (their ranks go on); a state file is not
+	// touched once Run has returned, so a next agent may read it.
+	defer a.runsDone.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if a.cfg.TelemetryListen != "" {
@@ -235,7 +259,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}
 	}()
-	a.log.Info("launcher ready", "agent", a.id, "address", a.cfg.Address, "state_dir", a.cfg.StateDir, "telemetry", a.telemetryURL)
+	a.log.Info("launcher ready", "agent", a.id, "address", a.cfg.Address, "state_dir", a.cfg.StateDir, "telemetry", a.telemetryURL,
+		"user", a.runAs.self.name, "run_as_allow", a.cfg.RunAsAllow, "run_as_default", a.cfg.RunAsDefault)
 	for {
 		select {
 		case <-ctx.Done():
@@ -290,8 +315,11 @@ func (a *Agent) rebuild(ctx context.Context) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// A job with a state here was started here: it is adopted (or
+	// reported), never started again, even when its state cannot be read.
 	adopted := map[string]bool{}
 	for _, s := range states {
+		adopted[s.JobID] = true
 		d, ok := a.live[s.JobID]
 		if !ok {
 			// Released while the agent was away: nothing may run on
@@ -302,10 +330,11 @@ func (a *Agent) rebuild(ctx context.Context) error {
 					_ = signalGroup(r.PID, sigKill)
 				}
 			}
-			_ = removeState(a.cfg.StateDir, s.JobID)
+			if err := removeState(&s); err != nil {
+				a.log.Warn("state file not removed", "job_id", s.JobID, "err", err)
+			}
 			continue
 		}
-		adopted[s.JobID] = true
 		a.startRun(ctx, d, &s)
 	}
 	for id, d := range a.live {
@@ -416,7 +445,7 @@ func (a *Agent) startRun(ctx context.Context, d *events.PlacementDecided, adopt 
 		rn.token = newToken()
 	}
 	a.runs[d.JobID] = rn
-	go a.execute(ctx, rn, adopt)
+	a.runsDone.Go(func() { a.execute(ctx, rn, adopt) })
 }
 
 // heartbeat says the agent is alive, with the jobs it has taken.
@@ -582,6 +611,3 @@ func waitStreams(ctx context.Context, b *bus.Bus, log *slog.Logger, domains ...e
 	}
 	return nil
 }
-
-// jobDir is where a job's rank output goes.
-func (a *Agent) jobDir(id string) string { return filepath.Join(a.cfg.StateDir, fileName(id)) }

@@ -11,7 +11,16 @@
 // the agent's state directory, which the agent reads back as bounded
 // runtime.rank_log batches; so a rank outlives its agent (no pipe to
 // break), and a restarted agent adopts the ranks still running, found
-// through the state file it wrote at launch, or reports them gone.
+// through the state file it wrote at launch, or reports them gone. Each
+// job's files are in a directory of its own, named by an injective
+// encoding of its id (state.go), and no job runs twice: a job with a state
+// is adopted or reported, never started again, a rank starts only once its
+// state is written, and the state goes only once the report is out.
+//
+// Where the agent runs as root, the ranks run as the job's user (run_as),
+// one of those Config.RunAsAllow lists; without a list a root agent does
+// not start (runas.go). What a failed launch tells the submitter names the
+// job's field and value, never the agent's environment.
 //
 // Gang semantics span nodes through runtime.ranks_exited: an agent
 // publishes it once every rank it ran for a job has ended; when one rank

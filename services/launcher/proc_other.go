@@ -13,6 +13,10 @@ import (
 
 func detach(*exec.Cmd) {}
 
+func setCredential(*exec.Cmd, *Credential) error {
+	return errors.New("running a rank as another user needs a Unix system")
+}
+
 func signalGroup(int, syscall.Signal) error {
 	return errors.New("launching ranks needs a Unix system")
 }

@@ -18,6 +18,16 @@ func detach(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 }
 
+// setCredential makes cmd run as u: its uid, gid and supplementary
+// groups, set by the child before it enters cmd.Dir and execs.
+func setCredential(cmd *exec.Cmd, u *Credential) error {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups}
+	return nil
+}
+
 // signalGroup sends sig to the process group led by pid.
 func signalGroup(pid int, sig syscall.Signal) error {
 	err := syscall.Kill(-pid, sig)

@@ -12,23 +12,68 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/placer/launch"
 )
 
-// launchError is a job the agent cannot start, with the job field at
-// fault (command, workdir, env[2], ...).
+// launchError is a job the agent cannot start. Its message is the
+// submitter's, and any user's who reads runtime.ranks_exited or
+// jobs.finished: it names the job's field at fault (command, workdir,
+// env[2], ...) and the job's own value, never the agent's environment (its
+// PATH, its state directory, what its files' errors say), which go to the
+// agent's log alone, as detail.
 type launchError struct {
+	// field is the job's field at fault; "" when the fault is the agent's.
 	field string
 	err   error
+	// detail is for the agent's log only; "" when err says it all.
+	detail string
 }
 
-func (e *launchError) Error() string { return e.field + ": " + e.err.Error() }
+func (e *launchError) Error() string {
+	if e.field == "" {
+		return e.err.Error()
+	}
+	return e.field + ": " + e.err.Error()
+}
+
 func (e *launchError) Unwrap() error { return e.err }
 
 func fieldErr(field string, format string, args ...any) error {
 	return &launchError{field: field, err: fmt.Errorf(format, args...)}
+}
+
+// agentErr is a launch that failed for the agent's own reason: the
+// submitter reads what failed, the agent's log why.
+func agentErr(what string, err error) *launchError {
+	return &launchError{err: errors.New(what + " (the agent's log says why)"), detail: err.Error()}
+}
+
+// shown is a job's value as a message quotes it: as it is, or quoted where
+// it holds what a terminal would not show plainly, and cut short.
+func shown(s string) string {
+	const limit = 256
+	more := ""
+	if len(s) > limit {
+		s, more = strings.ToValidUTF8(s[:limit], ""), "..."
+	}
+	if s == "" || !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) || r == '"' }) {
+		return strconv.Quote(s) + more
+	}
+	return s + more
+}
+
+// pathErrText is what an error about one of the job's paths says, less
+// the path (the message names it as the job gave it).
+func pathErrText(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
 }
 
 // envEntry is the shape the jobs.submitted schema gives an env entry.
@@ -40,6 +85,8 @@ type rankSpec struct {
 	argv []string
 	env  []string
 	dir  string
+	// user is who the rank runs as; nil: the agent's user.
+	user *Credential
 }
 
 // plan is how the ranks of one job on this node are started.
@@ -69,6 +116,9 @@ type planInput struct {
 	// reports whether this machine has a NUMA node.
 	numactl   string
 	numaNodes func(int) bool
+	// user is the job's user (run_as) where the ranks run as another
+	// than the agent; nil: as the agent.
+	user *account
 }
 
 // makePlan checks the job and works out each local rank's command line
@@ -99,29 +149,45 @@ func makePlan(in planInput) (*plan, error) {
 	if np == nil {
 		return nil, fieldErr("nodes", "the decision lists no entry for node %s", in.node)
 	}
+	if err := checkNUL(job); err != nil {
+		return nil, err
+	}
 	jobEnv := map[string]string{}
 	for i, kv := range job.Env {
 		if !envEntry.MatchString(kv) {
-			return nil, fieldErr(fmt.Sprintf("env[%d]", i), "%q: expected NAME=value", kv)
+			return nil, fieldErr(fmt.Sprintf("env[%d]", i), "%s: expected NAME=value", shown(kv))
 		}
 		k, v, _ := strings.Cut(kv, "=")
 		jobEnv[k] = v
 	}
 	dir := job.Workdir
 	if dir != "" {
+		// Relative, it would be the agent's working directory's.
+		if !filepath.IsAbs(dir) {
+			return nil, fieldErr("workdir", "%s: not an absolute path", shown(dir))
+		}
 		st, err := os.Stat(dir)
 		switch {
 		case err != nil:
-			return nil, fieldErr("workdir", "%s: %w", dir, err)
+			return nil, fieldErr("workdir", "%s: %s", shown(dir), pathErrText(err))
 		case !st.IsDir():
-			return nil, fieldErr("workdir", "%s: not a directory", dir)
+			return nil, fieldErr("workdir", "%s: not a directory", shown(dir))
 		}
 	}
-	path, ok := jobEnv["PATH"]
-	if !ok {
+	path, jobPath := jobEnv["PATH"]
+	if !jobPath {
 		path = lookup(in.baseEnv, "PATH")
 	}
 	command, err := resolveCommand(job.Command, dir, path)
+	if errors.Is(err, exec.ErrNotFound) {
+		// Which PATH was searched: the job's own, or the agent's, which
+		// is the agent's to know.
+		if jobPath {
+			return nil, fieldErr("command", "%s: not found in the PATH the job's env sets", shown(job.Command))
+		}
+		return nil, &launchError{field: "command", err: fmt.Errorf("%s: not found in the PATH of the agent's environment (the job's env may set PATH)", shown(job.Command)),
+			detail: "PATH=" + path}
+	}
 	if err != nil {
 		return nil, &launchError{field: "command", err: err}
 	}
@@ -146,6 +212,12 @@ func makePlan(in planInput) (*plan, error) {
 			if k, v, ok := strings.Cut(kv, "="); ok {
 				env[k] = v
 			}
+		}
+		var user *Credential
+		if u := in.user; u != nil {
+			// Whose the rank is, not the agent's.
+			env["USER"], env["LOGNAME"], env["HOME"] = u.name, u.name, u.home
+			user = u.credential()
 		}
 		if t := in.tuning; t != nil {
 			maps.Copy(env, t.Env.All)
@@ -182,14 +254,15 @@ func makePlan(in planInput) (*plan, error) {
 				argv = append([]string{in.numactl, "--cpunodebind=" + n, "--membind=" + n}, argv...)
 			}
 		}
-		p.ranks = append(p.ranks, rankSpec{rank: r, argv: argv, env: sortedEnv(env), dir: dir})
+		p.ranks = append(p.ranks, rankSpec{rank: r, argv: argv, env: sortedEnv(env), dir: dir, user: user})
 	}
 	return p, nil
 }
 
 // resolveCommand finds the program a job names: a path (relative to the
 // workdir) or a name looked up in the ranks' PATH, which the job's env may
-// set. It must exist and be executable by the agent.
+// set. It must exist and be executable by the agent. Its errors name the
+// command as the job gave it; one not in PATH is exec.ErrNotFound.
 func resolveCommand(command, dir, path string) (string, error) {
 	if command == "" {
 		return "", errors.New("empty")
@@ -200,7 +273,7 @@ func resolveCommand(command, dir, path string) (string, error) {
 			p = filepath.Join(dir, p)
 		}
 		if err := executable(p); err != nil {
-			return "", fmt.Errorf("%s: %w", command, err)
+			return "", fmt.Errorf("%s: %s", shown(command), pathErrText(err))
 		}
 		return p, nil
 	}
@@ -213,7 +286,31 @@ func resolveCommand(command, dir, path string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%s: %w in PATH %s", command, exec.ErrNotFound, path)
+	return "", exec.ErrNotFound
+}
+
+// checkNUL refuses a NUL byte in what becomes a rank's argv, environment
+// or working directory: the kernel would cut the string there, or refuse
+// the whole exec with an error that names the shim.
+func checkNUL(job *events.JobSubmitted) error {
+	has := func(s string) bool { return strings.IndexByte(s, 0) >= 0 }
+	switch {
+	case has(job.Command):
+		return fieldErr("command", "contains a NUL byte")
+	case has(job.Workdir):
+		return fieldErr("workdir", "contains a NUL byte")
+	}
+	for i, a := range job.Args {
+		if has(a) {
+			return fieldErr(fmt.Sprintf("args[%d]", i), "contains a NUL byte")
+		}
+	}
+	for i, kv := range job.Env {
+		if has(kv) {
+			return fieldErr(fmt.Sprintf("env[%d]", i), "contains a NUL byte")
+		}
+	}
+	return nil
 }
 
 func executable(p string) error {

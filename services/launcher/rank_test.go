@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -142,7 +143,17 @@ func TestMakePlan(t *testing.T) {
 		wantField string
 		wantErr   string
 	}{
-		{name: "command not in PATH", job: events.JobSubmitted{Command: "no-such-program"}, wantField: "command", wantErr: "not found"},
+		{name: "command not in PATH", job: events.JobSubmitted{Command: "no-such-program"}, wantField: "command",
+			wantErr: "command: no-such-program: not found in the PATH of the agent's environment"},
+		{name: "command not in the job's PATH", job: events.JobSubmitted{Command: "no-such-program", Env: []string{"PATH=/nowhere"}}, wantField: "command",
+			wantErr: "command: no-such-program: not found in the PATH the job's env sets"},
+		{name: "command odd", job: events.JobSubmitted{Command: "/no/\"such\"\n"}, wantField: "command", wantErr: `command: "/no/\"such\"\n": no such file or directory`},
+		{name: "command NUL", job: events.JobSubmitted{Command: "train\x00x"}, wantField: "command", wantErr: "command: contains a NUL byte"},
+		{name: "args NUL", job: events.JobSubmitted{Command: "train", Args: []string{"a", "b", "c", "d\x00"}}, wantField: "args[3]", wantErr: "args[3]: contains a NUL byte"},
+		{name: "env NUL", job: events.JobSubmitted{Command: "train", Env: []string{"A=1", "B=\x00"}}, wantField: "env[1]", wantErr: "env[1]: contains a NUL byte"},
+		{name: "workdir NUL", job: events.JobSubmitted{Command: "train", Workdir: "/tmp\x00"}, wantField: "workdir", wantErr: "workdir: contains a NUL byte"},
+		{name: "workdir relative", job: events.JobSubmitted{Command: "train", Workdir: "srv/train"}, wantField: "workdir", wantErr: "workdir: srv/train: not an absolute path"},
+		{name: "workdir dot", job: events.JobSubmitted{Command: "train", Workdir: "."}, wantField: "workdir", wantErr: "not an absolute path"},
 		{name: "command path missing", job: events.JobSubmitted{Command: "/no/such/program"}, wantField: "command", wantErr: "no such file"},
 		{name: "command not executable", job: events.JobSubmitted{Command: "./data.txt", Workdir: bin}, wantField: "command", wantErr: "permission denied"},
 		{name: "command a directory", job: events.JobSubmitted{Command: bin}, wantField: "command", wantErr: "is a directory"},
@@ -168,6 +179,11 @@ func TestMakePlan(t *testing.T) {
 			}
 			if le.field != tc.wantField || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("err = %v (field %q), want field %q and %q", err, le.field, tc.wantField, tc.wantErr)
+			}
+			// The agent's PATH is its own: the log may have it, the
+			// submitter may not.
+			if leaked := strings.Contains(err.Error(), bin) && !strings.Contains(fmt.Sprint(tc.job), bin); leaked || strings.Contains(err.Error(), "stat ") {
+				t.Errorf("err = %v: names the agent's PATH or its calls", err)
 			}
 		})
 	}

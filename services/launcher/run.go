@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/client"
 )
 
 // run is one job taken by the agent, from its decision to its release.
@@ -63,33 +64,47 @@ func (a *Agent) execute(ctx context.Context, rn *run, adopt *jobState) {
 	log := a.log.With("job_id", rn.id)
 	var procs []*rankProc
 	var logs []func(stop <-chan struct{}) // tailers to run
+	state := adopt
 	if adopt != nil {
 		procs, logs = a.adopt(ctx, rn, adopt)
 		if len(procs) == 0 {
-			log.Warn("ranks gone while the agent was down, with no word of how they ended")
-			a.report(ctx, rn, &events.RanksExited{Status: events.StatusFailed, Reason: events.ReasonRanksGone,
-				Message: "the ranks ended while the agent was down; how is not known", Ranks: unknownExits(adopt.Ranks, a.cfg.Node)})
-			_ = removeState(a.cfg.StateDir, rn.id)
+			rep := &events.RanksExited{Status: events.StatusFailed, Reason: events.ReasonRanksGone,
+				Message: "the ranks ended while the agent was down; how is not known", Ranks: unknownExits(adopt.Ranks, a.cfg.Node)}
+			if adopt.unreadable != nil {
+				// Started here, so not to be started again; which
+				// processes its ranks are is lost with the file.
+				log.Error("the job's state file cannot be read: its ranks are not known, and the job is reported failed", "err", adopt.unreadable)
+				rep.Message = "the agent lost its record of the ranks it started (its log says why); any still running are not watched"
+				rep.Ranks = nil
+				for _, r := range ranksOn(rn.d, a.cfg.Node) {
+					rep.Ranks = append(rep.Ranks, events.RankExit{Rank: r, Node: a.cfg.Node, ExitCode: -1})
+				}
+			} else {
+				log.Warn("ranks gone while the agent was down, with no word of how they ended")
+			}
+			a.finishRun(ctx, rn, adopt, rep)
 			return
 		}
 		a.heartbeat(ctx) // claim the job at once: the watchdog counts from its decision
 		log.Info("adopted running ranks", "ranks", len(procs))
 	} else {
 		var err error
-		procs, logs, err = a.launch(ctx, rn)
+		procs, logs, state, err = a.launch(ctx, rn)
 		if err != nil {
 			if errors.Is(err, errExternal) || ctx.Err() != nil {
 				return
 			}
-			rep := &events.RanksExited{Status: events.StatusFailed, Reason: events.ReasonLaunchFailed, Message: err.Error()}
+			// Only a launchError's message is the submitter's: any
+			// other error is the agent's, told in its log alone.
 			var le *launchError
-			if errors.As(err, &le) {
-				rep.Field = le.field
+			if !errors.As(err, &le) {
+				le = agentErr("the agent could not launch the job", err)
 			}
+			rep := &events.RanksExited{Status: events.StatusFailed, Reason: events.ReasonLaunchFailed, Message: le.Error(), Field: le.field}
 			for _, r := range ranksOn(rn.d, a.cfg.Node) {
 				rep.Ranks = append(rep.Ranks, events.RankExit{Rank: r, Node: a.cfg.Node, ExitCode: -1})
 			}
-			log.Warn("job not launched", "err", err)
+			log.Warn("job not launched", "err", le.Error(), "detail", le.detail)
 			a.report(ctx, rn, rep)
 			return
 		}
@@ -142,9 +157,19 @@ func (a *Agent) execute(ctx context.Context, rn *run, adopt *jobState) {
 		rep.Status, rep.Reason = events.StatusFailed, rn.stopReason
 		rep.Message = "ranks stopped: " + rn.stopReason
 	}
-	a.report(ctx, rn, rep)
-	if err := removeState(a.cfg.StateDir, rn.id); err != nil {
-		log.Warn("state file not removed", "err", err)
+	a.finishRun(ctx, rn, state, rep)
+}
+
+// finishRun reports how the node's ranks ended and then removes the job's
+// state, in that order: a restarted agent that finds the state adopts
+// the job (and reports it), one that finds the report claims it; one that
+// found neither would start the job again.
+func (a *Agent) finishRun(ctx context.Context, rn *run, st *jobState, rep *events.RanksExited) {
+	if !a.report(ctx, rn, rep) {
+		return // the agent stops: the next one reports from the state
+	}
+	if err := removeState(st); err != nil {
+		a.log.Warn("state file not removed", "job_id", rn.id, "err", err)
 	}
 }
 
@@ -152,26 +177,33 @@ func (a *Agent) execute(ctx context.Context, rn *run, adopt *jobState) {
 var errExternal = errors.New("no command: launched by someone else")
 
 // launch checks the job and starts its local ranks.
-func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan struct{}), error) {
+func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan struct{}), *jobState, error) {
 	job, err := a.submission(ctx, rn.id)
 	if err != nil {
 		if errors.Is(err, ctx.Err()) {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		return nil, nil, fmt.Errorf("reading the job's submission: %w", err)
+		if errors.Is(err, client.ErrUnknownJob) {
+			return nil, nil, nil, &launchError{err: errors.New("the agent found no jobs.submitted for the job"), detail: err.Error()}
+		}
+		return nil, nil, nil, agentErr("the agent could not read the job's submission", err)
 	}
 	if job == nil || job.Command == "" {
 		rn.external.Store(true)
-		return nil, nil, errExternal
+		return nil, nil, nil, errExternal
+	}
+	user, err := a.runAs.resolve(job.RunAs)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	tuning := a.waitTuning(ctx, rn.id)
 	p, err := makePlan(planInput{
 		node: a.cfg.Node, gpus: a.cfg.GPUs, job: job, decision: rn.d, tuning: tuning,
 		masterAddr: a.masterAddr(ctx, rn.d), baseEnv: os.Environ(), telemetryURL: a.telemetryURL, telemetryToken: rn.token,
-		numactl: a.numactl, numaNodes: numaNodeExists,
+		numactl: a.numactl, numaNodes: numaNodeExists, user: user,
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	for _, w := range p.warnings {
 		a.log.Warn(w, "job_id", rn.id)
@@ -181,49 +213,87 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 			a.log.Warn("tuning file not written", "job_id", rn.id, "path", f.Path, "err", err)
 		}
 	}
-	if err := os.MkdirAll(a.jobDir(rn.id), 0o755); err != nil {
-		return nil, nil, fmt.Errorf("log dir: %w", err)
+	if _, err := jobFileName(rn.id); err != nil {
+		return nil, nil, nil, &launchError{field: "job_id", err: errors.New("too long to name the agent's files"), detail: err.Error()}
 	}
-	st := jobState{JobID: rn.id, TelemetryToken: rn.token}
+	dir, err := makeJobDir(a.cfg.StateDir, rn.id)
+	if err != nil {
+		return nil, nil, nil, agentErr("the agent could not make the job's directory", err)
+	}
+	st := &jobState{JobID: rn.id, TelemetryToken: rn.token}
 	var procs []*rankProc
 	var cmds []*exec.Cmd
-	fail := func(err error) ([]*rankProc, []func(<-chan struct{}), error) {
+	// The shims start their rank once the state is written: a byte each
+	// on the gate. The agent's end closes it (the write end is not
+	// inherited), so no rank runs that a next agent would not know of.
+	var gate, gateOpen *os.File
+	if len(a.cfg.Shim) > 0 {
+		var err error
+		if gateOpen, gate, err = os.Pipe(); err != nil {
+			return nil, nil, nil, agentErr("the agent could not start the ranks", err)
+		}
+		defer func() { _ = gateOpen.Close() }() // the shims hold their own
+		defer func() { _ = gate.Close() }()     // written, or the shims must end
+	}
+	fail := func(err error) ([]*rankProc, []func(<-chan struct{}), *jobState, error) {
+		if gate != nil {
+			_ = gate.Close() // the shims end without starting a rank
+		}
 		for _, c := range cmds {
 			_ = signalGroup(c.Process.Pid, sigKill)
 			_ = c.Wait()
 		}
-		return nil, nil, err
+		if rerr := removeState(st); rerr != nil {
+			a.log.Warn("state file not removed", "job_id", rn.id, "err", rerr)
+		}
+		return nil, nil, nil, err
 	}
 	for _, rs := range p.ranks {
-		path := logPath(a.cfg.StateDir, rn.id, rs.rank.Rank)
-		out, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+		path := rankLogPath(dir, rs.rank.Rank)
+		out, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 		if err != nil {
-			return fail(fmt.Errorf("rank %d output: %w", rs.rank.Rank, err))
+			return fail(agentErr(fmt.Sprintf("rank %d: the agent could not open its output file", rs.rank.Rank), err))
 		}
 		argv, exitFile := rs.argv, ""
+		var extra []*os.File
 		if len(a.cfg.Shim) > 0 {
-			exitFile = filepath.Join(a.jobDir(rn.id), fmt.Sprintf("rank-%d.exit", rs.rank.Rank))
+			exitFile = rankExitPath(dir, rs.rank.Rank)
 			_ = os.Remove(exitFile) // a previous run's
-			shim := slices.Clone(a.cfg.Shim)
+			sc := ShimConfig{ExitFile: exitFile, GateFD: 3, User: rs.user}
 			if silence := a.cfg.Silence(); silence > 0 {
-				shim = append(shim, "--alive", a.cfg.AliveFile(), "--silence", silence.String(), "--grace", a.cfg.Grace.String())
+				sc.AliveFile, sc.Silence, sc.Grace = a.cfg.AliveFile(), silence, a.cfg.Grace
 			}
-			argv = append(append(shim, exitFile, "--"), argv...)
+			argv = append(slices.Clone(a.cfg.Shim), sc.Args(argv)...)
+			extra = []*os.File{gateOpen} // fd 3
 		}
 		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = rs.env, rs.dir, out, out
+		cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = rs.env, rs.dir, out, out, extra
 		detach(cmd)
-		err = cmd.Start()
+		if len(a.cfg.Shim) == 0 && rs.user != nil {
+			// No shim to switch for it (tests): the rank itself.
+			err = asUser(cmd, rs.user)
+		}
+		if err == nil {
+			err = cmd.Start()
+		}
 		_ = out.Close() // the rank holds its own descriptor
-		if err != nil {
-			return fail(&launchError{field: "command", err: err})
+		switch {
+		case err != nil && len(a.cfg.Shim) > 0:
+			return fail(agentErr(fmt.Sprintf("rank %d: the agent could not start its shim", rs.rank.Rank), err))
+		case err != nil:
+			return fail(&launchError{field: "command", err: fmt.Errorf("rank %d could not be started: %s", rs.rank.Rank, pathErrText(err)), detail: err.Error()})
 		}
 		cmds = append(cmds, cmd)
 		start, _ := procStart(cmd.Process.Pid)
 		st.Ranks = append(st.Ranks, rankState{Rank: rs.rank.Rank, PID: cmd.Process.Pid, Start: start, Log: path, Exit: exitFile})
 	}
 	if err := writeState(a.cfg.StateDir, st); err != nil {
-		return fail(err)
+		return fail(agentErr("the agent could not record the job's state", err))
+	}
+	if gate != nil {
+		if _, err := gate.Write(make([]byte, len(cmds))); err != nil {
+			return fail(agentErr("the agent could not start the ranks", err))
+		}
 	}
 	var tails []func(<-chan struct{})
 	for i, cmd := range cmds {
@@ -243,7 +313,7 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 		procs = append(procs, p)
 		tails = append(tails, a.tail(ctx, rn.id, st.Ranks[i], 0))
 	}
-	return procs, tails, nil
+	return procs, tails, st, nil
 }
 
 // adopt takes the ranks a previous run of the agent started that still
@@ -371,7 +441,8 @@ func (a *Agent) watch(ctx context.Context, rn *run, procs []*rankProc) {
 
 // report publishes how the node's ranks ended, retrying until NATS takes
 // it or the agent stops: the job's other agents and its lead wait on it.
-func (a *Agent) report(ctx context.Context, rn *run, rep *events.RanksExited) {
+// It reports whether NATS took it.
+func (a *Agent) report(ctx context.Context, rn *run, rep *events.RanksExited) bool {
 	rep.JobID, rep.Node = rn.id, a.cfg.Node
 	if rep.Ranks == nil {
 		rep.Ranks = []events.RankExit{}
@@ -380,12 +451,12 @@ func (a *Agent) report(ctx context.Context, rn *run, rep *events.RanksExited) {
 		_, err := a.b.Publish(ctx, rep)
 		if err == nil {
 			a.log.Info("ranks exited", "job_id", rn.id, "status", rep.Status, "reason", rep.Reason, "message", rep.Message)
-			return
+			return true
 		}
 		a.log.Warn("ranks_exited not sent", "job_id", rn.id, "err", err)
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-time.After(wait):
 		}
 	}

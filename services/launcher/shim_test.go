@@ -2,9 +2,12 @@ package launcher
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,7 +20,17 @@ import (
 // process group, which must not be the test's.
 const envShim = "TOPOSCHED_TEST_RANK_SHIM"
 
+// envAgentShim makes the test binary the shim as the agent runs it, with
+// the command line ShimConfig.Args writes (testShim).
+const envAgentShim = "TOPOSCHED_TEST_AGENT_SHIM"
+
+// testShim is Config.Shim for agents under test: this binary, as the shim.
+func testShim() []string { return []string{"/usr/bin/env", envAgentShim + "=1", os.Args[0]} }
+
 func TestMain(m *testing.M) {
+	if os.Getenv(envAgentShim) != "" {
+		os.Exit(ShimMain(os.Args[1:]))
+	}
 	if cfg := os.Getenv(envShim); cfg != "" {
 		var c ShimConfig
 		if err := json.Unmarshal([]byte(cfg), &c); err != nil {
@@ -163,5 +176,106 @@ func setMtime(t *testing.T, path string, at time.Time) {
 	t.Helper()
 	if err := os.Chtimes(path, at, at); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestShimArgs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  ShimConfig
+		want []string
+	}{
+		{"exit file only", ShimConfig{ExitFile: "/s/x.exit"}, []string{"/s/x.exit", "--", "sh", "-c", "exit 0"}},
+		{"everything", ShimConfig{ExitFile: "/s/x.exit", AliveFile: "/s/agent.alive", Silence: 15 * time.Second, Grace: time.Second,
+			GateFD: 3, User: &Credential{UID: 65534, GID: 65534, Groups: []uint32{65534, 27}}},
+			[]string{"--alive", "/s/agent.alive", "--silence", "15s", "--grace", "1s", "--gate-fd", "3",
+				"--uid", "65534", "--gid", "65534", "--groups=65534,27", "/s/x.exit", "--", "sh", "-c", "exit 0"}},
+		{"a user without supplementary groups", ShimConfig{ExitFile: "/s/x.exit", User: &Credential{UID: 1, GID: 2, Groups: []uint32{}}},
+			[]string{"--uid", "1", "--gid", "2", "--groups=", "/s/x.exit", "--", "sh", "-c", "exit 0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			argv := []string{"sh", "-c", "exit 0"}
+			got := tc.cfg.Args(argv)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("Args = %q, want %q", got, tc.want)
+			}
+			cfg, rest, err := ParseShimArgs(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tc.cfg
+			if want.Grace == 0 {
+				want.Grace = DefaultGrace
+			}
+			if !reflect.DeepEqual(cfg, want) || !slices.Equal(rest, argv) {
+				t.Errorf("ParseShimArgs = %+v %q, want %+v %q", cfg, rest, want, argv)
+			}
+		})
+	}
+	for _, args := range [][]string{
+		nil,
+		{"/s/x.exit"},
+		{"/s/x.exit", "sh"},
+		{"/s/x.exit", "--"},
+		{"--uid", "1", "/s/x.exit", "--", "sh"},
+		{"--uid", "1", "--gid", "-2", "/s/x.exit", "--", "sh"},
+		{"--uid", "1", "--gid", "1", "--groups", "a", "/s/x.exit", "--", "sh"},
+		{"--uid", "4294967296", "--gid", "1", "/s/x.exit", "--", "sh"},
+		{"--no-such-flag", "/s/x.exit", "--", "sh"},
+	} {
+		if cfg, rest, err := ParseShimArgs(args); err == nil {
+			t.Errorf("ParseShimArgs(%q) = %+v %q, want an error", args, cfg, rest)
+		}
+	}
+}
+
+// TestShimGate: the shim starts its rank once the agent writes a byte on
+// the gate; an agent that ends first (the pipe closed, nothing written)
+// leaves no rank started.
+func TestShimGate(t *testing.T) {
+	t.Parallel()
+	for _, open := range []bool{true, false} {
+		t.Run(fmt.Sprintf("opened %v", open), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			mark := filepath.Join(dir, "started")
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := ShimConfig{ExitFile: filepath.Join(dir, "rank-0.exit"), GateFD: 3}
+			argv := append(testShim(), cfg.Args([]string{"sh", "-c", `touch "$0"`, mark})...)
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.ExtraFiles = []*os.File{r}
+			cmd.Stderr = os.Stderr
+			detach(cmd)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = signalGroup(cmd.Process.Pid, sigKill) })
+			_ = r.Close()
+			if open {
+				_, err = w.Write([]byte{0})
+			}
+			_ = w.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+			_, statErr := os.Stat(mark)
+			if started := statErr == nil; started != open {
+				t.Errorf("rank started: %v, want %v", started, open)
+			}
+			code := cmd.ProcessState.ExitCode()
+			_, wrote := readShimExit(cfg.ExitFile)
+			switch {
+			case open && (code != 0 || !wrote):
+				t.Errorf("gate opened: shim exit %d, exit file written %v; want 0, written", code, wrote)
+			case !open && (code != 125 || wrote):
+				t.Errorf("gate closed: shim exit %d, exit file written %v; want 125, none", code, wrote)
+			}
+		})
 	}
 }
