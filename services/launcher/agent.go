@@ -210,6 +210,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := checkCaseSensitive(a.cfg.StateDir); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
+	if err := checkOwnDir(a.cfg.StateDir); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
 	if a.numactl == "" {
 		a.log.Info("numactl not found: ranks are not bound to their GPU's NUMA node")
 	}

@@ -35,3 +35,6 @@ var (
 	sigTerm = syscall.SIGTERM
 	sigKill = syscall.SIGKILL
 )
+
+// checkOwnDir: ownership is not checked where there are no Unix owners.
+func checkOwnDir(string) error { return nil }

@@ -4,12 +4,17 @@ package launcher
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 )
+
+// parentDir is the directory above d.
+func parentDir(d string) string { return filepath.Dir(d) }
 
 // detach puts a rank in a process group of its own: the agent signals the
 // whole group (a shell's children too), and a Ctrl-C or SIGTERM meant for
@@ -128,3 +133,34 @@ var (
 	sigTerm = syscall.SIGTERM
 	sigKill = syscall.SIGKILL
 )
+
+// checkOwnDir refuses a state directory that someone else could swap or
+// fill: the directory and every directory above it must be owned by root
+// or by the agent's user, and one that others may write must be sticky
+// (as /tmp is), so that no one else can rename what the agent made there.
+// Otherwise a local user who made, say, /tmp/toposched-agent before the
+// agent could put a link where the agent, perhaps running as root, writes
+// its files.
+func checkOwnDir(dir string) error {
+	uid := uint32(os.Geteuid())
+	for d := dir; ; d = parentDir(d) {
+		st, err := os.Lstat(d)
+		if err != nil {
+			return err
+		}
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		switch {
+		case !ok:
+			return nil
+		case st.Mode()&os.ModeSymlink != 0 && d == dir:
+			return fmt.Errorf("%s is a symbolic link: give the agent a directory of its own", d)
+		case sys.Uid != 0 && sys.Uid != uid:
+			return fmt.Errorf("%s belongs to user %d, not to the agent's user (%d) or root: another user could replace what the agent writes under it", d, sys.Uid, uid)
+		case st.Mode().Perm()&0o022 != 0 && st.Mode()&os.ModeSticky == 0 && st.IsDir():
+			return fmt.Errorf("%s is writable by others and not sticky: another user could replace what the agent writes under it", d)
+		}
+		if parentDir(d) == d {
+			return nil
+		}
+	}
+}

@@ -121,6 +121,20 @@ type planInput struct {
 	user *account
 }
 
+// relocate points the ranks' environment at the tuning files where the
+// agent wrote them (writeTuningFiles): a variable whose value is a path
+// the tuning event named gets the file's new path.
+func (p *plan) relocate(moved map[string]string) {
+	for i := range p.ranks {
+		for j, kv := range p.ranks[i].env {
+			k, v, _ := strings.Cut(kv, "=")
+			if to, ok := moved[v]; ok {
+				p.ranks[i].env[j] = k + "=" + to
+			}
+		}
+	}
+}
+
 // makePlan checks the job and works out each local rank's command line
 // and environment. A fault of the job is a *launchError naming its field.
 func makePlan(in planInput) (*plan, error) {

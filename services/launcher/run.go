@@ -171,6 +171,9 @@ func (a *Agent) finishRun(ctx context.Context, rn *run, st *jobState, rep *event
 	if err := removeState(st); err != nil {
 		a.log.Warn("state file not removed", "job_id", rn.id, "err", err)
 	}
+	if err := removeTuningFiles(a.cfg.StateDir, rn.id); err != nil {
+		a.log.Warn("tuning files not removed", "job_id", rn.id, "err", err)
+	}
 }
 
 // errExternal: the job has no command; another launcher runs it.
@@ -208,13 +211,15 @@ func (a *Agent) launch(ctx context.Context, rn *run) ([]*rankProc, []func(<-chan
 	for _, w := range p.warnings {
 		a.log.Warn(w, "job_id", rn.id)
 	}
-	for _, f := range p.files {
-		if err := writeTuningFile(f); err != nil {
-			a.log.Warn("tuning file not written", "job_id", rn.id, "path", f.Path, "err", err)
-		}
-	}
 	if _, err := jobFileName(rn.id); err != nil {
 		return nil, nil, nil, &launchError{field: "job_id", err: errors.New("too long to name the agent's files"), detail: err.Error()}
+	}
+	if len(p.files) > 0 {
+		moved, err := writeTuningFiles(a.cfg.StateDir, rn.id, p.files)
+		if err != nil {
+			a.log.Warn("tuning files not written: the ranks start without them", "job_id", rn.id, "err", err)
+		}
+		p.relocate(moved)
 	}
 	dir, err := makeJobDir(a.cfg.StateDir, rn.id)
 	if err != nil {
@@ -533,11 +538,62 @@ func unknownExits(rs []rankState, node string) []events.RankExit {
 	return out
 }
 
-func writeTuningFile(f events.TuningFile) error {
-	if err := os.MkdirAll(filepath.Dir(f.Path), 0o755); err != nil {
-		return err
+// tuningDir holds, in the state directory, each job's tuning files.
+const tuningDir = "tuning"
+
+// writeTuningFiles writes a job's tuning files (NCCL_TOPO_FILE's XML) into
+// a directory of the agent's own, StateDir/tuning/<job>/, not at the path
+// the event names: an agent running as root that wrote where a published
+// event said, following links, in a directory such as /tmp where anyone
+// may have put a link, would write any file of the machine. The files are
+// readable by the ranks, whoever they run as. It returns each file's new
+// path by the path the event named; a file it could not write is left out.
+func writeTuningFiles(stateDir, job string, files []events.TuningFile) (map[string]string, error) {
+	name, err := jobFileName(job)
+	if err != nil {
+		return nil, err
 	}
-	return os.WriteFile(f.Path, []byte(f.Content), 0o644)
+	dir := filepath.Join(stateDir, tuningDir, name)
+	if err := os.MkdirAll(filepath.Join(stateDir, tuningDir), 0o755); err != nil {
+		return nil, err
+	}
+	// A previous run's files go: they may be another decision's.
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, err
+	}
+	moved := map[string]string{}
+	var errs []error
+	for i, f := range files {
+		base, err := jobFileName(filepath.Base(f.Path))
+		if err != nil {
+			base = "file"
+		}
+		p := filepath.Join(dir, fmt.Sprintf("%d-%s", i, base))
+		// O_EXCL: a fresh file in a fresh directory, never through a link.
+		out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err == nil {
+			_, err = out.WriteString(f.Content)
+			err = errors.Join(err, out.Close())
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f.Path, err))
+			continue
+		}
+		moved[f.Path] = p
+	}
+	return moved, errors.Join(errs...)
+}
+
+// removeTuningFiles removes a job's tuning files once its ranks are done.
+func removeTuningFiles(stateDir, job string) error {
+	name, err := jobFileName(job)
+	if err != nil {
+		return nil // none were written
+	}
+	return os.RemoveAll(filepath.Join(stateDir, tuningDir, name))
 }
 
 // numaNodeExists reports whether this machine has NUMA node n.
