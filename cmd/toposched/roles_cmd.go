@@ -16,6 +16,7 @@ import (
 	"github.com/toposched/toposched/events/natsserver"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/internal/natsflags"
+	"github.com/toposched/toposched/services/operator"
 )
 
 func newRoles(g *globals) *cobra.Command {
@@ -45,12 +46,14 @@ topoctl and the agents find their seed in TOPOSCHED_DATA_DIR/credentials
 func newRolesIssue(g *globals, dir *string) *cobra.Command {
 	var agents, tenants []string
 	var clusterFile string
+	var services bool
 	cmd := &cobra.Command{
-		Use:   "issue [--agent NODE]... [--tenant TENANT]... [--agents-from CLUSTER_FILE]",
+		Use:   "issue [--agent NODE]... [--tenant TENANT]... [--agents-from CLUSTER_FILE] [--services]",
 		Short: "Write a seed file for each role named, and the operator's, launcher's and policy-admin's, keeping those already there",
 		Example: `  toposched roles issue --agent gpu-001 --agent gpu-002 --tenant research
   toposched agent --exec --node gpu-001 --nats-nkey toposched-data/credentials/agent-gpu-001.nk
-  topoctl --tenant research submit job.yaml       # signs in with tenant-research.nk`,
+  topoctl --tenant research submit job.yaml       # signs in with tenant-research.nk
+  toposched roles issue --services                # analysis.nk, placement.nk, ... for services run apart`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if clusterFile != "" {
@@ -66,6 +69,9 @@ func newRolesIssue(g *globals, dir *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if services {
+				wanted = append(wanted, serviceRoles(g.prefix)...)
+			}
 			creds, err := natsserver.EnsureCredentials(*dir, wanted)
 			if err != nil {
 				return err
@@ -76,7 +82,20 @@ func newRolesIssue(g *globals, dir *string) *cobra.Command {
 	cmd.Flags().StringArrayVar(&agents, "agent", nil, "a node whose agent gets a role (repeatable)")
 	cmd.Flags().StringArrayVar(&tenants, "tenant", nil, "a tenant whose users get a role (repeatable)")
 	cmd.Flags().StringVar(&clusterFile, "agents-from", "", "a cluster file: a role for each of its nodes' agents")
+	cmd.Flags().BoolVar(&services, "services", false,
+		"a role for each service run on its own (analysis, placement, optimizer, discovery: the Helm chart's Deployments, toposched@.service), in place of the operator's all-powerful one")
 	return cmd
+}
+
+// serviceRoles are the roles of the services run apart, one each.
+func serviceRoles(prefix string) []natsserver.Role {
+	r := roles{prefix}
+	out := make([]natsserver.Role, 0, len(operator.All))
+	for _, svc := range operator.All {
+		p, _ := r.permissions(svc)
+		out = append(out, natsserver.Role{Name: svc, Permissions: p})
+	}
+	return out
 }
 
 // issuedRoles are the roles roles issue keeps: serve's and those named.

@@ -124,6 +124,54 @@ func TestRolesConfNkeys(t *testing.T) {
 	}
 }
 
+// roles issue --services writes a seed for each service run apart (the
+// Helm chart's Deployments mount one each), and roles conf lets each in
+// with its service's permissions: only placement's may write decisions.
+func TestRolesIssueServices(t *testing.T) {
+	dir := t.TempDir()
+	cmd := newRoles(&globals{prefix: events.DefaultPrefix})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	cmd.SetArgs([]string{"issue", "--dir", dir, "--services", "--agent", "gpu-001"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	text := conf(t, "--dir", dir)
+	file := filepath.Join(t.TempDir(), "roles.conf")
+	if err := os.WriteFile(file, []byte("jetstream {store_dir: $NATS_STORE_DIR}\n"+text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NATS_SYS_PASSWORD", "pw")
+	t.Setenv("NATS_STORE_DIR", t.TempDir())
+	opts, err := server.ProcessConfigFile(file)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, text)
+	}
+	creds, errs := natsserver.ReadCredentials(dir, roles{events.DefaultPrefix}.permissions)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	want := append([]string{roleOperator, roleLauncher, rolePolicyAdmin, "agent-gpu-001"}, operator.All...)
+	if got := creds.Roles(); !slices.Equal(sorted(got), sorted(want)) {
+		t.Fatalf("roles %v, want %v", got, want)
+	}
+	r := roles{events.DefaultPrefix}
+	for _, svc := range operator.All {
+		i := slices.IndexFunc(opts.Nkeys, func(u *server.NkeyUser) bool { return u.Nkey == creds.PublicKey(svc) })
+		if i < 0 {
+			t.Fatalf("%s: no user in roles conf", svc)
+		}
+		p, _ := r.permissions(svc)
+		if !samePermissions(p, opts.Nkeys[i].Permissions) {
+			t.Errorf("%s: permissions %+v, want the service's %+v", svc, opts.Nkeys[i].Permissions, p)
+		}
+		decided := events.NewSubjects(events.DefaultPrefix).Of(events.NamePlacementDecided)
+		if may(opts.Nkeys[i].Permissions, decided) != (svc == operator.Placement) {
+			t.Errorf("%s may publish %s: %v", svc, decided, !(svc == operator.Placement))
+		}
+	}
+}
+
 // samePermissions compares two roles' permissions, lists as sets; nil
 // (everything) is the operator's publish and subscribe ">".
 func samePermissions(a, b *server.Permissions) bool {

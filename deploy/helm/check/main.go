@@ -3,11 +3,16 @@
 // document is decoded strictly (unknown fields and wrong types are errors)
 // into its k8s.io/api type. Kinds outside k8s.io/api (the Prometheus
 // Operator's ServiceMonitor) are checked for apiVersion, kind and name.
+// Then it checks who each pod signs in to NATS as (identity.go): each
+// service its own seed and no other, each node's agent its node's, from
+// the node.
 //
 // It is a module of its own so that helm's and Kubernetes' dependencies
 // stay out of toposched's go.mod. The NATS subchart is the official one,
-// fetched by `helm dependency update`; without network it cannot be
-// rendered here, so the check renders with nats.enabled=false.
+// fetched by `helm dependency update`; without it (CI has no copy) the
+// check renders with nats.enabled=false, and where charts/ holds it, with
+// the subchart too, checking that its servers take toposched's users in
+// (natsconf.go).
 //
 // Usage: go run . CHART_DIR   (from deploy/helm/check; .ci/run does it)
 package main
@@ -17,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -25,20 +31,29 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
 )
 
-// valueSets are the configurations rendered: the defaults, and one with
-// every optional part on.
-var valueSets = map[string]map[string]any{
-	"defaults": {"nats": map[string]any{"enabled": false}},
-	"secured": {
+// valueSet is one configuration rendered: values files of the chart's
+// directory, then values given here (helm install -f FILE --set ...).
+type valueSet struct {
+	files []string
+	vals  map[string]any
+}
+
+// valueSets are the configurations rendered: the defaults (NATS
+// identities on), the insecure lab's, and one with every optional part on.
+var valueSets = map[string]valueSet{
+	"defaults": {vals: map[string]any{"nats": map[string]any{"enabled": false}}},
+	"insecure": {files: []string{"values-insecure.yaml"}, vals: map[string]any{"nats": map[string]any{"enabled": false}}},
+	"secured": {vals: map[string]any{
 		"nats":     map[string]any{"enabled": false},
-		"auth":     map[string]any{"enabled": true, "existingSecret": "toposched-nats"},
+		"auth":     map[string]any{"servicesSecret": "site-seeds", "agentCredentialsHostPath": "/var/lib/site/toposched"},
 		"tls":      map[string]any{"enabled": true, "secretName": "toposched-nats-tls"},
 		"policies": map[string]any{"lab.rego": "package toposched.nodes\n"},
 		"metrics":  map[string]any{"serviceMonitor": map[string]any{"enabled": false}},
-	},
+	}},
 }
 
 func main() {
@@ -46,42 +61,51 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: check CHART_DIR")
 		os.Exit(2)
 	}
+	dir := os.Args[1]
 	names := make([]string, 0, len(valueSets))
 	for n := range valueSets {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	failed := false
-	for _, n := range names {
-		kinds, err := check(os.Args[1], valueSets[n])
+	report := func(what string, kinds []string, err error) {
 		if err != nil {
 			failed = true
-			fmt.Fprintf(os.Stderr, "chart %s with %s values:\n%v\n", os.Args[1], n, err)
-			continue
+			fmt.Fprintf(os.Stderr, "chart %s with %s:\n%v\n", dir, what, err)
+			return
 		}
-		fmt.Printf("chart %s with %s values: %s valid\n", os.Args[1], n, strings.Join(kinds, ", "))
+		fmt.Printf("chart %s with %s: %s valid\n", dir, what, strings.Join(kinds, ", "))
+	}
+	for _, n := range names {
+		kinds, err := check(dir, valueSets[n])
+		report(n+" values", kinds, err)
+	}
+	// The NATS subchart, where helm dependency update has fetched it.
+	sub, err := natsSubchart(dir)
+	switch {
+	case err != nil:
+		report("the NATS subchart", nil, err)
+	case sub == "":
+		fmt.Printf("chart %s: the NATS subchart is not in charts/ (helm dependency update fetches it): its servers' users are not checked\n", dir)
+	default:
+		for _, n := range []string{"defaults", "insecure"} {
+			vs := valueSets[n]
+			vs.vals = withNATS(vs.vals)
+			kinds, err := check(dir, vs)
+			report(n+" values and "+sub, kinds, err)
+		}
 	}
 	if failed {
 		os.Exit(1)
 	}
 }
 
-// check renders the chart with vals and validates each document.
-func check(dir string, vals map[string]any) ([]string, error) {
-	ch, err := loader.Load(dir)
+// check renders the chart with vs, validates each document and checks
+// which NATS identity each pod signs in with.
+func check(dir string, vs valueSet) ([]string, error) {
+	out, vals, err := render(dir, vs)
 	if err != nil {
-		return nil, fmt.Errorf("load: %w", err)
-	}
-	if err := chartutil.ProcessDependenciesWithMerge(ch, vals); err != nil {
-		return nil, fmt.Errorf("dependencies: %w", err)
-	}
-	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "t", Namespace: "toposched", IsInstall: true}, chartutil.DefaultCapabilities)
-	if err != nil {
-		return nil, fmt.Errorf("values: %w", err)
-	}
-	out, err := engine.Render(ch, rv)
-	if err != nil {
-		return nil, fmt.Errorf("render: %w", err)
+		return nil, err
 	}
 	files := make([]string, 0, len(out))
 	for f := range out {
@@ -90,6 +114,7 @@ func check(dir string, vals map[string]any) ([]string, error) {
 	sort.Strings(files)
 	var errs []error
 	var kinds []string
+	var objs []any
 	for _, f := range files {
 		if !strings.HasSuffix(f, ".yaml") {
 			continue
@@ -98,18 +123,89 @@ func check(dir string, vals map[string]any) ([]string, error) {
 			if len(bytes.TrimSpace(doc)) == 0 {
 				continue
 			}
-			kind, err := validate(doc)
+			kind, obj, err := validate(doc)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s #%d: %w\n%s", f, i, err, doc))
 				continue
 			}
 			kinds = append(kinds, kind)
+			objs = append(objs, obj)
 		}
+	}
+	if len(errs) == 0 {
+		errs = append(errs, checkIdentities(objs, vals))
 	}
 	return kinds, errors.Join(errs...)
 }
 
-func validate(doc []byte) (string, error) {
+// render renders the chart with vs as helm install would, returning the
+// manifests by file and the values the templates saw.
+func render(dir string, vs valueSet) (map[string]string, chartutil.Values, error) {
+	ch, err := loader.Load(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load: %w", err)
+	}
+	user := map[string]any{}
+	for _, f := range vs.files {
+		v, err := chartutil.ReadValuesFile(filepath.Join(dir, f))
+		if err != nil {
+			return nil, nil, fmt.Errorf("values %s: %w", f, err)
+		}
+		user = mergeMaps(user, v)
+	}
+	user = mergeMaps(user, deepCopy(vs.vals))
+	if err := chartutil.ProcessDependenciesWithMerge(ch, user); err != nil {
+		return nil, nil, fmt.Errorf("dependencies: %w", err)
+	}
+	rv, err := chartutil.ToRenderValues(ch, user, chartutil.ReleaseOptions{Name: "t", Namespace: "toposched", IsInstall: true}, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, nil, fmt.Errorf("values: %w", err)
+	}
+	out, err := engine.Render(ch, rv)
+	if err != nil {
+		return nil, nil, fmt.Errorf("render: %w", err)
+	}
+	vals, err := rv.Table("Values")
+	if err != nil {
+		return nil, nil, fmt.Errorf("values: %w", err)
+	}
+	return out, vals, nil
+}
+
+// mergeMaps is helm's merge of -f files and --set values (pkg/cli/values):
+// b's values win, maps merge key by key.
+func mergeMaps(a, b map[string]any) map[string]any {
+	out := make(map[string]any, len(a))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		if v, ok := v.(map[string]any); ok {
+			if bv, ok := out[k].(map[string]any); ok {
+				out[k] = mergeMaps(bv, v)
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// deepCopy copies a values tree, so that merging never changes a set.
+func deepCopy(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		if sub, ok := v.(map[string]any); ok {
+			v = deepCopy(sub)
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// validate decodes doc strictly into its Kubernetes type, returning
+// "Kind/name" and the decoded object.
+func validate(doc []byte) (string, any, error) {
 	var head struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
@@ -118,10 +214,10 @@ func validate(doc []byte) (string, error) {
 		} `json:"metadata"`
 	}
 	if err := yaml.Unmarshal(doc, &head); err != nil {
-		return "", fmt.Errorf("not YAML: %w", err)
+		return "", nil, fmt.Errorf("not YAML: %w", err)
 	}
 	if head.APIVersion == "" || head.Kind == "" || head.Metadata.Name == "" {
-		return "", errors.New("apiVersion, kind and metadata.name are required")
+		return "", nil, errors.New("apiVersion, kind and metadata.name are required")
 	}
 	var v any
 	switch head.APIVersion + "/" + head.Kind {
@@ -131,17 +227,25 @@ func validate(doc []byte) (string, error) {
 		v = &corev1.Service{}
 	case "v1/Secret":
 		v = &corev1.Secret{}
+	case "v1/Pod":
+		v = &corev1.Pod{}
+	case "v1/ServiceAccount":
+		v = &corev1.ServiceAccount{}
 	case "apps/v1/Deployment":
 		v = &appsv1.Deployment{}
 	case "apps/v1/DaemonSet":
 		v = &appsv1.DaemonSet{}
-	case "monitoring.coreos.com/v1/ServiceMonitor":
-		return head.Kind + "/" + head.Metadata.Name + " (CRD: shape only)", nil
+	case "apps/v1/StatefulSet":
+		v = &appsv1.StatefulSet{}
+	case "policy/v1/PodDisruptionBudget":
+		v = &policyv1.PodDisruptionBudget{}
+	case "monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PodMonitor":
+		return head.Kind + "/" + head.Metadata.Name + " (CRD: shape only)", nil, nil
 	default:
-		return "", fmt.Errorf("%s %s: no schema known to this check", head.APIVersion, head.Kind)
+		return "", nil, fmt.Errorf("%s %s: no schema known to this check", head.APIVersion, head.Kind)
 	}
 	if err := yaml.UnmarshalStrict(doc, v); err != nil {
-		return "", fmt.Errorf("%s %s: %w", head.Kind, head.Metadata.Name, err)
+		return "", nil, fmt.Errorf("%s %s: %w", head.Kind, head.Metadata.Name, err)
 	}
-	return head.Kind + "/" + head.Metadata.Name, nil
+	return head.Kind + "/" + head.Metadata.Name, v, nil
 }
