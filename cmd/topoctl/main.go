@@ -123,8 +123,9 @@ func (g *globals) connectAs(ctx context.Context, role string) (*bus.Bus, error) 
 	if err != nil {
 		return nil, err
 	}
-	return bus.Connect(ctx, bus.Config{URL: g.natsURL, Prefix: g.prefix, Source: "urn:toposched:topoctl", ConnectTimeout: 5 * time.Second, SkipStreams: true,
+	b, err := bus.Connect(ctx, bus.Config{URL: g.natsURL, Prefix: g.prefix, Source: "urn:toposched:topoctl", ConnectTimeout: 5 * time.Second, SkipStreams: true,
 		NATSOptions: opts, Scope: events.TenantScope(g.tenant)})
+	return b, conn.Explain(err)
 }
 
 // loadJob reads a job file as client.LoadJob does, and makes it --tenant's

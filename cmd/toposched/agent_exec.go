@@ -75,7 +75,8 @@ func connectAgent(ctx context.Context, g *globals, node string, log *slog.Logger
 	g.conn.Role = role
 	bcfg := g.busConfig(url, "agent", log)
 	bcfg.SkipStreams = true
-	return bus.Connect(ctx, bcfg)
+	b, err := bus.Connect(ctx, bcfg)
+	return b, g.conn.Explain(err)
 }
 
 // runLauncherOnly is the agent of a machine without NVML: --exec with the

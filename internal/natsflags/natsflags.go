@@ -51,14 +51,35 @@ func CredentialsDir(dataDir string) string { return filepath.Join(dataDir, "cred
 // are given: its Role's in serve's credentials directory, "" when there is
 // none (a server that needs none, or another host's).
 func (f *Flags) DefaultSeed() string {
-	if f.Role == "" {
+	p := f.seedPath()
+	if p == "" {
 		return ""
 	}
-	p := filepath.Join(CredentialsDir(DataDir()), f.Role+".nk")
 	if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
 		return ""
 	}
 	return p
+}
+
+func (f *Flags) seedPath() string {
+	if f.Role == "" {
+		return ""
+	}
+	return filepath.Join(CredentialsDir(DataDir()), f.Role+".nk")
+}
+
+// Explain adds to a connection error what the flags tried, where the server
+// refused a client without credentials: which seed file was looked for and
+// not found.
+func (f *Flags) Explain(err error) error {
+	if err == nil || !errors.Is(err, nats.ErrAuthorization) || f.Creds != "" || f.NKey != "" || f.User != "" {
+		return err
+	}
+	p := f.seedPath()
+	if p == "" || f.DefaultSeed() != "" {
+		return err
+	}
+	return fmt.Errorf("%w (no credentials given, and no %s seed at %s: toposched roles issue writes it, TOPOSCHED_DATA_DIR says where serve keeps it)", err, f.Role, p)
 }
 
 // Register adds the flags to fs. Defaults come from the environment

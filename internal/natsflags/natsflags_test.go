@@ -1,11 +1,15 @@
 package natsflags
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/spf13/pflag"
 )
 
@@ -48,5 +52,38 @@ func TestRegisterReadsEnvironment(t *testing.T) {
 	opts, err := f.Options()
 	if err != nil || f.User != "launcher" || len(opts) != 1 {
 		t.Fatalf("user %q, %d options, err %v", f.User, len(opts), err)
+	}
+}
+
+// Without credentials given, a command signs in with its role's seed in
+// serve's credentials directory; where there is none, a refused connection
+// says which file was looked for.
+func TestDefaultSeed(t *testing.T) {
+	data := t.TempDir()
+	t.Setenv("TOPOSCHED_DATA_DIR", data)
+	f := Flags{Role: "agent-n1"}
+	if f.DefaultSeed() != "" {
+		t.Fatal("a seed found in an empty directory")
+	}
+	refused := fmt.Errorf("connect: %w", nats.ErrAuthorization)
+	if err := f.Explain(refused); !strings.Contains(err.Error(), filepath.Join(data, "credentials", "agent-n1.nk")) || !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("explained: %v, want the path looked for", err)
+	}
+	if err := (&Flags{Role: "agent-n1", NKey: "x"}).Explain(refused); err != refused {
+		t.Fatalf("with credentials given: %v, want the error as it was", err)
+	}
+	if err := os.MkdirAll(CredentialsDir(data), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	if err := os.WriteFile(filepath.Join(CredentialsDir(data), "agent-n1.nk"), seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.DefaultSeed(); got != filepath.Join(data, "credentials", "agent-n1.nk") {
+		t.Fatalf("seed %q", got)
+	}
+	if opts, err := f.Options(); err != nil || len(opts) != 1 {
+		t.Fatalf("%d options, %v; want the seed's", len(opts), err)
 	}
 }
