@@ -59,3 +59,13 @@ func shape(body []byte, limit int) (values, depth int) {
 func isLiteralByte(c byte) bool {
 	return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '.' || c == '+' || c == '-' || c == 'E'
 }
+
+// Headers of a dead letter whose body was too large to copy beside its
+// headers: it keeps the body's first bytes, and these say what the body
+// was. (HeaderError says why it was refused.)
+const (
+	// HeaderDeadSize is the size of the body in bytes.
+	HeaderDeadSize = "toposched-dead-size"
+	// HeaderDeadSHA256 is the body's SHA-256, lower-case hex.
+	HeaderDeadSHA256 = "toposched-dead-sha256"
+)
