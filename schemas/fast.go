@@ -982,11 +982,13 @@ func (w *walker) readNumber() (number, result) {
 		return n, passes
 	}
 	if !numberInRange(string(lit)) {
-		r := w.fail("number", fmt.Sprintf("number %.40s out of range", lit))
 		if w.scan {
-			r = passes // read on
+			if w.prob.Rule == "" { // a scan words only its first problem
+				w.fail("number", fmt.Sprintf("number %.40s out of range", lit))
+			}
+			return number{}, passes // and reads on
 		}
-		return number{}, r
+		return number{}, w.fail("number", fmt.Sprintf("number %.40s out of range", lit))
 	}
 	return parseNumber(string(lit)), passes
 }

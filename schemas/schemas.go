@@ -252,13 +252,11 @@ func readFast(f *fastSchema, body []byte) (result, Problem, int) {
 		// Cheap to explain in full: decode's first check.
 		return fails, notJSON(body), 0
 	}
-	if r, rp, values := measure(body); r != passes {
+	r, rp, values := measure(body)
+	if r != passes {
 		return fails, rp, values
-	} else if verdict == fails {
-		return fails, p, values
-	} else {
-		return verdict, p, values
 	}
+	return verdict, p, values
 }
 
 // validateWith is Validate through the library alone.
