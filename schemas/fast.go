@@ -115,6 +115,8 @@ type fastSchema struct {
 	// early: type, const, enum or format is set, which the library
 	// checks before anything else of the schema and stops at.
 	early bool
+	// plainNumber: the number keyword is all the schema checks.
+	plainNumber bool
 
 	props         map[string]int // "properties" and "required" names, each its bit
 	names         []string       // the names, by bit
@@ -279,6 +281,7 @@ func (c *fastCompiler) schema(s *jsonschema.Schema) (*fastSchema, error) {
 		f.maxItems = *s.MaxItems
 	}
 	f.early = f.types != 0 || f.hasEnum || f.constStr != nil || f.constNum != nil || f.format != nil
+	f.plainNumber = f.number != nil && !f.early && len(f.bounds) == 0 && len(f.refs) == 0 && len(f.anyOf) == 0
 	f.bare = (len(f.refs) > 0 || len(f.anyOf) > 0) && f.types == 0 && !f.hasEnum && f.constStr == nil &&
 		f.constNum == nil && f.number == nil && len(f.bounds) == 0 && f.minLen < 0 && f.maxLen < 0 &&
 		f.pattern == nil && f.format == nil && f.props == nil && f.additional == nil && !f.noAdditional &&
@@ -655,8 +658,8 @@ func (w *walker) peek(s *fastSchema) result {
 	case 't', 'f', 'n':
 		return w.kindEarly(s, literalKind(c))
 	}
-	n, r := w.readNumber()
-	if r != passes {
+	var n number
+	if r := w.readNumber(&n); r != passes {
 		return r
 	}
 	return w.numberEarly(s, &n)
@@ -755,9 +758,17 @@ func (w *walker) own(s *fastSchema) result {
 		}
 		return w.kindEarly(s, literalKind(c))
 	}
-	n, r := w.readNumber()
-	if r != passes || s == nil {
+	var n number
+	if r := w.readNumber(&n); r != passes || s == nil {
 		return r
+	}
+	if s.plainNumber {
+		// The number keyword alone, as most numbers of an event are
+		// checked: its verdict, worded by numberLate where it fails.
+		if s.number.holds(&n) {
+			return passes
+		}
+		return w.numberLate(s, &n)
 	}
 	if r := w.numberEarly(s, &n); r != passes {
 		return r
@@ -970,27 +981,28 @@ func unquote(raw []byte) []byte {
 
 // readNumber reads the number at w.i, in the range Validate's reading
 // takes.
-func (w *walker) readNumber() (number, result) {
+func (w *walker) readNumber(n *number) result {
 	start := w.i
 	if w.i = numberEnd(w.b, start); w.i < 0 {
 		w.i = start
-		return number{}, w.notJSON()
+		return w.notJSON()
 	}
 	lit := w.b[start:w.i]
-	n, short := smallInt(lit)
-	if short {
-		return n, passes
+	var short bool
+	if *n, short = smallInt(lit); short {
+		return passes
 	}
 	if !numberInRange(string(lit)) {
 		if w.scan {
 			if w.prob.Rule == "" { // a scan words only its first problem
 				w.fail("number", fmt.Sprintf("number %.40s out of range", lit))
 			}
-			return number{}, passes // and reads on
+			return passes // and reads on
 		}
-		return number{}, w.fail("number", fmt.Sprintf("number %.40s out of range", lit))
+		return w.fail("number", fmt.Sprintf("number %.40s out of range", lit))
 	}
-	return parseNumber(string(lit)), passes
+	*n = parseNumber(string(lit))
+	return passes
 }
 
 // numberEarly checks a number against s's early keywords.
@@ -1092,7 +1104,7 @@ func smallInt(lit []byte) (number, bool) {
 const smallNames = 16
 
 func (w *walker) object(s *fastSchema) result {
-	if s != nil {
+	if s != nil && (s.early || s.number != nil) {
 		if r := w.kindEarly(s, kindObject); r != passes {
 			return r
 		}
@@ -1105,12 +1117,11 @@ func (w *walker) object(s *fastSchema) result {
 	base, pbase := len(w.keys), len(w.path)
 	var seen uint64
 	n := 0
-	r := w.members(func(k keyRef) result {
+	r := w.members(func(k keyRef, key []byte) result {
 		n++
 		if s != nil && s.maxProps >= 0 && n > s.maxProps {
 			return w.fail("maxProperties", printer.Sprintf("got more than %d, want %d", s.maxProps, s.maxProps))
 		}
-		key := w.name(k)
 		bit, tracked := -1, false
 		if s != nil {
 			bit, tracked = s.props[string(key)]
@@ -1209,10 +1220,10 @@ func (w *walker) repeated(keys []keyRef) (keyRef, bool) {
 }
 
 // members reads an object's members after its '{', through its '}',
-// calling member with each name once w.i is at its value. A name that is
-// escaped or not ASCII is decoded into w.decoded, as encoding/json reads
-// it.
-func (w *walker) members(member func(k keyRef) result) result {
+// calling member with each name, and its bytes, once w.i is at its value.
+// A name that is escaped or not ASCII is decoded into w.decoded, as
+// encoding/json reads it.
+func (w *walker) members(member func(k keyRef, key []byte) result) result {
 	w.space()
 	if w.next('}') {
 		return passes
@@ -1223,17 +1234,17 @@ func (w *walker) members(member func(k keyRef) result) result {
 		if !ok {
 			return w.notJSON()
 		}
-		k := bodyKey(ks)
+		k, key := bodyKey(ks), w.b[ks:ke]
 		if !plain {
 			start := len(w.decoded)
-			w.decoded = append(w.decoded, unquote(w.b[ks:ke])...)
-			k = w.decodedKey(start, len(w.decoded))
+			w.decoded = append(w.decoded, unquote(key)...)
+			k, key = w.decodedKey(start, len(w.decoded)), w.decoded[start:]
 		}
 		w.space()
 		if !w.next(':') {
 			return w.notJSON()
 		}
-		if r := member(k); r != passes {
+		if r := member(k, key); r != passes {
 			return r
 		}
 		w.space()
@@ -1247,7 +1258,7 @@ func (w *walker) members(member func(k keyRef) result) result {
 }
 
 func (w *walker) array(s *fastSchema) result {
-	if s != nil {
+	if s != nil && (s.early || s.number != nil) {
 		if r := w.kindEarly(s, kindArray); r != passes {
 			return r
 		}
@@ -1364,6 +1375,18 @@ func (w *walker) distinct(items [][2]int) (int, int, result) {
 	}
 	if ints != nil {
 		w.ints = ints
+		if len(ints) <= smallNames {
+			// Few: compare each with those before it, which finds the
+			// pair the library names first.
+			for j := 1; j < len(ints); j++ {
+				for i := range j {
+					if ints[i].v == ints[j].v {
+						return i, j, fails
+					}
+				}
+			}
+			return 0, 0, passes
+		}
 		slices.SortStableFunc(ints, func(a, b intItem) int { return cmpInt(a.v, b.v) })
 		for i := 1; i < len(ints); i++ {
 			if ints[i].v == ints[i-1].v {
@@ -1392,6 +1415,16 @@ func (w *walker) distinct(items [][2]int) (int, int, result) {
 			}
 		}
 		w.strs = strs
+		if len(strs) <= smallNames {
+			for j := 1; j < len(strs); j++ {
+				for i := range j {
+					if strs[i].number == strs[j].number && bytes.Equal(strs[i].v, strs[j].v) {
+						return i, j, fails
+					}
+				}
+			}
+			return 0, 0, passes
+		}
 		slices.SortStableFunc(strs, func(a, b strItem) int {
 			if a.number != b.number {
 				if a.number {
