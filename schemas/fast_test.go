@@ -172,6 +172,31 @@ func FuzzFastAgrees(f *testing.F) {
 	for _, s := range []string{`{"a":1,"a":2}`, `{"\u0061":1,"a":2}`, `{"gpus":[1,1.0]}`, `1e999`, `[[[[[]]]]]`} {
 		f.Add(uint8(0), []byte(s))
 	}
+	// The reader's bounds and answers (issue 46): an escaped or non-ASCII
+	// name, a repeat past the names compared one by one, unique items
+	// by value, nesting at and past MaxDepth, an array past its maxItems
+	// then broken, a string past its maxLength.
+	jobs := uint8(slices.Index(names, "jobs.submitted"))
+	node := uint8(slices.Index(names, "topology.node"))
+	many := ""
+	for i := range 20 {
+		many += fmt.Sprintf(`,"k%d":"v"`, i)
+	}
+	for _, s := range []struct {
+		event uint8
+		body  string
+	}{
+		{jobs, `{"\u006aob_id":"a","gpus":1}`},
+		{jobs, `{"job_id":"a","gpus":1,"labels":{"é":"x","\u00e9":"y"}}`},
+		{jobs, `{"job_id":"a","gpus":1,"labels":{"k3":"w"` + many + `}}`},
+		{jobs, `{"job_id":"a","gpus":1,"x":` + strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth) + `}`},
+		{jobs, `{"job_id":"a","gpus":1,"args":` + strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1) + `}`},
+		{jobs, `{"job_id":"a","gpus":1,"args":[` + strings.Repeat(`"a",`, 4097) + `x`},
+		{jobs, `{"job_id":"a","gpus":1,"command":"` + strings.Repeat("c", 4097) + `"}`},
+		{node, `{"name":"n","gpus":[{"index":0},{"index":1}],"nics":[],"gpu_paths":[["X","NV12"],["NV12","X"]],"gpu_model":"A","paths":[1,1.0]}`},
+	} {
+		f.Add(s.event, []byte(s.body))
+	}
 	f.Fuzz(func(t *testing.T, i uint8, body []byte) {
 		name := names[int(i)%len(names)]
 		r, p := fastVerdict(t, name, body)
