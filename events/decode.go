@@ -137,8 +137,9 @@ func decodeJSON(body []byte, v any, strict bool) error {
 			// semantics on encoding/json/v2's decoder, what encoding/json
 			// itself becomes in Go 1.27: some twice as fast on events
 			// (BENCHMARKS.md). TestDecodeEngines and FuzzDecodeJSON hold
-			// it to encoding/json's results. What it refuses,
-			// encoding/json reads again below, for the errors' words.
+			// it to encoding/json's results; firstError stops it at its
+			// first error. What it refuses, encoding/json reads again
+			// below, for the errors' words, unless the body is large.
 			return nil
 		}
 		if large(body) {
