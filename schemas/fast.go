@@ -117,6 +117,9 @@ type fastSchema struct {
 	early bool
 	// plainNumber: the number keyword is all the schema checks.
 	plainNumber bool
+	// lengthOnly: a string meets the schema if its length is within
+	// minLength and maxLength.
+	lengthOnly bool
 
 	props         map[string]int // "properties" and "required" names, each its bit
 	names         []string       // the names, by bit
@@ -282,6 +285,8 @@ func (c *fastCompiler) schema(s *jsonschema.Schema) (*fastSchema, error) {
 	}
 	f.early = f.types != 0 || f.hasEnum || f.constStr != nil || f.constNum != nil || f.format != nil
 	f.plainNumber = f.number != nil && !f.early && len(f.bounds) == 0 && len(f.refs) == 0 && len(f.anyOf) == 0
+	f.lengthOnly = (f.types == 0 || f.types&kindString != 0) && !f.hasEnum && f.constStr == nil && f.constNum == nil &&
+		f.format == nil && f.number == nil && f.pattern == nil
 	f.bare = (len(f.refs) > 0 || len(f.anyOf) > 0) && f.types == 0 && !f.hasEnum && f.constStr == nil &&
 		f.constNum == nil && f.number == nil && len(f.bounds) == 0 && f.minLen < 0 && f.maxLen < 0 &&
 		f.pattern == nil && f.format == nil && f.props == nil && f.additional == nil && !f.noAdditional &&
@@ -737,6 +742,12 @@ func (w *walker) own(s *fastSchema) result {
 		}
 		if s == nil {
 			return passes
+		}
+		if plain && s.lengthOnly {
+			// Most strings of an event: a type and a length to check.
+			if n := ke - ks; (s.minLen < 0 || n >= s.minLen) && (s.maxLen < 0 || n <= s.maxLen) {
+				return passes
+			}
 		}
 		if rule, k := s.stringOwn(w.b[ks:ke], !plain, plain); rule != "" {
 			return w.failKind(rule, k)
