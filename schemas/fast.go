@@ -677,7 +677,7 @@ func literalKind(c byte) jsonKind {
 	return kindBoolean
 }
 
-// kindNames are the JSON types in the library's words.
+// kindWords are the JSON types in the library's words, in its order.
 var kindWords = []struct {
 	k    jsonKind
 	name string
