@@ -9,6 +9,7 @@ import (
 	"path"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -298,5 +299,36 @@ func BenchmarkValidateHostile(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// An event whose schema has no fast path still has its bodies measured
+// before the library reads them: one past maxLibraryValues values, or
+// nested past MaxDepth, is refused without a document; a small one gets
+// the library's every problem.
+func TestValidateWithoutFastPath(t *testing.T) {
+	t.Parallel()
+	m, err := compiled()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := m["jobs.submitted"]
+	tests := []struct {
+		body        string
+		field, rule string
+		problems    int
+	}{
+		{`{"job_id":"x","gpus":1,"args":[` + strings.TrimSuffix(strings.Repeat(`"a",`, maxLibraryValues), ",") + `]}`, "", "size", 1},
+		{`{"job_id":"x","gpus":1,"args":` + strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth) + `}`,
+			"args" + strings.Repeat("[0]", MaxDepth-1), "depth", 1},
+		{`{"job_id":"x","gpus":0,"args":[1,2]}`, "args[0]", "type", 3},
+	}
+	for _, tc := range tests {
+		err := validate("jobs.submitted", s, nil, []byte(tc.body))
+		var ve *ValidationError
+		if !errors.As(err, &ve) || len(ve.Problems) != tc.problems || !slices.ContainsFunc(ve.Problems,
+			func(p Problem) bool { return p.Field == tc.field && p.Rule == tc.rule }) {
+			t.Errorf("%.60s: %v, want %d problems, among them %s by %s", tc.body, err, tc.problems, tc.field, tc.rule)
+		}
 	}
 }

@@ -213,6 +213,12 @@ func Validate(name string, body []byte) error {
 	if programs, err := fastPrograms(); err == nil {
 		fast = programs[name]
 	}
+	return validate(name, s, fast, body)
+}
+
+// validate is Validate with the event's schema and fast path (nil: none,
+// and the body is only measured before the library reads it).
+func validate(name string, s *jsonschema.Schema, fast *fastSchema, body []byte) error {
 	verdict, p, values := readFast(fast, body)
 	switch {
 	case verdict == passes:
