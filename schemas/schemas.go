@@ -63,8 +63,10 @@ type Problem struct {
 	Field string
 	// Rule is the JSON Schema keyword that failed (required, minimum,
 	// pattern, additionalProperties, type, enum, format, ...), or "json" when
-	// the body is not JSON or repeats a property, and "number" when a number
-	// is out of any range an event field can hold.
+	// the body is not JSON or repeats a property, "number" when a number
+	// is out of any range an event field can hold, "depth" when arrays and
+	// objects nest past MaxDepth, and "size" when a body too large for the
+	// library is one the fast path cannot decide.
 	Rule string
 	// Message says what is wrong, for people.
 	Message string
