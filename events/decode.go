@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	jsonv1 "github.com/go-json-experiment/json/v1"
 )
 
@@ -40,8 +42,13 @@ import (
 // A body that encoding/json takes as it is costs one decode, on the
 // engine of encoding/json/v2 with encoding/json's semantics (jsonv1,
 // below); only one it refuses is read again, by encoding/json itself and
-// then number by number, so errors are worded as they always were. As
-// with json.Unmarshal, v may be partly filled when an error is returned.
+// then number by number, so errors are worded as they always were. That
+// number-by-number reading builds a document of the body, which a body
+// of more than maxDocumentValues values, or nested past MaxDepth, does
+// not get: its integral numbers are rewritten as integers in a copy of
+// its bytes (8.0 as 8), which encoding/json decodes, and an error is the
+// first encoding/json finds (decodeLarge). As with json.Unmarshal, v may
+// be partly filled when an error is returned.
 func DecodeJSON(body []byte, v any) error {
 	return decodeJSON(body, v, false)
 }
@@ -125,14 +132,18 @@ func decodeJSON(body []byte, v any, strict bool) error {
 			if errors.As(err, &derr) {
 				return derr
 			}
-		} else if jsonv1.Unmarshal(body, v) == nil {
+		} else if firstError(body, v, false) == nil {
 			// go-json-experiment/json/v1 is encoding/json's API and
 			// semantics on encoding/json/v2's decoder, what encoding/json
 			// itself becomes in Go 1.27: some twice as fast on events
 			// (BENCHMARKS.md). TestDecodeEngines and FuzzDecodeJSON hold
-			// it to encoding/json's results. What it refuses,
-			// encoding/json reads again below, for the errors' words.
+			// it to encoding/json's results; firstError stops it at its
+			// first error. What it refuses, encoding/json reads again
+			// below, for the errors' words, unless the body is large.
 			return nil
+		}
+		if large(body) {
+			return decodeLarge(body, v, strict)
 		}
 		err := json.Unmarshal(body, v)
 		if err == nil {
@@ -147,6 +158,9 @@ func decodeJSON(body []byte, v any, strict bool) error {
 		if errors.As(err, &derr) {
 			return derr
 		}
+	}
+	if large(body) {
+		return decodeLarge(body, v, strict)
 	}
 	d := json.NewDecoder(bytes.NewReader(body))
 	d.UseNumber()
@@ -182,6 +196,138 @@ func decodeJSON(body []byte, v any, strict bool) error {
 		return &DecodeError{Problems: []DecodeProblem{fallback(err)}}
 	}
 	return nil
+}
+
+// large reports whether body is too large for a document of its own: more
+// than maxDocumentValues values, or nested past MaxDepth.
+func large(body []byte) bool {
+	n, depth := shape(body, maxDocumentValues)
+	return n > maxDocumentValues || depth > MaxDepth
+}
+
+// firstError decodes body into v with encoding/json's semantics but for
+// one: it stops at the first value it cannot take. encoding/json and
+// jsonv1 read on past it, making an error for each (some 600 bytes a
+// value between them: 2.4 GB for an args of four million numbers), of
+// which they report one.
+func firstError(body []byte, v any, strict bool) error {
+	return jsonv2.Unmarshal(body, v, jsonv1.DefaultOptionsV1(), jsonv1.ReportErrorsWithLegacySemantics(false),
+		jsonv2.RejectUnknownMembers(strict))
+}
+
+// decodeLarge decodes a body too large for a document of its own: its
+// integral numbers rewritten as integers (wholeNumbers), stopping at the
+// first value it cannot take (firstError). The cost is a copy of the body
+// beside what v holds.
+func decodeLarge(body []byte, v any, strict bool) error {
+	err := firstError(wholeNumbers(body), v, strict)
+	if err == nil {
+		return nil
+	}
+	var derr *DecodeError
+	if errors.As(err, &derr) {
+		return derr
+	}
+	var serr *jsontext.SyntacticError
+	if errors.As(err, &serr) {
+		return &DecodeError{Problems: []DecodeProblem{{Code: DecodeNotJSON,
+			Message: fmt.Sprintf("the body is not JSON at byte offset %d: %v", serr.ByteOffset, serr.Err)}}}
+	}
+	var sem *jsonv2.SemanticError
+	if !errors.As(err, &sem) {
+		return &DecodeError{Problems: []DecodeProblem{{Code: DecodeWrongType, Message: "the body cannot be read: " + err.Error()}}}
+	}
+	field := pointerField(sem.JSONPointer)
+	switch {
+	case errors.Is(sem.Err, jsonv2.ErrUnknownName):
+		return &DecodeError{Problems: []DecodeProblem{{Field: field, Code: DecodeUnknownField,
+			Message: fmt.Sprintf("%s is not a known field", name(field))}}}
+	case sem.JSONKind == '0' && sem.GoType != nil && sem.GoType.Kind() >= reflect.Int && sem.GoType.Kind() <= reflect.Uintptr:
+		// wholeNumbers made every integral number an integer: this one
+		// has a fraction, or is past the field's range.
+		lit := string(sem.JSONValue)
+		if _, _, whole, _ := integral(lit); !whole {
+			return &DecodeError{Problems: []DecodeProblem{{Field: field, Code: DecodeNotWhole,
+				Message: fmt.Sprintf("%s must be a whole number, got %s", name(field), clip(lit))}}}
+		}
+		return &DecodeError{Problems: []DecodeProblem{{Field: field, Code: DecodeOutOfRange,
+			Message: fmt.Sprintf("%s is out of range: %s", name(field), clip(lit))}}}
+	}
+	got := "another value"
+	switch sem.JSONKind {
+	case '"':
+		got = "a string"
+	case '0':
+		got = "a number"
+	case 't', 'f':
+		got = "true or false"
+	case '[':
+		got = "a list"
+	case '{':
+		got = "an object"
+	case 'n':
+		got = "null"
+	}
+	return &DecodeError{Problems: []DecodeProblem{{Field: field, Code: DecodeWrongType,
+		Message: fmt.Sprintf("%s must be %s, got %s", name(field), kindWords(sem.GoType), got)}}}
+}
+
+// pointerField names the value at a JSON pointer as the schemas do:
+// /groups/2/ranks/0 is groups[2].ranks[0].
+func pointerField(p jsontext.Pointer) string {
+	field := ""
+	for tok := range p.Tokens() {
+		if _, err := strconv.Atoi(tok); err == nil {
+			field += "[" + tok + "]"
+			continue
+		}
+		field = appendKey(field, tok)
+	}
+	return field
+}
+
+// wholeNumbers is body with every number of integral value that is not
+// written as a plain integer (8.0, 7e9, 1.048576e6) rewritten as one, as
+// DecodeJSON's walk does where an integer is wanted; a float reads the
+// same either way. Numbers past maxIntegerDigits digits, strings and the
+// rest are copied as they are.
+func wholeNumbers(body []byte) []byte {
+	out := make([]byte, 0, len(body))
+	for i := 0; i < len(body); {
+		c := body[i]
+		switch {
+		case c == '"':
+			j := i + 1
+			for j < len(body) && body[j] != '"' {
+				if body[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			j = min(j+1, len(body))
+			out = append(out, body[i:j]...)
+			i = j
+		case c == '-' || '0' <= c && c <= '9':
+			j := i + 1
+			for j < len(body) && strings.IndexByte("+-0123456789.eE", body[j]) >= 0 {
+				j++
+			}
+			lit := string(body[i:j])
+			if digits, neg, whole, big := integral(lit); whole && !big && strings.ContainsAny(lit, ".eE") && numberLiteral.MatchString(lit) {
+				if neg {
+					out = append(out, '-')
+				}
+				out = append(out, digits...)
+			} else {
+				out = append(out, lit...)
+			}
+			i = j
+		default:
+			out = append(out, c)
+			i++
+		}
+	}
+	return out
 }
 
 func notJSON(serr *json.SyntaxError) error {
@@ -499,6 +645,10 @@ func sortedKeys(m map[string]any) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// numberLiteral is a JSON number: wholeNumbers rewrites no other text,
+// so that what is not JSON stays so.
+var numberLiteral = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
 
 // simpleKey is a property name that reads unambiguously after a dot.
 var simpleKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)

@@ -1,6 +1,7 @@
 package schemas
 
-// A fast path for bodies that pass.
+// A fast path for bodies that pass, and a bounded answer for those that
+// do not.
 //
 // Every event a service publishes or receives is validated, and nearly
 // all of them pass. Through the library, a pass costs a document of maps
@@ -9,35 +10,55 @@ package schemas
 // sixth of an all-in-one operator's CPU (toposched load --e2e with the
 // checks skipped). compileFast translates each event's compiled schema
 // (the library's *jsonschema.Schema, its references resolved) into a
-// fastSchema, and accepts reads the body's bytes against it in one pass,
+// fastSchema, and check reads the body's bytes against it in one pass,
 // JSON grammar included, with no document and next to no allocation: a
 // placement.decided example in about 10 µs rather than 68.
 //
-// accepts only ever says "this body passes": on anything it cannot decide
-// cheaply (an escaped or non-ASCII property name, uniqueItems over values
-// other than plain integers and strings, nesting past maxFastNesting,
-// references past maxFastDepth), and on every body that fails, Validate
-// goes on to the library, which decides and explains. So the library
-// stays the authority, the problems a failing body gets are the
-// library's, and the fast path can only be wrong by accepting what the
-// library refuses: TestFastAgrees and FuzzFastAgrees hold it to the
-// library's verdict on generated bodies of every event, FuzzFastGrammar
-// to Validate's reading of JSON. A schema using a keyword compileFast
-// does not know gets no fast path at all (TestFastCoversEvents says
-// which events have one).
+// A body that fails costs the library about a kilobyte and a few
+// microseconds per value (an args of 400,000 numbers: 436 MB and a
+// second), so the library must never see a large one. check therefore
+// also says where a body first fails and by which keyword, and stops
+// reading there: at the first array past its maxItems, the first property
+// that additionalProperties: false forbids, the first string past its
+// maxLength, the first container nested deeper than MaxDepth. Its answer
+// is one the library gives too (the same field and rule, among the
+// library's problems): the reading problems first (not JSON, a repeated
+// property, a number out of range, nesting past MaxDepth), as decode
+// reports them, then the schema's, with the library's order of checks
+// where the library stops at the first (type, const, enum and format
+// before anything else of the same schema). Validate lets the library
+// explain a body of at most maxLibraryValues values in full and answers
+// a larger one with check's problem alone.
+//
+// check leaves undecided only what it cannot decide cheaply: uniqueItems
+// over values other than numbers and strings, and references past
+// maxFastDepth (a reference cycle that never reaches into the value). The
+// library stays the authority on what it may explain: TestFastAgrees,
+// TestFastAgreesOnKeywords and FuzzFastAgrees hold check's verdicts (a
+// pass, a failure's field and rule) to the library's on generated bodies
+// of every event and of a schema using every keyword, FuzzFastGrammar to
+// Validate's reading of JSON. A schema using a keyword compileFast does
+// not know gets no fast path at all (TestFastCoversEvents says which
+// events have one); its bodies are still measured (depth, values) before
+// the library reads them.
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"math/big"
+	"math/bits"
 	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 )
 
 // jsonKind is a bit per JSON type, as in a schema's "type".
@@ -65,9 +86,12 @@ const maxFastProperties = 64
 // the library decides.
 const maxFastDepth = 64
 
-// fastSchema is one schema object in the form accepts reads: every
+// fastSchema is one schema object in the form check reads: every
 // keyword it holds must hold of the value, as in JSON Schema.
 type fastSchema struct {
+	// lib is the schema it translates, for the words of a problem.
+	lib *jsonschema.Schema
+
 	never bool     // the false schema
 	types jsonKind // "type"; 0 admits every kind
 
@@ -88,8 +112,17 @@ type fastSchema struct {
 	minLen, maxLen int // in runes; -1: none
 	pattern        *regexp.Regexp
 	format         func(any) error
+	// early: type, const, enum or format is set, which the library
+	// checks before anything else of the schema and stops at.
+	early bool
+	// plainNumber: the number keyword is all the schema checks.
+	plainNumber bool
+	// lengthOnly: a string meets the schema if its length is within
+	// minLength and maxLength.
+	lengthOnly bool
 
 	props         map[string]int // "properties" and "required" names, each its bit
+	names         []string       // the names, by bit
 	propSchemas   []*fastSchema  // by bit; nil for a name only required
 	inProperties  uint64         // the bits of names under "properties"
 	required      uint64
@@ -138,7 +171,7 @@ func (c *fastCompiler) schema(s *jsonschema.Schema) (*fastSchema, error) {
 	if f, ok := c.done[s]; ok {
 		return f, nil
 	}
-	f := &fastSchema{minLen: -1, maxLen: -1, minProps: -1, maxProps: -1, minItems: -1, maxItems: -1}
+	f := &fastSchema{lib: s, minLen: -1, maxLen: -1, minProps: -1, maxProps: -1, minItems: -1, maxItems: -1}
 	c.done[s] = f // before the parts: a schema may reach itself
 	if s.Bool != nil {
 		f.never = !*s.Bool
@@ -250,6 +283,10 @@ func (c *fastCompiler) schema(s *jsonschema.Schema) (*fastSchema, error) {
 	if s.MaxItems != nil {
 		f.maxItems = *s.MaxItems
 	}
+	f.early = f.types != 0 || f.hasEnum || f.constStr != nil || f.constNum != nil || f.format != nil
+	f.plainNumber = f.number != nil && !f.early && len(f.bounds) == 0 && len(f.refs) == 0 && len(f.anyOf) == 0
+	f.lengthOnly = (f.types == 0 || f.types&kindString != 0) && !f.hasEnum && f.constStr == nil && f.constNum == nil &&
+		f.format == nil && f.number == nil && f.pattern == nil
 	f.bare = (len(f.refs) > 0 || len(f.anyOf) > 0) && f.types == 0 && !f.hasEnum && f.constStr == nil &&
 		f.constNum == nil && f.number == nil && len(f.bounds) == 0 && f.minLen < 0 && f.maxLen < 0 &&
 		f.pattern == nil && f.format == nil && f.props == nil && f.additional == nil && !f.noAdditional &&
@@ -269,6 +306,7 @@ func (c *fastCompiler) object(s *jsonschema.Schema, f *fastSchema) error {
 	if len(names) > maxFastProperties {
 		return fmt.Errorf("%s: %d properties", s.Location, len(names))
 	}
+	f.names = names
 	if len(names) > 0 {
 		f.props = make(map[string]int, len(names))
 		f.propSchemas = make([]*fastSchema, len(names))
@@ -341,48 +379,172 @@ func unsupported(s *jsonschema.Schema) error {
 	return nil
 }
 
-// walker reads one body for accepts. Its stacks are reused.
+// result is check's verdict on one value.
+type result uint8
+
+const (
+	// passes: the value meets the schema.
+	passes result = iota
+	// fails: it does not; walker.prob says where and by which keyword,
+	// as the library would among its problems.
+	fails
+	// undecided: not decided here; the library decides.
+	undecided
+)
+
+// MaxDepth is the most arrays and objects one body may nest: no event
+// nests more than six (a jobs.analyzed's ranks), and a body that nests
+// deeper is refused (rule "depth") before anything builds a document of
+// it. It is events.MaxDepth.
+const MaxDepth = 64
+
+// walker reads one body for check. Its stacks are reused.
 type walker struct {
 	b       []byte
 	i       int
 	depth   int // refs and anyOf followed
 	nesting int // arrays and objects open
-	// keys holds the spans of the names of the objects being read that
-	// no bit tracks, to find a repeated one.
-	keys [][2]int
+	values  int // values read
+	// scan: measure's reading, which records the first problem and
+	// reads on, counting values.
+	scan bool
+	prob Problem
+	// path is where the value being read sits.
+	path []pathStep
+	// keys holds the names of the objects being read that no bit
+	// tracks, to find a repeated one; decoded holds the names that are
+	// escaped or not ASCII, as encoding/json reads them, spans where
+	// each is.
+	keys    []keyRef
+	decoded []byte
+	spans   [][2]int32
 	// items holds the spans of the items of the arrays being read with
-	// uniqueItems; ints is scratch for comparing them.
+	// uniqueItems; ints and strs are scratch for comparing them.
 	items [][2]int
-	ints  []int64
-	strs  [][2]int
+	ints  []intItem
+	strs  []strItem
+}
+
+// pathStep is one property (index -1) or array element on the way to a
+// value.
+type pathStep struct {
+	name  keyRef
+	index int
+}
+
+// keyRef is a property name in four bytes (a body of 400,000 properties
+// keeps one for each while it is read): where it is at least 0, the
+// offset in the body of a plain name's first byte (it ends at the next
+// quote); else -1 - the index of its span in walker.spans, of
+// walker.decoded.
+type keyRef int32
+
+func bodyKey(start int) keyRef { return keyRef(start) }
+
+// decodedKey adds the name decoded[start:end].
+func (w *walker) decodedKey(start, end int) keyRef {
+	w.spans = append(w.spans, [2]int32{int32(start), int32(end)})
+	return keyRef(-len(w.spans))
+}
+
+func (k keyRef) decoded() bool { return k < 0 }
+
+// name is the bytes of a property name.
+func (w *walker) name(k keyRef) []byte {
+	if k.decoded() {
+		sp := w.spans[-k-1]
+		return w.decoded[sp[0]:sp[1]]
+	}
+	return w.b[k : int(k)+bytes.IndexByte(w.b[k:], '"')]
 }
 
 var walkers = sync.Pool{New: func() any { return new(walker) }}
 
-// accepts reports whether body is JSON (as json.Valid has it) that
-// Validate's reading takes (no repeated property, no number out of range)
-// and that s holds of. false means "not shown here", not "invalid": the
-// caller asks the library.
+// maxPooledKeys bounds the names a pooled walker keeps room for: a body
+// of 400,000 properties must not leave its stack behind.
+const maxPooledKeys = 1 << 12
+
+// check reads body against s (nil admits every value) and says whether it
+// holds, where it first fails (the Problem), or that it cannot tell; and
+// how many values it read.
 //
 // It checks the JSON grammar as it reads, rather than running json.Valid
-// first, which took half of the time: where the grammar is broken it
-// says false, like anything else it does not show.
-func (s *fastSchema) accepts(body []byte) bool {
-	w := walkers.Get().(*walker)
-	w.b, w.i, w.depth, w.nesting = body, 0, 0, 0
-	ok := w.value(s)
-	if ok {
-		w.space()
-		ok = w.i == len(w.b)
-	}
-	*w = walker{keys: w.keys[:0], items: w.items[:0], ints: w.ints[:0], strs: w.strs[:0]}
-	walkers.Put(w)
-	return ok
+// first, which took half of the time.
+func (s *fastSchema) check(body []byte) (result, Problem, int) {
+	return read(s, body, false)
 }
 
-// maxFastNesting bounds the arrays and objects open at once: json.Valid
-// refuses past 10,000, the fast path leaves anything past this to it.
-const maxFastNesting = 1000
+// measure reads body with no schema: its first reading problem (not
+// JSON, a repeated property, a number out of range, nesting past
+// MaxDepth), as decode finds it, and how many values it holds (all of
+// them even past a problem; math.MaxInt past MaxDepth, where it stops).
+func measure(body []byte) (result, Problem, int) {
+	return read(nil, body, true)
+}
+
+func read(s *fastSchema, body []byte, scan bool) (result, Problem, int) {
+	w := walkers.Get().(*walker)
+	w.b, w.i, w.depth, w.nesting, w.values, w.scan, w.prob = body, 0, 0, 0, 0, scan, Problem{}
+	r := w.value(s)
+	if r == passes {
+		w.space()
+		if w.i != len(w.b) {
+			r = w.fail("json", "not JSON: data after the value")
+		}
+	}
+	if w.scan && w.prob.Rule != "" && r == passes {
+		r = fails // a problem recorded on the way
+	}
+	prob, values := w.prob, w.values
+	keys, items, ints, strs := w.keys[:0], w.items[:0], w.ints[:0], w.strs[:0]
+	decoded := w.decoded[:0]
+	if cap(keys) > maxPooledKeys || cap(items) > maxPooledKeys || cap(decoded) > maxPooledKeys*64 {
+		keys, items, ints, strs, decoded = nil, nil, nil, nil, nil
+	}
+	spans := w.spans[:0]
+	if cap(spans) > maxPooledKeys {
+		spans = nil
+	}
+	*w = walker{path: w.path[:0], keys: keys, decoded: decoded, spans: spans, items: items, ints: ints, strs: strs}
+	walkers.Put(w)
+	return r, prob, values
+}
+
+// field spells out w.path, such as ranks[3].gpu; "" is the whole body.
+func (w *walker) field() string {
+	f := ""
+	for _, s := range w.path {
+		if s.index >= 0 {
+			f += "[" + strconv.Itoa(s.index) + "]"
+		} else {
+			f = appendKey(f, string(w.name(s.name)))
+		}
+	}
+	return f
+}
+
+// fail records why the value at w.path fails, unless a problem is
+// recorded already (a scan reads on past the first), and says fails.
+func (w *walker) fail(rule, msg string) result {
+	if !w.scan || w.prob.Rule == "" {
+		w.prob = Problem{Field: w.field(), Rule: rule, Message: msg}
+	}
+	return fails
+}
+
+// failKind is fail in the library's words for k.
+func (w *walker) failKind(rule string, k jsonschema.ErrorKind) result {
+	return w.fail(rule, strings.TrimPrefix(k.LocalizedString(printer), rule+": "))
+}
+
+// failName is fail for the property name k of the object at w.path, where
+// the library puts missing, unknown and badly named properties.
+func (w *walker) failName(k keyRef, rule, msg string) result {
+	w.path = append(w.path, pathStep{name: k, index: -1})
+	r := w.fail(rule, msg)
+	w.path = w.path[:len(w.path)-1]
+	return r
+}
 
 // next reports whether the byte at w.i is c, and moves past it if so.
 func (w *walker) next(c byte) bool {
@@ -404,91 +566,225 @@ func (w *walker) literal(lit string) bool {
 
 func (w *walker) space() { w.i = skipSpace(w.b, w.i) }
 
+// notJSON is a grammar failure: decode's words replace these (Validate
+// asks json.Valid first).
+func (w *walker) notJSON() result { return w.fail("json", "not JSON") }
+
 // value checks the value at w.i against s (nil admits anything) and moves
-// past it.
-func (w *walker) value(s *fastSchema) bool {
+// past it (when it holds).
+func (w *walker) value(s *fastSchema) result {
 	w.space()
 	if w.i >= len(w.b) {
-		return false
+		return w.notJSON()
 	}
 	if s == nil {
 		return w.own(nil)
 	}
 	if s.never {
-		return false
+		return w.failKind("false", &kind.FalseSchema{})
 	}
 	if len(s.refs) == 0 && len(s.anyOf) == 0 {
 		return w.own(s)
 	}
 	if w.depth++; w.depth > maxFastDepth {
-		return false
+		w.depth--
+		return undecided
 	}
 	defer func() { w.depth-- }()
 	start := w.i
+	// The library checks type, const, enum and format first, and stops
+	// at them: a $ref's problems would not be among its own then.
+	if s.early {
+		if r := w.peek(s); r != passes {
+			return r
+		}
+	}
 	for _, r := range s.refs {
 		w.i = start
-		if !w.value(r) {
-			return false
+		if res := w.value(r); res != passes {
+			return res
 		}
 	}
 	if len(s.anyOf) > 0 {
-		matched := false
+		var first Problem
+		failed, unsure, matched := false, false, false
 		for _, a := range s.anyOf {
 			w.i = start
-			if w.value(a) {
+			switch w.value(a) {
+			case passes:
 				matched = true
+			case fails:
+				if !failed {
+					first, failed = w.prob, true
+				}
+			default:
+				unsure = true
+			}
+			if matched {
 				break
 			}
 		}
 		if !matched {
-			return false
+			if unsure {
+				return undecided
+			}
+			// The library lists every branch's problems; the first
+			// branch's first is one of them.
+			w.prob = first
+			return fails
 		}
 	}
 	if s.bare {
-		return true // w.i is past the value, where the last walk left it
+		return passes // w.i is past the value, where the last walk left it
 	}
 	w.i = start
 	return w.own(s)
 }
 
-// admits reports whether s's kind-wide keywords (type, enum, const and the
-// number keyword) let a value of kind k through; a number's integrality
-// is the caller's.
-func (s *fastSchema) admits(k jsonKind) bool {
-	if s.types != 0 && s.types&k == 0 && (k != kindNumber || s.types&kindInteger == 0) {
-		return false
+// peek checks s's early keywords (type, const, enum, format) on the value
+// at w.i, leaving w.i where it was.
+func (w *walker) peek(s *fastSchema) result {
+	start := w.i
+	defer func() { w.i = start }()
+	switch c := w.b[w.i]; c {
+	case '{':
+		return w.kindEarly(s, kindObject)
+	case '[':
+		return w.kindEarly(s, kindArray)
+	case '"':
+		ks, ke, plain, ok := w.str()
+		if !ok {
+			return w.notJSON()
+		}
+		if rule, k := s.stringEarly(w.b[ks:ke], !plain, plain); rule != "" {
+			return w.failKind(rule, k)
+		}
+		return passes
+	case 't', 'f', 'n':
+		return w.kindEarly(s, literalKind(c))
 	}
-	if k != kindString && (s.hasEnum || s.constStr != nil) {
-		return false
+	var n number
+	if r := w.readNumber(&n); r != passes {
+		return r
 	}
-	if k != kindNumber && (s.number != nil || s.constNum != nil) {
-		return false
+	return w.numberEarly(s, &n)
+}
+
+func literalKind(c byte) jsonKind {
+	if c == 'n' {
+		return kindNull
 	}
-	return true
+	return kindBoolean
+}
+
+// kindWords are the JSON types in the library's words, in its order.
+var kindWords = []struct {
+	k    jsonKind
+	name string
+}{{kindNull, "null"}, {kindBoolean, "boolean"}, {kindNumber, "number"}, {kindInteger, "integer"},
+	{kindString, "string"}, {kindArray, "array"}, {kindObject, "object"}}
+
+func (k jsonKind) String() string {
+	for _, kw := range kindWords {
+		if kw.k == k {
+			return kw.name
+		}
+	}
+	return "number"
+}
+
+// want is s's "type" in the library's words.
+func (s *fastSchema) want() []string {
+	if s.lib != nil && s.lib.Types != nil {
+		return s.lib.Types.ToStrings()
+	}
+	var out []string
+	for _, kw := range kindWords {
+		if s.types&kw.k != 0 {
+			out = append(out, kw.name)
+		}
+	}
+	return out
+}
+
+// kindEarly checks the early keywords on a value of kind k other than a
+// string or a number: its type, and const or enum, which no such value
+// meets.
+func (w *walker) kindEarly(s *fastSchema, k jsonKind) result {
+	switch {
+	case s.types != 0 && s.types&k == 0:
+		return w.failKind("type", &kind.Type{Got: k.String(), Want: s.want()})
+	case s.constStr != nil || s.constNum != nil:
+		return w.failKind("const", &kind.Const{Got: k.String(), Want: *s.lib.Const})
+	case s.hasEnum:
+		return w.failKind("enum", &kind.Enum{Got: k.String(), Want: s.lib.Enum.Values})
+	case s.number != nil:
+		// The number keyword's own type check (its schema has no other
+		// keyword).
+		return w.failKind("type", &kind.Type{Got: k.String(), Want: s.number.want})
+	}
+	return passes
 }
 
 // own checks the value at w.i against s's own keywords (its refs and
 // anyOf are value's) and moves past it.
-func (w *walker) own(s *fastSchema) bool {
+func (w *walker) own(s *fastSchema) result {
+	w.values++
 	switch c := w.b[w.i]; c {
 	case '{':
 		return w.object(s)
 	case '[':
 		return w.array(s)
 	case '"':
-		start, end, plain, ok := w.str()
-		return ok && (s == nil || s.stringHolds(w.b[start:end], plain, w.depth))
+		ks, ke, plain, ok := w.str()
+		if !ok {
+			return w.notJSON()
+		}
+		if s == nil {
+			return passes
+		}
+		if plain && s.lengthOnly {
+			// Most strings of an event: a type and a length to check.
+			if n := ke - ks; (s.minLen < 0 || n >= s.minLen) && (s.maxLen < 0 || n <= s.maxLen) {
+				return passes
+			}
+		}
+		if rule, k := s.stringOwn(w.b[ks:ke], !plain, plain); rule != "" {
+			return w.failKind(rule, k)
+		}
+		return passes
 	case 't', 'f', 'n':
-		lit, k := "null", kindNull
+		lit := "null"
 		switch c {
 		case 't':
-			lit, k = "true", kindBoolean
+			lit = "true"
 		case 'f':
-			lit, k = "false", kindBoolean
+			lit = "false"
 		}
-		return w.literal(lit) && (s == nil || s.admits(k))
+		if !w.literal(lit) {
+			return w.notJSON()
+		}
+		if s == nil {
+			return passes
+		}
+		return w.kindEarly(s, literalKind(c))
 	}
-	return w.number(s)
+	var n number
+	if r := w.readNumber(&n); r != passes || s == nil {
+		return r
+	}
+	if s.plainNumber {
+		// The number keyword alone, as most numbers of an event are
+		// checked: its verdict, worded by numberLate where it fails.
+		if s.number.holds(&n) {
+			return passes
+		}
+		return w.numberLate(s, &n)
+	}
+	if r := w.numberEarly(s, &n); r != passes {
+		return r
+	}
+	return w.numberLate(s, &n)
 }
 
 // str moves past the string at w.i and returns its contents' span, and
@@ -575,52 +871,115 @@ func numberEnd(b []byte, i int) int {
 	return i
 }
 
-// stringHolds checks a string, given as its contents' bytes, against s,
-// its refs and anyOf included (for property names, which value does not
-// read).
-func (s *fastSchema) stringHolds(raw []byte, plain bool, depth int) bool {
-	if s.never || depth > maxFastDepth {
-		return false
+// stringEarly checks a string, given as its contents' bytes (escaped:
+// as written in JSON, escapes and all; ascii: one byte a character),
+// against s's early keywords; it returns the rule that fails and the
+// library's kind of error, or "".
+func (s *fastSchema) stringEarly(raw []byte, escaped, ascii bool) (string, jsonschema.ErrorKind) {
+	if s.types != 0 && s.types&kindString == 0 {
+		return "type", &kind.Type{Got: "string", Want: s.want()}
 	}
-	for _, r := range s.refs {
-		if !r.stringHolds(raw, plain, depth+1) {
-			return false
-		}
+	if s.constNum != nil {
+		return "const", &kind.Const{Got: text(raw, escaped), Want: *s.lib.Const}
 	}
-	if len(s.anyOf) > 0 && !slices.ContainsFunc(s.anyOf, func(a *fastSchema) bool { return a.stringHolds(raw, plain, depth+1) }) {
-		return false
+	if s.constStr == nil && !s.hasEnum && s.format == nil {
+		return "", nil
 	}
-	if !s.admits(kindString) {
-		return false
-	}
-	if !s.hasEnum && s.constStr == nil && s.minLen < 0 && s.maxLen < 0 && s.pattern == nil && s.format == nil {
-		return true
-	}
-	if !plain {
+	if escaped {
 		raw = unquote(raw)
 	}
-	if s.hasEnum && !slices.ContainsFunc(s.enum, func(e string) bool { return string(raw) == e }) {
-		return false
-	}
 	if s.constStr != nil && string(raw) != *s.constStr {
-		return false
+		return "const", &kind.Const{Got: string(raw), Want: *s.constStr}
+	}
+	if s.hasEnum && !slices.ContainsFunc(s.enum, func(e string) bool { return string(raw) == e }) {
+		return "enum", &kind.Enum{Got: string(raw), Want: s.lib.Enum.Values}
+	}
+	if s.format != nil {
+		if err := s.format(string(raw)); err != nil {
+			return "format", &kind.Format{Got: string(raw), Want: s.lib.Format.Name, Err: err}
+		}
+	}
+	return "", nil
+}
+
+// stringOwn checks a string against all of s's own keywords, in the
+// library's order.
+func (s *fastSchema) stringOwn(raw []byte, escaped, ascii bool) (string, jsonschema.ErrorKind) {
+	if rule, k := s.stringEarly(raw, escaped, ascii); rule != "" {
+		return rule, k
+	}
+	if s.number != nil {
+		return "type", &kind.Type{Got: "string", Want: s.number.want}
+	}
+	if s.minLen < 0 && s.maxLen < 0 && s.pattern == nil {
+		return "", nil
+	}
+	if escaped {
+		raw = unquote(raw)
 	}
 	if s.minLen >= 0 || s.maxLen >= 0 {
 		n := len(raw)
-		if !plain {
+		if !ascii {
 			n = utf8.RuneCount(raw)
 		}
-		if (s.minLen >= 0 && n < s.minLen) || (s.maxLen >= 0 && n > s.maxLen) {
-			return false
+		if s.minLen >= 0 && n < s.minLen {
+			return "minLength", &kind.MinLength{Got: n, Want: s.minLen}
+		}
+		if s.maxLen >= 0 && n > s.maxLen {
+			return "maxLength", &kind.MaxLength{Got: n, Want: s.maxLen}
 		}
 	}
 	if s.pattern != nil && !s.pattern.Match(raw) {
-		return false
+		return "pattern", &kind.Pattern{Got: clipText(string(raw)), Want: s.pattern.String()}
 	}
-	if s.format != nil && s.format(string(raw)) != nil {
-		return false
+	return "", nil
+}
+
+// text is a string's value for a message.
+func text(raw []byte, escaped bool) string {
+	if escaped {
+		raw = unquote(raw)
 	}
-	return true
+	return clipText(string(raw))
+}
+
+// nameHolds checks a property name, as stringOwn takes a string, against
+// s, its refs and anyOf included (value does not read names).
+func (s *fastSchema) nameHolds(raw []byte, escaped, ascii bool, depth int) result {
+	if s.never {
+		return fails
+	}
+	if depth > maxFastDepth {
+		return undecided
+	}
+	for _, r := range s.refs {
+		if res := r.nameHolds(raw, escaped, ascii, depth+1); res != passes {
+			return res
+		}
+	}
+	if len(s.anyOf) > 0 {
+		res := fails
+		for _, a := range s.anyOf {
+			switch a.nameHolds(raw, escaped, ascii, depth+1) {
+			case passes:
+				res = passes
+			case undecided:
+				if res == fails {
+					res = undecided
+				}
+			}
+			if res == passes {
+				break
+			}
+		}
+		if res != passes {
+			return res
+		}
+	}
+	if rule, _ := s.stringOwn(raw, escaped, ascii); rule != "" {
+		return fails
+	}
+	return passes
 }
 
 // unquote decodes a string's contents as encoding/json does, for those
@@ -631,42 +990,100 @@ func unquote(raw []byte) []byte {
 	return []byte(str)
 }
 
-// number checks the number at w.i: in the range Validate's reading takes,
-// then against s.
-func (w *walker) number(s *fastSchema) bool {
+// readNumber reads the number at w.i, in the range Validate's reading
+// takes.
+func (w *walker) readNumber(n *number) result {
 	start := w.i
 	if w.i = numberEnd(w.b, start); w.i < 0 {
-		return false
+		w.i = start
+		return w.notJSON()
 	}
 	lit := w.b[start:w.i]
-	n, short := smallInt(lit)
-	if !short && !numberInRange(string(lit)) {
-		return false
+	var short bool
+	if *n, short = smallInt(lit); short {
+		return passes
 	}
-	if s == nil {
-		return true
+	if !numberInRange(string(lit)) {
+		if w.scan {
+			if w.prob.Rule == "" { // a scan words only its first problem
+				w.fail("number", fmt.Sprintf("number %.40s out of range", lit))
+			}
+			return passes // and reads on
+		}
+		return w.fail("number", fmt.Sprintf("number %.40s out of range", lit))
 	}
-	if !s.admits(kindNumber) {
-		return false
-	}
-	if !short {
-		n = parseNumber(string(lit))
-	}
-	if s.types != 0 && s.types&kindNumber == 0 && !n.integral() {
-		return false // integer only
-	}
-	if s.number != nil && !s.number.holds(&n) {
-		return false
-	}
-	for _, b := range s.bounds {
-		if !holds(&n, b) {
-			return false
+	*n = parseNumber(string(lit))
+	return passes
+}
+
+// numberEarly checks a number against s's early keywords.
+func (w *walker) numberEarly(s *fastSchema, n *number) result {
+	if s.types != 0 && s.types&kindNumber == 0 {
+		if s.types&kindInteger == 0 {
+			return w.failKind("type", &kind.Type{Got: "number", Want: s.want()})
+		}
+		if !n.integral() {
+			return w.fail("type", "must be a whole number, got "+clipNumber(n))
 		}
 	}
-	if s.constNum != nil && cmpNumber(&n, *s.constNum) != 0 {
-		return false
+	if s.constStr != nil {
+		return w.failKind("const", &kind.Const{Got: n.exact(), Want: *s.constStr})
 	}
-	return true
+	if s.constNum != nil && cmpNumber(n, *s.constNum) != 0 {
+		return w.failKind("const", &kind.Const{Got: n.exact(), Want: s.constNum.rat})
+	}
+	if s.hasEnum {
+		return w.failKind("enum", &kind.Enum{Got: n.exact(), Want: s.lib.Enum.Values})
+	}
+	return passes
+}
+
+// numberLate checks a number against the number keyword and the
+// library's bounds.
+func (w *walker) numberLate(s *fastSchema, n *number) result {
+	if c := s.number; c != nil {
+		if c.integer && !n.integral() {
+			return w.fail("type", "must be a whole number, got "+clipNumber(n))
+		}
+		for _, b := range c.bounds {
+			if !holds(n, b) {
+				return w.failBound(b, n)
+			}
+		}
+	}
+	for _, b := range s.bounds {
+		if !holds(n, b) {
+			return w.failBound(b, n)
+		}
+	}
+	return passes
+}
+
+// failBound is fail for a number past bound b, in the library's words.
+func (w *walker) failBound(b bound, n *number) result {
+	var k jsonschema.ErrorKind
+	switch b.key {
+	case "minimum":
+		k = &kind.Minimum{Got: n.exact(), Want: b.rat}
+	case "maximum":
+		k = &kind.Maximum{Got: n.exact(), Want: b.rat}
+	case "exclusiveMinimum":
+		k = &kind.ExclusiveMinimum{Got: n.exact(), Want: b.rat}
+	case "exclusiveMaximum":
+		k = &kind.ExclusiveMaximum{Got: n.exact(), Want: b.rat}
+	default:
+		k = &kind.MultipleOf{Got: n.exact(), Want: b.rat}
+	}
+	return w.failKind(b.key, k)
+}
+
+// clipNumber is a number's literal for a message, as collect words it.
+func clipNumber(n *number) string {
+	lit := n.lit
+	if lit == "" {
+		lit = strconv.FormatInt(n.i, 10)
+	}
+	return fmt.Sprintf("%.40s", lit)
 }
 
 // smallInt reads a plain integer literal of up to 18 digits, which no
@@ -692,36 +1109,56 @@ func smallInt(lit []byte) (number, bool) {
 	return number{i: i, isInt: true, f: float64(i), isF: true}, true
 }
 
-func (w *walker) object(s *fastSchema) bool {
-	if s != nil && !s.admits(kindObject) {
-		return false
+// smallNames is how many names of one object no bit tracks are compared
+// one by one for a repeat; past it they are sorted once the object is
+// read, so that 400,000 properties cost n log n, not n².
+const smallNames = 16
+
+func (w *walker) object(s *fastSchema) result {
+	if s != nil && (s.early || s.number != nil) {
+		if r := w.kindEarly(s, kindObject); r != passes {
+			return r
+		}
 	}
-	if w.nesting++; w.nesting > maxFastNesting {
-		return false
+	if w.nesting+1 > MaxDepth {
+		return w.tooDeep()
 	}
+	w.nesting++
 	w.i++ // {
-	base := len(w.keys)
+	base, pbase := len(w.keys), len(w.path)
 	var seen uint64
 	n := 0
-	ok := w.members(func(ks, ke int) bool {
-		key := w.b[ks:ke]
+	r := w.members(func(k keyRef, key []byte) result {
 		n++
+		if s != nil && s.maxProps >= 0 && n > s.maxProps {
+			return w.fail("maxProperties", printer.Sprintf("got more than %d, want %d", s.maxProps, s.maxProps))
+		}
 		bit, tracked := -1, false
 		if s != nil {
 			bit, tracked = s.props[string(key)]
 		}
 		if tracked {
 			if seen&(1<<bit) != 0 {
-				return false // repeated
+				if r := w.failName(k, "json", "duplicate property"); !w.scan {
+					return r
+				}
 			}
 			seen |= 1 << bit
 		} else {
-			for _, k := range w.keys[base:] {
-				if string(w.b[k[0]:k[1]]) == string(key) {
-					return false // repeated
+			if len(w.keys)-base < smallNames {
+				for _, o := range w.keys[base:] {
+					if string(w.name(o)) == string(key) {
+						if r := w.failName(k, "json", "duplicate property"); !w.scan {
+							return r
+						}
+						break
+					}
 				}
 			}
-			w.keys = append(w.keys, [2]int{ks, ke})
+			if len(w.keys) == cap(w.keys) {
+				w.keys = slices.Grow(w.keys, len(w.keys)) // double: append grows a large slice by a quarter
+			}
+			w.keys = append(w.keys, k)
 		}
 		var sub *fastSchema
 		if s != nil {
@@ -729,148 +1166,303 @@ func (w *walker) object(s *fastSchema) bool {
 			case tracked && s.inProperties&(1<<bit) != 0:
 				sub = s.propSchemas[bit]
 			case s.noAdditional:
-				return false
+				return w.failName(k, "additionalProperties", "unknown property")
 			default:
 				sub = s.additional
 			}
-			if s.propertyNames != nil && !s.propertyNames.stringHolds(key, true, w.depth) {
-				return false
+			if s.propertyNames != nil {
+				switch s.propertyNames.nameHolds(key, false, !k.decoded(), w.depth) {
+				case fails:
+					return w.failName(k, "propertyNames", (&kind.PropertyNames{Property: clipText(string(key))}).LocalizedString(printer))
+				case undecided:
+					return undecided
+				}
 			}
 		}
-		return w.value(sub)
+		w.path = append(w.path, pathStep{name: k, index: -1})
+		r := w.value(sub)
+		w.path = w.path[:len(w.path)-1]
+		return r
 	})
-	w.keys = w.keys[:base]
-	w.nesting--
-	if !ok || s == nil {
-		return ok
+	if r == passes && len(w.keys)-base > smallNames {
+		if k, dup := w.repeated(w.keys[base:]); dup {
+			r = w.failName(k, "json", "duplicate property")
+			if w.scan {
+				r = passes
+			}
+		}
 	}
-	return seen&s.required == s.required && (s.minProps < 0 || n >= s.minProps) && (s.maxProps < 0 || n <= s.maxProps)
+	w.keys, w.path = w.keys[:base], w.path[:pbase]
+	w.nesting--
+	if r != passes || s == nil {
+		return r
+	}
+	if missing := s.required &^ seen; missing != 0 {
+		name := s.names[bits.TrailingZeros64(missing)]
+		start := len(w.decoded)
+		w.decoded = append(w.decoded, name...)
+		return w.failName(w.decodedKey(start, len(w.decoded)), "required", "missing property")
+	}
+	if s.minProps >= 0 && n < s.minProps {
+		return w.failKind("minProperties", &kind.MinProperties{Got: n, Want: s.minProps})
+	}
+	return passes
+}
+
+// tooDeep refuses a container that would nest past MaxDepth. A scan
+// stops there: what lies below is not read.
+func (w *walker) tooDeep() result {
+	w.fail("depth", fmt.Sprintf("nested deeper than %d arrays and objects", MaxDepth))
+	if w.scan {
+		w.values = math.MaxInt
+	}
+	return fails
+}
+
+// repeated finds a name given twice among keys, by sorting them.
+func (w *walker) repeated(keys []keyRef) (keyRef, bool) {
+	slices.SortFunc(keys, func(a, b keyRef) int { return bytes.Compare(w.name(a), w.name(b)) })
+	for i := 1; i < len(keys); i++ {
+		if bytes.Equal(w.name(keys[i]), w.name(keys[i-1])) {
+			return keys[i], true
+		}
+	}
+	return 0, false
 }
 
 // members reads an object's members after its '{', through its '}',
-// calling member with each name's span (a plain name: the library reads
-// escaped and non-ASCII ones) once w.i is at its value.
-func (w *walker) members(member func(ks, ke int) bool) bool {
+// calling member with each name, and its bytes, once w.i is at its value.
+// A name that is escaped or not ASCII is decoded into w.decoded, as
+// encoding/json reads it.
+func (w *walker) members(member func(k keyRef, key []byte) result) result {
 	w.space()
 	if w.next('}') {
-		return true
+		return passes
 	}
 	for {
 		w.space()
 		ks, ke, plain, ok := w.str()
-		if !ok || !plain {
-			return false
+		if !ok {
+			return w.notJSON()
+		}
+		k, key := bodyKey(ks), w.b[ks:ke]
+		if !plain {
+			start := len(w.decoded)
+			w.decoded = append(w.decoded, unquote(key)...)
+			k, key = w.decodedKey(start, len(w.decoded)), w.decoded[start:]
 		}
 		w.space()
-		if !w.next(':') || !member(ks, ke) {
-			return false
+		if !w.next(':') {
+			return w.notJSON()
+		}
+		if r := member(k, key); r != passes {
+			return r
 		}
 		w.space()
 		if w.next('}') {
-			return true
+			return passes
 		}
 		if !w.next(',') {
-			return false
+			return w.notJSON()
 		}
 	}
 }
 
-func (w *walker) array(s *fastSchema) bool {
-	if s != nil && !s.admits(kindArray) {
-		return false
+func (w *walker) array(s *fastSchema) result {
+	if s != nil && (s.early || s.number != nil) {
+		if r := w.kindEarly(s, kindArray); r != passes {
+			return r
+		}
 	}
-	if w.nesting++; w.nesting > maxFastNesting {
-		return false
+	if w.nesting+1 > MaxDepth {
+		return w.tooDeep()
 	}
+	w.nesting++
 	w.i++ // [
 	var items *fastSchema
-	unique := false
+	unique, maxItems := false, -1
 	if s != nil {
-		items, unique = s.items, s.unique
+		items, unique, maxItems = s.items, s.unique, s.maxItems
 	}
-	base := len(w.items)
+	base, pbase := len(w.items), len(w.path)
+	w.path = append(w.path, pathStep{index: 0})
 	n := 0
-	ok := w.elements(func() bool {
+	r := w.elements(func() result {
+		if maxItems >= 0 && n >= maxItems {
+			// Stop at the first item too many: the rest is not read.
+			w.path = w.path[:pbase]
+			return w.fail("maxItems", printer.Sprintf("got more than %d, want %d", maxItems, maxItems))
+		}
+		w.path[pbase].index = n
 		start := w.i
-		if !w.value(items) {
-			return false
+		if r := w.value(items); r != passes {
+			return r
 		}
 		if unique {
 			w.items = append(w.items, [2]int{start, w.i})
 		}
 		n++
-		return true
+		return passes
 	})
-	ok = ok && (s == nil || ((s.minItems < 0 || n >= s.minItems) && (s.maxItems < 0 || n <= s.maxItems) &&
-		(!unique || w.distinct(w.items[base:]))))
+	w.path = w.path[:pbase]
+	if r == passes && s != nil {
+		switch {
+		case s.minItems >= 0 && n < s.minItems:
+			r = w.failKind("minItems", &kind.MinItems{Got: n, Want: s.minItems})
+		case unique:
+			if i, j, res := w.distinct(w.items[base:]); res == fails {
+				r = w.failKind("uniqueItems", &kind.UniqueItems{Duplicates: [2]int{i, j}})
+			} else {
+				r = res
+			}
+		}
+	}
 	w.items = w.items[:base]
 	w.nesting--
-	return ok
+	return r
 }
 
 // elements reads an array's elements after its '[', through its ']',
 // calling element with w.i at each.
-func (w *walker) elements(element func() bool) bool {
+func (w *walker) elements(element func() result) result {
 	w.space()
 	if w.next(']') {
-		return true
+		return passes
 	}
 	for {
 		w.space()
-		if !element() {
-			return false
+		if r := element(); r != passes {
+			return r
 		}
 		w.space()
 		if w.next(']') {
-			return true
+			return passes
 		}
 		if !w.next(',') {
-			return false
+			return w.notJSON()
 		}
 	}
 }
 
-// distinct reports whether the items, given as spans, are all different,
-// when each is a plain integer or a plain string; false otherwise (the
-// library decides 1 against 1.0, objects and the rest).
-func (w *walker) distinct(items [][2]int) bool {
+// intItem and strItem are an array item as distinct compares it, with
+// its index.
+type intItem struct {
+	v int64
+	i int
+}
+
+type strItem struct {
+	number bool // v is a number's key (appendItemKey), not a string's bytes
+	v      []byte
+	i      int
+}
+
+// distinct says whether the items, given as spans, are all different, as
+// the library finds them (the uniqueness vocabulary of unique.go) when
+// each is a number (compared by value: 1, 1.0 and 1e0 are one) or a
+// string; undecided otherwise. On a repeat it gives the pair the library
+// names: the first item equal to an earlier one, and the first such
+// earlier one.
+func (w *walker) distinct(items [][2]int) (int, int, result) {
 	if len(items) < 2 {
-		return true
+		return 0, 0, passes
 	}
-	ints, strs := w.ints[:0], w.strs[:0]
-	for _, it := range items {
-		v := w.b[it[0]:it[1]]
-		if v[0] == '"' {
-			for _, c := range v[1 : len(v)-1] {
-				if c == '\\' || c >= utf8.RuneSelf {
-					return false
+	first, second := -1, -1
+	repeat := func(i, j int) {
+		if second < 0 || j < second || (j == second && i < first) {
+			first, second = i, j
+		}
+	}
+	// Plain integers, the common case (a node's GPU indexes), without
+	// allocating.
+	ints := w.ints[:0]
+	for idx, it := range items {
+		n, ok := smallInt(w.b[it[0]:it[1]])
+		if !ok {
+			ints = nil
+			break
+		}
+		ints = append(ints, intItem{n.i, idx})
+	}
+	if ints != nil {
+		w.ints = ints
+		if len(ints) <= smallNames {
+			// Few: compare each with those before it, which finds the
+			// pair the library names first.
+			for j := 1; j < len(ints); j++ {
+				for i := range j {
+					if ints[i].v == ints[j].v {
+						return i, j, fails
+					}
 				}
 			}
-			strs = append(strs, it)
-			continue
+			return 0, 0, passes
 		}
-		n, ok := smallInt(v)
-		if !ok {
-			return false
+		slices.SortStableFunc(ints, func(a, b intItem) int { return cmpInt(a.v, b.v) })
+		for i := 1; i < len(ints); i++ {
+			if ints[i].v == ints[i-1].v {
+				repeat(ints[i-1].i, ints[i].i)
+			}
 		}
-		ints = append(ints, n.i)
-	}
-	w.ints, w.strs = ints, strs
-	slices.Sort(ints)
-	for i := 1; i < len(ints); i++ {
-		if ints[i] == ints[i-1] {
-			return false
+	} else {
+		strs := w.strs[:0]
+		for idx, it := range items {
+			v := w.b[it[0]:it[1]]
+			switch {
+			case v[0] == '"':
+				raw := v[1 : len(v)-1]
+				if bytes.ContainsFunc(raw, func(r rune) bool { return r == '\\' || r >= utf8.RuneSelf }) {
+					raw = unquote(raw)
+				}
+				strs = append(strs, strItem{v: raw, i: idx})
+			case v[0] == '-' || ('0' <= v[0] && v[0] <= '9'):
+				key, ok := appendItemKey(nil, json.Number(v))
+				if !ok {
+					return 0, 0, undecided // equal to nothing, as the library finds it
+				}
+				strs = append(strs, strItem{number: true, v: key, i: idx})
+			default:
+				return 0, 0, undecided // the library compares the rest
+			}
 		}
-	}
-	if len(strs) > 1 {
-		slices.SortFunc(strs, func(a, b [2]int) int {
-			return bytes.Compare(w.b[a[0]:a[1]], w.b[b[0]:b[1]])
+		w.strs = strs
+		if len(strs) <= smallNames {
+			for j := 1; j < len(strs); j++ {
+				for i := range j {
+					if strs[i].number == strs[j].number && bytes.Equal(strs[i].v, strs[j].v) {
+						return i, j, fails
+					}
+				}
+			}
+			return 0, 0, passes
+		}
+		slices.SortStableFunc(strs, func(a, b strItem) int {
+			if a.number != b.number {
+				if a.number {
+					return -1
+				}
+				return 1
+			}
+			return bytes.Compare(a.v, b.v)
 		})
 		for i := 1; i < len(strs); i++ {
-			if string(w.b[strs[i][0]:strs[i][1]]) == string(w.b[strs[i-1][0]:strs[i-1][1]]) {
-				return false
+			if strs[i].number == strs[i-1].number && bytes.Equal(strs[i].v, strs[i-1].v) {
+				repeat(strs[i-1].i, strs[i].i)
 			}
 		}
 	}
-	return true
+	if second < 0 {
+		return 0, 0, passes
+	}
+	return first, second, fails
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }

@@ -3,6 +3,7 @@ package schemas
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -10,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // Every event has a fast path: a schema that grew a keyword fast.go does
@@ -37,14 +40,70 @@ func library(t testing.TB, name string, body []byte) error {
 	return validateWith(name, m[name], body)
 }
 
-// fastAccepts is the fast path's verdict on a body of the named event.
-func fastAccepts(t testing.TB, name string, body []byte) bool {
+// fastVerdict is the fast path's verdict on a body of the named event,
+// as Validate reads it (readFast), and the problem of a failure.
+func fastVerdict(t testing.TB, name string, body []byte) (result, Problem) {
 	t.Helper()
 	fast, err := fastPrograms()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fast[name] != nil && fast[name].accepts(body)
+	r, p, _ := readFast(fast[name], body)
+	return r, p
+}
+
+// fastAccepts reports whether the fast path passes a body of the named
+// event.
+func fastAccepts(t testing.TB, name string, body []byte) bool {
+	t.Helper()
+	r, _ := fastVerdict(t, name, body)
+	return r == passes
+}
+
+// agree fails the test unless the library's verdict on body, lib, is the
+// fast path's (r, p): a pass, or a failure among whose problems is p (the
+// same field and rule).
+func agree(t testing.TB, what string, body []byte, r result, p Problem, lib error) {
+	t.Helper()
+	switch r {
+	case passes:
+		if lib != nil {
+			t.Fatalf("%s: the fast path passes what the library refuses (%v):\n%.2000s", what, lib, body)
+		}
+	case fails:
+		p = newValidationError([]Problem{p}).Problems[0] // clipped, as Validate answers it
+		var ve *ValidationError
+		if !errors.As(lib, &ve) {
+			t.Fatalf("%s: the fast path fails (%v) what the library passes (%v):\n%.2000s", what, p, lib, body)
+		}
+		if !slices.ContainsFunc(ve.Problems, func(q Problem) bool { return sameProblem(p, q) }) {
+			t.Fatalf("%s: the fast path's problem %v is not among the library's:\n%v\nbody:\n%.2000s", what, p, ve, body)
+		}
+	}
+}
+
+// sameProblem reports whether the fast path's problem p is the library's
+// q: the same rule at the same field. The library places a property name
+// that breaks propertyNames at the first object, in key order, holding a
+// property of that name (collect's keyLocation), which may be another
+// object than the one read: there, the name is enough.
+func sameProblem(p, q Problem) bool {
+	if p.Rule != q.Rule {
+		return false
+	}
+	if p.Field == q.Field {
+		return true
+	}
+	return p.Rule == "propertyNames" && lastStep(p.Field) == lastStep(q.Field)
+}
+
+// lastStep is the last property of a dotted path: b of a.b, ["x.y"] of
+// a["x.y"].
+func lastStep(field string) string {
+	if strings.HasSuffix(field, "]") {
+		return field[strings.LastIndex(field, "["):]
+	}
+	return field[strings.LastIndex(field, ".")+1:]
 }
 
 // The fast path (fast.go) accepts no body the library refuses, and
@@ -64,7 +123,7 @@ func TestFastAgrees(t *testing.T) {
 		}
 	}
 	rng := rand.New(rand.NewPCG(11, 12))
-	bodies, libOK, fastOK := 0, 0, 0
+	bodies, libOK, fastOK, fastFails := 0, 0, 0, 0
 	for round := range 240 {
 		for _, e := range append(slices.Clone(valid), invalid...) {
 			doc, verr := decode(e.body)
@@ -77,27 +136,30 @@ func TestFastAgrees(t *testing.T) {
 			}
 			body := m.render(doc)
 			bodies++
-			lib := library(t, e.event, body) == nil
-			fast := fastAccepts(t, e.event, body)
+			libErr := library(t, e.event, body)
+			lib := libErr == nil
+			r, p := fastVerdict(t, e.event, body)
 			if lib {
 				libOK++
 			}
-			if fast {
+			switch r {
+			case passes:
 				fastOK++
+			case fails:
+				fastFails++
 			}
-			if fast && !lib {
-				t.Fatalf("%s: the fast path accepts what the library refuses (%v):\n%s", e.event, library(t, e.event, body), body)
-			}
+			agree(t, e.event, body, r, p, libErr)
 		}
 	}
-	t.Logf("%d bodies: the library accepts %d, the fast path %d", bodies, libOK, fastOK)
+	t.Logf("%d bodies: the library accepts %d; the fast path accepts %d and says where %d fail", bodies, libOK, fastOK, fastFails)
 	if bodies < 10000 || libOK < bodies/10 || libOK == bodies {
 		t.Fatalf("%d bodies, %d valid: the mutations do not test both verdicts", bodies, libOK)
 	}
-	// It declines what it cannot read cheaply (escaped names, unique
-	// items that are neither plain integers nor plain strings); little else.
-	if fastOK < libOK*85/100 {
-		t.Fatalf("the fast path accepts %d of the %d bodies the library accepts", fastOK, libOK)
+	// It leaves undecided only unique items that are neither numbers nor
+	// strings, which no event has: it decides every body here.
+	if fastOK != libOK || fastOK+fastFails != bodies {
+		t.Fatalf("the fast path accepts %d of the %d bodies the library accepts, and fails %d of the %d others",
+			fastOK, libOK, fastFails, bodies-libOK)
 	}
 }
 
@@ -111,13 +173,35 @@ func FuzzFastAgrees(f *testing.F) {
 	for _, s := range []string{`{"a":1,"a":2}`, `{"\u0061":1,"a":2}`, `{"gpus":[1,1.0]}`, `1e999`, `[[[[[]]]]]`} {
 		f.Add(uint8(0), []byte(s))
 	}
+	// The reader's bounds and answers (issue 46): an escaped or non-ASCII
+	// name, a repeat past the names compared one by one, unique items
+	// by value, nesting at and past MaxDepth, an array past its maxItems
+	// then broken, a string past its maxLength.
+	jobs := uint8(slices.Index(names, "jobs.submitted"))
+	node := uint8(slices.Index(names, "topology.node"))
+	many := ""
+	for i := range 20 {
+		many += fmt.Sprintf(`,"k%d":"v"`, i)
+	}
+	for _, s := range []struct {
+		event uint8
+		body  string
+	}{
+		{jobs, `{"\u006aob_id":"a","gpus":1}`},
+		{jobs, `{"job_id":"a","gpus":1,"labels":{"é":"x","\u00e9":"y"}}`},
+		{jobs, `{"job_id":"a","gpus":1,"labels":{"k3":"w"` + many + `}}`},
+		{jobs, `{"job_id":"a","gpus":1,"x":` + strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth) + `}`},
+		{jobs, `{"job_id":"a","gpus":1,"args":` + strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1) + `}`},
+		{jobs, `{"job_id":"a","gpus":1,"args":[` + strings.Repeat(`"a",`, 4097) + `x`},
+		{jobs, `{"job_id":"a","gpus":1,"command":"` + strings.Repeat("c", 4097) + `"}`},
+		{node, `{"name":"n","gpus":[{"index":0},{"index":1}],"nics":[],"gpu_paths":[["X","NV12"],["NV12","X"]],"gpu_model":"A","paths":[1,1.0]}`},
+	} {
+		f.Add(s.event, []byte(s.body))
+	}
 	f.Fuzz(func(t *testing.T, i uint8, body []byte) {
 		name := names[int(i)%len(names)]
-		if fastAccepts(t, name, body) {
-			if err := library(t, name, body); err != nil {
-				t.Fatalf("%s: the fast path accepts what the library refuses (%v):\n%s", name, err, body)
-			}
-		}
+		r, p := fastVerdict(t, name, body)
+		agree(t, name, body, r, p, library(t, name, body))
 	})
 }
 
@@ -287,10 +371,10 @@ func (m *mutator) render(doc any) []byte {
 }
 
 // FuzzFastGrammar holds the fast path's reading of JSON to Validate's
-// (json.Valid, then no repeated property and no number out of range),
-// with a schema that admits every value: it accepts nothing that reading
-// refuses, and declines nothing it takes but escaped or non-ASCII text
-// (left to the library) and deep nesting.
+// (json.Valid, then no repeated property, no number out of range, no
+// nesting past MaxDepth), with a schema that admits every value (check)
+// and with none (measure): each passes exactly what that reading takes,
+// and its problem is one of that reading's.
 func FuzzFastGrammar(f *testing.F) {
 	valid, invalid := examples(f)
 	for _, e := range append(valid, invalid...) {
@@ -301,15 +385,28 @@ func FuzzFastGrammar(f *testing.F) {
 		`{"a":1} x`, `{"a":1 "b":2}`, `[1 2]`, `[[[[]]]]`, `"`, `{"a`, `{"a":"b`, `1e400`, `123456789012345678`, `1234567890123456789`} {
 		f.Add([]byte(s))
 	}
-	var anything *fastSchema // nil admits every value
+	for _, depth := range []int{MaxDepth, MaxDepth + 1, 10001} {
+		f.Add([]byte(strings.Repeat("[", depth) + strings.Repeat("]", depth)))
+		f.Add([]byte(strings.Repeat(`{"a":`, depth) + "1" + strings.Repeat("}", depth)))
+	}
+	f.Add([]byte(`{"\u0061":1,"a":2}`))
+	f.Add([]byte(`{"k0":0,"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10,"k11":11,"k12":12,"k13":13,"k14":14,"k15":15,"k16":16,"k3":17}`))
+	anything := &fastSchema{minLen: -1, maxLen: -1, minProps: -1, maxProps: -1, minItems: -1, maxItems: -1}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		_, verr := decode(body)
-		switch fast := anything.accepts(body); {
-		case fast && verr != nil:
-			t.Fatalf("accepts %q, which Validate's reading refuses: %v", body, verr)
-		case !fast && verr == nil && !bytes.ContainsFunc(body, func(r rune) bool { return r == '\\' || r >= 0x80 }) &&
-			bytes.Count(body, []byte("["))+bytes.Count(body, []byte("{")) <= maxFastNesting:
-			t.Fatalf("declines %q, which Validate's reading takes", body)
+		var lib error
+		if verr != nil {
+			lib = verr
+		}
+		r, p := fastVerdictOf(anything, body)
+		agree(t, "check", body, r, p, lib)
+		if r == undecided {
+			t.Fatalf("check leaves %q undecided", body)
+		}
+		if json.Valid(body) {
+			// measure reads what json.Valid takes (readFast).
+			m, mp, _ := measure(body)
+			agree(t, "measure", body, m, mp, lib)
 		}
 	})
 }
@@ -343,14 +440,31 @@ const keywordSchema = `{"$id": "https://toposched.dev/test/k.json", "type": "obj
 
 // The fast path gives the library's verdict on seeded bodies of a schema
 // that uses every keyword it translates (keywordSchema): it accepts
-// exactly what the library accepts, but for bodies with escapes or
-// non-ASCII text, which it may leave to the library.
+// exactly what the library accepts, and where it refuses, its problem is
+// one of the library's.
 func TestFastAgreesOnKeywords(t *testing.T) {
 	t.Parallel()
 	ours, _ := vocabSchemas(t, "https://toposched.dev/test/k.json", keywordSchema)
 	fast, err := compileFast(ours)
 	if err != nil {
 		t.Fatal(err)
+	}
+	lib := func(body []byte) error {
+		doc, verr := decode(body)
+		if verr != nil {
+			return verr
+		}
+		err := ours.Validate(doc)
+		if err == nil {
+			return nil
+		}
+		var jerr *jsonschema.ValidationError
+		if !errors.As(err, &jerr) {
+			t.Fatalf("validate: %v", err)
+		}
+		var probs []Problem
+		collect(jerr, doc, &probs)
+		return newValidationError(probs)
 	}
 	pools := map[string][]string{
 		"id": {`"abc"`, `"a"`, `""`, `"abcdef"`, `"ab1"`, `"AB"`, `1`, `"\u0061"`},
@@ -386,18 +500,15 @@ func TestFastAgreesOnKeywords(t *testing.T) {
 		}
 		b.WriteString("}")
 		body := []byte(b.String())
-		doc, verr := decode(body)
-		lib := verr == nil && ours.Validate(doc) == nil
-		got := fast.accepts(body)
-		switch {
-		case got && !lib:
-			t.Fatalf("the fast path accepts what the library refuses: %s", body)
-		case !got && lib && !bytes.ContainsAny(body, `\`):
-			t.Fatalf("the fast path declines what the library accepts: %s", body)
+		libErr := lib(body)
+		r, p := fastVerdictOf(fast, body)
+		agree(t, "keywords", body, r, p, libErr)
+		if r == undecided {
+			t.Fatalf("the fast path leaves undecided: %s", body)
 		}
-		if lib {
+		if libErr == nil {
 			accepted++
-			if got {
+			if r == passes {
 				agreed++
 			}
 		}
@@ -406,4 +517,10 @@ func TestFastAgreesOnKeywords(t *testing.T) {
 	if accepted < 1000 {
 		t.Fatalf("only %d valid bodies: the pools test one verdict", accepted)
 	}
+}
+
+// fastVerdictOf is readFast's verdict with a schema of a test's own.
+func fastVerdictOf(f *fastSchema, body []byte) (result, Problem) {
+	r, p, _ := readFast(f, body)
+	return r, p
 }

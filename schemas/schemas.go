@@ -63,8 +63,10 @@ type Problem struct {
 	Field string
 	// Rule is the JSON Schema keyword that failed (required, minimum,
 	// pattern, additionalProperties, type, enum, format, ...), or "json" when
-	// the body is not JSON or repeats a property, and "number" when a number
-	// is out of any range an event field can hold.
+	// the body is not JSON or repeats a property, "number" when a number
+	// is out of any range an event field can hold, "depth" when arrays and
+	// objects nest past MaxDepth, and "size" when a body too large for the
+	// library is one the fast path cannot decide.
 	Rule string
 	// Message says what is wrong, for people.
 	Message string
@@ -192,8 +194,14 @@ func compile() (map[string]*jsonschema.Schema, error) {
 }
 
 // Validate checks body against the schema of the named event, such as
-// "jobs.submitted". It returns nil, a *ValidationError listing every problem
-// found, or another error when name is unknown (wrapping ErrUnknownEvent).
+// "jobs.submitted". It returns nil, a *ValidationError, or another error
+// when name is unknown (wrapping ErrUnknownEvent).
+//
+// Its cost is bounded whatever the body (fast.go): a body of at most
+// maxLibraryValues values gets every problem the library finds; a larger
+// one the first problem met in reading it, found without building a
+// document, such as the first array past its maxItems (where reading
+// stops) or nesting past MaxDepth.
 func Validate(name string, body []byte) error {
 	m, err := compiled()
 	if err != nil {
@@ -203,12 +211,60 @@ func Validate(name string, body []byte) error {
 	if !ok {
 		return fmt.Errorf("schemas: %q: %w", name, ErrUnknownEvent)
 	}
-	// Most bodies pass: fast.go shows that without the library, which
-	// decides (and explains) the rest.
-	if fast, err := fastPrograms(); err == nil && fast[name] != nil && fast[name].accepts(body) {
-		return nil
+	var fast *fastSchema
+	if programs, err := fastPrograms(); err == nil {
+		fast = programs[name]
 	}
-	return validateWith(name, s, body)
+	return validate(name, s, fast, body)
+}
+
+// validate is Validate with the event's schema and fast path (nil: none,
+// and the body is only measured before the library reads it).
+func validate(name string, s *jsonschema.Schema, fast *fastSchema, body []byte) error {
+	verdict, p, values := readFast(fast, body)
+	switch {
+	case verdict == passes:
+		return nil
+	case values <= maxLibraryValues && len(body) <= maxLibraryBytes:
+		return validateWith(name, s, body)
+	case verdict == fails:
+		return newValidationError([]Problem{p})
+	}
+	return newValidationError([]Problem{{Rule: "size", Message: printer.Sprintf(
+		"the body holds %d values, more than the %d of a body the quick check cannot decide", values, maxLibraryValues)}})
+}
+
+// maxLibraryValues and maxLibraryBytes bound a body the library reads:
+// it builds a document of it and a problem per value at fault, about a
+// kilobyte and a few microseconds a value (4 MB and 10 ms here), and
+// quotes values in its messages. A body people write holds a few hundred
+// values.
+const (
+	maxLibraryValues = 1 << 12
+	maxLibraryBytes  = 1 << 20
+)
+
+// readFast is the fast path's verdict on body (f nil: none), with its
+// problem, and how many values the body holds when the verdict is not a
+// pass. The problems of reading come first, as decode reports them
+// before the schema's: not JSON, a repeated property, a number out of
+// range, nesting past MaxDepth.
+func readFast(f *fastSchema, body []byte) (result, Problem, int) {
+	verdict, p := undecided, Problem{}
+	if f != nil {
+		if verdict, p, _ = f.check(body); verdict == passes {
+			return passes, p, 0
+		}
+	}
+	if !json.Valid(body) {
+		// Cheap to explain in full: decode's first check.
+		return fails, notJSON(body), 0
+	}
+	r, rp, values := measure(body)
+	if r != passes {
+		return fails, rp, values
+	}
+	return verdict, p, values
 }
 
 // validateWith is Validate through the library alone.
@@ -235,18 +291,9 @@ func validateWith(name string, s *jsonschema.Schema, body []byte) error {
 // differently.
 func decode(body []byte) (any, *ValidationError) {
 	// Valid checks the whole body first, trailing data after the value
-	// included, without allocating; Unmarshal says where it is not JSON.
+	// included, without allocating.
 	if !json.Valid(body) {
-		var raw json.RawMessage
-		msg := "not JSON"
-		if err := json.Unmarshal(body, &raw); err != nil {
-			msg = err.Error()
-			var serr *json.SyntaxError
-			if errors.As(err, &serr) {
-				msg = fmt.Sprintf("not JSON at byte offset %d: %v", serr.Offset, serr)
-			}
-		}
-		return nil, &ValidationError{Problems: []Problem{{Rule: "json", Message: msg}}}
+		return nil, &ValidationError{Problems: []Problem{notJSON(body)}}
 	}
 	p := parsers.Get().(*parser)
 	defer p.release()
@@ -258,6 +305,20 @@ func decode(body []byte) (any, *ValidationError) {
 	return doc, nil
 }
 
+// notJSON says where a body json.Valid refuses is not JSON.
+func notJSON(body []byte) Problem {
+	var raw json.RawMessage
+	msg := "not JSON"
+	if err := json.Unmarshal(body, &raw); err != nil {
+		msg = err.Error()
+		var serr *json.SyntaxError
+		if errors.As(err, &serr) {
+			msg = fmt.Sprintf("not JSON at byte offset %d: %v", serr.Offset, serr)
+		}
+	}
+	return Problem{Rule: "json", Message: msg}
+}
+
 // parser builds a document from a body json.Valid accepted, as a
 // json.Decoder with UseNumber would (objects map[string]any, arrays []any,
 // numbers json.Number, strings unescaped as encoding/json does), refusing
@@ -266,6 +327,8 @@ func decode(body []byte) (any, *ValidationError) {
 //   - A repeated property: the validator sees only the last value, while
 //     encoding/json decodes each in turn (and stops at the first it cannot),
 //     so a body could pass here and fail in Go, or the reverse.
+//   - Arrays and objects nested past MaxDepth: each is refused (rule
+//     depth) and skipped unread, as fast.go refuses it.
 //   - A number the validator cannot afford: it turns each into a big.Rat,
 //     which takes time growing with the exponent (tens of milliseconds for
 //     1e-999999, so a small body could hold seconds of work), and fails past
@@ -280,9 +343,10 @@ func decode(body []byte) (any, *ValidationError) {
 // can be made at its size (a map grown one property at a time is made
 // again at 9); parsers, their stacks with them, are reused.
 type parser struct {
-	b     []byte
-	i     int
-	probs []Problem
+	b       []byte
+	i       int
+	nesting int // arrays and objects open
+	probs   []Problem
 	// path is where the value being read sits: one step per enclosing
 	// property or element.
 	path []step
@@ -344,6 +408,16 @@ func skipSpace(b []byte, i int) int {
 // value reads one value at p.i.
 func (p *parser) value() any {
 	p.space()
+	if c := p.b[p.i]; c == '{' || c == '[' {
+		if p.nesting+1 > MaxDepth {
+			p.probs = append(p.probs, Problem{Field: p.field(), Rule: "depth",
+				Message: fmt.Sprintf("nested deeper than %d arrays and objects", MaxDepth)})
+			p.i = skipValue(p.b, p.i)
+			return nil
+		}
+		p.nesting++
+		defer func() { p.nesting-- }()
+	}
 	switch c := p.b[p.i]; c {
 	case '{':
 		p.i++
@@ -426,6 +500,28 @@ func (p *parser) value() any {
 		p.probs = append(p.probs, Problem{Field: p.field(), Rule: "number", Message: fmt.Sprintf("number %.40s out of range", lit)})
 	}
 	return json.Number(lit)
+}
+
+// skipValue is where the array or object at i of a valid body ends.
+func skipValue(b []byte, i int) int {
+	depth := 0
+	for ; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			for i++; b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case '[', '{':
+			depth++
+		case ']', '}':
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		}
+	}
+	return i
 }
 
 // str reads a string at p.i: plain ASCII as it is, anything else (escapes,
@@ -656,9 +752,30 @@ func appendKey(field, key string) string {
 	}
 }
 
+// maxProblemText bounds a problem's field and message, in bytes: a
+// property name or a value quoted in either may be megabytes long, and
+// the problem travels in an answer and a dead letter's header.
+const maxProblemText = 1024
+
+// clipText shortens s to maxProblemText bytes, at a character's start.
+func clipText(s string) string {
+	if len(s) <= maxProblemText {
+		return s
+	}
+	cut := maxProblemText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
 // newValidationError sorts the problems and drops duplicates, so that the
 // error reads the same whatever order the validator visited the body in.
+// Fields and messages are clipped (clipText).
 func newValidationError(probs []Problem) *ValidationError {
+	for i := range probs {
+		probs[i].Field, probs[i].Message = clipText(probs[i].Field), clipText(probs[i].Message)
+	}
 	sort.Slice(probs, func(i, j int) bool {
 		a, b := probs[i], probs[j]
 		if a.Field != b.Field {

@@ -27,6 +27,11 @@ times, the events in order, and the latest outcome in full:
   a wait or a rejection: every reason with the field and policy to blame, and
   what would let the job fit.
 
+A body larger than 64 KiB that breaks its schema (a submission of megabytes
+of numbers) is not decoded or shown: its size, SHA-256 (as a dead letter too
+large to copy gives it in toposched-dead-sha256) and first bytes are, with why
+the schema refuses it. A finish placement refused is marked ignored.
+
 --format json prints the whole history: every event with its data.`,
 		Example: "  topoctl explain llm-tp8-dp2\n  topoctl explain llm-tp8-dp2 -o json",
 		Args:    cobra.ExactArgs(1),

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/client"
 	"github.com/toposched/toposched/events/eventstest"
@@ -100,5 +102,44 @@ func TestExplain(t *testing.T) {
 		if strings.HasPrefix(tc.want, "no events") && !errors.Is(err, client.ErrUnknownJob) {
 			t.Errorf("topoctl %s: %v is not ErrUnknownJob", strings.Join(tc.args, " "), err)
 		}
+	}
+}
+
+// explain of a job submitted as 8 MB of numbers (issue 46: it ran for
+// minutes) shows the submission's size, digest and first bytes, not the
+// body, in either format.
+func TestExplainHugeSubmission(t *testing.T) {
+	t.Parallel()
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "explain-test")
+	ctx := eventstest.Context(t, 30*time.Second)
+	body := []byte(`{"job_id":"flood","gpus":1,"args":[` + strings.Repeat("7,", 4<<20-40) + `7]}`)
+	m := nats.NewMsg("toposched.jobs.submitted")
+	m.Header.Set(events.HeaderSubject, "flood")
+	m.Data = body
+	if _, err := b.JetStream().PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Publish(ctx, &events.PlacementRejected{JobID: "flood",
+		Reasons: []events.Reason{{Code: "schema_type", Field: "args[0]", Message: "args[0]: got number, want string"}}}); err != nil {
+		t.Fatal(err)
+	}
+	url := srv.ClientURL()
+	out := run(t, "--nats-url", url, "explain", "flood")
+	for _, w := range []string{"flood: rejected at ", "body of 8.0 MiB not shown (sha256 ", `begins "{\"job_id\":\"flood\"`, "args[0]: type: got number, want string"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("explain flood lacks %q:\n%.4000s", w, out)
+		}
+	}
+	out = run(t, "--nats-url", url, "explain", "flood", "-o", "json")
+	if len(out) > 16<<10 {
+		t.Errorf("explain -o json printed %d bytes", len(out))
+	}
+	var h client.JobHistory
+	if err := json.Unmarshal([]byte(out), &h); err != nil {
+		t.Fatalf("%v\n%.4000s", err, out)
+	}
+	if len(h.Events) != 2 || h.Events[0].Body == nil || h.Events[0].Body.Size != len(body) || h.Events[0].Data != nil {
+		t.Fatalf("json history %+v", h)
 	}
 }

@@ -173,7 +173,9 @@ func (l fencedAsWarning) With(fields watermill.LogFields) watermill.LoggerAdapte
 }
 
 // deadLetters puts the error where people look for it, toposched-error,
-// and keeps the original subject beside it.
+// and keeps the original subject beside it. A dead letter always fits in
+// one message (fitDeadLetter): one that did not would be refused, and its
+// message redelivered every few seconds for ever.
 type deadLetters struct{ p publisher }
 
 func (d deadLetters) Publish(topic string, msgs ...*message.Message) error {
@@ -183,6 +185,7 @@ func (d deadLetters) Publish(topic string, msgs ...*message.Message) error {
 		if m.UUID == "" {
 			m.UUID = NewID()
 		}
+		d.p.b.fitDeadLetter(m)
 	}
 	return d.p.Publish(topic, msgs...)
 }

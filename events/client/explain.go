@@ -239,6 +239,12 @@ func summary(e HistoryEvent) string {
 	if e.Error != "" {
 		return e.Error
 	}
+	if b := e.Body; b != nil {
+		head := []rune(b.Head)
+		head = head[:min(len(head), 48)]
+		return fmt.Sprintf("body of %s not shown (sha256 %s, begins %s): %s", bytesIEC(int64(b.Size)), b.SHA256,
+			strconv.QuoteToGraphic(string(head)), e.Invalid)
+	}
 	switch d := e.Data.(type) {
 	case *events.JobSubmitted:
 		return describeJob(d)

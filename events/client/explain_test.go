@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +20,12 @@ func hist(jobID string, vs ...any) *JobHistory {
 		e := HistoryEvent{Time: t0.Add(time.Duration(i) * time.Second), Data: v}
 		if err, ok := v.(error); ok {
 			e.Name, e.Data, e.Error = events.NamePlacementDecided, nil, err.Error()
+		} else if he, ok := v.(HistoryEvent); ok {
+			he.Time = e.Time // an event as History reads it
+			e = he
+			if e.Data != nil {
+				e.Name, _ = events.NameOf(e.Data)
+			}
 		} else {
 			e.Name, _ = events.NameOf(v)
 		}
@@ -139,6 +146,17 @@ func TestWriteExplainGolden(t *testing.T) {
 		{"rejected-capacity", hist("huge", &events.JobSubmitted{JobID: "huge", GPUs: 4096}, capacity)},
 		{"submitted", hist("new", &events.JobSubmitted{JobID: "new", GPUs: 1}, fmt.Errorf("unreadable body: unexpected end of JSON input"))},
 		{"no-state", hist("ghost", &events.JobFinished{JobID: "ghost", Status: events.StatusCancelled})},
+		// 8 MB of numbers as args: summarised, never shown.
+		{"rejected-summarised", hist("flood", HistoryEvent{Name: events.NameJobSubmitted, ID: "s1",
+			Invalid: "args[0]: type: got number, want string",
+			Body:    &BodySummary{Size: 8<<20 - 100, SHA256: strings.Repeat("ab", 32), Head: `{"job_id":"flood","gpus":1,"args":[0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9]` + "[2J"}},
+			&events.PlacementRejected{JobID: "flood", Reasons: []events.Reason{{Code: "schema_type", Field: "args[0]", Message: "args[0]: got number, want string"}}})},
+		// A finish placement refused changes nothing (issue 46: the
+		// heading said finished).
+		{"finish-refused", hist("llm", job, analyzed, fullDecision(),
+			HistoryEvent{ID: "f1", Data: &events.JobFinished{JobID: "llm", Status: "exploded"}, Invalid: `status: enum: value must be one of "succeeded", "failed", "cancelled", "lost"`},
+			&events.PlacementFinishRefused{JobID: "llm", RequestID: "f1",
+				Reasons: []events.Reason{{Code: "schema_enum", Field: "status", Message: `status: value must be one of "succeeded", "failed", "cancelled", "lost"`}}})},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,12 +11,14 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/schemas"
 )
 
 // Job states of JobHistory.State, from the job's latest event.
@@ -42,10 +46,58 @@ type HistoryEvent struct {
 	// and so on); nil when the body could not be read, see Error.
 	Data  any    `json:"data"`
 	Error string `json:"error,omitempty"`
+	// Invalid says why the body breaks its event's schema (its first
+	// problems), for an event the services refused: a submission they
+	// rejected, a finish placement refused.
+	Invalid string `json:"invalid,omitempty"`
+	// Body stands for a body too large to show that breaks its schema:
+	// it is summarised, not decoded (Data is nil).
+	Body *BodySummary `json:"body,omitempty"`
 	// Ignored marks an event placement takes no action on: a second
 	// submission of a job that was not rejected, a finish of a job it
-	// neither placed nor queued.
+	// neither placed nor queued, or one it refused.
 	Ignored bool `json:"ignored,omitempty"`
+}
+
+// BodySummary is what explain shows of a body too large to show: its
+// size, its SHA-256 and its first bytes.
+type BodySummary struct {
+	Size   int    `json:"size"`
+	SHA256 string `json:"sha256"`
+	// Head is the body's first bytes, as text.
+	Head string `json:"head"`
+}
+
+// Bounds of what History decodes of a body that breaks its schema: one
+// above maxShownBody is summarised (the first summaryHead bytes kept),
+// not decoded. A body the schema takes is decoded whatever its size: the
+// schema bounds every array in it.
+const (
+	maxShownBody = 64 << 10
+	summaryHead  = 256
+)
+
+// summarise is a body's BodySummary.
+func summarise(body []byte) *BodySummary {
+	sum := sha256.Sum256(body)
+	head := body[:min(len(body), summaryHead)]
+	for len(head) > 0 && !utf8.Valid(head) {
+		head = head[:len(head)-1] // a character cut in two
+	}
+	return &BodySummary{Size: len(body), SHA256: hex.EncodeToString(sum[:]), Head: string(head)}
+}
+
+// firstProblems is why a body breaks its schema, in one bounded line.
+func firstProblems(err error) string {
+	var ve *schemas.ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) == 0 {
+		return err.Error()
+	}
+	s := ve.Problems[0].String()
+	if more := len(ve.Problems) - 1; more > 0 {
+		s += fmt.Sprintf(" (and %d more problems)", more)
+	}
+	return s
 }
 
 // UnmarshalJSON decodes Data into the Go type of the event's name, so that
@@ -280,8 +332,12 @@ func header(h nats.Header, key string) (string, bool) {
 	return "", false
 }
 
-// historyEvent decodes a message about the job. The body is not checked
-// against its schema: a malformed submission is part of what happened.
+// historyEvent decodes a message about the job. A body that breaks its
+// schema is decoded all the same, as far as it can be (a malformed
+// submission is part of what happened), unless it is larger than
+// maxShownBody: then it is summarised. Both checks are bounded whatever
+// the body (schemas.Validate, events.DecodeJSON), so that explain of a
+// job submitted as 8 MB of numbers answers at once.
 func historyEvent(subjects events.Subjects, stream string, m *jetstream.RawStreamMsg) HistoryEvent {
 	h := make(map[string]string, len(m.Header))
 	for k, v := range m.Header {
@@ -297,6 +353,13 @@ func historyEvent(subjects events.Subjects, stream string, m *jetstream.RawStrea
 		return e
 	}
 	e.Name, e.ID, e.Time, e.Source = name, env.ID, env.Time, env.Source
+	if err := schemas.Validate(string(name), m.Data); err != nil {
+		e.Invalid = firstProblems(err)
+		if len(m.Data) > maxShownBody {
+			e.Body = summarise(m.Data)
+			return e
+		}
+	}
 	v := name.New()
 	if err := events.DecodeJSON(m.Data, v); err != nil {
 		e.Error = fmt.Sprintf("unreadable body: %v", err)
@@ -311,6 +374,15 @@ func historyEvent(subjects events.Subjects, stream string, m *jetstream.RawStrea
 // rejection, and a finish only for a job placement has placed or queued
 // (placement.released confirms it).
 func (h *JobHistory) settle() {
+	// A finish placement refused (placement.finish_refused names it by
+	// its ce-id) changed nothing, nor did one that breaks its schema,
+	// which placement refuses.
+	refused := map[string]bool{}
+	for _, e := range h.Events {
+		if r, ok := e.Data.(*events.PlacementFinishRefused); ok && r.RequestID != "" {
+			refused[r.RequestID] = true
+		}
+	}
 	for i := range h.Events {
 		e := &h.Events[i]
 		prev := h.State
@@ -337,7 +409,7 @@ func (h *JobHistory) settle() {
 			// Placement applies a finish to a job it has placed, queued,
 			// or not seen yet (withdrawn before analysis reached it);
 			// only a job already finished or rejected is left as it is.
-			if h.State == StateFinished || h.State == StateRejected {
+			if h.State == StateFinished || h.State == StateRejected || refused[e.ID] || e.Invalid != "" {
 				e.Ignored = true
 				continue
 			}

@@ -2,9 +2,13 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -179,6 +183,11 @@ func TestHistoryNoStreams(t *testing.T) {
 	}
 }
 
+// brokenBody stands for an event whose body breaks its schema.
+type brokenBody struct{ v any }
+
+func invalid(v any) brokenBody { return brokenBody{v} }
+
 func TestSettle(t *testing.T) {
 	t.Parallel()
 	at := func(m int) time.Time { return time.Date(2025, 1, 2, 10, m, 0, 0, time.UTC) }
@@ -212,14 +221,22 @@ func TestSettle(t *testing.T) {
 		// analysis that comes after is the ignored one, and no decision
 		// follows.
 		{"finish before placement knew the job", []any{sub, fin, rel, an}, StateFinished, events.StatusCancelled, 1, []int{3}},
+		// The finish at 3 (event id e3) was refused: nothing changed.
+		{"finish refused", []any{sub, an, dec, fin, &events.PlacementFinishRefused{JobID: "j", RequestID: "e3"}},
+			StateDecided, "", 2, []int{3}},
+		{"finish that breaks its schema", []any{sub, an, dec, invalid(fin)}, StateDecided, "", 2, []int{3}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := &JobHistory{JobID: "j"}
 			for i, v := range tc.evs {
-				name, _ := events.NameOf(v)
-				h.Events = append(h.Events, HistoryEvent{Name: name, Time: at(i), Data: v})
+				e := HistoryEvent{ID: fmt.Sprintf("e%d", i), Time: at(i), Data: v}
+				if bad, ok := v.(brokenBody); ok {
+					e.Data, e.Invalid = bad.v, "status: enum: value must be one of ..."
+				}
+				e.Name, _ = events.NameOf(e.Data)
+				h.Events = append(h.Events, e)
 			}
 			h.settle()
 			var ignored []int
@@ -318,5 +335,77 @@ func TestSubmissionSkipsIgnoredResubmission(t *testing.T) {
 	h.settle()
 	if got := h.Submission(); got == nil || got.GPUs != 1 {
 		t.Fatalf("submission %+v, want the first (1 GPU)", got)
+	}
+}
+
+// A job submitted as hundreds of thousands of numbers (issue 46: explain
+// ran for minutes) has its submission summarised, not decoded: its size,
+// SHA-256, first bytes and why it breaks the schema, beside the rejection;
+// reading the history costs little more than the body itself. A small
+// malformed submission is still decoded as far as it goes.
+func TestHistoryOfAHugeSubmission(t *testing.T) {
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "history-test")
+	ctx := eventstest.Context(t, 30*time.Second)
+	var body strings.Builder
+	body.WriteString(`{"job_id":"flood","gpus":1,"args":[`)
+	for i := range 400_000 {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.WriteString(strconv.Itoa(i % 10))
+	}
+	body.WriteString(`]}`)
+	m := nats.NewMsg("toposched.jobs.submitted")
+	m.Header.Set(events.HeaderSubject, "flood")
+	m.Data = []byte(body.String())
+	if _, err := b.JetStream().PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, b, &events.PlacementRejected{JobID: "flood", Reasons: []events.Reason{{Code: "schema_type", Field: "args[0]"}}})
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	h, err := History(ctx, b, "flood")
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The body is fetched (0.8 MB); a document of it would be 160 MB.
+	if alloc := (after.TotalAlloc - before.TotalAlloc) >> 20; alloc > 16 {
+		t.Errorf("History allocated %d MB", alloc)
+	}
+	if h.State != StateRejected || len(h.Events) != 2 {
+		t.Fatalf("state %s, %d events", h.State, len(h.Events))
+	}
+	e := h.Events[0]
+	sum := sha256.Sum256([]byte(body.String()))
+	if e.Data != nil || e.Body == nil || e.Body.Size != body.Len() || e.Body.SHA256 != hex.EncodeToString(sum[:]) ||
+		!strings.HasPrefix(body.String(), e.Body.Head) || len(e.Body.Head) == 0 || len(e.Body.Head) > 256 {
+		t.Fatalf("submission %+v, want a summary of the %d-byte body", e, body.Len())
+	}
+	if !strings.HasPrefix(e.Invalid, "args[0]: type") {
+		t.Errorf("invalid %q, want the schema's first problem", e.Invalid)
+	}
+
+	// A small malformed submission is decoded as far as it goes.
+	publish(t, ctx, b, &events.PlacementRejected{JobID: "small", Reasons: []events.Reason{{Code: "schema_minimum", Field: "gpus"}}})
+	raw := nats.NewMsg("toposched.jobs.submitted")
+	raw.Data = []byte(`{"job_id":"small","gpus":0}`)
+	if _, err := b.JetStream().PublishMsg(ctx, raw); err != nil {
+		t.Fatal(err)
+	}
+	h, err = History(ctx, b, "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sub *HistoryEvent
+	for i := range h.Events {
+		if h.Events[i].Name == events.NameJobSubmitted {
+			sub = &h.Events[i]
+		}
+	}
+	if sub == nil || sub.Body != nil || sub.Data == nil || !strings.Contains(sub.Invalid, "gpus") {
+		t.Fatalf("small submission %+v, want it decoded with why it is invalid", sub)
 	}
 }

@@ -29,8 +29,10 @@
 // stream). The analysis of a decided job is always in the jobs stream
 // before the decision is in the placement stream (placement decides on the
 // analysis it consumed), so catching up finds it; if it still does not
-// (a stream purged by hand), the handler fails Transient and the decision
-// is retried, then redelivered, rather than tuned on nothing. Each
+// (a decision published by hand, a stream purged by hand), the decision
+// is not placement's: the handler fails with ErrUnknownJob, which
+// dead-letters it once (a Transient error had it redelivered every few
+// seconds for ever), and the job is never tuned. Each
 // consumer skips the events its catch-up already applied (by stream
 // sequence), so an event is applied once and in stream order, and an old
 // health change redelivered late cannot undo a newer one.
@@ -179,6 +181,9 @@ type liveJob struct {
 	telemetry *events.RuntimeTelemetry
 	// proposed is the GPUs of the last migration proposed, as keyOf.
 	proposed string
+	// unknown: the streams hold no analysis or node report for the
+	// decision (ErrUnknownJob); it is never tuned.
+	unknown bool
 }
 
 type gpuKey struct {

@@ -3,10 +3,14 @@ package optimizer
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
@@ -165,8 +169,9 @@ func (c *cluster) finish(job string) {
 
 // A decision handled before the optimizer has read the job's analysis or
 // its nodes' reports is not tuned on partial data: the optimizer catches up
-// with the streams first, and when the analysis is nowhere it fails
-// Transient so that the decision is retried.
+// with the streams first. When the analysis or a node's report is nowhere
+// in them, the decision is not placement's: it fails once, permanently
+// (ErrUnknownJob), and a second delivery reads no stream again.
 func TestDecisionCatchesUp(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, "", []events.TopologyNode{dgx(t, "n1", 0, 0), dgx(t, "n2", 1, 0)}, nil)
@@ -190,8 +195,81 @@ func TestDecisionCatchesUp(t *testing.T) {
 	ghost.JobID = "ghost"
 	ghost.Ranks = nil
 	err := o.OnDecided(c.ctx, events.Envelope{ID: "y"}, &ghost)
-	if !bus.IsTransient(err) || !strings.Contains(err.Error(), "analysis") {
-		t.Fatalf("decision without analysis: %v, want a transient error", err)
+	if bus.IsTransient(err) || !errors.Is(err, ErrUnknownJob) || !strings.Contains(err.Error(), "analysis") {
+		t.Fatalf("decision without analysis: %v, want ErrUnknownJob, not Transient", err)
+	}
+	counted := &replays{Reader: c.b}
+	o.read = counted
+	if err := o.OnDecided(c.ctx, events.Envelope{ID: "y"}, &ghost); !errors.Is(err, ErrUnknownJob) || counted.n.Load() != 0 {
+		t.Fatalf("decision without analysis again: %v after %d replays, want ErrUnknownJob after none", err, counted.n.Load())
+	}
+	o.read = c.b
+
+	// A known job decided on a node nobody reported.
+	a, reasons := pattern.Analyze(events.JobSubmitted{JobID: "nowhere", GPUs: 1})
+	if len(reasons) > 0 {
+		t.Fatal(reasons)
+	}
+	c.publish(&a)
+	nowhere := events.PlacementDecided{JobID: "nowhere", Strategy: "forged", DecidedAt: d.DecidedAt,
+		Ranks: []events.RankPlacement{{Node: "n9", GPU: 0}}, Nodes: []events.NodePlacement{{Node: "n9", GPUs: []int{0}, CUDAVisibleDevices: "0"}}}
+	if err := o.OnDecided(c.ctx, events.Envelope{ID: "z"}, &nowhere); bus.IsTransient(err) || !errors.Is(err, ErrUnknownJob) {
+		t.Fatalf("decision on an unknown node: %v, want ErrUnknownJob, not Transient", err)
+	}
+}
+
+// replays counts the replays of a Reader.
+type replays struct {
+	bus.Reader
+	n atomic.Int32
+}
+
+func (r *replays) ReplayFrom(ctx context.Context, d events.Domain, subjects []string, after uint64, fn func(bus.Record) error) error {
+	r.n.Add(1)
+	return r.Reader.ReplayFrom(ctx, d, subjects, after, fn)
+}
+
+// A decision for a job placement never analysed, published by hand
+// (issue 46), is dead-lettered once and acked; the optimizer's placement
+// consumer goes on (it failed on every delivery, redelivered for ever).
+func TestForgedDecisionDeadLetteredOnce(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, "", []events.TopologyNode{dgx(t, "n1", 0, 0)}, nil)
+	c.running()
+	tunings := follow[events.RuntimeTuning](c, events.NameRuntimeTuning)
+	// On a node placement does not know, so that the job placed after it
+	// shares no GPU with it.
+	forged := &events.PlacementDecided{JobID: "forged", Strategy: "by-hand", DecidedAt: time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC),
+		Ranks: []events.RankPlacement{{Node: "n9", GPU: 0}}, Nodes: []events.NodePlacement{{Node: "n9", GPUs: []int{0}, CUDAVisibleDevices: "0"}}}
+	if _, err := c.b.Publish(c.ctx, forged); err != nil {
+		t.Fatal(err)
+	}
+	c.submit(events.JobSubmitted{JobID: "after", GPUs: 8})
+	next(c, tunings, forJob[*events.RuntimeTuning]("after"))
+	var info *jetstream.ConsumerInfo
+	for {
+		cons, err := c.b.JetStream().Consumer(c.ctx, c.b.StreamName(events.DomainPlacement), HandlerPlacement)
+		if err == nil {
+			info, err = cons.Info(c.ctx)
+		}
+		if err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= 2 {
+			break
+		}
+		select {
+		case <-c.ctx.Done():
+			t.Fatalf("the placement consumer is stuck: %+v, %v", info, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if info.NumRedelivered != 0 {
+		t.Errorf("%d redeliveries", info.NumRedelivered)
+	}
+	dlq, err := c.b.JetStream().Stream(c.ctx, c.b.StreamName(events.DomainDLQ))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := dlq.CachedInfo().State.Msgs; n != 1 {
+		t.Errorf("%d dead letters, want the forged decision's", n)
 	}
 }
 

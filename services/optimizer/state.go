@@ -10,8 +10,15 @@ import (
 	"github.com/toposched/toposched/events/bus"
 )
 
-// errNotYet marks state a handler needs that the streams do not hold yet.
-var errNotYet = errors.New("not in the streams yet")
+// ErrUnknownJob is returned (wrapped) for a decision the streams cannot
+// back: its job has no analysis in the jobs stream, or a node of it no
+// report in the topology stream, though both were read to the end.
+// Placement decides only jobs it analysed on nodes reported before, so
+// such a decision was published by someone else (by hand, forged): it
+// stays in the working set (its GPUs held, as placement holds them) but
+// is not tuned, and the error, being permanent, dead-letters the decision
+// once instead of having it redelivered for ever.
+var ErrUnknownJob = errors.New("the streams hold no analysis or node report for it: not published by placement")
 
 // rebuild restores the state from the streams: the topology, the analysed
 // jobs, then every decision and release in the order placement published
@@ -124,11 +131,15 @@ func (s *Service) catchUpPlacement(ctx context.Context) error {
 
 // ready makes sure a live job can be tuned on whole data: its analysis and
 // the reports of every node it runs on, catching up with the streams
-// where they are missing. It fails Transient (errNotYet) when they are
-// still missing, so the event is retried rather than tuned on partial
-// data.
+// where they are missing. When they are still missing, the streams read
+// to their end, the decision is not placement's: it fails with
+// ErrUnknownJob, permanently, rather than be tuned on partial data or
+// retried for ever.
 func (s *Service) ready(ctx context.Context, lj *liveJob) error {
 	d := lj.decision
+	if lj.unknown {
+		return fmt.Errorf("optimizer: job %s: %w", d.JobID, ErrUnknownJob)
+	}
 	if lj.spec == nil {
 		if err := s.catchUpJobs(ctx); err != nil {
 			return err
@@ -143,7 +154,9 @@ func (s *Service) ready(ctx context.Context, lj *liveJob) error {
 			return err
 		}
 		if lj.spec == nil {
-			return bus.Transient(fmt.Errorf("optimizer: job %s: analysis %w", d.JobID, errNotYet))
+			// The whole jobs stream was read: the analysis is not late,
+			// there is none.
+			return s.unknown(ctx, lj, "no analysis in the jobs stream")
 		}
 		s.later(storeChange{kind: changeRecorded, job: d.JobID, lj: lj})
 	}
@@ -152,13 +165,21 @@ func (s *Service) ready(ctx context.Context, lj *liveJob) error {
 			return err
 		}
 		if s.topologyMissing(d) {
-			return bus.Transient(fmt.Errorf("optimizer: job %s: a node's report %w", d.JobID, errNotYet))
+			return s.unknown(ctx, lj, "a node of the decision has no report in the topology stream")
 		}
 		// No fabric after catching up: the cluster has none, and the
 		// model takes the nodes as one non-blocking leaf, as placement
 		// did.
 	}
 	return nil
+}
+
+// unknown marks a live job whose decision the streams cannot back, once:
+// it is never tuned, and later deliveries about it read no stream again.
+func (s *Service) unknown(ctx context.Context, lj *liveJob, why string) error {
+	lj.unknown = true
+	s.log.WarnContext(ctx, "decision the streams cannot back: not tuned (published by hand?)", "job_id", lj.decision.JobID, "why", why)
+	return fmt.Errorf("optimizer: job %s: %s: %w", lj.decision.JobID, why, ErrUnknownJob)
 }
 
 // topologyMissing reports whether a node or GPU of the decision has no

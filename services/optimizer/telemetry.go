@@ -123,7 +123,11 @@ func (s *Service) OnTelemetry(ctx context.Context, env events.Envelope, t *event
 	if lj.tuning == nil || lj.tunedWith != s.bandwidths.Load() {
 		// Not tuned yet by this replica, or tuned before the calibration
 		// in force: compare with what the model predicts now.
-		if err := s.ready(ctx, lj); err != nil {
+		if err := s.ready(ctx, lj); errors.Is(err, ErrUnknownJob) {
+			// Said once, on the decision; its telemetry is not diagnosed.
+			s.log.DebugContext(ctx, "telemetry of a decision the streams cannot back ignored", "job_id", t.JobID)
+			return nil
+		} else if err != nil {
 			return err
 		}
 		if _, err := s.retune(lj); err != nil {

@@ -1,0 +1,4 @@
+package events
+
+// DecodeLarge is decodeLarge, for the tests of package events_test.
+var DecodeLarge = decodeLarge
