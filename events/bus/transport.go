@@ -23,6 +23,10 @@ const (
 	metaDelivered = "_delivered"
 )
 
+// pullMaxBytes bounds what one pull of a consumer brings: two of the
+// largest messages a stream takes.
+const pullMaxBytes = 2 * streamMaxMsgSize
+
 // publisher is Watermill's Publisher on JetStream: metadata become headers,
 // the message UUID becomes Nats-Msg-Id. The router uses it for dead letters.
 type publisher struct{ b *Bus }
@@ -117,7 +121,11 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			_ = m.Nak()
 		}
 	},
-		jetstream.PullMaxMessages(t.pullMaxMessages(s.concurrency)),
+		// Each pull asks for at most pullMaxBytes: a consumer's buffer of
+		// messages near max_payload (a flood of hostile 8 MB bodies) held
+		// its whole message count of them, 40 for analysis, 320 MB. Two
+		// messages of the largest size fit one pull, so none stalls.
+		jetstream.PullMaxMessagesWithBytesLimit(t.pullMaxMessages(s.concurrency), pullMaxBytes),
 		jetstream.PullExpiry(t.PullExpiry),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !missedHeartbeat(err) {
