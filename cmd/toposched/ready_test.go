@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -203,4 +204,60 @@ func TestBytesText(t *testing.T) {
 			t.Errorf("bytesText(%d) = %q, want %q", n, got, want)
 		}
 	}
+}
+
+// A placement replica whose lease is taken away (its entry deleted) steps
+// down, campaigns, leads again, and readiness passes again: "no leader
+// known yet" lasts only until a replica holds the lease.
+func TestReadyRecoversTheLeader(t *testing.T) {
+	srv := eventstest.Server(t)
+	ctx := eventstest.Context(t, 60*time.Second)
+	b := eventstest.Bus(t, srv.ClientURL(), "test")
+	file := filepath.Join(t.TempDir(), "cluster.yaml")
+	if err := os.WriteFile(file, []byte("name: m\nnodes:\n  - {name: n, count: 2, gpus: 8, gpu_model: A100}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: file, LeaseTTL: time.Second},
+		slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = op.Stop() })
+	r := newReadiness(b, op, operator.All, srv)
+	now := time.Now()
+	r.now = func() time.Time { return now }
+	leads := func(terms int) (bool, string) {
+		st, ok := op.LeaderStatus()
+		if !ok || st.Role != operator.RoleLeader || st.Terms < terms {
+			return false, fmt.Sprintf("lease status %+v, want leading term %d", st, terms)
+		}
+		now = now.Add(readyCacheFor)
+		if err := r.check(); err != nil {
+			return false, "not ready: " + err.Error()
+		}
+		return true, ""
+	}
+	waitUntil := func(cond func() (bool, string)) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			ok, why := cond()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal(why)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitUntil(func() (bool, string) { return leads(1) })
+	kv, err := b.JetStream().KeyValue(ctx, operator.LeaseBucket(b.Subjects.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, operator.LeaseKey); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(func() (bool, string) { return leads(2) })
 }
