@@ -84,14 +84,17 @@ func TestStorageLimitFollowsTheDisk(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		conf string
-		// user signs in where the configuration has users.
-		user string
+		// user signs in where the configuration has users; creds, with
+		// generated credentials.
+		user  string
+		creds bool
 		// lowers: the account's limit can be lowered.
 		lowers bool
 	}{
-		{"no config", "", "", true},
-		{"config with users", "authorization { users: [{user: svc, password: pw}] }\n", "svc", true},
-		{"config with accounts", "accounts { A: { jetstream: enabled, users: [{user: svc, password: pw}] } }\n", "svc", false},
+		{"no config", "", "", false, true},
+		{"config with users", "authorization { users: [{user: svc, password: pw}] }\n", "svc", false, true},
+		{"generated credentials", "", "", true, true},
+		{"config with accounts", "accounts { A: { jetstream: enabled, users: [{user: svc, password: pw}] } }\n", "svc", false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -107,8 +110,19 @@ func TestStorageLimitFollowsTheDisk(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			srv := start(t, cfg)
 			var opts []nats.Option
+			if c.creds {
+				creds, err := EnsureCredentials(filepath.Join(t.TempDir(), "credentials"), []Role{{Name: "operator"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				opt, err := creds.Option("operator")
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.Credentials, opts = creds, append(opts, opt)
+			}
+			srv := start(t, cfg)
 			if c.user != "" {
 				opts = append(opts, nats.UserInfo(c.user, "pw"))
 			}
