@@ -24,16 +24,15 @@ import (
 // with a clock the test moves.
 func runOperator(t *testing.T, srv *natsserver.Server) (*bus.Bus, *readiness, *time.Time) {
 	t.Helper()
-	return startServices(t, srv, operator.All)
+	return startServices(t, srv, eventstest.Bus(t, srv.ClientURL(), "test"), operator.All)
 }
 
-// startServices starts services on srv and returns readiness for every
-// service, with a clock the test moves: the durables of a service not
-// started are missing.
-func startServices(t *testing.T, srv *natsserver.Server, services []string) (*bus.Bus, *readiness, *time.Time) {
+// startServices starts services on srv over b and returns readiness for
+// every service, with a clock the test moves: the durables of a service
+// not started are missing.
+func startServices(t *testing.T, srv *natsserver.Server, b *bus.Bus, services []string) (*bus.Bus, *readiness, *time.Time) {
 	t.Helper()
 	ctx := eventstest.Context(t, 30*time.Second)
-	b := eventstest.Bus(t, srv.ClientURL(), "test")
 	file := filepath.Join(t.TempDir(), "cluster.yaml")
 	if err := os.WriteFile(file, []byte("name: m\nnodes:\n  - {name: n, count: 2, gpus: 8, gpu_model: A100}\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -69,7 +68,7 @@ func wantNotReady(t *testing.T, r *readiness, want ...string) {
 func TestReadyChecksStreamsAndConsumers(t *testing.T) {
 	srv := eventstest.Server(t)
 	// Analysis does not run, so nothing creates its durable again.
-	b, r, now := startServices(t, srv, []string{operator.Discovery, operator.Placement, operator.Optimizer})
+	b, r, now := startServices(t, srv, eventstest.Bus(t, srv.ClientURL(), "test"), []string{operator.Discovery, operator.Placement, operator.Optimizer})
 	ctx := eventstest.Context(t, 30*time.Second)
 	js := b.JetStream()
 	jobs := b.StreamName(events.DomainJobs)
@@ -108,14 +107,21 @@ func TestReadyChecksStreamsAndConsumers(t *testing.T) {
 }
 
 // A durable consumer or a stream deleted under the running services comes
-// back by itself, and readiness with it: it used to fail until a restart.
+// back by itself (the stream with serve's KeepStreams, here looking every
+// 100 ms), and readiness with it: it used to fail until a restart.
 func TestReadyRecoversFromDeletions(t *testing.T) {
 	srv := eventstest.Server(t)
-	b, r, now := runOperator(t, srv)
+	ctx := eventstest.Context(t, 60*time.Second)
+	b, err := bus.Connect(ctx, bus.Config{URL: srv.ClientURL(), Transport: bus.Transport{HealCheck: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	b, r, now := startServices(t, srv, b, operator.All)
 	if err := r.check(); err != nil {
 		t.Fatalf("not ready after Start: %v", err)
 	}
-	ctx := eventstest.Context(t, 60*time.Second)
+	go b.KeepStreams(ctx)
 	js := b.JetStream()
 	waitReady := func(what string) {
 		t.Helper()

@@ -10,9 +10,9 @@ import (
 )
 
 // What the bus puts back by itself while it runs: a service's durable
-// consumer deleted under it, and a stream deleted (KeepStreams, and the
-// stream of a durable created again). A deleted stream's messages are
-// gone; what comes back is a service that handles what is published next.
+// consumer deleted under it, and a stream deleted (KeepStreams; a durable
+// on it waits for it). A deleted stream's messages are gone; what comes
+// back is a service that handles what is published next.
 //
 // Where a durable created again starts matters. A new durable reads its
 // stream from the start (DeliverAll): right for a service that has never
@@ -153,7 +153,8 @@ var errNotYet = errors.New("not yet")
 // the ack floor last seen, unless the stream is a new one (created again
 // after a deletion: its sequences start again from 1). A durable that
 // exists already (another replica created it first, or it was not
-// deleted) is taken as it is.
+// deleted) is taken as it is. It waits, retrying, for a stream deleted
+// with the durable to be created again (KeepStreams).
 func (s *subscriber) createAgain(ctx context.Context) (jetstream.Consumer, error) {
 	t := s.b.cfg.Transport
 	deadline, wait := time.Now().Add(t.SetupRetryFor), t.SetupRetryInitial
@@ -179,8 +180,9 @@ func (s *subscriber) createAgain(ctx context.Context) (jetstream.Consumer, error
 
 func (s *subscriber) createAgainOnce(ctx context.Context) (jetstream.Consumer, error) {
 	st, err := s.b.js.Stream(ctx, s.stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) && !s.b.cfg.SkipStreams {
-		st, err = s.b.ensureStream(ctx, s.stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		// Deleted with the stream: KeepStreams creates the stream again.
+		return nil, fmt.Errorf("%w: %w", errNotYet, err)
 	}
 	if err != nil {
 		return nil, err
@@ -245,30 +247,36 @@ func (b *Bus) ensureStream(ctx context.Context, name string) (jetstream.Stream, 
 	return nil, fmt.Errorf("stream %s: not one of the bus's streams", name)
 }
 
-// KeepStreams creates again, every HealCheck until ctx ends, any stream of
-// the bus found missing, so that publishes to it and /readyz work again
-// without a restart. A bus that leaves streams to the services
-// (SkipStreams) keeps none.
+// KeepStreams creates again, until ctx ends, any stream of the bus found
+// missing on two looks in a row, HealCheck apart, so that publishes to it,
+// its durables (which wait for it) and /readyz work again without a
+// restart. Not at the first look: the server takes a stream out of its
+// list before it has removed its files, and one created under the same
+// name in between loses its files to the deletion (its publishes then time
+// out). A bus that leaves streams to the services (SkipStreams) keeps none.
 func (b *Bus) KeepStreams(ctx context.Context) {
 	if b.cfg.SkipStreams {
 		return
 	}
 	tick := time.NewTicker(b.cfg.Transport.HealCheck)
 	defer tick.Stop()
+	var missing map[string]bool
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		if err := b.ensureMissingStreams(ctx); err != nil && ctx.Err() == nil {
-			b.log.Debug("streams: lookup failed", "err", err)
+		var err error
+		if missing, err = b.ensureMissingStreams(ctx, missing); err != nil && ctx.Err() == nil {
+			b.log.Warn("streams: cannot create a missing one again", "err", err)
 		}
 	}
 }
 
-// ensureMissingStreams creates the streams the server does not list.
-func (b *Bus) ensureMissingStreams(ctx context.Context) error {
+// ensureMissingStreams creates the streams the server does not list that
+// were missing before too, and returns those missing now.
+func (b *Bus) ensureMissingStreams(ctx context.Context, before map[string]bool) (map[string]bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Transport.SetupAttemptTimeout)
 	defer cancel()
 	have := map[string]bool{}
@@ -277,15 +285,22 @@ func (b *Bus) ensureMissingStreams(ctx context.Context) error {
 		have[name] = true
 	}
 	if err := names.Err(); err != nil {
-		return fmt.Errorf("list streams: %w", err)
+		return before, fmt.Errorf("list streams: %w", err)
 	}
+	missing := map[string]bool{}
 	var errs []error
 	for _, d := range streamDomains {
-		if name := b.StreamName(d); !have[name] {
+		name := b.StreamName(d)
+		switch {
+		case have[name]:
+		case !before[name]:
+			missing[name] = true
+		default:
 			if _, err := b.ensureStream(ctx, name); err != nil {
+				missing[name] = true
 				errs = append(errs, err)
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return missing, errors.Join(errs...)
 }

@@ -213,13 +213,18 @@ func TestRestartKeepsADurablesStart(t *testing.T) {
 }
 
 // A stream deleted under a running service is created again, empty, by
-// the service whose durable went with it, and the durable reads the new
-// stream from its start.
+// KeepStreams; the durable that went with it waits for it and reads the
+// new stream from its start.
 func TestDeletedStreamIsCreatedAgain(t *testing.T) {
 	t.Parallel()
 	srv := eventstest.Server(t)
-	b := eventstest.Bus(t, srv.ClientURL(), "test")
 	ctx := eventstest.Context(t, 30*time.Second)
+	b, err := bus.Connect(ctx, bus.Config{URL: srv.ClientURL(), Transport: bus.Transport{HealCheck: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	go b.KeepStreams(ctx)
 	js, stream, durable := b.JetStream(), b.StreamName(events.DomainJobs), "test-stream"
 	var got seen
 	runFinished(t, b, durable, func(ev *events.JobFinished) error { got.add(ev.JobID); return nil })
