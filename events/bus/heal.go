@@ -192,15 +192,20 @@ func (s *subscriber) createAgainOnce(ctx context.Context) (jetstream.Consumer, e
 	}
 	// The server answers a deleted durable's pull requests before it
 	// removes it, and its files after that: one created under the same
-	// name before they are gone takes up their state. So it is looked up
-	// first, and made only once the server no longer has it.
+	// name before they are gone takes up their state. So it is made only
+	// once the server has said twice, a retry apart, that it has none.
 	cons, err := s.b.js.Consumer(ctx, s.stream, s.durable)
 	if err == nil {
+		s.notFound = false
 		s.log.Info("durable consumer exists again: consuming it", "durable", s.durable, "stream", s.stream)
 		return cons, nil
 	}
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, err
+	}
+	if !s.notFound {
+		s.notFound = true
+		return nil, fmt.Errorf("%w: the deletion may still be under way", errNotYet)
 	}
 	cfg := s.consumerConfig()
 	start := uint64(1)
@@ -226,6 +231,7 @@ func (s *subscriber) createAgainOnce(ctx context.Context) (jetstream.Consumer, e
 		}
 		return nil, fmt.Errorf("%w: created on the deleted durable's leftover state (delivered %d)", errNotYet, info.Delivered.Consumer)
 	}
+	s.notFound = false
 	s.log.Info("durable consumer created again", "durable", s.durable, "stream", s.stream, "from_seq", start)
 	return cons, nil
 }

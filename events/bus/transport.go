@@ -77,6 +77,9 @@ type subscriber struct {
 	// same name starts its sequences again.
 	floor         uint64
 	streamCreated time.Time
+	// notFound: the last lookup of the durable, while creating it again,
+	// found none.
+	notFound bool
 	// poke asks for a look at the consumer now: a consume error hints
 	// that it may be gone.
 	poke chan struct{}
