@@ -130,8 +130,8 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 }
 
 // consumerConfig is the durable's configuration. A new durable reads its
-// stream from the start: a service added to a running system, or renamed
-// handler, takes in what was published before it.
+// stream from the start: a service added to a running system, or a
+// renamed handler, takes in what was published before it.
 func (s *subscriber) consumerConfig() jetstream.ConsumerConfig {
 	t := s.b.cfg.Transport
 	return jetstream.ConsumerConfig{
