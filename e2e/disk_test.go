@@ -151,3 +151,100 @@ func loggedMaxStore(t *testing.T, p *proc) int64 {
 	}
 	return n
 }
+
+// TestDiskFullHealsWithoutARestart runs serve on a small tmpfs (root only)
+// and makes its store full twice, then gives the room back without
+// restarting serve: submissions are taken again and /readyz answers 200.
+// Before, serve kept the limit it sized at start and stayed "storage full"
+// until restarted.
+//
+//   - enlarged: the 3 MB filesystem filled to "insufficient resources",
+//     then remounted at 16 MB;
+//   - freed: a file that is not JetStream's fills a 16 MB filesystem
+//     while serve runs; JetStream is limited below what it claimed at
+//     start, so it fills up as "storage full" rather than write into a
+//     full disk and switch itself off; the file removed, the limit is
+//     lifted.
+func TestDiskFullHealsWithoutARestart(t *testing.T) {
+	needBinaries(t)
+	t.Parallel()
+	for _, c := range []struct {
+		name, size string
+		// fillUp leaves the store's filesystem with little room, before
+		// the store is filled; makeRoom gives room back.
+		fillUp, makeRoom func(t *testing.T, dataDir string, serve *proc)
+		// refused is the JetStream error code of a publish into the
+		// full store; healed, what serve logs when the room is back.
+		refused jetstream.ErrorCode
+		healed  string
+	}{
+		{name: "enlarged", size: "3m",
+			fillUp:   func(*testing.T, string, *proc) {},
+			makeRoom: func(t *testing.T, dataDir string, _ *proc) { resizeTmpfs(t, dataDir, "16m") },
+			refused:  10023, healed: "JetStream file storage limit raised"},
+		{name: "freed", size: "16m",
+			fillUp: func(t *testing.T, dataDir string, serve *proc) {
+				if err := os.WriteFile(filepath.Join(dataDir, "ballast"), make([]byte, 12<<20), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, 30*time.Second, func() (bool, string) {
+					mustBeAlive(t, serve)
+					return strings.Contains(serve.output(), "JetStream file storage limited below its limit"),
+						"serve has not limited its storage to what the filesystem has left"
+				})
+			},
+			makeRoom: func(t *testing.T, dataDir string, _ *proc) {
+				if err := os.Remove(filepath.Join(dataDir, "ballast")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			refused: 10002, healed: "JetStream file storage back to its limit"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dataDir := mountTmpfs(t, c.size, false)
+			port, metrics := freePort(t), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+			url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+			serve := startServe(t, "serve", testdata(t, "two-nodes.yaml"), port, dataDir, "--metrics-listen", metrics, "--poll", "0")
+			waitReadyz(t, metrics, http.StatusOK, []string{"ready"}, serve)
+			c.fillUp(t, dataDir, serve)
+
+			// Filled with ever smaller bodies: an account's limit refuses
+			// a body that would pass it, and takes a smaller one.
+			js := jsConnect(t, url)
+			filler := "toposched.jobs.filler"
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			for _, size := range []int{64 << 10, 4 << 10, 64} {
+				body := make([]byte, size)
+				var full error
+				for i := 0; full == nil && i < 2*(16<<20)/size; i++ {
+					_, full = js.Publish(ctx, filler, body)
+				}
+				var apiErr *jetstream.APIError
+				if !errors.As(full, &apiErr) || apiErr.ErrorCode != c.refused {
+					t.Fatalf("filling the store with %d-byte bodies: %v, want JetStream's refusal %d", size, full, c.refused)
+				}
+			}
+			r := topoctl(t, url, "submit", writeJob(t, t.TempDir(), "heal-1", 8))
+			if r.code == 0 || !strings.Contains(r.stderr, "JetStream storage full") {
+				t.Errorf("topoctl submit on a full store: exit %d, want 'JetStream storage full'\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+			}
+			waitReadyz(t, metrics, http.StatusServiceUnavailable, []string{"JetStream storage full"}, serve)
+
+			c.makeRoom(t, dataDir, serve)
+			waitReadyz(t, metrics, http.StatusOK, []string{"ready"}, serve)
+			submitWaitDecided(t, url, writeJob(t, t.TempDir(), "heal-2", 8), "heal-2")
+			out := serve.output()
+			if !strings.Contains(out, c.healed) {
+				t.Errorf("serve's log does not say %q:\n%s", c.healed, out)
+			}
+			for _, off := range []string{"will be DISABLED", "JetStream started again"} {
+				if strings.Contains(out, off) {
+					t.Errorf("JetStream switched itself off (%q in serve's log):\n%s", off, out)
+				}
+			}
+			mustBeAlive(t, serve)
+		})
+	}
+}

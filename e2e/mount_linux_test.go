@@ -30,3 +30,12 @@ func mountTmpfs(t *testing.T, size string, ro bool) string {
 	})
 	return dir
 }
+
+// resizeTmpfs remounts the tmpfs mountTmpfs made on dir with a new size,
+// as an operator enlarges a full disk under a running process.
+func resizeTmpfs(t *testing.T, dir, size string) {
+	t.Helper()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_REMOUNT|syscall.MS_NOSUID|syscall.MS_NODEV, "size="+size); err != nil {
+		t.Fatalf("remount the tmpfs on %s with size %s: %v", dir, size, err)
+	}
+}

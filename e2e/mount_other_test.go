@@ -11,3 +11,9 @@ func mountTmpfs(t *testing.T, size string, _ bool) string {
 	t.Skipf("mounting a %s tmpfs is Linux only", size)
 	return ""
 }
+
+// resizeTmpfs is Linux only, as mountTmpfs is.
+func resizeTmpfs(t *testing.T, _, size string) {
+	t.Helper()
+	t.Skipf("resizing a tmpfs to %s is Linux only", size)
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -23,13 +24,20 @@ import (
 // with a clock the test moves.
 func runOperator(t *testing.T, srv *natsserver.Server) (*bus.Bus, *readiness, *time.Time) {
 	t.Helper()
+	return startServices(t, srv, eventstest.Bus(t, srv.ClientURL(), "test"), operator.All)
+}
+
+// startServices starts services on srv over b and returns readiness for
+// every service, with a clock the test moves: the durables of a service
+// not started are missing.
+func startServices(t *testing.T, srv *natsserver.Server, b *bus.Bus, services []string) (*bus.Bus, *readiness, *time.Time) {
+	t.Helper()
 	ctx := eventstest.Context(t, 30*time.Second)
-	b := eventstest.Bus(t, srv.ClientURL(), "test")
 	file := filepath.Join(t.TempDir(), "cluster.yaml")
 	if err := os.WriteFile(file, []byte("name: m\nnodes:\n  - {name: n, count: 2, gpus: 8, gpu_model: A100}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: file, Sole: true}, slog.New(slog.DiscardHandler))
+	op, err := operator.Start(ctx, b, operator.Config{Services: services, ClusterFile: file, Sole: true}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,36 +62,99 @@ func wantNotReady(t *testing.T, r *readiness, want ...string) {
 	}
 }
 
-// /readyz tells the truth: a deleted durable consumer or stream makes it
-// fail naming what is missing; answers are cached for a second.
+// /readyz tells the truth: a missing durable consumer or stream makes it
+// fail naming what is missing (answers are cached for a second), and it
+// passes again, without a restart, once what was missing is back.
 func TestReadyChecksStreamsAndConsumers(t *testing.T) {
 	srv := eventstest.Server(t)
-	b, r, now := runOperator(t, srv)
+	// Analysis does not run, so nothing creates its durable again.
+	b, r, now := startServices(t, srv, eventstest.Bus(t, srv.ClientURL(), "test"), []string{operator.Discovery, operator.Placement, operator.Optimizer})
+	ctx := eventstest.Context(t, 30*time.Second)
+	js := b.JetStream()
+	jobs := b.StreamName(events.DomainJobs)
+	if err := r.check(); err == nil {
+		t.Fatal("ready without analysis's durable consumer")
+	}
+	*now = now.Add(readyCacheFor)
+	wantNotReady(t, r, analysis.HandlerSubmitted, jobs, "missing")
+	if _, err := js.CreateConsumer(ctx, jobs, jetstream.ConsumerConfig{Durable: analysis.HandlerSubmitted,
+		FilterSubject: b.Subjects.Of(events.NameJobSubmitted), AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.check(); err == nil {
+		t.Error("ready within a second of a not-ready answer, want the cached answer")
+	}
+	*now = now.Add(readyCacheFor)
+	if err := r.check(); err != nil {
+		t.Fatalf("not ready once the durable is back: %v", err)
+	}
+
+	// A stream no service here consumes, deleted: named until it is
+	// created again (serve's KeepStreams does it every HealCheck).
+	dlq := b.StreamName(events.DomainDLQ)
+	if err := js.DeleteStream(ctx, dlq); err != nil {
+		t.Fatal(err)
+	}
+	*now = now.Add(readyCacheFor)
+	wantNotReady(t, r, "stream "+dlq+": missing")
+	if err := b.EnsureStreams(ctx); err != nil {
+		t.Fatal(err)
+	}
+	*now = now.Add(readyCacheFor)
+	if err := r.check(); err != nil {
+		t.Fatalf("not ready once the stream is back: %v", err)
+	}
+}
+
+// A durable consumer or a stream deleted under the running services comes
+// back by itself (the stream with serve's KeepStreams, here looking every
+// 100 ms), and readiness with it: it used to fail until a restart.
+func TestReadyRecoversFromDeletions(t *testing.T) {
+	srv := eventstest.Server(t)
+	ctx := eventstest.Context(t, 60*time.Second)
+	b, err := bus.Connect(ctx, bus.Config{URL: srv.ClientURL(), Transport: bus.Transport{HealCheck: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	b, r, now := startServices(t, srv, b, operator.All)
 	if err := r.check(); err != nil {
 		t.Fatalf("not ready after Start: %v", err)
 	}
-	ctx := eventstest.Context(t, 10*time.Second)
+	go b.KeepStreams(ctx)
 	js := b.JetStream()
+	waitReady := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			*now = now.Add(readyCacheFor)
+			err := r.check()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after %s, still not ready: %v", what, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	jobs := b.StreamName(events.DomainJobs)
 	if err := js.DeleteConsumer(ctx, jobs, analysis.HandlerSubmitted); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.check(); err != nil {
-		t.Errorf("within a second of a ready answer: %v, want the cached ready", err)
+	waitReady("analysis's durable consumer was deleted")
+	if _, err := js.Consumer(ctx, jobs, analysis.HandlerSubmitted); err != nil {
+		t.Errorf("analysis's durable consumer: %v", err)
 	}
-	*now = now.Add(readyCacheFor)
-	wantNotReady(t, r, analysis.HandlerSubmitted, jobs, "missing")
 
+	// The placement stream, with the optimizer's durable on it.
 	placement := b.StreamName(events.DomainPlacement)
 	if err := js.DeleteStream(ctx, placement); err != nil {
 		t.Fatal(err)
 	}
-	*now = now.Add(readyCacheFor)
-	wantNotReady(t, r, "stream "+placement+": missing", analysis.HandlerSubmitted)
-	// The optimizer's consumer of the placement stream went with it, but
-	// the stream is what is named.
-	if err := r.check(); strings.Contains(err.Error(), optimizer.HandlerPlacement) {
-		t.Errorf("not ready: %v; a missing stream's consumers need not be listed", err)
+	waitReady("the placement stream was deleted")
+	if _, err := js.Consumer(ctx, placement, optimizer.HandlerPlacement); err != nil {
+		t.Errorf("the optimizer's durable consumer on the placement stream: %v", err)
 	}
 }
 
@@ -139,4 +210,60 @@ func TestBytesText(t *testing.T) {
 			t.Errorf("bytesText(%d) = %q, want %q", n, got, want)
 		}
 	}
+}
+
+// A placement replica whose lease is taken away (its entry deleted) steps
+// down, campaigns, leads again, and readiness passes again: "no leader
+// known yet" lasts only until a replica holds the lease.
+func TestReadyRecoversTheLeader(t *testing.T) {
+	srv := eventstest.Server(t)
+	ctx := eventstest.Context(t, 60*time.Second)
+	b := eventstest.Bus(t, srv.ClientURL(), "test")
+	file := filepath.Join(t.TempDir(), "cluster.yaml")
+	if err := os.WriteFile(file, []byte("name: m\nnodes:\n  - {name: n, count: 2, gpus: 8, gpu_model: A100}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: file, LeaseTTL: time.Second},
+		slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = op.Stop() })
+	r := newReadiness(b, op, operator.All, srv)
+	now := time.Now()
+	r.now = func() time.Time { return now }
+	leads := func(terms int) (bool, string) {
+		st, ok := op.LeaderStatus()
+		if !ok || st.Role != operator.RoleLeader || st.Terms < terms {
+			return false, fmt.Sprintf("lease status %+v, want leading term %d", st, terms)
+		}
+		now = now.Add(readyCacheFor)
+		if err := r.check(); err != nil {
+			return false, "not ready: " + err.Error()
+		}
+		return true, ""
+	}
+	waitUntil := func(cond func() (bool, string)) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			ok, why := cond()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal(why)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitUntil(func() (bool, string) { return leads(1) })
+	kv, err := b.JetStream().KeyValue(ctx, operator.LeaseBucket(b.Subjects.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, operator.LeaseKey); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(func() (bool, string) { return leads(2) })
 }

@@ -325,6 +325,9 @@ func runServices(ctx context.Context, g *globals, conn natsConn, source string, 
 	wdDone := make(chan error, 1)
 	wdCtx, wdStop := context.WithCancel(ctx)
 	defer wdStop()
+	// A stream deleted under the running services is created again (the
+	// bus creates a durable's stream itself; this covers the others).
+	go b.KeepStreams(wdCtx)
 	if ops.agentTTL > 0 && slices.Contains(cfg.Services, operator.Placement) {
 		wd, err := launcher.NewWatchdog(b, ops.agentTTL, log)
 		if err != nil {

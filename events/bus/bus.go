@@ -538,12 +538,16 @@ func (b *Bus) Dial(ctx context.Context, source string) (*Bus, error) {
 
 // JetStream's answers to a message it has no room for (nats-server's
 // errors.json): JSInsufficientResourcesErr, 503 "insufficient resources"
-// (the server's max_file_store or max_memory_store reached), and
+// (the server's max_file_store or max_memory_store reached),
 // JSStorageResourcesExceededErr, "insufficient storage resources
-// available" (an account's limit). nats.go names neither.
+// available", and JSAccountResourcesExceededErr, "resource limits
+// exceeded for account" (an account's limit, which the embedded server
+// lowers when its disk has less room than its own limit). nats.go names
+// none of them.
 const (
 	errCodeInsufficientResources jetstream.ErrorCode = 10023
 	errCodeStorageExceeded       jetstream.ErrorCode = 10047
+	errCodeAccountExceeded       jetstream.ErrorCode = 10002
 	// errCodeDuplicateInProcess: a message of the same id is being stored
 	// (a clustered stream's proposal in flight) and may yet be.
 	errCodeDuplicateInProcess jetstream.ErrorCode = 10158
@@ -553,7 +557,8 @@ const (
 func storageFull(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) &&
-		(apiErr.ErrorCode == errCodeInsufficientResources || apiErr.ErrorCode == errCodeStorageExceeded)
+		(apiErr.ErrorCode == errCodeInsufficientResources || apiErr.ErrorCode == errCodeStorageExceeded ||
+			apiErr.ErrorCode == errCodeAccountExceeded)
 }
 
 type scopeKey struct{}

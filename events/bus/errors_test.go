@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,5 +90,34 @@ func TestFencedOrInProcess(t *testing.T) {
 	err := b.publishError(nats.NewMsg("s"), api(jetstream.JSErrCodeStreamWrongLastSequenceConstant))
 	if errors.Is(err, ErrFenced) || !errors.Is(err, ErrUnconfirmed) || !IsTransient(err) {
 		t.Errorf("10164 published as %v: want unconfirmed and transient, not fenced", err)
+	}
+}
+
+// Every answer JetStream gives a message it has no room for reads
+// "JetStream storage full", the account's limit included: the embedded
+// server lowers that one when its disk has less room than its own limit.
+func TestStorageFull(t *testing.T) {
+	t.Parallel()
+	api := func(code jetstream.ErrorCode) error {
+		return fmt.Errorf("publish: %w", &jetstream.APIError{Code: 503, ErrorCode: code, Description: "no room"})
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		full bool
+	}{
+		{"the server's limit", api(errCodeInsufficientResources), true},
+		{"insufficient storage resources", api(errCodeStorageExceeded), true},
+		{"the account's limit", api(errCodeAccountExceeded), true},
+		{"another API error", api(jetstream.JSErrCodeStreamNotFound), false},
+		{"no API error", errors.New("timeout"), false},
+	} {
+		if got := storageFull(tc.err); got != tc.full {
+			t.Errorf("%s: storage full %v, want %v", tc.name, got, tc.full)
+		}
+		err := (&Bus{}).publishError(nats.NewMsg("s"), tc.err)
+		if got := strings.Contains(err.Error(), "JetStream storage full"); got != tc.full || !IsTransient(err) {
+			t.Errorf("%s: published as %v (transient %v)", tc.name, err, IsTransient(err))
+		}
 	}
 }

@@ -55,7 +55,9 @@ func (p publisher) Publish(topic string, msgs ...*message.Message) error {
 func (publisher) Close() error { return nil }
 
 // subscriber feeds one durable pull consumer to the router. Replicas of a
-// service share the durable, so each message goes to one of them.
+// service share the durable, so each message goes to one of them. A
+// durable deleted under it (nats consumer rm, or with its stream) is
+// created again, starting after what it had had acknowledged (heal.go).
 type subscriber struct {
 	b           *Bus
 	durable     string
@@ -69,6 +71,22 @@ type subscriber struct {
 	// abort, when it ends, ends the contexts of the handlers in flight
 	// (Router.AbortOnClose); nil never does.
 	abort context.Context
+
+	// The consumer's stream and filter, set by Subscribe. The fields
+	// below them belong to the goroutine that watches the consumer.
+	stream, topic string
+	// floor is the durable's ack floor (the stream sequence up to which
+	// every message was acknowledged) when last looked up, and
+	// streamCreated the stream's creation time then: a new stream of the
+	// same name starts its sequences again.
+	floor         uint64
+	streamCreated time.Time
+	// notFound: the last lookup of the durable, while creating it again,
+	// found none.
+	notFound bool
+	// poke asks for a look at the consumer now: a consume error hints
+	// that it may be gone.
+	poke chan struct{}
 }
 
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
@@ -76,29 +94,10 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if err != nil {
 		return nil, err
 	}
-	t := s.b.cfg.Transport
-	var cons jetstream.Consumer
+	s.stream, s.topic, s.poke = stream, topic, make(chan struct{}, 1)
 	// Retried: a replica starting while the stream elects a leader (a
 	// cluster node just died) must wait for it, not exit.
-	err = s.b.retryJetStream(ctx, func(ctx context.Context) error {
-		var err error
-		cfg := jetstream.ConsumerConfig{
-			Durable:       s.durable,
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       t.AckWait,
-			MaxAckPending: t.MaxAckPending,
-			MaxDeliver:    t.MaxDeliver,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
-		}
-		if filters := s.b.filters([]string{topic}); len(filters) == 1 {
-			cfg.FilterSubject = topic
-		} else {
-			// An identity-scoped event: its bare subject and its scopes.
-			cfg.FilterSubjects = filters
-		}
-		cons, err = s.b.js.CreateOrUpdateConsumer(ctx, stream, cfg)
-		return err
-	})
+	cons, err := s.createOrUpdate(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s on %s: %w", s.durable, stream, err)
 	}
@@ -114,7 +113,52 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			}
 		}()
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
+	cc, err := s.consume(cons, work)
+	if err != nil {
+		close(work)
+		return nil, fmt.Errorf("consume %s: %w", s.durable, err)
+	}
+	s.done.Add(1)
+	go func() {
+		defer s.done.Done()
+		cc = s.watch(ctx, cons, cc, work)
+		// Drain hands the messages already pulled to the callback, which
+		// nacks them now that closing is set; in-flight ones finish.
+		cc.Drain()
+		<-cc.Closed()
+		close(work)
+		workers.Wait()
+		close(out)
+	}()
+	return out, nil
+}
+
+// consumerConfig is the durable's configuration. A new durable reads its
+// stream from the start: a service added to a running system, or a
+// renamed handler, takes in what was published before it.
+func (s *subscriber) consumerConfig() jetstream.ConsumerConfig {
+	t := s.b.cfg.Transport
+	cfg := jetstream.ConsumerConfig{
+		Durable:       s.durable,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       t.AckWait,
+		MaxAckPending: t.MaxAckPending,
+		MaxDeliver:    t.MaxDeliver,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	if filters := s.b.filters([]string{s.topic}); len(filters) == 1 {
+		cfg.FilterSubject = s.topic
+	} else {
+		// An identity-scoped event: its bare subject and its scopes.
+		cfg.FilterSubjects = filters
+	}
+	return cfg
+}
+
+// consume pulls the consumer's messages onto work.
+func (s *subscriber) consume(cons jetstream.Consumer, work chan<- jetstream.Msg) (jetstream.ConsumeContext, error) {
+	t := s.b.cfg.Transport
+	return cons.Consume(func(m jetstream.Msg) {
 		select {
 		case work <- m:
 		case <-s.closing:
@@ -128,32 +172,18 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		jetstream.PullMaxMessagesWithBytesLimit(t.pullMaxMessages(s.concurrency), pullMaxBytes),
 		jetstream.PullExpiry(t.PullExpiry),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			// Any of them may mean the consumer is gone (its pull
+			// requests find no responder): have it looked up.
+			select {
+			case s.poke <- struct{}{}:
+			default:
+			}
 			if !missedHeartbeat(err) {
 				s.log.Warn("consume", "durable", s.durable, "err", err)
 				return
 			}
 			s.log.Info("consume: missed heartbeat, reconnecting", "durable", s.durable)
 		}))
-	if err != nil {
-		close(work)
-		return nil, fmt.Errorf("consume %s: %w", s.durable, err)
-	}
-	s.done.Add(1)
-	go func() {
-		defer s.done.Done()
-		select {
-		case <-ctx.Done():
-		case <-s.closing:
-		}
-		// Drain hands the messages already pulled to the callback, which
-		// nacks them now that closing is set; in-flight ones finish.
-		cc.Drain()
-		<-cc.Closed()
-		close(work)
-		workers.Wait()
-		close(out)
-	}()
-	return out, nil
 }
 
 // deliver hands one message to the router and settles it with JetStream.

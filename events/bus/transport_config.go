@@ -76,6 +76,12 @@ const (
 
 	// DefaultReplayFetchSize is the largest batch Replay fetches at once.
 	DefaultReplayFetchSize = 256
+
+	// DefaultHealCheck is how often a durable consumer is looked up (gone:
+	// created again; there: its ack floor remembered) and KeepStreams
+	// looks for a missing stream. A deletion the server announces is
+	// acted on at once.
+	DefaultHealCheck = 10 * time.Second
 )
 
 // Transport holds the bus's retry, back-off, acknowledgement and batching
@@ -129,6 +135,10 @@ type Transport struct {
 
 	// ReplayFetchSize is the largest batch Replay fetches at once.
 	ReplayFetchSize int
+
+	// HealCheck is how often a durable consumer is looked up and
+	// KeepStreams looks for missing streams (heal.go).
+	HealCheck time.Duration
 }
 
 // DefaultTransport is the zero Transport with every default filled in.
@@ -169,6 +179,7 @@ func (t Transport) withDefaults() Transport {
 	setInt(&t.PullPerWorker, DefaultPullPerWorker)
 	setInt(&t.PullBase, DefaultPullBase)
 	setInt(&t.ReplayFetchSize, DefaultReplayFetchSize)
+	setDur(&t.HealCheck, DefaultHealCheck)
 	return t
 }
 
@@ -195,6 +206,7 @@ func (t Transport) Validate() error {
 	positive("DeadLetterTimeout", t.DeadLetterTimeout)
 	positive("AckWait", t.AckWait)
 	positive("PullExpiry", t.PullExpiry)
+	positive("HealCheck", t.HealCheck)
 	if t.SetupRetryInitial > t.SetupRetryMax {
 		errs = append(errs, fmt.Errorf("transport SetupRetryInitial %v: above SetupRetryMax %v", t.SetupRetryInitial, t.SetupRetryMax))
 	}

@@ -7,7 +7,7 @@ import (
 )
 
 // The zero Transport is what the bus always did: these are the literals
-// the bus carried before they were named.
+// the bus carried before they were named (HealCheck came later).
 func TestDefaultTransportIsTheOldBehaviour(t *testing.T) {
 	t.Parallel()
 	want := Transport{
@@ -18,7 +18,7 @@ func TestDefaultTransportIsTheOldBehaviour(t *testing.T) {
 		HandlerRetries: 5, HandlerRetryInitial: 100 * time.Millisecond, HandlerRetryMax: 5 * time.Second,
 		HandlerRetryMultiplier: 2, NakDelay: 2 * time.Second, DeadLetterTimeout: 10 * time.Second,
 		AckWait: 30 * time.Second, MaxAckPending: 1024, MaxDeliver: -1, PullExpiry: 5 * time.Second,
-		PullPerWorker: 2, PullBase: 8, ReplayFetchSize: 256,
+		PullPerWorker: 2, PullBase: 8, ReplayFetchSize: 256, HealCheck: 10 * time.Second,
 	}
 	if got := DefaultTransport(); got != want {
 		t.Errorf("DefaultTransport() =\n%+v\nwant\n%+v", got, want)
@@ -58,6 +58,7 @@ func TestTransportValidateNamesTheField(t *testing.T) {
 		{Transport{PullPerWorker: -1}, "PullPerWorker"},
 		{Transport{ReplayFetchSize: -1}, "ReplayFetchSize"},
 		{Transport{PullExpiry: -1}, "PullExpiry"},
+		{Transport{HealCheck: -1}, "HealCheck"},
 	}
 	for _, tc := range tests {
 		err := tc.tr.Validate()

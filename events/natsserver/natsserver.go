@@ -11,7 +11,9 @@
 // EnsureCredentials). Before it starts it checks that its store directory
 // can be written, and it sizes JetStream's file storage from the free space
 // of that directory's filesystem, so that a small disk fills up as a clean
-// "insufficient resources" answer rather than as write errors.
+// "insufficient resources" answer rather than as write errors; while it
+// runs it keeps the limits fitted to the free space (storage.go), so that
+// a disk enlarged or freed is used without a restart.
 package natsserver
 
 import (
@@ -23,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -80,6 +83,14 @@ type Config struct {
 	// Logger receives the server's log lines; nil silences them. Start's
 	// errors carry the last warnings and errors either way.
 	Logger *slog.Logger
+	// StorageCheck is how often the running server sizes its file
+	// storage again from the free space (storage.go); zero is
+	// DefaultStorageCheck.
+	StorageCheck time.Duration
+
+	// freeSpace reads a filesystem's free space; nil is the system's
+	// (a test's stands in for a disk that fills and grows).
+	freeSpace func(dir string) (uint64, error)
 }
 
 // DefaultConfig listens on 127.0.0.1:4222.
@@ -99,6 +110,9 @@ func (c Config) Validate() error {
 	if c.MaxMemory < 0 || c.MaxStore < 0 {
 		errs = append(errs, fmt.Errorf("max memory %d, max store %d: must not be negative", c.MaxMemory, c.MaxStore))
 	}
+	if c.StorageCheck < 0 {
+		errs = append(errs, fmt.Errorf("storage check %v: must not be negative", c.StorageCheck))
+	}
 	if c.ConfigFile != "" && c.Credentials != nil {
 		errs = append(errs, errors.New("config file and generated credentials: choose one (put the users in the config file)"))
 	}
@@ -108,12 +122,31 @@ func (c Config) Validate() error {
 // Server is a running embedded NATS server.
 type Server struct {
 	ns *server.Server
-	// reloadMu orders configuration reloads; opts is what the server
-	// runs with (reloads replace it).
+	// reloadMu orders configuration reloads and guards base. opts are the
+	// options the server was started with.
 	reloadMu sync.Mutex
 	opts     *server.Options
 	storeDir string
 	log      *slog.Logger
+
+	// The file storage limits (storage.go). base is a copy of the
+	// options in force, which reloads change (reload); configured is the
+	// limit before the disk capped it; maxStore is the server's limit
+	// in force. free reads the filesystem's free space.
+	base       *server.Options
+	configured int64
+	maxStore   atomic.Int64
+	free       func(dir string) (uint64, error)
+	// globalOnly: the services use the global account, whose limit
+	// watchStorage may lower (no accounts configured).
+	globalOnly bool
+	// Owned by watchStorage: the account limit it set (0: none), and
+	// whether it said it cannot set one.
+	accountMax     int64
+	warnedAccounts bool
+	stop           chan struct{}
+	stopOnce       sync.Once
+	watched        chan struct{}
 }
 
 // Start checks the store directory, starts the server and waits until it
@@ -134,9 +167,15 @@ func Start(cfg Config) (*Server, error) {
 	if err := CheckStoreDir(opts.StoreDir); err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
-	if err := sizeStore(opts, log); err != nil {
+	free := cfg.freeSpace
+	if free == nil {
+		free = freeBytes
+	}
+	configured := opts.JetStreamMaxStore
+	if err := sizeStore(opts, free, log); err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
+	base := opts.Clone()
 	listen := net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port))
 	if opts.Port == server.RANDOM_PORT {
 		listen = net.JoinHostPort(opts.Host, "(a free port)")
@@ -158,7 +197,17 @@ func Start(cfg Config) (*Server, error) {
 		ns.WaitForShutdown()
 		return nil, fmt.Errorf("embedded nats on %s (store %s): %w", listen, opts.StoreDir, err)
 	}
-	return &Server{ns: ns, opts: opts, storeDir: opts.StoreDir, log: log}, nil
+	s := &Server{ns: ns, opts: opts, storeDir: opts.StoreDir, log: log,
+		base: base, configured: configured, free: free,
+		globalOnly: len(opts.Accounts) == 0 && len(opts.TrustedOperators) == 0 && len(opts.TrustedKeys) == 0,
+		stop:       make(chan struct{}), watched: make(chan struct{})}
+	s.maxStore.Store(opts.JetStreamMaxStore)
+	check := cfg.StorageCheck
+	if check == 0 {
+		check = DefaultStorageCheck
+	}
+	go s.watchStorage(check)
+	return s, nil
 }
 
 // options builds nats-server's options: the config file's, if any, with
@@ -294,14 +343,17 @@ func (s *Server) Addr() *net.TCPAddr {
 // StoreDir is the directory the streams are kept in.
 func (s *Server) StoreDir() string { return s.storeDir }
 
-// MaxStore is JetStream's file storage limit, after SizeStore.
-func (s *Server) MaxStore() int64 { return s.opts.JetStreamMaxStore }
+// MaxStore is JetStream's file storage limit in force: SizeStore's at
+// start, raised since if the disk made room.
+func (s *Server) MaxStore() int64 { return s.maxStore.Load() }
 
 // RequiresAuth reports whether clients must authenticate.
 func (s *Server) RequiresAuth() bool { return requireAuth(s.opts) == nil }
 
 // Shutdown stops the server and waits until it has flushed its streams.
 func (s *Server) Shutdown() {
+	s.stopOnce.Do(func() { close(s.stop) })
+	<-s.watched
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
 }
@@ -311,16 +363,26 @@ func (s *Server) Shutdown() {
 // removed one is disconnected. Only for a server started with
 // Config.Credentials.
 func (s *Server) SetCredentials(c *Credentials) error {
-	s.reloadMu.Lock()
-	defer s.reloadMu.Unlock()
 	if len(s.opts.Nkeys) == 0 {
 		return errors.New("embedded nats: credentials: the server was not started with generated credentials")
 	}
-	opts := s.opts.Clone()
-	opts.Nkeys = c.nkeyUsers()
-	if err := s.ns.ReloadOptions(opts); err != nil {
+	if err := s.reload(func(opts *server.Options) { opts.Nkeys = c.nkeyUsers() }); err != nil {
 		return fmt.Errorf("embedded nats: reload credentials: %w", err)
 	}
-	s.opts = opts
+	return nil
+}
+
+// reload changes what change changes in the options the server runs with,
+// by a configuration reload. Reloads take the options in force, so that
+// one (the credentials) does not undo another (the storage limit).
+func (s *Server) reload(change func(*server.Options)) error {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	opts := s.base.Clone()
+	change(opts)
+	if err := s.ns.ReloadOptions(opts); err != nil {
+		return err
+	}
+	s.base = opts
 	return nil
 }

@@ -355,3 +355,43 @@ func TestReadCredentials(t *testing.T) {
 		t.Fatal("an empty directory read as credentials")
 	}
 }
+
+// The credentials and the storage limit are both changed by reloads of the
+// running server's options: neither undoes the other (a user added, then
+// the limit raised, still signs in; the limit raised, then a user added,
+// keeps its raise).
+func TestReloadsKeepEachOther(t *testing.T) {
+	data := t.TempDir()
+	dir := filepath.Join(data, "credentials")
+	creds, err := EnsureCredentials(dir, []Role{{Name: "operator"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := start(t, Config{Host: "127.0.0.1", Port: -1, StoreDir: data, Credentials: creds, MaxStore: 64 << 20})
+	more, err := EnsureCredentials(dir, []Role{{Name: "operator"}, {Name: "agent-n1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.SetCredentials(more); err != nil {
+		t.Fatal(err)
+	}
+	limit := srv.maxStore.Load() + 32<<20
+	if err := srv.raiseMaxStore(limit); err != nil {
+		t.Fatal(err)
+	}
+	opt, err := more.Option("agent-n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(srv.ClientURL(), opt)
+	if err != nil {
+		t.Fatalf("a user added before the limit was raised: %v", err)
+	}
+	nc.Close()
+	if err := srv.SetCredentials(creds); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.ns.JetStreamConfig().MaxStore; got != limit {
+		t.Fatalf("max_file_store %d after a credentials reload, want the raised %d", got, limit)
+	}
+}

@@ -20,7 +20,7 @@ func (s *Service) rebuild(ctx context.Context) error {
 	s.topoSeq = 0
 	s.mig = migrations{} // proposals are read again when a user accepts one
 	var placed, pending int
-	nodes, health, err := s.catchUpTopology(ctx)
+	nodeEvents, health, err := s.catchUpTopology(ctx)
 	if err != nil {
 		return err
 	}
@@ -76,15 +76,20 @@ func (s *Service) rebuild(ctx context.Context) error {
 		}
 		pending++
 	}
-	placed = len(s.store.Snapshot().JobsInState(store.JobPlaced))
-	s.log.Info("state rebuilt from streams", "nodes", nodes, "health_events", health,
-		"placed_jobs", placed, "pending_jobs", pending, "free_gpus", s.store.Snapshot().FreeCount())
+	snap := s.store.Snapshot()
+	placed = len(snap.JobsInState(store.JobPlaced))
+	// The nodes are the store's, not the node events read: the stream
+	// keeps a history per node (every start of discovery publishes each
+	// node again), so a 6-node cluster read back twice is 12 events.
+	s.log.Info("state rebuilt from streams", "nodes", len(snap.Nodes()), "node_events", nodeEvents, "health_events", health,
+		"placed_jobs", placed, "pending_jobs", pending, "free_gpus", snap.FreeCount())
 	return nil
 }
 
 // catchUpTopology applies what the topology stream holds beyond what the
 // store has seen. The topology consumer skips what it applied (an event
 // applied again out of order would undo a later one: onTopology).
+// It returns how many node and health events it applied.
 func (s *Service) catchUpTopology(ctx context.Context) (nodes, health int, err error) {
 	subj := s.subjects
 	err = s.read.ReplayFrom(ctx, events.DomainTopology,

@@ -1,0 +1,76 @@
+package placement_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/services/placement"
+)
+
+// The rebuild's log counts the cluster's nodes, not the node events the
+// topology stream keeps: discovery publishes every node again each time it
+// starts, and a 6-node cluster was logged as 12 nodes after one restart.
+func TestRebuildLogCountsNodesOnce(t *testing.T) {
+	t.Parallel()
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "test")
+	ctx := eventstest.Context(t, 30*time.Second)
+	const starts = 3
+	names := []string{"a", "b"}
+	for range starts {
+		for _, name := range names {
+			if _, err := b.Publish(context.Background(), &events.TopologyNode{Name: name, GPUs: []events.GPU{{Index: 0}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var logged bytes.Buffer
+	s, err := placement.New(placement.Config{}, placement.Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects,
+		Log: slog.New(slog.NewJSONHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Rebuild(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var line struct {
+		Nodes      *int `json:"nodes"`
+		NodeEvents *int `json:"node_events"`
+	}
+	found := false
+	sc := bufio.NewScanner(&logged)
+	for sc.Scan() {
+		var rec struct {
+			Msg string `json:"msg"`
+		}
+		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "state rebuilt from streams" {
+			if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+				t.Fatal(err)
+			}
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no 'state rebuilt from streams' line in:\n%s", logged.String())
+	}
+	if line.Nodes == nil || *line.Nodes != len(names) {
+		t.Errorf("rebuild logged nodes=%v for a %d-node cluster published %d times:\n%s", deref(line.Nodes), len(names), starts, logged.String())
+	}
+	if line.NodeEvents == nil || *line.NodeEvents != starts*len(names) {
+		t.Errorf("rebuild logged node_events=%v, want %d", deref(line.NodeEvents), starts*len(names))
+	}
+}
+
+func deref(p *int) any {
+	if p == nil {
+		return "(absent)"
+	}
+	return *p
+}
