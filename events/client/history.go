@@ -44,7 +44,7 @@ type HistoryEvent struct {
 	Error string `json:"error,omitempty"`
 	// Ignored marks an event placement takes no action on: a second
 	// submission of a job that was not rejected, a finish of a job it
-	// neither placed nor queued.
+	// neither placed nor queued, or one it refused (finish_refused).
 	Ignored bool `json:"ignored,omitempty"`
 }
 
@@ -311,6 +311,14 @@ func historyEvent(subjects events.Subjects, stream string, m *jetstream.RawStrea
 // rejection, and a finish only for a job placement has placed or queued
 // (placement.released confirms it).
 func (h *JobHistory) settle() {
+	// A finish placement refused (another tenant's job, a node that does
+	// not run rank 0) changed nothing; its answer is stored after it.
+	refused := map[string]bool{}
+	for _, e := range h.Events {
+		if r, ok := e.Data.(*events.PlacementFinishRefused); ok && r.RequestID != "" {
+			refused[r.RequestID] = true
+		}
+	}
 	for i := range h.Events {
 		e := &h.Events[i]
 		prev := h.State
@@ -337,7 +345,7 @@ func (h *JobHistory) settle() {
 			// Placement applies a finish to a job it has placed, queued,
 			// or not seen yet (withdrawn before analysis reached it);
 			// only a job already finished or rejected is left as it is.
-			if h.State == StateFinished || h.State == StateRejected {
+			if h.State == StateFinished || h.State == StateRejected || refused[e.ID] {
 				e.Ignored = true
 				continue
 			}

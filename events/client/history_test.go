@@ -189,6 +189,11 @@ func TestSettle(t *testing.T) {
 	rej := &events.PlacementRejected{JobID: "j"}
 	fin := &events.JobFinished{JobID: "j", Status: events.StatusCancelled}
 	rel := &events.PlacementReleased{JobID: "j", Status: events.StatusCancelled}
+	// A finish of another tenant (ce-id "foreign") and its refusal.
+	foreign := &events.JobFinished{JobID: "j", Status: events.StatusSucceeded}
+	refusal := &events.PlacementFinishRefused{JobID: "j", RequestID: "foreign",
+		Reasons: []events.Reason{{Code: events.CodeNotPermitted}}}
+	ids := map[any]string{foreign: "foreign"}
 	tests := []struct {
 		name    string
 		evs     []any
@@ -212,6 +217,11 @@ func TestSettle(t *testing.T) {
 		// analysis that comes after is the ignored one, and no decision
 		// follows.
 		{"finish before placement knew the job", []any{sub, fin, rel, an}, StateFinished, events.StatusCancelled, 1, []int{3}},
+		// A refused finish leaves the job as it was (it used to read
+		// finished, and topoctl finish by the job's own tenant then sent
+		// nothing), and the job's own finish after it counts.
+		{"refused finish", []any{sub, an, dec, foreign, refusal}, StateDecided, "", 2, []int{3}},
+		{"finished after a refused finish", []any{sub, an, dec, foreign, refusal, fin, rel}, StateFinished, events.StatusCancelled, 5, []int{3}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -219,7 +229,7 @@ func TestSettle(t *testing.T) {
 			h := &JobHistory{JobID: "j"}
 			for i, v := range tc.evs {
 				name, _ := events.NameOf(v)
-				h.Events = append(h.Events, HistoryEvent{Name: name, Time: at(i), Data: v})
+				h.Events = append(h.Events, HistoryEvent{Name: name, ID: ids[v], Time: at(i), Data: v})
 			}
 			h.settle()
 			var ignored []int
