@@ -120,7 +120,13 @@ func (c *launchCluster) startAgents(t *testing.T) {
 // directory it had, and waits until it follows the streams.
 func (c *launchCluster) startAgent(t *testing.T, node string) *proc {
 	t.Helper()
-	p := startProc(c.t, "agent "+node, clientEnv(c.url), bins.toposched, "--nats-url", c.url, "agent", "--node", node,
+	env := clientEnv(c.url)
+	if c.dataDir != "" && node == launchNodes[1] {
+		// Signed in as deploy/systemd/toposched-agent.service does; the
+		// other finds its seed in TOPOSCHED_DATA_DIR.
+		env = childEnv("TOPOSCHED_NATS_NKEY=" + seedIn(t, credentialsDir(c.dataDir), "agent-"+node))
+	}
+	p := startProc(c.t, "agent "+node, env, bins.toposched, "--nats-url", c.url, "agent", "--node", node,
 		"--exec", "--cluster", c.cluster, "--state-dir", c.states[node], "--address", "127.0.0.1",
 		"--heartbeat", launchHeartbeat.String(), "--grace", launchGrace.String(), "--agent-ttl", launchTTL.String())
 	waitFor(t, 30*time.Second, func() (bool, string) {

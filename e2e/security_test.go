@@ -95,7 +95,12 @@ func serverEnv(extra ...string) []string {
 // roles of auth.conf) plus the given includes, on a free loopback port.
 func securedServer(t *testing.T, scheme string, includes []string, env ...string) (string, *proc) {
 	t.Helper()
-	dir := natsConfDir(t, append([]string{"standalone.conf"}, includes...)...)
+	return confServer(t, natsConfDir(t, append([]string{"standalone.conf"}, includes...)...), scheme, env...)
+}
+
+// confServer runs nats-server on dir's main.conf on a free loopback port.
+func confServer(t *testing.T, dir, scheme string, env ...string) (string, *proc) {
+	t.Helper()
 	port := freePort(t)
 	p := startProc(t, "nats-server", serverEnv(append(env, "NATS_STORE_DIR="+t.TempDir())...), bins.natsServer,
 		"-c", filepath.Join(dir, "main.conf"), "-a", "127.0.0.1", "-p", fmt.Sprint(port))
@@ -724,32 +729,17 @@ func writeServiceSeeds(t *testing.T, dir string, services ...string) {
 	}
 }
 
-// nkeyServer runs nats-server with JetStream on a free loopback port and
-// the users of the credentials directory dir, written by the real
-// `toposched roles conf --dir` into users.conf, which its configuration
-// includes.
+// nkeyServer runs nats-server on the shipped standalone.conf with the
+// users of the credentials directory dir in place of the shipped auth.conf
+// (which standalone.conf includes): the real `toposched roles conf --dir`'s
+// output, as deploy/README.md tells a site with agents and tenants to do.
 func nkeyServer(t *testing.T, dir string) (string, *proc) {
 	t.Helper()
-	conf := t.TempDir()
-	if err := os.WriteFile(filepath.Join(conf, "users.conf"), []byte(rolesConf(t, dir)), 0o600); err != nil {
+	conf := natsConfDir(t, "standalone.conf")
+	if err := os.WriteFile(filepath.Join(conf, "auth.conf"), []byte(rolesConf(t, dir)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	main := "max_payload: 8MB\njetstream {\n  store_dir: $NATS_STORE_DIR\n  max_memory_store: 256MB\n  max_file_store: 1GB\n}\ninclude ./users.conf\n"
-	if err := os.WriteFile(filepath.Join(conf, "main.conf"), []byte(main), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	port := freePort(t)
-	p := startProc(t, "nats-server (roles conf)", serverEnv("NATS_STORE_DIR="+t.TempDir()), bins.natsServer,
-		"-c", filepath.Join(conf, "main.conf"), "-a", "127.0.0.1", "-p", fmt.Sprint(port))
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	waitFor(t, 20*time.Second, func() (bool, string) {
-		mustBeAlive(t, p)
-		if !strings.Contains(p.output(), "Server is ready") {
-			return false, "nats-server has not logged 'Server is ready'"
-		}
-		return dialable(addr)
-	})
-	return "nats://" + addr, p
+	return confServer(t, conf, "nats")
 }
 
 // streamOfSubject is the stream that stores an event subject.
@@ -931,9 +921,10 @@ var roleRows = []struct {
 // agent per node, a tenant each for research and ads, and serve's three
 // roles) and a seed per service:
 //
-//   - nats-server, its users written by the real `toposched roles conf
-//     --dir` and included in its configuration, with each service run as
-//     its own process signed in as its own role (the Helm chart's shape);
+//   - nats-server on the shipped standalone.conf, the users it includes
+//     written by the real `toposched roles conf --dir`, with each service
+//     run as its own process signed in as its own role (the Helm chart's
+//     shape);
 //   - `toposched serve`'s embedded server, on that directory as its data
 //     dir's credentials.
 //
