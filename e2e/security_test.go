@@ -38,12 +38,12 @@ var rolePasswords = map[string]string{
 
 // userPassword is the password of a user of auth.conf.
 func userPassword(user string) string {
-	switch {
-	case user == "operator":
+	switch user {
+	case "operator":
 		return rolePasswords["TOPOSCHED_OPERATOR_PASSWORD"]
-	case user == "launcher":
+	case "launcher":
 		return rolePasswords["TOPOSCHED_LAUNCHER_PASSWORD"]
-	case user == "policy-admin":
+	case "policy-admin":
 		return rolePasswords["TOPOSCHED_POLICY_PASSWORD"]
 	}
 	return ""
