@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -202,8 +203,10 @@ const skippedLine = "skipping a message whose body is not its subject's"
 // GPUs). Now serve's default listener turns away a client without
 // credentials (nats.go, topoctl run, the nats CLI) and nothing runs; a
 // tenant may not publish a decision; and a decision the operator forges
-// without placement's fencing is left out by the rebuild after a restart,
-// said by the metric, while the GPUs hold one job each.
+// without placement's fencing, for a waiting job on GPUs another job
+// holds, is left out by the rebuild after a restart, said by the metric:
+// the four GPUs hold two jobs, and the waiting job gets the GPUs when
+// they are freed.
 func TestSecurityLoopbackNeedsCredentials(t *testing.T) {
 	metrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	c := startSecureLaunchCluster(t, []string{"research"}, "--metrics-listen", metrics)
@@ -235,42 +238,56 @@ func TestSecurityLoopbackNeedsCredentials(t *testing.T) {
 	}
 
 	// Two jobs of the launcher hold the cluster's four GPUs, their ranks
-	// run by the agents.
+	// run by the agents; a third, without a command (placed for a
+	// launcher of its own), waits.
+	holders := map[string]int{}
 	for _, id := range []string{"hold-a", "hold-b"} {
 		topoctlOK(t, c.url, "submit", writeShellJob(t, dir, id, 2, 2, holdScript, out))
-		waitRanks(t, out, id, 2, c.serve, c.agents["node-001"], c.agents["node-002"])
+		maps.Copy(holders, waitRanks(t, out, id, 2, c.serve, c.agents["node-001"], c.agents["node-002"]))
 	}
+	waiting := filepath.Join(dir, "waiting.yaml")
+	if err := os.WriteFile(waiting, []byte("job_id: waiting\ngpus: 2\ngpus_per_node: 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	topoctlOK(t, c.url, "submit", waiting)
 	js := jsConnect(t, c.url)
-	var decided []byte
+	if ev := waitOutcome(t, js, "waiting", c.serve); ev.subject != subjectPending {
+		t.Fatalf("waiting on a full cluster: %s %s, want pending", ev.subject, ev.body)
+	}
+
+	// The forgeries place the waiting job on hold-a's GPUs: hold-a's own
+	// decision, renamed, with no fence of a placement term.
+	var holdA []byte
 	for _, ev := range readPlacements(t, js) {
 		if ev.subject == subjectDecided && ev.jobID == "hold-a" {
-			decided = ev.body
+			holdA = ev.body
 		}
 	}
-	forge := func(id string) string {
-		return string(bytes.Replace(decided, []byte(`"job_id":"hold-a"`), []byte(`"job_id":"`+id+`"`), 1))
-	}
-	if !strings.Contains(forge("x"), `"job_id":"x"`) {
-		t.Fatalf("hold-a's decision names no job_id as the forgery expects: %s", decided)
+	forged := string(bytes.Replace(holdA, []byte(`"job_id":"hold-a"`), []byte(`"job_id":"waiting"`), 1))
+	if !strings.Contains(forged, `"job_id":"waiting"`) {
+		t.Fatalf("hold-a's decision names no job_id as the forgery expects: %s", holdA)
 	}
 	before := storedOn(t, js, streamPlacement, subjectDecided)
-
-	// A tenant may not write a decision, here for hold-a's GPUs.
-	mustBeRefused(t, pubAs(t, c.url, seedOf(t, c.url, "tenant-research"), subjectDecided, forge("forged-by-tenant")), "tenant research", subjectDecided)
+	// A tenant may not write a decision.
+	mustBeRefused(t, pubAs(t, c.url, seedOf(t, c.url, "tenant-research"), subjectDecided, forged), "tenant research", subjectDecided)
 	if after := storedOn(t, js, streamPlacement, subjectDecided); after != before {
 		t.Fatalf("%d decisions stored after the tenant's forgery, %d before", after, before)
 	}
-	// The operator may write anything; its decision carries no fence of
-	// a placement term.
-	mustBeStored(t, pubAs(t, c.url, seedOf(t, c.url, roleOperator), subjectDecided, forge("forged-by-operator")), "the operator", subjectDecided)
+	// The operator may write anything.
+	mustBeStored(t, pubAs(t, c.url, seedOf(t, c.url, roleOperator), subjectDecided, forged), "the operator", subjectDecided)
 
 	// serve restarts on its data dir: placement's rebuild reads the
-	// placement stream again and leaves the forgery out.
+	// placement stream again and leaves the forgery out, so that the four
+	// GPUs hold two jobs and the third still waits.
+	stopped := time.Now()
 	c.serve.signal(t, syscall.SIGTERM)
 	if code := c.serve.waitExit(t, 30*time.Second); code != 0 {
 		t.Fatalf("serve exited %d on SIGTERM", code)
 	}
 	serve := c.startServe(t, "serve (restarted)")
+	// The agents' ranks stop by themselves after launchSilence without a
+	// heartbeat through: the restart must take less for them to run on.
+	t.Logf("serve stopped and ready again in %s (the ranks stop after %s of silence)", time.Since(stopped).Round(time.Millisecond), launchSilence)
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		mustBeAlive(t, serve)
 		m, err := scrapeMetrics(metrics)
@@ -282,6 +299,7 @@ func TestSecurityLoopbackNeedsCredentials(t *testing.T) {
 			`toposched_placement_rebuild_ignored_events{reason="unfenced"}`: 1,
 			`toposched_placement_rebuild_ignored_events{reason="conflict"}`: 0,
 			`toposched_store_jobs{state="placed"}`:                          2,
+			`toposched_store_jobs{state="pending"}`:                         1,
 			`toposched_store_gpus{kind="total"}`:                            4,
 			`toposched_store_gpus{kind="free"}`:                             0,
 		}
@@ -290,27 +308,31 @@ func TestSecurityLoopbackNeedsCredentials(t *testing.T) {
 		}
 		return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprintf("metrics %v, want %v", got, want)
 	})
-	if !regexp.MustCompile(`rebuild: ignoring a placement outcome no placement term wrote.* job_id=forged-by-operator .*reason="no fence headers"`).MatchString(serve.output()) {
+	if !regexp.MustCompile(`rebuild: ignoring a placement outcome no placement term wrote.* job_id=waiting .*reason="no fence headers"`).MatchString(serve.output()) {
 		t.Errorf("the restarted serve does not say it left the forged decision out:\n%s", serve.output())
 	}
+	mustRun(t, holders, "serve restarted")
 
-	// hold-a ends; its GPUs go to the next job, as no forged job holds
-	// them.
+	// hold-a ends; placement gives its GPUs to the waiting job, which no
+	// forgery placed.
 	stopJob(t, out, "hold-a")
 	js = jsConnect(t, c.url)
+	var decisions []decidedJSON
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		mustBeAlive(t, serve)
-		_, ok := releasedIn(t, js, "hold-a")
-		return ok, "hold-a not released"
+		decisions = nil
+		for _, ev := range readPlacements(t, js) {
+			var d decidedJSON
+			if ev.subject == subjectDecided && ev.jobID == "waiting" && json.Unmarshal(ev.body, &d) == nil {
+				decisions = append(decisions, d)
+			}
+		}
+		return len(decisions) == 2, fmt.Sprintf("%d decisions for waiting, want the forged one and placement's", len(decisions))
 	})
-	next := submitWaitDecided(t, c.url, writeShellJob(t, dir, "after-a", 2, 2, holdScript, out), "after-a")
-	if got, want := sortedGPUs(next), sortedGPUs(decisionOf(t, c, "hold-a")); !slices.Equal(got, want) {
-		t.Errorf("after-a got %v, want hold-a's GPUs %v", got, want)
+	if got, want := sortedGPUs(decisions[1]), sortedGPUs(decisionOf(t, c, "hold-a")); !slices.Equal(got, want) {
+		t.Errorf("waiting got %v, want hold-a's GPUs %v", got, want)
 	}
-	waitRanks(t, out, "after-a", 2, serve)
-	for _, id := range []string{"hold-b", "after-a"} {
-		stopJob(t, out, id)
-	}
+	stopJob(t, out, "hold-b")
 	if _, err := os.Stat(pwned); err == nil {
 		t.Error("the job submitted without credentials ran")
 	}
