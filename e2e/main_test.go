@@ -434,9 +434,18 @@ func natsCLI(t *testing.T, url string, args ...string) string {
 	return r.stdout
 }
 
+// natsCLIResult runs the nats CLI against url, as the operator of the
+// serve there unless args sign in.
 func natsCLIResult(t *testing.T, url string, args ...string) result {
 	t.Helper()
-	full := append(append([]string{"--server", url, "--no-context"}, natsCLIAuth(t, url, args)...), args...)
+	return natsCLIWith(t, url, natsCLIAuth(t, url, args), args...)
+}
+
+// natsCLIWith runs the nats CLI against url signed in with auth (its
+// flags; none: anonymous).
+func natsCLIWith(t *testing.T, url string, auth []string, args ...string) result {
+	t.Helper()
+	full := append(append([]string{"--server", url, "--no-context"}, auth...), args...)
 	return runCmd(t, 30*time.Second,
 		childEnv("HOME="+cliHome, "XDG_CONFIG_HOME="+filepath.Join(cliHome, ".config")), bins.nats, full...)
 }

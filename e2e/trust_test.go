@@ -89,15 +89,6 @@ func mustRun(t *testing.T, pids map[string]int, after string) {
 	}
 }
 
-// natsCLIWith runs the nats CLI against url signed in with auth (its
-// flags; none: anonymous).
-func natsCLIWith(t *testing.T, url string, auth []string, args ...string) result {
-	t.Helper()
-	full := append(append([]string{"--server", url, "--no-context"}, auth...), args...)
-	return runCmd(t, 30*time.Second,
-		childEnv("HOME="+cliHome, "XDG_CONFIG_HOME="+filepath.Join(cliHome, ".config")), bins.nats, full...)
-}
-
 // pubAs publishes body on subject through JetStream with the nats CLI,
 // signed in with seed.
 func pubAs(t *testing.T, url, seed, subject, body string) result {
