@@ -80,7 +80,7 @@ func TestOnlineCalibrationThroughServe(t *testing.T) {
 		t.Errorf("online set moved nothing down: %+v", online.Efficiency)
 	}
 
-	r := runCmd(t, 30*time.Second, childEnv(), bins.topoctl, "--nats-url", url, "calibration", "show")
+	r := topoctl(t, url, "calibration", "show")
 	if r.code != 0 || !strings.Contains(r.stdout, "online@") || !strings.Contains(r.stdout, "telemetry:train@") {
 		t.Errorf("calibration show: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}

@@ -80,11 +80,20 @@ func TestDiskFullStoreIsReportedAndFreed(t *testing.T) {
 		setup func(t *testing.T) (dataDir string, extra []string)
 	}{
 		{"tiny max_file_store", func(t *testing.T) (string, []string) {
+			// The config's users are the roles' nkeys, as a site writes
+			// them (toposched roles conf), and serve signs in as the
+			// operator. The system account's password is set in the
+			// file: nats-server reads an include's variables from the
+			// environment only, which childEnv clears of NATS_*.
+			data := t.TempDir()
+			creds := credentialsDir(data)
+			issueRoles(t, creds)
 			conf := filepath.Join(t.TempDir(), "nats.conf")
-			if err := os.WriteFile(conf, []byte("jetstream { max_file_store: 2MB }\n"), 0o600); err != nil {
+			body := "NATS_SYS_PASSWORD: \"sys-pw\"\njetstream { max_file_store: 2MB }\n" + rolesConf(t, creds)
+			if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			return t.TempDir(), []string{"--nats-config", conf}
+			return data, []string{"--nats-config", conf, "--nats-nkey", seedIn(t, creds, roleOperator)}
 		}},
 		{"3 MB filesystem", func(t *testing.T) (string, []string) {
 			return mountTmpfs(t, "3m", false), nil

@@ -55,7 +55,7 @@ env: ["PYTHONPATH=%s", "GLOO_SOCKET_IFNAME=lo", "OMP_NUM_THREADS=1", "MASTER_POR
 		t.Fatal(err)
 	}
 	start := time.Now()
-	r := runCmd(t, 5*time.Minute, childEnv(), bins.topoctl, "--nats-url", c.url, "run", job)
+	r := runCmd(t, 5*time.Minute, clientEnv(c.url), bins.topoctl, "--nats-url", c.url, "run", job)
 	if r.code != 0 {
 		t.Fatalf("topoctl run: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}

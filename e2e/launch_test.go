@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // launchTTL is the watchdog's agent TTL in these tests: short, so that a
@@ -28,7 +30,9 @@ const (
 )
 
 // launchCluster is nats-server, toposched serve on it and one agent with
-// --exec per node of e2e/testdata/launch.yaml (two nodes of two GPUs).
+// --exec per node of e2e/testdata/launch.yaml (two nodes of two GPUs); or
+// (startSecureLaunchCluster) serve's own embedded server, which every
+// agent and user signs in to with a role of its own.
 type launchCluster struct {
 	url     string
 	cluster string
@@ -38,7 +42,15 @@ type launchCluster struct {
 	// t is the test that started the cluster: an agent restarted in a
 	// subtest must outlive it.
 	t *testing.T
+	// The embedded server's port, serve's data dir (its credentials) and
+	// extra flags, to start serve again; port 0 with nats-server.
+	port      int
+	dataDir   string
+	serveArgs []string
 }
+
+// launchNodes are the nodes of testdata/launch.yaml.
+var launchNodes = []string{"node-001", "node-002"}
 
 func startLaunchCluster(t *testing.T) *launchCluster {
 	t.Helper()
@@ -52,11 +64,57 @@ func startLaunchCluster(t *testing.T) *launchCluster {
 		return strings.Contains(c.serve.output(), "watchdog ready") && strings.Contains(c.serve.output(), "services running"),
 			"serve has not logged 'services running' and 'watchdog ready'"
 	})
-	for _, node := range []string{"node-001", "node-002"} {
+	c.startAgents(t)
+	return c
+}
+
+// startSecureLaunchCluster runs serve with its embedded server on a free
+// loopback port, as a user runs it: clients must sign in (the default).
+// Before serve starts, the real `toposched roles issue` writes a seed per
+// node's agent and per tenant into serve's credentials directory; each
+// agent signs in with its own (it finds agent-<node>.nk through
+// TOPOSCHED_DATA_DIR), topoctl as the launcher or with --tenant T as
+// tenant T. serveExtra are more flags for serve.
+func startSecureLaunchCluster(t *testing.T, tenants []string, serveExtra ...string) *launchCluster {
+	t.Helper()
+	needBinaries(t)
+	c := &launchCluster{cluster: testdata(t, "launch.yaml"), agents: map[string]*proc{}, states: map[string]string{}, t: t,
+		port: freePort(t), dataDir: t.TempDir()}
+	c.url = fmt.Sprintf("nats://127.0.0.1:%d", c.port)
+	var issue []string
+	for _, n := range launchNodes {
+		issue = append(issue, "--agent", n)
+	}
+	for _, tn := range tenants {
+		issue = append(issue, "--tenant", tn)
+	}
+	issueRoles(t, credentialsDir(c.dataDir), issue...)
+	c.serveArgs = append([]string{"--poll", "0", "--agent-ttl", launchTTL.String()}, serveExtra...)
+	c.startServe(t, "serve")
+	c.startAgents(t)
+	return c
+}
+
+// startServe starts (or restarts) the secure cluster's serve on its port
+// and data dir and waits for its watchdog.
+func (c *launchCluster) startServe(t *testing.T, name string) *proc {
+	t.Helper()
+	c.serve = startServe(c.t, name, c.cluster, c.port, c.dataDir, c.serveArgs...)
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		mustBeAlive(t, c.serve)
+		return strings.Contains(c.serve.output(), "watchdog ready"), "serve has not logged 'watchdog ready'"
+	})
+	return c.serve
+}
+
+// startAgents starts an agent per node, each on a state directory of its
+// own.
+func (c *launchCluster) startAgents(t *testing.T) {
+	t.Helper()
+	for _, node := range launchNodes {
 		c.states[node] = t.TempDir()
 		c.startAgent(t, node)
 	}
-	return c
 }
 
 // runAsAllow is the agents' --run-as-allow: the user the tests run as
@@ -79,7 +137,13 @@ func runAsAllow(t *testing.T) string {
 // directory it had, and waits until it follows the streams.
 func (c *launchCluster) startAgent(t *testing.T, node string) *proc {
 	t.Helper()
-	p := startProc(c.t, "agent "+node, childEnv(), bins.toposched, "--nats-url", c.url, "agent", "--node", node,
+	env := clientEnv(c.url)
+	if c.dataDir != "" && node == launchNodes[1] {
+		// Signed in as deploy/systemd/toposched-agent.service does; the
+		// other finds its seed in TOPOSCHED_DATA_DIR.
+		env = childEnv("TOPOSCHED_NATS_NKEY=" + seedIn(t, credentialsDir(c.dataDir), "agent-"+node))
+	}
+	p := startProc(c.t, "agent "+node, env, bins.toposched, "--nats-url", c.url, "agent", "--node", node,
 		"--exec", "--cluster", c.cluster, "--state-dir", c.states[node], "--address", "127.0.0.1",
 		"--heartbeat", launchHeartbeat.String(), "--grace", launchGrace.String(), "--agent-ttl", launchTTL.String(),
 		"--run-as-allow", runAsAllow(t))
@@ -124,7 +188,14 @@ func decisionOf(t *testing.T, c *launchCluster, id string) decidedJSON {
 // released is the job's placement.released, if there is one.
 func releasedOf(t *testing.T, c *launchCluster, id string) (map[string]any, bool) {
 	t.Helper()
-	for _, ev := range readPlacements(t, jsConnect(t, c.url)) {
+	return releasedIn(t, jsConnect(t, c.url), id)
+}
+
+// releasedIn is the job's placement.released in js's placement stream, if
+// there is one.
+func releasedIn(t *testing.T, js jetstream.JetStream, id string) (map[string]any, bool) {
+	t.Helper()
+	for _, ev := range readPlacements(t, js) {
 		if ev.subject == subjectReleased && ev.jobID == id {
 			var m map[string]any
 			if err := json.Unmarshal(ev.body, &m); err != nil {
@@ -306,7 +377,7 @@ func TestLaunch(t *testing.T) {
 			if err := os.WriteFile(job, []byte(body), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			runs[id] = startProc(t, "topoctl run "+id, childEnv(), bins.topoctl, "--nats-url", c.url, "run", job)
+			runs[id] = startTopoctl(t, "topoctl run "+id, c.url, "run", job)
 		}
 		waitFor(t, 30*time.Second, func() (bool, string) {
 			for _, r := range runs {
@@ -463,7 +534,7 @@ func TestLaunch(t *testing.T) {
 		out := t.TempDir()
 		killLeft(t, out)
 		job := writeLaunchJob(t, dir, "cancel-job", `echo $$ > "$OUT/pid-$RANK"; exec sleep 300`, out, nil)
-		run := startProc(t, "topoctl run", childEnv(), bins.topoctl, "--nats-url", c.url, "run", job)
+		run := startTopoctl(t, "topoctl run", c.url, "run", job)
 		waitFor(t, 30*time.Second, func() (bool, string) {
 			mustBeAlive(t, run)
 			return len(pidsIn(t, out)) == 4, fmt.Sprintf("pids written: %v", pidsIn(t, out))
@@ -488,7 +559,7 @@ func TestLaunch(t *testing.T) {
 		killLeft(t, out)
 		script := `env > "$OUT/env-$RANK"; echo $$ > "$OUT/pid-$RANK"; while [ ! -e "$OUT/stop" ]; do sleep 0.05; done; echo "done $RANK"`
 		job := writeLaunchJob(t, dir, "adopt-job", script, out, nil)
-		run := startProc(t, "topoctl run", childEnv(), bins.topoctl, "--nats-url", c.url, "run", job)
+		run := startTopoctl(t, "topoctl run", c.url, "run", job)
 		waitFor(t, 30*time.Second, func() (bool, string) {
 			mustBeAlive(t, run)
 			started := strings.Contains(c.agents["node-002"].output(), `msg="ranks started" node=node-002 job_id=adopt-job`)
@@ -544,7 +615,7 @@ func TestLaunch(t *testing.T) {
 		out := t.TempDir()
 		killLeft(t, out)
 		job := writeLaunchJob(t, dir, "lost-job", `echo $$ > "$OUT/pid-$RANK"; echo started; exec sleep 300`, out, nil)
-		run := startProc(t, "topoctl run", childEnv(), bins.topoctl, "--nats-url", c.url, "run", job)
+		run := startTopoctl(t, "topoctl run", c.url, "run", job)
 		// The agent logs it once its heartbeat has claimed the job.
 		waitFor(t, 30*time.Second, func() (bool, string) {
 			mustBeAlive(t, run)
@@ -611,7 +682,7 @@ func TestLaunch(t *testing.T) {
 		out := t.TempDir()
 		killLeft(t, out)
 		job := writeLaunchJob(t, dir, "orphan-job", `echo $$ > "$OUT/pid-$RANK"; exec sleep 300`, out, nil)
-		r := runCmd(t, launchTTL+30*time.Second, childEnv(), bins.topoctl, "--nats-url", c.url, "run", job)
+		r := runCmd(t, launchTTL+30*time.Second, clientEnv(c.url), bins.topoctl, "--nats-url", c.url, "run", job)
 		if r.code != 3 || !strings.Contains(r.stderr, "orphan-job: lost (no_agent): no agent took the job's ranks on node node-002") {
 			t.Fatalf("topoctl run: exit %d, want 3 (lost, no_agent)\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 		}

@@ -434,17 +434,35 @@ func natsCLI(t *testing.T, url string, args ...string) string {
 	return r.stdout
 }
 
+// natsCLIResult runs the nats CLI against url, as the operator of the
+// serve there unless args sign in.
 func natsCLIResult(t *testing.T, url string, args ...string) result {
 	t.Helper()
-	full := append([]string{"--server", url, "--no-context"}, args...)
+	return natsCLIWith(t, url, natsCLIAuth(t, url, args), args...)
+}
+
+// natsCLIWith runs the nats CLI against url signed in with auth (its
+// flags; none: anonymous).
+func natsCLIWith(t *testing.T, url string, auth []string, args ...string) result {
+	t.Helper()
+	full := append(append([]string{"--server", url, "--no-context"}, auth...), args...)
 	return runCmd(t, 30*time.Second,
 		childEnv("HOME="+cliHome, "XDG_CONFIG_HOME="+filepath.Join(cliHome, ".config")), bins.nats, full...)
 }
 
-// topoctl runs the real topoctl against url.
+// topoctl runs the real topoctl against url, signed in as a user of the
+// serve there (clientEnv): its administrator, or with --tenant in args
+// that tenant's users.
 func topoctl(t *testing.T, url string, args ...string) result {
 	t.Helper()
-	return runCmd(t, 60*time.Second, childEnv(), bins.topoctl, append([]string{"--nats-url", url}, args...)...)
+	return runCmd(t, 60*time.Second, clientEnv(url), bins.topoctl, append([]string{"--nats-url", url}, args...)...)
+}
+
+// startTopoctl starts a long-running topoctl (watch, run) against url,
+// signed in as topoctl would be.
+func startTopoctl(t *testing.T, name, url string, args ...string) *proc {
+	t.Helper()
+	return startProc(t, name, clientEnv(url), bins.topoctl, append([]string{"--nats-url", url}, args...)...)
 }
 
 // topoctlOK runs topoctl and fails the test on a non-zero exit.
@@ -458,10 +476,11 @@ func topoctlOK(t *testing.T, url string, args ...string) string {
 }
 
 // jsConnect opens a nats.go connection, used only to wait for readiness
-// and to audit streams; it is closed when the test ends.
+// and to audit streams (as a serve's operator, where url is a serve's);
+// it is closed when the test ends.
 func jsConnect(t *testing.T, url string) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.Timeout(5*time.Second), nats.Name("toposched-e2e"))
+	nc, err := nats.Connect(url, append(operatorOptions(t, url), nats.Timeout(5*time.Second), nats.Name("toposched-e2e"))...)
 	if err != nil {
 		t.Fatalf("connect %s: %v", url, err)
 	}

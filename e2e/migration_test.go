@@ -327,17 +327,8 @@ func tunedDP(t *testing.T, serve *proc, js jetstream.JetStream, job string) tune
 func serveTwoLeaves(t *testing.T, dir string) (*proc, string) {
 	t.Helper()
 	port := freePort(t)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	serve := startProc(t, "serve", childEnv(), bins.toposched, "serve", "--cluster", testdata(t, "two-leaves.yaml"),
-		"--listen", addr, "--data-dir", filepath.Join(dir, "data"), "--policies", "none")
-	waitFor(t, 30*time.Second, func() (bool, string) {
-		mustBeAlive(t, serve)
-		if !strings.Contains(serve.output(), "services running") {
-			return false, "serve has not logged 'services running'"
-		}
-		return dialable(addr)
-	})
-	return serve, "nats://" + addr
+	serve := startServe(t, "serve", testdata(t, "two-leaves.yaml"), port, filepath.Join(dir, "data"), "--policies", "none")
+	return serve, fmt.Sprintf("nats://127.0.0.1:%d", port)
 }
 
 // readStream returns the bodies of a stream's messages on subject, in

@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 )
 
 // Passwords of deploy/nats/auth.conf's users, given to nats-server through
@@ -30,22 +32,19 @@ var rolePasswords = map[string]string{
 	"TOPOSCHED_OPERATOR_PASSWORD": "operator-pw",
 	"TOPOSCHED_LAUNCHER_PASSWORD": "launcher-pw",
 	"TOPOSCHED_POLICY_PASSWORD":   "policy-pw",
-	"TOPOSCHED_AGENT_PASSWORD":    "agent-pw",
 	"NATS_SYS_PASSWORD":           "sys-pw",
 	"NATS_ROUTE_PASSWORD":         "route-pw",
 }
 
 // userPassword is the password of a user of auth.conf.
 func userPassword(user string) string {
-	switch {
-	case user == "operator":
+	switch user {
+	case "operator":
 		return rolePasswords["TOPOSCHED_OPERATOR_PASSWORD"]
-	case user == "launcher":
+	case "launcher":
 		return rolePasswords["TOPOSCHED_LAUNCHER_PASSWORD"]
-	case user == "policy-admin":
+	case "policy-admin":
 		return rolePasswords["TOPOSCHED_POLICY_PASSWORD"]
-	case strings.HasPrefix(user, "agent-"):
-		return rolePasswords["TOPOSCHED_AGENT_PASSWORD"]
 	}
 	return ""
 }
@@ -96,7 +95,12 @@ func serverEnv(extra ...string) []string {
 // roles of auth.conf) plus the given includes, on a free loopback port.
 func securedServer(t *testing.T, scheme string, includes []string, env ...string) (string, *proc) {
 	t.Helper()
-	dir := natsConfDir(t, append([]string{"standalone.conf"}, includes...)...)
+	return confServer(t, natsConfDir(t, append([]string{"standalone.conf"}, includes...)...), scheme, env...)
+}
+
+// confServer runs nats-server on dir's main.conf on a free loopback port.
+func confServer(t *testing.T, dir, scheme string, env ...string) (string, *proc) {
+	t.Helper()
 	port := freePort(t)
 	p := startProc(t, "nats-server", serverEnv(append(env, "NATS_STORE_DIR="+t.TempDir())...), bins.natsServer,
 		"-c", filepath.Join(dir, "main.conf"), "-a", "127.0.0.1", "-p", fmt.Sprint(port))
@@ -189,11 +193,13 @@ func (rc *roleConn) publish(subject, body string) error {
 }
 
 // TestNATSRolePermissions runs the operator on a nats-server configured by
-// deploy/nats (users and roles), and checks what each role may publish: a
-// launcher submits, finishes and reports telemetry but is refused when it
-// publishes a decision or topology or touches the policy bucket; a node's
-// agent publishes its own node's topology only; policy push needs the
-// policy-admin role.
+// deploy/nats (standalone.conf and the shipped auth.conf: the password
+// users operator, launcher and policy-admin), and checks what each may
+// publish: a launcher submits, finishes and reports telemetry, bare or
+// under any tenant, but is refused a decision, topology, a node's reports
+// (heartbeats, rank exits, finishes under a node) and the policy bucket;
+// policy push needs the policy-admin role. (Agents and tenants have no
+// password user: TestSecurityRoles signs them in with their nkeys.)
 func TestNATSRolePermissions(t *testing.T) {
 	needBinaries(t)
 	t.Parallel()
@@ -206,10 +212,13 @@ func TestNATSRolePermissions(t *testing.T) {
 		return strings.Contains(serve.output(), "services running"), "serve has not logged 'services running'"
 	})
 
-	// A wrong password is refused at the door.
-	if _, err := nats.Connect(url, nats.UserInfo("launcher", "wrong"), nats.Timeout(5*time.Second)); err == nil ||
-		!strings.Contains(strings.ToLower(err.Error()), "authorization") {
-		t.Errorf("launcher with a wrong password: %v, want an authorization error", err)
+	// A wrong password is refused at the door, and so is a user the
+	// shipped file no longer has.
+	for _, user := range []string{"launcher", "agent-gpu-001"} {
+		if _, err := nats.Connect(url, nats.UserInfo(user, "wrong"), nats.Timeout(5*time.Second)); err == nil ||
+			!strings.Contains(strings.ToLower(err.Error()), "authorization") {
+			t.Errorf("%s with a wrong password: %v, want an authorization error", user, err)
+		}
 	}
 
 	decision := `{"job_id":"forged","strategy":"blind","ranks":[],"nodes":[]}`
@@ -219,19 +228,22 @@ func TestNATSRolePermissions(t *testing.T) {
 			allowed       bool
 		}{
 			{"launcher", "toposched.jobs.submitted", true},
+			{"launcher", "toposched.jobs.submitted.tenant.research", true},
 			{"launcher", "toposched.jobs.finished", true},
+			{"launcher", "toposched.jobs.finished.tenant.research", true},
 			{"launcher", "toposched.runtime.telemetry", true},
+			{"launcher", "toposched.jobs.finished.node.gpu-001", false},
+			{"launcher", "toposched.runtime.telemetry.node.gpu-001", false},
 			{"launcher", "toposched.placement.decided", false},
 			{"launcher", "toposched.placement.released", false},
 			{"launcher", "toposched.topology.node.gpu-001", false},
+			{"launcher", "toposched.agent.heartbeat.gpu-001", false},
+			{"launcher", "toposched.runtime.ranks_exited.gpu-001", false},
 			{"launcher", "$KV.toposched-policies.bundle", false},
-			{"agent-gpu-001", "toposched.topology.node.gpu-001", true},
-			{"agent-gpu-001", "toposched.topology.health.gpu-001", true},
-			{"agent-gpu-001", "toposched.topology.node.gpu-002", false},
-			{"agent-gpu-001", "toposched.jobs.submitted", false},
-			{"agent-gpu-001", "toposched.placement.decided", false},
 			{"policy-admin", "toposched.placement.decided", false},
 			{"policy-admin", "toposched.jobs.submitted", false},
+			{"policy-admin", "toposched.agent.heartbeat.gpu-001", false},
+			{"operator", "toposched.topology.health.gpu-001", true},
 		} {
 			t.Run(tc.user+" "+tc.subject, func(t *testing.T) {
 				t.Parallel()
@@ -270,7 +282,7 @@ func TestNATSRolePermissions(t *testing.T) {
 	// The launcher can neither stop nor bend the services through
 	// JetStream's API, and its own work with topoctl goes on.
 	op := connectAs(t, url, "operator").js
-	launcherCannotTouchServices(t, url, []string{"--user", "launcher", "--password", userPassword("launcher")}, connectAs(t, url, "launcher"), op)
+	readerCannotTouchServices(t, "launcher", url, []string{"--user", "launcher", "--password", userPassword("launcher")}, connectAs(t, url, "launcher"), op)
 	launcherRoundTrip(t, url, asUser("launcher"), []string{"--nats-user", "launcher"}, "secure-1")
 
 	// Policy push: refused to a launcher, done by policy-admin.
@@ -303,23 +315,37 @@ func TestNATSRolePermissions(t *testing.T) {
 	}
 }
 
-// serviceConsumers are the durable consumers the launcher cases below try
-// to break, with the filter each must keep.
-var serviceConsumers = []struct{ stream, name, filter string }{
-	{streamJobs, durableAnalysis, subjectSubmitted},
-	{streamJobs, "placement-jobs-finished", "toposched.jobs.finished"},
-	{streamJobs, durablePlacementAnalyzed, "toposched.jobs.analyzed"},
-	{streamTopology, durablePlacementTopology, "toposched.topology.>"},
-	{streamPlacement, durableOptimizerDecided, "toposched.placement.>"},
+// serviceConsumers are the durable consumers the readers
+// (readerCannotTouchServices) try to break, with the filters each must
+// keep: an identity-scoped event's consumer reads its bare subject and
+// every scope under it.
+var serviceConsumers = []struct {
+	stream, name string
+	filters      []string
+}{
+	{streamJobs, durableAnalysis, []string{subjectSubmitted, subjectSubmitted + ".>"}},
+	{streamJobs, "placement-jobs-finished", []string{"toposched.jobs.finished", "toposched.jobs.finished.>"}},
+	{streamJobs, durablePlacementAnalyzed, []string{"toposched.jobs.analyzed"}},
+	{streamTopology, durablePlacementTopology, []string{"toposched.topology.>"}},
+	{streamPlacement, durableOptimizerDecided, []string{"toposched.placement.>"}},
 }
 
-// launcherCannotTouchServices runs the nats CLI with a launcher's
-// credentials (auth: its flags) against the services' streams and durable
-// consumers: delete, edit or re-create a consumer, delete, purge or edit a
-// stream; and pulls from a service's durable through the launcher's own
-// connection. Each must be refused, and afterwards every consumer and
-// stream is as it was (checked as the operator, js).
-func launcherCannotTouchServices(t *testing.T, url string, auth []string, launcher *roleConn, js jetstream.JetStream) {
+// consumerFilters are a consumer's filter subjects, one or several.
+func consumerFilters(ci *jetstream.ConsumerInfo) []string {
+	if ci.Config.FilterSubject != "" {
+		return []string{ci.Config.FilterSubject}
+	}
+	return ci.Config.FilterSubjects
+}
+
+// readerCannotTouchServices runs the nats CLI with a reader's credentials
+// (who: a launcher, a tenant, an agent; auth: its flags) against the
+// services' streams and durable consumers: delete, edit or re-create a
+// consumer, delete, purge or edit a stream; and pulls from a service's
+// durable through the reader's own connection. Each must be refused, and
+// afterwards every consumer and stream is as it was (checked as the
+// operator, js).
+func readerCannotTouchServices(t *testing.T, who, url string, auth []string, launcher *roleConn, js jetstream.JetStream) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -331,7 +357,7 @@ func launcherCannotTouchServices(t *testing.T, url string, auth []string, launch
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Run("launcher refused", func(t *testing.T) {
+	t.Run(who+" refused", func(t *testing.T) {
 		for _, args := range [][]string{
 			{"consumer", "rm", streamJobs, durableAnalysis, "-f"},
 			{"consumer", "rm", streamPlacement, durableOptimizerDecided, "-f"},
@@ -346,7 +372,7 @@ func launcherCannotTouchServices(t *testing.T, url string, auth []string, launch
 				t.Parallel()
 				full := append(append(append([]string{}, auth...), "--timeout", "2s"), args...)
 				if r := natsCLIResult(t, url, full...); r.code == 0 {
-					t.Errorf("nats %s as a launcher succeeded:\n%s%s", strings.Join(args, " "), r.stdout, r.stderr)
+					t.Errorf("nats %s as %s succeeded:\n%s%s", strings.Join(args, " "), who, r.stdout, r.stderr)
 				}
 			})
 		}
@@ -368,7 +394,7 @@ func launcherCannotTouchServices(t *testing.T, url string, auth []string, launch
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("a launcher pulling from %s: %s", durableAnalysis, state)
+			t.Errorf("%s pulling from %s: %s", who, durableAnalysis, state)
 			break
 		}
 	}
@@ -376,9 +402,9 @@ func launcherCannotTouchServices(t *testing.T, url string, auth []string, launch
 		ci, err := consumerInfo(js, c.stream, c.name)
 		switch {
 		case err != nil:
-			t.Errorf("after the launcher's attempts, consumer %s on %s: %v", c.name, c.stream, err)
-		case ci.Config.FilterSubject != c.filter:
-			t.Errorf("after the launcher's attempts, consumer %s filters %q, want %q", c.name, ci.Config.FilterSubject, c.filter)
+			t.Errorf("after the reader's attempts, consumer %s on %s: %v", c.name, c.stream, err)
+		case !slices.Equal(consumerFilters(ci), c.filters):
+			t.Errorf("after the reader's attempts, consumer %s filters %q, want %q", c.name, consumerFilters(ci), c.filters)
 		}
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
@@ -386,7 +412,7 @@ func launcherCannotTouchServices(t *testing.T, url string, auth []string, launch
 	for _, name := range []string{streamJobs, streamPlacement} {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
-			t.Errorf("after the launcher's attempts, stream %s: %v", name, err)
+			t.Errorf("after the reader's attempts, stream %s: %v", name, err)
 			continue
 		}
 		info, err := s.Info(ctx)
@@ -394,22 +420,22 @@ func launcherCannotTouchServices(t *testing.T, url string, auth []string, launch
 			t.Fatal(err)
 		}
 		if name == streamJobs && (info.Config.MaxAge != jobsInfo.Config.MaxAge || info.State.Msgs < jobsInfo.State.Msgs) {
-			t.Errorf("after the launcher's attempts, %s has max age %s and %d messages, was %s and %d",
+			t.Errorf("after the reader's attempts, %s has max age %s and %d messages, was %s and %d",
 				name, info.Config.MaxAge, info.State.Msgs, jobsInfo.Config.MaxAge, jobsInfo.State.Msgs)
 		}
 	}
 }
 
-// launcherRoundTrip is what a launcher does with topoctl (env and flags:
-// its credentials): submit and wait for the decision, watch, finish,
-// accept a migration (refused: none was proposed, but the answer comes),
-// explain.
+// launcherRoundTrip is what a launcher (or, with --tenant in auth, a
+// tenant's user) does with topoctl (env and flags: its credentials):
+// submit and wait for the decision, watch, finish, accept a migration
+// (refused: none was proposed, but the answer comes), explain.
 func launcherRoundTrip(t *testing.T, url string, env, auth []string, id string) {
 	t.Helper()
 	tc := func(args ...string) []string {
 		return append(append([]string{"--nats-url", url}, auth...), args...)
 	}
-	watch := startProc(t, "topoctl watch (launcher)", env, bins.topoctl, tc("watch", "--all", "-o", "json")...)
+	watch := startProc(t, "topoctl watch ("+id+")", env, bins.topoctl, tc("watch", "--all", "-o", "json")...)
 	job := writeJob(t, t.TempDir(), id, 8)
 	r := runCmd(t, 60*time.Second, env, bins.topoctl, tc("submit", job, "--wait")...)
 	if r.code != 0 || !strings.Contains(r.stdout, id+": decided") {
@@ -533,11 +559,14 @@ func newTestPKI(t *testing.T) testPKI {
 
 // TestServeOpenListenRequiresGeneratedCredentials runs serve's embedded
 // server on every interface (--listen 0.0.0.0:PORT; the test dials
-// 127.0.0.1 only). serve generates an nkey per role in the data dir,
-// private files whose paths it logs and whose seeds it does not; anonymous
-// clients are refused; the launcher's key has the launcher role (refused
-// what TestNATSRolePermissions refuses, topoctl's round trip works); the
-// agent's publishes topology only; a restart keeps the keys.
+// 127.0.0.1 only). serve generates the operator's, launcher's and
+// policy-admin's nkeys in its data dir, private files whose paths it logs
+// and whose seeds it does not; anonymous clients are refused; the
+// launcher's key has the launcher role (refused what
+// TestNATSRolePermissions refuses, topoctl's round trip works). An agent's
+// and a tenant's keys issued while serve runs (toposched roles issue) sign
+// in within a second: the agent publishes its own node's health only; a
+// seed removed is a user signed out; a restart keeps the keys.
 func TestServeOpenListenRequiresGeneratedCredentials(t *testing.T) {
 	needBinaries(t)
 	t.Parallel()
@@ -558,14 +587,15 @@ func TestServeOpenListenRequiresGeneratedCredentials(t *testing.T) {
 	}
 	serve := start("toposched serve --listen 0.0.0.0")
 
-	dir := filepath.Join(data, "credentials")
+	dir := credentialsDir(data)
 	if st, err := os.Stat(dir); err != nil {
 		t.Fatalf("credentials dir: %v", err)
 	} else if st.Mode().Perm() != 0o700 {
 		t.Errorf("credentials dir %s: mode %v, want 0700", dir, st.Mode().Perm())
 	}
 	seeds := map[string]string{}
-	for _, role := range []string{"operator", "launcher", "agent"} {
+	checkSeed := func(role string, logged bool) {
+		t.Helper()
 		file := filepath.Join(dir, role+".nk")
 		st, err := os.Stat(file)
 		if err != nil {
@@ -579,7 +609,7 @@ func TestServeOpenListenRequiresGeneratedCredentials(t *testing.T) {
 			t.Fatal(err)
 		}
 		seeds[role] = string(body)
-		if !strings.Contains(serve.output(), file) {
+		if logged && !strings.Contains(serve.output(), file) {
 			t.Errorf("serve's log does not name %s", file)
 		}
 		for line := range strings.Lines(string(body)) {
@@ -588,14 +618,19 @@ func TestServeOpenListenRequiresGeneratedCredentials(t *testing.T) {
 			}
 		}
 	}
-	seedOf := func(role string) string { return filepath.Join(dir, role+".nk") }
-	nkeyOpt := func(role string) nats.Option {
-		o, err := nats.NkeyOptionFromSeed(seedOf(role))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return o
+	// serve names the files of the roles a person uses (the launcher's
+	// and policy-admin's) and keeps its own.
+	checkSeed("operator", false)
+	checkSeed("launcher", true)
+	checkSeed("policy-admin", true)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if len(entries) != 3 {
+		t.Errorf("serve's first start wrote %d files in %s, want the 3 roles' seeds", len(entries), dir)
+	}
+	seed := func(role string) string { return filepath.Join(dir, role+".nk") }
 
 	// Anonymous clients are refused at the door, topoctl without
 	// credentials too.
@@ -609,23 +644,54 @@ func TestServeOpenListenRequiresGeneratedCredentials(t *testing.T) {
 		t.Errorf("topoctl submit without credentials succeeded:\n%s", r.stdout)
 	}
 
-	op := connectWith(t, url, "operator", nkeyOpt("operator"))
-	launcher := connectWith(t, url, "launcher", nkeyOpt("launcher"))
-	launcherCannotTouchServices(t, url, []string{"--nkey", seedOf("launcher")}, launcher, op.js)
-	launcherRoundTrip(t, url, childEnv(), []string{"--nats-nkey", seedOf("launcher")}, "open-1")
+	op := connectWith(t, url, "operator", nkeyOption(t, seed("operator")))
+	launcher := connectWith(t, url, "launcher", nkeyOption(t, seed("launcher")))
+	readerCannotTouchServices(t, "launcher", url, []string{"--nkey", seed("launcher")}, launcher, op.js)
+	launcherRoundTrip(t, url, childEnv(), []string{"--nats-nkey", seed("launcher")}, "open-1")
 	if err := launcher.publish("toposched.placement.decided", `{"job_id":"forged","strategy":"blind","ranks":[],"nodes":[]}`); err == nil ||
 		!strings.Contains(err.Error(), "Permissions Violation") {
 		t.Errorf("launcher publishing a decision: %v, want a permissions violation", err)
 	}
 
-	agent := connectWith(t, url, "agent", nkeyOpt("agent"))
-	health := `{"node":"dgx-a100-001","component":"gpu","id":"0","health":"healthy","observed_at":"2026-11-29T12:00:00Z"}`
-	if err := agent.publish("toposched.topology.health.dgx-a100-001", health); err != nil {
-		t.Errorf("agent publishing health: %v", err)
+	// An agent and a tenant issued while serve runs.
+	issueRoles(t, dir, "--agent", "gpu-001", "--tenant", "research")
+	waitServeTakesRoles(t, serve, "agent-gpu-001", "tenant-research")
+	checkSeed("agent-gpu-001", false)
+	agent := connectWith(t, url, "agent-gpu-001", nkeyOption(t, seed("agent-gpu-001")))
+	health := func(node string) string {
+		return fmt.Sprintf(`{"node":%q,"component":"gpu","id":"0","health":"healthy","observed_at":"2026-11-29T12:00:00Z"}`, node)
 	}
-	if err := agent.publish(subjectSubmitted, `{"job_id":"agent-job","gpus":1}`); err == nil {
-		t.Error("agent published jobs.submitted")
+	if err := agent.publish("toposched.topology.health.gpu-001", health("gpu-001")); err != nil {
+		t.Errorf("agent-gpu-001 publishing its node's health: %v", err)
 	}
+	for subject, body := range map[string]string{
+		"toposched.topology.health.gpu-002": health("gpu-002"),
+		subjectSubmitted:                    `{"job_id":"agent-job","gpus":1}`,
+	} {
+		if err := agent.publish(subject, body); err == nil || !strings.Contains(err.Error(), "Permissions Violation") {
+			t.Errorf("agent-gpu-001 publishing %s: %v, want a permissions violation", subject, err)
+		}
+	}
+	checkSeed("tenant-research", false)
+	connectWith(t, url, "tenant-research", nkeyOption(t, seed("tenant-research")))
+	// The tenant's key, kept elsewhere, once its file is gone.
+	kept := filepath.Join(t.TempDir(), "tenant-research.nk")
+	if err := os.WriteFile(kept, []byte(seeds["tenant-research"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(seed("tenant-research")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() (bool, string) {
+		mustBeAlive(t, serve)
+		nc, err := nats.Connect(url, nats.Timeout(5*time.Second), nkeyOption(t, kept))
+		if err == nil {
+			nc.Close()
+			return false, "tenant-research's key still signs in after its seed file was removed"
+		}
+		return strings.Contains(err.Error(), "Authorization Violation"), fmt.Sprintf("tenant-research's removed key: %v", err)
+	})
+	delete(seeds, "tenant-research")
 
 	// A restart reads the same keys back.
 	serve.signal(t, syscall.SIGTERM)
@@ -634,9 +700,343 @@ func TestServeOpenListenRequiresGeneratedCredentials(t *testing.T) {
 	}
 	start("toposched serve --listen 0.0.0.0 (restarted)")
 	for role, before := range seeds {
-		if after, err := os.ReadFile(seedOf(role)); err != nil || string(after) != before {
+		if after, err := os.ReadFile(seed(role)); err != nil || string(after) != before {
 			t.Errorf("%s's seed file changed across a restart (%v)", role, err)
 		}
 	}
-	connectWith(t, url, "launcher after restart", nkeyOpt("launcher"))
+	connectWith(t, url, "launcher after restart", nkeyOption(t, seed("launcher")))
+	connectWith(t, url, "agent-gpu-001 after restart", nkeyOption(t, seed("agent-gpu-001")))
+}
+
+// writeServiceSeeds writes an nkey seed file for each service's role into
+// the credentials directory dir, as the services' deployment keeps them:
+// `toposched roles issue` issues agents and tenants (and the operator,
+// launcher and policy-admin), not the services.
+func writeServiceSeeds(t *testing.T, dir string, services ...string) {
+	t.Helper()
+	for _, svc := range services {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seed, err := kp.Seed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, svc+".nk"), append(seed, '\n'), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// nkeyServer runs nats-server on the shipped standalone.conf with the
+// users of the credentials directory dir in place of the shipped auth.conf
+// (which standalone.conf includes): the real `toposched roles conf --dir`'s
+// output, as deploy/README.md tells a site with agents and tenants to do.
+func nkeyServer(t *testing.T, dir string) (string, *proc) {
+	t.Helper()
+	conf := natsConfDir(t, "standalone.conf")
+	if err := os.WriteFile(filepath.Join(conf, "auth.conf"), []byte(rolesConf(t, dir)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return confServer(t, conf, "nats")
+}
+
+// streamOfSubject is the stream that stores an event subject.
+func streamOfSubject(subject string) string {
+	domain, _, _ := strings.Cut(strings.TrimPrefix(subject, "toposched."), ".")
+	return "TOPOSCHED_" + strings.ToUpper(domain)
+}
+
+// storedBody reports whether stream holds body on subject.
+func storedBody(t *testing.T, js jetstream.JetStream, subject, body string) bool {
+	t.Helper()
+	stream := streamOfSubject(subject)
+	n := storedOn(t, js, stream, subject)
+	if n == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatalf("read %s on %s: %v", stream, subject, err)
+	}
+	for range n {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("read %s on %s: %v", stream, subject, err)
+		}
+		if string(m.Data()) == body {
+			return true
+		}
+	}
+	return false
+}
+
+// rolePublish is one publish a role tries.
+type rolePublish struct {
+	subject string
+	allowed bool
+}
+
+// roleRows are the rows of the identity table (README, Security): what
+// each role may publish and some of what it may not. Bodies are probes no
+// service can read (they are dead-lettered); the nodes of the agents'
+// rows are not the cluster's, so that the probes change no node that is
+// placed on. Placement's term marker is only ever refused: a stored one
+// would fence out the placement that runs.
+var roleRows = []struct {
+	role   string
+	pubs   []rolePublish
+	reader bool // reads the streams through ordered consumers only
+}{
+	{role: "operator", pubs: []rolePublish{
+		{"toposched.jobs.submitted", true},
+		{"toposched.placement.decided", true},
+		{"toposched.topology.node.gpu-101", true},
+		{"toposched.agent.heartbeat.gpu-102", true},
+		{"toposched.runtime.ranks_exited.gpu-101", true},
+	}},
+	{role: "analysis", pubs: []rolePublish{
+		{"toposched.jobs.analyzed", true},
+		{"toposched.placement.rejected", true},
+		{"toposched.placement.decided", false},
+		{"toposched.placement.term", false},
+		{"toposched.placement.released", false},
+		{"toposched.jobs.submitted", false},
+		{"toposched.jobs.finished", false},
+		{"toposched.topology.node.gpu-101", false},
+		{"toposched.runtime.tuning", false},
+		{"toposched.agent.heartbeat.gpu-101", false},
+	}},
+	{role: "placement", pubs: []rolePublish{
+		{"toposched.placement.decided", true},
+		{"toposched.placement.pending", true},
+		{"toposched.placement.released", true},
+		{"toposched.placement.finish_refused", true},
+		{"toposched.jobs.finished", true},
+		{"toposched.jobs.analyzed", false},
+		{"toposched.jobs.submitted", false},
+		{"toposched.topology.node.gpu-101", false},
+		{"toposched.runtime.tuning", false},
+		{"toposched.placement.migration", false},
+		{"toposched.agent.heartbeat.gpu-101", false},
+		{"toposched.runtime.ranks_exited.gpu-101", false},
+	}},
+	{role: "optimizer", pubs: []rolePublish{
+		{"toposched.placement.migration", true},
+		{"toposched.runtime.tuning", true},
+		{"toposched.runtime.diagnosis", true},
+		{"toposched.placement.decided", false},
+		{"toposched.placement.term", false},
+		{"toposched.placement.released", false},
+		{"toposched.jobs.analyzed", false},
+		{"toposched.jobs.submitted", false},
+		{"toposched.topology.node.gpu-101", false},
+	}},
+	{role: "discovery", pubs: []rolePublish{
+		{"toposched.topology.node.gpu-101", true},
+		{"toposched.topology.health.gpu-102", true},
+		{"toposched.topology.fabric", true},
+		{"toposched.placement.decided", false},
+		{"toposched.placement.term", false},
+		{"toposched.jobs.analyzed", false},
+		{"toposched.jobs.submitted", false},
+		{"toposched.runtime.tuning", false},
+		{"toposched.agent.heartbeat.gpu-101", false},
+	}},
+	{role: "launcher", reader: true, pubs: []rolePublish{
+		{"toposched.jobs.submitted", true},
+		{"toposched.jobs.submitted.tenant.ads", true},
+		{"toposched.jobs.finished", true},
+		{"toposched.jobs.finished.tenant.research", true},
+		{"toposched.jobs.migration_accepted", true},
+		{"toposched.runtime.telemetry", true},
+		{"toposched.runtime.telemetry.tenant.research", true},
+		{"toposched.jobs.finished.node.gpu-101", false},
+		{"toposched.runtime.telemetry.node.gpu-101", false},
+		{"toposched.placement.decided", false},
+		{"toposched.placement.released", false},
+		{"toposched.placement.term", false},
+		{"toposched.topology.node.gpu-101", false},
+		{"toposched.agent.heartbeat.gpu-101", false},
+		{"toposched.runtime.ranks_exited.gpu-101", false},
+		{"toposched.runtime.rank_log.gpu-101", false},
+		{"$KV.toposched-policies.bundle", false},
+	}},
+	{role: "tenant-research", reader: true, pubs: []rolePublish{
+		{"toposched.jobs.submitted.tenant.research", true},
+		{"toposched.jobs.finished.tenant.research", true},
+		{"toposched.jobs.migration_accepted.tenant.research", true},
+		{"toposched.runtime.telemetry.tenant.research", true},
+		{"toposched.jobs.submitted", false},
+		{"toposched.jobs.submitted.tenant.ads", false},
+		{"toposched.jobs.finished", false},
+		{"toposched.jobs.finished.tenant.ads", false},
+		{"toposched.jobs.finished.node.gpu-101", false},
+		{"toposched.runtime.telemetry", false},
+		{"toposched.placement.decided", false},
+		{"toposched.placement.released", false},
+		{"toposched.topology.node.gpu-101", false},
+		{"toposched.agent.heartbeat.gpu-101", false},
+		{"toposched.runtime.ranks_exited.gpu-101", false},
+		{"$KV.toposched-policies.bundle", false},
+	}},
+	{role: "agent-gpu-101", reader: true, pubs: []rolePublish{
+		{"toposched.topology.node.gpu-101", true},
+		{"toposched.topology.health.gpu-101", true},
+		{"toposched.agent.heartbeat.gpu-101", true},
+		{"toposched.runtime.rank_log.gpu-101", true},
+		{"toposched.runtime.ranks_exited.gpu-101", true},
+		{"toposched.jobs.finished.node.gpu-101", true},
+		{"toposched.runtime.telemetry.node.gpu-101", true},
+		{"toposched.topology.node.gpu-102", false},
+		{"toposched.topology.health.gpu-102", false},
+		{"toposched.agent.heartbeat.gpu-102", false},
+		{"toposched.runtime.rank_log.gpu-102", false},
+		{"toposched.runtime.ranks_exited.gpu-102", false},
+		{"toposched.jobs.finished.node.gpu-102", false},
+		{"toposched.jobs.finished", false},
+		{"toposched.jobs.finished.tenant.research", false},
+		{"toposched.jobs.submitted", false},
+		{"toposched.jobs.submitted.tenant.research", false},
+		{"toposched.runtime.telemetry", false},
+		{"toposched.topology.fabric", false},
+		{"toposched.placement.decided", false},
+		{"toposched.placement.term", false},
+	}},
+	{role: "policy-admin", pubs: []rolePublish{
+		{"toposched.placement.decided", false},
+		{"toposched.jobs.submitted", false},
+		{"toposched.jobs.finished", false},
+		{"toposched.topology.node.gpu-101", false},
+		{"toposched.agent.heartbeat.gpu-101", false},
+	}},
+}
+
+// TestSecurityRoles checks each row of the identity table (README,
+// Security) on the two servers toposched runs on, each with the same
+// credentials directory: the nkeys of the real `toposched roles issue` (an
+// agent per node, a tenant each for research and ads, and serve's three
+// roles) and a seed per service:
+//
+//   - nats-server on the shipped standalone.conf, the users it includes
+//     written by the real `toposched roles conf --dir`, with each service
+//     run as its own process signed in as its own role (the Helm chart's
+//     shape);
+//   - `toposched serve`'s embedded server, on that directory as its data
+//     dir's credentials.
+//
+// Each role publishes what it may (stored in its stream) and some of what
+// it may not (a permissions violation, and nothing stored); the readers
+// (launcher, tenants, agents) can neither touch a service's durable
+// consumer nor manage a stream; the launcher and a tenant go through
+// topoctl's round trip; only policy-admin pushes policies.
+func TestSecurityRoles(t *testing.T) {
+	needBinaries(t)
+	t.Parallel()
+	data := t.TempDir()
+	creds := credentialsDir(data)
+	issueRoles(t, creds, "--agent", "gpu-101", "--agent", "gpu-102", "--tenant", "research", "--tenant", "ads")
+	writeServiceSeeds(t, creds, "analysis", "placement", "optimizer", "discovery")
+
+	natsURL, _ := nkeyServer(t, creds)
+	var services []*proc
+	for _, svc := range [][]string{
+		{"discovery", "--cluster", testdata(t, "two-nodes.yaml"), "--poll", "0"},
+		{"analysis"}, {"placement"}, {"optimizer"},
+	} {
+		// Each finds its own role's seed, <service>.nk, through
+		// TOPOSCHED_DATA_DIR.
+		services = append(services, startProc(t, svc[0], childEnv("TOPOSCHED_DATA_DIR="+data), bins.toposched,
+			append([]string{"--nats-url", natsURL}, svc...)...))
+	}
+	port := freePort(t)
+	serve := startServe(t, "serve", testdata(t, "two-nodes.yaml"), port, data, "--poll", "0")
+	serveURL := fmt.Sprintf("nats://127.0.0.1:%d", port)
+
+	for _, srv := range []struct {
+		name, url string
+		procs     []*proc
+	}{
+		{"nats-server", natsURL, services},
+		{"serve", serveURL, []*proc{serve}},
+	} {
+		t.Run(srv.name, func(t *testing.T) {
+			t.Parallel()
+			op := connectWith(t, srv.url, "operator", nkeyOption(t, seedIn(t, creds, "operator")))
+			waitFor(t, 60*time.Second, func() (bool, string) {
+				mustBeAlive(t, srv.procs...)
+				for _, c := range serviceConsumers {
+					if ok, why := consumerExists(op.js, c.stream, c.name); !ok {
+						return false, why
+					}
+				}
+				return consumerDrained(op.js, streamTopology, durablePlacementTopology, 2)
+			})
+			for _, row := range roleRows {
+				t.Run(row.role, func(t *testing.T) {
+					rc := connectWith(t, srv.url, row.role, nkeyOption(t, seedIn(t, creds, row.role)))
+					for i, p := range row.pubs {
+						body := fmt.Sprintf(`{"probe":"%s %s #%d"}`, srv.name, row.role, i)
+						if p.allowed {
+							ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+							ack, err := rc.js.Publish(ctx, p.subject, []byte(body))
+							cancel()
+							if err != nil {
+								t.Errorf("%s publishing on %s: %v, want it stored", row.role, p.subject, err)
+								continue
+							}
+							ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+							s, err := op.js.Stream(ctx, ack.Stream)
+							var m *jetstream.RawStreamMsg
+							if err == nil {
+								m, err = s.GetMsg(ctx, ack.Sequence)
+							}
+							cancel()
+							if err != nil || m.Subject != p.subject || string(m.Data) != body {
+								t.Errorf("%s's publish on %s: %s #%d holds %v (%v), want its body", row.role, p.subject, ack.Stream, ack.Sequence, m, err)
+							}
+							continue
+						}
+						// A refused publish gets no PubAck; the violation
+						// comes back at once as an async error.
+						if err := rc.nc.Publish(p.subject, []byte(body)); err != nil {
+							t.Fatal(err)
+						}
+						if err := rc.nc.Flush(); err != nil {
+							t.Fatal(err)
+						}
+						waitFor(t, 10*time.Second, func() (bool, string) { return rc.refused(p.subject) })
+						if !strings.HasPrefix(p.subject, "$") && storedBody(t, op.js, p.subject, body) {
+							t.Errorf("%s's refused publish on %s is stored", row.role, p.subject)
+						}
+					}
+					if row.reader {
+						readerCannotTouchServices(t, row.role, srv.url, []string{"--nkey", seedIn(t, creds, row.role)}, rc, op.js)
+					}
+				})
+			}
+
+			// The launcher's and a tenant's work with topoctl, each signed
+			// in with the seed it finds in TOPOSCHED_DATA_DIR.
+			env := childEnv("TOPOSCHED_DATA_DIR=" + data)
+			launcherRoundTrip(t, srv.url, env, nil, "roles-launcher")
+			launcherRoundTrip(t, srv.url, env, []string{"--tenant", "research"}, "roles-research")
+			// Policy push: refused to the launcher and a tenant, done by
+			// policy-admin.
+			policies := filepath.Join(moduleRoot, "policies", "default")
+			for _, role := range []string{"launcher", "tenant-research"} {
+				r := runCmd(t, 60*time.Second, env, bins.topoctl, "--nats-url", srv.url, "--nats-nkey", seedIn(t, creds, role),
+					"policy", "push", policies, "--timeout", "5s")
+				if r.code == 0 {
+					t.Errorf("topoctl policy push as %s succeeded:\n%s", role, r.stdout)
+				}
+			}
+			if r := runCmd(t, 60*time.Second, env, bins.topoctl, "--nats-url", srv.url, "policy", "push", policies); r.code != 0 {
+				t.Errorf("topoctl policy push as policy-admin: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+			}
+		})
+	}
 }

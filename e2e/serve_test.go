@@ -16,10 +16,18 @@ import (
 )
 
 // startServe runs `toposched serve` (with extra flags) with its embedded
-// NATS on port and returns once its services are running.
+// NATS on port and returns once its services are running. Its server
+// requires the credentials serve keeps in dataDir, as by default (with
+// extra's --nats-config, the config's users must be those of dataDir's
+// credentials): the helpers that talk to it sign in with them
+// (registerServe).
 func startServe(t *testing.T, name, cluster string, port int, dataDir string, extra ...string) *proc {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	if slices.Contains(extra, "--insecure-loopback") {
+		t.Fatalf("startServe %s: --insecure-loopback: the e2e tests sign in as users do", name)
+	}
+	registerServe(t, addr, dataDir)
 	p := startProc(t, name, childEnv(), bins.toposched,
 		append([]string{"serve", "--cluster", cluster, "--listen", addr, "--data-dir", dataDir}, extra...)...)
 	waitFor(t, 30*time.Second, func() (bool, string) {
@@ -158,7 +166,7 @@ func TestServeRestartKeepsPendingAndAllocations(t *testing.T) {
 
 	// (b) Finishing keep-a places the job that waited before the restart,
 	// seen through `topoctl watch --all -o json`.
-	watch := startProc(t, "topoctl watch", childEnv(), bins.topoctl, "--nats-url", url, "watch", "--all", "-o", "json")
+	watch := startTopoctl(t, "topoctl watch", url, "watch", "--all", "-o", "json")
 	if out := topoctlOK(t, url, "finish", "keep-a"); !strings.Contains(out, "finished keep-a") {
 		t.Errorf("topoctl finish printed %q, want 'finished keep-a'", out)
 	}

@@ -225,6 +225,11 @@ func TestSettle(t *testing.T) {
 		{"finish refused", []any{sub, an, dec, fin, &events.PlacementFinishRefused{JobID: "j", RequestID: "e3"}},
 			StateDecided, "", 2, []int{3}},
 		{"finish that breaks its schema", []any{sub, an, dec, invalid(fin)}, StateDecided, "", 2, []int{3}},
+		// The job's own finish after a refused one counts (the refused one
+		// used to read finished, and topoctl finish by the job's own
+		// tenant then sent nothing).
+		{"finished after a refused finish", []any{sub, an, dec, fin, &events.PlacementFinishRefused{JobID: "j", RequestID: "e3"}, fin, rel},
+			StateFinished, events.StatusCancelled, 5, []int{3}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
