@@ -77,8 +77,15 @@ func startLaunchCluster(t *testing.T) *launchCluster {
 // tenant T. serveExtra are more flags for serve.
 func startSecureLaunchCluster(t *testing.T, tenants []string, serveExtra ...string) *launchCluster {
 	t.Helper()
+	return startSecureCluster(t, "launch.yaml", tenants, serveExtra...)
+}
+
+// startSecureCluster is startSecureLaunchCluster on another cluster file of
+// e2e/testdata, whose nodes are launchNodes.
+func startSecureCluster(t *testing.T, clusterFile string, tenants []string, serveExtra ...string) *launchCluster {
+	t.Helper()
 	needBinaries(t)
-	c := &launchCluster{cluster: testdata(t, "launch.yaml"), agents: map[string]*proc{}, states: map[string]string{}, t: t,
+	c := &launchCluster{cluster: testdata(t, clusterFile), agents: map[string]*proc{}, states: map[string]string{}, t: t,
 		port: freePort(t), dataDir: t.TempDir()}
 	c.url = fmt.Sprintf("nats://127.0.0.1:%d", c.port)
 	var issue []string

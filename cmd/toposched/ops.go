@@ -1,7 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"log/slog"
+	"math"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -47,11 +51,47 @@ type opsFlags struct {
 	online        bool
 	// agentTTL is the launch watchdog's: 0 turns it off.
 	agentTTL time.Duration
+	// memoryLimit is the Go runtime's soft memory limit (--memory-limit).
+	memoryLimit string
+}
+
+// defaultMemoryLimit is the soft memory limit of serve and the services
+// unless GOMEMLIMIT or --memory-limit says otherwise. Without one, the
+// garbage of a flood of large hostile bodies (each copied on its way
+// through the embedded NATS server and the consumers) was collected only
+// once the heap had doubled: serve reached 570-730 MB on a few 8 MB
+// bodies, under 410 MB with a limit of 384 MiB (BENCHMARKS.md). It is
+// soft: past it the collector runs more often, nothing fails; a cluster
+// whose state needs more (about 340 MB of heap at 100,000 GPUs) raises it.
+const defaultMemoryLimit = 1 << 30
+
+// applyMemoryLimit sets the runtime's soft memory limit: --memory-limit
+// (0: none), else GOMEMLIMIT where set, else defaultMemoryLimit.
+func (f *opsFlags) applyMemoryLimit(log *slog.Logger) error {
+	limit := int64(defaultMemoryLimit)
+	switch {
+	case f.memoryLimit != "":
+		n, err := parseBytes(f.memoryLimit)
+		if err != nil || n >= math.MaxInt64 {
+			return fmt.Errorf("--memory-limit %q: want a size such as 768MiB or 2GiB (0: none)", f.memoryLimit)
+		}
+		limit = int64(n)
+	case os.Getenv("GOMEMLIMIT") != "":
+		return nil // the runtime read it
+	}
+	if limit == 0 {
+		limit = math.MaxInt64
+	}
+	debug.SetMemoryLimit(limit)
+	log.Info("memory limit", "soft_limit_bytes", limit)
+	return nil
 }
 
 func (f *opsFlags) register(fs *pflag.FlagSet, placement bool) {
 	fs.StringVar(&f.metricsListen, "metrics-listen", "",
 		"serve /metrics (Prometheus), /healthz and /readyz on HOST:PORT (empty: off)")
+	fs.StringVar(&f.memoryLimit, "memory-limit", "",
+		"the Go runtime's soft memory limit, such as 768MiB or 4GiB: the collector works harder near it, so that a flood of large bodies does not grow the heap (0: none; default GOMEMLIMIT, else 1GiB)")
 	fs.StringVar(&f.calibration, "calibration", "",
 		"base calibration set (toposched model calibrate --out) of placement's and the optimizer's cost model, until one is pushed to the calibration bucket (topoctl calibration push) (default: the documented efficiencies)")
 	fs.BoolVar(&f.online, "online-calibration", true,

@@ -284,6 +284,9 @@ func watchCredentials(ctx context.Context, srv *natsserver.Server, in *natsserve
 // runServices connects to NATS, runs the services until ctx ends, then
 // stops them gracefully and drains the connection.
 func runServices(ctx context.Context, g *globals, conn natsConn, source string, cfg operator.Config, ops *opsFlags, log *slog.Logger) error {
+	if err := ops.applyMemoryLimit(log); err != nil {
+		return err
+	}
 	if ops.calibration != "" {
 		data, err := os.ReadFile(ops.calibration)
 		if err != nil {
