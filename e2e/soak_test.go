@@ -301,7 +301,7 @@ func startsOnce(t *testing.T, path string, jobs map[string]*soakJob, final bool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	seen := map[string]int{}
 	perJob := map[string]int{}
 	sc := bufio.NewScanner(f)

@@ -228,10 +228,10 @@ func CheckScope(scope Scope, v any) error {
 		return nil
 	}
 	field := "node"
-	switch {
-	case name == NameTopologyNode:
+	switch name {
+	case NameTopologyNode:
 		field = "name"
-	case name == NameJobSubmitted:
+	case NameJobSubmitted:
 		field = "tenant"
 	}
 	return &ScopeError{Name: name, Scope: scope, Field: field, Value: own.Name}

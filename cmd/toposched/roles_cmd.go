@@ -132,7 +132,7 @@ func newRolesList(g *globals, dir *string) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			creds, errs := natsserver.ReadCredentials(*dir, roles{g.prefix}.permissions)
 			for _, err := range errs {
-				fmt.Fprintln(cmd.ErrOrStderr(), "toposched roles list:", err)
+				_, _ = fmt.Fprintln(cmd.ErrOrStderr(), "toposched roles list:", err) // a warning; the list follows
 			}
 			if creds == nil {
 				return errors.Join(errs...)
@@ -220,7 +220,7 @@ Agents and tenants need a role each, so they come only with --dir.`,
 			}
 			creds, errs := natsserver.ReadCredentials(*dir, w.r.permissions)
 			for _, err := range errs {
-				fmt.Fprintln(cmd.ErrOrStderr(), "toposched roles conf:", err)
+				_, _ = fmt.Fprintln(cmd.ErrOrStderr(), "toposched roles conf:", err) // a warning; the users follow
 			}
 			if creds == nil {
 				return errors.Join(errs...)

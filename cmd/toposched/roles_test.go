@@ -167,7 +167,7 @@ func TestRolesIssueServices(t *testing.T) {
 		}
 		decided := events.NewSubjects(events.DefaultPrefix).Of(events.NamePlacementDecided)
 		if may(opts.Nkeys[i].Permissions, decided) != (svc == operator.Placement) {
-			t.Errorf("%s may publish %s: %v", svc, decided, !(svc == operator.Placement))
+			t.Errorf("%s may publish %s: %v", svc, decided, svc != operator.Placement)
 		}
 	}
 }

@@ -149,7 +149,7 @@ func TestWriteExplainGolden(t *testing.T) {
 		// 8 MB of numbers as args: summarised, never shown.
 		{"rejected-summarised", hist("flood", HistoryEvent{Name: events.NameJobSubmitted, ID: "s1",
 			Invalid: "args[0]: type: got number, want string",
-			Body:    &BodySummary{Size: 8<<20 - 100, SHA256: strings.Repeat("ab", 32), Head: `{"job_id":"flood","gpus":1,"args":[0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9]` + "[2J"}},
+			Body:    &BodySummary{Size: 8<<20 - 100, SHA256: strings.Repeat("ab", 32), Head: `{"job_id":"flood","gpus":1,"args":[0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9]` + "\x1b[2J"}},
 			&events.PlacementRejected{JobID: "flood", Reasons: []events.Reason{{Code: "schema_type", Field: "args[0]", Message: "args[0]: got number, want string"}}})},
 		// A finish placement refused changes nothing (issue 46: the
 		// heading said finished).

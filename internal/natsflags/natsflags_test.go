@@ -69,7 +69,7 @@ func TestDefaultSeed(t *testing.T) {
 	if err := f.Explain(refused); !strings.Contains(err.Error(), filepath.Join(data, "credentials", "agent-n1.nk")) || !errors.Is(err, nats.ErrAuthorization) {
 		t.Fatalf("explained: %v, want the path looked for", err)
 	}
-	if err := (&Flags{Role: "agent-n1", NKey: "x"}).Explain(refused); err != refused {
+	if err := (&Flags{Role: "agent-n1", NKey: "x"}).Explain(refused); err != refused { //nolint:errorlint // the same error value, not one wrapping it
 		t.Fatalf("with credentials given: %v, want the error as it was", err)
 	}
 	if err := os.MkdirAll(CredentialsDir(data), 0o700); err != nil {
