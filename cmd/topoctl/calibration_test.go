@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/eventstest"
 	"github.com/toposched/toposched/internal/calibration"
 	"github.com/toposched/toposched/services/operator"
@@ -50,21 +51,9 @@ func TestCalibrationPushRefusesBadFileBeforeNATS(t *testing.T) {
 // topoctl is refused by the replica with its line and the set in force
 // stays; withdrawing falls back to the documented efficiencies.
 func TestCalibrationPushShowWithdraw(t *testing.T) {
-	srv := eventstest.Server(t)
-	b := eventstest.Bus(t, srv.ClientURL(), "operator")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	op, err := operator.Start(ctx, b, operator.Config{Services: []string{operator.Placement, operator.Optimizer}, Replica: "r1"},
-		slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := op.Stop(); err != nil {
-			t.Error(err)
-		}
-	}()
-	url := srv.ClientURL()
+	url, b, op := startReplicas(t, ctx)
 
 	file := filepath.Join(t.TempDir(), "lab.json")
 	good := `{"version": 1, "name": "lab", "efficiency": {"nvlink": 0.7, "pcie": 0.55}}` + "\n"
@@ -161,21 +150,9 @@ func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
 // disagrees with its efficiency likewise. A set far from the defaults is
 // pushed and applied, with a warning from push and from show.
 func TestCalibrationImplausibleRefusedByReplicas(t *testing.T) {
-	srv := eventstest.Server(t)
-	b := eventstest.Bus(t, srv.ClientURL(), "operator")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	op, err := operator.Start(ctx, b, operator.Config{Services: []string{operator.Placement, operator.Optimizer}, Replica: "r1"},
-		slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := op.Stop(); err != nil {
-			t.Error(err)
-		}
-	}()
-	url := srv.ClientURL()
+	url, b, op := startReplicas(t, ctx)
 	dir := t.TempDir()
 	write := func(name, body string) string {
 		file := filepath.Join(dir, name)
@@ -263,4 +240,24 @@ func TestCalibrationImplausibleRefusedByReplicas(t *testing.T) {
 	if err != nil || !strings.Contains(out, "  warning: efficiency.net = 0.2: 4.8× below") || !strings.Contains(out, "fit net: 0.200 from 3 samples (measured/predicted 0.210 before): ar.txt:30") {
 		t.Errorf("show: %v\n%s", err, out)
 	}
+}
+
+// startReplicas runs placement and the optimizer, the replicas that apply
+// calibration sets, on a test server until the test ends, and returns the
+// server's URL, their bus and the operator.
+func startReplicas(t *testing.T, ctx context.Context) (string, *bus.Bus, *operator.Operator) {
+	t.Helper()
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "operator")
+	op, err := operator.Start(ctx, b, operator.Config{Services: []string{operator.Placement, operator.Optimizer}, Replica: "r1"},
+		slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := op.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return srv.ClientURL(), b, op
 }

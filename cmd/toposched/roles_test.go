@@ -97,17 +97,7 @@ func TestRolesConfNkeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := conf(t, "--dir", dir)
-	file := filepath.Join(t.TempDir(), "roles.conf")
-	if err := os.WriteFile(file, []byte("jetstream {store_dir: $NATS_STORE_DIR}\n"+text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("NATS_SYS_PASSWORD", "pw")
-	t.Setenv("NATS_STORE_DIR", t.TempDir())
-	opts, err := server.ProcessConfigFile(file)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, text)
-	}
+	opts := serverOptionsOfConf(t, dir)
 	r := roles{events.DefaultPrefix}
 	if len(opts.Nkeys) != len(wanted) {
 		t.Fatalf("%d nkey users, want %d", len(opts.Nkeys), len(wanted))
@@ -136,17 +126,7 @@ func TestRolesIssueServices(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	text := conf(t, "--dir", dir)
-	file := filepath.Join(t.TempDir(), "roles.conf")
-	if err := os.WriteFile(file, []byte("jetstream {store_dir: $NATS_STORE_DIR}\n"+text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("NATS_SYS_PASSWORD", "pw")
-	t.Setenv("NATS_STORE_DIR", t.TempDir())
-	opts, err := server.ProcessConfigFile(file)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, text)
-	}
+	opts := serverOptionsOfConf(t, dir)
 	creds, errs := natsserver.ReadCredentials(dir, roles{events.DefaultPrefix}.permissions)
 	if len(errs) > 0 {
 		t.Fatal(errs)
@@ -170,6 +150,24 @@ func TestRolesIssueServices(t *testing.T) {
 			t.Errorf("%s may publish %s: %v", svc, decided, svc != operator.Placement)
 		}
 	}
+}
+
+// serverOptionsOfConf reads roles conf --dir's output for dir as
+// nats-server reads its configuration.
+func serverOptionsOfConf(t *testing.T, dir string) *server.Options {
+	t.Helper()
+	text := conf(t, "--dir", dir)
+	file := filepath.Join(t.TempDir(), "roles.conf")
+	if err := os.WriteFile(file, []byte("jetstream {store_dir: $NATS_STORE_DIR}\n"+text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NATS_SYS_PASSWORD", "pw")
+	t.Setenv("NATS_STORE_DIR", t.TempDir())
+	opts, err := server.ProcessConfigFile(file)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, text)
+	}
+	return opts
 }
 
 // samePermissions compares two roles' permissions, lists as sets; nil
