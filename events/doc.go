@@ -7,6 +7,9 @@
 // this package (and events/bus) to publish jobs and read decisions.
 //
 // Subjects are "<prefix>.<domain>.<event>", the prefix "toposched" by
-// default. Node-scoped topology events add the node name as a last token
-// (escaped with NodeToken) so a stream can keep the newest report per node.
+// default. Node-scoped events add the node name as a last token (escaped
+// with NodeToken), so that a stream can keep the newest report per node
+// and a node's agent may publish its own alone; the events users and
+// agents send about jobs may travel under a tenant's or a node's scope
+// (scope.go), which NATS permissions check.
 package events
