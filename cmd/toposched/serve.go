@@ -235,6 +235,11 @@ func startEmbedded(ctx context.Context, f embeddedFlags, log *slog.Logger) (nats
 // signs in within it.
 const credentialsPoll = time.Second
 
+// credentialsReread is how often serve reads its credentials directory's
+// seeds again though the directory has not changed (a seed edited in
+// place).
+const credentialsReread = 30 * time.Second
+
 // readCredentials reads the users of serve's credentials directory; a
 // file that is no role of this deployment is logged and left out.
 func readCredentials(dir, prefix string, log *slog.Logger) (*natsserver.Credentials, error) {
@@ -254,12 +259,26 @@ func readCredentials(dir, prefix string, log *slog.Logger) (*natsserver.Credenti
 func watchCredentials(ctx context.Context, srv *natsserver.Server, in *natsserver.Credentials, prefix string, log *slog.Logger) {
 	tick := time.NewTicker(credentialsPoll)
 	defer tick.Stop()
+	// The directory's mtime moves when a seed is added, removed or
+	// renamed into place (as roles issue writes them): only then are its
+	// files read again, and every credentialsReread besides, so that a
+	// directory of thousands of agents' seeds is not read every second.
+	var seen time.Time
+	var read time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		st, err := os.Stat(in.Dir)
+		if err == nil && st.ModTime().Equal(seen) && time.Since(read) < credentialsReread {
+			continue
+		}
+		if err == nil {
+			seen = st.ModTime()
+		}
+		read = time.Now()
 		creds, errs := natsserver.ReadCredentials(in.Dir, roles{prefix}.permissions)
 		if creds == nil || creds.Equal(in) {
 			continue
