@@ -1,6 +1,7 @@
 package events
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
@@ -209,6 +210,42 @@ func ScopeOf(v any) (Scope, bool) {
 		return TenantScope(e.Tenant), true
 	}
 	return Scope{}, false
+}
+
+// CheckScopeOfBody is CheckScope for a body not decoded yet: it reads the
+// one field that names the body's node or tenant, not the whole event (a
+// rebuild reads thousands of node descriptions). A body that is not JSON
+// is left to its reader's decoding.
+func CheckScopeOfBody(name Name, scope Scope, body []byte) error {
+	if scope.IsZero() || (!name.NodeScoped() && name != NameJobSubmitted) {
+		return nil
+	}
+	var probe struct {
+		Name   string `json:"name"`
+		Node   string `json:"node"`
+		Tenant string `json:"tenant"`
+	}
+	if json.Unmarshal(body, &probe) != nil {
+		return nil
+	}
+	var v any
+	switch name {
+	case NameTopologyNode:
+		v = &TopologyNode{Name: probe.Name}
+	case NameTopologyHealth:
+		v = &TopologyHealth{Node: probe.Node}
+	case NameAgentHeartbeat:
+		v = &AgentHeartbeat{Node: probe.Node}
+	case NameRanksExited:
+		v = &RanksExited{Node: probe.Node}
+	case NameRankLog:
+		v = &RankLog{Node: probe.Node}
+	case NameJobSubmitted:
+		v = &JobSubmitted{Tenant: probe.Tenant}
+	default:
+		return nil
+	}
+	return CheckScope(scope, v)
 }
 
 // CheckScope reports whether a decoded event's body agrees with the scope

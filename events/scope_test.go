@@ -102,3 +102,32 @@ func TestCheckScope(t *testing.T) {
 		})
 	}
 }
+
+// CheckScopeOfBody reads a body's node or tenant as CheckScope does the
+// decoded event's.
+func TestCheckScopeOfBody(t *testing.T) {
+	for _, tc := range []struct {
+		name  Name
+		scope Scope
+		body  string
+		field string
+	}{
+		{NameAgentHeartbeat, NodeScope("n1"), `{"node":"n1","agent":"a"}`, ""},
+		{NameAgentHeartbeat, NodeScope("n1"), `{"node":"n2","agent":"a"}`, "node"},
+		{NameRanksExited, NodeScope("n1"), `{"job_id":"j","node":"n2"}`, "node"},
+		{NameTopologyNode, NodeScope("n1"), `{"name":"n2","gpus":[]}`, "name"},
+		{NameJobSubmitted, TenantScope("a"), `{"job_id":"j","tenant":"b"}`, "tenant"},
+		{NameJobSubmitted, Scope{}, `{"job_id":"j","tenant":"b"}`, ""},
+		{NameJobFinished, TenantScope("a"), `{"job_id":"j"}`, ""},
+		{NameAgentHeartbeat, NodeScope("n1"), `not json`, ""},
+	} {
+		err := CheckScopeOfBody(tc.name, tc.scope, []byte(tc.body))
+		var se *ScopeError
+		switch {
+		case tc.field == "" && err != nil:
+			t.Errorf("%s %s: %v, want none", tc.name, tc.body, err)
+		case tc.field != "" && (!errors.As(err, &se) || se.Field != tc.field):
+			t.Errorf("%s %s: %v, want a *ScopeError naming %s", tc.name, tc.body, err, tc.field)
+		}
+	}
+}

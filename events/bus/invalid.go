@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -48,22 +47,6 @@ const (
 	// body speaks for another node or tenant than its subject's.
 	CodeWrongScope = "wrong_scope"
 )
-
-// checkScope reads the body of a node-scoped event, or of a jobs.submitted
-// under a tenant, far enough to check that it agrees with its subject's
-// scope (events.CheckScope): for a reader that decodes later, or only
-// some of what it reads. A body that does not decode is left to that
-// reader's own decoding.
-func (b *Bus) checkScope(name events.Name, scope events.Scope, body []byte) error {
-	if scope.IsZero() || (!name.NodeScoped() && name != events.NameJobSubmitted) {
-		return nil
-	}
-	v := name.New()
-	if json.Unmarshal(body, v) != nil {
-		return nil
-	}
-	return events.CheckScope(scope, v)
-}
 
 // ReasonsOf turns why a message could not be read into the reasons of its
 // answer (a rejection, a refused finish or migration): one per schema problem (schema_<rule>) or decoding problem

@@ -212,7 +212,7 @@ func (b *Bus) record(m jetstream.Msg, what string) (r Record, ok bool, err error
 		b.log.Warn(what+": skipping unreadable message", "stream", md.Stream, "seq", md.Sequence.Stream, "err", err)
 		return Record{}, false, nil
 	}
-	if err := b.checkScope(name, env.Scope, m.Data()); err != nil {
+	if err := events.CheckScopeOfBody(name, env.Scope, m.Data()); err != nil {
 		b.log.Warn(what+": skipping a message whose body is not its subject's", "stream", md.Stream, "seq", md.Sequence.Stream, "err", err)
 		return Record{}, false, nil
 	}

@@ -311,7 +311,7 @@ func HandleDomain(r *Router, h DomainHandler) {
 			return fmt.Errorf("envelope: %w", err)
 		}
 		name, _ := events.NameOfCEType(env.Type)
-		if err := r.b.checkScope(name, env.Scope, body); err != nil {
+		if err := events.CheckScopeOfBody(name, env.Scope, body); err != nil {
 			return err
 		}
 		ctx := WithCause(m.Context(), env)
