@@ -24,8 +24,7 @@ func TestPublishDenied(t *testing.T) {
 	tenant, _ := nkeys.CreateUser()
 	tenantPub, _ := tenant.PublicKey()
 	subj := events.NewSubjects("")
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 1 << 30,
+	ns := jetStreamServer(t, &server.Options{
 		Nkeys: []*server.NkeyUser{
 			{Nkey: adminPub},
 			{Nkey: tenantPub, Permissions: &server.Permissions{
@@ -33,14 +32,6 @@ func TestPublishDenied(t *testing.T) {
 				Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
 			}},
 		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	signIn := func(kp nkeys.KeyPair) nats.Option {

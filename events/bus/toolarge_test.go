@@ -43,16 +43,7 @@ func TestTooLarge(t *testing.T) {
 // the stream's limit, not a Transient error.
 func TestStreamRefusesTooLarge(t *testing.T) {
 	t.Parallel()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		MaxPayload: 16 << 20, NoLog: true, NoSigs: true, JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 1 << 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
+	ns := jetStreamServer(t, &server.Options{MaxPayload: 16 << 20})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	b, err := Connect(ctx, Config{URL: ns.ClientURL()})
@@ -74,4 +65,22 @@ func TestStreamLimitIsTheMessageLimit(t *testing.T) {
 	if streamMaxMsgSize != events.MaxMessageBytes {
 		t.Fatalf("streams take %d bytes, events.MaxMessageBytes is %d", streamMaxMsgSize, events.MaxMessageBytes)
 	}
+}
+
+// jetStreamServer runs a JetStream server on a loopback port with opts
+// (Host, Port, the store and the limits set here) until the test ends.
+func jetStreamServer(t *testing.T, opts *server.Options) *server.Server {
+	t.Helper()
+	opts.Host, opts.Port, opts.JetStream, opts.StoreDir, opts.NoLog, opts.NoSigs = "127.0.0.1", -1, true, t.TempDir(), true, true
+	opts.JetStreamMaxMemory, opts.JetStreamMaxStore = 64<<20, 1<<30
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	return ns
 }

@@ -126,15 +126,7 @@ func TestStorageLimitFollowsTheDisk(t *testing.T) {
 			if c.user != "" {
 				opts = append(opts, nats.UserInfo(c.user, "pw"))
 			}
-			nc, err := nats.Connect(srv.ClientURL(), opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
-			js, err := jetstream.New(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			js := jetStreamOf(t, srv, opts...)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILL", Subjects: []string{"fill.>"}, Storage: jetstream.FileStorage}); err != nil {
@@ -224,15 +216,7 @@ func (b *syncBuffer) String() string {
 func TestJetStreamStartsAgainAfterSwitchingOff(t *testing.T) {
 	t.Parallel()
 	srv := start(t, Config{Port: -1, StoreDir: t.TempDir(), StorageCheck: 10 * time.Millisecond})
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamOf(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Storage: jetstream.FileStorage}); err != nil {
@@ -268,4 +252,19 @@ func TestJetStreamStartsAgainAfterSwitchingOff(t *testing.T) {
 		_, err := js.Consumer(ctx, "S", "d")
 		return err == nil, fmt.Sprintf("the durable consumer: %v", err)
 	})
+}
+
+// jetStreamOf connects to srv with opts until the test ends.
+func jetStreamOf(t *testing.T, srv *Server, opts ...nats.Option) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(srv.ClientURL(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
