@@ -200,7 +200,7 @@ func KeyOfBody(name Name, body []byte) string {
 	switch name {
 	case NameTopologyNode:
 		return probe.Name
-	case NameTopologyHealth:
+	case NameTopologyHealth, NameTopologyHeld:
 		return probe.Node
 	case NameTopologyFabric:
 		return probe.Cluster
@@ -237,6 +237,8 @@ func KeyOf(v any) string {
 	case *TopologyFabric:
 		return e.Cluster
 	case *TopologyHealth:
+		return e.Node
+	case *TopologyHeld:
 		return e.Node
 	case *PolicyApplied:
 		return e.Revision

@@ -29,6 +29,9 @@ const (
 	NameTopologyNode           Name = "topology.node"
 	NameTopologyFabric         Name = "topology.fabric"
 	NameTopologyHealth         Name = "topology.health"
+	// NameTopologyHeld lists the GPUs of a node held outside toposched
+	// (another scheduler's Kubernetes ResourceClaims).
+	NameTopologyHeld Name = "topology.held"
 	NamePolicyApplied          Name = "policy.applied"
 	NamePolicyRejected         Name = "policy.rejected"
 	// The cost model's calibration sets, applied and refused (policy.go).
@@ -59,7 +62,7 @@ var Catalogue = []Name{
 	NameJobSubmitted, NameJobAnalyzed, NameJobFinished,
 	NamePlacementDecided, NamePlacementPending, NamePlacementRejected, NamePlacementReleased,
 	NamePlacementTerm, NamePlacementFinishRefused,
-	NameTopologyNode, NameTopologyFabric, NameTopologyHealth,
+	NameTopologyNode, NameTopologyFabric, NameTopologyHealth, NameTopologyHeld,
 	NamePolicyApplied, NamePolicyRejected, NameCalibrationApplied, NameCalibrationRejected,
 	NamePlacementMigration, NameJobMigrationAccepted, NamePlacementMigrationRefused,
 	NameRuntimeTuning, NameRuntimeTelemetry, NameRuntimeDiagnosis,
@@ -72,7 +75,7 @@ var Catalogue = []Name{
 // alone (scope.go).
 func (n Name) NodeScoped() bool {
 	switch n {
-	case NameTopologyNode, NameTopologyHealth, NameAgentHeartbeat, NameRanksExited, NameRankLog:
+	case NameTopologyNode, NameTopologyHealth, NameTopologyHeld, NameAgentHeartbeat, NameRanksExited, NameRankLog:
 		return true
 	}
 	return false
@@ -89,7 +92,7 @@ func (n Name) Domain() Domain {
 	case NamePlacementDecided, NamePlacementPending, NamePlacementRejected, NamePlacementReleased,
 		NamePlacementTerm, NamePlacementFinishRefused, NamePlacementMigration, NamePlacementMigrationRefused:
 		return DomainPlacement
-	case NameTopologyNode, NameTopologyFabric, NameTopologyHealth:
+	case NameTopologyNode, NameTopologyFabric, NameTopologyHealth, NameTopologyHeld:
 		return DomainTopology
 	case NamePolicyApplied, NamePolicyRejected, NameCalibrationApplied, NameCalibrationRejected:
 		return DomainPolicy
@@ -150,6 +153,8 @@ func (n Name) New() any {
 		return new(TopologyFabric)
 	case NameTopologyHealth:
 		return new(TopologyHealth)
+	case NameTopologyHeld:
+		return new(TopologyHeld)
 	case NamePolicyApplied:
 		return new(PolicyApplied)
 	case NamePolicyRejected:
@@ -207,6 +212,8 @@ func NameOf(v any) (Name, error) {
 		return NameTopologyFabric, nil
 	case *TopologyHealth, TopologyHealth:
 		return NameTopologyHealth, nil
+	case *TopologyHeld, TopologyHeld:
+		return NameTopologyHeld, nil
 	case *PolicyApplied, PolicyApplied:
 		return NamePolicyApplied, nil
 	case *PolicyRejected, PolicyRejected:

@@ -200,6 +200,8 @@ func ScopeOf(v any) (Scope, bool) {
 		return NodeScope(e.Name), true
 	case *TopologyHealth:
 		return NodeScope(e.Node), true
+	case *TopologyHeld:
+		return NodeScope(e.Node), true
 	case *AgentHeartbeat:
 		return NodeScope(e.Node), true
 	case *RanksExited:
@@ -234,6 +236,8 @@ func CheckScopeOfBody(name Name, scope Scope, body []byte) error {
 		v = &TopologyNode{Name: probe.Name}
 	case NameTopologyHealth:
 		v = &TopologyHealth{Node: probe.Node}
+	case NameTopologyHeld:
+		v = &TopologyHeld{Node: probe.Node}
 	case NameAgentHeartbeat:
 		v = &AgentHeartbeat{Node: probe.Node}
 	case NameRanksExited:

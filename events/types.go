@@ -623,6 +623,24 @@ type TopologyHealth struct {
 	ObservedAt time.Time `json:"observed_at"`
 }
 
+// TopologyHeld lists the GPUs of a node that something outside toposched
+// holds (topology.held.<node>): the devices another scheduler allocated to
+// its own Kubernetes ResourceClaims. Each report replaces the node's last
+// one, so the stream's newest message per node is the whole state; an empty
+// list gives them all back. Placement never gives a held GPU to a job.
+type TopologyHeld struct {
+	Node       string    `json:"node"`
+	GPUs       []HeldGPU `json:"gpus,omitempty"`
+	ObservedAt time.Time `json:"observed_at"`
+}
+
+// HeldGPU is one GPU held outside toposched, and by what.
+type HeldGPU struct {
+	Index int `json:"index"`
+	// By names the holder, such as "claim team-a/trainer-0-gpus-x7k2p".
+	By string `json:"by"`
+}
+
 // jobIDPattern is the shape of a job id, as in the schema: safe in NATS
 // headers, file names and Slurm job names.
 var jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)

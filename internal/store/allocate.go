@@ -181,6 +181,8 @@ func claim(txn *memdb.Txn, jobID string, want []GPUKey, restore bool, skip func(
 		switch {
 		case g.JobID != "":
 			problems = append(problems, fmt.Sprintf("GPU %s is held by job %q", k, g.JobID))
+		case g.HeldBy != "" && !restore:
+			problems = append(problems, fmt.Sprintf("GPU %s is held outside toposched (%s)", k, g.HeldBy))
 		case !g.Healthy && !restore:
 			problems = append(problems, fmt.Sprintf("GPU %s is unhealthy (%s)", k, g.HealthReason))
 		default:

@@ -133,7 +133,7 @@ func (s *Store) UpsertNode(n events.TopologyNode) error {
 				upd.HealthReason = "node report: " + rg.Health
 			}
 			if old != nil {
-				upd.JobID = old.JobID
+				upd.JobID, upd.HeldBy = old.JobID, old.HeldBy
 			}
 			olds, rows = append(olds, old), append(rows, upd)
 		}

@@ -63,6 +63,10 @@ type GPU struct {
 	HealthReason string
 	// JobID is the job holding the GPU; "" means free.
 	JobID string
+	// HeldBy names what holds the GPU outside toposched (another
+	// scheduler's ResourceClaim, from topology.held); "" when nothing
+	// does. A held GPU is not free, whatever JobID says.
+	HeldBy string
 	// NodePosition copies the node's Position.
 	NodePosition int
 	// NUMA is the GPU's NUMA node, -1 when its report did not say.
@@ -80,8 +84,8 @@ type GPU struct {
 func (g GPU) Key() GPUKey { return GPUKey{Node: g.Node, Index: g.Index} }
 
 // Free reports whether a new job may be placed on the GPU: healthy and held
-// by no job.
-func (g GPU) Free() bool { return g.Healthy && g.JobID == "" }
+// by no job, here or outside.
+func (g GPU) Free() bool { return g.Healthy && g.JobID == "" && g.HeldBy == "" }
 
 // GPUKey names one GPU.
 type GPUKey struct {

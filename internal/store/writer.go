@@ -303,7 +303,7 @@ func domainEqual(a, b *Domain) bool {
 func gpuEqual(a, b *GPU) bool {
 	return a.Node == b.Node && a.Index == b.Index && a.UUID == b.UUID && a.Model == b.Model &&
 		a.MemoryMiB == b.MemoryMiB && a.Healthy == b.Healthy && a.HealthReason == b.HealthReason &&
-		a.JobID == b.JobID && a.NodePosition == b.NodePosition && a.NUMA == b.NUMA &&
+		a.JobID == b.JobID && a.HeldBy == b.HeldBy && a.NodePosition == b.NodePosition && a.NUMA == b.NUMA &&
 		slices.Equal(a.Domains, b.Domains)
 }
 

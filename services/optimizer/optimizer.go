@@ -327,6 +327,14 @@ func (s *Service) applyTopology(name events.Name, body []byte) error {
 			}
 			s.health[h.Node][key] = h
 		}
+	case events.NameTopologyHeld:
+		var h events.TopologyHeld
+		if err := s.read.Decode(name, body, &h); err != nil {
+			return err
+		}
+		if err := s.occupancy().SetHeld(h); err != nil {
+			return fmt.Errorf("held GPUs of %s: %w", h.Node, err)
+		}
 	case events.NameTopologyFabric:
 		var f events.TopologyFabric
 		if err := s.read.Decode(name, body, &f); err != nil {

@@ -93,7 +93,8 @@ func (s *Service) rebuild(ctx context.Context) error {
 func (s *Service) catchUpTopology(ctx context.Context) (nodes, health int, err error) {
 	subj := s.subjects
 	err = s.read.ReplayFrom(ctx, events.DomainTopology,
-		[]string{subj.Of(events.NameTopologyNode), subj.Of(events.NameTopologyHealth), subj.Of(events.NameTopologyFabric)}, s.topoSeq,
+		[]string{subj.Of(events.NameTopologyNode), subj.Of(events.NameTopologyHealth), subj.Of(events.NameTopologyHeld),
+			subj.Of(events.NameTopologyFabric)}, s.topoSeq,
 		func(r bus.Record) error {
 			s.topoSeq = max(s.topoSeq, r.Seq)
 			switch r.Name {
@@ -112,6 +113,15 @@ func (s *Service) catchUpTopology(ctx context.Context) (nodes, health int, err e
 				health++
 				if err := s.store.SetHealth(*h); err != nil {
 					s.log.Warn("health for an unknown part", "node", h.Node, "err", err)
+				}
+			case events.NameTopologyHeld:
+				h, ok := decode[events.TopologyHeld](s, r)
+				if !ok {
+					return nil
+				}
+				health++
+				if err := s.store.SetHeld(*h); err != nil {
+					s.log.Warn("held GPUs of an unknown part", "node", h.Node, "err", err)
 				}
 			case events.NameTopologyFabric:
 				f, ok := decode[events.TopologyFabric](s, r)

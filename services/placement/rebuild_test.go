@@ -74,3 +74,43 @@ func deref(p *int) any {
 	}
 	return *p
 }
+
+// GPUs held outside toposched (topology.held) are not free after a
+// rebuild, and a report that gives them back frees them.
+func TestHeldGPUsRebuilt(t *testing.T) {
+	t.Parallel()
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "test")
+	ctx := eventstest.Context(t, 30*time.Second)
+	for _, v := range []any{
+		&events.TopologyNode{Name: "a", GPUs: []events.GPU{{Index: 0}, {Index: 1}}},
+		&events.TopologyHeld{Node: "a", GPUs: []events.HeldGPU{{Index: 0, By: "claim ns/other"}}, ObservedAt: time.Now().UTC()},
+	} {
+		if _, err := b.Publish(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := placement.New(placement.Config{}, placement.Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Rebuild(ctx); err != nil {
+		t.Fatal(err)
+	}
+	free := func() []int {
+		var out []int
+		for _, g := range s.Store().Snapshot().FreeGPUs("a") {
+			out = append(out, g.Index)
+		}
+		return out
+	}
+	if got := free(); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("free GPUs after the rebuild %v, want [1]", got)
+	}
+	if err := s.OnHeld(ctx, events.Envelope{}, &events.TopologyHeld{Node: "a", ObservedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	if got := free(); len(got) != 2 {
+		t.Fatalf("free GPUs after the holds were given back %v, want [0 1]", got)
+	}
+}

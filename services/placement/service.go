@@ -462,6 +462,12 @@ func (s *Service) onTopology(ctx context.Context, env events.Envelope, name even
 			return err
 		}
 		return s.OnHealth(ctx, env, &h)
+	case events.NameTopologyHeld:
+		var h events.TopologyHeld
+		if err := s.read.Decode(name, body, &h); err != nil {
+			return err
+		}
+		return s.OnHeld(ctx, env, &h)
 	case events.NameTopologyFabric:
 		var f events.TopologyFabric
 		if err := s.read.Decode(name, body, &f); err != nil {
@@ -514,6 +520,21 @@ func (s *Service) OnHealth(ctx context.Context, _ events.Envelope, h *events.Top
 	}
 	if err := s.store.SetHealth(*h); err != nil {
 		return fmt.Errorf("health of %s: %w", h.Node, err)
+	}
+	s.topoSeq = max(s.topoSeq, bus.StreamSeq(ctx))
+	return s.retryPending(ctx)
+}
+
+// OnHeld records which GPUs of a node are held outside toposched, then
+// retries the pending jobs (a hold given back frees GPUs).
+func (s *Service) OnHeld(ctx context.Context, _ events.Envelope, h *events.TopologyHeld) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.appliedTopology(ctx) {
+		return s.retryAfterCatchUp(ctx)
+	}
+	if err := s.store.SetHeld(*h); err != nil {
+		return fmt.Errorf("held GPUs of %s: %w", h.Node, err)
 	}
 	s.topoSeq = max(s.topoSeq, bus.StreamSeq(ctx))
 	return s.retryPending(ctx)
