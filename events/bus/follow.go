@@ -24,6 +24,25 @@ func (b *Bus) Follow(ctx context.Context, domain events.Domain, subjects []strin
 	if err := b.FromNow(ctx, stream, &cfg); err != nil {
 		return fmt.Errorf("follow %s: %w", stream, err)
 	}
+	return b.follow(ctx, stream, cfg, ready, fn)
+}
+
+// FollowFrom is Follow from the message after stream sequence after (0:
+// the stream's first), for a state that ReplayFrom has rebuilt up to
+// after: no event stored in between is missed or seen twice. It keeps no
+// durable state either, so a controller that reads a stream this way
+// rebuilds from it when it starts, as an informer lists and then watches.
+func (b *Bus) FollowFrom(ctx context.Context, domain events.Domain, subjects []string, after uint64, ready chan<- struct{}, fn func(Record) error) error {
+	stream := b.StreamName(domain)
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: b.filters(subjects), DeliverPolicy: jetstream.DeliverAllPolicy}
+	if after > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
+	}
+	return b.follow(ctx, stream, cfg, ready, fn)
+}
+
+// follow runs an ordered consumer of cfg on the stream: see Follow.
+func (b *Bus) follow(ctx context.Context, stream string, cfg jetstream.OrderedConsumerConfig, ready chan<- struct{}, fn func(Record) error) error {
 	cons, err := b.js.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
 		return fmt.Errorf("follow %s: %w", stream, err)

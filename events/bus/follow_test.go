@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,22 +11,24 @@ import (
 	"github.com/toposched/toposched/events/eventstest"
 )
 
+func rev(c byte) string {
+	s := make([]byte, 64)
+	for i := range s {
+		s[i] = c
+	}
+	return string(s)
+}
+
+func rejected(r string) *events.PolicyRejected {
+	return &events.PolicyRejected{Revision: r, Name: "s", Source: events.PolicySourceKV, Replica: "r",
+		Errors: []events.PolicyError{{File: "a.rego", Line: 1, Message: "m", Code: "c"}}, RejectedAt: time.Now().UTC()}
+}
+
 func TestFollowFromNow(t *testing.T) {
 	t.Parallel()
 	srv := eventstest.Server(t)
 	b := eventstest.Bus(t, srv.ClientURL(), "test")
 	ctx := eventstest.Context(t, 30*time.Second)
-	rev := func(c byte) string {
-		s := make([]byte, 64)
-		for i := range s {
-			s[i] = c
-		}
-		return string(s)
-	}
-	rejected := func(r string) *events.PolicyRejected {
-		return &events.PolicyRejected{Revision: r, Name: "s", Source: events.PolicySourceKV, Replica: "r",
-			Errors: []events.PolicyError{{File: "a.rego", Line: 1, Message: "m", Code: "c"}}, RejectedAt: time.Now().UTC()}
-	}
 	// Stored before Follow starts: not delivered.
 	if _, err := b.Publish(ctx, rejected(rev('a'))); err != nil {
 		t.Fatal(err)
@@ -71,5 +74,54 @@ func TestFollowFromNow(t *testing.T) {
 	}
 	if len(subjects) != 2 || subjects[0] != "b" || subjects[1] != "c" {
 		t.Fatalf("followed %v, want b then c (the ce-subject is the revision)", subjects)
+	}
+}
+
+// TestFollowFrom: a replay up to a sequence, then a follow from it, sees
+// every event once, in order: those stored before the follow started and
+// those after.
+func TestFollowFrom(t *testing.T) {
+	t.Parallel()
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "test")
+	ctx := eventstest.Context(t, 30*time.Second)
+	subjects := []string{b.Subjects.Domain(events.DomainPolicy)}
+	for _, c := range []byte{'a', 'b'} {
+		if _, err := b.Publish(ctx, rejected(rev(c))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var last uint64
+	var seen []string
+	if err := b.Replay(ctx, events.DomainPolicy, subjects, func(r bus.Record) error {
+		last = r.Seq
+		seen = append(seen, r.Env.Subject[:1])
+		if r.Env.Subject == rev('a') {
+			return bus.ErrStop
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- b.FollowFrom(ctx, events.DomainPolicy, subjects, last, ready, func(r bus.Record) error {
+			seen = append(seen, r.Env.Subject[:1])
+			if r.Env.Subject == rev('c') {
+				return bus.ErrStop
+			}
+			return nil
+		})
+	}()
+	<-ready
+	if _, err := b.Publish(ctx, rejected(rev('c'))); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("FollowFrom: %v", err)
+	}
+	if got := strings.Join(seen, ""); got != "abc" {
+		t.Fatalf("replayed then followed %q, want abc", got)
 	}
 }
