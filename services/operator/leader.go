@@ -395,7 +395,7 @@ func (l *lease) run(ctx context.Context, w jetstream.KeyWatcher, rev uint64, sen
 		select {
 		case <-ctx.Done():
 		case <-t.done():
-			lost = "placement handlers stopped"
+			lost = "its term ended (placement: its handlers stopped)"
 		case _, ok := <-released:
 			// Our own renewals: nothing to do, but keep the watch drained.
 			if !ok {
