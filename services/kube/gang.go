@@ -27,6 +27,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
 	"slices"
@@ -477,7 +478,10 @@ func podKey(pod *corev1.Pod) (key orderKey, dense int, ok, denseOK bool, err err
 			return orderKey{}, 0, false, false, &FieldError{Field: labelField(LabelTrainingReplicaType), Value: t,
 				Err: errors.New("a PyTorchJob's replica type is master or worker")}
 		}
-	default: // PodGroup, Pod
+	case KindPod:
+		// A gang of one, whatever index it has in a Job.
+		return orderKey{}, 0, true, true, nil
+	default: // PodGroup
 		if v, ok := pod.Annotations[AnnotationRank]; ok {
 			r, err := parseIndex(v)
 			if err != nil {
@@ -502,10 +506,11 @@ func podKey(pod *corev1.Pod) (key orderKey, dense int, ok, denseOK bool, err err
 //   - LeaderWorkerSet: the worker index (the leader's is 0).
 //   - PyTorchJob: the Master 0, worker i i+1, as the training operator
 //     numbers RANK. (A job of workers alone, elastic, starts at 1.)
-//   - PodGroup, lone Pod: toposched.io/rank, else an Indexed Job's
-//     completion index. The service writes toposched.io/rank at binding:
+//   - PodGroup: toposched.io/rank, else an Indexed Job's completion
+//     index. The service writes toposched.io/rank at binding:
 //     the pod's first rank, which a pod of k GPUs holds k apart from the
 //     next; it orders the pods as their places do.
+//   - a lone Pod: 0, the place in its gang of one.
 //
 // Ranks are positions in OrderPods' order, not these values.
 func PodIndex(pod *corev1.Pod) (int, bool, error) {
@@ -758,7 +763,7 @@ func pyTorchJobSize(obj map[string]any) (int, error) {
 		return 0, &FieldError{Field: "spec.pytorchReplicaSpecs", Value: strconv.Itoa(len(specs)), Err: fmt.Errorf("more than %d", maxReplicatedJobs)}
 	}
 	var total int64
-	for _, t := range slices.Sorted(mapKeys(specs)) {
+	for _, t := range slices.Sorted(maps.Keys(specs)) {
 		field := "spec.pytorchReplicaSpecs." + t + ".replicas"
 		spec, ok := specs[t].(map[string]any)
 		if !ok {
@@ -777,16 +782,6 @@ func pyTorchJobSize(obj map[string]any) (int, error) {
 		total += n
 	}
 	return gangSize("spec.pytorchReplicaSpecs", total)
-}
-
-func mapKeys(m map[string]any) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // nested is the value at a path of nested objects, nil where there is none.

@@ -240,7 +240,8 @@ func TestPodIndex(t *testing.T) {
 		{name: "PodGroup, rank wins over completion index", pod: newPod("p", map[string]string{LabelPodGroup: "pg", LabelJobCompletionIndex: "6"}, map[string]string{AnnotationRank: "12"}), want: 12, ok: true},
 		{name: "PodGroup without index", pod: newPod("p", map[string]string{LabelPodGroup: "pg"}, nil)},
 		{name: "PodGroup, bad rank", pod: newPod("p", map[string]string{LabelPodGroup: "pg"}, map[string]string{AnnotationRank: "one"}), field: annotationField(AnnotationRank)},
-		{name: "lone pod", pod: newPod("p", nil, nil)},
+		{name: "lone pod", pod: newPod("p", nil, nil), want: 0, ok: true},
+		{name: "lone pod of an Indexed Job", pod: newPod("p", map[string]string{LabelJobCompletionIndex: "3"}, nil), want: 0, ok: true},
 		{name: "bad workload label", pod: newPod("p", map[string]string{LabelPodGroup: "-"}, nil), field: labelField(LabelPodGroup)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
