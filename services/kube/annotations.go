@@ -315,7 +315,31 @@ func checkFragment(field string, value any) error {
 	if err != nil {
 		return err
 	}
-	return schemas.Validate(string(events.NameJobSubmitted), body)
+	return oneLine(schemas.Validate(string(events.NameJobSubmitted), body))
+}
+
+// schemaError is a schema's ValidationError on one line: it ends up in a
+// Kubernetes Event's message, after the annotation's name.
+type schemaError struct{ *schemas.ValidationError }
+
+func (e schemaError) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.String()
+	}
+	return strings.Join(lines, "; ")
+}
+
+func (e schemaError) Unwrap() error { return e.ValidationError }
+
+// oneLine puts a *schemas.ValidationError on one line; other errors are
+// as they are.
+func oneLine(err error) error {
+	var verr *schemas.ValidationError
+	if errors.As(err, &verr) {
+		return schemaError{verr}
+	}
+	return err
 }
 
 // decodeJob reads toposched.io/job: a JSON object of jobs.submitted
@@ -349,7 +373,7 @@ func decodeJob(body string, from map[string]string) (events.JobSubmitted, error)
 			rest = append(rest, p)
 		}
 		if len(rest) > 0 {
-			return events.JobSubmitted{}, &schemas.ValidationError{Problems: rest}
+			return events.JobSubmitted{}, oneLine(&schemas.ValidationError{Problems: rest})
 		}
 	}
 	var job events.JobSubmitted

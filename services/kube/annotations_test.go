@@ -108,6 +108,7 @@ func jobSpecCases() []jobSpecCase {
 		{name: "job unknown field", annotations: map[string]string{AnnotationJob: `{"modle": {}}`}, field: a(AnnotationJob), errContains: "modle"},
 		{name: "job unknown model field", annotations: map[string]string{AnnotationJob: `{"model": {"layer": 2}}`}, field: a(AnnotationJob), errContains: "model.layer"},
 		{name: "job bad model", annotations: map[string]string{AnnotationJob: `{"model": {"layers": 0}}`}, field: a(AnnotationJob), errContains: "model.layers"},
+		{name: "job's faults on one line", annotations: map[string]string{AnnotationJob: `{"model": {"layers": 0}, "layout": "x"}`}, field: a(AnnotationJob), errContains: "layout: pattern: 'x' does not match pattern '^(tp|cp|ep|dp|pp)(-(tp|cp|ep|dp|pp)){4}$'; model.layers: minimum"},
 		{name: "job fraction", annotations: map[string]string{AnnotationJob: `{"model": {"layers": 2.5}}`}, field: a(AnnotationJob), errContains: "model.layers"},
 		{name: "job property twice", annotations: map[string]string{AnnotationJob: `{"layout": "tp-cp-ep-dp-pp", "layout": "pp-cp-ep-dp-tp"}`}, field: a(AnnotationJob), errContains: "duplicate"},
 		{name: "job too long", annotations: map[string]string{AnnotationJob: `{"labels": {"k": "` + strings.Repeat("v", 64<<10) + `"}}`}, field: a(AnnotationJob), errContains: "65536 bytes"},
