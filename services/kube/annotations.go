@@ -158,8 +158,14 @@ func JobSpec(pod *corev1.Pod) (events.JobSubmitted, error) {
 	var jobBody string
 	hasJob := false
 
+	// In a fixed order, so that a pod with several faults always gets
+	// the same error; the labels counted before any is checked.
+	var keys []string
 	nLabels := 0
 	for key := range pod.Annotations {
+		if strings.HasPrefix(key, Prefix) {
+			keys = append(keys, key)
+		}
 		if strings.HasPrefix(key, AnnotationLabelPrefix) {
 			nLabels++
 		}
@@ -168,13 +174,8 @@ func JobSpec(pod *corev1.Pod) (events.JobSubmitted, error) {
 		return events.JobSubmitted{}, &FieldError{Field: annotationField(AnnotationLabelPrefix + "*"), Value: strconv.Itoa(nLabels),
 			Err: fmt.Errorf("at most %d labels", maxLabels)}
 	}
-
-	// In a fixed order, so that a pod with several faults always gets
-	// the same error.
-	for _, key := range slices.Sorted(maps.Keys(pod.Annotations)) {
-		if !strings.HasPrefix(key, Prefix) {
-			continue
-		}
+	slices.Sort(keys)
+	for _, key := range keys {
 		value := pod.Annotations[key]
 		fail := func(err error) (events.JobSubmitted, error) {
 			return events.JobSubmitted{}, &FieldError{Field: annotationField(key), Value: value, Err: err}
