@@ -302,7 +302,7 @@ func workloadOf(pod *corev1.Pod) (kind, name string, size int, err error) {
 		}
 		if isTrainJobInitializer(pod.Labels[LabelReplicatedJobName]) {
 			// It runs, and must finish, before the trainer's pods exist.
-			return KindPod, pod.Name, 1, nil
+			return lonePod(pod)
 		}
 		return KindTrainJob, name, 0, nil
 	}
@@ -334,8 +334,13 @@ func workloadOf(pod *corev1.Pod) (kind, name string, size int, err error) {
 	if name, err = workloadName(pod, LabelPodGroup); err != nil || name != "" {
 		return KindPodGroup, name, 0, err
 	}
+	return lonePod(pod)
+}
+
+// lonePod is the gang of one pod, named as the pod.
+func lonePod(pod *corev1.Pod) (kind, name string, size int, err error) {
 	if pod.Name == "" {
-		return "", "", 0, &FieldError{Field: "metadata.name", Value: "", Err: errors.New("a pod of no workload is a gang named as the pod")}
+		return "", "", 0, &FieldError{Field: "metadata.name", Value: "", Err: errors.New("a pod alone is a gang named as the pod")}
 	}
 	return KindPod, pod.Name, 1, nil
 }

@@ -69,6 +69,7 @@ func gangCases() []gangCase {
 
 		{name: "no namespace", pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}}, field: "metadata.namespace"},
 		{name: "lone pod without a name", pod: newPod("", nil, nil), field: "metadata.name"},
+		{name: "TrainJob initializer without a name", pod: newPod("", map[string]string{LabelTrainJobName: "t", LabelReplicatedJobName: "model-initializer"}, nil), field: "metadata.name"},
 		{name: "lone pod, gang-size 2", pod: newPod("p", nil, map[string]string{AnnotationGangSize: "2"}), field: annotationField(AnnotationGangSize), errContains: "gang of one"},
 		{name: "gang-size 0", pod: newPod("p", map[string]string{LabelPodGroup: "pg"}, map[string]string{AnnotationGangSize: "0"}), field: annotationField(AnnotationGangSize), errContains: "1 to 65536"},
 		{name: "gang-size too big", pod: newPod("p", map[string]string{LabelPodGroup: "pg"}, map[string]string{AnnotationGangSize: "65537"}), field: annotationField(AnnotationGangSize)},
