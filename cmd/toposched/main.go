@@ -69,7 +69,7 @@ or see it work on a sample cluster:
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	g.registerOps(pf)
-	root.AddCommand(newServe(g), newDemo(g), newAgent(g), newRoles(g))
+	root.AddCommand(newServe(g), newDemo(g), newAgent(g), newRoles(g), newKube(g))
 	root.AddCommand(newModel(g))
 	root.AddCommand(newQuality(g))
 	root.AddCommand(newReplay(g), newScale(g))

@@ -53,6 +53,8 @@ type opsFlags struct {
 	agentTTL time.Duration
 	// memoryLimit is the Go runtime's soft memory limit (--memory-limit).
 	memoryLimit string
+	// kube is serve's Kubernetes service, off unless --kubeconfig.
+	kube kubeFlags
 }
 
 // defaultMemoryLimit is the soft memory limit of serve and the services

@@ -31,6 +31,10 @@ import (
 //   - agent-<node>: one node's agent: that node's topology, health,
 //     heartbeats, rank logs and exits, the finishes of the jobs whose
 //     rank 0 it runs (placement checks that part) and their telemetry.
+//   - kube: the Kubernetes service (toposched kube): submits and finishes
+//     the jobs of every tenant (Kubernetes RBAC says who may create
+//     pods), publishes the GPUs held outside toposched, and campaigns for
+//     its lease.
 //   - policy-admin: topoctl policy push and calibration push.
 //
 // The readers (launcher, tenants, agents) read the streams through
@@ -43,7 +47,10 @@ const (
 )
 
 // fixedRoles are the roles without a name, in the order they are listed.
-var fixedRoles = append([]string{roleOperator, roleLauncher, rolePolicyAdmin}, operator.All...)
+var fixedRoles = append([]string{roleOperator, roleLauncher, rolePolicyAdmin}, serviceNames...)
+
+// serviceNames are the roles of one service each.
+var serviceNames = append(slices.Clone(operator.All), roleKube)
 
 // durable is one durable consumer a service reads through.
 type durable struct {
@@ -85,18 +92,19 @@ var publishedBy = map[events.Name][]string{
 	events.NamePlacementTerm:             {operator.Placement},
 	events.NamePlacementFinishRefused:    {operator.Placement},
 	events.NamePlacementMigrationRefused: {operator.Placement},
-	events.NameJobFinished:               {operator.Placement}, // the watchdog's lost jobs
+	events.NameJobFinished:               {operator.Placement, roleKube}, // the watchdog's lost jobs; pods ended
 	events.NamePlacementMigration:        {operator.Optimizer},
 	events.NameRuntimeTuning:             {operator.Optimizer},
 	events.NameRuntimeDiagnosis:          {operator.Optimizer},
 	events.NameTopologyNode:              {operator.Discovery},
 	events.NameTopologyFabric:            {operator.Discovery},
 	events.NameTopologyHealth:            {operator.Discovery},
+	events.NameTopologyHeld:              {roleKube},
 	events.NamePolicyApplied:             {operator.Placement, operator.Optimizer},
 	events.NamePolicyRejected:            {operator.Placement, operator.Optimizer},
 	events.NameCalibrationApplied:        {operator.Placement, operator.Optimizer},
 	events.NameCalibrationRejected:       {operator.Placement, operator.Optimizer},
-	events.NameJobSubmitted:              nil,
+	events.NameJobSubmitted:              {roleKube},
 	events.NameJobMigrationAccepted:      nil,
 	events.NameRuntimeTelemetry:          nil,
 	events.NameAgentHeartbeat:            nil,
@@ -118,7 +126,7 @@ func (r roles) permissions(role string) (*server.Permissions, bool) {
 	case rolePolicyAdmin:
 		return r.policyAdmin(), true
 	}
-	if slices.Contains(operator.All, role) {
+	if slices.Contains(serviceNames, role) {
 		return r.service(role), true
 	}
 	switch s, _ := events.ScopeOfRole(role); s.Kind {
@@ -281,7 +289,12 @@ func (r roles) service(svc string) *server.Permissions {
 	if svc != operator.Optimizer {
 		deny = append(deny, "$KV."+calibration.BucketName(r.prefix)+".>") // the online calibration's
 	}
-	if svc != operator.Placement {
+	switch svc {
+	case operator.Placement:
+	case roleKube:
+		// Its own lease only.
+		deny = append(deny, "$KV."+operator.LeaseBucket(r.prefix)+"."+operator.LeaseKey)
+	default:
 		deny = append(deny, "$KV."+operator.LeaseBucket(r.prefix)+".>")
 	}
 	return &server.Permissions{

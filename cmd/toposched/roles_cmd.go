@@ -16,7 +16,6 @@ import (
 	"github.com/toposched/toposched/events/natsserver"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/internal/natsflags"
-	"github.com/toposched/toposched/services/operator"
 )
 
 func newRoles(g *globals) *cobra.Command {
@@ -83,15 +82,15 @@ func newRolesIssue(g *globals, dir *string) *cobra.Command {
 	cmd.Flags().StringArrayVar(&tenants, "tenant", nil, "a tenant whose users get a role (repeatable)")
 	cmd.Flags().StringVar(&clusterFile, "agents-from", "", "a cluster file: a role for each of its nodes' agents")
 	cmd.Flags().BoolVar(&services, "services", false,
-		"a role for each service run on its own (analysis, placement, optimizer, discovery: the Helm chart's Deployments, toposched@.service), in place of the operator's all-powerful one")
+		"a role for each service run on its own (analysis, placement, optimizer, discovery, kube: the Helm chart's Deployments, toposched@.service), in place of the operator's all-powerful one")
 	return cmd
 }
 
 // serviceRoles are the roles of the services run apart, one each.
 func serviceRoles(prefix string) []natsserver.Role {
 	r := roles{prefix}
-	out := make([]natsserver.Role, 0, len(operator.All))
-	for _, svc := range operator.All {
+	out := make([]natsserver.Role, 0, len(serviceNames))
+	for _, svc := range serviceNames {
 		p, _ := r.permissions(svc)
 		out = append(out, natsserver.Role{Name: svc, Permissions: p})
 	}

@@ -131,12 +131,12 @@ func TestRolesIssueServices(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	want := append([]string{roleOperator, roleLauncher, rolePolicyAdmin, "agent-gpu-001"}, operator.All...)
+	want := append([]string{roleOperator, roleLauncher, rolePolicyAdmin, "agent-gpu-001"}, serviceNames...)
 	if got := creds.Roles(); !slices.Equal(sorted(got), sorted(want)) {
 		t.Fatalf("roles %v, want %v", got, want)
 	}
 	r := roles{events.DefaultPrefix}
-	for _, svc := range operator.All {
+	for _, svc := range serviceNames {
 		i := slices.IndexFunc(opts.Nkeys, func(u *server.NkeyUser) bool { return u.Nkey == creds.PublicKey(svc) })
 		if i < 0 {
 			t.Fatalf("%s: no user in roles conf", svc)
@@ -148,6 +148,14 @@ func TestRolesIssueServices(t *testing.T) {
 		decided := events.NewSubjects(events.DefaultPrefix).Of(events.NamePlacementDecided)
 		if may(opts.Nkeys[i].Permissions, decided) != (svc == operator.Placement) {
 			t.Errorf("%s may publish %s: %v", svc, decided, svc != operator.Placement)
+		}
+		// Only the Kubernetes service speaks for Kubernetes: its jobs,
+		// under any tenant, and the GPUs held outside toposched.
+		subj := events.NewSubjects(events.DefaultPrefix)
+		for _, s := range []string{subj.Scoped(events.NameJobSubmitted, events.TenantScope("team-a")), subj.ForNode(events.NameTopologyHeld, "gpu-001")} {
+			if may(opts.Nkeys[i].Permissions, s) != (svc == roleKube) {
+				t.Errorf("%s may publish %s: %v", svc, s, svc != roleKube)
+			}
 		}
 	}
 }

@@ -108,6 +108,7 @@ that was not handled is acknowledged, and the server flushes its streams.`,
 	maxStretchFlag(cmd.Flags(), &f.maxStretch)
 	cmd.Flags().StringVar(&f.policies, "policies", "", policiesUsage)
 	f.ops.register(cmd.Flags(), true)
+	f.ops.kube.register(cmd.Flags(), false)
 	return cmd
 }
 
@@ -359,6 +360,11 @@ func runServices(ctx context.Context, g *globals, conn natsConn, source string, 
 		}
 		go func() { wdDone <- wd.Run(wdCtx) }()
 	}
+	var kubeDone chan error // nil, never ready, when it does not run
+	if ops.kube.enabled() {
+		kubeDone = make(chan error, 1)
+		go func() { kubeDone <- runKube(wdCtx, b, &ops.kube, ops, log) }()
+	}
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
@@ -367,8 +373,15 @@ func runServices(ctx context.Context, g *globals, conn natsConn, source string, 
 		// The watchdog only fails when NATS does: the services are
 		// about to notice as well.
 		log.Error("launch watchdog stopped", "err", err)
+	case err := <-kubeDone:
+		log.Error("kubernetes service stopped", "err", err)
+		kubeDone = nil
 	}
 	wdStop()
+	if kubeDone != nil {
+		// It hands its lease over on the way out, over the bus.
+		<-kubeDone
+	}
 	err = op.Stop()
 	if cerr := b.Close(); cerr != nil {
 		err = errors.Join(err, cerr)

@@ -78,6 +78,14 @@ const (
 	AnnotationNprocPerNode = Prefix + "nproc-per-node"
 	AnnotationMasterAddr   = Prefix + "master-addr"
 	AnnotationMasterPort   = Prefix + "master-port"
+	// AnnotationJobID names the toposched job, on a pod bound for it and
+	// on a claim the service allocated for it.
+	AnnotationJobID = Prefix + "placed-job"
+	// AnnotationGPUs are the decided GPUs' indexes on the node, in rank
+	// order; AnnotationIBHCA their nearest NICs, for NCCL_IB_HCA, where the
+	// topology names them.
+	AnnotationGPUs  = Prefix + "gpu-indexes"
+	AnnotationIBHCA = Prefix + "nccl-ib-hca"
 )
 
 // BindingAnnotations are the annotations the service writes at binding:
@@ -87,6 +95,7 @@ const (
 var BindingAnnotations = []string{
 	AnnotationRank, AnnotationWorldSize, AnnotationLocalRank, AnnotationNodeRank,
 	AnnotationNprocPerNode, AnnotationMasterAddr, AnnotationMasterPort,
+	AnnotationJobID, AnnotationGPUs, AnnotationIBHCA,
 }
 
 // Bounds on what JobSpec reads, each checked before the value is parsed.

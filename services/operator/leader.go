@@ -234,7 +234,7 @@ func (l *lease) acquireOnce(ctx context.Context) (rev uint64, sent time.Time, t 
 		return 0, sent, nil, nil, err
 	}
 	l.set(RoleLeader, l.holder)
-	l.log.Info("lease taken: this replica applies placement decisions", "key", l.key, "holder", l.holder, "revision", rev)
+	l.log.Info("lease taken: this replica leads", "key", l.key, "holder", l.holder, "revision", rev)
 	termCtx, termCancel := context.WithCancel(ctx)
 	// The start rebuilds from the streams, which on a busy machine or
 	// after a node's death can take longer than the lease lives: it is

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/services/kube"
+	"github.com/toposched/toposched/services/operator"
+)
+
+// roleKube is the Kubernetes service's NATS role and lease key.
+const roleKube = "kube"
+
+// inCluster is the --kubeconfig value that means the pod's own
+// ServiceAccount.
+const inCluster = "in-cluster"
+
+// kubeFlags are the Kubernetes service's flags, on serve and on kube.
+type kubeFlags struct {
+	kubeconfig string
+	cfg        kube.Config
+	gpuClasses []string
+	qps        float32
+	burst      int
+}
+
+func (f *kubeFlags) register(fs *pflag.FlagSet, standalone bool) {
+	usage := "run the Kubernetes service too, with this kubeconfig, or '" + inCluster + "' for the pod's ServiceAccount (empty: not)"
+	def := ""
+	if standalone {
+		usage = "kubeconfig file, or '" + inCluster + "' for the pod's ServiceAccount (default: in-cluster inside a pod, else $KUBECONFIG or ~/.kube/config)"
+		def = os.Getenv("KUBECONFIG")
+	}
+	fs.StringVar(&f.kubeconfig, "kubeconfig", def, usage)
+	fs.StringVar(&f.cfg.SchedulerName, "scheduler-name", kube.DefaultSchedulerName, "schedule the pods whose spec.schedulerName is this")
+	fs.StringVar(&f.cfg.GPUDriver, "gpu-driver", kube.DefaultGPUDriver, "the DRA driver whose devices are the GPUs of toposched's topology")
+	fs.StringSliceVar(&f.gpuClasses, "gpu-class", nil, "DeviceClasses whose requests are GPUs, one rank each (default: the class named as --gpu-driver)")
+	fs.StringVar(&f.cfg.DedicatedTaint, "dedicated-taint", kube.DefaultDedicatedTaint,
+		"taint key of nodes dedicated to toposched's pods (they tolerate it); a node with any other NoSchedule or NoExecute taint is left out")
+	fs.IntVar(&f.cfg.Workers, "kube-workers", kube.DefaultWorkers, "gangs, decisions and nodes worked on at once")
+	fs.Float32Var(&f.qps, "kube-qps", 200, "the Kubernetes client's sustained requests per second")
+	fs.IntVar(&f.burst, "kube-burst", 400, "the Kubernetes client's burst of requests")
+}
+
+// enabled reports whether serve runs the Kubernetes service.
+func (f *kubeFlags) enabled() bool { return f.kubeconfig != "" }
+
+// restConfig is the client configuration the flags name.
+func (f *kubeFlags) restConfig() (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	switch f.kubeconfig {
+	case inCluster:
+		cfg, err = rest.InClusterConfig()
+	case "":
+		if cfg, err = rest.InClusterConfig(); err == rest.ErrNotInCluster {
+			cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+				clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
+		}
+	default:
+		cfg, err = clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", f.kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = f.qps, f.burst
+	cfg.UserAgent = "toposched"
+	return cfg, nil
+}
+
+// runKube runs the Kubernetes service, one replica at a time (the lease
+// named roleKube), until ctx ends.
+func runKube(ctx context.Context, b *bus.Bus, f *kubeFlags, ops *opsFlags, log *slog.Logger) error {
+	rc, err := f.restConfig()
+	if err != nil {
+		return err
+	}
+	kc, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	cfg := f.cfg
+	cfg.GPUClasses = f.gpuClasses
+	holder := ops.replica
+	if holder == "" {
+		host, _ := os.Hostname()
+		holder = host + "/" + fmt.Sprint(os.Getpid()) + "/" + bus.NewID()[:8]
+	}
+	log = log.With("service", roleKube)
+	return operator.Lead(ctx, b, roleKube, holder, ops.leaseTTL, log, func(ctx context.Context) error {
+		svc, err := kube.New(cfg, kube.Deps{Kube: kc, Dynamic: dyn, Bus: b, Log: log})
+		if err != nil {
+			return err
+		}
+		return svc.Run(ctx)
+	})
+}
+
+func newKube(g *globals) *cobra.Command {
+	var f kubeFlags
+	var ops opsFlags
+	cmd := &cobra.Command{
+		Use:   "kube",
+		Short: "Run the Kubernetes service: schedule gangs of pods and allocate their GPUs through DRA",
+		Long: `kube schedules the pods whose spec.schedulerName is toposched (--scheduler-name):
+it groups them into gangs by their workload's labels (PodGroup, JobSet,
+LeaderWorkerSet, Kubeflow), submits each complete gang as one job, and carries
+placement's decision out: each pod's ResourceClaims get exactly the decided
+GPUs, and every pod of the gang is bound with its rank environment in its
+annotations. GPUs that other schedulers' claims hold, and those of cordoned,
+not ready or tainted nodes, are published held so placement never gives them.
+
+One replica acts at a time: the holder of the lease "kube" in the lease
+bucket, as placement's replicas campaign for theirs.`,
+		Example: `  toposched kube --nats-url nats://toposched-nats:4222 --kubeconfig in-cluster
+  toposched serve --cluster cluster.yaml --kubeconfig ~/.kube/config`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			if err := ops.applyMemoryLimit(log); err != nil {
+				return err
+			}
+			url := g.natsURL
+			if url == "" {
+				url = "nats://127.0.0.1:4222"
+			}
+			g.conn.Role = roleKube
+			b, err := bus.Connect(cmd.Context(), g.busConfig(url, roleKube, log))
+			if err != nil {
+				return err
+			}
+			defer func() { _ = b.Close() }()
+			return runKube(cmd.Context(), b, &f, &ops, log)
+		},
+	}
+	f.register(cmd.Flags(), true)
+	cmd.Flags().StringVar(&ops.replica, "replica", os.Getenv("TOPOSCHED_REPLICA"),
+		"this replica's name in the lease, unique among live replicas, such as the pod name (env TOPOSCHED_REPLICA; default host/pid)")
+	cmd.Flags().DurationVar(&ops.leaseTTL, "lease-ttl", operator.DefaultLeaseTTL, "the lease bucket's TTL: the same as placement's --lease-ttl")
+	cmd.Flags().StringVar(&ops.memoryLimit, "memory-limit", "", "the Go runtime's soft memory limit (0: none; default GOMEMLIMIT, else 1GiB)")
+	return cmd
+}

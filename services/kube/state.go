@@ -1,0 +1,285 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
+)
+
+// What the service knows from the streams: its jobs (those whose id
+// starts with JobIDPrefix), what placement said of them, and each node's
+// GPUs and holds as the topology stream last gave them. It is rebuilt from
+// the streams at start (replayed, then followed: follow), never stored.
+
+// JobIDPrefix starts the id of every job this service submits.
+const JobIDPrefix = "k8s:"
+
+// jobState is one job the service submitted, as the streams tell it.
+type jobState struct {
+	id      string
+	gang    string // Gang.Key
+	members string // the member pods' fingerprint (jobID's hash)
+	attempt int
+	decided *events.PlacementDecided
+	// pending is placement's latest reason the job waits, "" once decided.
+	pending string
+	// rejected is placement's or analysis's refusal, "" if none.
+	rejected string
+	// finished: a jobs.finished or placement.released was seen.
+	finished bool
+	// failed says why its decision could not be carried out, for a job
+	// finished as launch_failed: its pods' claims cannot be met (a
+	// selector that fails, a count the decision cannot give), so the same
+	// pods are not submitted again.
+	failed string
+	// carried is set once this replica has carried the decision out
+	// (every pod bound), so that a look before its pod cache shows the
+	// bindings does not try again.
+	carried bool
+	// conflictSince is when carrying out its decision first found a
+	// decided GPU allocated to another claim (zero: it has not).
+	conflictSince time.Time
+}
+
+// nodeGPUs is a node's GPUs as its topology.node listed them.
+type nodeGPUs struct {
+	gpus []events.GPU
+}
+
+// apply takes one record of the jobs, placement or topology streams into
+// the state; the caller holds mu. It reports the job or node the record
+// changed ("" for none) so that the caller can reconcile it.
+func (s *Service) apply(r bus.Record) (job, node string) {
+	switch r.Name {
+	case events.NameJobSubmitted:
+		var ev events.JobSubmitted
+		if !s.decode(r, &ev) || !strings.HasPrefix(ev.JobID, JobIDPrefix) {
+			return "", ""
+		}
+		s.setGang(s.job(ev.JobID), ev.Labels[LabelGang])
+		return ev.JobID, ""
+	case events.NameJobFinished:
+		var ev events.JobFinished
+		if !s.decode(r, &ev) || !strings.HasPrefix(ev.JobID, JobIDPrefix) {
+			return "", ""
+		}
+		j := s.job(ev.JobID)
+		s.finished(j)
+		if ev.Reason == events.ReasonLaunchFailed {
+			j.failed = ev.Message
+		}
+		return ev.JobID, ""
+	case events.NamePlacementDecided:
+		var ev events.PlacementDecided
+		if !s.decode(r, &ev) || !strings.HasPrefix(ev.JobID, JobIDPrefix) {
+			return "", ""
+		}
+		j := s.job(ev.JobID)
+		j.decided, j.pending = &ev, ""
+		return j.id, ""
+	case events.NamePlacementPending:
+		var ev events.PlacementPending
+		if !s.decode(r, &ev) || !strings.HasPrefix(ev.JobID, JobIDPrefix) {
+			return "", ""
+		}
+		j := s.job(ev.JobID)
+		j.pending = reasonsText(ev.Reasons)
+		return j.id, ""
+	case events.NamePlacementRejected:
+		var ev events.PlacementRejected
+		if !s.decode(r, &ev) || !strings.HasPrefix(ev.JobID, JobIDPrefix) {
+			return "", ""
+		}
+		j := s.job(ev.JobID)
+		j.rejected = reasonsText(ev.Reasons)
+		return j.id, ""
+	case events.NamePlacementReleased:
+		var ev events.PlacementReleased
+		if !s.decode(r, &ev) || !strings.HasPrefix(ev.JobID, JobIDPrefix) {
+			return "", ""
+		}
+		s.finished(s.job(ev.JobID))
+		return ev.JobID, ""
+	case events.NameTopologyNode:
+		var ev events.TopologyNode
+		if !s.decode(r, &ev) {
+			return "", ""
+		}
+		if ev.Removed {
+			delete(s.topo, ev.Name)
+		} else {
+			s.topo[ev.Name] = &nodeGPUs{gpus: ev.GPUs}
+		}
+		return "", ev.Name
+	case events.NameTopologyHeld:
+		var ev events.TopologyHeld
+		if !s.decode(r, &ev) {
+			return "", ""
+		}
+		s.heldSeen[ev.Node] = heldKey(ev.GPUs)
+		return "", ev.Node
+	}
+	return "", ""
+}
+
+// decode reads a record's body; one that does not decode is left alone
+// (the services that own the event dead-letter it).
+func (s *Service) decode(r bus.Record, v any) bool {
+	if err := s.bus.Decode(r.Name, r.Body, v); err != nil {
+		s.log.Debug("event skipped", "event", r.Name, "seq", r.Seq, "err", err)
+		return false
+	}
+	return true
+}
+
+// job returns the state of a job id, made on first sight; the caller
+// holds mu.
+func (s *Service) job(id string) *jobState {
+	j, ok := s.jobs[id]
+	if !ok {
+		j = &jobState{id: id}
+		j.members, j.attempt = parseJobID(id)
+		s.jobs[id] = j
+		if j.attempt > s.attempts[j.members] {
+			s.attempts[j.members] = j.attempt
+		}
+	}
+	return j
+}
+
+// setGang records a job's gang; the caller holds mu.
+func (s *Service) setGang(j *jobState, gang string) {
+	j.gang = gang
+	if gang == "" || j.finished {
+		return
+	}
+	if s.byGang[gang] == nil {
+		s.byGang[gang] = map[string]bool{}
+	}
+	s.byGang[gang][j.id] = true
+}
+
+// finished records a job's end; the caller holds mu.
+func (s *Service) finished(j *jobState) {
+	j.finished = true
+	if ids := s.byGang[j.gang]; ids != nil {
+		delete(ids, j.id)
+		if len(ids) == 0 {
+			delete(s.byGang, j.gang)
+		}
+	}
+}
+
+// streams are what the service reads: its jobs' submissions and
+// finishes, placement's answers, and the nodes' GPUs and holds.
+func (s *Service) streams() []struct {
+	domain events.Domain
+	names  []events.Name
+} {
+	return []struct {
+		domain events.Domain
+		names  []events.Name
+	}{
+		{events.DomainJobs, []events.Name{events.NameJobSubmitted, events.NameJobFinished}},
+		{events.DomainPlacement, []events.Name{events.NamePlacementDecided, events.NamePlacementPending,
+			events.NamePlacementRejected, events.NamePlacementReleased}},
+		{events.DomainTopology, []events.Name{events.NameTopologyNode, events.NameTopologyHeld}},
+	}
+}
+
+// rebuild reads each stream from its start and returns the last sequence
+// read of each, for follow to go on from.
+func (s *Service) rebuild(ctx context.Context) ([]uint64, error) {
+	var last []uint64
+	for _, st := range s.streams() {
+		var seq uint64
+		err := s.bus.Replay(ctx, st.domain, s.subjectsOf(st.names), func(r bus.Record) error {
+			seq = r.Seq
+			s.mu.Lock()
+			s.apply(r)
+			s.mu.Unlock()
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("kube: rebuild from %s: %w", st.domain, err)
+		}
+		last = append(last, seq)
+	}
+	return last, nil
+}
+
+// follow reads each stream on from where rebuild stopped until ctx ends,
+// queueing what each record changed; ready is closed once every follower
+// has its consumer.
+func (s *Service) follow(ctx context.Context, after []uint64, ready chan<- struct{}) error {
+	sts := s.streams()
+	errs := make(chan error, len(sts))
+	readies := make([]chan struct{}, len(sts))
+	for i, st := range sts {
+		readies[i] = make(chan struct{})
+		go func() {
+			errs <- s.bus.FollowFrom(ctx, st.domain, s.subjectsOf(st.names), after[i], readies[i], func(r bus.Record) error {
+				s.mu.Lock()
+				job, node := s.apply(r)
+				s.mu.Unlock()
+				if job != "" {
+					s.queue.Add(jobKey(job))
+				}
+				if node != "" {
+					s.queue.Add(nodeKey(node))
+				}
+				return nil
+			})
+		}()
+	}
+	for i := range readies {
+		select {
+		case <-readies[i]:
+		case err := <-errs:
+			return fmt.Errorf("kube: follow: %w", err)
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	close(ready)
+	for range sts {
+		if err := <-errs; err != nil && ctx.Err() == nil {
+			return fmt.Errorf("kube: follow: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *Service) subjectsOf(names []events.Name) []string {
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		out = append(out, s.bus.Subjects.Of(n))
+	}
+	return out
+}
+
+// reasonsText renders placement's reasons for an Event on a pod.
+func reasonsText(rs []events.Reason) string {
+	parts := make([]string, 0, len(rs))
+	for _, r := range rs {
+		parts = append(parts, r.Code+": "+r.Message)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// heldKey is a node's holds in one comparable string.
+func heldKey(gpus []events.HeldGPU) string {
+	var b strings.Builder
+	for _, g := range gpus {
+		b.WriteString(strconv.Itoa(g.Index))
+		b.WriteByte('=')
+		b.WriteString(g.By)
+		b.WriteByte(';')
+	}
+	return b.String()
+}
