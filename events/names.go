@@ -31,9 +31,9 @@ const (
 	NameTopologyHealth         Name = "topology.health"
 	// NameTopologyHeld lists the GPUs of a node held outside toposched
 	// (another scheduler's Kubernetes ResourceClaims).
-	NameTopologyHeld Name = "topology.held"
-	NamePolicyApplied          Name = "policy.applied"
-	NamePolicyRejected         Name = "policy.rejected"
+	NameTopologyHeld   Name = "topology.held"
+	NamePolicyApplied  Name = "policy.applied"
+	NamePolicyRejected Name = "policy.rejected"
 	// The cost model's calibration sets, applied and refused (policy.go).
 	NameCalibrationApplied  Name = "policy.calibration_applied"
 	NameCalibrationRejected Name = "policy.calibration_rejected"
