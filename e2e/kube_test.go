@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,12 +83,29 @@ type kubeEnv struct {
 	cluster, dataDir string
 	port             int
 	serve            *proc
+	// apart: the service runs as its own process (toposched kube, with
+	// its own NATS identity and metrics endpoint), not inside serve.
+	apart   bool
+	kube    *proc
+	metrics string // apart's metrics endpoint, HOST:PORT
 }
 
 // startKubeEnv starts a control plane with the nodes (each a DGX H100 with
 // its eight GPUs in a ResourceSlice), grants the service the chart's
 // rules, and starts serve on a cluster file of the same nodes.
 func startKubeEnv(t *testing.T, nodes ...string) *kubeEnv {
+	t.Helper()
+	return newKubeEnv(t, false, nodes...)
+}
+
+// startKubeEnvApart is startKubeEnv with the Kubernetes service run as
+// toposched kube beside serve, signed in as its own role.
+func startKubeEnvApart(t *testing.T, nodes ...string) *kubeEnv {
+	t.Helper()
+	return newKubeEnv(t, true, nodes...)
+}
+
+func newKubeEnv(t *testing.T, apart bool, nodes ...string) *kubeEnv {
 	t.Helper()
 	needBinaries(t)
 	kc := startKube(t)
@@ -101,7 +119,7 @@ func startKubeEnv(t *testing.T, nodes ...string) *kubeEnv {
 		fmt.Fprintf(&cluster, "  - {name: %s, model: dgx-h100}\n", n)
 	}
 	dir := t.TempDir()
-	e := &kubeEnv{kubeCluster: kc, cluster: filepath.Join(dir, "cluster.yaml"), dataDir: filepath.Join(dir, "data"), port: freePort(t)}
+	e := &kubeEnv{kubeCluster: kc, cluster: filepath.Join(dir, "cluster.yaml"), dataDir: filepath.Join(dir, "data"), port: freePort(t), apart: apart}
 	if err := os.WriteFile(e.cluster, []byte(cluster.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -113,11 +131,28 @@ func startKubeEnv(t *testing.T, nodes ...string) *kubeEnv {
 // until it schedules.
 func (e *kubeEnv) start(t *testing.T) {
 	t.Helper()
-	e.serve = startServe(t, "serve", e.cluster, e.port, e.dataDir,
-		"--kubeconfig", e.kubeconfigFor(t, kubeToposched), "--lease-ttl", "2s")
+	kube := []string{"--kubeconfig", e.kubeconfigFor(t, kubeToposched), "--lease-ttl", "2s"}
+	if !e.apart {
+		e.serve = startServe(t, "serve", e.cluster, e.port, e.dataDir, kube...)
+		e.waitScheduling(t, e.serve)
+		return
+	}
+	// The service's seed, kube.nk, as an administrator issues it before
+	// serve starts (serve takes in later ones within a second or so).
+	issueRoles(t, credentialsDir(e.dataDir), "--services")
+	e.serve = startServe(t, "serve", e.cluster, e.port, e.dataDir, "--lease-ttl", "2s")
+	e.metrics = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	e.kube = startProc(t, "kube", childEnv("TOPOSCHED_DATA_DIR="+e.dataDir), bins.toposched,
+		append([]string{"kube", "--nats-url", e.url(), "--metrics-listen", e.metrics}, kube...)...)
+	e.waitScheduling(t, e.kube)
+}
+
+// waitScheduling waits for the Kubernetes service in p to schedule.
+func (e *kubeEnv) waitScheduling(t *testing.T, p *proc) {
+	t.Helper()
 	waitFor(t, time.Minute, func() (bool, string) {
-		mustBeAlive(t, e.serve)
-		return strings.Contains(e.serve.output(), "scheduling pods"), "the Kubernetes service has not logged 'scheduling pods'"
+		mustBeAlive(t, p)
+		return strings.Contains(p.output(), "scheduling pods"), "the Kubernetes service has not logged 'scheduling pods'"
 	})
 }
 
@@ -322,9 +357,10 @@ func (c *kubeCluster) deletePods(t *testing.T, names ...string) {
 func lonePod(name, tmpl string) *corev1.Pod { return gpuPod(kubeNS, name, tmpl) }
 
 // TestKubeGangWaits: a gang that does not fit stays Pending with an Event
-// that says why, and starts once GPUs free.
+// that says why, and starts once GPUs free. The service runs as toposched
+// kube, signed in as its own NATS role, and its metrics count the gangs.
 func TestKubeGangWaits(t *testing.T) {
-	e := startKubeEnv(t, "node-a", "node-b")
+	e := startKubeEnvApart(t, "node-a", "node-b")
 	e.addClaimTemplate(t, kubeNS, "eight-gpus", 8)
 	for i := range 2 {
 		e.createPod(t, jobSetPod("first", i, 2, "eight-gpus", nil))
@@ -342,6 +378,18 @@ func TestKubeGangWaits(t *testing.T) {
 	p := e.waitBound(t, time.Minute, "second-workers-0-0")[0]
 	if got := allocatedDevices(e.claimOf(t, p)); len(got) != 8 {
 		t.Fatalf("the second gang's claim holds %v, want 8 GPUs", got)
+	}
+	waitReadyz(t, e.metrics, http.StatusOK, []string{"ready"}, e.kube)
+	m, err := scrapeMetrics(e.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["toposched_kube_gangs_bound_total"] != 2 || m["toposched_kube_pods_bound_total"] != 3 || m["toposched_kube_leading"] != 1 {
+		t.Errorf("metrics: gangs bound %v, pods bound %v, leading %v; want 2, 3, 1",
+			m["toposched_kube_gangs_bound_total"], m["toposched_kube_pods_bound_total"], m["toposched_kube_leading"])
+	}
+	if m[`toposched_events_published_total{event="jobs.submitted"}`] != 2 {
+		t.Errorf("metrics: %v jobs.submitted published, want 2", m[`toposched_events_published_total{event="jobs.submitted"}`])
 	}
 }
 

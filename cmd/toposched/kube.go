@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/metrics"
 	"github.com/toposched/toposched/services/kube"
 	"github.com/toposched/toposched/services/operator"
 )
@@ -78,9 +81,32 @@ func (f *kubeFlags) restConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
+// kubeRun is the Kubernetes service across the terms of its lease.
+type kubeRun struct {
+	met *kube.Metrics // nil: no metrics
+	// cur is the service of the term this replica leads, nil on a
+	// standby.
+	cur atomic.Pointer[kube.Service]
+}
+
+// ready is nil once this replica either stands by or leads with its
+// caches synced and its state rebuilt.
+func (r *kubeRun) ready() error {
+	svc := r.cur.Load()
+	if svc == nil {
+		return nil // a standby is ready to take over
+	}
+	select {
+	case <-svc.Ready():
+		return nil
+	default:
+		return errors.New("kubernetes service: syncing its caches and rebuilding from the streams")
+	}
+}
+
 // runKube runs the Kubernetes service, one replica at a time (the lease
 // named roleKube), until ctx ends.
-func runKube(ctx context.Context, b *bus.Bus, f *kubeFlags, ops *opsFlags, log *slog.Logger) error {
+func runKube(ctx context.Context, b *bus.Bus, f *kubeFlags, ops *opsFlags, run *kubeRun, log *slog.Logger) error {
 	rc, err := f.restConfig()
 	if err != nil {
 		return err
@@ -102,10 +128,16 @@ func runKube(ctx context.Context, b *bus.Bus, f *kubeFlags, ops *opsFlags, log *
 	}
 	log = log.With("service", roleKube)
 	return operator.Lead(ctx, b, roleKube, holder, ops.leaseTTL, log, func(ctx context.Context) error {
-		svc, err := kube.New(cfg, kube.Deps{Kube: kc, Dynamic: dyn, Bus: b, Log: log})
+		svc, err := kube.New(cfg, kube.Deps{Kube: kc, Dynamic: dyn, Bus: b, Log: log, Metrics: run.met})
 		if err != nil {
 			return err
 		}
+		run.cur.Store(svc)
+		run.met.SetLeading(true)
+		defer func() {
+			run.cur.Store(nil)
+			run.met.SetLeading(false)
+		}()
 		return svc.Run(ctx)
 	})
 }
@@ -142,12 +174,33 @@ bucket, as placement's replicas campaign for theirs.`,
 				url = "nats://127.0.0.1:4222"
 			}
 			g.conn.Role = roleKube
-			b, err := bus.Connect(cmd.Context(), g.busConfig(url, roleKube, log))
+			bcfg := g.busConfig(url, roleKube, log)
+			run := &kubeRun{}
+			var m *metrics.Metrics
+			if ops.metricsListen != "" {
+				m = metrics.New()
+				bcfg.Observer = m
+				run.met = kube.NewMetrics(m.Registry())
+			}
+			b, err := bus.Connect(cmd.Context(), bcfg)
 			if err != nil {
 				return err
 			}
 			defer func() { _ = b.Close() }()
-			return runKube(cmd.Context(), b, &f, &ops, log)
+			if m != nil {
+				srv, err := metrics.Listen(ops.metricsListen, m.Handler(func() error {
+					if nc := b.Conn(); !nc.IsConnected() {
+						return fmt.Errorf("nats: %s", nc.Status())
+					}
+					return run.ready()
+				}), log)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = srv.Close() }()
+				log.Info("metrics endpoint ready", "addr", srv.Addr().String(), "paths", "/metrics /healthz /readyz")
+			}
+			return runKube(cmd.Context(), b, &f, &ops, run, log)
 		},
 	}
 	f.register(cmd.Flags(), true)
@@ -155,5 +208,6 @@ bucket, as placement's replicas campaign for theirs.`,
 		"this replica's name in the lease, unique among live replicas, such as the pod name (env TOPOSCHED_REPLICA; default host/pid)")
 	cmd.Flags().DurationVar(&ops.leaseTTL, "lease-ttl", operator.DefaultLeaseTTL, "the lease bucket's TTL: the same as placement's --lease-ttl")
 	cmd.Flags().StringVar(&ops.memoryLimit, "memory-limit", "", "the Go runtime's soft memory limit (0: none; default GOMEMLIMIT, else 1GiB)")
+	cmd.Flags().StringVar(&ops.metricsListen, "metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on HOST:PORT (empty: off)")
 	return cmd
 }

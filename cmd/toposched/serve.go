@@ -21,6 +21,7 @@ import (
 	"github.com/toposched/toposched/internal/collective"
 	"github.com/toposched/toposched/internal/natsflags"
 	"github.com/toposched/toposched/internal/placer"
+	"github.com/toposched/toposched/services/kube"
 	"github.com/toposched/toposched/services/launcher"
 	"github.com/toposched/toposched/services/operator"
 	"github.com/toposched/toposched/services/placement"
@@ -363,7 +364,11 @@ func runServices(ctx context.Context, g *globals, conn natsConn, source string, 
 	var kubeDone chan error // nil, never ready, when it does not run
 	if ops.kube.enabled() {
 		kubeDone = make(chan error, 1)
-		go func() { kubeDone <- runKube(wdCtx, b, &ops.kube, ops, log) }()
+		run := &kubeRun{}
+		if mr != nil {
+			run.met = kube.NewMetrics(mr.m.Registry())
+		}
+		go func() { kubeDone <- runKube(wdCtx, b, &ops.kube, ops, run, log) }()
 	}
 	select {
 	case <-ctx.Done():

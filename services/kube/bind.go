@@ -218,6 +218,7 @@ func (s *Service) giveUp(ctx context.Context, j *jobState, pods []*corev1.Pod, w
 	if err := s.undo(ctx, j, pods); err != nil {
 		return err
 	}
+	s.met.gaveUp(!permanent)
 	if permanent {
 		msg := "toposched cannot carry out its decision for job " + j.id + ": " + why
 		s.say(pods, corev1.EventTypeWarning, "FailedScheduling", msg)
@@ -402,6 +403,7 @@ func (s *Service) carryOut(ctx context.Context, j *jobState, pods []*corev1.Pod)
 			pl.pod.Namespace, pl.pod.Name, pl.node, j.id, pl.ranks[0].Rank)
 	}
 	s.log.Info("gang bound", "job_id", j.id, "pods", len(pods))
+	s.met.bound(len(pods), j.decided.DecidedAt)
 	return nil
 }
 

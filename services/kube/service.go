@@ -94,6 +94,8 @@ type Deps struct {
 	Dynamic dynamic.Interface
 	Bus     *bus.Bus
 	Log     *slog.Logger
+	// Metrics, if set, is told what the service does.
+	Metrics *Metrics
 }
 
 // Service is the Kubernetes service: see the package doc.
@@ -105,6 +107,7 @@ type Service struct {
 	log  *slog.Logger
 	rec  record.EventRecorder
 	bcst record.EventBroadcaster
+	met  *Metrics
 
 	factory informers.SharedInformerFactory
 	pods    cache.SharedIndexInformer
@@ -153,7 +156,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		log = slog.Default()
 	}
 	s := &Service{
-		cfg: cfg, kc: deps.Kube, dyn: deps.Dynamic, bus: deps.Bus, log: log.With("component", "kube"),
+		cfg: cfg, kc: deps.Kube, dyn: deps.Dynamic, bus: deps.Bus, log: log.With("component", "kube"), met: deps.Metrics,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "toposched-kube"}),
@@ -181,6 +184,10 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	if err := s.claims.AddIndexers(cache.Indexers{indexPool: claimPoolIndex}); err != nil {
 		return nil, fmt.Errorf("kube: claim index: %w", err)
+	}
+	if s.met != nil {
+		depth := s.queue.Len
+		s.met.depth.Store(&depth)
 	}
 	s.bcst = record.NewBroadcaster()
 	s.rec = s.bcst.NewRecorder(scheme.Scheme, corev1.EventSource{Component: cfg.SchedulerName})
