@@ -439,7 +439,7 @@ func rankAnnotations(j *jobState, pl podPlan, pods int, master string) map[strin
 		AnnotationJobID:        j.id,
 		AnnotationRank:         strconv.Itoa(pl.ranks[0].Rank),
 		AnnotationWorldSize:    strconv.Itoa(len(j.decided.Ranks)),
-		AnnotationLocalRank:    "0",
+		AnnotationLocalRank:    strconv.Itoa(pl.ranks[0].LocalRank),
 		AnnotationNodeRank:     strconv.Itoa(pl.index),
 		AnnotationNprocPerNode: strconv.Itoa(len(pl.ranks)),
 		AnnotationMasterAddr:   master,
