@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -272,11 +274,59 @@ func (e *kubeEnv) decision(t *testing.T, job string) decidedJSON {
 	return decisionOf(t, &launchCluster{url: e.url()}, job)
 }
 
+// labelNode sets labels on a node, as a cluster's provisioning does.
+func (c *kubeCluster) labelNode(t *testing.T, name string, labels map[string]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), kubeCallTimeout)
+	defer cancel()
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps.Copy(n.Labels, labels)
+	if _, err := c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitFabric waits for the fabric the nodes' labels describe to be
+// published, with want switches.
+func (e *kubeEnv) waitFabric(t *testing.T, want int) {
+	t.Helper()
+	js := jsConnect(t, e.url())
+	waitFor(t, time.Minute, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(t.Context(), kubeCallTimeout)
+		defer cancel()
+		s, err := js.Stream(ctx, streamTopology)
+		if err != nil {
+			return false, err.Error()
+		}
+		m, err := s.GetLastMsgForSubject(ctx, "toposched.topology.fabric")
+		if err != nil {
+			return false, "no fabric: " + err.Error()
+		}
+		var f struct {
+			Cluster  string `json:"cluster"`
+			Switches []any  `json:"switches"`
+		}
+		if err := json.Unmarshal(m.Data, &f); err != nil {
+			t.Fatal(err)
+		}
+		return f.Cluster == "kubernetes-node-labels" && len(f.Switches) == want, fmt.Sprintf("fabric %s", m.Data)
+	})
+}
+
 // TestKubeJobSetTP8DP2 schedules a 2-node TP8xDP2 JobSet: every pod is
 // bound to the node placement decided, every claim holds exactly the
-// decided GPUs, and the rank annotations are right.
+// decided GPUs, and the rank annotations are right. The nodes' rack
+// labels are the fabric: the gang goes to the two nodes of one rack, not
+// to the first two nodes.
 func TestKubeJobSetTP8DP2(t *testing.T) {
 	e := startKubeEnv(t, "node-a", "node-b", "node-c")
+	for node, rack := range map[string]string{"node-a": "r1", "node-b": "r2", "node-c": "r1"} {
+		e.labelNode(t, node, map[string]string{"topology.kubernetes.io/zone": "z", "toposched.io/rack": rack})
+	}
+	e.waitFabric(t, 4) // zone z (core), z/- (spine: no block label), racks z/-/r1 and z/-/r2 (leaves)
 	e.addClaimTemplate(t, kubeNS, "eight-gpus", 8)
 	ann := map[string]string{"toposched.io/parallelism": "tp=8,dp=2"}
 	for i := range 2 {
@@ -320,8 +370,8 @@ func TestKubeJobSetTP8DP2(t *testing.T) {
 			}
 		}
 	}
-	if len(nodes) != 2 {
-		t.Errorf("the gang is on nodes %v, want two", nodes)
+	if len(nodes) != 2 || !nodes["node-a"] || !nodes["node-c"] {
+		t.Errorf("the gang is on nodes %v, want node-a and node-c, the nodes of rack r1", nodes)
 	}
 	for _, p := range pods {
 		waitPodPhase(t, e.Client, kubeNS, p.Name, corev1.PodRunning)

@@ -50,6 +50,8 @@ func (f *kubeFlags) register(fs *pflag.FlagSet, standalone bool) {
 	fs.StringSliceVar(&f.gpuClasses, "gpu-class", nil, "DeviceClasses whose requests are GPUs, one rank each (default: the class named as --gpu-driver)")
 	fs.StringVar(&f.cfg.DedicatedTaint, "dedicated-taint", kube.DefaultDedicatedTaint,
 		"taint key of nodes dedicated to toposched's pods (they tolerate it); a node with any other NoSchedule or NoExecute taint is left out")
+	fs.StringSliceVar(&f.cfg.FabricLabels, "fabric-labels", kube.DefaultFabricLabels,
+		"node labels of the fabric's levels, the widest first (zone, block, rack); their tree is published as the fabric unless the cluster file has one (empty: none)")
 	fs.IntVar(&f.cfg.Workers, "kube-workers", kube.DefaultWorkers, "gangs, decisions and nodes worked on at once")
 	fs.Float32Var(&f.qps, "kube-qps", 200, "the Kubernetes client's sustained requests per second")
 	fs.IntVar(&f.burst, "kube-burst", 400, "the Kubernetes client's burst of requests")

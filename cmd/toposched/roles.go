@@ -97,19 +97,20 @@ var publishedBy = map[events.Name][]string{
 	events.NameRuntimeTuning:             {operator.Optimizer},
 	events.NameRuntimeDiagnosis:          {operator.Optimizer},
 	events.NameTopologyNode:              {operator.Discovery},
-	events.NameTopologyFabric:            {operator.Discovery},
-	events.NameTopologyHealth:            {operator.Discovery},
-	events.NameTopologyHeld:              {roleKube},
-	events.NamePolicyApplied:             {operator.Placement, operator.Optimizer},
-	events.NamePolicyRejected:            {operator.Placement, operator.Optimizer},
-	events.NameCalibrationApplied:        {operator.Placement, operator.Optimizer},
-	events.NameCalibrationRejected:       {operator.Placement, operator.Optimizer},
-	events.NameJobSubmitted:              {roleKube},
-	events.NameJobMigrationAccepted:      nil,
-	events.NameRuntimeTelemetry:          nil,
-	events.NameAgentHeartbeat:            nil,
-	events.NameRankLog:                   nil,
-	events.NameRanksExited:               nil,
+	events.NameTopologyFabric:            {operator.Discovery, roleKube}, // a cluster file's; node labels'
+
+	events.NameTopologyHealth:       {operator.Discovery},
+	events.NameTopologyHeld:         {roleKube},
+	events.NamePolicyApplied:        {operator.Placement, operator.Optimizer},
+	events.NamePolicyRejected:       {operator.Placement, operator.Optimizer},
+	events.NameCalibrationApplied:   {operator.Placement, operator.Optimizer},
+	events.NameCalibrationRejected:  {operator.Placement, operator.Optimizer},
+	events.NameJobSubmitted:         {roleKube},
+	events.NameJobMigrationAccepted: nil,
+	events.NameRuntimeTelemetry:     nil,
+	events.NameAgentHeartbeat:       nil,
+	events.NameRankLog:              nil,
+	events.NameRanksExited:          nil,
 }
 
 // roles are the roles of one subject prefix.

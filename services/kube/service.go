@@ -63,6 +63,10 @@ type Config struct {
 	// Resync is how often every gang, job and node is looked at again,
 	// whatever changed.
 	Resync time.Duration
+	// FabricLabels are the node labels of the fabric's levels, the widest
+	// first (nil: DefaultFabricLabels); the tree they make is published
+	// as topology.fabric unless a cluster file describes the fabric.
+	FabricLabels []string
 }
 
 func (c *Config) defaults() {
@@ -83,6 +87,9 @@ func (c *Config) defaults() {
 	}
 	if c.Resync <= 0 {
 		c.Resync = DefaultResync
+	}
+	if c.FabricLabels == nil {
+		c.FabricLabels = DefaultFabricLabels
 	}
 }
 
@@ -132,6 +139,12 @@ type Service struct {
 	// said is the last Event message given each pod, so that a gang
 	// waiting for the same reason is not told again every pass.
 	said map[string]string
+
+	// fabricSeen is the switch list of the fabric this service last
+	// published or found (JSON); fabricForeign is set while the fabric in
+	// force is another source's.
+	fabricSeen    string
+	fabricForeign bool
 
 	celOnce sync.Once
 	cel     *cel.Cache
@@ -298,6 +311,7 @@ func (s *Service) enqueueAll() {
 	for _, n := range nodes {
 		s.queue.Add(nodeKey(n))
 	}
+	s.queue.Add(fabricKey)
 	for _, obj := range s.claims.GetStore().List() {
 		if c := obj.(*resourceapi.ResourceClaim); c.Annotations[AnnotationJobID] != "" {
 			s.queue.Add(claimKey(c.Namespace, c.Name))
@@ -327,6 +341,8 @@ func (s *Service) work(ctx context.Context) bool {
 	case "claim":
 		ns, n, _ := strings.Cut(name, "/")
 		err = s.syncClaim(ctx, ns, n)
+	case "fabric":
+		err = s.syncFabric(ctx)
 	}
 	if err == nil {
 		s.queue.Forget(key)
@@ -383,6 +399,7 @@ func (s *Service) addHandlers() {
 				s.queue.Add(nodeKey(n.Name))
 			}
 		}
+		s.queue.Add(fabricKey)
 	}
 	_, _ = s.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: onNode, UpdateFunc: func(_, obj any) { onNode(obj) }, DeleteFunc: onNode,

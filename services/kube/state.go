@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -116,6 +117,20 @@ func (s *Service) apply(r bus.Record) (job, node string) {
 			s.topo[ev.Name] = &nodeGPUs{gpus: ev.GPUs}
 		}
 		return "", ev.Name
+	case events.NameTopologyFabric:
+		var ev events.TopologyFabric
+		if !s.decode(r, &ev) {
+			return "", ""
+		}
+		if ev.Cluster == FabricCluster {
+			key, _ := json.Marshal(ev.Switches)
+			s.fabricSeen, s.fabricForeign = string(key), false
+		} else {
+			// A cluster file's fabric: it describes the switches
+			// better than labels do.
+			s.fabricForeign = len(ev.Switches) > 0
+		}
+		return "", ""
 	case events.NameTopologyHeld:
 		var ev events.TopologyHeld
 		if !s.decode(r, &ev) {
@@ -188,7 +203,7 @@ func (s *Service) streams() []struct {
 		{events.DomainJobs, []events.Name{events.NameJobSubmitted, events.NameJobFinished}},
 		{events.DomainPlacement, []events.Name{events.NamePlacementDecided, events.NamePlacementPending,
 			events.NamePlacementRejected, events.NamePlacementReleased}},
-		{events.DomainTopology, []events.Name{events.NameTopologyNode, events.NameTopologyHeld}},
+		{events.DomainTopology, []events.Name{events.NameTopologyNode, events.NameTopologyHeld, events.NameTopologyFabric}},
 	}
 }
 
@@ -232,6 +247,7 @@ func (s *Service) follow(ctx context.Context, after []uint64, ready chan<- struc
 				}
 				if node != "" {
 					s.queue.Add(nodeKey(node))
+					s.queue.Add(fabricKey)
 				}
 				return nil
 			})
