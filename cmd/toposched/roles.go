@@ -97,7 +97,7 @@ var publishedBy = map[events.Name][]string{
 	events.NameRuntimeTuning:             {operator.Optimizer},
 	events.NameRuntimeDiagnosis:          {operator.Optimizer},
 	events.NameTopologyNode:              {operator.Discovery},
-	events.NameTopologyFabric:            {operator.Discovery, roleKube}, // a cluster file's; node labels'
+	events.NameTopologyFabric:            {operator.Discovery, roleKube}, // the cluster file's, or the node labels' tree
 
 	events.NameTopologyHealth:       {operator.Discovery},
 	events.NameTopologyHeld:         {roleKube},
