@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -104,12 +105,22 @@ func checkIdentities(objs []any, vals chartutil.Values) error {
 		errs = append(errs, errors.New("no agent DaemonSet rendered"))
 	}
 	services, _ := vals.Table("services")
-	for svc := range services {
+	want := slices.Collect(maps.Keys(services))
+	if kubeEnabled(vals) {
+		want = append(want, "kube")
+	}
+	for _, svc := range want {
 		if !seen["service "+svc] {
 			errs = append(errs, fmt.Errorf("no Deployment of the service %s rendered", svc))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func kubeEnabled(vals chartutil.Values) bool {
+	v, _ := vals.PathValue("kube.enabled")
+	b, _ := v.(bool)
+	return b
 }
 
 func agentEnabled(vals chartutil.Values) bool {

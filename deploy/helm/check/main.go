@@ -5,7 +5,10 @@
 // Operator's ServiceMonitor) are checked for apiVersion, kind and name.
 // Then it checks who each pod signs in to NATS as (identity.go): each
 // service its own seed and no other, each node's agent its node's, from
-// the node.
+// the node; and the Kubernetes service (kube.go): its ClusterRole is
+// files/kube-rules.yaml, bound to its own ServiceAccount, which no other
+// pod has, and every service is behind the metrics Service the
+// ServiceMonitor scrapes.
 //
 // It is a module of its own so that helm's and Kubernetes' dependencies
 // stay out of toposched's go.mod. The NATS subchart is the official one,
@@ -32,6 +35,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -43,7 +47,8 @@ type valueSet struct {
 }
 
 // valueSets are the configurations rendered: the defaults (NATS
-// identities on), the insecure lab's, and one with every optional part on.
+// identities on), the insecure lab's, one with every optional part on, and
+// one without the Kubernetes service.
 var valueSets = map[string]valueSet{
 	"defaults": {vals: map[string]any{"nats": map[string]any{"enabled": false}}},
 	"insecure": {files: []string{"values-insecure.yaml"}, vals: map[string]any{"nats": map[string]any{"enabled": false}}},
@@ -53,8 +58,13 @@ var valueSets = map[string]valueSet{
 		"tls":      map[string]any{"enabled": true, "secretName": "toposched-nats-tls"},
 		"policies": map[string]any{"lab.rego": "package toposched.nodes\n"},
 		"metrics":  map[string]any{"serviceMonitor": map[string]any{"enabled": false}},
+		"kube":     map[string]any{"gpuClasses": []any{"gpu.nvidia.com", "mig.nvidia.com"}, "resources": map[string]any{"limits": map[string]any{"memory": "4Gi"}}},
 	}},
+	"kube-off": {vals: map[string]any{"nats": map[string]any{"enabled": false}, "kube": map[string]any{"enabled": false}}},
 }
+
+// releaseNamespace is the namespace the chart is rendered into.
+const releaseNamespace = "toposched"
 
 func main() {
 	if len(os.Args) != 2 {
@@ -133,7 +143,7 @@ func check(dir string, vs valueSet) ([]string, error) {
 		}
 	}
 	if len(errs) == 0 {
-		errs = append(errs, checkIdentities(objs, vals))
+		errs = append(errs, checkIdentities(objs, vals), checkKube(objs, vals, dir), checkMetrics(objs))
 	}
 	return kinds, errors.Join(errs...)
 }
@@ -157,7 +167,7 @@ func render(dir string, vs valueSet) (map[string]string, chartutil.Values, error
 	if err := chartutil.ProcessDependenciesWithMerge(ch, user); err != nil {
 		return nil, nil, fmt.Errorf("dependencies: %w", err)
 	}
-	rv, err := chartutil.ToRenderValues(ch, user, chartutil.ReleaseOptions{Name: "t", Namespace: "toposched", IsInstall: true}, chartutil.DefaultCapabilities)
+	rv, err := chartutil.ToRenderValues(ch, user, chartutil.ReleaseOptions{Name: "t", Namespace: releaseNamespace, IsInstall: true}, chartutil.DefaultCapabilities)
 	if err != nil {
 		return nil, nil, fmt.Errorf("values: %w", err)
 	}
@@ -239,7 +249,22 @@ func validate(doc []byte) (string, any, error) {
 		v = &appsv1.StatefulSet{}
 	case "policy/v1/PodDisruptionBudget":
 		v = &policyv1.PodDisruptionBudget{}
-	case "monitoring.coreos.com/v1/ServiceMonitor", "monitoring.coreos.com/v1/PodMonitor":
+	case "rbac.authorization.k8s.io/v1/ClusterRole":
+		v = &rbacv1.ClusterRole{}
+	case "rbac.authorization.k8s.io/v1/ClusterRoleBinding":
+		v = &rbacv1.ClusterRoleBinding{}
+	case "rbac.authorization.k8s.io/v1/Role":
+		v = &rbacv1.Role{}
+	case "rbac.authorization.k8s.io/v1/RoleBinding":
+		v = &rbacv1.RoleBinding{}
+	case "monitoring.coreos.com/v1/ServiceMonitor":
+		// A CRD: its shape, and what it scrapes (kube.go).
+		m := &serviceMonitor{}
+		if err := yaml.Unmarshal(doc, m); err != nil {
+			return "", nil, fmt.Errorf("%s %s: %w", head.Kind, head.Metadata.Name, err)
+		}
+		return head.Kind + "/" + head.Metadata.Name + " (CRD: shape and selector only)", m, nil
+	case "monitoring.coreos.com/v1/PodMonitor":
 		return head.Kind + "/" + head.Metadata.Name + " (CRD: shape only)", nil, nil
 	default:
 		return "", nil, fmt.Errorf("%s %s: no schema known to this check", head.APIVersion, head.Kind)

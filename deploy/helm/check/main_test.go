@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -8,6 +10,8 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 const chartDir = "../toposched"
@@ -153,6 +157,30 @@ func TestCheckIdentitiesFindsSharedIdentities(t *testing.T) {
 			p := pod(t, objs, "placement")
 			p.Volumes = append(p.Volumes, corev1.Volume{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/etc/toposched/credentials/"}}})
 		}, "the node's agent seed directory"},
+		{"the kube service given placement's seed", func(t *testing.T, objs []any) {
+			it := &vol(t, pod(t, objs, "kube"), "nkey").Secret.Items[0]
+			it.Key = "placement.nk"
+		}, "the seed placement.nk of another role"},
+		{"the kube service given a second seed", func(t *testing.T, objs []any) {
+			v := vol(t, pod(t, objs, "kube"), "nkey")
+			v.Secret.Items = append(v.Secret.Items, corev1.KeyToPath{Key: "discovery.nk", Path: "discovery.nk", Mode: mode(0o440)})
+		}, "the seed discovery.nk of another role"},
+		{"the kube service signs in as the operator", func(t *testing.T, objs []any) {
+			c := &pod(t, objs, "kube").Containers[0]
+			for i, a := range c.Args {
+				if strings.HasPrefix(a, "--nats-nkey=") {
+					c.Args[i] = "--nats-nkey=/etc/toposched/operator.nk"
+				}
+			}
+		}, "but its seed is mounted at"},
+		{"the kube service without its Deployment", func(t *testing.T, objs []any) {
+			pod(t, objs, "kube")
+			for i, o := range objs {
+				if d, ok := o.(*appsv1.Deployment); ok && d.Spec.Template.Labels["app.kubernetes.io/component"] == "kube" {
+					objs[i] = nil
+				}
+			}
+		}, "no Deployment of the service kube"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs, vals := rendered(t)
@@ -259,10 +287,293 @@ func TestCheckNATSServers(t *testing.T) {
 // (read as decimal 440 it would be 0670: group-writable).
 func TestSeedModeIsOctal(t *testing.T) {
 	objs, _ := rendered(t)
-	for _, svc := range []string{"analysis", "placement", "optimizer", "discovery"} {
+	for _, svc := range []string{"analysis", "placement", "optimizer", "discovery", "kube"} {
 		it := vol(t, pod(t, objs, svc), "nkey").Secret.Items
 		if len(it) != 1 || it[0].Mode == nil || *it[0].Mode != 0o440 {
 			t.Errorf("%s: items %+v, want one of mode 0440", svc, it)
 		}
+	}
+}
+
+// kubeObj is the one rendered object of type T (the Kubernetes service's
+// ClusterRole, ClusterRoleBinding).
+func kubeObj[T any](t *testing.T, objs []any) T {
+	t.Helper()
+	var found []T
+	for _, o := range objs {
+		if v, ok := o.(T); ok {
+			found = append(found, v)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d objects of type %T rendered, want 1", len(found), found)
+	}
+	return found[0]
+}
+
+// setFlag sets a flag of the container running svc, adding it if absent.
+func setFlag(t *testing.T, objs []any, svc, flag, value string) {
+	t.Helper()
+	c := &pod(t, objs, svc).Containers[0]
+	for i, a := range c.Args {
+		if strings.HasPrefix(a, flag+"=") {
+			c.Args[i] = flag + "=" + value
+			return
+		}
+	}
+	c.Args = append(c.Args, flag+"="+value)
+}
+
+// Each way the Kubernetes service could get rights other than
+// files/kube-rules.yaml's, or they could reach another pod, or its
+// replicas and the agents could go wrong, is found; the chart as
+// rendered passes.
+func TestCheckKubeFindsWrongRights(t *testing.T) {
+	tokenVolume := corev1.Volume{Name: "token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "t-toposched-placement-token"}}}
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, objs []any)
+		want   string // in the error; "" for none
+	}{
+		{"the chart", func(*testing.T, []any) {}, ""},
+		{"a rule the file has not", func(t *testing.T, objs []any) {
+			r := kubeObj[*rbacv1.ClusterRole](t, objs)
+			r.Rules = append(r.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}})
+		}, `extra: groups [""] resources ["secrets"] verbs ["get"]`},
+		{"a rule of the file left out", func(t *testing.T, objs []any) {
+			r := kubeObj[*rbacv1.ClusterRole](t, objs)
+			r.Rules = r.Rules[1:]
+		}, `missing: groups [""] resources ["pods"]`},
+		{"a verb more on a rule", func(t *testing.T, objs []any) {
+			r := kubeObj[*rbacv1.ClusterRole](t, objs)
+			r.Rules[2].Verbs = append(r.Rules[2].Verbs, "patch")
+		}, "its rules are not files/kube-rules.yaml's"},
+		{"an aggregated ClusterRole", func(t *testing.T, objs []any) {
+			kubeObj[*rbacv1.ClusterRole](t, objs).AggregationRule = &rbacv1.AggregationRule{}
+		}, "aggregationRule"},
+		{"bound to the default ServiceAccount", func(t *testing.T, objs []any) {
+			kubeObj[*rbacv1.ClusterRoleBinding](t, objs).Subjects[0].Name = "default"
+		}, "gives the ClusterRole to ServiceAccount toposched/default"},
+		{"bound to a ServiceAccount of another namespace", func(t *testing.T, objs []any) {
+			kubeObj[*rbacv1.ClusterRoleBinding](t, objs).Subjects[0].Namespace = "kube-system"
+		}, "gives the ClusterRole to ServiceAccount kube-system/t-toposched-kube"},
+		{"bound to every ServiceAccount too", func(t *testing.T, objs []any) {
+			b := kubeObj[*rbacv1.ClusterRoleBinding](t, objs)
+			b.Subjects = append(b.Subjects, rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts"})
+		}, "gives the ClusterRole to Group /system:serviceaccounts"},
+		{"binding cluster-admin", func(t *testing.T, objs []any) {
+			kubeObj[*rbacv1.ClusterRoleBinding](t, objs).RoleRef.Name = "cluster-admin"
+		}, "binds ClusterRole cluster-admin"},
+		{"the kube pod as the default ServiceAccount", func(t *testing.T, objs []any) {
+			pod(t, objs, "kube").ServiceAccountName = ""
+		}, "runs as the namespace's default ServiceAccount"},
+		{"the kube pod as a ServiceAccount not rendered", func(t *testing.T, objs []any) {
+			pod(t, objs, "kube").ServiceAccountName = "t-toposched-scheduler"
+		}, "its ServiceAccount t-toposched-scheduler is not rendered"},
+		{"the kube pod without its token", func(t *testing.T, objs []any) {
+			pod(t, objs, "kube").AutomountServiceAccountToken = ptr(false)
+		}, "no token for --kubeconfig=in-cluster"},
+		{"placement runs as the kube ServiceAccount", func(t *testing.T, objs []any) {
+			pod(t, objs, "placement").ServiceAccountName = "t-toposched-kube"
+		}, "Deployment/t-toposched-placement: runs as the Kubernetes service's ServiceAccount"},
+		{"analysis mounts a token", func(t *testing.T, objs []any) {
+			pod(t, objs, "analysis").AutomountServiceAccountToken = nil
+		}, "Deployment/t-toposched-analysis: mounts a ServiceAccount token"},
+		{"the agent mounts a token", func(t *testing.T, objs []any) {
+			pod(t, objs, "agent").AutomountServiceAccountToken = ptr(true)
+		}, "DaemonSet/t-toposched-agent: mounts a ServiceAccount token"},
+		{"another ServiceAccount's token Secret in the kube pod", func(t *testing.T, objs []any) {
+			p := pod(t, objs, "kube")
+			p.Volumes = append(p.Volumes, tokenVolume)
+		}, "volume token: the Secret t-toposched-placement-token"},
+		{"a token Secret in the kube pod's environment", func(t *testing.T, objs []any) {
+			c := &pod(t, objs, "kube").Containers[0]
+			c.Env = append(c.Env, corev1.EnvVar{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "t-toposched-placement-token"}, Key: "token"}}})
+		}, "env TOKEN: the Secret t-toposched-placement-token"},
+		{"a token for another audience", func(t *testing.T, objs []any) {
+			p := pod(t, objs, "kube")
+			p.Volumes = append(p.Volumes, corev1.Volume{Name: "vault", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: "vault", Path: "t"}}}}}})
+		}, "a token for audience vault"},
+		{"every kube replica of one name", func(t *testing.T, objs []any) {
+			setFlag(t, objs, "kube", "--replica", "kube")
+		}, "--replica kube: not $(VAR)"},
+		{"the kube replica named by its node", func(t *testing.T, objs []any) {
+			c := &pod(t, objs, "kube").Containers[0]
+			c.Env[0].ValueFrom.FieldRef.FieldPath = "spec.nodeName"
+		}, "--replica $(POD_NAME): not $(VAR)"},
+		{"placement replicas without their pod's name", func(t *testing.T, objs []any) {
+			c := &pod(t, objs, "placement").Containers[0]
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "TOPOSCHED_REPLICA" })
+		}, "no --replica and no TOPOSCHED_REPLICA"},
+		{"a lease TTL not placement's", func(t *testing.T, objs []any) {
+			setFlag(t, objs, "kube", "--lease-ttl", "30s")
+		}, "--lease-ttl: kube 30s, placement 10s"},
+		{"the same lease TTL spelt otherwise", func(t *testing.T, objs []any) {
+			setFlag(t, objs, "kube", "--lease-ttl", "10000ms")
+		}, ""},
+		{"the agent kept off the dedicated nodes", func(t *testing.T, objs []any) {
+			p := pod(t, objs, "agent")
+			p.Tolerations = slices.DeleteFunc(p.Tolerations, func(x corev1.Toleration) bool { return x.Key == "toposched.io/dedicated" })
+		}, "does not tolerate toposched.io/dedicated=true:NoSchedule"},
+		{"another dedicated taint than the agent's", func(t *testing.T, objs []any) {
+			setFlag(t, objs, "kube", "--dedicated-taint", "example.com/gpu-pool")
+		}, "does not tolerate example.com/gpu-pool=true:NoSchedule"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, vals := rendered(t)
+			tc.change(t, objs)
+			err := checkKube(objs, vals, chartDir)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Every service, the Kubernetes service too, is scraped and probed where
+// it serves; each way one could drop out of the ServiceMonitor is found.
+func TestCheckMetricsFindsUnscrapedServices(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, objs []any)
+		want   string
+	}{
+		{"the chart", func(*testing.T, []any) {}, ""},
+		{"kube without its metrics port", func(t *testing.T, objs []any) {
+			pod(t, objs, "kube").Containers[0].Ports = nil
+		}, `Deployment/t-toposched-kube: container kube: no port "metrics" 9090`},
+		{"kube serving metrics on another port", func(t *testing.T, objs []any) {
+			setFlag(t, objs, "kube", "--metrics-listen", "0.0.0.0:9091")
+		}, `no port "metrics" 9091`},
+		{"kube without --metrics-listen", func(t *testing.T, objs []any) {
+			c := &pod(t, objs, "kube").Containers[0]
+			c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--metrics-listen") })
+		}, "0 --metrics-listen flags"},
+		{"kube's liveness on another path", func(t *testing.T, objs []any) {
+			pod(t, objs, "kube").Containers[0].LivenessProbe.HTTPGet.Path = "/metrics"
+		}, "liveness probe is not GET /healthz"},
+		{"kube without readiness", func(t *testing.T, objs []any) {
+			pod(t, objs, "kube").Containers[0].ReadinessProbe = nil
+		}, "readiness probe is not GET /readyz"},
+		{"the metrics Service selects placement only", func(t *testing.T, objs []any) {
+			s := kubeObj[*corev1.Service](t, objs)
+			s.Spec.Selector["app.kubernetes.io/component"] = "placement"
+		}, "Deployment/t-toposched-kube: no Service selects the pod"},
+		{"the metrics Service on another port", func(t *testing.T, objs []any) {
+			kubeObj[*corev1.Service](t, objs).Spec.Ports[0].TargetPort = intstr.FromString("http")
+		}, "no Service selects the pod on its metrics port"},
+		{"the ServiceMonitor on another Service", func(t *testing.T, objs []any) {
+			kubeObj[*serviceMonitor](t, objs).Spec.Selector.MatchLabels["app.kubernetes.io/component"] = "api"
+		}, "ServiceMonitor/t-toposched does not scrape it"},
+		{"the ServiceMonitor on another port", func(t *testing.T, objs []any) {
+			kubeObj[*serviceMonitor](t, objs).Spec.Endpoints[0].Port = "http"
+		}, "ServiceMonitor/t-toposched does not scrape it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, _ := rendered(t)
+			tc.change(t, objs)
+			err := checkMetrics(objs)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// brokenChart is a copy of the chart with old replaced by new in file.
+func brokenChart(t *testing.T, file, old, new string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(chartDir)); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, file)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), old) {
+		t.Fatalf("%s has no %q", file, old)
+	}
+	if err := os.WriteFile(p, []byte(strings.Replace(string(b), old, new, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// The whole check (render, decode, every check) fails on a chart whose
+// templates give the Kubernetes service what is not its own.
+func TestCheckFindsBrokenKubeTemplates(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, old, new string
+		want                 string
+	}{
+		{"another service's seed", "templates/kube.yaml",
+			"{key: kube.nk, path: kube.nk", "{key: placement.nk, path: kube.nk",
+			"the seed placement.nk of another role"},
+		{"the whole Secret of seeds", "templates/kube.yaml",
+			"            items:\n              - {key: kube.nk, path: kube.nk, mode: 0440}\n", "",
+			"every service's seed"},
+		{"a rule written in the template", "templates/kube.yaml",
+			`{{ .Files.Get "files/kube-rules.yaml" }}`,
+			"{{ .Files.Get \"files/kube-rules.yaml\" }}\n- {apiGroups: [\"\"], resources: [secrets], verbs: [get, list]}",
+			`extra: groups [""] resources ["secrets"] verbs ["get" "list"]`},
+		{"no ServiceAccount of its own", "templates/kube.yaml",
+			"      serviceAccountName: {{ $name }}\n", "",
+			"runs as the namespace's default ServiceAccount"},
+		{"the binding in the default namespace", "templates/kube.yaml",
+			"namespace: {{ .Release.Namespace }}", "namespace: default",
+			"ServiceAccount default/t-toposched-kube"},
+		{"the services given tokens", "templates/deployments.yaml",
+			"automountServiceAccountToken: false", "automountServiceAccountToken: true",
+			"mounts a ServiceAccount token"},
+		{"one replica name for both", "templates/kube.yaml",
+			"--replica=$(POD_NAME)", "--replica=kube",
+			"--replica kube"},
+		{"the lease TTL of its own", "templates/kube.yaml",
+			"--lease-ttl={{ .Values.services.placement.leaseTTL }}", "--lease-ttl=15s",
+			"--lease-ttl: kube 15s, placement 10s"},
+		{"no metrics port", "templates/kube.yaml",
+			"            - {name: metrics, containerPort: {{ .Values.metrics.port }}}\n", "",
+			`no port "metrics"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := brokenChart(t, tc.file, tc.old, tc.new)
+			_, err := check(dir, valueSets["defaults"])
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// With kube.enabled off nothing of the Kubernetes service is rendered, and
+// the check asks for none of it; with it on, a ClusterRole left behind by
+// a values override is found.
+func TestKubeDisabled(t *testing.T) {
+	out, vals, err := render(chartDir, valueSets["kube-off"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := out["toposched/templates/kube.yaml"]; strings.TrimSpace(text) != "" {
+		t.Fatalf("kube.enabled false renders kube.yaml:\n%s", text)
+	}
+	if _, err := check(chartDir, valueSets["kube-off"]); err != nil {
+		t.Fatal(err)
+	}
+	objs, _ := rendered(t)
+	err = checkKube(objs, vals, chartDir)
+	if err == nil || !strings.Contains(err.Error(), "kube.enabled is false, yet") {
+		t.Fatalf("error %v, want one with %q", err, "kube.enabled is false, yet")
 	}
 }

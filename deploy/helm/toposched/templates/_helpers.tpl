@@ -40,7 +40,7 @@ the password users of old shared one agent password among every node.
 {{- fail "auth.existingSecret, auth.operatorUser: the password users are gone (every agent shared one password); give auth.servicesSecret and each node its agent seed (deploy/README.md, Kubernetes)" }}
 {{- end }}
 {{- if not .Values.auth.servicesSecret }}
-{{- fail "auth.servicesSecret: the Secret holding analysis.nk, placement.nk, optimizer.nk, discovery.nk is required with auth.enabled" }}
+{{- fail "auth.servicesSecret: the Secret holding analysis.nk, placement.nk, optimizer.nk, discovery.nk (and kube.nk with kube.enabled) is required with auth.enabled" }}
 {{- end }}
 {{- if not .Values.auth.agentCredentialsHostPath }}
 {{- fail "auth.agentCredentialsHostPath: the directory on each GPU node holding its agent's seed is required with auth.enabled" }}
