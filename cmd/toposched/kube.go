@@ -68,7 +68,7 @@ func (f *kubeFlags) restConfig() (*rest.Config, error) {
 	case inCluster:
 		cfg, err = rest.InClusterConfig()
 	case "":
-		if cfg, err = rest.InClusterConfig(); err == rest.ErrNotInCluster {
+		if cfg, err = rest.InClusterConfig(); errors.Is(err, rest.ErrNotInCluster) {
 			cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 				clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{}).ClientConfig()
 		}

@@ -385,7 +385,9 @@ func runServices(ctx context.Context, g *globals, conn natsConn, source string, 
 	wdStop()
 	if kubeDone != nil {
 		// It hands its lease over on the way out, over the bus.
-		<-kubeDone
+		if err := <-kubeDone; err != nil {
+			log.Error("kubernetes service stopped", "err", err)
+		}
 	}
 	err = op.Stop()
 	if cerr := b.Close(); cerr != nil {

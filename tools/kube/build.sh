@@ -31,7 +31,15 @@ if [ ! -x "$BIN/kube-apiserver" ] || [ ! -x "$BIN/kube-controller-manager" ] || 
 fi
 if [ ! -x "$BIN/kwok" ]; then
   echo "building kwok $KWOK into $BIN" >&2
-  GOBIN="$BIN" nice -n 10 go install "sigs.k8s.io/kwok/cmd/kwok@$KWOK"
+  # The module proxy's TLS handshake has timed out here once on the first
+  # fetch and passed on the next (shared/howto/kubernetes): three tries.
+  for try in 1 2 3; do
+    if GOBIN="$BIN" nice -n 10 go install "sigs.k8s.io/kwok/cmd/kwok@$KWOK"; then
+      break
+    fi
+    [ "$try" = 3 ] && exit 1
+    echo "kwok: try $try failed; again" >&2
+  done
 fi
 if [ ! -f "$BIN/kwok-stages.yaml" ]; then
   # Without stages kwok exits with "no stages found": nodes become Ready,
