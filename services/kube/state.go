@@ -56,71 +56,86 @@ type nodeGPUs struct {
 // the state; the caller holds mu. It reports the job or node the record
 // changed ("" for none) so that the caller can reconcile it.
 func (s *Service) apply(r bus.Record) (job, node string) {
+	switch r.Name.Domain() {
+	case events.DomainJobs, events.DomainPlacement:
+		// The ce-subject is the job id: other jobs' events, most of
+		// those streams, are passed over without decoding them.
+		if !strings.HasPrefix(r.Env.Subject, JobIDPrefix) {
+			return "", ""
+		}
+		return s.applyJob(r), ""
+	}
+	return "", s.applyTopology(r)
+}
+
+// applyJob takes one of this service's jobs' events into the state and
+// returns the job's id.
+func (s *Service) applyJob(r bus.Record) string {
+	var id string
+	var apply func(j *jobState)
 	switch r.Name {
 	case events.NameJobSubmitted:
-		var ev events.JobSubmitted
-		if !s.decode(r, &ev) || !strings.HasPrefix(ev.JobID, JobIDPrefix) {
-			return "", ""
+		if ev, ok := decoded[events.JobSubmitted](s, r); ok {
+			id, apply = ev.JobID, func(j *jobState) { s.setGang(j, ev.Labels[LabelGang]) }
 		}
-		s.setGang(s.job(ev.JobID), ev.Labels[LabelGang])
-		return ev.JobID, ""
 	case events.NameJobFinished:
-		var ev events.JobFinished
-		if !s.decode(r, &ev) || !strings.HasPrefix(ev.JobID, JobIDPrefix) {
-			return "", ""
+		if ev, ok := decoded[events.JobFinished](s, r); ok {
+			id, apply = ev.JobID, func(j *jobState) {
+				s.finished(j)
+				if ev.Reason == events.ReasonLaunchFailed {
+					j.failed = ev.Message
+				}
+			}
 		}
-		j := s.job(ev.JobID)
-		s.finished(j)
-		if ev.Reason == events.ReasonLaunchFailed {
-			j.failed = ev.Message
-		}
-		return ev.JobID, ""
 	case events.NamePlacementDecided:
-		var ev events.PlacementDecided
-		if !s.decode(r, &ev) || !strings.HasPrefix(ev.JobID, JobIDPrefix) {
-			return "", ""
+		if ev, ok := decoded[events.PlacementDecided](s, r); ok {
+			id, apply = ev.JobID, func(j *jobState) { j.decided, j.pending = ev, "" }
 		}
-		j := s.job(ev.JobID)
-		j.decided, j.pending = &ev, ""
-		return j.id, ""
 	case events.NamePlacementPending:
-		var ev events.PlacementPending
-		if !s.decode(r, &ev) || !strings.HasPrefix(ev.JobID, JobIDPrefix) {
-			return "", ""
+		if ev, ok := decoded[events.PlacementPending](s, r); ok {
+			id, apply = ev.JobID, func(j *jobState) { j.pending = reasonsText(ev.Reasons) }
 		}
-		j := s.job(ev.JobID)
-		j.pending = reasonsText(ev.Reasons)
-		return j.id, ""
 	case events.NamePlacementRejected:
-		var ev events.PlacementRejected
-		if !s.decode(r, &ev) || !strings.HasPrefix(ev.JobID, JobIDPrefix) {
-			return "", ""
+		if ev, ok := decoded[events.PlacementRejected](s, r); ok {
+			id, apply = ev.JobID, func(j *jobState) { j.rejected = reasonsText(ev.Reasons) }
 		}
-		j := s.job(ev.JobID)
-		j.rejected = reasonsText(ev.Reasons)
-		return j.id, ""
 	case events.NamePlacementReleased:
-		var ev events.PlacementReleased
-		if !s.decode(r, &ev) || !strings.HasPrefix(ev.JobID, JobIDPrefix) {
-			return "", ""
+		if ev, ok := decoded[events.PlacementReleased](s, r); ok {
+			id, apply = ev.JobID, s.finished
 		}
-		s.finished(s.job(ev.JobID))
-		return ev.JobID, ""
+	}
+	if apply == nil || !strings.HasPrefix(id, JobIDPrefix) {
+		return ""
+	}
+	apply(s.job(id))
+	return id
+}
+
+// decoded reads a record's body as a T.
+func decoded[T any](s *Service, r bus.Record) (*T, bool) {
+	var ev T
+	return &ev, s.decode(r, &ev)
+}
+
+// applyTopology takes a node's GPUs, its holds or the fabric into the
+// state and returns the node, "" for the fabric.
+func (s *Service) applyTopology(r bus.Record) string {
+	switch r.Name {
 	case events.NameTopologyNode:
 		var ev events.TopologyNode
 		if !s.decode(r, &ev) {
-			return "", ""
+			return ""
 		}
 		if ev.Removed {
 			delete(s.topo, ev.Name)
 		} else {
 			s.topo[ev.Name] = &nodeGPUs{gpus: ev.GPUs}
 		}
-		return "", ev.Name
+		return ev.Name
 	case events.NameTopologyFabric:
 		var ev events.TopologyFabric
 		if !s.decode(r, &ev) {
-			return "", ""
+			return ""
 		}
 		if ev.Cluster == FabricCluster {
 			key, _ := json.Marshal(ev.Switches)
@@ -130,16 +145,16 @@ func (s *Service) apply(r bus.Record) (job, node string) {
 			// better than labels do.
 			s.fabricForeign = len(ev.Switches) > 0
 		}
-		return "", ""
+		return ""
 	case events.NameTopologyHeld:
 		var ev events.TopologyHeld
 		if !s.decode(r, &ev) {
-			return "", ""
+			return ""
 		}
 		s.heldSeen[ev.Node] = heldKey(ev.GPUs)
-		return "", ev.Node
+		return ev.Node
 	}
-	return "", ""
+	return ""
 }
 
 // decode reads a record's body; one that does not decode is left alone

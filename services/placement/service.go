@@ -497,63 +497,58 @@ func (s *Service) retryAfterCatchUp(ctx context.Context) error {
 	return s.retryPending(ctx)
 }
 
-// OnNode records a node's report, then retries the pending jobs.
-func (s *Service) OnNode(ctx context.Context, _ events.Envelope, n *events.TopologyNode) error {
+// changeTopology applies one topology event, unless a catch-up has
+// already, then retries the pending jobs (a node came, a part recovered,
+// a hold was given back: a job may fit now).
+func (s *Service) changeTopology(ctx context.Context, apply func() error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.appliedTopology(ctx) {
 		return s.retryAfterCatchUp(ctx)
 	}
-	if err := s.store.UpsertNode(*n); err != nil {
-		return fmt.Errorf("node %s: %w", n.Name, err)
+	if err := apply(); err != nil {
+		return err
 	}
 	s.topoSeq = max(s.topoSeq, bus.StreamSeq(ctx))
 	return s.retryPending(ctx)
 }
 
+// OnNode records a node's report, then retries the pending jobs.
+func (s *Service) OnNode(ctx context.Context, _ events.Envelope, n *events.TopologyNode) error {
+	return s.changeTopology(ctx, func() error {
+		if err := s.store.UpsertNode(*n); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		return nil
+	})
+}
+
 // OnHealth records a health change, then retries the pending jobs.
 func (s *Service) OnHealth(ctx context.Context, _ events.Envelope, h *events.TopologyHealth) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.appliedTopology(ctx) {
-		return s.retryAfterCatchUp(ctx)
-	}
-	if err := s.store.SetHealth(*h); err != nil {
-		return fmt.Errorf("health of %s: %w", h.Node, err)
-	}
-	s.topoSeq = max(s.topoSeq, bus.StreamSeq(ctx))
-	return s.retryPending(ctx)
+	return s.changeTopology(ctx, func() error {
+		if err := s.store.SetHealth(*h); err != nil {
+			return fmt.Errorf("health of %s: %w", h.Node, err)
+		}
+		return nil
+	})
 }
 
 // OnHeld records which GPUs of a node are held outside toposched, then
 // retries the pending jobs (a hold given back frees GPUs).
 func (s *Service) OnHeld(ctx context.Context, _ events.Envelope, h *events.TopologyHeld) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.appliedTopology(ctx) {
-		return s.retryAfterCatchUp(ctx)
-	}
-	if err := s.store.SetHeld(*h); err != nil {
-		return fmt.Errorf("held GPUs of %s: %w", h.Node, err)
-	}
-	s.topoSeq = max(s.topoSeq, bus.StreamSeq(ctx))
-	return s.retryPending(ctx)
+	return s.changeTopology(ctx, func() error {
+		if err := s.store.SetHeld(*h); err != nil {
+			return fmt.Errorf("held GPUs of %s: %w", h.Node, err)
+		}
+		return nil
+	})
 }
 
 // OnFabric records the switch tree: every node's leaf, pod and core become
 // domains of its GPUs. A tree that does not hold together is refused (and
 // dead-lettered); the previous one stays.
 func (s *Service) OnFabric(ctx context.Context, _ events.Envelope, ev *events.TopologyFabric) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.appliedTopology(ctx) {
-		return s.retryAfterCatchUp(ctx)
-	}
-	if err := s.applyFabric(*ev); err != nil {
-		return err
-	}
-	s.topoSeq = max(s.topoSeq, bus.StreamSeq(ctx))
-	return s.retryPending(ctx)
+	return s.changeTopology(ctx, func() error { return s.applyFabric(*ev) })
 }
 
 func (s *Service) applyFabric(ev events.TopologyFabric) error {
