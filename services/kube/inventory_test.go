@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
@@ -48,6 +47,9 @@ func TestNormalBusID(t *testing.T) {
 		{"0000:+18:00.0", ""},
 		{"0000:1_8:00.0", ""},
 		{"100000000:18:00.0", ""}, // a domain beyond 32 bits
+		{"0000:100:00.0", ""},     // a bus beyond 8 bits
+		{"0000:18:20.0", ""},      // a device beyond 5 bits
+		{"0000:18:00.8", ""},      // a function beyond 3 bits
 	}
 	for _, tt := range tests {
 		got, ok := normalBusID(tt.in)
@@ -61,7 +63,7 @@ func TestNormalBusID(t *testing.T) {
 var canonicalBusID = regexp.MustCompile(`^[0-9a-f]{4,8}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$`)
 
 func FuzzNormalBusID(f *testing.F) {
-	for _, s := range []string{"0000:18:00.0", "00000000:DB:00.0", "18:00.0", "0000:18:00", "", "::.", "0:0:0.0", "ffffffff:ff:1f.7"} {
+	for _, s := range []string{"0000:18:00.0", "00000000:DB:00.0", "18:00.0", "0000:18:00", "", "::.", "0:0:0.0", "ffffffff:ff:1f.7", "0000:100:00.0", "0000:18:20.0", "0000:18:00.8"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -540,7 +542,3 @@ func TestHeldOnConfig(t *testing.T) {
 		t.Errorf("the default dedicated taint on a service configured with another: held %q, want every GPU held for the taint", got)
 	}
 }
-
-// The structured package's DeviceID is what inventory and the claims'
-// results meet on.
-var _ = structured.MakeDeviceID
