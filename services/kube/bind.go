@@ -254,7 +254,16 @@ func (s *Service) undo(ctx context.Context, j *jobState, pods []*corev1.Pod) err
 			continue
 		}
 		claims, _, _ := s.podClaims(p)
-		for _, c := range claims {
+		for _, cached := range claims {
+			// So may it lag the allocations: a claim the carry-out
+			// wrote a moment ago looks free in it.
+			c, err := s.kc.ResourceV1().ResourceClaims(cached.Namespace).Get(ctx, cached.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err == nil && c.UID != cached.UID) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("undo job %s: %w", j.id, err)
+			}
 			if c.Annotations[AnnotationJobID] == j.id {
 				if err := s.deallocate(ctx, c); err != nil {
 					return fmt.Errorf("undo job %s: %w", j.id, err)

@@ -9,9 +9,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
 )
 
 // decided is a decision of ranks; each entry is "node/gpu" or
@@ -283,5 +286,37 @@ func TestPermanentError(t *testing.T) {
 	}
 	if isPermanent(&conflictError{"x"}) || isPermanent(inner) {
 		t.Error("a conflict or a plain error is permanent")
+	}
+}
+
+// TestUndoReadsClaimsFresh: undo gives back a claim the carry-out
+// allocated even where the informer's cache has not seen the allocation
+// yet (a carry-out fails a few milliseconds after it wrote the claim).
+func TestUndoReadsClaimsFresh(t *testing.T) {
+	const job = "k8s:team-a:train:0123456789ab-1"
+	pod, stale := lone("train", 2, nil)
+	written := stale.DeepCopy()
+	written.Finalizers = []string{finalizer}
+	written.Annotations = map[string]string{AnnotationJobID: job}
+	written.Status.Allocation = allocatedClaim("x", "", "node-a", "gpu-0", "gpu-1").Status.Allocation
+	written.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+	cs := fake.NewClientset(pod, written)
+	s, err := New(Config{}, Deps{Kube: cs, Bus: &bus.Bus{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	add(t, s.pods, pod)
+	add(t, s.claims, stale)
+
+	if err := s.undo(t.Context(), &jobState{id: job}, []*corev1.Pod{pod}); err != nil {
+		t.Fatalf("undo: %v", err)
+	}
+	c, err := cs.ResourceV1().ResourceClaims("team-a").Get(t.Context(), stale.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status.Allocation != nil || len(c.Status.ReservedFor) > 0 || len(c.Finalizers) > 0 || c.Annotations[AnnotationJobID] != "" {
+		t.Errorf("claim after undo: allocated %v, reserved for %v, finalizers %v, annotations %v; want it given back",
+			allocated(c), c.Status.ReservedFor, c.Finalizers, c.Annotations)
 	}
 }

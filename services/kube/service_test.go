@@ -568,6 +568,74 @@ func TestServiceMalformedAnnotation(t *testing.T) {
 	}
 }
 
+// TestServiceUndoesAPartialCarryOut: a decision that cannot be carried
+// out for the second pod (its decided GPU has no device) after the first
+// pod's claim was allocated gives that claim back, binds no pod, and
+// finishes the job as launch_failed with an Event on the pods saying why;
+// the gang is not submitted again.
+func TestServiceUndoesAPartialCarryOut(t *testing.T) {
+	nodeA, sliceA, topoA := clusterNode("node-a")
+	nodeB, sliceB, topoB := clusterNode("node-b")
+	// node-b's GPU 1 (device gpu-2) is not in its slice.
+	sliceB.Spec.Devices = slices.DeleteFunc(sliceB.Spec.Devices, func(d resourceapi.Device) bool { return d.Name == "gpu-2" })
+	pod0, claim0 := gangPod(0, 2, 2, nil)
+	pod1, claim1 := gangPod(1, 2, 2, nil)
+	e := startEnv(t, []*events.TopologyNode{topoA, topoB},
+		nodeA, nodeB, sliceA, sliceB, gpuClass(), claim0, claim1, pod0, pod1)
+
+	sub := e.waitSubmitted(Gang{Namespace: "team-a", Kind: KindJobSet, Name: "train"}.Key())
+	e.decide(sub.JobID, "node-a/0", "node-a/1", "node-b/0", "node-b/1")
+	eventually(t, "jobs.finished", func() (bool, string) {
+		return len(e.finishedOf(sub.JobID)) > 0, "no jobs.finished yet"
+	})
+	fin := e.finishedOf(sub.JobID)[0]
+	why := "GPU 1 of node-b has no gpu.nvidia.com device in the node's ResourceSlices"
+	if fin.Status != events.StatusFailed || fin.Reason != events.ReasonLaunchFailed || !strings.Contains(fin.Message, why) {
+		t.Errorf("jobs.finished %+v, want failed, launch_failed, saying %q", fin, why)
+	}
+	// The first pod's claim was allocated before the second's failed...
+	allocatedOnce := false
+	for _, a := range e.cluster.Actions() {
+		if u, ok := a.(k8stesting.UpdateAction); ok && a.GetResource().Resource == "resourceclaims" && a.GetSubresource() == "status" {
+			if c := u.GetObject().(*resourceapi.ResourceClaim); c.Name == claim0.Name && c.Status.Allocation != nil {
+				allocatedOnce = true
+			}
+		}
+	}
+	if !allocatedOnce {
+		t.Errorf("claim %s was never allocated: the carry-out did not fail part way", claim0.Name)
+	}
+	// ...and is given back.
+	eventually(t, "the first pod's claim given back", func() (bool, string) {
+		c := e.cluster.claim(t, claim0.Name)
+		ok := c.Status.Allocation == nil && len(c.Status.ReservedFor) == 0 && len(c.Finalizers) == 0 && c.Annotations[AnnotationJobID] == ""
+		return ok, fmt.Sprintf("claim %s: allocated %v, reserved for %v, finalizers %v, annotations %v",
+			c.Name, allocated(c), c.Status.ReservedFor, c.Finalizers, c.Annotations)
+	})
+	for _, p := range []*corev1.Pod{pod0, pod1} {
+		eventually(t, "an Event on "+p.Name+" saying why", func() (bool, string) {
+			evs := e.cluster.eventsOf(t, p.Name)
+			for _, ev := range evs {
+				if strings.HasPrefix(ev, "FailedScheduling: toposched cannot carry out its decision for job "+sub.JobID) && strings.Contains(ev, why) {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("events: %q", evs)
+		})
+	}
+	e.stop()
+	if b := e.cluster.boundTo(); len(b) != 0 {
+		t.Errorf("pods bound: %v", slices.Sorted(maps.Keys(b)))
+	}
+	if c := e.cluster.claim(t, claim1.Name); c.Status.Allocation != nil {
+		t.Errorf("claim %s allocated %v", c.Name, allocated(c))
+	}
+	submitted, finished := e.stored()
+	if len(submitted) != 1 || len(finished) != 1 {
+		t.Errorf("%d jobs.submitted and %d jobs.finished, want one each: %+v %+v", len(submitted), len(finished), submitted, finished)
+	}
+}
+
 // TestServiceGangGoneBeforeDecision: a gang whose pods are deleted before
 // placement decides is finished as cancelled, so that placement drops it.
 func TestServiceGangGoneBeforeDecision(t *testing.T) {
