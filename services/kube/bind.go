@@ -51,6 +51,10 @@ func (s *Service) syncJob(ctx context.Context, id string) error {
 	pods := s.podsOfJob(&st)
 	switch {
 	case st.finished:
+		// Finished from outside (a cancel) while its decision was being
+		// carried out, it may leave claims allocated for pods not bound:
+		// no change of theirs comes to say so, so syncClaim is asked.
+		s.queueClaims(pods, id)
 		return nil
 	case st.rejected != "":
 		s.say(pods, corev1.EventTypeWarning, "FailedScheduling", "toposched refused the job "+id+": "+st.rejected)
@@ -105,6 +109,19 @@ func (s *Service) syncJob(ctx context.Context, id string) error {
 		return s.giveUp(ctx, &st, pods, err.Error(), true)
 	}
 	return err
+}
+
+// queueClaims queues the claims of pods that this service allocated for
+// job id, for syncClaim to give back where the job is over.
+func (s *Service) queueClaims(pods []*corev1.Pod, id string) {
+	for _, p := range pods {
+		claims, _, _ := s.podClaims(p)
+		for _, c := range claims {
+			if c.Annotations[AnnotationJobID] == id {
+				s.queue.Add(claimKey(c.Namespace, c.Name))
+			}
+		}
+	}
 }
 
 // conflictError says that decided devices are allocated to another claim.

@@ -63,6 +63,8 @@ type fakeCluster struct {
 	*fake.Clientset
 	mu       sync.Mutex
 	bindings []*corev1.Binding
+	// bindFault, where set, is the error a Binding of a pod gets.
+	bindFault func(pod string) error
 }
 
 func newFakeCluster(objs ...runtime.Object) *fakeCluster {
@@ -73,6 +75,14 @@ func newFakeCluster(objs ...runtime.Object) *fakeCluster {
 			return false, nil, nil
 		}
 		b := create.GetObject().(*corev1.Binding)
+		c.mu.Lock()
+		fault := c.bindFault
+		c.mu.Unlock()
+		if fault != nil {
+			if err := fault(b.Name); err != nil {
+				return true, nil, err
+			}
+		}
 		// The reactor runs under the fake's lock: the tracker, not the
 		// clientset, is read and written here.
 		obj, err := c.Tracker().Get(podsResource, b.Namespace, b.Name)
@@ -660,5 +670,37 @@ func TestServiceGangGoneBeforeDecision(t *testing.T) {
 	_, finished := e.stored()
 	if len(finished) != 1 || finished[0].JobID != sub.JobID || finished[0].Status != events.StatusCancelled {
 		t.Errorf("jobs.finished %+v, want one, of %s, cancelled", finished, sub.JobID)
+	}
+}
+
+// TestServiceJobFinishedMidCarryOut: a job finished from outside (a
+// user's cancel) after its claims were allocated but before its pod could
+// be bound gives the claims back, so that they hold no GPU for a pod that
+// is not placed.
+func TestServiceJobFinishedMidCarryOut(t *testing.T) {
+	nodeA, sliceA, topoA := clusterNode("node-a")
+	pod, claim := lone("train", 2, nil)
+	e := startEnv(t, []*events.TopologyNode{topoA}, nodeA, sliceA, gpuClass(), claim, pod)
+	e.cluster.mu.Lock()
+	e.cluster.bindFault = func(string) error { return apierrors.NewInternalError(errors.New("etcd is slow")) }
+	e.cluster.mu.Unlock()
+
+	sub := e.waitSubmitted(Gang{Namespace: "team-a", Kind: KindPod, Name: "train"}.Key())
+	e.decide(sub.JobID, "node-a/0", "node-a/1")
+	eventually(t, "the claim allocated", func() (bool, string) {
+		c := e.cluster.claim(t, claim.Name)
+		return c.Status.Allocation != nil, "not allocated yet"
+	})
+	if _, err := e.b.Publish(t.Context(), &events.JobFinished{JobID: sub.JobID, Status: events.StatusCancelled, Reason: events.ReasonCancelled}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the claim given back", func() (bool, string) {
+		c := e.cluster.claim(t, claim.Name)
+		ok := c.Status.Allocation == nil && len(c.Status.ReservedFor) == 0 && len(c.Finalizers) == 0 && c.Annotations[AnnotationJobID] == ""
+		return ok, fmt.Sprintf("claim %s: allocated %v, reserved for %v, finalizers %v, annotations %v",
+			c.Name, allocated(c), c.Status.ReservedFor, c.Finalizers, c.Annotations)
+	})
+	if p := e.cluster.pod(t, pod.Name); p.Spec.NodeName != "" {
+		t.Errorf("pod bound to %s", p.Spec.NodeName)
 	}
 }
