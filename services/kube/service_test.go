@@ -245,7 +245,6 @@ type env struct {
 	t       *testing.T
 	cluster *fakeCluster
 	b       *bus.Bus // the test's connection
-	svc     *Service
 	stop    func()
 
 	mu   sync.Mutex
@@ -288,7 +287,6 @@ func startEnv(t *testing.T, topos []*events.TopologyNode, objs ...runtime.Object
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.svc = svc
 	runCtx, cancel := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- svc.Run(runCtx) }()
@@ -305,6 +303,7 @@ func startEnv(t *testing.T, topos []*events.TopologyNode, objs ...runtime.Object
 	select {
 	case <-svc.Ready():
 	case err := <-ran:
+		ran <- err // for e.stop, which the cleanup calls
 		t.Fatalf("service ended before it was ready: %v", err)
 	case <-time.After(waitTimeout):
 		t.Fatalf("service not ready within %s", waitTimeout)
