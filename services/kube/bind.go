@@ -51,6 +51,10 @@ func (s *Service) syncJob(ctx context.Context, id string) error {
 	pods := s.podsOfJob(&st)
 	switch {
 	case st.finished:
+		// Finished from outside (a cancel) while its decision was being
+		// carried out, it may leave claims allocated for pods not bound:
+		// no change of theirs comes to say so, so syncClaim is asked.
+		s.queueClaims(pods, id)
 		return nil
 	case st.rejected != "":
 		s.say(pods, corev1.EventTypeWarning, "FailedScheduling", "toposched refused the job "+id+": "+st.rejected)
@@ -105,6 +109,19 @@ func (s *Service) syncJob(ctx context.Context, id string) error {
 		return s.giveUp(ctx, &st, pods, err.Error(), true)
 	}
 	return err
+}
+
+// queueClaims queues the claims of pods that this service allocated for
+// job id, for syncClaim to give back where the job is over.
+func (s *Service) queueClaims(pods []*corev1.Pod, id string) {
+	for _, p := range pods {
+		claims, _, _ := s.podClaims(p)
+		for _, c := range claims {
+			if c.Annotations[AnnotationJobID] == id {
+				s.queue.Add(claimKey(c.Namespace, c.Name))
+			}
+		}
+	}
 }
 
 // conflictError says that decided devices are allocated to another claim.
@@ -255,7 +272,16 @@ func (s *Service) undo(ctx context.Context, j *jobState, pods []*corev1.Pod) err
 			continue
 		}
 		claims, _, _ := s.podClaims(p)
-		for _, c := range claims {
+		for _, cached := range claims {
+			// So may it lag the allocations: a claim the carry-out
+			// wrote a moment ago looks free in it.
+			c, err := s.kc.ResourceV1().ResourceClaims(cached.Namespace).Get(ctx, cached.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err == nil && c.UID != cached.UID) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("undo job %s: %w", j.id, err)
+			}
 			if c.Annotations[AnnotationJobID] == j.id {
 				if err := s.deallocate(ctx, c); err != nil {
 					return fmt.Errorf("undo job %s: %w", j.id, err)

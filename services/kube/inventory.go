@@ -128,7 +128,9 @@ func attrString(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute,
 }
 
 // normalBusID puts a PCI address in one form: nvidia-smi writes the domain
-// with eight digits (00000000:18:00.0), the DRA driver with four.
+// with eight digits (00000000:18:00.0), the DRA driver with four. What is
+// no PCI address (a bus beyond 8 bits, a device beyond 5, a function
+// beyond 3) is refused, not matched.
 func normalBusID(s string) (string, bool) {
 	s = strings.ToLower(strings.TrimSpace(s))
 	parts := strings.Split(s, ":")
@@ -144,7 +146,8 @@ func normalBusID(s string) (string, bool) {
 	}
 	var nums [4]uint64
 	for i, p := range []string{parts[0], parts[1], dev, fn} {
-		n, err := strconv.ParseUint(p, 16, 32)
+		bits := []int{32, 8, 5, 3}[i]
+		n, err := strconv.ParseUint(p, 16, bits)
 		if err != nil {
 			return "", false
 		}

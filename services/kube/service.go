@@ -268,7 +268,12 @@ func (s *Service) Run(ctx context.Context) error {
 		}()
 	}
 	close(s.ready)
-	s.log.Info("scheduling pods", "scheduler_name", s.cfg.SchedulerName, "jobs_known", len(s.jobs))
+	// The workers and followers add jobs meanwhile: the count is read
+	// under mu like every other use of the map.
+	s.mu.Lock()
+	known := len(s.jobs)
+	s.mu.Unlock()
+	s.log.Info("scheduling pods", "scheduler_name", s.cfg.SchedulerName, "jobs_known", known)
 	tick := time.NewTicker(s.cfg.Resync)
 	defer tick.Stop()
 	for {
