@@ -48,7 +48,7 @@ func (s *Service) syncJob(ctx context.Context, id string) error {
 	}
 	st := *j
 	s.mu.Unlock()
-	pods := s.podsOfJob(&st)
+	pods, whole := s.podsOfJob(&st)
 	switch {
 	case st.finished:
 		// Finished from outside (a cancel) while its decision was being
@@ -72,7 +72,15 @@ func (s *Service) syncJob(ctx context.Context, id string) error {
 		return s.finish(ctx, id, events.StatusCancelled, "the job's pods are gone")
 	}
 	if done, status, msg := ended(pods); done {
+		if !whole && status == events.StatusSucceeded {
+			status, msg = events.StatusCancelled, "a pod of the job was deleted while it ran; the others ended"
+		}
 		return s.finish(ctx, id, status, msg)
+	}
+	if !whole {
+		// Bound, then one of its pods went: the others run on, and the
+		// job ends when they have; nothing is carried out again.
+		return nil
 	}
 	if len(pods)*perPodOf(st.decided, len(pods)) != len(st.decided.Ranks) {
 		return s.giveUp(ctx, &st, pods, fmt.Sprintf("the decision has %d ranks for %d pods", len(st.decided.Ranks), len(pods)), true)
@@ -148,36 +156,39 @@ func perPodOf(d *events.PlacementDecided, n int) int {
 	return len(d.Ranks) / n
 }
 
-// podsOfJob finds a job's pods: those bound for it (they carry its id),
-// and, before they are, the gang's pods whose set is the job's.
-func (s *Service) podsOfJob(j *jobState) []*corev1.Pod {
+// podsOfJob finds a job's pods: the gang's pods whose set is the job's
+// (whole), or else those bound for it that are left (they carry its id).
+func (s *Service) podsOfJob(j *jobState) (pods []*corev1.Pod, whole bool) {
 	if j.gang == "" {
-		return nil
+		return nil, false
 	}
 	objs, _ := s.pods.GetIndexer().ByIndex(indexGang, j.gang)
-	var tagged, live []*corev1.Pod
+	// Members are the gang's pods not bound for another job, ended or
+	// being deleted included: only a pod gone, or one made since, changes
+	// the set.
+	var tagged, members []*corev1.Pod
 	for _, o := range objs {
 		p := o.(*corev1.Pod)
 		if p.Annotations[AnnotationJobID] == j.id {
 			tagged = append(tagged, p)
 		}
-		if p.DeletionTimestamp == nil && !terminal(p) && (p.Spec.NodeName == "" || p.Annotations[AnnotationJobID] == j.id) {
-			live = append(live, p)
+		if p.Spec.NodeName == "" || p.Annotations[AnnotationJobID] == j.id {
+			members = append(members, p)
 		}
 	}
-	if len(live) > 0 {
-		if g, err := GangOf(live[0]); err == nil && fingerprint(g, live) == j.members {
-			ordered, err := OrderPods(live)
+	if len(members) > 0 {
+		if g, err := GangOf(members[0]); err == nil && fingerprint(g, members) == j.members {
+			ordered, err := OrderPods(members)
 			if err == nil {
-				return ordered
+				return ordered, true
 			}
 		}
 	}
 	ordered, err := OrderPods(tagged)
 	if err != nil {
-		return tagged
+		return tagged, false
 	}
-	return ordered
+	return ordered, false
 }
 
 // ended reports whether every pod of a job has ended or is being
@@ -408,7 +419,7 @@ func (s *Service) carryOut(ctx context.Context, j *jobState, pods []*corev1.Pod)
 		}
 		b := &corev1.Binding{
 			ObjectMeta: metav1.ObjectMeta{Namespace: pl.pod.Namespace, Name: pl.pod.Name, UID: pl.pod.UID,
-				Annotations: rankAnnotations(j, pl, len(pods), master)},
+				Annotations: rankAnnotations(j, pl, master)},
 			Target: corev1.ObjectReference{Kind: "Node", Name: pl.node},
 		}
 		if err := s.kc.CoreV1().Pods(pl.pod.Namespace).Bind(ctx, b, metav1.CreateOptions{}); err != nil {
@@ -448,7 +459,7 @@ func masterAddr(d *events.PlacementDecided, pls []podPlan) string {
 }
 
 // rankAnnotations is a pod's rank environment.
-func rankAnnotations(j *jobState, pl podPlan, pods int, master string) map[string]string {
+func rankAnnotations(j *jobState, pl podPlan, master string) map[string]string {
 	port := DefaultMasterPort
 	if j.decided.Launch != nil && j.decided.Launch.MasterPort > 0 {
 		port = j.decided.Launch.MasterPort
@@ -475,7 +486,6 @@ func rankAnnotations(j *jobState, pl podPlan, pods int, master string) map[strin
 	if len(hcas) > 0 {
 		a[AnnotationIBHCA] = strings.Join(hcas, ",")
 	}
-	_ = pods
 	return a
 }
 

@@ -158,7 +158,7 @@ func TestRankAnnotations(t *testing.T) {
 				t.Fatal(err)
 			}
 			j := &jobState{id: tt.d.JobID, decided: tt.d}
-			got := rankAnnotations(j, pls[tt.pod], tt.pods, tt.master)
+			got := rankAnnotations(j, pls[tt.pod], tt.master)
 			if !maps.Equal(got, tt.want) {
 				t.Errorf("annotations\n got %v\nwant %v", got, tt.want)
 			}
@@ -180,7 +180,7 @@ func TestRankAnnotationsAreBindingAnnotations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := rankAnnotations(&jobState{id: "j-1", decided: d}, pls[0], 1, "a")
+	a := rankAnnotations(&jobState{id: "j-1", decided: d}, pls[0], "a")
 	for k := range a {
 		found := false
 		for _, b := range BindingAnnotations {

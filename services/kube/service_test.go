@@ -246,6 +246,8 @@ type env struct {
 	cluster *fakeCluster
 	b       *bus.Bus // the test's connection
 	stop    func()
+	url     string
+	ctx     context.Context
 
 	mu   sync.Mutex
 	jobs []bus.Record // jobs.submitted and jobs.finished, in stream order
@@ -256,8 +258,9 @@ type env struct {
 func startEnv(t *testing.T, topos []*events.TopologyNode, objs ...runtime.Object) *env {
 	t.Helper()
 	srv := eventstest.Server(t)
-	e := &env{t: t, cluster: newFakeCluster(objs...), b: eventstest.Bus(t, srv.ClientURL(), "test")}
+	e := &env{t: t, cluster: newFakeCluster(objs...), b: eventstest.Bus(t, srv.ClientURL(), "test"), url: srv.ClientURL()}
 	ctx := eventstest.Context(t, 2*time.Minute)
+	e.ctx = ctx
 	for _, n := range topos {
 		if _, err := e.b.Publish(ctx, n); err != nil {
 			t.Fatalf("publish topology of %s: %v", n.Name, err)
@@ -282,12 +285,21 @@ func startEnv(t *testing.T, topos []*events.TopologyNode, objs ...runtime.Object
 		}
 	})
 
+	e.start()
+	return e
+}
+
+// start starts a service on the env's cluster and streams and waits until
+// it is ready; a second start after stop is a restart, or a new leader.
+func (e *env) start() {
+	t := e.t
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	svc, err := New(Config{Resync: time.Hour}, Deps{Kube: e.cluster, Bus: eventstest.Bus(t, srv.ClientURL(), "kube"), Log: log})
+	svc, err := New(Config{Resync: time.Hour}, Deps{Kube: e.cluster, Bus: eventstest.Bus(t, e.url, "kube"), Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
+	runCtx, cancel := context.WithCancel(e.ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- svc.Run(runCtx) }()
 	var once sync.Once
@@ -308,7 +320,6 @@ func startEnv(t *testing.T, topos []*events.TopologyNode, objs ...runtime.Object
 	case <-time.After(waitTimeout):
 		t.Fatalf("service not ready within %s", waitTimeout)
 	}
-	return e
 }
 
 // testWriter sends the service's log to the test's.
@@ -701,5 +712,57 @@ func TestServiceJobFinishedMidCarryOut(t *testing.T) {
 	})
 	if p := e.cluster.pod(t, pod.Name); p.Spec.NodeName != "" {
 		t.Errorf("pod bound to %s", p.Spec.NodeName)
+	}
+}
+
+// TestServiceRestartAfterAPodWent: a gang is bound, one of its pods is
+// deleted, and the service restarts (or another replica leads). The new
+// service must not take the pods left for a decision to carry out again
+// (their ranks would not match it): it undoes nothing, deletes nothing,
+// and finishes the job, cancelled, once the pods left have ended.
+func TestServiceRestartAfterAPodWent(t *testing.T) {
+	nodeA, sliceA, topoA := clusterNode("node-a")
+	nodeB, sliceB, topoB := clusterNode("node-b")
+	pod0, claim0 := gangPod(0, 2, 2, nil)
+	pod1, claim1 := gangPod(1, 2, 2, nil)
+	e := startEnv(t, []*events.TopologyNode{topoA, topoB},
+		nodeA, nodeB, sliceA, sliceB, gpuClass(), claim0, claim1, pod0, pod1)
+	sub := e.waitSubmitted(Gang{Namespace: "team-a", Kind: KindJobSet, Name: "train"}.Key())
+	e.decide(sub.JobID, "node-a/0/", "node-a/1/", "node-b/0/", "node-b/1/")
+	eventually(t, "both pods bound", func() (bool, string) {
+		return len(e.cluster.boundTo()) == 2, fmt.Sprintf("%d bindings", len(e.cluster.boundTo()))
+	})
+	e.stop()
+	if err := e.cluster.CoreV1().Pods("team-a").Delete(t.Context(), pod1.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	// The new service has seen the pod left and the job; it may take a
+	// moment to look at the job: a finish, a deletion or a binding would
+	// show by the time a later change of the pod has been handled.
+	cur := e.cluster.pod(t, pod0.Name)
+	cur.Status.Phase = corev1.PodRunning
+	if _, err := e.cluster.CoreV1().Pods("team-a").UpdateStatus(t.Context(), cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cur.Status.Phase = corev1.PodSucceeded
+	if _, err := e.cluster.CoreV1().Pods("team-a").UpdateStatus(t.Context(), cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "jobs.finished", func() (bool, string) {
+		return len(e.finishedOf(sub.JobID)) > 0, "no jobs.finished yet"
+	})
+	e.stop()
+	_, finished := e.stored()
+	if len(finished) != 1 || finished[0].Status != events.StatusCancelled || finished[0].Reason == events.ReasonLaunchFailed {
+		t.Errorf("jobs.finished %+v, want one, cancelled (a pod went), not a failed launch", finished)
+	}
+	for _, a := range e.cluster.Actions() {
+		if a.GetVerb() == "delete" && a.GetResource().Resource == "pods" && a.(interface{ GetName() string }).GetName() != pod1.Name {
+			t.Errorf("the service deleted a pod: %v", a)
+		}
+	}
+	if n := len(e.cluster.boundTo()); n != 2 {
+		t.Errorf("%d bindings, want the 2 of the first carry-out", n)
 	}
 }
