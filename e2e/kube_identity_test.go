@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -173,7 +174,7 @@ func TestKubeAgentIdentity(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(conf, "auth.conf"), []byte(r.stdout), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	url, _ := confServer(t, conf, "nats")
+	url, natsProc := confServer(t, conf, "nats")
 
 	// toposched kube, as the Helm chart runs it: its own role, the chart's
 	// ClusterRole rules, and the responder.
@@ -270,6 +271,32 @@ func TestKubeAgentIdentity(t *testing.T) {
 			t.Errorf("signed out for %q, want the user's expiry (%v)", asyncErrs, nats.ErrAuthExpired)
 		}
 		t.Logf("signed out %s after signing in with a token of 25 s, signed in again with the rewritten file", time.Since(signedIn).Round(time.Second))
+	})
+	t.Run("a tenant added by a reload", func(t *testing.T) {
+		// roles issue and roles conf again, the servers reloaded (as the
+		// NATS chart's reloader does when the Secret changes): the
+		// tenant's user signs in, not through the callout, and the agents
+		// still do through it.
+		issueRoles(t, creds, "--tenant", "research")
+		r := runCmd(t, 30*time.Second, childEnv(), bins.toposched, "roles", "conf", "--dir", creds, "--auth-callout-issuer", issuer)
+		if r.code != 0 {
+			t.Fatalf("roles conf: exit %d\n%s", r.code, r.stderr)
+		}
+		if err := os.WriteFile(filepath.Join(conf, "auth.conf"), []byte(r.stdout), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		reloads := strings.Count(natsProc.output(), "Reloaded server configuration")
+		natsProc.signal(t, syscall.SIGHUP)
+		waitFor(t, 30*time.Second, func() (bool, string) {
+			mustBeAlive(t, natsProc)
+			out := natsProc.output()
+			if strings.Contains(out, "config reload not supported") {
+				t.Fatalf("nats-server refused the reload:\n%s", out)
+			}
+			return strings.Count(out, "Reloaded server configuration") > reloads, "nats-server has not logged 'Reloaded server configuration'"
+		})
+		connectWith(t, url, "tenant-research", nkeyOption(t, seedIn(t, creds, "tenant-research")))
+		mustBeStored(t, tokenPub(t, url, tokenA, hbA, "probe-after-reload"), "node-a's agent after a reload", hbA)
 	})
 	t.Run("the agent on its token", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "token")

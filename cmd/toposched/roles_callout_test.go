@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -82,12 +83,12 @@ func TestRolesConfAuthCallout(t *testing.T) {
 		if ac == nil || ac.Issuer != pub || ac.Account != "TOPOSCHED_AUTH" {
 			t.Fatalf("auth_callout %+v, want issuer %s in account TOPOSCHED_AUTH", ac, pub)
 		}
-		var wantUsers []string
-		for _, role := range creds.Roles() {
-			wantUsers = append(wantUsers, creds.PublicKey(role))
-		}
-		if !slices.Equal(sorted(ac.AuthUsers), sorted(append(wantUsers, "sys"))) {
-			t.Errorf("auth users %v, want every seed's and sys", ac.AuthUsers)
+		// The callout's own user is its one auth user, its account the one
+		// delegated: every other user signs in as before, and the block
+		// stays the same when users are added (nats-server reloads no
+		// changed auth_callout).
+		if !slices.Equal(ac.AuthUsers, []string{creds.PublicKey(roleAuthCallout)}) || !slices.Equal(ac.AllowedAccounts, []string{"TOPOSCHED_AUTH"}) {
+			t.Errorf("auth users %v, allowed accounts %v; want the responder's alone and TOPOSCHED_AUTH", ac.AuthUsers, ac.AllowedAccounts)
 		}
 		r := roles{events.DefaultPrefix}
 		if len(opts.Nkeys) != len(creds.Roles()) {
@@ -112,6 +113,23 @@ func TestRolesConfAuthCallout(t *testing.T) {
 			}
 		}
 	}
+
+	// A tenant added: its user is added, the callout block the same.
+	before, _, err := rolesCmd(t, "conf", "--dir", dir, "--auth-callout-issuer", pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := rolesCmd(t, "issue", "--dir", dir, "--tenant", "ads"); err != nil {
+		t.Fatal(err)
+	}
+	after, _, err := rolesCmd(t, "conf", "--dir", dir, "--auth-callout-issuer", pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, a := confOptions(t, before), confOptions(t, after); !reflect.DeepEqual(b.AuthCallout, a.AuthCallout) || len(a.Nkeys) != len(b.Nkeys)+1 {
+		t.Errorf("a tenant added: auth_callout %+v -> %+v, %d -> %d users", b.AuthCallout, a.AuthCallout, len(b.Nkeys), len(a.Nkeys))
+	}
+	creds, _ = natsserver.ReadCredentials(dir, roles{events.DefaultPrefix}.permissions)
 
 	// Without the flag the callout is off and its responder left out.
 	text, warn, err := rolesCmd(t, "conf", "--dir", dir)

@@ -261,8 +261,9 @@ With --auth-callout-issuer (the public key, or the seed file, that roles issue
 is none of these users (a node's agent with its pod's ServiceAccount token) is
 let in or refused by toposched kube, whose user auth-callout.nk is put in an
 account of its own (ACCOUNT_AUTH), so that no other user sees the agents'
-tokens. Every user of the directory, and the system account's, is an auth user:
-signed in as before, never sent to the callout.`,
+tokens. The users of the directory and the system account's sign in as before,
+never sent to the callout, and the block does not change when users are added,
+so that the servers reload them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := &confWriter{w: cmd.OutOrStdout(), r: roles{g.prefix}}
@@ -411,12 +412,11 @@ func (c *confWriter) nkeys(account, dir string, creds *natsserver.Credentials, i
 	c.printf("\n# A client that is none of the users above (a node's agent with its pod's\n"+
 		"# ServiceAccount token) is let in as its node's agent, in %s, or\n"+
 		"# refused by the auth callout, toposched kube (--auth-callout-issuer-seed).\n"+
-		"# The users above, its auth users, sign in as before.\n", account)
-	c.printf("authorization {\n  auth_callout {\n    issuer: %s\n    account: %s\n    auth_users: [\n", quote(issuer), calloutAccount(account))
-	for _, role := range creds.Roles() {
-		c.printf("      %s  # %s\n", quote(creds.PublicKey(role)), role)
-	}
-	c.printf("      sys\n    ]\n  }\n}\n")
+		"# No account's users are sent to it but the callout's own, whose one user\n"+
+		"# is its auth user: the users above sign in as before, and a user added\n"+
+		"# later changes nothing here (nats-server reloads no changed auth_callout).\n", account)
+	c.printf("authorization {\n  auth_callout {\n    issuer: %s\n    account: %s\n", quote(issuer), calloutAccount(account))
+	c.printf("    auth_users: [%s]\n    allowed_accounts: [%s]\n  }\n}\n", quote(creds.PublicKey(roleAuthCallout)), calloutAccount(account))
 	return c.err
 }
 

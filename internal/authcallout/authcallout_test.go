@@ -408,24 +408,37 @@ func TestServeWithNATSServer(t *testing.T) {
 	admin, _ := nkeys.CreateUser()
 	adminPub, _ := admin.PublicKey()
 	adminSeed, _ := admin.Seed()
+	// The shape toposched roles conf --auth-callout-issuer writes: the
+	// responder alone an auth user, its account alone delegated, so that
+	// TOPOSCHED's users are not sent to the callout and may be added by a
+	// reload (nats-server reloads no changed auth_callout).
 	dir := t.TempDir()
-	conf := fmt.Sprintf(`listen: "127.0.0.1:-1"
+	file := filepath.Join(dir, "nats.conf")
+	writeConf := func(users ...string) {
+		t.Helper()
+		var list strings.Builder
+		for _, u := range users {
+			fmt.Fprintf(&list, "{nkey: %q}\n", u)
+		}
+		conf := fmt.Sprintf(`listen: "127.0.0.1:-1"
 accounts {
-  TOPOSCHED { users: [ {nkey: %q} ] }
+  TOPOSCHED { users: [ %s ] }
   TOPOSCHED_AUTH { users: [ {nkey: %q, permissions: {publish: "$SYS._INBOX.>", subscribe: %q}} ] }
 }
 authorization {
   auth_callout {
     issuer: %q
     account: TOPOSCHED_AUTH
-    auth_users: [ %q, %q ]
+    auth_users: [ %q ]
+    allowed_accounts: [ TOPOSCHED_AUTH ]
   }
 }
-`, adminPub, responderPub, Subject, issuerPub, adminPub, responderPub)
-	file := filepath.Join(dir, "nats.conf")
-	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
+`, list.String(), responderPub, Subject, issuerPub, responderPub)
+		if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
+	writeConf(adminPub)
 	opts, err := server.ProcessConfigFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -515,4 +528,18 @@ authorization {
 	if _, err := nats.Connect(url); err == nil {
 		t.Fatal("a client without credentials got in")
 	}
+
+	// A user added by a reload signs in, not through the callout.
+	late, _ := nkeys.CreateUser()
+	latePub, _ := late.PublicKey()
+	lateSeed, _ := late.Seed()
+	writeConf(adminPub, latePub)
+	if err := ns.Reload(); err != nil {
+		t.Fatalf("reload with a user added: %v", err)
+	}
+	lateNC, err := nats.Connect(url, signer(lateSeed))
+	if err != nil {
+		t.Fatalf("a user added by a reload: %v", err)
+	}
+	lateNC.Close()
 }
