@@ -54,7 +54,8 @@ not running as root runs ranks only as itself.`,
 		Example: `  toposched agent --print
   toposched agent --nats-url nats://nats:4222 --position 17 --label rack=r3
   toposched agent --nats-url nats://nats:4222 --exec --run-as-allow alice,bob --run-as-default nobody
-  toposched agent --nats-url nats://nats:4222 --node gpu-001 --exec --cluster cluster.yaml --address 10.0.0.11`,
+  toposched agent --nats-url nats://nats:4222 --node gpu-001 --exec --cluster cluster.yaml --address 10.0.0.11
+  toposched agent --nats-url nats://nats:4222 --node "$NODE_NAME" --nats-token-file /var/run/secrets/toposched/nats/token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ef.cluster != "" {
@@ -116,6 +117,7 @@ not running as root runs ranks only as itself.`,
 	f.StringVar(&cfg.SysfsRoot, "sysfs", "/", "root under which sys/ is read (NICs, NUMA, PCIe paths)")
 	f.DurationVar(&cfg.Rediscover, "rediscover", 5*time.Minute, "how often to rediscover the node and report it again if it changed")
 	f.BoolVar(&print, "print", false, "discover once, print the path matrix and exit (no NATS)")
+	g.conn.RegisterTokenFile(f)
 	ef.register(f)
 	cmd.AddCommand(newRankExec())
 	return cmd

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync/atomic"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/dynamic"
@@ -16,6 +17,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/authcallout"
+	"github.com/toposched/toposched/internal/natsflags"
 	"github.com/toposched/toposched/metrics"
 	"github.com/toposched/toposched/services/kube"
 	"github.com/toposched/toposched/services/operator"
@@ -144,9 +147,94 @@ func runKube(ctx context.Context, b *bus.Bus, f *kubeFlags, ops *opsFlags, run *
 	})
 }
 
+// calloutFlags turn on the auth callout responder of toposched kube.
+type calloutFlags struct {
+	issuerSeed     string // the issuer's account seed
+	nkey           string // the responder's own NATS user
+	serviceAccount string // NAMESPACE/NAME of the agents
+	audience       string
+	account        string // where the agents' users are placed
+}
+
+func (c *calloutFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&c.issuerSeed, "auth-callout-issuer-seed", "",
+		"answer the NATS servers' auth callout, signing node agents in by their pod's ServiceAccount token: the issuer's account seed ("+authcallout.IssuerFile+", toposched roles issue --auth-callout); every replica answers")
+	fs.StringVar(&c.nkey, "auth-callout-nkey", "", "with --auth-callout-issuer-seed: the responder's own NATS seed (auth-callout.nk), a user of the callout account")
+	fs.StringVar(&c.serviceAccount, "agent-service-account", "", "with --auth-callout-issuer-seed: NAMESPACE/NAME of the agents' ServiceAccount, the only one whose tokens sign in")
+	fs.StringVar(&c.audience, "agent-token-audience", authcallout.DefaultAudience, "with --auth-callout-issuer-seed: the audience of the agents' tokens")
+	fs.StringVar(&c.account, "auth-callout-account", "TOPOSCHED", "with --auth-callout-issuer-seed: the NATS account the agents are placed in (toposched roles conf --account)")
+}
+
+// startCallout starts the auth callout responder on its own connection
+// (a user of the callout account, with the command's TLS), or nothing
+// without --auth-callout-issuer-seed. stop ends it; nc is its connection
+// (nil without).
+func startCallout(g *globals, c *calloutFlags, f *kubeFlags, url string, log *slog.Logger) (nc *nats.Conn, stop func(), err error) {
+	if c.issuerSeed == "" {
+		if c.nkey != "" || c.serviceAccount != "" {
+			return nil, nil, errors.New("--auth-callout-nkey, --agent-service-account: give --auth-callout-issuer-seed too")
+		}
+		return nil, func() {}, nil
+	}
+	sa, err := authcallout.ParseServiceAccount(c.serviceAccount)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--agent-service-account: %w", err)
+	}
+	if c.nkey == "" {
+		return nil, nil, errors.New("--auth-callout-nkey: the responder's NATS seed is required with --auth-callout-issuer-seed")
+	}
+	issuer, err := authcallout.ReadIssuer(c.issuerSeed)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--auth-callout-issuer-seed: %w", err)
+	}
+	rc, err := f.restConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	kc, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	r, err := authcallout.New(authcallout.Config{
+		Issuer: issuer, Account: c.account, ServiceAccount: sa, Audience: c.audience,
+		Role: roles{g.prefix}.agentRole, Kube: kc, Log: log.With("service", "auth-callout"),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	// Its own user, with the command's TLS: the callout account is not
+	// toposched's.
+	conn := natsflags.Flags{NKey: c.nkey, TLSCA: g.conn.TLSCA, TLSCert: g.conn.TLSCert, TLSKey: g.conn.TLSKey}
+	opts, err := conn.Options()
+	if err != nil {
+		return nil, nil, fmt.Errorf("--auth-callout-nkey: %w", err)
+	}
+	opts = append(opts, nats.Name("toposched kube: auth callout"), nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("auth callout: disconnected from NATS", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info("auth callout: reconnected to NATS") }))
+	nc, err = nats.Connect(url, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("auth callout: connect to %s as %s: %w", url, c.nkey, err)
+	}
+	stopListen, err := r.Listen(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, func() {
+		stopListen()
+		nc.Close()
+	}, nil
+}
+
 func newKube(g *globals) *cobra.Command {
 	var f kubeFlags
 	var ops opsFlags
+	var callout calloutFlags
 	cmd := &cobra.Command{
 		Use:   "kube",
 		Short: "Run the Kubernetes service: schedule gangs of pods and allocate their GPUs through DRA",
@@ -159,8 +247,17 @@ annotations. GPUs that other schedulers' claims hold, and those of cordoned,
 not ready or tainted nodes, are published held so placement never gives them.
 
 One replica acts at a time: the holder of the lease "kube" in the lease
-bucket, as placement's replicas campaign for theirs.`,
+bucket, as placement's replicas campaign for theirs.
+
+With --auth-callout-issuer-seed every replica also answers the NATS servers'
+auth callout (toposched roles conf --auth-callout-issuer): a node's agent that
+signs in with its pod's ServiceAccount token (toposched agent --nats-token-file)
+is let in as that node's agent, once the API server's TokenReview says the
+token is the agents' ServiceAccount's (--agent-service-account), for the
+audience, and bound to a pod on that node; anything else is refused.`,
 		Example: `  toposched kube --nats-url nats://toposched-nats:4222 --kubeconfig in-cluster
+  toposched kube --kubeconfig in-cluster --auth-callout-issuer-seed /etc/toposched/auth-callout/auth-callout-issuer.seed \
+    --auth-callout-nkey /etc/toposched/auth-callout/auth-callout.nk --agent-service-account toposched/toposched-agent
   toposched serve --cluster cluster.yaml --kubeconfig ~/.kube/config`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -175,6 +272,13 @@ bucket, as placement's replicas campaign for theirs.`,
 			if url == "" {
 				url = "nats://127.0.0.1:4222"
 			}
+			// The agents' sign-ins are answered on every replica, the
+			// leader's and the standbys' alike, before the service starts.
+			calloutConn, stopCallout, err := startCallout(g, &callout, &f, url, log)
+			if err != nil {
+				return err
+			}
+			defer stopCallout()
 			g.conn.Role = roleKube
 			bcfg := g.busConfig(url, roleKube, log)
 			run := &kubeRun{}
@@ -194,6 +298,9 @@ bucket, as placement's replicas campaign for theirs.`,
 					if nc := b.Conn(); !nc.IsConnected() {
 						return fmt.Errorf("nats: %s", nc.Status())
 					}
+					if calloutConn != nil && !calloutConn.IsConnected() {
+						return fmt.Errorf("auth callout: nats: %s", calloutConn.Status())
+					}
 					return run.ready()
 				}), log)
 				if err != nil {
@@ -206,6 +313,7 @@ bucket, as placement's replicas campaign for theirs.`,
 		},
 	}
 	f.register(cmd.Flags(), true)
+	callout.register(cmd.Flags())
 	cmd.Flags().StringVar(&ops.replica, "replica", os.Getenv("TOPOSCHED_REPLICA"),
 		"this replica's name in the lease, unique among live replicas, such as the pod name (env TOPOSCHED_REPLICA; default host/pid)")
 	cmd.Flags().DurationVar(&ops.leaseTTL, "lease-ttl", operator.DefaultLeaseTTL, "the lease bucket's TTL: the same as placement's --lease-ttl")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/natsserver"
+	"github.com/toposched/toposched/internal/authcallout"
 	"github.com/toposched/toposched/internal/calibration"
 	"github.com/toposched/toposched/policies"
 	"github.com/toposched/toposched/services/analysis"
@@ -36,6 +37,9 @@ import (
 //     pods), publishes the GPUs held outside toposched, and campaigns for
 //     its lease.
 //   - policy-admin: topoctl policy push and calibration push.
+//   - auth-callout: toposched kube's answers to the NATS servers' auth
+//     callout (internal/authcallout), in an account of its own: it reads
+//     the requests and sends the answers, nothing of toposched's.
 //
 // The readers (launcher, tenants, agents) read the streams through
 // ordered consumers and gets, and can neither manage a stream nor touch a
@@ -44,6 +48,7 @@ const (
 	roleOperator    = "operator"
 	roleLauncher    = "launcher"
 	rolePolicyAdmin = "policy-admin"
+	roleAuthCallout = "auth-callout"
 )
 
 // fixedRoles are the roles without a name, in the order they are listed.
@@ -126,6 +131,8 @@ func (r roles) permissions(role string) (*server.Permissions, bool) {
 		return r.launcher(), true
 	case rolePolicyAdmin:
 		return r.policyAdmin(), true
+	case roleAuthCallout:
+		return authCalloutPermissions(), true
 	}
 	if slices.Contains(serviceNames, role) {
 		return r.service(role), true
@@ -335,6 +342,27 @@ func (r roles) policyAdmin() *server.Permissions {
 		Publish:   &server.SubjectPermission{Allow: allow},
 		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
 	}
+}
+
+// authCalloutPermissions are the auth callout responder's: the servers'
+// requests, and the answers to their reply subjects ($SYS._INBOX.<server>.
+// <id>, the servers' own inboxes in the callout account). The servers add
+// a deny of the request subject to every user of the callout account.
+func authCalloutPermissions() *server.Permissions {
+	return &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{"$SYS._INBOX.>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{authcallout.Subject}},
+	}
+}
+
+// agentRole is node's agent's role name and permissions, for the auth
+// callout's users.
+func (r roles) agentRole(node string) (string, *server.Permissions, error) {
+	role, err := events.NodeScope(node).Role()
+	if err != nil {
+		return "", nil, err
+	}
+	return role, r.agent(node), nil
 }
 
 // durableNames are every service's durable consumer names, in a fixed

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/natsserver"
+	"github.com/toposched/toposched/internal/authcallout"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/internal/natsflags"
 )
@@ -45,14 +48,15 @@ topoctl and the agents find their seed in TOPOSCHED_DATA_DIR/credentials
 func newRolesIssue(g *globals, dir *string) *cobra.Command {
 	var agents, tenants []string
 	var clusterFile string
-	var services bool
+	var services, callout bool
 	cmd := &cobra.Command{
-		Use:   "issue [--agent NODE]... [--tenant TENANT]... [--agents-from CLUSTER_FILE] [--services]",
+		Use:   "issue [--agent NODE]... [--tenant TENANT]... [--agents-from CLUSTER_FILE] [--services] [--auth-callout]",
 		Short: "Write a seed file for each role named, and the operator's, launcher's and policy-admin's, keeping those already there",
 		Example: `  toposched roles issue --agent gpu-001 --agent gpu-002 --tenant research
   toposched agent --exec --node gpu-001 --nats-nkey toposched-data/credentials/agent-gpu-001.nk
   topoctl --tenant research submit job.yaml       # signs in with tenant-research.nk
-  toposched roles issue --services                # analysis.nk, placement.nk, ... for services run apart`,
+  toposched roles issue --services                # analysis.nk, placement.nk, ... for services run apart
+  toposched roles issue --auth-callout            # auth-callout.nk and auth-callout-issuer.seed: agents signed in by Kubernetes`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if clusterFile != "" {
@@ -71,11 +75,25 @@ func newRolesIssue(g *globals, dir *string) *cobra.Command {
 			if services {
 				wanted = append(wanted, serviceRoles(g.prefix)...)
 			}
+			if callout {
+				wanted = append(wanted, natsserver.Role{Name: roleAuthCallout, Permissions: authCalloutPermissions()})
+			}
 			creds, err := natsserver.EnsureCredentials(*dir, wanted)
 			if err != nil {
 				return err
 			}
-			return writeRoles(cmd.OutOrStdout(), creds, creds.Roles(), creds.Created())
+			if err := writeRoles(cmd.OutOrStdout(), creds, creds.Roles(), creds.Created()); err != nil {
+				return err
+			}
+			if !callout {
+				return nil
+			}
+			file := filepath.Join(*dir, authcallout.IssuerFile)
+			pub, created, err := authcallout.EnsureIssuer(file)
+			if err != nil {
+				return err
+			}
+			return writeIssuer(cmd.OutOrStdout(), file, pub, created)
 		},
 	}
 	cmd.Flags().StringArrayVar(&agents, "agent", nil, "a node whose agent gets a role (repeatable)")
@@ -83,7 +101,20 @@ func newRolesIssue(g *globals, dir *string) *cobra.Command {
 	cmd.Flags().StringVar(&clusterFile, "agents-from", "", "a cluster file: a role for each of its nodes' agents")
 	cmd.Flags().BoolVar(&services, "services", false,
 		"a role for each service run on its own (analysis, placement, optimizer, discovery, kube: the Helm chart's Deployments, toposched@.service), in place of the operator's all-powerful one")
+	cmd.Flags().BoolVar(&callout, "auth-callout", false,
+		"the NATS auth callout's keys, for node agents that sign in with their pod's Kubernetes ServiceAccount token: the responder's user (auth-callout.nk) and the account key that signs the agents' users ("+authcallout.IssuerFile+"); both for toposched kube alone")
 	return cmd
+}
+
+// writeIssuer prints the auth callout issuer's line, as writeRoles a
+// role's: its public key goes into roles conf --auth-callout-issuer.
+func writeIssuer(w io.Writer, file, pub string, created bool) error {
+	made := ""
+	if created {
+		made = "  (new)"
+	}
+	_, err := fmt.Fprintf(w, "%-24s %-34s %s  %s%s\n", "auth-callout-issuer", "signs the agents' Kubernetes users", file, pub, made)
+	return err
 }
 
 // serviceRoles are the roles of the services run apart, one each.
@@ -136,7 +167,18 @@ func newRolesList(g *globals, dir *string) *cobra.Command {
 			if creds == nil {
 				return errors.Join(errs...)
 			}
-			return writeRoles(cmd.OutOrStdout(), creds, creds.Roles(), nil)
+			if err := writeRoles(cmd.OutOrStdout(), creds, creds.Roles(), nil); err != nil {
+				return err
+			}
+			file := filepath.Join(*dir, authcallout.IssuerFile)
+			if _, err := os.Stat(file); err != nil {
+				return nil // no auth callout here
+			}
+			pub, err := authcallout.IssuerPublicKey(file)
+			if err != nil {
+				return err
+			}
+			return writeIssuer(cmd.OutOrStdout(), file, pub, false)
 		},
 	}
 }
@@ -165,6 +207,8 @@ func roleSummary(role string) string {
 		return "every tenant's jobs"
 	case rolePolicyAdmin:
 		return "policy and calibration sets"
+	case roleAuthCallout:
+		return "the agents' Kubernetes sign-ins"
 	}
 	if slices.Contains(fixedRoles, role) {
 		return "the " + role + " service's events"
@@ -196,7 +240,7 @@ func newRolesShow(g *globals) *cobra.Command {
 }
 
 func newRolesConf(g *globals, dir *string) *cobra.Command {
-	var account string
+	var account, issuer string
 	var passwords bool
 	cmd := &cobra.Command{
 		Use:   "conf [--dir DIR | --passwords]",
@@ -210,11 +254,23 @@ file removed.
 With --passwords it prints the users of the roles without a name (operator,
 launcher, policy-admin), signing in with a password from the server's
 environment (TOPOSCHED_<ROLE>_PASSWORD): deploy/nats/auth.conf is this.
-Agents and tenants need a role each, so they come only with --dir.`,
+Agents and tenants need a role each, so they come only with --dir.
+
+With --auth-callout-issuer (the public key, or the seed file, that roles issue
+--auth-callout wrote) it also turns on the servers' auth callout: a client that
+is none of these users (a node's agent with its pod's ServiceAccount token) is
+let in or refused by toposched kube, whose user auth-callout.nk is put in an
+account of its own (ACCOUNT_AUTH), so that no other user sees the agents'
+tokens. The users of the directory and the system account's sign in as before,
+never sent to the callout, and the block does not change when users are added,
+so that the servers reload them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := &confWriter{w: cmd.OutOrStdout(), r: roles{g.prefix}}
 			if passwords {
+				if issuer != "" {
+					return errors.New("--auth-callout-issuer: with --dir's nkey users only (the callout's auth users are the directory's)")
+				}
 				return w.passwords(account)
 			}
 			creds, errs := natsserver.ReadCredentials(*dir, w.r.permissions)
@@ -224,10 +280,27 @@ Agents and tenants need a role each, so they come only with --dir.`,
 			if creds == nil {
 				return errors.Join(errs...)
 			}
-			return w.nkeys(account, *dir, creds)
+			var pub string
+			switch {
+			case issuer != "":
+				var err error
+				if pub, err = authcallout.IssuerPublicKey(issuer); err != nil {
+					return fmt.Errorf("--auth-callout-issuer: %w", err)
+				}
+				if creds.PublicKey(roleAuthCallout) == "" {
+					return fmt.Errorf("--auth-callout-issuer: no %s%s in %s, so no one could answer the callout (toposched roles issue --auth-callout writes it)",
+						roleAuthCallout, natsserver.SeedFileSuffix, *dir)
+				}
+			case creds.PublicKey(roleAuthCallout) != "":
+				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "toposched roles conf: %s%s is left out: no --auth-callout-issuer, so no auth callout (node agents signed in by Kubernetes are refused)\n",
+					roleAuthCallout, natsserver.SeedFileSuffix) // a warning; the users follow
+			}
+			return w.nkeys(account, *dir, creds, pub)
 		},
 	}
 	cmd.Flags().StringVar(&account, "account", "TOPOSCHED", "the account of toposched's users")
+	cmd.Flags().StringVar(&issuer, "auth-callout-issuer", "",
+		"turn on the NATS auth callout that signs node agents in by their Kubernetes ServiceAccount token: the issuer's public account key (A...), or its seed file ("+authcallout.IssuerFile+", toposched roles issue --auth-callout)")
 	cmd.Flags().BoolVar(&passwords, "passwords", false, "users of the roles without a name by password from the server's environment, as deploy/nats/auth.conf")
 	return cmd
 }
@@ -307,21 +380,56 @@ func (c *confWriter) passwords(account string) error {
 	return c.err
 }
 
-// nkeys writes an nkey user for each of creds' roles.
-func (c *confWriter) nkeys(account, dir string, creds *natsserver.Credentials) error {
+// nkeys writes an nkey user for each of creds' roles. With issuer (the
+// auth callout's public key) the callout's responder gets an account of
+// its own and the servers' authorization block sends every other client to
+// it.
+func (c *confWriter) nkeys(account, dir string, creds *natsserver.Credentials, issuer string) error {
 	c.printf("# toposched's NATS users, one per seed file of %s\n"+
 		"# (toposched roles conf --dir; write it again after toposched roles issue).\n"+
 		"# The system account's password comes from the server's environment.\n\n", dir)
 	c.printf("accounts {\n  %s {\n    jetstream: enabled\n    users: [\n", account)
+	var callout string
 	for _, role := range creds.Roles() {
-		p, _ := c.r.permissions(role)
-		c.printf("      # %s: %s\n      {nkey: %s, permissions: ", role, roleSummary(role), quote(creds.PublicKey(role)))
-		c.permissions(p, "      ")
-		c.printf("}\n")
+		if role == roleAuthCallout {
+			callout = role
+			continue
+		}
+		c.user(creds, role)
 	}
-	c.printf("    ]\n  }\n  SYS {\n    users: [{user: sys, password: $NATS_SYS_PASSWORD}]\n  }\n}\nsystem_account: SYS\n")
+	c.printf("    ]\n  }\n")
+	if issuer != "" {
+		c.printf("  # The auth callout's own account: the servers' requests, each holding a\n"+
+			"  # client's token, reach no one else.\n"+
+			"  %s {\n    users: [\n", calloutAccount(account))
+		c.user(creds, callout)
+		c.printf("    ]\n  }\n")
+	}
+	c.printf("  SYS {\n    users: [{user: sys, password: $NATS_SYS_PASSWORD}]\n  }\n}\nsystem_account: SYS\n")
+	if issuer == "" {
+		return c.err
+	}
+	c.printf("\n# A client that is none of the users above (a node's agent with its pod's\n"+
+		"# ServiceAccount token) is let in as its node's agent, in %s, or\n"+
+		"# refused by the auth callout, toposched kube (--auth-callout-issuer-seed).\n"+
+		"# No account's users are sent to it but the callout's own, whose one user\n"+
+		"# is its auth user: the users above sign in as before, and a user added\n"+
+		"# later changes nothing here (nats-server reloads no changed auth_callout).\n", account)
+	c.printf("authorization {\n  auth_callout {\n    issuer: %s\n    account: %s\n", quote(issuer), calloutAccount(account))
+	c.printf("    auth_users: [%s]\n    allowed_accounts: [%s]\n  }\n}\n", quote(creds.PublicKey(roleAuthCallout)), calloutAccount(account))
 	return c.err
 }
+
+// user writes role's nkey user with its permissions.
+func (c *confWriter) user(creds *natsserver.Credentials, role string) {
+	p, _ := c.r.permissions(role)
+	c.printf("      # %s: %s\n      {nkey: %s, permissions: ", role, roleSummary(role), quote(creds.PublicKey(role)))
+	c.permissions(p, "      ")
+	c.printf("}\n")
+}
+
+// calloutAccount is the auth callout responder's account.
+func calloutAccount(account string) string { return account + "_AUTH" }
 
 // passwordVar is the environment variable of a role's password.
 func passwordVar(role string) string {

@@ -1,7 +1,8 @@
 // Package natsflags holds the command-line flags that say how a toposched
 // binary authenticates to NATS and secures the connection: credentials
-// (a .creds file, an nkey seed, or a user and password) and TLS (a CA to
-// trust, a client certificate for mutual TLS). toposched and topoctl
+// (a .creds file, an nkey seed, or a user and password; for a node's agent
+// also a token file, its pod's Kubernetes ServiceAccount token) and TLS (a
+// CA to trust, a client certificate for mutual TLS). toposched and topoctl
 // register the same flags, so a deployment configures both the same way.
 package natsflags
 
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
@@ -24,6 +26,10 @@ type Flags struct {
 	TLSCA    string // PEM CA bundle the server's certificate must chain to
 	TLSCert  string // client certificate (mutual TLS)
 	TLSKey   string // its key
+	// TokenFile holds a token sent at each connect, read anew each time:
+	// a projected ServiceAccount token, which the kubelet rewrites before
+	// it expires (internal/authcallout checks it).
+	TokenFile string
 	// Role is the role whose seed file in CredentialsDir signs in when
 	// no credentials are given: what toposched serve generates for this
 	// host (launcher for topoctl, agent-<node> for a node's agent).
@@ -62,7 +68,7 @@ func (f *Flags) DefaultSeed() string {
 }
 
 func (f *Flags) seedPath() string {
-	if f.Role == "" {
+	if f.Role == "" || f.TokenFile != "" {
 		return ""
 	}
 	return filepath.Join(CredentialsDir(DataDir()), f.Role+".nk")
@@ -74,6 +80,9 @@ func (f *Flags) seedPath() string {
 func (f *Flags) Explain(err error) error {
 	if err == nil || !errors.Is(err, nats.ErrAuthorization) || f.Creds != "" || f.NKey != "" || f.User != "" {
 		return err
+	}
+	if f.TokenFile != "" {
+		return fmt.Errorf("%w (signed in with the token of %s: the servers' auth callout, toposched kube, logs why it refused it)", err, f.TokenFile)
 	}
 	p := f.seedPath()
 	if p == "" || f.DefaultSeed() != "" {
@@ -95,22 +104,32 @@ func (f *Flags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.TLSKey, "nats-tls-key", os.Getenv("TOPOSCHED_NATS_TLS_KEY"), "key of --nats-tls-cert (env TOPOSCHED_NATS_TLS_KEY)")
 }
 
+// RegisterTokenFile adds --nats-token-file to fs (default
+// TOPOSCHED_NATS_TOKEN_FILE): the node agent's, which alone signs in by
+// token.
+func (f *Flags) RegisterTokenFile(fs *pflag.FlagSet) {
+	fs.StringVar(&f.TokenFile, "nats-token-file", os.Getenv("TOPOSCHED_NATS_TOKEN_FILE"),
+		"file holding a token to sign in with, read anew at each connect: the pod's projected Kubernetes ServiceAccount token, "+
+			"which the servers' auth callout (toposched kube) turns into this node's agent role (env TOPOSCHED_NATS_TOKEN_FILE)")
+}
+
 // Validate reports every inconsistent combination at once.
 func (f *Flags) Validate() error {
 	var errs []error
 	n := 0
-	for _, set := range []bool{f.Creds != "", f.NKey != "", f.User != ""} {
+	for _, set := range []bool{f.Creds != "", f.NKey != "", f.User != "", f.TokenFile != ""} {
 		if set {
 			n++
 		}
 	}
 	if n > 1 {
-		errs = append(errs, errors.New("--nats-creds, --nats-nkey and --nats-user: choose one"))
+		errs = append(errs, errors.New("--nats-creds, --nats-nkey, --nats-user and --nats-token-file: choose one"))
 	}
 	if (f.TLSCert == "") != (f.TLSKey == "") {
 		errs = append(errs, errors.New("--nats-tls-cert and --nats-tls-key: give both or neither"))
 	}
-	for flag, path := range map[string]string{"--nats-creds": f.Creds, "--nats-nkey": f.NKey, "--nats-tls-ca": f.TLSCA, "--nats-tls-cert": f.TLSCert, "--nats-tls-key": f.TLSKey} {
+	for flag, path := range map[string]string{"--nats-creds": f.Creds, "--nats-nkey": f.NKey, "--nats-token-file": f.TokenFile,
+		"--nats-tls-ca": f.TLSCA, "--nats-tls-cert": f.TLSCert, "--nats-tls-key": f.TLSKey} {
 		if path == "" {
 			continue
 		}
@@ -142,6 +161,13 @@ func (f *Flags) Options() ([]nats.Option, error) {
 			pw = os.Getenv("TOPOSCHED_NATS_PASSWORD")
 		}
 		opts = append(opts, nats.UserInfo(f.User, pw))
+	case f.TokenFile != "":
+		file := f.TokenFile
+		opts = append(opts, nats.TokenHandler(func() string { return readToken(file) }),
+			// The token is read again at each reconnect, so a refusal
+			// (the callout not answering yet, a token not yet refreshed)
+			// is worth retrying, not the end of the connection.
+			nats.IgnoreAuthErrorAbort())
 	default:
 		if seed := f.DefaultSeed(); seed != "" {
 			o, err := nats.NkeyOptionFromSeed(seed)
@@ -158,4 +184,15 @@ func (f *Flags) Options() ([]nats.Option, error) {
 		opts = append(opts, nats.ClientCert(f.TLSCert, f.TLSKey))
 	}
 	return opts, nil
+}
+
+// readToken is the token in file, without surrounding white space. A file
+// that cannot be read gives no token: the server refuses the connection,
+// and the next reconnect reads the file again.
+func readToken(file string) string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }

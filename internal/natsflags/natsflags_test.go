@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/spf13/pflag"
@@ -85,5 +87,76 @@ func TestDefaultSeed(t *testing.T) {
 	}
 	if opts, err := f.Options(); err != nil || len(opts) != 1 {
 		t.Fatalf("%d options, %v; want the seed's", len(opts), err)
+	}
+}
+
+// --nats-token-file sends the file's token at each connect, read anew each
+// time (a projected ServiceAccount token is rewritten by the kubelet), and
+// is one credential among the others; a seed in the data dir is then not
+// used.
+func TestTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "token")
+	if err := os.WriteFile(file, []byte("old-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, Authorization: "new-token", NoLog: true, NoSigs: true}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+
+	// The agent's seed where it would look without a token file.
+	data := t.TempDir()
+	t.Setenv("TOPOSCHED_DATA_DIR", data)
+	if err := os.MkdirAll(CredentialsDir(data), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	if err := os.WriteFile(filepath.Join(CredentialsDir(data), "agent-n1.nk"), seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := Flags{Role: "agent-n1"}
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	f.RegisterTokenFile(fs)
+	if err := fs.Parse([]string{"--nats-token-file", file}); err != nil {
+		t.Fatal(err)
+	}
+	if f.DefaultSeed() != "" {
+		t.Fatal("a default seed with a token file")
+	}
+	nopts, err := f.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = nats.Connect(ns.ClientURL(), nopts...)
+	if !errors.Is(err, nats.ErrAuthorization) || !strings.Contains(f.Explain(err).Error(), file) {
+		t.Fatalf("the old token: %v (explained: %v), want refused, naming the token file", err, f.Explain(err))
+	}
+	if err := os.WriteFile(file, []byte("new-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(ns.ClientURL(), nopts...)
+	if err != nil {
+		t.Fatalf("the token rewritten, with the same options: %v", err)
+	}
+	nc.Close()
+
+	for _, tc := range []struct {
+		f       Flags
+		wantErr string
+	}{
+		{Flags{TokenFile: file, NKey: file}, "choose one"},
+		{Flags{TokenFile: filepath.Join(dir, "nope")}, "--nats-token-file"},
+	} {
+		if err := tc.f.Validate(); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("%+v: %v, want %q", tc.f, err, tc.wantErr)
+		}
 	}
 }

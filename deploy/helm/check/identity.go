@@ -19,7 +19,15 @@ type authValues struct {
 	servicesSecret string // the Secret of the services' seeds
 	agentHostPath  string // each node's directory of its agent's seed
 	agentUser      int64  // the agent's user: the seed file's owner
+	// agentIdentity is how the agents sign in: "kubernetes" (their pod's
+	// token, answered by the kube pods' auth callout) or "hostPath".
+	agentIdentity string
+	calloutSecret string // the auth callout's keys, the kube pods' alone
+	agentAudience string // the audience of the agents' tokens
 }
+
+// agentTokens reports whether the agents sign in with their pods' tokens.
+func (a authValues) agentTokens() bool { return a.enabled && a.agentIdentity == "kubernetes" }
 
 // readAuth reads the auth values; one missing is its zero, which the
 // checks then find wanting.
@@ -32,6 +40,9 @@ func readAuth(vals chartutil.Values) authValues {
 	a.enabled, _ = get("auth.enabled").(bool)
 	a.servicesSecret, _ = get("auth.servicesSecret").(string)
 	a.agentHostPath, _ = get("auth.agentCredentialsHostPath").(string)
+	a.agentIdentity, _ = get("auth.agentIdentity").(string)
+	a.calloutSecret, _ = get("auth.authCalloutSecret").(string)
+	a.agentAudience, _ = get("auth.agentToken.audience").(string)
 	switch u := get("agent.runAsUser").(type) {
 	case float64:
 		a.agentUser = int64(u)
@@ -46,10 +57,12 @@ func readAuth(vals chartutil.Values) authValues {
 // checkIdentities checks which NATS identity each pod can sign in with:
 // with auth on, each service Deployment mounts exactly its own seed
 // (readable by its user, by no one else) and passes it with --nats-nkey,
-// the agent DaemonSet reads its node's seed from the node's directory
-// (hostPath, read-only) and no Secret's seed, no pod mounts another
-// role's seed, and nothing signs in by password; with auth off, no pod
-// has a credential at all.
+// the agent DaemonSet has its pod's NATS token and nothing else
+// (auth.agentIdentity kubernetes) or reads its node's seed from the
+// node's directory (hostPath, read-only) and no Secret's seed, no pod
+// mounts another role's seed, no pod but the Kubernetes service's the
+// auth callout's keys, and nothing signs in by password; with auth off,
+// no pod has a credential at all.
 func checkIdentities(objs []any, vals chartutil.Values) error {
 	a := readAuth(vals)
 	var errs []error
@@ -245,6 +258,9 @@ func checkSeedRefs(spec *corev1.PodSpec, a authValues, role, service string) err
 			errs = append(errs, fmt.Errorf("volume %s: the seed %s of another role", it.volume, it.key))
 		}
 	}
+	if a.calloutSecret != "" && !(role == "service" && service == "kube") {
+		errs = append(errs, secretRefs(spec, a.calloutSecret, "the auth callout's keys (its issuer signs in as any node's agent)"))
+	}
 	for _, v := range spec.Volumes {
 		if h := v.HostPath; h != nil && path.Clean(h.Path) == path.Clean(a.agentHostPath) && role != "agent" {
 			errs = append(errs, fmt.Errorf("volume %s: the node's agent seed directory %s", v.Name, h.Path))
@@ -345,10 +361,12 @@ func seedReadable(spec *corev1.PodSpec, c *corev1.Container, mode *int32) error 
 	return nil
 }
 
-// checkAgent: the node's agent signs in with its node's own seed, read
-// from the node (a hostPath, read-only): no credential flag (the agent
-// finds DATA_DIR/credentials/agent-<node>.nk by its node's escaped name),
-// no Secret's seed, and the pod runs as the seed file's owner.
+// checkAgent: the node's agent signs in as its node alone. With
+// auth.agentIdentity kubernetes by its pod's token (checkAgentToken);
+// with hostPath by its node's own seed, read from the node (a hostPath,
+// read-only): no credential flag (the agent finds
+// DATA_DIR/credentials/agent-<node>.nk by its node's escaped name), no
+// Secret's seed, and the pod runs as the seed file's owner.
 func checkAgent(spec *corev1.PodSpec, a authValues) error {
 	var errs []error
 	for _, v := range spec.Volumes {
@@ -367,12 +385,15 @@ func checkAgent(spec *corev1.PodSpec, a authValues) error {
 		args := append(slices.Clone(c.Command), c.Args...)
 		for _, f := range credentialFlags {
 			if len(flagValues(args, f)) > 0 {
-				errs = append(errs, fmt.Errorf("container %s: %s: the agent signs in with its node's seed, found by its name", c.Name, f))
+				errs = append(errs, fmt.Errorf("container %s: %s: the agent signs in as its node alone (its pod's token, or its node's seed found by its name)", c.Name, f))
 			}
+		}
+		if len(flagValues(args, "--nats-token-file")) > 0 && !a.agentTokens() {
+			errs = append(errs, fmt.Errorf("container %s: --nats-token-file with auth.agentIdentity %q", c.Name, a.agentIdentity))
 		}
 		for _, e := range c.Env {
 			if strings.HasPrefix(e.Name, "TOPOSCHED_NATS_") && e.Name != "TOPOSCHED_NATS_URL" && !strings.HasPrefix(e.Name, "TOPOSCHED_NATS_TLS_") {
-				errs = append(errs, fmt.Errorf("container %s: env %s: the agent signs in with its node's seed, found by its name", c.Name, e.Name))
+				errs = append(errs, fmt.Errorf("container %s: env %s: the agent signs in as its node alone (its pod's token, or its node's seed found by its name)", c.Name, e.Name))
 			}
 		}
 	}
@@ -402,6 +423,12 @@ func checkAgent(spec *corev1.PodSpec, a authValues) error {
 			errs = append(errs, errors.New("auth off, yet a credentials directory"))
 		}
 		return errors.Join(errs...)
+	}
+	if a.agentTokens() {
+		if credVol != nil {
+			errs = append(errs, fmt.Errorf("volume %s: the nodes' seed directory %s, with auth.agentIdentity kubernetes (the pod's token is its identity)", credVol.Name, a.agentHostPath))
+		}
+		return errors.Join(append(errs, checkAgentToken(spec, agent, a))...)
 	}
 	if credVol == nil {
 		return errors.Join(append(errs, fmt.Errorf("no hostPath volume of %s: the node's agent seed", a.agentHostPath))...)

@@ -238,6 +238,9 @@ func kubeSecrets(kube workload, vals chartutil.Values) error {
 	if a.enabled {
 		allowed = append(allowed, a.servicesSecret)
 	}
+	if a.agentTokens() {
+		allowed = append(allowed, a.calloutSecret)
+	}
 	if on, _ := vals.PathValue("tls.enabled"); on.(bool) {
 		name, _ := vals.PathValue("tls.secretName")
 		if s, ok := name.(string); ok {

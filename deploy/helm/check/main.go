@@ -5,10 +5,12 @@
 // Operator's ServiceMonitor) are checked for apiVersion, kind and name.
 // Then it checks who each pod signs in to NATS as (identity.go): each
 // service its own seed and no other, each node's agent its node's, from
-// the node; and the Kubernetes service (kube.go): its ClusterRole is
-// files/kube-rules.yaml, bound to its own ServiceAccount, which no other
-// pod has, and every service is behind the metrics Service the
-// ServiceMonitor scrapes.
+// its pod's token or from the node; that the agents' tokens are the ones
+// the Kubernetes service's auth callout takes, whose keys no other pod has
+// (agentidentity.go); and the Kubernetes service (kube.go): its
+// ClusterRole is files/kube-rules.yaml, bound to its own ServiceAccount,
+// which no other pod has, and every service is behind the metrics Service
+// the ServiceMonitor scrapes.
 //
 // It is a module of its own so that helm's and Kubernetes' dependencies
 // stay out of toposched's go.mod. The NATS subchart is the official one,
@@ -47,20 +49,27 @@ type valueSet struct {
 }
 
 // valueSets are the configurations rendered: the defaults (NATS
-// identities on), the insecure lab's, one with every optional part on, and
-// one without the Kubernetes service.
+// identities on, the agents' from their pods' tokens), the insecure lab's,
+// one with every optional part on, one without the Kubernetes service, and
+// one with the agents' seeds provisioned on the nodes.
 var valueSets = map[string]valueSet{
 	"defaults": {vals: map[string]any{"nats": map[string]any{"enabled": false}}},
 	"insecure": {files: []string{"values-insecure.yaml"}, vals: map[string]any{"nats": map[string]any{"enabled": false}}},
 	"secured": {vals: map[string]any{
 		"nats":     map[string]any{"enabled": false},
-		"auth":     map[string]any{"servicesSecret": "site-seeds", "agentCredentialsHostPath": "/var/lib/site/toposched"},
+		"auth":     map[string]any{"servicesSecret": "site-seeds", "authCalloutSecret": "site-callout", "agentToken": map[string]any{"audience": "nats.example.com"}},
 		"tls":      map[string]any{"enabled": true, "secretName": "toposched-nats-tls"},
 		"policies": map[string]any{"lab.rego": "package toposched.nodes\n"},
 		"metrics":  map[string]any{"serviceMonitor": map[string]any{"enabled": false}},
 		"kube":     map[string]any{"gpuClasses": []any{"gpu.nvidia.com", "mig.nvidia.com"}, "resources": map[string]any{"limits": map[string]any{"memory": "4Gi"}}},
 	}},
-	"kube-off": {vals: map[string]any{"nats": map[string]any{"enabled": false}, "kube": map[string]any{"enabled": false}}},
+	"kube-off": {vals: map[string]any{"nats": map[string]any{"enabled": false}, "kube": map[string]any{"enabled": false}, "auth": map[string]any{"agentIdentity": "hostPath"}}},
+	// Each node's seed from the node, as sites provision it.
+	"agent-hostpath": {vals: map[string]any{
+		"nats": map[string]any{"enabled": false},
+		"auth": map[string]any{"agentIdentity": "hostPath", "agentCredentialsHostPath": "/var/lib/site/toposched"},
+		"tls":  map[string]any{"enabled": true, "secretName": "toposched-nats-tls"},
+	}},
 }
 
 // releaseNamespace is the namespace the chart is rendered into.
@@ -143,7 +152,7 @@ func check(dir string, vs valueSet) ([]string, error) {
 		}
 	}
 	if len(errs) == 0 {
-		errs = append(errs, checkIdentities(objs, vals), checkKube(objs, vals, dir), checkMetrics(objs))
+		errs = append(errs, checkIdentities(objs, vals), checkKube(objs, vals, dir), checkAgentIdentity(objs, vals), checkMetrics(objs))
 	}
 	return kinds, errors.Join(errs...)
 }

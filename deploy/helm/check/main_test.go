@@ -19,7 +19,13 @@ const chartDir = "../toposched"
 // rendered renders the chart with the defaults and decodes each object.
 func rendered(t *testing.T) ([]any, chartutil.Values) {
 	t.Helper()
-	out, vals, err := render(chartDir, valueSets["defaults"])
+	return renderedWith(t, "defaults")
+}
+
+// renderedWith renders the chart with a value set and decodes each object.
+func renderedWith(t *testing.T, set string) ([]any, chartutil.Values) {
+	t.Helper()
+	out, vals, err := render(chartDir, valueSets[set])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,12 +83,22 @@ func mode(m int32) *int32 { return &m }
 // Each way a pod could sign in as someone else, or let another read its
 // seed, is found; the chart as rendered passes.
 func TestCheckIdentitiesFindsSharedIdentities(t *testing.T) {
+	// The cases of the agents' seeds on the nodes (auth.agentIdentity
+	// hostPath); the others render the defaults.
+	const hostPath = "agent-hostpath"
+	onNodes := map[string]bool{
+		"the chart, seeds on the nodes": true, "the agent's seed directory read-write": true, "the agent without TOPOSCHED_DATA_DIR": true,
+		"the seed directory not required": true, "the agent as root": true, "a token file with seeds on the nodes": true,
+	}
+	calloutVolume := corev1.Volume{Name: "c", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: "toposched-auth-callout", Items: []corev1.KeyToPath{{Key: "auth-callout-issuer.seed", Path: "i"}}}}}
 	for _, tc := range []struct {
 		name   string
 		change func(t *testing.T, objs []any)
 		want   string // in the error; "" for none
 	}{
 		{"the chart", func(*testing.T, []any) {}, ""},
+		{"the chart, seeds on the nodes", func(*testing.T, []any) {}, ""},
 		{"a password user (the old chart's)", func(t *testing.T, objs []any) {
 			c := &pod(t, objs, "agent").Containers[0]
 			c.Args = append(c.Args, "--nats-user=agent-$(NODE_NAME)")
@@ -142,7 +158,7 @@ func TestCheckIdentitiesFindsSharedIdentities(t *testing.T) {
 		{"the agent given one seed for every node", func(t *testing.T, objs []any) {
 			c := &pod(t, objs, "agent").Containers[0]
 			c.Args = append(c.Args, "--nats-nkey=/var/lib/toposched/credentials/agent.nk")
-		}, "--nats-nkey: the agent signs in with its node's seed"},
+		}, "--nats-nkey: the agent signs in as its node alone"},
 		{"the agent without TOPOSCHED_DATA_DIR", func(t *testing.T, objs []any) {
 			c := &pod(t, objs, "agent").Containers[0]
 			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "TOPOSCHED_DATA_DIR" })
@@ -181,9 +197,76 @@ func TestCheckIdentitiesFindsSharedIdentities(t *testing.T) {
 				}
 			}
 		}, "no Deployment of the service kube"},
+		{"the agent's token besides a seed directory", func(t *testing.T, objs []any) {
+			p := pod(t, objs, "agent")
+			p.Volumes = append(p.Volumes, corev1.Volume{Name: "credentials", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/etc/toposched/credentials"}}})
+		}, "the nodes' seed directory /etc/toposched/credentials, with auth.agentIdentity kubernetes"},
+		{"a Secret in the agent besides its token", func(t *testing.T, objs []any) {
+			p := pod(t, objs, "agent")
+			p.Volumes = append(p.Volumes, corev1.Volume{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "site-keys"}}})
+		}, "the Secret site-keys: the agent's one credential is its token"},
+		{"a second token in the agent", func(t *testing.T, objs []any) {
+			p := pod(t, objs, "agent")
+			p.Volumes = append(p.Volumes, *vol(t, p, "nats-token"))
+			p.Volumes[len(p.Volumes)-1].Name = "api"
+		}, "2 projected ServiceAccount tokens"},
+		{"the agent's API token", func(t *testing.T, objs []any) {
+			pod(t, objs, "agent").AutomountServiceAccountToken = nil
+		}, "an API token besides its NATS token"},
+		{"the agent's token for the API server", func(t *testing.T, objs []any) {
+			vol(t, pod(t, objs, "agent"), "nats-token").Projected.Sources[0].ServiceAccountToken.Audience = ""
+		}, "a token for the API server's audience"},
+		{"the agent's token for another audience", func(t *testing.T, objs []any) {
+			vol(t, pod(t, objs, "agent"), "nats-token").Projected.Sources[0].ServiceAccountToken.Audience = "vault"
+		}, `a token for audience "vault", not auth.agentToken.audience "toposched-nats"`},
+		{"the agent's token for a day", func(t *testing.T, objs []any) {
+			vol(t, pod(t, objs, "agent"), "nats-token").Projected.Sources[0].ServiceAccountToken.ExpirationSeconds = ptr(int64(86400))
+		}, "want at most 3600"},
+		{"a Secret projected beside the token", func(t *testing.T, objs []any) {
+			v := vol(t, pod(t, objs, "agent"), "nats-token")
+			v.Projected.Sources = append(v.Projected.Sources, corev1.VolumeProjection{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "x"}}})
+		}, "projects more than the NATS token"},
+		{"the agent reads another token file", func(t *testing.T, objs []any) {
+			setFlag(t, objs, "agent", "--nats-token-file", "/var/run/secrets/kubernetes.io/serviceaccount/token")
+		}, "but its token is mounted at /var/run/secrets/toposched/nats/token"},
+		{"the agent without its token file", func(t *testing.T, objs []any) {
+			c := &pod(t, objs, "agent").Containers[0]
+			c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--nats-token-file") })
+		}, "0 --nats-token-file flags"},
+		{"the agent's token read-write", func(t *testing.T, objs []any) {
+			c := &pod(t, objs, "agent").Containers[0]
+			for i := range c.VolumeMounts {
+				if c.VolumeMounts[i].Name == "nats-token" {
+					c.VolumeMounts[i].ReadOnly = false
+				}
+			}
+		}, "the token's volume nats-token is mounted read-write"},
+		{"the agent as the default ServiceAccount", func(t *testing.T, objs []any) {
+			pod(t, objs, "agent").ServiceAccountName = ""
+		}, "runs as the namespace's default ServiceAccount"},
+		{"the agent given the issuer seed", func(t *testing.T, objs []any) {
+			p := pod(t, objs, "agent")
+			p.Volumes = append(p.Volumes, calloutVolume)
+		}, "the Secret toposched-auth-callout, the auth callout's keys"},
+		{"placement given the issuer seed", func(t *testing.T, objs []any) {
+			p := pod(t, objs, "placement")
+			p.Volumes = append(p.Volumes, calloutVolume)
+		}, "Deployment/t-toposched-placement: volume c: the Secret toposched-auth-callout"},
+		{"the issuer seed in an environment", func(t *testing.T, objs []any) {
+			c := &pod(t, objs, "analysis").Containers[0]
+			c.Env = append(c.Env, corev1.EnvVar{Name: "ISSUER", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "toposched-auth-callout"}, Key: "auth-callout-issuer.seed"}}})
+		}, "env ISSUER: the Secret toposched-auth-callout"},
+		{"a token file with seeds on the nodes", func(t *testing.T, objs []any) {
+			setFlag(t, objs, "agent", "--nats-token-file", "/t")
+		}, `--nats-token-file with auth.agentIdentity "hostPath"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs, vals := rendered(t)
+			set := "defaults"
+			if onNodes[tc.name] {
+				set = hostPath
+			}
+			objs, vals := renderedWith(t, set)
 			tc.change(t, objs)
 			err := checkIdentities(objs, vals)
 			switch {
@@ -211,11 +294,102 @@ func TestValueSets(t *testing.T) {
 		{map[string]any{"existingSecret": "toposched-nats"}, "the password users are gone"},
 		{map[string]any{"mode": "password"}, "nkeys only"},
 		{map[string]any{"servicesSecret": ""}, "auth.servicesSecret"},
+		{map[string]any{"agentIdentity": "secret"}, "kubernetes (the pod's ServiceAccount token, answered by the Kubernetes service) or hostPath"},
+		{map[string]any{"authCalloutSecret": ""}, "auth.authCalloutSecret"},
+		{map[string]any{"agentToken": map[string]any{"audience": ""}}, "the API server's audience"},
+		{map[string]any{"agentIdentity": "hostPath", "agentCredentialsHostPath": ""}, "auth.agentCredentialsHostPath"},
 	} {
 		vs := valueSet{vals: map[string]any{"nats": map[string]any{"enabled": false}, "auth": tc.auth}}
 		if _, err := check(chartDir, vs); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("auth %v: error %v, want one with %q", tc.auth, err, tc.want)
 		}
+	}
+	// The agents' tokens are answered by the Kubernetes service alone.
+	vs := valueSet{vals: map[string]any{"nats": map[string]any{"enabled": false}, "kube": map[string]any{"enabled": false}}}
+	if _, err := check(chartDir, vs); err == nil || !strings.Contains(err.Error(), "set auth.agentIdentity hostPath") {
+		t.Errorf("kube.enabled false with the agents' tokens: %v", err)
+	}
+}
+
+// The Kubernetes service answers exactly the agents' tokens: their
+// ServiceAccount, their audience, with the callout's keys mounted where
+// its flags say and readable by it alone; each way that could differ is
+// found; the chart as rendered passes.
+func TestCheckAgentIdentity(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, objs []any)
+		want   string // in the error; "" for none
+	}{
+		{"the chart", func(*testing.T, []any) {}, ""},
+		{"the responder's default audience", func(t *testing.T, objs []any) {
+			c := &pod(t, objs, "kube").Containers[0]
+			c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--agent-token-audience") })
+		}, ""},
+		{"the responder takes another audience", func(t *testing.T, objs []any) {
+			setFlag(t, objs, "kube", "--agent-token-audience", "nats.example.com")
+		}, `a token for audience "toposched-nats", but the auth callout (Deployment/t-toposched-kube) takes "nats.example.com"`},
+		{"the agents' token for another audience", func(t *testing.T, objs []any) {
+			vol(t, pod(t, objs, "agent"), "nats-token").Projected.Sources[0].ServiceAccountToken.Audience = "https://kubernetes.default.svc"
+		}, "but the auth callout"},
+		{"the responder for another ServiceAccount", func(t *testing.T, objs []any) {
+			setFlag(t, objs, "kube", "--agent-service-account", "toposched/default")
+		}, "--agent-service-account toposched/default, but the agents run as toposched/t-toposched-agent"},
+		{"the responder for every ServiceAccount's tokens", func(t *testing.T, objs []any) {
+			c := &pod(t, objs, "kube").Containers[0]
+			c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--agent-service-account") })
+		}, "0 --agent-service-account flags"},
+		{"the agents' ServiceAccount not rendered", func(t *testing.T, objs []any) {
+			for i, o := range objs {
+				if sa, ok := o.(*corev1.ServiceAccount); ok && sa.Name == "t-toposched-agent" {
+					objs[i] = nil
+				}
+			}
+		}, "its ServiceAccount t-toposched-agent is not rendered"},
+		{"the agents' ServiceAccount given API rights", func(t *testing.T, objs []any) {
+			b := kubeObj[*rbacv1.ClusterRoleBinding](t, objs)
+			b.Subjects = append(b.Subjects, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "t-toposched-agent", Namespace: "toposched"})
+		}, "gives a role to the agents' ServiceAccount t-toposched-agent"},
+		{"the issuer seed read from elsewhere", func(t *testing.T, objs []any) {
+			setFlag(t, objs, "kube", "--auth-callout-issuer-seed", "/etc/toposched/nkey/issuer.seed")
+		}, "but auth-callout-issuer.seed of the Secret toposched-auth-callout is mounted at"},
+		{"the issuer seed not mounted", func(t *testing.T, objs []any) {
+			v := vol(t, pod(t, objs, "kube"), "auth-callout")
+			v.Secret.Items = v.Secret.Items[:1]
+		}, "no volume holds auth-callout-issuer.seed"},
+		{"the issuer seed anyone reads", func(t *testing.T, objs []any) {
+			vol(t, pod(t, objs, "kube"), "auth-callout").Secret.Items[1].Mode = mode(0o444)
+		}, "auth-callout-issuer.seed: mode 0444: others may read it"},
+		{"the responder's seed read-write", func(t *testing.T, objs []any) {
+			c := &pod(t, objs, "kube").Containers[0]
+			for i := range c.VolumeMounts {
+				if c.VolumeMounts[i].Name == "auth-callout" {
+					c.VolumeMounts[i].ReadOnly = false
+				}
+			}
+		}, "is mounted read-write"},
+		{"no responder's seed", func(t *testing.T, objs []any) {
+			c := &pod(t, objs, "kube").Containers[0]
+			c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--auth-callout-nkey") })
+		}, "0 --auth-callout-nkey flags"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, vals := rendered(t)
+			tc.change(t, objs)
+			err := checkAgentIdentity(objs, vals)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one with %q", err, tc.want)
+			}
+		})
+	}
+	// With the seeds on the nodes, the Kubernetes service answers no one.
+	objs, vals := renderedWith(t, "agent-hostpath")
+	setFlag(t, objs, "kube", "--auth-callout-issuer-seed", "/etc/toposched/auth-callout/auth-callout-issuer.seed")
+	if err := checkAgentIdentity(objs, vals); err == nil || !strings.Contains(err.Error(), "answers the auth callout, yet") {
+		t.Errorf("a callout with the seeds on the nodes: %v", err)
 	}
 }
 
@@ -291,6 +465,11 @@ func TestSeedModeIsOctal(t *testing.T) {
 		it := vol(t, pod(t, objs, svc), "nkey").Secret.Items
 		if len(it) != 1 || it[0].Mode == nil || *it[0].Mode != 0o440 {
 			t.Errorf("%s: items %+v, want one of mode 0440", svc, it)
+		}
+	}
+	for _, it := range vol(t, pod(t, objs, "kube"), "auth-callout").Secret.Items {
+		if it.Mode == nil || *it.Mode != 0o440 {
+			t.Errorf("the auth callout's %s: mode %v, want 0440", it.Key, it.Mode)
 		}
 	}
 }
@@ -546,6 +725,19 @@ func TestCheckFindsBrokenKubeTemplates(t *testing.T) {
 		{"no metrics port", "templates/kube.yaml",
 			"            - {name: metrics, containerPort: {{ .Values.metrics.port }}}\n", "",
 			`no port "metrics"`},
+		{"the agents' token for the API server", "templates/agent-daemonset.yaml",
+			"audience: {{ .Values.auth.agentToken.audience | quote }}", `audience: ""`,
+			"a token for the API server's audience"},
+		{"the agents with their API token", "templates/agent-daemonset.yaml",
+			"      automountServiceAccountToken: false\n      securityContext:", "      securityContext:",
+			"an API token besides its NATS token"},
+		{"the responder for the kube ServiceAccount's tokens", "templates/kube.yaml",
+			`--agent-service-account={{ .Release.Namespace }}/{{ include "toposched.agentServiceAccount" . }}`, "--agent-service-account={{ .Release.Namespace }}/{{ $name }}",
+			"but the agents run as toposched/t-toposched-agent"},
+		{"the issuer seed in every service", "templates/deployments.yaml",
+			"        {{- if .Values.tls.enabled }}\n        - name: tls",
+			"        - name: issuer\n          secret: {secretName: {{ .Values.auth.authCalloutSecret }}}\n        {{- if .Values.tls.enabled }}\n        - name: tls",
+			"volume issuer: the Secret toposched-auth-callout, the auth callout's keys"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := brokenChart(t, tc.file, tc.old, tc.new)

@@ -42,12 +42,40 @@ the password users of old shared one agent password among every node.
 {{- if not .Values.auth.servicesSecret }}
 {{- fail "auth.servicesSecret: the Secret holding analysis.nk, placement.nk, optimizer.nk, discovery.nk (and kube.nk with kube.enabled) is required with auth.enabled" }}
 {{- end }}
+{{- $identity := toString .Values.auth.agentIdentity }}
+{{- if eq $identity "kubernetes" }}
+{{- if not .Values.kube.enabled }}
+{{- fail "auth.agentIdentity kubernetes: the agents' sign-ins are answered by the Kubernetes service, which kube.enabled false leaves out; set auth.agentIdentity hostPath (each node's seed provisioned on it) or kube.enabled true" }}
+{{- end }}
+{{- if not .Values.auth.authCalloutSecret }}
+{{- fail "auth.authCalloutSecret: the Secret holding auth-callout.nk and auth-callout-issuer.seed (toposched roles issue --auth-callout) is required with auth.agentIdentity kubernetes" }}
+{{- end }}
+{{- if not .Values.auth.agentToken.audience }}
+{{- fail "auth.agentToken.audience: empty would be the API server's audience, a token that signs in to Kubernetes too" }}
+{{- end }}
+{{- else if eq $identity "hostPath" }}
 {{- if not .Values.auth.agentCredentialsHostPath }}
-{{- fail "auth.agentCredentialsHostPath: the directory on each GPU node holding its agent's seed is required with auth.enabled" }}
+{{- fail "auth.agentCredentialsHostPath: the directory on each GPU node holding its agent's seed is required with auth.agentIdentity hostPath" }}
+{{- end }}
+{{- else }}
+{{- fail (printf "auth.agentIdentity %q: kubernetes (the pod's ServiceAccount token, answered by the Kubernetes service) or hostPath (each node's seed on the node)" $identity) }}
 {{- end }}
 {{- end }}
 {{- end -}}
 
+{{/* Whether the agents sign in with their pods' ServiceAccount tokens. */}}
+{{- define "toposched.agentTokens" -}}
+{{- if and .Values.auth.enabled (eq (toString .Values.auth.agentIdentity) "kubernetes") }}true{{- end }}
+{{- end -}}
+
+{{/* The agents' ServiceAccount: their NATS identity, no API rights. */}}
+{{- define "toposched.agentServiceAccount" -}}
+{{- printf "%s-agent" (include "toposched.fullname" .) -}}
+{{- end -}}
+
 {{/* Where a service's own seed is mounted, and the agent's data dir. */}}
 {{- define "toposched.seedDir" -}}/etc/toposched/nkey{{- end -}}
+{{/* Where the kube pods see the auth callout's keys, the agents their token. */}}
+{{- define "toposched.calloutDir" -}}/etc/toposched/auth-callout{{- end -}}
+{{- define "toposched.agentTokenDir" -}}/var/run/secrets/toposched/nats{{- end -}}
 {{- define "toposched.agentDataDir" -}}/var/lib/toposched{{- end -}}
