@@ -173,7 +173,7 @@ func TestWriteErrors(t *testing.T) {
 		{"name", []events.TopologyNode{{Name: "n 1", GPUs: gpus(1)}}, Options{},
 			`node "n 1": name: expected a host name (letters, digits, '.', '_', '-')`},
 		{"affinity beyond the cores", []events.TopologyNode{{Name: "n1", GPUs: aff}}, Options{ThreadsPerCore: 2, CoresPerNode: 96},
-			`node n1: gpu 0: cpu_affinity: expected CPUs below 192 (96 cores of 2 threads), got CPU 200 in "0-15,200"`},
+			`node n1: gpu 0: cpu_affinity: expected CPUs below 192 (96 cores x 2 threads per core), got CPU 200 in "0-15,200"`},
 		{"affinity unreadable", []events.TopologyNode{{Name: "n1", GPUs: badAff}}, Options{},
 			`node n1: gpu 0: cpu_affinity: expected a list such as 0-3,8, got "N/A"`},
 		{"threads without cores", nil, Options{ThreadsPerCore: 2},

@@ -183,7 +183,7 @@ func coresOf(affinity string, opts Options) ([]int, error) {
 	cores := make([]int, 0, len(cpus))
 	for _, c := range cpus {
 		if c >= limit {
-			return nil, fmt.Errorf("expected CPUs below %d (%d cores of %d threads), got CPU %d in %q", limit, opts.CoresPerNode, threads, c, abbreviate(affinity))
+			return nil, fmt.Errorf("expected CPUs below %d (%d cores x %d threads per core), got CPU %d in %q", limit, opts.CoresPerNode, threads, c, abbreviate(affinity))
 		}
 		cores = append(cores, c%opts.CoresPerNode)
 	}

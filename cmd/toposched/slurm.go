@@ -1,0 +1,236 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/formats/fabric"
+	"github.com/toposched/toposched/internal/formats/slurmconf"
+)
+
+// slurmConfFlags are slurm-conf's flags.
+type slurmConfFlags struct {
+	cluster string
+	out     string
+	check   bool
+	opts    slurmconf.Options
+}
+
+func newSlurmConf(_ *globals) *cobra.Command {
+	var f slurmConfFlags
+	cmd := &cobra.Command{
+		Use:   "slurm-conf --cluster FILE [--out DIR]",
+		Short: "Write Slurm's gres.conf and topology.conf from the cluster's topology, or check existing ones",
+		Long: `slurm-conf writes the two Slurm configuration files that carry the cluster's
+topology to Slurm 22.05 (select/cons_tres), into --out:
+
+  gres.conf      one line per GPU: Type (the GPU model, or g<index> with
+                 --index-types), File (/dev/nvidia<index>), Cores= (the cores of
+                 the GPU's NUMA node, from its CPU affinity) and Links= (its
+                 NVLinks to each GPU of the node), so that Slurm's own choice of
+                 GPUs for a job it places alone follows NVLink
+  topology.conf  the fabric's switch tree for TopologyPlugin=topology/tree
+                 (Slurm 22.05 has no topology/block; NVLink domains are not
+                 written, and a rail-optimized node stays below one leaf)
+
+Each file is read back and compared with the cluster before it is written.
+It prints the slurm.conf settings the files need: GresTypes=gpu, each node's
+Gres= and the topology plugin. With --check it writes nothing: it reads the
+files in --out and lists where they differ from the cluster, failing if they
+do.`,
+		Example: `  toposched slurm-conf --cluster cluster.yaml --out /etc/slurm
+  toposched slurm-conf --cluster cluster.yaml --out /etc/slurm --check
+  toposched slurm-conf --cluster cluster.yaml --out . --index-types --threads-per-core 2 --cores-per-node 96`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runSlurmConf(cmd.OutOrStdout(), f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.cluster, "cluster", "", "cluster file (required)")
+	fl.StringVar(&f.out, "out", ".", "directory to write gres.conf and topology.conf into (with --check: to read them from)")
+	fl.BoolVar(&f.check, "check", false, "write nothing: compare the files in --out with the cluster")
+	fl.StringVar(&f.opts.DeviceFormat, "device-format", slurmconf.DefaultDeviceFormat, "device file of GPU i, with %d for i")
+	fl.BoolVar(&f.opts.IndexTypes, "index-types", false, "give every GPU a type of its own, g<index>, so that jobs can ask for exact GPUs (--gres=gpu:g1:1,gpu:g3:1)")
+	fl.IntVar(&f.opts.ThreadsPerCore, "threads-per-core", 1, "hardware threads per core of the nodes (slurm.conf's ThreadsPerCore); more than 1 needs --cores-per-node")
+	fl.IntVar(&f.opts.CoresPerNode, "cores-per-node", 0, "cores per node (Sockets x CoresPerSocket): CPU c of a GPU's affinity is core c mod this (0: CPUs are cores)")
+	return cmd
+}
+
+func runSlurmConf(out io.Writer, f slurmConfFlags) error {
+	if f.cluster == "" {
+		return errors.New("slurm-conf: --cluster is required")
+	}
+	if f.opts.ThreadsPerCore > 1 && f.opts.CoresPerNode == 0 {
+		return fmt.Errorf("slurm-conf: --threads-per-core %d needs --cores-per-node: Cores= takes Slurm's core indices, not CPU numbers", f.opts.ThreadsPerCore)
+	}
+	c, err := clusterfile.LoadCluster(f.cluster)
+	if err != nil {
+		return fmt.Errorf("slurm-conf: %w", err)
+	}
+	gresPath, topoPath := filepath.Join(f.out, "gres.conf"), filepath.Join(f.out, "topology.conf")
+	if f.check {
+		return checkSlurmConf(out, c, f.opts, gresPath, topoPath)
+	}
+
+	gres, err := slurmconf.WriteGres(c.Nodes, f.opts)
+	if err != nil {
+		return fmt.Errorf("slurm-conf: gres.conf: %w", err)
+	}
+	topo, err := slurmconf.WriteTopology(c.Fabric)
+	noFabric := errors.Is(err, slurmconf.ErrNoFabric)
+	if err != nil && !noFabric {
+		return fmt.Errorf("slurm-conf: topology.conf: %w", err)
+	}
+	// Read both back before writing either: a file Slurm would read
+	// differently from what the cluster says is never written.
+	var diffs []string
+	g, err := slurmconf.ParseGres(gresPath, gres)
+	if err != nil {
+		return fmt.Errorf("slurm-conf: gres.conf as written does not read back: %w", err)
+	}
+	d, err := slurmconf.DiffGres(c.Nodes, f.opts, g)
+	if err != nil {
+		return fmt.Errorf("slurm-conf: %w", err)
+	}
+	diffs = append(diffs, d...)
+	if !noFabric {
+		fab, err := fabric.ParseSlurm(topoPath, topo)
+		if err != nil {
+			return fmt.Errorf("slurm-conf: topology.conf as written does not read back: %w", err)
+		}
+		d, err := slurmconf.DiffTopology(c.Fabric, fab)
+		if err != nil {
+			return fmt.Errorf("slurm-conf: %w", err)
+		}
+		diffs = append(diffs, d...)
+	}
+	if len(diffs) > 0 {
+		return fmt.Errorf("slurm-conf: the files as written read back differently from the cluster:\n  %s", strings.Join(diffs, "\n  "))
+	}
+
+	if err := writeFileAtomic(gresPath, gres); err != nil {
+		return fmt.Errorf("slurm-conf: %w", err)
+	}
+	fmt.Fprintf(out, "wrote %s: %d nodes\n", gresPath, len(g.Order))
+	if noFabric {
+		fmt.Fprintf(out, "no %s: %v\n", topoPath, slurmconf.ErrNoFabric)
+	} else {
+		if err := writeFileAtomic(topoPath, topo); err != nil {
+			return fmt.Errorf("slurm-conf: %w", err)
+		}
+		fmt.Fprintf(out, "wrote %s\n", topoPath)
+	}
+	fmt.Fprintln(out, "\nslurm.conf needs:")
+	fmt.Fprintln(out, "  SelectType=select/cons_tres")
+	fmt.Fprintln(out, "  GresTypes=gpu")
+	if !noFabric {
+		fmt.Fprintln(out, "  TopologyPlugin=topology/tree")
+	}
+	for _, line := range nodeGresLines(c.Nodes, f.opts) {
+		fmt.Fprintln(out, "  "+line)
+	}
+	return nil
+}
+
+// nodeGresLines are the Gres= of each group of nodes alike, as slurm.conf's
+// NodeName lines must give it.
+func nodeGresLines(nodes []events.TopologyNode, opts slurmconf.Options) []string {
+	var order []string
+	names := map[string][]string{}
+	for _, n := range nodes {
+		if n.Removed || len(n.GPUs) == 0 {
+			continue
+		}
+		gpus, err := slurmconf.NodeGPUs(n, opts)
+		if err != nil {
+			continue // WriteGres reported it already
+		}
+		v := slurmconf.GresValue(gpus)
+		if names[v] == nil {
+			order = append(order, v)
+		}
+		names[v] = append(names[v], n.Name)
+	}
+	lines := make([]string, len(order))
+	for i, v := range order {
+		lines[i] = fmt.Sprintf("NodeName=%s ... Gres=%s", fabric.CompressHostlist(names[v]), v)
+	}
+	return lines
+}
+
+// checkSlurmConf reads gres.conf and topology.conf and lists where they
+// differ from the cluster.
+func checkSlurmConf(out io.Writer, c clusterfile.Cluster, opts slurmconf.Options, gresPath, topoPath string) error {
+	var diffs []string
+	data, err := os.ReadFile(gresPath)
+	if err != nil {
+		return fmt.Errorf("slurm-conf --check: %w", err)
+	}
+	g, err := slurmconf.ParseGres(gresPath, data)
+	if err != nil {
+		return fmt.Errorf("slurm-conf --check: %w", err)
+	}
+	d, err := slurmconf.DiffGres(c.Nodes, opts, g)
+	if err != nil {
+		return fmt.Errorf("slurm-conf --check: %w", err)
+	}
+	for _, s := range d {
+		diffs = append(diffs, gresPath+": "+s)
+	}
+	if _, _, err := slurmconf.SlurmTree(c.Fabric); !errors.Is(err, slurmconf.ErrNoFabric) {
+		data, err := os.ReadFile(topoPath)
+		if err != nil {
+			return fmt.Errorf("slurm-conf --check: %w", err)
+		}
+		fab, err := fabric.ParseSlurm(topoPath, data)
+		if err != nil {
+			return fmt.Errorf("slurm-conf --check: %w", err)
+		}
+		d, err := slurmconf.DiffTopology(c.Fabric, fab)
+		if err != nil {
+			return fmt.Errorf("slurm-conf --check: %w", err)
+		}
+		for _, s := range d {
+			diffs = append(diffs, topoPath+": "+s)
+		}
+	}
+	if len(diffs) > 0 {
+		return fmt.Errorf("slurm-conf --check: %d differences from the cluster:\n  %s", len(diffs), strings.Join(diffs, "\n  "))
+	}
+	fmt.Fprintf(out, "%s and %s agree with the cluster\n", gresPath, topoPath)
+	return nil
+}
+
+// writeFileAtomic writes data to path through a temporary file in the same
+// directory, so that a daemon reading path never sees half a file.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }() // gone already once renamed
+	if _, err := tmp.Write(data); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
