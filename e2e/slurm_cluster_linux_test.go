@@ -39,28 +39,6 @@ const (
 	nvidiaMajor = 195
 )
 
-// Node layouts as nvidia-smi topo -m prints them: the cluster file imports
-// them, and toposched slurm-conf turns them into gres.conf's Cores= and
-// Links=.
-const (
-	// topoPairsBySocket is the howto's node: NVLink pairs (0,1) and (2,3),
-	// GPUs 0-1 on NUMA node 0 (CPUs 0-3), 2-3 on NUMA node 1 (CPUs 4-7).
-	topoPairsBySocket = `        GPU0    GPU1    GPU2    GPU3    CPU Affinity    NUMA Affinity
-GPU0     X      NV2     SYS     SYS     0-3             0
-GPU1    NV2      X      SYS     SYS     0-3             0
-GPU2    SYS     SYS      X      NV2     4-7             1
-GPU3    SYS     SYS     NV2      X      4-7             1
-`
-	// topoPairsCrossed has NVLink pairs (0,2) and (1,3) and every GPU
-	// close to every CPU, so that only Links= can steer Slurm's choice.
-	topoPairsCrossed = `        GPU0    GPU1    GPU2    GPU3    CPU Affinity    NUMA Affinity
-GPU0     X      PHB     NV2     PHB     0-7             0
-GPU1    PHB      X      PHB     NV2     0-7             0
-GPU2    NV2     PHB      X      PHB     0-7             0
-GPU3    PHB     NV2     PHB      X      0-7             0
-`
-)
-
 // slurmNode is one node of a test cluster: its name and its GPUs' layout
 // (one of the topo* constants).
 type slurmNode struct {
@@ -302,13 +280,6 @@ func expandSlurmHostlist(t *testing.T, hl string) []string {
 		hl = strings.TrimPrefix(hl[end+1:], ",")
 	}
 	return out
-}
-
-func writeSlurmFile(t *testing.T, path, data string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // marker is the environment variable every process of this cluster

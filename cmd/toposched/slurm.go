@@ -1,16 +1,21 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/internal/formats/fabric"
 	"github.com/toposched/toposched/internal/formats/slurmconf"
@@ -24,13 +29,16 @@ type slurmConfFlags struct {
 	opts    slurmconf.Options
 }
 
-func newSlurmConf(_ *globals) *cobra.Command {
+func newSlurmConf(g *globals) *cobra.Command {
 	var f slurmConfFlags
 	cmd := &cobra.Command{
-		Use:   "slurm-conf --cluster FILE [--out DIR]",
+		Use:   "slurm-conf --cluster FILE | --nats-url URL [--out DIR]",
 		Short: "Write Slurm's gres.conf and topology.conf from the cluster's topology, or check existing ones",
 		Long: `slurm-conf writes the two Slurm configuration files that carry the cluster's
-topology to Slurm 22.05 (select/cons_tres), into --out:
+topology to Slurm 22.05 (select/cons_tres), into --out. The topology comes
+from a cluster file (--cluster) or, without one, from the running operator's
+topology stream (--nats-url, signed in as topoctl is: what discovery has
+published, nodes removed since left out):
 
   gres.conf      one line per GPU: Type (the GPU model, or g<index> with
                  --index-types), File (/dev/nvidia<index>), Cores= (the cores of
@@ -48,14 +56,22 @@ files in --out and lists where they differ from the cluster, failing if they
 do.`,
 		Example: `  toposched slurm-conf --cluster cluster.yaml --out /etc/slurm
   toposched slurm-conf --cluster cluster.yaml --out /etc/slurm --check
+  toposched slurm-conf --nats-url nats://ops:4222 --out /etc/slurm
   toposched slurm-conf --cluster cluster.yaml --out . --index-types --threads-per-core 2 --cores-per-node 96`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runSlurmConf(cmd.OutOrStdout(), f)
+			if f.opts.ThreadsPerCore > 1 && f.opts.CoresPerNode == 0 {
+				return fmt.Errorf("slurm-conf: --threads-per-core %d needs --cores-per-node: Cores= takes Slurm's core indices, not CPU numbers", f.opts.ThreadsPerCore)
+			}
+			c, err := slurmConfCluster(cmd.Context(), g, f.cluster)
+			if err != nil {
+				return fmt.Errorf("slurm-conf: %w", err)
+			}
+			return runSlurmConf(cmd.OutOrStdout(), c, f)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.cluster, "cluster", "", "cluster file (required)")
+	fl.StringVar(&f.cluster, "cluster", "", "cluster file (default: the running operator's topology, at --nats-url)")
 	fl.StringVar(&f.out, "out", ".", "directory to write gres.conf and topology.conf into (with --check: to read them from)")
 	fl.BoolVar(&f.check, "check", false, "write nothing: compare the files in --out with the cluster")
 	fl.StringVar(&f.opts.DeviceFormat, "device-format", slurmconf.DefaultDeviceFormat, "device file of GPU i, with %d for i")
@@ -65,17 +81,73 @@ do.`,
 	return cmd
 }
 
-func runSlurmConf(out io.Writer, f slurmConfFlags) error {
-	if f.cluster == "" {
-		return errors.New("slurm-conf: --cluster is required")
+// slurmConfCluster is the cluster file at path, or without one the
+// cluster as the operator's topology stream has it.
+func slurmConfCluster(ctx context.Context, g *globals, path string) (clusterfile.Cluster, error) {
+	if path != "" {
+		return clusterfile.LoadCluster(path)
 	}
-	if f.opts.ThreadsPerCore > 1 && f.opts.CoresPerNode == 0 {
-		return fmt.Errorf("slurm-conf: --threads-per-core %d needs --cores-per-node: Cores= takes Slurm's core indices, not CPU numbers", f.opts.ThreadsPerCore)
+	if g.natsURL == "" {
+		return clusterfile.Cluster{}, errors.New("give --cluster FILE, or --nats-url of a running operator to read its topology")
 	}
-	c, err := clusterfile.LoadCluster(f.cluster)
+	conn := g.conn
+	conn.Role = "launcher" // topoctl's: an administrator's reads of the streams
+	opts, err := conn.Options()
 	if err != nil {
-		return fmt.Errorf("slurm-conf: %w", err)
+		return clusterfile.Cluster{}, err
 	}
+	b, err := bus.Connect(ctx, bus.Config{URL: g.natsURL, Prefix: g.prefix, Source: "urn:toposched:slurm-conf",
+		ConnectTimeout: 5 * time.Second, SkipStreams: true, NATSOptions: opts})
+	if err != nil {
+		return clusterfile.Cluster{}, conn.Explain(err)
+	}
+	defer func() { _ = b.Close() }()
+	return streamCluster(ctx, b)
+}
+
+// streamCluster replays the topology stream: each node's newest report
+// (a removed node left out) in enumeration order, and the newest fabric.
+func streamCluster(ctx context.Context, b *bus.Bus) (clusterfile.Cluster, error) {
+	nodes := map[string]events.TopologyNode{}
+	var fab events.TopologyFabric
+	err := b.Replay(ctx, events.DomainTopology, []string{b.Subjects.Domain(events.DomainTopology)}, func(r bus.Record) error {
+		switch r.Name {
+		case events.NameTopologyNode:
+			var n events.TopologyNode
+			if err := bus.Decode(r.Name, r.Body, &n); err != nil {
+				return nil // refused when published: not part of the cluster
+			}
+			if n.Removed {
+				delete(nodes, n.Name)
+			} else {
+				nodes[n.Name] = n
+			}
+		case events.NameTopologyFabric:
+			var f events.TopologyFabric
+			if bus.Decode(r.Name, r.Body, &f) == nil {
+				fab = f
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return clusterfile.Cluster{}, fmt.Errorf("read the topology stream: %w", err)
+	}
+	if len(nodes) == 0 {
+		return clusterfile.Cluster{}, errors.New("the topology stream has no nodes: is discovery running?")
+	}
+	c := clusterfile.Cluster{Name: fab.Cluster, Fabric: fab}
+	for _, n := range nodes {
+		c.Nodes = append(c.Nodes, n)
+	}
+	slices.SortFunc(c.Nodes, func(a, b events.TopologyNode) int {
+		return cmp.Or(cmp.Compare(a.Position, b.Position), cmp.Compare(a.Name, b.Name))
+	})
+	return c, nil
+}
+
+// runSlurmConf writes (or with --check compares) the files for c.
+func runSlurmConf(out io.Writer, c clusterfile.Cluster, f slurmConfFlags) error {
 	gresPath, topoPath := filepath.Join(f.out, "gres.conf"), filepath.Join(f.out, "topology.conf")
 	if f.check {
 		return checkSlurmConf(out, c, f.opts, gresPath, topoPath)

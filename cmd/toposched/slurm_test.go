@@ -96,7 +96,7 @@ func TestSlurmConfErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no cluster", nil, "slurm-conf: --cluster is required"},
+		{"no cluster", nil, "slurm-conf: give --cluster FILE, or --nats-url of a running operator to read its topology"},
 		{"bad cluster file", []string{"--cluster", bad}, bad + ":2: nodes[0].gpus: expected 1 to 256 GPUs, got 0"},
 		{"threads without cores", []string{"--cluster", pairsCluster, "--threads-per-core", "2"}, "slurm-conf: --threads-per-core 2 needs --cores-per-node"},
 		{"device format", []string{"--cluster", pairsCluster, "--device-format", "/dev/gpu"}, `device format: expected a path with one %d`},
