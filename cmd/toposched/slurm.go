@@ -19,6 +19,7 @@ import (
 	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/internal/formats/fabric"
 	"github.com/toposched/toposched/internal/formats/slurmconf"
+	"github.com/toposched/toposched/internal/textout"
 )
 
 // slurmConfFlags are slurm-conf's flags.
@@ -192,25 +193,26 @@ func runSlurmConf(out io.Writer, c clusterfile.Cluster, f slurmConfFlags) error 
 	if err := writeFileAtomic(gresPath, gres); err != nil {
 		return fmt.Errorf("slurm-conf: %w", err)
 	}
-	fmt.Fprintf(out, "wrote %s: %d nodes\n", gresPath, len(g.Order))
+	w := textout.New(out)
+	w.Printf("wrote %s: %d nodes\n", gresPath, len(g.Order))
 	if noFabric {
-		fmt.Fprintf(out, "no %s: %v\n", topoPath, slurmconf.ErrNoFabric)
+		w.Printf("no %s: %v\n", topoPath, slurmconf.ErrNoFabric)
 	} else {
 		if err := writeFileAtomic(topoPath, topo); err != nil {
 			return fmt.Errorf("slurm-conf: %w", err)
 		}
-		fmt.Fprintf(out, "wrote %s\n", topoPath)
+		w.Printf("wrote %s\n", topoPath)
 	}
-	fmt.Fprintln(out, "\nslurm.conf needs:")
-	fmt.Fprintln(out, "  SelectType=select/cons_tres")
-	fmt.Fprintln(out, "  GresTypes=gpu")
+	w.Println("\nslurm.conf needs:")
+	w.Println("  SelectType=select/cons_tres")
+	w.Println("  GresTypes=gpu")
 	if !noFabric {
-		fmt.Fprintln(out, "  TopologyPlugin=topology/tree")
+		w.Println("  TopologyPlugin=topology/tree")
 	}
 	for _, line := range nodeGresLines(c.Nodes, f.opts) {
-		fmt.Fprintln(out, "  "+line)
+		w.Println("  " + line)
 	}
-	return nil
+	return w.Err()
 }
 
 // nodeGresLines are the Gres= of each group of nodes alike, as slurm.conf's
@@ -278,8 +280,9 @@ func checkSlurmConf(out io.Writer, c clusterfile.Cluster, opts slurmconf.Options
 	if len(diffs) > 0 {
 		return fmt.Errorf("slurm-conf --check: %d differences from the cluster:\n  %s", len(diffs), strings.Join(diffs, "\n  "))
 	}
-	fmt.Fprintf(out, "%s and %s agree with the cluster\n", gresPath, topoPath)
-	return nil
+	w := textout.New(out)
+	w.Printf("%s and %s agree with the cluster\n", gresPath, topoPath)
+	return w.Err()
 }
 
 // writeFileAtomic writes data to path through a temporary file in the same

@@ -125,10 +125,10 @@ func SlurmTree(fab events.TopologyFabric) (events.TopologyFabric, []string, erro
 	res := events.TopologyFabric{Cluster: fab.Cluster, Switches: make([]events.Switch, 0, len(out))}
 	for _, i := range order {
 		s := out[i]
-		switch h := height[i]; {
-		case h == 0:
+		switch height[i] {
+		case 0:
 			s.Tier = topology.TierLeaf
-		case h == 1:
+		case 1:
 			s.Tier = topology.TierSpine
 		default:
 			s.Tier = topology.TierCore
