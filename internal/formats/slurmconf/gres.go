@@ -89,7 +89,9 @@ type gresRecord struct {
 // one file; it must have one entry per GPU of each node the line names,
 // -1 at the GPU's own index and a count of at least 0 elsewhere, and
 // agree with the other GPU's Links about their pair. A device file is
-// named once per node, and a node has at most MaxGPUsPerNode GPUs.
+// named once per node, and a node has at most MaxGPUsPerNode GPUs. The
+// lines naming no node are every node's: they are checked as the GPUs of a
+// node no line names, and a fault of a line is told once, for one node.
 func ParseGres(file string, data []byte) (Gres, error) {
 	p := &problems{file: file}
 	g := Gres{Nodes: map[string][]GPU{}}
