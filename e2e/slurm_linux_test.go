@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -78,7 +79,8 @@ func TestSlurmLinksPickNVLinkPair(t *testing.T) {
 		// socket.
 		{"n1", []int{2, 3}, "pairs (0,1),(2,3)"},
 		// Pairs (0,2) and (1,3), every GPU close to every core: only
-		// Links= tells 1,3 from the lowest free, 1,2.
+		// Links= tells 1,3 from the lowest free, 1,2 (without Links= this
+		// node gets 1,2; n1 gets 2,3 from its sockets alone).
 		{"n2", []int{1, 3}, "pairs (0,2),(1,3), no socket preference"},
 	}
 	for _, tt := range tests {
@@ -95,7 +97,11 @@ func TestSlurmLinksPickNVLinkPair(t *testing.T) {
 			t.Errorf("%s (%s), GPU 0 busy: Slurm gave a 2-GPU job GPUs %v, want the NVLink pair %v", tt.node, tt.why, got, tt.want)
 		}
 		// What the job itself sees agrees with squeue.
-		want := fmt.Sprintf("CVD=%d,%d", tt.want[0], tt.want[1])
+		var idx []string
+		for _, g := range job.GPUs[tt.node] {
+			idx = append(idx, strconv.Itoa(g))
+		}
+		want := "CVD=" + strings.Join(idx, ",")
 		waitFor(t, slurmCallTimeout, func() (bool, string) {
 			b, err := os.ReadFile(outFile)
 			return strings.TrimSpace(string(b)) == want, fmt.Sprintf("%s: %q (%v), want %q", outFile, b, err, want)
