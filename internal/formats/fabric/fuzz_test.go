@@ -3,6 +3,7 @@ package fabric
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -91,6 +92,36 @@ func FuzzParseClosCSV(f *testing.F) {
 			if want := map[string]bool{TierLeaf: len(s.Nodes) > 0, TierSpine: len(s.Switches) > 0, TierCore: len(s.Switches) > 0}; !want[s.Tier] {
 				t.Fatalf("switch %+v is empty", s)
 			}
+		}
+	})
+}
+
+// FuzzCompressHostlist checks that what CompressHostlist writes expands
+// back into the names it was given, in order.
+func FuzzCompressHostlist(f *testing.F) {
+	for _, s := range []string{
+		"n1 n2 n3 n7", "n08 n09 n10", "n8 n9 n10", "n9 n010", "a b8 b9 b10", "n2 n1", "n1 n1",
+		"rack1-n01 rack1-n02 rack2-n01", "1 2 3", "n18446744073709551615 n18446744073709551614",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		names := strings.Fields(s)
+		for _, n := range names {
+			if strings.ContainsAny(n, "[],") || len(n) > maxHostlistNameLen {
+				return
+			}
+		}
+		if len(names) == 0 {
+			return
+		}
+		expr := CompressHostlist(names)
+		back, err := ExpandHostlist(expr)
+		if err != nil {
+			t.Fatalf("ExpandHostlist(CompressHostlist(%q) = %q): %v", names, expr, err)
+		}
+		if !slices.Equal(back, names) {
+			t.Fatalf("ExpandHostlist(CompressHostlist(%q) = %q) = %q", names, expr, back)
 		}
 	})
 }

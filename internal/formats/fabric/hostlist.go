@@ -237,3 +237,87 @@ func appendPadded(b []byte, n uint64, width int) []byte {
 	}
 	return append(b, d...)
 }
+
+// maxCompressDigits bounds the trailing digits CompressHostlist reads as a
+// number; longer runs stay literal.
+const maxCompressDigits = 18
+
+// CompressHostlist writes names as a Slurm hostlist expression that
+// ExpandHostlist (and Slurm) expands back into the same names in the same
+// order: a run of names that differ only in their trailing number, each
+// one more than the last, becomes a range, and neighbouring names with
+// the same text before the number share one bracket:
+//
+//	n1 n2 n3 n7            n[1-3,7]
+//	n08 n09 n10            n[08-10]
+//	a b8 b9 b10            a,b[8-10]
+//
+// A range keeps the zero padding of its first number, as ExpandHostlist
+// reads it, so n9 n010 stay two entries. Names must be non-empty and hold
+// no '[', ']', ',' or white space (host and switch names never do); the
+// result for others is not meaningful.
+func CompressHostlist(names []string) string {
+	type run struct {
+		lo, hi uint64
+		loText string
+	}
+	var b strings.Builder
+	var prefix string
+	var runs []run
+	flush := func() {
+		if len(runs) == 0 {
+			return
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(prefix)
+		if len(runs) == 1 && runs[0].lo == runs[0].hi {
+			b.WriteString(runs[0].loText)
+			runs = runs[:0]
+			return
+		}
+		b.WriteByte('[')
+		for i, r := range runs {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(r.loText)
+			if r.hi != r.lo {
+				b.WriteByte('-')
+				b.Write(appendPadded(nil, r.hi, len(r.loText)))
+			}
+		}
+		b.WriteByte(']')
+		runs = runs[:0]
+	}
+	for _, name := range names {
+		cut := len(name)
+		for cut > 0 && name[cut-1] >= '0' && name[cut-1] <= '9' {
+			cut--
+		}
+		digits := name[cut:]
+		if digits == "" || len(digits) > maxCompressDigits {
+			flush()
+			if b.Len() > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(name)
+			continue
+		}
+		n, _ := strconv.ParseUint(digits, 10, 64) // at most 18 digits: no error
+		if len(runs) > 0 && name[:cut] == prefix {
+			last := &runs[len(runs)-1]
+			if n == last.hi+1 && string(appendPadded(nil, n, len(last.loText))) == digits {
+				last.hi = n
+				continue
+			}
+		} else {
+			flush()
+			prefix = name[:cut]
+		}
+		runs = append(runs, run{lo: n, hi: n, loText: digits})
+	}
+	flush()
+	return b.String()
+}

@@ -100,3 +100,45 @@ func TestExpandHostlistAtLimit(t *testing.T) {
 		t.Errorf("got %d names, %q ... %q", len(got), got[0], got[len(got)-1])
 	}
 }
+
+func TestCompressHostlist(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		names []string
+		want  string
+	}{
+		{[]string{"a"}, "a"},
+		{[]string{"n1"}, "n1"},
+		{[]string{"n1", "n2"}, "n[1-2]"},
+		{[]string{"n1", "n2", "n3", "n7"}, "n[1-3,7]"},
+		{[]string{"n08", "n09", "n10"}, "n[08-10]"},
+		{[]string{"n8", "n9", "n10", "n11"}, "n[8-11]"},
+		{[]string{"n9", "n010"}, "n[9,010]"},
+		{[]string{"a", "b8", "b9", "b10"}, "a,b[8-10]"},
+		{[]string{"n2", "n1"}, "n[2,1]"}, // order kept
+		{[]string{"n1", "n1"}, "n[1,1]"}, // duplicates kept
+		{[]string{"n1", "m1", "n2"}, "n1,m1,n2"},
+		{[]string{"rack1-n01", "rack1-n02", "rack2-n01"}, "rack1-n[01-02],rack2-n01"},
+		{[]string{"s", "s1"}, "s,s1"},
+		{[]string{"1", "2"}, "[1-2]"},
+		{seq("circe-n", 1, 98, 3), "circe-n[001-098]"},
+		{[]string{"n1234567890123456789"}, "n1234567890123456789"}, // too long to count
+		{nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			t.Parallel()
+			got := CompressHostlist(tt.names)
+			if got != tt.want {
+				t.Errorf("CompressHostlist(%q) = %q, want %q", tt.names, got, tt.want)
+			}
+			if len(tt.names) == 0 {
+				return
+			}
+			back, err := ExpandHostlist(got)
+			if err != nil || !slices.Equal(back, tt.names) {
+				t.Errorf("ExpandHostlist(%q) = %q, %v; want %q", got, back, err, tt.names)
+			}
+		})
+	}
+}

@@ -64,7 +64,7 @@ func ParseSlurm(file string, data []byte) (events.TopologyFabric, error) {
 		return names, true
 	}
 	for _, ll := range slurmLines(data) {
-		pairs, err := splitPairs(ll.text)
+		pairs, err := splitPairs(ll.text, "SwitchName=s0 Nodes=node[1-4]")
 		if err != nil {
 			p.add(ll.line, "%v", err)
 			continue
@@ -366,6 +366,48 @@ func checkLeafNodes(p *problems, switches []*slurmSwitch) []string {
 	return warnings
 }
 
+// SlurmPair is one Key=Value of a Slurm configuration line, the key as
+// written (Slurm's keys are case insensitive).
+type SlurmPair struct {
+	Key, Value string
+}
+
+// SlurmLine is one logical line of a Slurm configuration file.
+type SlurmLine struct {
+	// Line is the line's first physical line, counted from 1.
+	Line  int
+	Pairs []SlurmPair
+	// Err says why the line is not Key=Value pairs (Pairs is then nil);
+	// it names no file or line.
+	Err error
+}
+
+// SlurmLines splits a Slurm configuration file (topology.conf, gres.conf,
+// slurm.conf) into its logical lines of Key=Value pairs as Slurm's parser
+// reads them: comments, continuations, escapes and quoted values as the
+// package documentation describes for topology.conf. Lines with no pairs
+// are left out. example is a well-formed line of the file's kind, which a
+// syntax error quotes.
+func SlurmLines(data []byte, example string) []SlurmLine {
+	var out []SlurmLine
+	for _, ll := range slurmLines(data) {
+		pairs, err := splitPairs(ll.text, example)
+		if err != nil {
+			out = append(out, SlurmLine{Line: ll.line, Err: err})
+			continue
+		}
+		if len(pairs) == 0 {
+			continue
+		}
+		sl := SlurmLine{Line: ll.line, Pairs: make([]SlurmPair, len(pairs))}
+		for i, kv := range pairs {
+			sl.Pairs[i] = SlurmPair{Key: kv.key, Value: kv.val}
+		}
+		out = append(out, sl)
+	}
+	return out
+}
+
 // confLine is one logical line of a Slurm configuration file: comments
 // removed, continuations joined, escapes resolved.
 type confLine struct {
@@ -463,7 +505,8 @@ type keyValue struct {
 // splitPairs reads Key=Value pairs: keys of letters, digits, '_' and '.',
 // white space allowed around '=', values unquoted (no white space) or in
 // double quotes. A value left empty before the next Key=Value is empty.
-func splitPairs(s string) ([]keyValue, error) {
+// example is a line of the file's kind, quoted in the syntax error.
+func splitPairs(s, example string) ([]keyValue, error) {
 	var out []keyValue
 	i := 0
 	for {
@@ -482,7 +525,7 @@ func splitPairs(s string) ([]keyValue, error) {
 			i++
 		}
 		if key == "" || i == len(s) || s[i] != '=' {
-			return nil, fmt.Errorf("syntax: expected Key=Value pairs such as SwitchName=s0 Nodes=node[1-4], got %q", abbreviate(strings.TrimSpace(s[start:])))
+			return nil, fmt.Errorf("syntax: expected Key=Value pairs such as %s, got %q", example, abbreviate(strings.TrimSpace(s[start:])))
 		}
 		i++
 		afterEq := i
