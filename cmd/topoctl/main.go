@@ -84,7 +84,7 @@ placement.rejected.`,
 	root.AddCommand(newPlace(g))
 	root.AddCommand(newExplain(g))
 	root.AddCommand(newMigrate(g))
-	root.AddCommand(newRun(g), newLaunchArgs(g))
+	root.AddCommand(newRun(g), newLaunchArgs(g), newSlurmArgs(g))
 	return root
 }
 

@@ -35,7 +35,10 @@ type exitError struct {
 func (e *exitError) Error() string { return e.msg }
 
 func newRun(g *globals) *cobra.Command {
-	var drain time.Duration
+	var (
+		drain time.Duration
+		slurm bool
+	)
 	cmd := &cobra.Command{
 		Use:   "run JOBFILE [-- COMMAND ARGS...]",
 		Short: "Submit a job with a command, stream its ranks' output, and exit with its status",
@@ -46,9 +49,18 @@ agent fell silent, or none took it), 130 cancelled.
 
 The command, its args, env (NAME=value entries) and workdir come from the job
 file; a command after -- replaces the file's command and args. Ctrl-C cancels
-the job: its ranks are stopped and its GPUs freed.`,
+the job: its ranks are stopped and its GPUs freed.
+
+With --slurm the ranks run through Slurm instead of the agents: once decided,
+the job runs as srun in the foreground (as topoctl slurm-args prints it: one
+heterogeneous component per node, exactly the decided GPUs by their per-index
+GRES types), srun's output is printed as it comes, and its exit status
+finishes the job. A decided node or GPU Slurm does not have, or slurmctld not
+answering, is an error before anything starts in Slurm, and the job is
+finished as failed. SLURM_CONF and PATH are Slurm's clients' own.`,
 		Example: `  topoctl run job.yaml
-  topoctl run job.yaml -- python3 train.py --steps 100`,
+  topoctl run job.yaml -- python3 train.py --steps 100
+  topoctl run --slurm job.yaml`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
@@ -75,11 +87,15 @@ the job: its ranks are stopped and its GPUs freed.`,
 			if err := schemas.Validate(string(events.NameJobSubmitted), body); err != nil {
 				return fmt.Errorf("%s: %w", args[0], events.ExplainStructured(body, err))
 			}
+			if slurm {
+				return g.runSlurm(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), job)
+			}
 			return g.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), job, drain)
 		},
 	}
 	cmd.Flags().DurationVar(&drain, "drain", 15*time.Second,
 		"after the job ends, how long to wait for the output of nodes that have not reported yet")
+	cmd.Flags().BoolVar(&slurm, "slurm", false, "run the job's ranks through Slurm's srun where it is decided, not through the node agents")
 	return cmd
 }
 

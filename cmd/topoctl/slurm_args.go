@@ -1,0 +1,233 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/client"
+	"github.com/toposched/toposched/internal/placer/launch"
+)
+
+// slurmFormats are what slurm-args prints.
+var slurmFormats = []string{"srun", "sbatch"}
+
+func newSlurmArgs(g *globals) *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "slurm-args JOB [--format srun|sbatch]",
+		Short: "Print the srun line or sbatch script that runs a placed job on exactly its decided Slurm nodes and GPUs",
+		Long: `slurm-args reads the job's decision and prints how to run it through Slurm
+where placement put it: a heterogeneous job with one component per node, in
+node order, each with
+
+  --nodelist, --nodes=1, --ntasks   the node and its ranks
+  --gres=gpu:g<i>:1,...             exactly the decided GPUs: needs the
+                                    per-index GRES types of
+                                    toposched slurm-conf --index-types
+  --gpu-bind=map_gpu:...            each local rank's GPU
+  --cpu-bind=map_ldom:...           each local rank's NUMA node, where known
+  --export=ALL,...                  MASTER_ADDR, MASTER_PORT, WORLD_SIZE and
+                                    the job's env
+  --chdir                           the job's workdir
+  --job-name=JOB --comment=toposched-job=JOB   the link to the toposched job
+
+and the job's command run with RANK=$SLURM_PROCID and
+LOCAL_RANK=$SLURM_LOCALID. --format sbatch prints a batch script of the same
+job (#SBATCH components joined by "#SBATCH hetjob", then one srun).
+topoctl run --slurm runs the srun line itself and finishes the job.`,
+		Example: `  topoctl slurm-args llm-tp8-dp2
+  topoctl slurm-args llm-tp8-dp2 --format sbatch > llm.sbatch && sbatch llm.sbatch`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !slices.Contains(slurmFormats, format) {
+				return fmt.Errorf("--format %q: expected one of %s", format, strings.Join(slurmFormats, ", "))
+			}
+			ctx := cmd.Context()
+			b, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeBus(b)
+			h, err := client.History(ctx, b, args[0])
+			if err != nil {
+				return err
+			}
+			d, ok := lastDecision(h.LastOutcome())
+			if !ok || h.State == client.StateFinished {
+				return fmt.Errorf("%s: not placed now (%s)", args[0], h.State)
+			}
+			comps, err := slurmComponents(d, h.Submission())
+			if err != nil {
+				return err
+			}
+			if format == "sbatch" {
+				return writeSbatch(cmd.OutOrStdout(), comps)
+			}
+			_, err = io.WriteString(cmd.OutOrStdout(), shellJoin(append([]string{"srun"}, srunArgv(comps)...))+"\n")
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "srun", "what to print: "+strings.Join(slurmFormats, ", "))
+	return cmd
+}
+
+// slurmComponent is one node's part of the heterogeneous Slurm job.
+type slurmComponent struct {
+	// Alloc are the options of the allocation (sbatch's or srun's).
+	Alloc []string
+	// Step are the options of the job step on it (srun's only).
+	Step []string
+	// Command is what every task of the component runs.
+	Command []string
+}
+
+// slurmComponents turns a decision into one Slurm job component per node,
+// in node order. Each component asks for the node's GPUs by their
+// per-index GRES types: a count of one --gres applies to every node of a
+// component, so nodes with different GPUs cannot share one.
+func slurmComponents(d *events.PlacementDecided, job *events.JobSubmitted) ([]slurmComponent, error) {
+	if len(d.Nodes) == 0 {
+		return nil, fmt.Errorf("%s: the decision places no node", d.JobID)
+	}
+	command := []string{"COMMAND"}
+	var envs []string
+	workdir := ""
+	if job != nil {
+		if job.Command != "" {
+			command = append([]string{job.Command}, job.Args...)
+		}
+		envs, workdir = job.Env, job.Workdir
+	}
+	// SLURM_PROCID numbers the tasks of a heterogeneous step across its
+	// components in order: it is the job's rank only if the ranks are in
+	// node blocks in the nodes' order, local ranks in order.
+	byNode := map[string][]events.RankPlacement{}
+	for _, r := range d.Ranks {
+		byNode[r.Node] = append(byNode[r.Node], r)
+	}
+	next := 0
+	for _, np := range d.Nodes {
+		rs := byNode[np.Node]
+		slices.SortFunc(rs, func(a, b events.RankPlacement) int { return a.LocalRank - b.LocalRank })
+		for l, r := range rs {
+			if r.Rank != next || r.LocalRank != l {
+				return nil, fmt.Errorf("%s: rank %d on node %s (local rank %d): the ranks are not in node blocks in node order, which SLURM_PROCID needs", d.JobID, r.Rank, np.Node, r.LocalRank)
+			}
+			next++
+		}
+		if len(rs) != len(np.GPUs) {
+			return nil, fmt.Errorf("%s: node %s: %d ranks for %d GPUs", d.JobID, np.Node, len(rs), len(np.GPUs))
+		}
+	}
+	exports := []string{"WORLD_SIZE=" + strconv.Itoa(len(d.Ranks))}
+	if d.Launch != nil {
+		exports = append(exports, "MASTER_ADDR="+d.Launch.MasterAddr, "MASTER_PORT="+strconv.Itoa(launch.MasterPort(d)))
+	}
+	// The job's env wins, as with the agents.
+	exports = slices.DeleteFunc(exports, func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.ContainsFunc(envs, func(e string) bool { return strings.HasPrefix(e, name+"=") })
+	})
+	for i, kv := range envs {
+		// --export's list is comma-separated, with no escape.
+		if strings.Contains(kv, ",") {
+			return nil, fmt.Errorf("%s: env[%d] %q: a comma cannot pass through srun --export", d.JobID, i, kv)
+		}
+	}
+	exports = append(exports, envs...)
+	// RANK and LOCAL_RANK differ per task: a shell sets them from Slurm's.
+	run := append([]string{"/bin/sh", "-c", `RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID exec "$@"`, "sh"}, command...)
+
+	comps := make([]slurmComponent, 0, len(d.Nodes))
+	for _, np := range d.Nodes {
+		gres := make([]string, 0, len(np.GPUs))
+		for _, g := range slices.Sorted(slices.Values(np.GPUs)) {
+			gres = append(gres, "gpu:g"+strconv.Itoa(g)+":1")
+		}
+		c := slurmComponent{
+			Alloc: []string{"--job-name=" + d.JobID, "--comment=toposched-job=" + d.JobID,
+				"--nodelist=" + np.Node, "--nodes=1", "--ntasks=" + strconv.Itoa(len(np.GPUs)), "--gres=" + strings.Join(gres, ",")},
+			Command: run,
+		}
+		bind := np.SlurmGPUBind
+		if bind == "" {
+			return nil, fmt.Errorf("%s: node %s: the decision has no slurm_gpu_bind", d.JobID, np.Node)
+		}
+		c.Step = append(c.Step, "--gpu-bind="+bind)
+		if ldoms := numaMap(byNode[np.Node]); ldoms != "" {
+			c.Step = append(c.Step, "--cpu-bind=map_ldom:"+ldoms)
+		}
+		c.Step = append(c.Step, "--export=ALL,"+strings.Join(exports, ","))
+		if workdir != "" {
+			c.Step = append(c.Step, "--chdir="+workdir)
+		}
+		comps = append(comps, c)
+	}
+	return comps, nil
+}
+
+// numaMap is the NUMA node of each local rank, or "" where one is
+// unknown.
+func numaMap(rs []events.RankPlacement) string {
+	ids := make([]string, len(rs))
+	for i, r := range rs {
+		if r.NUMA == nil {
+			return ""
+		}
+		ids[i] = strconv.Itoa(*r.NUMA)
+	}
+	return strings.Join(ids, ",")
+}
+
+// srunArgv is srun's arguments for the whole job, components joined by ":".
+func srunArgv(comps []slurmComponent) []string {
+	var argv []string
+	for i, c := range comps {
+		if i > 0 {
+			argv = append(argv, ":")
+		}
+		argv = append(argv, c.Alloc...)
+		argv = append(argv, c.Step...)
+		argv = append(argv, c.Command...)
+	}
+	return argv
+}
+
+// writeSbatch prints a batch script of the job: one #SBATCH component per
+// node, then the srun that starts every component's tasks in the
+// allocation.
+func writeSbatch(w io.Writer, comps []slurmComponent) error {
+	if len(comps) == 0 {
+		return errors.New("no component")
+	}
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n")
+	for i, c := range comps {
+		if i > 0 {
+			b.WriteString("#SBATCH hetjob\n")
+		}
+		for _, o := range c.Alloc {
+			// sbatch reads these words as they are, quotes included.
+			fmt.Fprintf(&b, "#SBATCH %s\n", o)
+		}
+	}
+	var step []string
+	for i, c := range comps {
+		if i > 0 {
+			step = append(step, ":")
+		}
+		step = append(step, "--het-group="+strconv.Itoa(i))
+		step = append(step, c.Step...)
+		step = append(step, c.Command...)
+	}
+	b.WriteString(shellJoin(append([]string{"srun"}, step...)) + "\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
