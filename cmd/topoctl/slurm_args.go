@@ -142,35 +142,89 @@ func slurmComponents(d *events.PlacementDecided, job *events.JobSubmitted) ([]sl
 		}
 	}
 	exports = append(exports, envs...)
-	// RANK and LOCAL_RANK differ per task: a shell sets them from Slurm's.
-	run := append([]string{"/bin/sh", "-c", `RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID exec "$@"`, "sh"}, command...)
-
-	comps := make([]slurmComponent, 0, len(d.Nodes))
-	for _, np := range d.Nodes {
-		gres := make([]string, 0, len(np.GPUs))
-		for _, g := range slices.Sorted(slices.Values(np.GPUs)) {
-			gres = append(gres, "gpu:g"+strconv.Itoa(g)+":1")
-		}
-		c := slurmComponent{
-			Alloc: []string{"--job-name=" + d.JobID, "--comment=toposched-job=" + d.JobID,
-				"--nodelist=" + np.Node, "--nodes=1", "--ntasks=" + strconv.Itoa(len(np.GPUs)), "--gres=" + strings.Join(gres, ",")},
-			Command: run,
-		}
-		bind := np.SlurmGPUBind
-		if bind == "" {
+	step := func(np events.NodePlacement) ([]string, error) {
+		if np.SlurmGPUBind == "" {
 			return nil, fmt.Errorf("%s: node %s: the decision has no slurm_gpu_bind", d.JobID, np.Node)
 		}
-		c.Step = append(c.Step, "--gpu-bind="+bind)
+		opts := []string{"--gpu-bind=" + np.SlurmGPUBind}
 		if ldoms := numaMap(byNode[np.Node]); ldoms != "" {
-			c.Step = append(c.Step, "--cpu-bind=map_ldom:"+ldoms)
+			opts = append(opts, "--cpu-bind=map_ldom:"+ldoms)
 		}
-		c.Step = append(c.Step, "--export=ALL,"+strings.Join(exports, ","))
+		opts = append(opts, "--export=ALL,"+strings.Join(exports, ","))
 		if workdir != "" {
-			c.Step = append(c.Step, "--chdir="+workdir)
+			opts = append(opts, "--chdir="+workdir)
 		}
-		comps = append(comps, c)
+		return opts, nil
+	}
+	link := []string{"--job-name=" + d.JobID, "--comment=toposched-job=" + d.JobID}
+
+	if uniform(d, byNode) {
+		// One component: Slurm's backfill scheduler alone starts
+		// heterogeneous jobs (every bf_interval, 30 s by default), the
+		// main one starts this at once. Slurm orders the tasks by its own
+		// node order, not the nodelist's: each task's rank comes from its
+		// node's first rank and its local rank.
+		np := d.Nodes[0]
+		opts, err := step(np)
+		if err != nil {
+			return nil, err
+		}
+		nodes := make([]string, len(d.Nodes))
+		var cases []string
+		for i, n := range d.Nodes {
+			nodes[i] = n.Node
+			cases = append(cases, n.Node+") R="+strconv.Itoa(i*len(np.GPUs))+";;")
+		}
+		run := append([]string{"/bin/sh", "-c", `case "$SLURMD_NODENAME" in ` + strings.Join(cases, " ") +
+			` *) echo "toposched: node $SLURMD_NODENAME is not the job's" >&2; exit 1;; esac; RANK=$((R+SLURM_LOCALID)) LOCAL_RANK=$SLURM_LOCALID exec "$@"`, "sh"}, command...)
+		return []slurmComponent{{
+			Alloc: append(slices.Clone(link), "--nodelist="+strings.Join(nodes, ","), "--nodes="+strconv.Itoa(len(nodes)),
+				"--ntasks-per-node="+strconv.Itoa(len(np.GPUs)), "--ntasks="+strconv.Itoa(len(d.Ranks)), "--gres="+gresOf(np.GPUs)),
+			Step:    opts,
+			Command: run,
+		}}, nil
+	}
+
+	// One component per node: a --gres count holds for every node of a
+	// component. SLURM_PROCID numbers the tasks of a heterogeneous step
+	// across its components in order, which is the ranks' (checked above).
+	run := append([]string{"/bin/sh", "-c", `RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID exec "$@"`, "sh"}, command...)
+	comps := make([]slurmComponent, 0, len(d.Nodes))
+	for _, np := range d.Nodes {
+		opts, err := step(np)
+		if err != nil {
+			return nil, err
+		}
+		comps = append(comps, slurmComponent{
+			Alloc:   append(slices.Clone(link), "--nodelist="+np.Node, "--nodes=1", "--ntasks="+strconv.Itoa(len(np.GPUs)), "--gres="+gresOf(np.GPUs)),
+			Step:    opts,
+			Command: run,
+		})
 	}
 	return comps, nil
+}
+
+// uniform reports whether every node of the decision has the same GPUs,
+// local ranks bound alike, and NUMA nodes alike, so that one Slurm job
+// component fits them all.
+func uniform(d *events.PlacementDecided, byNode map[string][]events.RankPlacement) bool {
+	first := d.Nodes[0]
+	for _, np := range d.Nodes[1:] {
+		if gresOf(np.GPUs) != gresOf(first.GPUs) || np.SlurmGPUBind != first.SlurmGPUBind ||
+			numaMap(byNode[np.Node]) != numaMap(byNode[first.Node]) {
+			return false
+		}
+	}
+	return true
+}
+
+// gresOf asks for exactly gpus by their per-index GRES types.
+func gresOf(gpus []int) string {
+	gres := make([]string, 0, len(gpus))
+	for _, g := range slices.Sorted(slices.Values(gpus)) {
+		gres = append(gres, "gpu:g"+strconv.Itoa(g)+":1")
+	}
+	return strings.Join(gres, ",")
 }
 
 // numaMap is the NUMA node of each local rank, or "" where one is
@@ -223,7 +277,9 @@ func writeSbatch(w io.Writer, comps []slurmComponent) error {
 		if i > 0 {
 			step = append(step, ":")
 		}
-		step = append(step, "--het-group="+strconv.Itoa(i))
+		if len(comps) > 1 {
+			step = append(step, "--het-group="+strconv.Itoa(i))
+		}
 		step = append(step, c.Step...)
 		step = append(step, c.Command...)
 	}

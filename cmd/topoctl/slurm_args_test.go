@@ -31,6 +31,14 @@ func slurmDecided(numa bool) *events.PlacementDecided {
 	return d
 }
 
+// slurmUniform is slurmDecided with GPUs 3,1 on both nodes.
+func slurmUniform() *events.PlacementDecided {
+	d := slurmDecided(false)
+	d.Nodes[1].GPUs, d.Nodes[1].SlurmGPUBind = d.Nodes[0].GPUs, d.Nodes[0].SlurmGPUBind
+	d.Ranks[2].GPU, d.Ranks[3].GPU = 3, 1
+	return d
+}
+
 func TestSlurmArgs(t *testing.T) {
 	t.Parallel()
 	job := &events.JobSubmitted{JobID: "tp2-dp2", Command: "python3", Args: []string{"train.py", "--name", "it's mine"},
@@ -47,6 +55,9 @@ func TestSlurmArgs(t *testing.T) {
 		// The job's own rendezvous port wins over the decision's.
 		{"srun-job-port", "srun", slurmDecided(false), jobPort},
 		{"sbatch", "sbatch", slurmDecided(true), job},
+		// The same GPUs and binding on every node: one component.
+		{"srun-uniform", "srun", slurmUniform(), job},
+		{"sbatch-uniform", "sbatch", slurmUniform(), job},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
