@@ -128,6 +128,43 @@ func TestSlurmArgsRefused(t *testing.T) {
 	}
 }
 
+func TestParseSinfoGres(t *testing.T) {
+	t.Parallel()
+	out := "n1|gpu:g0:1(S:0),gpu:g1:1(S:0),gpu:g2:1(S:1),gpu:g3:1(S:1)\nn2|gpu:h100:4(S:0-1)\nn2|gpu:h100:4(S:0-1)\nn3|(null)\n|gpu:g0:1\nbroken line\n"
+	got := parseSinfoGres(out)
+	want := map[string]string{"n1": "g0 g1 g2 g3", "n2": "h100", "n3": ""}
+	if len(got) != len(want) {
+		t.Errorf("nodes %v, want %v", got, want)
+	}
+	for node, types := range want {
+		if g, ok := got[node]; !ok || strings.Join(g, " ") != types {
+			t.Errorf("node %s: types %q (listed %v), want %q", node, g, ok, types)
+		}
+	}
+}
+
+func FuzzParseSinfoGres(f *testing.F) {
+	for _, seed := range []string{
+		"n1|gpu:g0:1(S:0),gpu:g1:1(S:0)\n",
+		"n2|gpu:h100:4(S:0-1)\nn3|(null)\n",
+		"|\n\n|x", "gpu:g1:1|gpu:g1:1|", "n1|gpu::1,gpu:(:1,gpu:g9:",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, out string) {
+		for node, types := range parseSinfoGres(out) {
+			if node == "" || strings.ContainsAny(node, "|\n") {
+				t.Fatalf("node %q from %q", node, out)
+			}
+			for _, ty := range types {
+				if ty == "" || strings.ContainsAny(ty, ":,()") {
+					t.Fatalf("node %s: type %q from %q", node, ty, out)
+				}
+			}
+		}
+	})
+}
+
 func TestSinfoGresTypes(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ in, want string }{

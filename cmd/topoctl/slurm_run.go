@@ -211,8 +211,18 @@ func slurmNodes(ctx context.Context) (map[string][]string, error) {
 		}
 		return nil, fmt.Errorf("slurmctld: not answering (sinfo: %v): %s", err, msg)
 	}
+	nodes := parseSinfoGres(string(out))
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("slurmctld: sinfo lists no node (SLURM_CONF=%s)", os.Getenv("SLURM_CONF"))
+	}
+	return nodes, nil
+}
+
+// parseSinfoGres reads sinfo --Node --format=%N|%G: node → the types of
+// its GPU GRES, in sinfo's order. Lines without a node are skipped.
+func parseSinfoGres(out string) map[string][]string {
 	nodes := map[string][]string{}
-	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
 		name, gres, ok := strings.Cut(strings.TrimSpace(line), "|")
 		if !ok || name == "" {
 			continue
@@ -225,8 +235,5 @@ func slurmNodes(ctx context.Context) (map[string][]string, error) {
 		}
 		nodes[name] = types
 	}
-	if len(nodes) == 0 {
-		return nil, fmt.Errorf("slurmctld: sinfo lists no node (SLURM_CONF=%s)", os.Getenv("SLURM_CONF"))
-	}
-	return nodes, nil
+	return nodes
 }
