@@ -263,3 +263,80 @@ func TestSlurmRunSubmitToRunning(t *testing.T) {
 	}
 	t.Logf("  median: topoctl run --slurm %s   sbatch %s", ms(med(ours)), ms(med(theirs)))
 }
+
+// TestSlurmRunHeterogeneous: GPUs 0,1 of one node are held by a job placed
+// by toposched and started by the sbatch script topoctl slurm-args prints
+// (Slurm gives it exactly the decided GPUs), so a 2-node job next is
+// decided on different GPUs per node and runs as a heterogeneous Slurm job,
+// each rank on its decided node and GPU with RANK = SLURM_PROCID.
+func TestSlurmRunHeterogeneous(t *testing.T) {
+	c := startSlurm(t, []slurmNode{{"n1", topoPairsBySocket}, {"n2", topoPairsBySocket}}, "--index-types")
+	s := startSlurmServe(t, c, "")
+	dir := t.TempDir()
+
+	hold := writeSlurmJob(t, dir, "hold", 2, 2, "sleep 600")
+	if r := s.topoctl(t, "submit", "--wait", hold); r.code != 0 {
+		t.Fatalf("topoctl submit hold: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r := s.topoctl(t, "slurm-args", "hold", "--format", "sbatch")
+	if r.code != 0 {
+		t.Fatalf("topoctl slurm-args hold: exit %d\n%s", r.code, r.stderr)
+	}
+	script := filepath.Join(dir, "hold.sbatch")
+	writeSlurmFile(t, script, r.stdout)
+	var node string
+	var want []int
+	for line := range strings.SplitSeq(r.stdout, "\n") {
+		if v, ok := strings.CutPrefix(line, "#SBATCH --nodelist="); ok {
+			node = v
+		}
+		if v, ok := strings.CutPrefix(line, "#SBATCH --gres="); ok {
+			for g := range strings.SplitSeq(v, ",") {
+				var i int
+				if _, err := fmt.Sscanf(g, "gpu:g%d:1", &i); err != nil {
+					t.Fatalf("--gres=%s: %v", v, err)
+				}
+				want = append(want, i)
+			}
+		}
+	}
+	held := c.waitRunning(t, c.sbatch(t, "-o", "/dev/null", script))
+	if got := held.GPUs[node]; !slices.Equal(got, want) || len(held.Nodes) != 1 {
+		t.Fatalf("the slurm-args sbatch script got %v on %v, want GPUs %v of %s:\n%s", held.GPUs, held.Nodes, want, node, r.stdout)
+	}
+
+	out := fmt.Sprintf(`echo "node=$SLURMD_NODENAME procid=$SLURM_PROCID cvd=$CUDA_VISIBLE_DEVICES" > %s/rank-$RANK`, dir)
+	job := writeSlurmJob(t, dir, "het", 4, 2, out)
+	r = s.topoctl(t, "run", "--slurm", job)
+	if r.code != 0 {
+		t.Fatalf("topoctl run --slurm: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	decided := decidedTable(r.stderr, c.Nodes)
+	var order []string
+	for line := range strings.SplitSeq(r.stderr, "\n") {
+		if f := strings.Fields(line); len(f) == 3 && slices.Contains(c.Nodes, f[0]) {
+			order = append(order, f[0])
+		}
+	}
+	if len(order) != 2 || decided[order[0]] == decided[order[1]] {
+		t.Fatalf("the job was not decided on different GPUs of two nodes:\n%s", r.stderr)
+	}
+	for rank := range 4 {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank-%d", rank)))
+		if err != nil {
+			t.Errorf("rank %d wrote nothing: %v", rank, err)
+			continue
+		}
+		node := order[rank/2]
+		want := fmt.Sprintf("node=%s procid=%d cvd=%s", node, rank, strings.Split(decided[node], ",")[rank%2])
+		if got := strings.TrimSpace(string(b)); got != want {
+			t.Errorf("rank %d: %q, want %q", rank, got, want)
+		}
+	}
+	// squeue without --json lists pending, running and completing jobs
+	// only: the hold alone is left.
+	waitFor(t, slurmCallTimeout, func() (bool, string) {
+		out := strings.TrimSpace(c.mustRun(t, "squeue", "-h", "-o", "%i %T"))
+		return out == fmt.Sprintf("%d RUNNING", held.ID), "squeue: " + out
+	})
+}
