@@ -340,3 +340,27 @@ func TestSlurmRunHeterogeneous(t *testing.T) {
 		return out == fmt.Sprintf("%d RUNNING", held.ID), "squeue: " + out
 	})
 }
+
+// TestSlurmRunCancel: Ctrl-C on topoctl run --slurm stops the Slurm job
+// (srun cancels it on SIGTERM), exits 130, and finishes the toposched job
+// as cancelled.
+func TestSlurmRunCancel(t *testing.T) {
+	c := startSlurm(t, []slurmNode{{"n1", topoPairsBySocket}, {"n2", topoPairsBySocket}}, "--index-types")
+	s := startSlurmServe(t, c, "")
+	job := writeSlurmJob(t, t.TempDir(), "long", 4, 2, "sleep 600")
+	p := startProc(t, "topoctl run --slurm", clientEnv(s.url, "SLURM_CONF="+c.Conf, c.marker()), bins.topoctl,
+		"--nats-url", s.url, "run", "--slurm", job)
+	waitFor(t, slurmStartTimeout, func() (bool, string) {
+		mustBeAlive(t, p)
+		out := strings.TrimSpace(c.mustRun(t, "squeue", "-h", "-o", "%j %T"))
+		return out == "long RUNNING", "squeue: " + out
+	})
+	p.signal(t, os.Interrupt)
+	if code := p.waitExit(t, slurmCallTimeout); code != 130 {
+		t.Errorf("topoctl run --slurm after Ctrl-C: exit %d, want 130\n%s", code, p.output())
+	}
+	c.waitSqueueEmpty(t)
+	if out := s.explain(t, "long"); !strings.Contains(out, "cancelled") {
+		t.Errorf("topoctl explain long: not finished cancelled:\n%s", out)
+	}
+}
