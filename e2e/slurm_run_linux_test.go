@@ -123,7 +123,7 @@ func TestSlurmRun(t *testing.T) {
 		}
 	}
 	c.waitSqueueEmpty(t)
-	if out := s.explain(t, "slurm-2n"); !strings.Contains(out, "succeeded") {
+	if out := s.explain(t, "slurm-2n"); !strings.Contains(out, "succeeded (ranks_exited)") {
 		t.Errorf("topoctl explain slurm-2n: not finished succeeded:\n%s", out)
 	}
 
@@ -137,7 +137,7 @@ func TestSlurmRun(t *testing.T) {
 		t.Errorf("a failing job: stderr has no 'slurm-all: failed', or not 8 ranks ran:\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	}
 	c.waitSqueueEmpty(t)
-	if out := s.explain(t, "slurm-all"); !strings.Contains(out, "failed") {
+	if out := s.explain(t, "slurm-all"); !strings.Contains(out, "failed (rank_failed): srun: exit status 3") {
 		t.Errorf("topoctl explain slurm-all: not finished failed:\n%s", out)
 	}
 }
@@ -172,7 +172,7 @@ fabric:
 		t.Errorf("a decision on n3: exit %d, want an error naming n3\nstderr:\n%s", r.code, r.stderr)
 	}
 	c.waitSqueueEmpty(t)
-	if out := s.explain(t, "slurm-n3"); !strings.Contains(out, "failed") {
+	if out := s.explain(t, "slurm-n3"); !strings.Contains(out, "failed (launch_failed)") {
 		t.Errorf("topoctl explain slurm-n3: not finished failed:\n%s", out)
 	}
 	// Its GPUs are free again: a job of all 12 is placed once more.
@@ -209,7 +209,7 @@ func TestSlurmRunGPUTypes(t *testing.T) {
 		t.Errorf("no per-index types: exit %d, want an error naming the node and GPU\nstderr:\n%s", r.code, r.stderr)
 	}
 	c.waitSqueueEmpty(t)
-	if out := s.explain(t, "slurm-types"); !strings.Contains(out, "failed") {
+	if out := s.explain(t, "slurm-types"); !strings.Contains(out, "failed (launch_failed)") {
 		t.Errorf("topoctl explain slurm-types: not finished failed:\n%s", out)
 	}
 }
@@ -360,7 +360,53 @@ func TestSlurmRunCancel(t *testing.T) {
 		t.Errorf("topoctl run --slurm after Ctrl-C: exit %d, want 130\n%s", code, p.output())
 	}
 	c.waitSqueueEmpty(t)
-	if out := s.explain(t, "long"); !strings.Contains(out, "cancelled") {
+	if out := s.explain(t, "long"); !strings.Contains(out, "cancelled (cancelled)") {
 		t.Errorf("topoctl explain long: not finished cancelled:\n%s", out)
+	}
+}
+
+// TestSlurmRunGPUBeyondGres: serve's cluster file gives n1 eight GPUs,
+// Slurm's gres.conf four: a decision on GPUs 4-7 of n1 is refused naming
+// the node and the GPU, and the job is finished as failed.
+func TestSlurmRunGPUBeyondGres(t *testing.T) {
+	c := startSlurm(t, []slurmNode{{"n1", topoPairsBySocket}, {"n2", topoPairsBySocket}}, "--index-types")
+	var topo strings.Builder
+	topo.WriteString("      ")
+	for i := range 8 {
+		fmt.Fprintf(&topo, "  GPU%d", i)
+	}
+	topo.WriteString("  CPU Affinity  NUMA Affinity\n")
+	for i := range 8 {
+		fmt.Fprintf(&topo, "GPU%d", i)
+		for j := range 8 {
+			if i == j {
+				topo.WriteString("     X")
+			} else {
+				topo.WriteString("   NV2")
+			}
+		}
+		topo.WriteString("  0-7  0\n")
+	}
+	writeSlurmFile(t, filepath.Join(c.Dir, "n1-8-topo.txt"), topo.String())
+	cluster := filepath.Join(c.Dir, "cluster-8.yaml")
+	writeSlurmFile(t, cluster, `name: slurm-e2e
+nodes:
+  - {name: n1, nvidia_smi: n1-8-topo.txt, gpu_model: H100}
+  - {name: n2, nvidia_smi: n2-topo.txt, gpu_model: H100}
+fabric:
+  switches:
+    - {name: spine, tier: spine, switches: [leaf-n1, leaf-n2]}
+    - {name: leaf-n1, tier: leaf, nodes: [n1]}
+    - {name: leaf-n2, tier: leaf, nodes: [n2]}
+`)
+	s := startSlurmServe(t, c, cluster)
+	job := writeSlurmJob(t, t.TempDir(), "eight", 8, 8, "true")
+	r := s.topoctl(t, "run", "--slurm", job)
+	if r.code == 0 || !strings.Contains(r.stderr, "node n1: GPU 4: Slurm has no GRES gpu:g4 there") {
+		t.Errorf("GPUs beyond n1's GRES: exit %d, want an error naming n1 and GPU 4\nstderr:\n%s", r.code, r.stderr)
+	}
+	c.waitSqueueEmpty(t)
+	if out := s.explain(t, "eight"); !strings.Contains(out, "failed (launch_failed)") {
+		t.Errorf("topoctl explain eight: not finished failed:\n%s", out)
 	}
 }
