@@ -24,10 +24,12 @@ func newSlurmArgs(g *globals) *cobra.Command {
 		Use:   "slurm-args JOB [--format srun|sbatch]",
 		Short: "Print the srun line or sbatch script that runs a placed job on exactly its decided Slurm nodes and GPUs",
 		Long: `slurm-args reads the job's decision and prints how to run it through Slurm
-where placement put it: a heterogeneous job with one component per node, in
-node order, each with
+where placement put it. Nodes with the same GPUs make one job component
+(--nodelist of them all, --ntasks-per-node); nodes with different GPUs a
+heterogeneous job, one component per node in node order (Slurm starts those
+from its backfill scheduler only: up to bf_interval later). Each has
 
-  --nodelist, --nodes=1, --ntasks   the node and its ranks
+  --nodelist, --nodes, --ntasks     the nodes and their ranks
   --gres=gpu:g<i>:1,...             exactly the decided GPUs: needs the
                                     per-index GRES types of
                                     toposched slurm-conf --index-types
@@ -38,9 +40,9 @@ node order, each with
   --chdir                           the job's workdir
   --job-name=JOB --comment=toposched-job=JOB   the link to the toposched job
 
-and the job's command run with RANK=$SLURM_PROCID and
-LOCAL_RANK=$SLURM_LOCALID. --format sbatch prints a batch script of the same
-job (#SBATCH components joined by "#SBATCH hetjob", then one srun).
+and the job's command run with RANK and LOCAL_RANK set from Slurm's task
+ids. --format sbatch prints a batch script of the same job (#SBATCH lines,
+components joined by "#SBATCH hetjob", then one srun).
 topoctl run --slurm runs the srun line itself and finishes the job.`,
 		Example: `  topoctl slurm-args llm-tp8-dp2
   topoctl slurm-args llm-tp8-dp2 --format sbatch > llm.sbatch && sbatch llm.sbatch`,
