@@ -72,6 +72,10 @@ type Service struct {
 	// decided are toposched's jobs placement decided and nobody finished,
 	// from the streams.
 	decided map[string]*events.PlacementDecided
+	// ended are the jobs the streams show finished or released: the jobs
+	// stream is replayed and followed apart from the placement stream, so
+	// a decision may be read after its job's end.
+	ended map[string]bool
 	// heldSeen is each node's holds as this service last published them
 	// (heldKey); a node whose last holds were another publisher's is not
 	// in it, and this service leaves it alone while Slurm holds nothing
@@ -100,7 +104,7 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	return &Service{
 		cfg: cfg, bus: d.Bus, log: log, met: d.Metrics, ready: make(chan struct{}),
-		decided: map[string]*events.PlacementDecided{}, heldSeen: map[string]string{},
+		decided: map[string]*events.PlacementDecided{}, ended: map[string]bool{}, heldSeen: map[string]string{},
 		seen: map[string]Job{}, reported: map[string]bool{},
 	}, nil
 }
@@ -302,6 +306,7 @@ func (s *Service) finish(ctx context.Context, id string, status events.JobStatus
 	s.log.Info("slurm: job finished", "job", id, "status", status, "why", msg)
 	s.mu.Lock()
 	delete(s.decided, id)
+	s.ended[id] = true
 	s.mu.Unlock()
 	return true
 }

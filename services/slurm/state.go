@@ -9,7 +9,8 @@ import (
 )
 
 // What the service knows from the streams: the jobs placement decided and
-// nobody finished, and each node's holds as last published. It is rebuilt
+// nobody finished, the ids of those that ended, and each node's holds as
+// last published. It is rebuilt
 // from the streams at start (replayed, then followed), never stored.
 
 // stream is one stream the service reads and the events it reads of it.
@@ -31,18 +32,20 @@ func (s *Service) apply(r bus.Record) {
 	switch r.Name {
 	case events.NamePlacementDecided:
 		var ev events.PlacementDecided
-		if s.decode(r, &ev) {
+		if s.decode(r, &ev) && !s.ended[ev.JobID] {
 			s.decided[ev.JobID] = &ev
 		}
 	case events.NameJobFinished:
 		var ev events.JobFinished
 		if s.decode(r, &ev) {
 			delete(s.decided, ev.JobID)
+			s.ended[ev.JobID] = true
 		}
 	case events.NamePlacementReleased:
 		var ev events.PlacementReleased
 		if s.decode(r, &ev) {
 			delete(s.decided, ev.JobID)
+			s.ended[ev.JobID] = true
 		}
 	case events.NameTopologyHeld:
 		var ev events.TopologyHeld
