@@ -25,10 +25,10 @@ import (
 const slurmSyncRuns = 20
 
 // startSlurmSync starts serve with the Slurm sync service on c's nodes
-// (the cluster file c's Slurm files came from) and returns it and its
-// URL once the service polls. Its squeue is a script that names c's
-// slurm.conf, as --squeue allows.
-func startSlurmSync(t *testing.T, c *slurmCluster) (*proc, string) {
+// (the cluster file c's Slurm files came from), with extra flags, and
+// returns it and its URL once the service polls. Its squeue is a script
+// that names c's slurm.conf, as --squeue allows.
+func startSlurmSync(t *testing.T, c *slurmCluster, extra ...string) (*proc, string) {
 	t.Helper()
 	squeue := filepath.Join(c.Dir, "squeue.sh")
 	script := fmt.Sprintf("#!/bin/sh\nSLURM_CONF=%s exec squeue \"$@\"\n", c.Conf)
@@ -37,7 +37,7 @@ func startSlurmSync(t *testing.T, c *slurmCluster) (*proc, string) {
 	}
 	port := freePort(t)
 	serve := startServe(t, "serve", c.ClusterFile, port, filepath.Join(t.TempDir(), "data"),
-		"--slurm", "--squeue", squeue, "--slurm-poll-interval", "200ms")
+		append([]string{"--slurm", "--squeue", squeue}, extra...)...)
 	waitFor(t, time.Minute, func() (bool, string) {
 		mustBeAlive(t, serve)
 		return strings.Contains(serve.output(), "syncing with Slurm"), "serve has not logged 'syncing with Slurm'"
@@ -195,6 +195,8 @@ func percentile(ds []time.Duration, p int) time.Duration {
 // in the topology stream, and the same for their release.
 func TestSlurmSyncHoldsForeignJobs(t *testing.T) {
 	c := startSlurm(t, []slurmNode{{"n1", topoPairsBySocket}, {"n2", topoPairsBySocket}})
+	// The default poll interval (1 s): the delays printed are those of a
+	// default deployment.
 	serve, url := startSlurmSync(t, c)
 	js := jsConnect(t, url)
 
@@ -241,7 +243,7 @@ func TestSlurmSyncHoldsForeignJobs(t *testing.T) {
 		h = waitHeld(t, js, serve, "n2", nil)
 		freed = append(freed, h.Stored.Sub(ended))
 	}
-	t.Logf("slurm sync, %d runs, poll every 200ms: squeue shows a job running -> topology.held stored: p50 %s p99 %s max %s; squeue shows it ended -> empty held stored: p50 %s p99 %s max %s (negative: the service saw it before the test's own squeue poll, which runs every 25 ms)",
+	t.Logf("slurm sync, %d runs, poll every 1s (the default): squeue shows a job running -> topology.held stored: p50 %s p99 %s max %s; squeue shows it ended -> empty held stored: p50 %s p99 %s max %s (negative: the service saw it before the test's own squeue poll, which runs every 25 ms)",
 		slurmSyncRuns, ms(percentile(held, 50)), ms(percentile(held, 99)), ms(slices.Max(held)),
 		ms(percentile(freed, 50)), ms(percentile(freed, 99)), ms(slices.Max(freed)))
 }
@@ -278,7 +280,7 @@ func gresOf(gpus []int) string {
 // published held. A Slurm job on other GPUs than decided is reported.
 func TestSlurmSyncFinishesToposchedJobs(t *testing.T) {
 	c := startSlurm(t, []slurmNode{{"n1", topoPairsBySocket}, {"n2", topoPairsBySocket}}, "--index-types")
-	serve, url := startSlurmSync(t, c)
+	serve, url := startSlurmSync(t, c, "--slurm-poll-interval", "200ms")
 	js := jsConnect(t, url)
 
 	// On the decided GPUs: it completes, and is finished as succeeded.
