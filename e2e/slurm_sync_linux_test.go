@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,7 +23,7 @@ import (
 
 // slurmSyncRuns is how many foreign jobs TestSlurmSyncHoldsForeignJobs
 // times, for BENCHMARKS.md's p50/p99.
-const slurmSyncRuns = 20
+const slurmSyncRuns = 30
 
 // startSlurmSync starts serve with the Slurm sync service on c's nodes
 // (the cluster file c's Slurm files came from), with extra flags, and
@@ -228,6 +229,10 @@ func TestSlurmSyncHoldsForeignJobs(t *testing.T) {
 	// Timed: a two-GPU job on n2, run after run.
 	var held, freed []time.Duration
 	for i := range slurmSyncRuns {
+		// Not a wait for anything: a random pause, so that the jobs start
+		// at every phase of the service's poll rather than locked to it
+		// (each run would otherwise start about one poll after the last).
+		time.Sleep(rand.N(time.Second))
 		name := fmt.Sprintf("timed-%d", i)
 		id := c.sbatch(t, "-w", "n2", "--gres=gpu:2", "-J", name, "-o", "/dev/null", "--wrap", untilStopped(c, name))
 		shown := waitSlurm(t, c, id, "running with GPUs", func(j *slurmJob) bool {
@@ -243,7 +248,7 @@ func TestSlurmSyncHoldsForeignJobs(t *testing.T) {
 		h = waitHeld(t, js, serve, "n2", nil)
 		freed = append(freed, h.Stored.Sub(ended))
 	}
-	t.Logf("slurm sync, %d runs, poll every 1s (the default): squeue shows a job running -> topology.held stored: p50 %s p99 %s max %s; squeue shows it ended -> empty held stored: p50 %s p99 %s max %s (negative: the service saw it before the test's own squeue poll, which runs every 25 ms)",
+	t.Logf("slurm sync, %d runs, poll every 1s (the default): squeue shows a job running -> topology.held stored: p50 %s p99 %s max %s; squeue shows it ended -> empty held stored: p50 %s p99 %s max %s (the test's own squeue poll runs every 25 ms: a negative delay is the service seeing the change first)",
 		slurmSyncRuns, ms(percentile(held, 50)), ms(percentile(held, 99)), ms(slices.Max(held)),
 		ms(percentile(freed, 50)), ms(percentile(freed, 99)), ms(slices.Max(freed)))
 }
