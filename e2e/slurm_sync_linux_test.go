@@ -241,6 +241,7 @@ func TestSlurmSyncHoldsForeignJobs(t *testing.T) {
 		gpus := c.waitRunning(t, id).GPUs["n2"]
 		h := waitHeld(t, js, serve, "n2", gpus)
 		held = append(held, h.Stored.Sub(shown))
+		time.Sleep(rand.N(time.Second)) // the end at a random phase too
 		stop(t, c, name)
 		ended := waitSlurm(t, c, id, "ended", func(j *slurmJob) bool {
 			return j == nil || (j.State != "RUNNING" && j.State != "COMPLETING" && j.State != "PENDING")
