@@ -344,3 +344,32 @@ func TestSlurmSyncFinishesToposchedJobs(t *testing.T) {
 		t.Errorf("jobs.finished of sync-moved: %v, want one, cancelled", fin)
 	}
 }
+
+// TestSlurmSyncApart runs the service as toposched slurm-sync beside
+// serve, signed in as its own NATS role (slurm): it may publish the holds
+// and take its lease, and a job sbatch'ed to Slurm is held, then freed.
+func TestSlurmSyncApart(t *testing.T) {
+	c := startSlurm(t, []slurmNode{{"n1", topoPairsBySocket}})
+	dataDir := filepath.Join(t.TempDir(), "data")
+	// The service's seed, slurm.nk, as an administrator issues it before
+	// serve starts.
+	issueRoles(t, credentialsDir(dataDir), "--services")
+	port := freePort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	startServe(t, "serve", c.ClusterFile, port, dataDir)
+	syncer := startProc(t, "slurm-sync", childEnv("TOPOSCHED_DATA_DIR="+dataDir, "SLURM_CONF="+c.Conf), bins.toposched,
+		"slurm-sync", "--nats-url", url, "--lease-ttl", "2s")
+	waitFor(t, time.Minute, func() (bool, string) {
+		mustBeAlive(t, syncer)
+		return strings.Contains(syncer.output(), "syncing with Slurm"), "slurm-sync has not logged 'syncing with Slurm'"
+	})
+	js := jsConnect(t, url)
+	id := c.sbatch(t, "-w", "n1", "--gres=gpu:3", "-J", "foreign", "-o", "/dev/null", "--wrap", untilStopped(c, "apart"))
+	gpus := c.waitRunning(t, id).GPUs["n1"]
+	h := waitHeld(t, js, syncer, "n1", gpus)
+	if want := fmt.Sprintf("slurm job %d (root)", id); h.By[0] != want {
+		t.Errorf("topology.held.n1 by %q, want %q", h.By[0], want)
+	}
+	stop(t, c, "apart")
+	waitHeld(t, js, syncer, "n1", nil)
+}
