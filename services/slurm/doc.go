@@ -13,7 +13,8 @@
 //   - publishes jobs.finished, once, for a toposched job whose Slurm job
 //     ended, with the status Slurm gives, so placement frees its GPUs;
 //   - reports, at WARN and in a metric, a toposched job that Slurm runs on
-//     other nodes or GPUs than placement decided: it is not killed.
+//     other nodes or GPUs than placement decided: it is not killed, and the
+//     GPUs it holds outside its decision are published held.
 //
 // toposched's node names are Slurm's NodeName, and a GPU's index is its
 // GRES index (the order of the node's gres.conf lines, as toposched

@@ -39,24 +39,33 @@ func endStatus(state string) (events.JobStatus, bool) {
 }
 
 // Held works out, per node, the GPUs Slurm has given to jobs that are not
-// toposched's: those whose ToposchedJob is "" or not in ours (a job
-// toposched decided and has not seen finish). Nodes without such GPUs are
-// left out. Each node's list is sorted by index; a GPU two jobs share
-// (Slurm's --overcommit, shared GRES) is named for the lower job id.
-func Held(jobs []Job, ours func(id string) bool) map[string][]events.HeldGPU {
+// toposched's: those whose ToposchedJob is "" or has no decision in
+// decided (a job toposched decided and has not seen finish), and those a
+// toposched job's Slurm job holds outside its decision (placement counts
+// only the decided ones as the job's). Nodes without such GPUs are left
+// out. Each node's list is sorted by index; a GPU two jobs share (Slurm's
+// --overcommit, shared GRES) is named for the lower job id.
+func Held(jobs []Job, decided func(id string) *events.PlacementDecided) map[string][]events.HeldGPU {
 	byNode := map[string]map[int]string{}
 	sorted := slices.Clone(jobs)
 	slices.SortFunc(sorted, func(a, b Job) int { return cmp.Compare(b.ID, a.ID) })
 	for _, j := range sorted {
-		if !holding(j.State) || (j.ToposchedJob != "" && ours(j.ToposchedJob)) {
+		if !holding(j.State) {
 			continue
+		}
+		var d *events.PlacementDecided
+		if j.ToposchedJob != "" {
+			d = decided(j.ToposchedJob)
 		}
 		by := fmt.Sprintf("%s%d (%s)", HeldByPrefix, j.ID, j.User)
 		for node, gpus := range j.GPUs {
-			if byNode[node] == nil {
-				byNode[node] = map[int]string{}
-			}
 			for _, g := range gpus {
+				if d != nil && decidedOn(d, node, g) {
+					continue
+				}
+				if byNode[node] == nil {
+					byNode[node] = map[int]string{}
+				}
 				byNode[node][g] = by // the lowest id, written last, wins
 			}
 		}
@@ -71,6 +80,16 @@ func Held(jobs []Job, ours func(id string) bool) map[string][]events.HeldGPU {
 		out[node] = list
 	}
 	return out
+}
+
+// decidedOn reports whether a decision gives GPU g of node.
+func decidedOn(d *events.PlacementDecided, node string, g int) bool {
+	for _, n := range d.Nodes {
+		if n.Node == node && slices.Contains(n.GPUs, g) {
+			return true
+		}
+	}
+	return false
 }
 
 // heldKey is a node's holds in one comparable string.

@@ -15,7 +15,7 @@ func TestHeld(t *testing.T) {
 		}
 		return j
 	}
-	decided := map[string]bool{"tj1": true}
+	decided := map[string]*events.PlacementDecided{"tj1": {JobID: "tj1", Nodes: []events.NodePlacement{{Node: "n1", GPUs: []int{0, 1}}}}}
 	for _, tc := range []struct {
 		name string
 		jobs []Job
@@ -29,6 +29,9 @@ func TestHeld(t *testing.T) {
 			}},
 		{"a decided toposched job's are placement's, not held",
 			[]Job{running(6, "bob", "tj1", map[string][]int{"n1": {0, 1}})}, map[string][]events.HeldGPU{}},
+		{"a decided job's GPUs outside its decision are held",
+			[]Job{running(6, "bob", "tj1", map[string][]int{"n1": {1, 2}, "n2": {0}})},
+			map[string][]events.HeldGPU{"n1": {{Index: 2, By: "slurm job 6 (bob)"}}, "n2": {{Index: 0, By: "slurm job 6 (bob)"}}}},
 		{"a toposched job placement does not know of is held",
 			[]Job{running(7, "bob", "tj9", map[string][]int{"n1": {3}})},
 			map[string][]events.HeldGPU{"n1": {{Index: 3, By: "slurm job 7 (bob)"}}}},
@@ -47,7 +50,7 @@ func TestHeld(t *testing.T) {
 		}, map[string][]events.HeldGPU{"n1": {{Index: 0, By: "slurm job 20 (a)"}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Held(tc.jobs, func(id string) bool { return decided[id] })
+			got := Held(tc.jobs, func(id string) *events.PlacementDecided { return decided[id] })
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Held:\n got %v\nwant %v", got, tc.want)
 			}

@@ -218,7 +218,7 @@ func (b *boundedBuffer) Write(p []byte) (int, error) {
 // changed since last published.
 func (s *Service) syncHeld(ctx context.Context, jobs []Job) {
 	s.mu.Lock()
-	held := Held(jobs, func(id string) bool { return s.decided[id] != nil })
+	held := Held(jobs, func(id string) *events.PlacementDecided { return s.decided[id] })
 	nodes := make([]string, 0, len(held)+len(s.heldSeen))
 	for n := range held {
 		nodes = append(nodes, n)

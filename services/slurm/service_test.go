@@ -341,14 +341,17 @@ func TestServiceFinishesDecidedJobsOnce(t *testing.T) {
 // not stopped.
 func TestServiceLostAndMismatch(t *testing.T) {
 	e := startEnv(t, Config{}, decision("tj1", "n1", 0, 1))
-	e.squeue.set(squeueJSON("7 RUNNING bob toposched-job=tj1 n1 gpu:h100:2(IDX:2-3)"))
+	e.squeue.set(squeueJSON("7 RUNNING bob toposched-job=tj1 n1 gpu:h100:2(IDX:1-2)"))
+	// GPU 2 is outside the decision: held, so that placement does not
+	// give it out as well.
+	e.waitPublished("held n1 2=slurm job 7 (bob);")
 	e.squeue.waitPolls(3)
 	if n := strings.Count(e.log.String(), "elsewhere than decided"); n != 1 {
 		t.Errorf("mismatch reported %d times, want once:\n%s", n, e.log.String())
 	}
-	if !strings.Contains(e.log.String(), "n1: decided GPUs [0 1], Slurm gave [2 3]") {
+	if !strings.Contains(e.log.String(), "n1: decided GPUs [0 1], Slurm gave [1 2]") {
 		t.Errorf("the mismatch's report does not say what differs:\n%s", e.log.String())
 	}
 	e.squeue.set(squeueJSON())
-	e.waitPublished("finished tj1 lost")
+	e.waitPublished("held n1 2=slurm job 7 (bob);", "finished tj1 lost", "held n1 ")
 }
