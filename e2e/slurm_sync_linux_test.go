@@ -311,8 +311,8 @@ func TestSlurmSyncFinishesToposchedJobs(t *testing.T) {
 		}
 	}
 
-	// On other GPUs than decided: reported, not stopped, and finished
-	// (cancelled) once cancelled. Its task is stopped too: scancel alone
+	// On other GPUs than decided: reported, not stopped, its GPUs held,
+	// and finished (cancelled) once cancelled. Its task is stopped too: scancel alone
 	// was seen to leave the task behind.
 	d = submitWaitDecided(t, url, slurmSyncJob(t, "sync-moved", 2), "sync-moved")
 	node, gpus = d.Nodes[0].Node, d.Nodes[0].GPUs
@@ -333,6 +333,9 @@ func TestSlurmSyncFinishesToposchedJobs(t *testing.T) {
 	if j := c.waitRunning(t, id); j.State != "RUNNING" {
 		t.Errorf("slurm job %d of sync-moved: %s, want it left running", id, j.State)
 	}
+	// The GPUs it holds are none of its decision's: held, so that
+	// placement does not give them out too.
+	waitHeld(t, js, serve, node, other)
 	c.mustRun(t, "scancel", fmt.Sprint(id))
 	stop(t, c, "moved")
 	waitFor(t, 30*time.Second, func() (bool, string) {
@@ -343,6 +346,7 @@ func TestSlurmSyncFinishesToposchedJobs(t *testing.T) {
 	if fin := finishedOf(t, js, "sync-moved"); len(fin) != 1 || fin[0]["status"] != "cancelled" {
 		t.Errorf("jobs.finished of sync-moved: %v, want one, cancelled", fin)
 	}
+	waitHeld(t, js, serve, node, nil)
 }
 
 // TestSlurmSyncApart runs the service as toposched slurm-sync beside
