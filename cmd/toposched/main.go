@@ -74,7 +74,7 @@ or see it work on a sample cluster:
 	root.AddCommand(newQuality(g))
 	root.AddCommand(newReplay(g), newScale(g))
 	root.AddCommand(newLoad(g))
-	root.AddCommand(newSlurmConf(g))
+	root.AddCommand(newSlurmConf(g), newSlurmSync(g))
 	for _, s := range []struct{ name, short string }{
 		{"discovery", "Run the discovery service alone: publish the cluster's topology"},
 		{"analysis", "Run the analysis service alone: validate jobs and compute their rank groups"},

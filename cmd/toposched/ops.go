@@ -55,6 +55,8 @@ type opsFlags struct {
 	memoryLimit string
 	// kube is serve's Kubernetes service, off unless --kubeconfig.
 	kube kubeFlags
+	// slurm is serve's Slurm sync service, off unless --slurm.
+	slurm slurmFlags
 }
 
 // defaultMemoryLimit is the soft memory limit of serve and the services

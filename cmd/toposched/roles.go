@@ -36,6 +36,9 @@ import (
 //     the jobs of every tenant (Kubernetes RBAC says who may create
 //     pods), publishes the GPUs held outside toposched, and campaigns for
 //     its lease.
+//   - slurm: the Slurm sync service (toposched slurm-sync): publishes the
+//     GPUs Slurm gave to jobs not toposched's, finishes the jobs whose
+//     Slurm job ended, and campaigns for its lease.
 //   - policy-admin: topoctl policy push and calibration push.
 //   - auth-callout: toposched kube's answers to the NATS servers' auth
 //     callout (internal/authcallout), in an account of its own: it reads
@@ -55,7 +58,7 @@ const (
 var fixedRoles = append([]string{roleOperator, roleLauncher, rolePolicyAdmin}, serviceNames...)
 
 // serviceNames are the roles of one service each.
-var serviceNames = append(slices.Clone(operator.All), roleKube)
+var serviceNames = append(slices.Clone(operator.All), roleKube, roleSlurm)
 
 // durable is one durable consumer a service reads through.
 type durable struct {
@@ -97,7 +100,7 @@ var publishedBy = map[events.Name][]string{
 	events.NamePlacementTerm:             {operator.Placement},
 	events.NamePlacementFinishRefused:    {operator.Placement},
 	events.NamePlacementMigrationRefused: {operator.Placement},
-	events.NameJobFinished:               {operator.Placement, roleKube}, // the watchdog's lost jobs; pods ended
+	events.NameJobFinished:               {operator.Placement, roleKube, roleSlurm}, // the watchdog's lost jobs; pods ended; Slurm jobs ended
 	events.NamePlacementMigration:        {operator.Optimizer},
 	events.NameRuntimeTuning:             {operator.Optimizer},
 	events.NameRuntimeDiagnosis:          {operator.Optimizer},
@@ -105,7 +108,7 @@ var publishedBy = map[events.Name][]string{
 	events.NameTopologyFabric:            {operator.Discovery, roleKube}, // the cluster file's, or the node labels' tree
 
 	events.NameTopologyHealth:       {operator.Discovery},
-	events.NameTopologyHeld:         {roleKube},
+	events.NameTopologyHeld:         {roleKube, roleSlurm},
 	events.NamePolicyApplied:        {operator.Placement, operator.Optimizer},
 	events.NamePolicyRejected:       {operator.Placement, operator.Optimizer},
 	events.NameCalibrationApplied:   {operator.Placement, operator.Optimizer},
@@ -299,7 +302,7 @@ func (r roles) service(svc string) *server.Permissions {
 	}
 	switch svc {
 	case operator.Placement:
-	case roleKube:
+	case roleKube, roleSlurm:
 		// Its own lease only.
 		deny = append(deny, "$KV."+operator.LeaseBucket(r.prefix)+"."+operator.LeaseKey)
 	default:

@@ -150,12 +150,16 @@ func TestRolesIssueServices(t *testing.T) {
 			t.Errorf("%s may publish %s: %v", svc, decided, svc != operator.Placement)
 		}
 		// Only the Kubernetes service speaks for Kubernetes: its jobs,
-		// under any tenant, and the GPUs held outside toposched.
+		// under any tenant. It and the Slurm sync service publish the
+		// GPUs held outside toposched.
 		subj := events.NewSubjects(events.DefaultPrefix)
-		for _, s := range []string{subj.Scoped(events.NameJobSubmitted, events.TenantScope("team-a")), subj.ForNode(events.NameTopologyHeld, "gpu-001")} {
-			if may(opts.Nkeys[i].Permissions, s) != (svc == roleKube) {
-				t.Errorf("%s may publish %s: %v", svc, s, svc != roleKube)
-			}
+		submitted := subj.Scoped(events.NameJobSubmitted, events.TenantScope("team-a"))
+		if may(opts.Nkeys[i].Permissions, submitted) != (svc == roleKube) {
+			t.Errorf("%s may publish %s: %v", svc, submitted, svc != roleKube)
+		}
+		held := subj.ForNode(events.NameTopologyHeld, "gpu-001")
+		if outside := svc == roleKube || svc == roleSlurm; may(opts.Nkeys[i].Permissions, held) != outside {
+			t.Errorf("%s may publish %s: %v", svc, held, !outside)
 		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/toposched/toposched/services/launcher"
 	"github.com/toposched/toposched/services/operator"
 	"github.com/toposched/toposched/services/placement"
+	"github.com/toposched/toposched/services/slurm"
 )
 
 type serveFlags struct {
@@ -110,6 +111,7 @@ that was not handled is acknowledged, and the server flushes its streams.`,
 	cmd.Flags().StringVar(&f.policies, "policies", "", policiesUsage)
 	f.ops.register(cmd.Flags(), true)
 	f.ops.kube.register(cmd.Flags(), false)
+	f.ops.slurm.register(cmd.Flags(), false)
 	return cmd
 }
 
@@ -370,6 +372,15 @@ func runServices(ctx context.Context, g *globals, conn natsConn, source string, 
 		}
 		go func() { kubeDone <- runKube(wdCtx, b, &ops.kube, ops, run, log) }()
 	}
+	var slurmDone chan error // nil, never ready, when it does not run
+	if ops.slurm.on {
+		slurmDone = make(chan error, 1)
+		run := &slurmRun{}
+		if mr != nil {
+			run.met = slurm.NewMetrics(mr.m.Registry())
+		}
+		go func() { slurmDone <- runSlurm(wdCtx, b, &ops.slurm, ops, run, log) }()
+	}
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
@@ -381,8 +392,16 @@ func runServices(ctx context.Context, g *globals, conn natsConn, source string, 
 	case err := <-kubeDone:
 		log.Error("kubernetes service stopped", "err", err)
 		kubeDone = nil
+	case err := <-slurmDone:
+		log.Error("slurm sync service stopped", "err", err)
+		slurmDone = nil
 	}
 	wdStop()
+	if slurmDone != nil {
+		if err := <-slurmDone; err != nil {
+			log.Error("slurm sync service stopped", "err", err)
+		}
+	}
 	if kubeDone != nil {
 		// It hands its lease over on the way out, over the bus.
 		if err := <-kubeDone; err != nil {
