@@ -209,7 +209,7 @@ func slurmNodes(ctx context.Context) (map[string][]string, error) {
 		if errors.Is(err, exec.ErrNotFound) {
 			msg = "Slurm's clients are not on PATH"
 		}
-		return nil, fmt.Errorf("slurmctld: not answering (sinfo: %v): %s", err, msg)
+		return nil, fmt.Errorf("slurmctld: not answering (sinfo: %w): %s", err, msg)
 	}
 	nodes := parseSinfoGres(string(out))
 	if len(nodes) == 0 {

@@ -116,7 +116,7 @@ func GresIndices(detail string) ([]int, error) {
 		}
 		list, _, ok := strings.Cut(after, ")")
 		if !ok {
-			return nil, fmt.Errorf("%q: no ')' after IDX:", detail)
+			return nil, fmt.Errorf("%q: no ')' closes IDX", detail)
 		}
 		for part := range strings.SplitSeq(list, ",") {
 			if part == "" {
