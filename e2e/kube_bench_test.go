@@ -20,6 +20,7 @@ package e2e
 // reported beside them (Linux only).
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,7 +54,9 @@ const (
 	benchCreators = 8
 	// benchClientQPS and benchClientBurst are the schedulers' client
 	// limits in these runs: the howto's kube-scheduler runs used them, and
-	// the harness gives the controller manager the same.
+	// the harness gives the controller manager the same
+	// (TOPOSCHED_BENCH_KUBE_QPS sets toposched's QPS, and twice that as
+	// its burst).
 	benchClientQPS   = 500
 	benchClientBurst = 1000
 
@@ -98,6 +101,7 @@ type podsRun struct {
 	ready      float64 // seconds from the scheduler's start until it said it schedules (before: from the window's start)
 	fromReady  float64 // pods/s from that moment (created-before-start only)
 	cores      map[string]float64
+	writes     float64 // the apiserver's write requests a pod, from every client
 }
 
 func (r *podsRun) add(o podsRun) {
@@ -105,6 +109,7 @@ func (r *podsRun) add(o podsRun) {
 	r.window += o.window
 	r.ready += o.ready
 	r.fromReady += o.fromReady
+	r.writes += o.writes
 	if r.cores == nil {
 		r.cores = map[string]float64{}
 	}
@@ -125,6 +130,7 @@ func (r *podsRun) report(b *testing.B, n int) {
 	for k, v := range r.cores {
 		b.ReportMetric(v/f, k+"-cores")
 	}
+	b.ReportMetric(r.writes/f, "writes/pod")
 	// The timer runs through each whole run (a run takes longer than
 	// the default -benchtime, so it is done once); its time is not the
 	// figure, and ns/op 0 leaves it out.
@@ -165,6 +171,7 @@ func runKubePods(b *testing.B, sched string, before bool) podsRun {
 
 	var t0, startedAt, readyAt time.Time
 	var cpu0 cpuSample
+	var req0 apiRequests
 	if before {
 		createPods(b, kc, pods, benchCreators)
 		// The controller manager makes every claim first: what is timed
@@ -173,12 +180,12 @@ func runKubePods(b *testing.B, sched string, before bool) podsRun {
 			n := w.claimedCount()
 			return n == benchPods, fmt.Sprintf("%d of %d claims made", n, benchPods)
 		})
-		cpu0 = sampleCPU()
+		cpu0, req0 = sampleCPU(), sampleRequests(b, kc)
 		startedAt, readyAt = start()
 		t0 = startedAt
 	} else {
 		startedAt, readyAt = start()
-		cpu0 = sampleCPU()
+		cpu0, req0 = sampleCPU(), sampleRequests(b, kc)
 		t0 = slices.MinFunc(createPods(b, kc, pods, benchCreators), func(a, b time.Time) int { return a.Compare(b) })
 	}
 	waitFor(b, 10*time.Minute, func() (bool, string) {
@@ -187,8 +194,15 @@ func runKubePods(b *testing.B, sched string, before bool) podsRun {
 	})
 	last := w.lastBound()
 	cpu1 := sampleCPU()
+	// Requests until every pod is Running (kwok's updates) and each
+	// scheduler's Events are written, so that runs compare.
+	waitFor(b, 5*time.Minute, func() (bool, string) {
+		n := w.runningCount()
+		return n == benchPods, fmt.Sprintf("%d of %d pods Running", n, benchPods)
+	})
+	writes := sampleRequests(b, kc).since(req0)
 	window := last.Sub(t0).Seconds()
-	r := podsRun{podsPerSec: benchPods / window, window: window, cores: cpu1.coresSince(cpu0, window)}
+	r := podsRun{podsPerSec: benchPods / window, window: window, cores: cpu1.coresSince(cpu0, window), writes: writes.writes() / benchPods}
 	if before {
 		r.ready = readyAt.Sub(startedAt).Seconds()
 		r.fromReady = benchPods / last.Sub(readyAt).Seconds()
@@ -197,6 +211,7 @@ func runKubePods(b *testing.B, sched string, before bool) podsRun {
 		sched, map[bool]string{false: "while it runs", true: "before it starts"}[before], benchPods, window,
 		map[bool]string{false: "the first create", true: "the scheduler's start"}[before], r.podsPerSec,
 		readyAt.Sub(startedAt).Seconds(), formatCores(r.cores))
+	b.Logf("apiserver writes a pod: %s", writes.perPod(benchPods))
 	uptime(b, "after "+sched)
 	checkOneGPUEach(b, kc, names)
 	return r
@@ -236,6 +251,7 @@ func BenchmarkKubeGang(b *testing.B) {
 		compared += compareWithDryRun(b, e, w)
 		uptime(b, "before the gangs")
 		js := jsConnect(b, e.url())
+		req0 := sampleRequests(b, kc)
 		ann := map[string]string{"toposched.io/parallelism": fmt.Sprintf("tp=8,dp=%d", benchGangPods)}
 		for g := range gangs {
 			name := fmt.Sprintf("gang-%02d", g)
@@ -268,6 +284,9 @@ func BenchmarkKubeGang(b *testing.B) {
 			kc.deletePods(b, names...)
 			waitNoClaims(b, kc)
 		}
+		// Of every client, from the first gang's creation to the last
+		// one's deletion.
+		b.Logf("apiserver writes a gang, created, bound and deleted: %s", sampleRequests(b, kc).since(req0).perPod(gangs))
 		uptime(b, "after the gangs")
 	}
 	b.Logf("each gang's last pod bound after its last pod's creation (%d gangs): %v", len(lat), lat)
@@ -470,10 +489,18 @@ func newBenchEnv(tb testing.TB, kc *kubeCluster, nodes []string) *benchEnv {
 // when the service said it schedules pods.
 func (e *benchEnv) startServe(tb testing.TB) (started, ready time.Time) {
 	tb.Helper()
+	qps, burst := benchClientQPS, benchClientBurst
+	if s := os.Getenv("TOPOSCHED_BENCH_KUBE_QPS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			tb.Fatalf("TOPOSCHED_BENCH_KUBE_QPS=%q: want requests a second", s)
+		}
+		qps, burst = n, 2*n
+	}
 	started = time.Now()
 	e.serve = startServe(tb, "serve", e.cluster, e.port, e.dataDir,
 		"--kubeconfig", e.kubeconfigFor(tb, kubeToposched), "--lease-ttl", "2s",
-		"--kube-qps", strconv.Itoa(benchClientQPS), "--kube-burst", strconv.Itoa(benchClientBurst))
+		"--kube-qps", strconv.Itoa(qps), "--kube-burst", strconv.Itoa(burst))
 	waitFor(tb, time.Minute, func() (bool, string) {
 		mustBeAlive(tb, e.serve)
 		return strings.Contains(e.serve.output(), "scheduling pods"), "the Kubernetes service has not logged 'scheduling pods'"
@@ -670,11 +697,12 @@ type podWatch struct {
 	mu      sync.Mutex
 	bound   map[string]time.Time
 	claimed map[string]time.Time
+	running map[string]bool
 }
 
 func watchPods(tb testing.TB, kc *kubeCluster) *podWatch {
 	tb.Helper()
-	w := &podWatch{bound: map[string]time.Time{}, claimed: map[string]time.Time{}}
+	w := &podWatch{bound: map[string]time.Time{}, claimed: map[string]time.Time{}, running: map[string]bool{}}
 	factory := informers.NewSharedInformerFactoryWithOptions(kc.Client, 0, informers.WithNamespace(kubeNS))
 	inf := factory.Core().V1().Pods().Informer()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -710,6 +738,15 @@ func (w *podWatch) see(obj any) {
 		func(st corev1.PodResourceClaimStatus) bool { return st.ResourceClaimName != nil }) {
 		w.claimed[p.Name] = now
 	}
+	if p.Status.Phase == corev1.PodRunning {
+		w.running[p.Name] = true
+	}
+}
+
+func (w *podWatch) runningCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.running)
 }
 
 // boundCount is how many of names are bound (of all pods, without names).
@@ -842,6 +879,95 @@ func waitNoClaims(tb testing.TB, kc *kubeCluster) {
 		}
 		return len(list.Items) == 0, fmt.Sprintf("%d claims left", len(list.Items))
 	})
+}
+
+// apiRequests are the apiserver's requests so far (its
+// apiserver_request_total), by verb and resource.
+type apiRequests map[string]float64
+
+// sampleRequests reads the apiserver's /metrics.
+func sampleRequests(tb testing.TB, kc *kubeCluster) apiRequests {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(tb.Context(), kubeCallTimeout)
+	defer cancel()
+	body, err := kc.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		tb.Fatalf("apiserver /metrics: %v", err)
+	}
+	out := apiRequests{}
+	for line := range strings.Lines(string(body)) {
+		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		l := map[string]string{}
+		for kv := range strings.SplitSeq(labels, ",") {
+			if k, val, ok := strings.Cut(kv, "="); ok {
+				l[k] = strings.Trim(val, `"`)
+			}
+		}
+		key := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		out[key] += v
+	}
+	return out
+}
+
+func (r apiRequests) since(r0 apiRequests) apiRequests {
+	out := apiRequests{}
+	for k, v := range r {
+		if d := v - r0[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// isWrite reports whether a request key (verb resource) writes.
+func isWrite(key string) bool {
+	verb, _, _ := strings.Cut(key, " ")
+	return verb == "POST" || verb == "PUT" || verb == "PATCH" || verb == "DELETE" || verb == "APPLY"
+}
+
+func (r apiRequests) writes() float64 {
+	n := 0.0
+	for k, v := range r {
+		if isWrite(k) {
+			n += v
+		}
+	}
+	return n
+}
+
+// perPod lists the writes of at least 0.05 a pod, most first.
+func (r apiRequests) perPod(pods int) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var list []kv
+	for k, v := range r {
+		if isWrite(k) && v/float64(pods) >= 0.05 {
+			list = append(list, kv{k, v / float64(pods)})
+		}
+	}
+	slices.SortFunc(list, func(a, b kv) int { return cmp.Compare(b.v, a.v) })
+	parts := make([]string, 0, len(list)+1)
+	for _, e := range list {
+		parts = append(parts, fmt.Sprintf("%s %.2f", e.k, e.v))
+	}
+	parts = append(parts, fmt.Sprintf("all %.2f", r.writes()/float64(pods)))
+	return strings.Join(parts, ", ")
 }
 
 // uptime logs the load average, for the record of a shared machine.
