@@ -44,6 +44,9 @@ func (s *Service) syncGang(ctx context.Context, key string) error {
 		return nil
 	}
 	if len(waiting) < len(live) {
+		if s.binding(live) {
+			return nil // syncJob is binding them: the others are next
+		}
 		// Some of the gang run: a pod that replaces one of theirs waits
 		// for the gang to end, as its rank cannot join the others.
 		s.say(waiting, corev1.EventTypeWarning, "FailedScheduling",
@@ -146,6 +149,32 @@ func (s *Service) syncGang(ctx context.Context, key string) error {
 	s.log.Info("gang submitted", "job_id", id, "gang", g.Key(), "pods", len(pods), "gpus", spec.GPUs)
 	s.say(pods, corev1.EventTypeNormal, "Submitted", fmt.Sprintf("submitted to toposched as job %s (%d pods, %d GPUs)", id, len(pods), spec.GPUs))
 	return nil
+}
+
+// binding reports whether the gang's live pods, some bound and some not,
+// are the member set of a decided job that is not finished: the job being
+// carried out, its pods bound one by one as the cache sees it.
+func (s *Service) binding(live []*corev1.Pod) bool {
+	id := ""
+	for _, p := range live {
+		if p.Spec.NodeName != "" {
+			id = p.Annotations[AnnotationJobID]
+			break
+		}
+	}
+	s.mu.Lock()
+	j := s.jobs[id]
+	ok := j != nil && j.decided != nil && !j.finished
+	members := ""
+	if ok {
+		members = j.members
+	}
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	g, err := GangOf(live[0])
+	return err == nil && fingerprint(g, live) == members
 }
 
 // terminal reports whether a pod has ended.
