@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -70,7 +71,7 @@ func (s *Service) syncGang(ctx context.Context, key string) error {
 		return nil
 	}
 	if len(waiting) < size {
-		s.say(waiting, corev1.EventTypeNormal, "Waiting", fmt.Sprintf("waiting for the gang's pods: %d of %d exist", len(waiting), size))
+		s.sayWaiting(waiting, key, fmt.Sprintf("waiting for the gang's pods: %d of %d exist", len(waiting), size))
 		return nil
 	}
 	pods, err := OrderPods(waiting)
@@ -91,7 +92,7 @@ func (s *Service) syncGang(ctx context.Context, key string) error {
 			return nil
 		}
 		if wait != "" {
-			s.say([]*corev1.Pod{p}, corev1.EventTypeNormal, "Waiting", wait)
+			s.sayWaiting([]*corev1.Pod{p}, key, wait)
 			return nil
 		}
 		if perPod >= 0 && n != perPod {
@@ -311,6 +312,33 @@ func parseJobID(id string) (members string, attempt int) {
 		return id, 0
 	}
 	return id[:i], n
+}
+
+// waitGrace is how long a pod waits for the rest of its gang, or for its
+// claims to be made, before an Event says so. Both are there within a
+// second or so as a rule; said at once, every count on the way was an
+// Event for each pod already there, n²/2 Events for a gang of n pods
+// created together (BENCHMARKS.md, issue 47).
+const waitGrace = 5 * time.Second
+
+// sayWaiting says msg on those pods that are older than waitGrace, and
+// looks at the gang again once the youngest of the others is. A pod's age
+// is from its creationTimestamp, which has whole seconds.
+func (s *Service) sayWaiting(pods []*corev1.Pod, key, msg string) {
+	now := time.Now()
+	var old []*corev1.Pod
+	var again time.Duration
+	for _, p := range pods {
+		if left := waitGrace - now.Sub(p.CreationTimestamp.Time); left > 0 {
+			again = max(again, min(left, waitGrace))
+		} else {
+			old = append(old, p)
+		}
+	}
+	s.say(old, corev1.EventTypeNormal, "Waiting", msg)
+	if again > 0 {
+		s.queue.AddAfter(gangKey(key), again)
+	}
 }
 
 // say puts an Event on each pod, unless the pod was last told the same.

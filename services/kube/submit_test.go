@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/toposched/toposched/events"
 )
@@ -138,6 +140,64 @@ func TestSyncGangWhileBinding(t *testing.T) {
 				t.Errorf("events %q, want none", got)
 			case tc.event != "" && (len(got) == 0 || !strings.HasPrefix(got[0], tc.event)):
 				t.Errorf("events %q, want one starting %q", got, tc.event)
+			}
+		})
+	}
+}
+
+// afterQueue records what is queued for later.
+type afterQueue struct {
+	workqueue.TypedRateLimitingInterface[string]
+	after map[string]time.Duration
+}
+
+func (q *afterQueue) AddAfter(key string, d time.Duration) { q.after[key] = d }
+
+// TestSyncGangWaitGrace: a gang whose pods are not all there yet is told
+// so only once its pods have waited waitGrace; before, it is looked at
+// again when they will have.
+func TestSyncGangWaitGrace(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		age   time.Duration
+		event string // "" for none
+	}{
+		{"just created", 0, ""},
+		{"waited a while", waitGrace + 2*time.Second, "Normal Waiting waiting for the gang's pods: 2 of 3 exist"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pods := []*corev1.Pod{gangPod(0, 3, "u0", "", ""), gangPod(1, 3, "u1", "", "")}
+			for _, p := range pods {
+				p.CreationTimestamp = metav1.NewTime(time.Now().Add(-tc.age))
+			}
+			s, rec := gangService(t, pods)
+			q := &afterQueue{after: map[string]time.Duration{}}
+			s.queue = q
+			g, err := GangOf(pods[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.syncGang(t.Context(), g.Key()); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for len(rec.Events) > 0 {
+				got = append(got, <-rec.Events)
+			}
+			if tc.event == "" {
+				if len(got) > 0 {
+					t.Errorf("events %q, want none", got)
+				}
+				if d, ok := q.after[gangKey(g.Key())]; !ok || d <= 0 || d > waitGrace {
+					t.Errorf("the gang is looked at again after %v (queued: %v), want within %v", d, ok, waitGrace)
+				}
+				return
+			}
+			if len(got) != len(pods) || !strings.HasPrefix(got[0], tc.event) {
+				t.Errorf("events %q, want %q on each pod", got, tc.event)
+			}
+			if len(q.after) > 0 {
+				t.Errorf("looked at again later %v, want not", q.after)
 			}
 		})
 	}
