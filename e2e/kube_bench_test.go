@@ -200,9 +200,9 @@ func runKubePods(b *testing.B, sched string, before bool) podsRun {
 		n := w.runningCount()
 		return n == benchPods, fmt.Sprintf("%d of %d pods Running", n, benchPods)
 	})
-	writes := sampleRequests(b, kc).since(req0)
+	reqs := sampleRequests(b, kc).since(req0)
 	window := last.Sub(t0).Seconds()
-	r := podsRun{podsPerSec: benchPods / window, window: window, cores: cpu1.coresSince(cpu0, window), writes: writes.writes() / benchPods}
+	r := podsRun{podsPerSec: benchPods / window, window: window, cores: cpu1.coresSince(cpu0, window), writes: reqs.writes() / benchPods}
 	if before {
 		r.ready = readyAt.Sub(startedAt).Seconds()
 		r.fromReady = benchPods / last.Sub(readyAt).Seconds()
@@ -211,7 +211,7 @@ func runKubePods(b *testing.B, sched string, before bool) podsRun {
 		sched, map[bool]string{false: "while it runs", true: "before it starts"}[before], benchPods, window,
 		map[bool]string{false: "the first create", true: "the scheduler's start"}[before], r.podsPerSec,
 		readyAt.Sub(startedAt).Seconds(), formatCores(r.cores))
-	b.Logf("apiserver writes a pod: %s", writes.perPod(benchPods))
+	b.Logf("apiserver requests a pod, %s", reqs.perPod(benchPods))
 	uptime(b, "after "+sched)
 	checkOneGPUEach(b, kc, names)
 	return r
@@ -286,7 +286,7 @@ func BenchmarkKubeGang(b *testing.B) {
 		}
 		// Of every client, from the first gang's creation to the last
 		// one's deletion.
-		b.Logf("apiserver writes a gang, created, bound and deleted: %s", sampleRequests(b, kc).since(req0).perPod(gangs))
+		b.Logf("apiserver requests a gang, created, bound and deleted, %s", sampleRequests(b, kc).since(req0).perPod(gangs))
 		uptime(b, "after the gangs")
 	}
 	b.Logf("each gang's last pod bound after its last pod's creation (%d gangs): %v", len(lat), lat)
@@ -949,25 +949,35 @@ func (r apiRequests) writes() float64 {
 	return n
 }
 
-// perPod lists the writes of at least 0.05 a pod, most first.
+// perPod lists the writes, then the reads, of at least 0.05 a pod, most
+// first.
 func (r apiRequests) perPod(pods int) string {
 	type kv struct {
 		k string
 		v float64
 	}
-	var list []kv
-	for k, v := range r {
-		if isWrite(k) && v/float64(pods) >= 0.05 {
-			list = append(list, kv{k, v / float64(pods)})
+	var out []string
+	for _, writes := range []bool{true, false} {
+		var list []kv
+		all := 0.0
+		for k, v := range r {
+			if isWrite(k) != writes {
+				continue
+			}
+			all += v
+			if v/float64(pods) >= 0.05 {
+				list = append(list, kv{k, v / float64(pods)})
+			}
 		}
+		slices.SortFunc(list, func(a, b kv) int { return cmp.Compare(b.v, a.v) })
+		parts := make([]string, 0, len(list)+1)
+		for _, e := range list {
+			parts = append(parts, fmt.Sprintf("%s %.2f", e.k, e.v))
+		}
+		parts = append(parts, fmt.Sprintf("all %.2f", all/float64(pods)))
+		out = append(out, strings.Join(parts, ", "))
 	}
-	slices.SortFunc(list, func(a, b kv) int { return cmp.Compare(b.v, a.v) })
-	parts := make([]string, 0, len(list)+1)
-	for _, e := range list {
-		parts = append(parts, fmt.Sprintf("%s %.2f", e.k, e.v))
-	}
-	parts = append(parts, fmt.Sprintf("all %.2f", r.writes()/float64(pods)))
-	return strings.Join(parts, ", ")
+	return "writes: " + out[0] + "; reads: " + out[1]
 }
 
 // uptime logs the load average, for the record of a shared machine.
