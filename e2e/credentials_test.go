@@ -39,7 +39,7 @@ const (
 
 // registerServe records that the serve listening on addr (host:port) keeps
 // its credentials under dataDir, until the test ends.
-func registerServe(t *testing.T, addr, dataDir string) {
+func registerServe(t testing.TB, addr, dataDir string) {
 	t.Helper()
 	served.Lock()
 	defer served.Unlock()
@@ -73,7 +73,7 @@ func credentialsDir(dataDir string) string { return filepath.Join(dataDir, "cred
 
 // seedOf is the seed file of role in the credentials of the serve at url;
 // the test fails if there is none.
-func seedOf(t *testing.T, url, role string) string {
+func seedOf(t testing.TB, url, role string) string {
 	t.Helper()
 	data := servedDataDir(url)
 	if data == "" {
@@ -84,7 +84,7 @@ func seedOf(t *testing.T, url, role string) string {
 
 // seedIn is role's seed file in a credentials directory; the test fails
 // if it is not there.
-func seedIn(t *testing.T, dir, role string) string {
+func seedIn(t testing.TB, dir, role string) string {
 	t.Helper()
 	p := filepath.Join(dir, role+".nk")
 	if _, err := os.Stat(p); err != nil {
@@ -94,7 +94,7 @@ func seedIn(t *testing.T, dir, role string) string {
 }
 
 // nkeyOption signs a nats.go connection in with a seed file.
-func nkeyOption(t *testing.T, seed string) nats.Option {
+func nkeyOption(t testing.TB, seed string) nats.Option {
 	t.Helper()
 	o, err := nats.NkeyOptionFromSeed(seed)
 	if err != nil {
@@ -105,7 +105,7 @@ func nkeyOption(t *testing.T, seed string) nats.Option {
 
 // operatorOptions are the nats.go options that sign in to the server at
 // url as its operator, where it needs it.
-func operatorOptions(t *testing.T, url string) []nats.Option {
+func operatorOptions(t testing.TB, url string) []nats.Option {
 	t.Helper()
 	if servedDataDir(url) == "" {
 		return nil

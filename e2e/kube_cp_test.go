@@ -80,7 +80,7 @@ const (
 // the default directory lacks them (the build takes tens of minutes once
 // per machine), and fails when KUBE_BIN names a directory that lacks them,
 // since whoever set it (CI) meant the tests to run.
-func kubeBin(t *testing.T) string {
+func kubeBin(t testing.TB) string {
 	t.Helper()
 	needBinaries(t)
 	dir, explicit := os.Getenv("KUBE_BIN"), true
@@ -135,7 +135,7 @@ type kubeCluster struct {
 // namespace has its service account (pods can be created). Each component
 // is stopped, in reverse order, when the test ends, and the tail of its log
 // is printed if the test failed.
-func startKube(t *testing.T) *kubeCluster {
+func startKube(t testing.TB) *kubeCluster {
 	t.Helper()
 	bin := kubeBin(t)
 	dir := t.TempDir()
@@ -255,7 +255,7 @@ func startKube(t *testing.T) *kubeCluster {
 
 // kubeconfigFor writes a kubeconfig for user (kubeAdmin or kubeToposched)
 // into the cluster's directory and returns its path.
-func (c *kubeCluster) kubeconfigFor(t *testing.T, user string) string {
+func (c *kubeCluster) kubeconfigFor(t testing.TB, user string) string {
 	t.Helper()
 	token := c.token(t, user)
 	path := filepath.Join(c.Dir, "kubeconfig-"+user)
@@ -282,7 +282,7 @@ current-context: e2e
 
 // restConfigFor is the client configuration of user (kubeAdmin or
 // kubeToposched), with QPS 500 and burst 1000.
-func (c *kubeCluster) restConfigFor(t *testing.T, user string) *rest.Config {
+func (c *kubeCluster) restConfigFor(t testing.TB, user string) *rest.Config {
 	t.Helper()
 	return &rest.Config{
 		Host:            c.server,
@@ -294,7 +294,7 @@ func (c *kubeCluster) restConfigFor(t *testing.T, user string) *rest.Config {
 	}
 }
 
-func (c *kubeCluster) token(t *testing.T, user string) string {
+func (c *kubeCluster) token(t testing.TB, user string) string {
 	t.Helper()
 	token, ok := c.tokens[user]
 	if !ok {
@@ -307,28 +307,11 @@ func (c *kubeCluster) token(t *testing.T, user string) string {
 // until kwok reports it Ready, and lifts the not-ready taint the apiserver
 // put on it at creation (no node lifecycle controller runs to do it). It
 // returns the node as it then is.
-func (c *kubeCluster) addNode(t *testing.T, name string, labels map[string]string) *corev1.Node {
+func (c *kubeCluster) addNode(t testing.TB, name string, labels map[string]string) *corev1.Node {
 	t.Helper()
-	all := map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
-	for k, v := range labels {
-		all[k] = v
-	}
-	res := corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse("64"),
-		corev1.ResourceMemory: resource.MustParse("1Ti"),
-		corev1.ResourcePods:   resource.MustParse("110"),
-	}
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        name,
-			Labels:      all,
-			Annotations: map[string]string{kwokNodeAnnotation: "fake"},
-		},
-		Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), kubeCallTimeout)
 	defer cancel()
-	if _, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.CoreV1().Nodes().Create(ctx, kwokNode(name, labels), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create node %s: %v", name, err)
 	}
 	var ready *corev1.Node
@@ -356,6 +339,27 @@ func (c *kubeCluster) addNode(t *testing.T, name string, labels map[string]strin
 	return ready
 }
 
+// kwokNode is a Node kwok manages: 64 CPUs, 1 TiB, 110 pods.
+func kwokNode(name string, labels map[string]string) *corev1.Node {
+	all := map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}
+	for k, v := range labels {
+		all[k] = v
+	}
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("64"),
+		corev1.ResourceMemory: resource.MustParse("1Ti"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Labels:      all,
+			Annotations: map[string]string{kwokNodeAnnotation: "fake"},
+		},
+		Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
+	}
+}
+
 func nodeReady(n *corev1.Node) bool {
 	for _, cond := range n.Status.Conditions {
 		if cond.Type == corev1.NodeReady {
@@ -368,7 +372,7 @@ func nodeReady(n *corev1.Node) bool {
 // addGPUClass creates the DeviceClass gpu.nvidia.com as NVIDIA's chart
 // (deviceclass-gpu.yaml) installs it for resource.k8s.io/v1: whole GPUs of
 // the driver, also requestable as the extended resource nvidia.com/gpu.
-func (c *kubeCluster) addGPUClass(t *testing.T) {
+func (c *kubeCluster) addGPUClass(t testing.TB) {
 	t.Helper()
 	class := &resourcev1.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: gpuDriver},
@@ -445,7 +449,7 @@ func hash32(s string) uint32 {
 // by releases up to 25.8 and as the standard resource.kubernetes.io/pciBusID
 // since 25.12, so both are here; addressingMode, only on coherent-memory
 // systems, is not.
-func (c *kubeCluster) addGPUSlice(t *testing.T, node string, gpus []sliceGPU) *resourcev1.ResourceSlice {
+func (c *kubeCluster) addGPUSlice(t testing.TB, node string, gpus []sliceGPU) *resourcev1.ResourceSlice {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), kubeCallTimeout)
 	defer cancel()
@@ -509,7 +513,7 @@ func (c *kubeCluster) addGPUSlice(t *testing.T, node string, gpus []sliceGPU) *r
 // addClaimTemplate creates a ResourceClaimTemplate in ns asking for gpus
 // whole GPUs of the class gpu.nvidia.com in one request named "gpus", with
 // no constraint: where they are is the scheduler's choice.
-func (c *kubeCluster) addClaimTemplate(t *testing.T, ns, name string, gpus int) {
+func (c *kubeCluster) addClaimTemplate(t testing.TB, ns, name string, gpus int) {
 	t.Helper()
 	tmpl := &resourcev1.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -555,7 +559,7 @@ func gpuPod(ns, name, claimTemplate string) *corev1.Pod {
 
 // waitPodClaim waits for the controller manager to make pod's claim from
 // its template and returns the claim's name.
-func (c *kubeCluster) waitPodClaim(t *testing.T, ns, pod string) string {
+func (c *kubeCluster) waitPodClaim(t testing.TB, ns, pod string) string {
 	t.Helper()
 	var name string
 	waitFor(t, kubeCallTimeout, func() (bool, string) {
@@ -589,7 +593,7 @@ type kubeProc struct {
 // startKubeProc starts bin with its output in dir/<name>.log. When the test
 // ends it is sent SIGTERM, killed if it is still running kubeStopGrace
 // later, and, if the test failed, the tail of its log is printed.
-func startKubeProc(t *testing.T, dir, name, bin string, args ...string) *kubeProc {
+func startKubeProc(t testing.TB, dir, name, bin string, args ...string) *kubeProc {
 	t.Helper()
 	p := &kubeProc{name: name, log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
 	f, err := os.Create(p.log)
@@ -620,7 +624,7 @@ func startKubeProc(t *testing.T, dir, name, bin string, args ...string) *kubePro
 
 // stop sends SIGTERM and waits for the exit, killing the process after
 // kubeStopGrace.
-func (p *kubeProc) stop(t *testing.T) {
+func (p *kubeProc) stop(t testing.TB) {
 	select {
 	case <-p.done:
 		return
@@ -639,7 +643,7 @@ func (p *kubeProc) stop(t *testing.T) {
 }
 
 // mustRun fails the test, with the tail of the log, if the process exited.
-func (p *kubeProc) mustRun(t *testing.T) {
+func (p *kubeProc) mustRun(t testing.TB) {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -650,7 +654,7 @@ func (p *kubeProc) mustRun(t *testing.T) {
 
 // waitHealthy polls url until it answers 200 with a body containing want
 // (anything, if want is empty), as token's user if token is set.
-func (p *kubeProc) waitHealthy(t *testing.T, url, token, want string) {
+func (p *kubeProc) waitHealthy(t testing.TB, url, token, want string) {
 	t.Helper()
 	client := &http.Client{
 		Timeout: 5 * time.Second,
@@ -705,14 +709,14 @@ func tailFile(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-func writeKubeFile(t *testing.T, path string, data []byte) {
+func writeKubeFile(t testing.TB, path string, data []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func randomToken(t *testing.T) string {
+func randomToken(t testing.TB) string {
 	t.Helper()
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {

@@ -34,7 +34,7 @@ const kubeNS = "default"
 
 // kubeRules are the Kubernetes service's ClusterRole rules as the Helm
 // chart ships them.
-func kubeRules(t *testing.T) []rbacv1.PolicyRule {
+func kubeRules(t testing.TB) []rbacv1.PolicyRule {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(moduleRoot, "deploy/helm/toposched/files/kube-rules.yaml"))
 	if err != nil {
@@ -49,7 +49,7 @@ func kubeRules(t *testing.T) []rbacv1.PolicyRule {
 
 // grant gives the toposched user rules, as the chart's ClusterRole and
 // ClusterRoleBinding do (a second grant replaces the first).
-func (c *kubeCluster) grant(t *testing.T, rules []rbacv1.PolicyRule) {
+func (c *kubeCluster) grant(t testing.TB, rules []rbacv1.PolicyRule) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), kubeCallTimeout)
 	defer cancel()
@@ -95,7 +95,7 @@ type kubeEnv struct {
 // startKubeEnv starts a control plane with the nodes (each a DGX H100 with
 // its eight GPUs in a ResourceSlice), grants the service the chart's
 // rules, and starts serve on a cluster file of the same nodes.
-func startKubeEnv(t *testing.T, nodes ...string) *kubeEnv {
+func startKubeEnv(t testing.TB, nodes ...string) *kubeEnv {
 	t.Helper()
 	return newKubeEnv(t, false, nodes...)
 }
@@ -131,7 +131,7 @@ func newKubeEnv(t *testing.T, apart bool, nodes ...string) *kubeEnv {
 
 // start starts (or restarts) serve with the Kubernetes service and waits
 // until it schedules.
-func (e *kubeEnv) start(t *testing.T) {
+func (e *kubeEnv) start(t testing.TB) {
 	t.Helper()
 	kube := []string{"--kubeconfig", e.kubeconfigFor(t, kubeToposched), "--lease-ttl", "2s"}
 	if !e.apart {
@@ -181,7 +181,7 @@ func jobSetPod(jobset string, index, size int, tmpl string, annotations map[stri
 	return p
 }
 
-func (c *kubeCluster) createPod(t *testing.T, p *corev1.Pod) *corev1.Pod {
+func (c *kubeCluster) createPod(t testing.TB, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), kubeCallTimeout)
 	defer cancel()
@@ -192,7 +192,7 @@ func (c *kubeCluster) createPod(t *testing.T, p *corev1.Pod) *corev1.Pod {
 	return out
 }
 
-func (c *kubeCluster) pod(t *testing.T, name string) *corev1.Pod {
+func (c *kubeCluster) pod(t testing.TB, name string) *corev1.Pod {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), kubeCallTimeout)
 	defer cancel()
@@ -204,7 +204,7 @@ func (c *kubeCluster) pod(t *testing.T, name string) *corev1.Pod {
 }
 
 // waitBound waits for the pods to be bound and returns them.
-func (c *kubeCluster) waitBound(t *testing.T, timeout time.Duration, names ...string) []*corev1.Pod {
+func (c *kubeCluster) waitBound(t testing.TB, timeout time.Duration, names ...string) []*corev1.Pod {
 	t.Helper()
 	out := make([]*corev1.Pod, len(names))
 	waitFor(t, timeout, func() (bool, string) {
@@ -220,7 +220,7 @@ func (c *kubeCluster) waitBound(t *testing.T, timeout time.Duration, names ...st
 }
 
 // eventsOf is what kubectl describe shows of a pod's events.
-func (c *kubeCluster) eventsOf(t *testing.T, pod string) string {
+func (c *kubeCluster) eventsOf(t testing.TB, pod string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), kubeCallTimeout)
 	defer cancel()
@@ -237,7 +237,7 @@ func (c *kubeCluster) eventsOf(t *testing.T, pod string) string {
 }
 
 // claimOf is the claim made for the pod's "gpus" template claim.
-func (c *kubeCluster) claimOf(t *testing.T, p *corev1.Pod) *resourcev1.ResourceClaim {
+func (c *kubeCluster) claimOf(t testing.TB, p *corev1.Pod) *resourcev1.ResourceClaim {
 	t.Helper()
 	cl, ok := c.madeClaim(t, p)
 	if !ok {
@@ -248,7 +248,7 @@ func (c *kubeCluster) claimOf(t *testing.T, p *corev1.Pod) *resourcev1.ResourceC
 
 // madeClaim is claimOf, ok false while the controller manager has not
 // made the claim yet.
-func (c *kubeCluster) madeClaim(t *testing.T, p *corev1.Pod) (*resourcev1.ResourceClaim, bool) {
+func (c *kubeCluster) madeClaim(t testing.TB, p *corev1.Pod) (*resourcev1.ResourceClaim, bool) {
 	t.Helper()
 	name := ""
 	for _, st := range p.Status.ResourceClaimStatuses {
@@ -269,7 +269,7 @@ func (c *kubeCluster) madeClaim(t *testing.T, p *corev1.Pod) (*resourcev1.Resour
 }
 
 // decision is placement's decision for a job of the Kubernetes service.
-func (e *kubeEnv) decision(t *testing.T, job string) decidedJSON {
+func (e *kubeEnv) decision(t testing.TB, job string) decidedJSON {
 	t.Helper()
 	return decisionOf(t, &launchCluster{url: e.url()}, job)
 }
@@ -383,7 +383,7 @@ func TestKubeJobSetTP8DP2(t *testing.T) {
 
 // deletePods deletes pods and waits until they are gone (kwok finishes a
 // bound pod's deletion; an unbound one goes at once).
-func (c *kubeCluster) deletePods(t *testing.T, names ...string) {
+func (c *kubeCluster) deletePods(t testing.TB, names ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), kubeCallTimeout)
 	defer cancel()

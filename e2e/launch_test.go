@@ -177,7 +177,7 @@ func writeLaunchJob(t *testing.T, dir, id, script, out string, env []string, ext
 }
 
 // decisionOf reads the job's decision from the placement stream.
-func decisionOf(t *testing.T, c *launchCluster, id string) decidedJSON {
+func decisionOf(t testing.TB, c *launchCluster, id string) decidedJSON {
 	t.Helper()
 	for _, ev := range readPlacements(t, jsConnect(t, c.url)) {
 		if ev.subject == subjectDecided && ev.jobID == id {

@@ -183,7 +183,7 @@ func findModuleRoot() (string, error) {
 }
 
 // needBinaries skips the test when TestMain built nothing.
-func needBinaries(t *testing.T) {
+func needBinaries(t testing.TB) {
 	t.Helper()
 	if skipReason != "" {
 		t.Skip(skipReason)
@@ -220,7 +220,7 @@ func childEnv(extra ...string) []string {
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -235,7 +235,7 @@ func freePort(t *testing.T) int {
 
 // waitFor polls cond until it holds, failing the test after timeout with
 // the last state cond described.
-func waitFor(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
+func waitFor(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(25 * time.Millisecond)
@@ -281,7 +281,7 @@ type proc struct {
 
 // startProc starts bin with its output captured. It is killed and waited
 // for when the test ends; if the test failed, its output is logged.
-func startProc(t *testing.T, name string, env []string, bin string, args ...string) *proc {
+func startProc(t testing.TB, name string, env []string, bin string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
@@ -354,7 +354,7 @@ func (p *proc) waitExit(t *testing.T, timeout time.Duration) int {
 
 // mustBeAlive fails the test, with the process's output, if any of procs
 // has exited.
-func mustBeAlive(t *testing.T, procs ...*proc) {
+func mustBeAlive(t testing.TB, procs ...*proc) {
 	t.Helper()
 	for _, p := range procs {
 		if p.exited() {
@@ -370,7 +370,7 @@ type result struct {
 }
 
 // runCmd runs a short command to completion (at most timeout).
-func runCmd(t *testing.T, timeout time.Duration, env []string, bin string, args ...string) result {
+func runCmd(t testing.TB, timeout time.Duration, env []string, bin string, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -453,7 +453,7 @@ func natsCLIWith(t *testing.T, url string, auth []string, args ...string) result
 // topoctl runs the real topoctl against url, signed in as a user of the
 // serve there (clientEnv): its administrator, or with --tenant in args
 // that tenant's users.
-func topoctl(t *testing.T, url string, args ...string) result {
+func topoctl(t testing.TB, url string, args ...string) result {
 	t.Helper()
 	return runCmd(t, 60*time.Second, clientEnv(url), bins.topoctl, append([]string{"--nats-url", url}, args...)...)
 }
@@ -466,7 +466,7 @@ func startTopoctl(t *testing.T, name, url string, args ...string) *proc {
 }
 
 // topoctlOK runs topoctl and fails the test on a non-zero exit.
-func topoctlOK(t *testing.T, url string, args ...string) string {
+func topoctlOK(t testing.TB, url string, args ...string) string {
 	t.Helper()
 	r := topoctl(t, url, args...)
 	if r.code != 0 {
@@ -478,7 +478,7 @@ func topoctlOK(t *testing.T, url string, args ...string) string {
 // jsConnect opens a nats.go connection, used only to wait for readiness
 // and to audit streams (as a serve's operator, where url is a serve's);
 // it is closed when the test ends.
-func jsConnect(t *testing.T, url string) jetstream.JetStream {
+func jsConnect(t testing.TB, url string) jetstream.JetStream {
 	t.Helper()
 	nc, err := nats.Connect(url, append(operatorOptions(t, url), nats.Timeout(5*time.Second), nats.Name("toposched-e2e"))...)
 	if err != nil {
@@ -599,7 +599,7 @@ type placementEvent struct {
 }
 
 // readPlacements reads every message of the placement stream in order.
-func readPlacements(t *testing.T, js jetstream.JetStream) []placementEvent {
+func readPlacements(t testing.TB, js jetstream.JetStream) []placementEvent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

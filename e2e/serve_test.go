@@ -21,7 +21,7 @@ import (
 // extra's --nats-config, the config's users must be those of dataDir's
 // credentials): the helpers that talk to it sign in with them
 // (registerServe).
-func startServe(t *testing.T, name, cluster string, port int, dataDir string, extra ...string) *proc {
+func startServe(t testing.TB, name, cluster string, port int, dataDir string, extra ...string) *proc {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	if slices.Contains(extra, "--insecure-loopback") {

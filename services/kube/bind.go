@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -402,20 +403,26 @@ func (s *Service) carryOut(ctx context.Context, j *jobState, pods []*corev1.Pod)
 		return err
 	}
 	for _, pl := range pls {
+		if pl.pod.Spec.NodeName != "" && pl.pod.Spec.NodeName != pl.node {
+			return &permanentError{fmt.Errorf("pod %s is bound to %s, not the decided %s", pl.pod.Name, pl.pod.Spec.NodeName, pl.node)}
+		}
+	}
+	err = eachPod(pls, func(pl podPlan) error {
 		if pl.pod.Spec.NodeName != "" {
-			if pl.pod.Spec.NodeName != pl.node {
-				return &permanentError{fmt.Errorf("pod %s is bound to %s, not the decided %s", pl.pod.Name, pl.pod.Spec.NodeName, pl.node)}
-			}
-			continue
+			return nil
 		}
 		if err := s.allocate(ctx, j, pl); err != nil {
 			return fmt.Errorf("pod %s/%s: %w", pl.pod.Namespace, pl.pod.Name, err)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	master := masterAddr(j.decided, pls)
-	for _, pl := range pls {
+	err = eachPod(pls, func(pl podPlan) error {
 		if pl.pod.Spec.NodeName != "" {
-			continue
+			return nil
 		}
 		b := &corev1.Binding{
 			ObjectMeta: metav1.ObjectMeta{Namespace: pl.pod.Namespace, Name: pl.pod.Name, UID: pl.pod.UID,
@@ -428,7 +435,7 @@ func (s *Service) carryOut(ctx context.Context, j *jobState, pods []*corev1.Pod)
 				// caught up with, or by someone else.
 				cur, gerr := s.kc.CoreV1().Pods(pl.pod.Namespace).Get(ctx, pl.pod.Name, metav1.GetOptions{})
 				if gerr == nil && cur.UID == pl.pod.UID && cur.Spec.NodeName == pl.node {
-					continue
+					return nil
 				}
 			}
 			if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
@@ -438,9 +445,44 @@ func (s *Service) carryOut(ctx context.Context, j *jobState, pods []*corev1.Pod)
 		}
 		s.rec.Eventf(pl.pod, corev1.EventTypeNormal, "Scheduled", "Successfully assigned %s/%s to %s (toposched job %s, rank %d)",
 			pl.pod.Namespace, pl.pod.Name, pl.node, j.id, pl.ranks[0].Rank)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	s.log.Info("gang bound", "job_id", j.id, "pods", len(pods))
 	s.met.bound(len(pods), j.decided.DecidedAt)
+	return nil
+}
+
+// carryOutParallelism bounds the pods of one gang whose claims are
+// allocated, or which are bound, at once. Each pod takes two claim writes
+// and a binding, one round trip each: one after the other, a 16-pod gang
+// took about half a second of round trips on a busy control plane
+// (BENCHMARKS.md, issue 47); the client's rate limit still paces them.
+const carryOutParallelism = 16
+
+// eachPod runs f for every plan, carryOutParallelism at a time, and
+// returns the error of the first plan in the gang's order that failed, as
+// a loop over them would have (the others are tried all the same: what
+// they did is undone or taken up again as a loop's earlier pods' was).
+func eachPod(pls []podPlan, f func(podPlan) error) error {
+	errs := make([]error, len(pls))
+	sem := make(chan struct{}, carryOutParallelism)
+	var wg sync.WaitGroup
+	for i, pl := range pls {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = f(pl)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -44,6 +45,9 @@ func (s *Service) syncGang(ctx context.Context, key string) error {
 		return nil
 	}
 	if len(waiting) < len(live) {
+		if s.binding(live) {
+			return nil // syncJob is binding them: the others are next
+		}
 		// Some of the gang run: a pod that replaces one of theirs waits
 		// for the gang to end, as its rank cannot join the others.
 		s.say(waiting, corev1.EventTypeWarning, "FailedScheduling",
@@ -67,7 +71,7 @@ func (s *Service) syncGang(ctx context.Context, key string) error {
 		return nil
 	}
 	if len(waiting) < size {
-		s.say(waiting, corev1.EventTypeNormal, "Waiting", fmt.Sprintf("waiting for the gang's pods: %d of %d exist", len(waiting), size))
+		s.sayWaiting(waiting, key, fmt.Sprintf("waiting for the gang's pods: %d of %d exist", len(waiting), size))
 		return nil
 	}
 	pods, err := OrderPods(waiting)
@@ -88,7 +92,7 @@ func (s *Service) syncGang(ctx context.Context, key string) error {
 			return nil
 		}
 		if wait != "" {
-			s.say([]*corev1.Pod{p}, corev1.EventTypeNormal, "Waiting", wait)
+			s.sayWaiting([]*corev1.Pod{p}, key, wait)
 			return nil
 		}
 		if perPod >= 0 && n != perPod {
@@ -146,6 +150,32 @@ func (s *Service) syncGang(ctx context.Context, key string) error {
 	s.log.Info("gang submitted", "job_id", id, "gang", g.Key(), "pods", len(pods), "gpus", spec.GPUs)
 	s.say(pods, corev1.EventTypeNormal, "Submitted", fmt.Sprintf("submitted to toposched as job %s (%d pods, %d GPUs)", id, len(pods), spec.GPUs))
 	return nil
+}
+
+// binding reports whether the gang's live pods, some bound and some not,
+// are the member set of a decided job that is not finished: the job being
+// carried out, its pods bound one by one as the cache sees it.
+func (s *Service) binding(live []*corev1.Pod) bool {
+	id := ""
+	for _, p := range live {
+		if p.Spec.NodeName != "" {
+			id = p.Annotations[AnnotationJobID]
+			break
+		}
+	}
+	s.mu.Lock()
+	j := s.jobs[id]
+	ok := j != nil && j.decided != nil && !j.finished
+	members := ""
+	if ok {
+		members = j.members
+	}
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	g, err := GangOf(live[0])
+	return err == nil && fingerprint(g, live) == members
 }
 
 // terminal reports whether a pod has ended.
@@ -282,6 +312,33 @@ func parseJobID(id string) (members string, attempt int) {
 		return id, 0
 	}
 	return id[:i], n
+}
+
+// waitGrace is how long a pod waits for the rest of its gang, or for its
+// claims to be made, before an Event says so. Both are there within a
+// second or so as a rule; said at once, every count on the way was an
+// Event for each pod already there, n²/2 Events for a gang of n pods
+// created together (BENCHMARKS.md, issue 47).
+const waitGrace = 5 * time.Second
+
+// sayWaiting says msg on those pods that are older than waitGrace, and
+// looks at the gang again once the youngest of the others is. A pod's age
+// is from its creationTimestamp, which has whole seconds.
+func (s *Service) sayWaiting(pods []*corev1.Pod, key, msg string) {
+	now := time.Now()
+	var old []*corev1.Pod
+	var again time.Duration
+	for _, p := range pods {
+		if left := waitGrace - now.Sub(p.CreationTimestamp.Time); left > 0 {
+			again = max(again, min(left, waitGrace))
+		} else {
+			old = append(old, p)
+		}
+	}
+	s.say(old, corev1.EventTypeNormal, "Waiting", msg)
+	if again > 0 {
+		s.queue.AddAfter(gangKey(key), again)
+	}
 }
 
 // say puts an Event on each pod, unless the pod was last told the same.
