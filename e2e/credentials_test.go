@@ -137,7 +137,7 @@ func natsCLIAuth(t *testing.T, url string, args []string) []string {
 
 // issueRoles runs the real `toposched roles issue --dir dir` with args
 // (--agent NODE, --tenant T) and returns its output.
-func issueRoles(t *testing.T, dir string, args ...string) string {
+func issueRoles(t testing.TB, dir string, args ...string) string {
 	t.Helper()
 	r := runCmd(t, 30*time.Second, childEnv(), bins.toposched, append([]string{"roles", "issue", "--dir", dir}, args...)...)
 	if r.code != 0 {

@@ -310,8 +310,9 @@ func BenchmarkKubeGang(b *testing.B) {
 
 func gpusTemplate(n int) string { return fmt.Sprintf("gpus-%d", n) }
 
-// percentile is the nearest-rank percentile p of sorted durations.
-func percentile(sorted []time.Duration, p float64) time.Duration {
+// percentile is the nearest-rank percentile p (0-100) of durations.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	sorted := slices.Sorted(slices.Values(ds))
 	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
 	return sorted[max(0, min(i, len(sorted)-1))]
 }

@@ -102,12 +102,12 @@ func startKubeEnv(t testing.TB, nodes ...string) *kubeEnv {
 
 // startKubeEnvApart is startKubeEnv with the Kubernetes service run as
 // toposched kube beside serve, signed in as its own role.
-func startKubeEnvApart(t *testing.T, nodes ...string) *kubeEnv {
+func startKubeEnvApart(t testing.TB, nodes ...string) *kubeEnv {
 	t.Helper()
 	return newKubeEnv(t, true, nodes...)
 }
 
-func newKubeEnv(t *testing.T, apart bool, nodes ...string) *kubeEnv {
+func newKubeEnv(t testing.TB, apart bool, nodes ...string) *kubeEnv {
 	t.Helper()
 	needBinaries(t)
 	kc := startKube(t)
@@ -150,7 +150,7 @@ func (e *kubeEnv) start(t testing.TB) {
 }
 
 // waitScheduling waits for the Kubernetes service in p to schedule.
-func (e *kubeEnv) waitScheduling(t *testing.T, p *proc) {
+func (e *kubeEnv) waitScheduling(t testing.TB, p *proc) {
 	t.Helper()
 	waitFor(t, time.Minute, func() (bool, string) {
 		mustBeAlive(t, p)

@@ -181,14 +181,6 @@ func stop(t *testing.T, c *slurmCluster, name string) {
 	}
 }
 
-// percentile is the p-th percentile (0-100) of ds, nearest rank.
-func percentile(ds []time.Duration, p int) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := (p*len(s)+99)/100 - 1
-	return s[max(i, 0)]
-}
-
 // TestSlurmSyncHoldsForeignJobs: GPUs Slurm gives to jobs toposched
 // never saw are held in toposched within a few seconds, and free once the
 // jobs end; a toposched decision made meanwhile avoids them. It prints the
