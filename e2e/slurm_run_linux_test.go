@@ -341,19 +341,28 @@ func TestSlurmRunHeterogeneous(t *testing.T) {
 	})
 }
 
-// TestSlurmRunCancel: Ctrl-C on topoctl run --slurm stops the Slurm job
-// (srun cancels it on SIGTERM), exits 130, and finishes the toposched job
-// as cancelled.
+// TestSlurmRunCancel: Ctrl-C on topoctl run --slurm of a running job stops
+// the Slurm job (srun cancels it on SIGTERM), exits 130, and finishes the
+// toposched job as cancelled.
+//
+// Ctrl-C waits until every rank has started, not merely until squeue says
+// RUNNING: Slurm shows RUNNING once the allocation exists, before srun's
+// step is launched, and Slurm 22.05 with proctrack/linuxproc (the test
+// cluster's) does not kill tasks of a step cancelled half launched: they
+// outlive the job, which stays COMPLETING for a minute.
 func TestSlurmRunCancel(t *testing.T) {
 	c := startSlurm(t, []slurmNode{{"n1", topoPairsBySocket}, {"n2", topoPairsBySocket}}, "--index-types")
 	s := startSlurmServe(t, c, "")
-	job := writeSlurmJob(t, t.TempDir(), "long", 4, 2, "sleep 600")
+	dir := t.TempDir()
+	started := filepath.Join(dir, "started")
+	job := writeSlurmJob(t, dir, "long", 4, 2, "touch "+started+".$SLURM_PROCID; exec sleep 600")
 	p := startProc(t, "topoctl run --slurm", clientEnv(s.url, "SLURM_CONF="+c.Conf, c.marker()), bins.topoctl,
 		"--nats-url", s.url, "run", "--slurm", job)
 	waitFor(t, slurmStartTimeout, func() (bool, string) {
 		mustBeAlive(t, p)
+		ranks, _ := filepath.Glob(started + ".*")
 		out := strings.TrimSpace(c.mustRun(t, "squeue", "-h", "-o", "%j %T"))
-		return out == "long RUNNING", "squeue: " + out
+		return len(ranks) == 4 && out == "long RUNNING", fmt.Sprintf("%d of 4 ranks started; squeue: %s", len(ranks), out)
 	})
 	p.signal(t, os.Interrupt)
 	if code := p.waitExit(t, slurmCallTimeout); code != 130 {
