@@ -56,8 +56,13 @@ func (f *kubeFlags) register(fs *pflag.FlagSet, standalone bool) {
 	fs.StringSliceVar(&f.cfg.FabricLabels, "fabric-labels", kube.DefaultFabricLabels,
 		"node labels of the fabric's levels, the widest first (zone, block, rack); their tree is published as the fabric unless the cluster file has one (empty: none)")
 	fs.IntVar(&f.cfg.Workers, "kube-workers", kube.DefaultWorkers, "gangs, decisions and nodes worked on at once")
-	fs.Float32Var(&f.qps, "kube-qps", 200, "the Kubernetes client's sustained requests per second")
-	fs.IntVar(&f.burst, "kube-burst", 400, "the Kubernetes client's burst of requests")
+	// Each pod costs three writes (the claim's finalizer, its allocation,
+	// the binding): 200 requests a second held the service to about 60
+	// pods a second where the apiserver gave 80-140 (BENCHMARKS.md, issue
+	// 47). The apiserver's priority and fairness, not this limit, is what
+	// keeps it from being overrun.
+	fs.Float32Var(&f.qps, "kube-qps", 500, "the Kubernetes client's sustained requests per second")
+	fs.IntVar(&f.burst, "kube-burst", 1000, "the Kubernetes client's burst of requests")
 }
 
 // enabled reports whether serve runs the Kubernetes service.
