@@ -16,24 +16,47 @@ import (
 	"unicode"
 )
 
-// TestLinksResolve checks every relative link of the front door, the
-// benchmarks and the reference pages: the file it names exists inside the
-// repository, and its #anchor is a heading there by GitHub's rule. Links
-// with a scheme (https:, mailto:) are not fetched: CI has no network.
+// TestLinksResolve checks every relative link of the repository's own
+// Markdown (the front door, the benchmarks, the reference pages, the READMEs
+// beside the code; not testdata or third_party): the file it names exists
+// inside the repository, and its #anchor is a heading there by GitHub's
+// rule. Links with a scheme (https:, mailto:) are not fetched: CI has no
+// network.
 func TestLinksResolve(t *testing.T) {
 	root := os.DirFS("..")
-	files := []string{"README.md", "BENCHMARKS.md"}
-	pages, err := fs.Glob(root, "docs/*.md")
+	files, err := markdownFiles(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pages) == 0 {
-		t.Fatal("no docs/*.md pages: the reference has moved or the test runs from the wrong directory")
+	for _, want := range []string{"README.md", "BENCHMARKS.md", "docs/concepts.md"} {
+		if !slices.Contains(files, want) {
+			t.Fatalf("%s is not among the files checked %q: the reference has moved or the test runs from the wrong directory", want, files)
+		}
 	}
-	files = append(files, pages...)
 	for _, b := range checkLinks(root, files) {
 		t.Error(b)
 	}
+}
+
+// markdownFiles lists the .md files of the repository, leaving out test
+// inputs (testdata, whose broken links are on purpose), vendored code
+// (third_party: upstream's links) and hidden directories.
+func markdownFiles(fsys fs.FS) ([]string, error) {
+	var files []string
+	err := fs.WalkDir(fsys, ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		base := path.Base(name)
+		if d.IsDir() && name != "." && (base == "testdata" || base == "third_party" || strings.HasPrefix(base, ".")) {
+			return fs.SkipDir
+		}
+		if !d.IsDir() && path.Ext(name) == ".md" {
+			files = append(files, name)
+		}
+		return nil
+	})
+	return files, err
 }
 
 // TestCheckLinksFindsBroken holds the checker to what it must catch, so a
