@@ -1,7 +1,6 @@
 package docs
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -76,6 +75,8 @@ func TestCheckLinksFindsBroken(t *testing.T) {
 		"page.md:15: sub/code.go#main: sub/code.go is not Markdown: only line anchors (#L12) can be checked there",
 		"page.md:19: gone-too.md: no such file",
 		"page.md:23: #repeated-2: no heading in page.md has the anchor repeated-2",
+		"page.md:27: gone-wrapped.md: no such file",
+		"page.md:34: #setext-heading-1: no heading in page.md has the anchor setext-heading-1",
 		"missing.md: no such file",
 	}
 	if !slices.Equal(got, want) {
@@ -132,7 +133,6 @@ var (
 	atxHeading    = regexp.MustCompile(`^ {0,3}#{1,6}(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$`)
 	setextLine    = regexp.MustCompile(`^ {0,3}(?:=+|-+)[ \t]*$`)
 	fence         = regexp.MustCompile("^ {0,3}(`{3,}|~{3,})")
-	codeSpan      = regexp.MustCompile("(`+)[^`]*?(?:`+)")
 	inlineLink    = regexp.MustCompile(`!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)`)
 	referenceDef  = regexp.MustCompile(`^ {0,3}\[[^\]]+\]:\s*<?([^\s>]+)>?`)
 	scheme        = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*:`)
@@ -142,13 +142,14 @@ var (
 
 // parse reads a Markdown file's headings (as GitHub's anchors) and links,
 // skipping fenced code, where `# comment` is not a heading and [x](y) no
-// link.
+// link. Links are looked for a paragraph at a time, code spans blanked out
+// first, since both a link's text and a code span may wrap onto the next
+// line.
 func parse(fsys fs.FS, name string) (page, error) {
-	f, err := fsys.Open(name)
+	data, err := fs.ReadFile(fsys, name)
 	if err != nil {
 		return page{}, err
 	}
-	defer f.Close()
 	p := page{anchors: map[string]bool{}}
 	occurrences := map[string]int{}
 	addAnchor := func(text string) {
@@ -162,48 +163,100 @@ func parse(fsys fs.FS, name string) (page, error) {
 		occurrences[a] = 0
 		p.anchors[a] = true
 	}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	var para []string // the paragraph being read
+	paraLine := 0     // the line number of its first line
+	flush := func() {
+		text := blankCodeSpans(strings.Join(para, "\n"))
+		for _, m := range inlineLink.FindAllStringSubmatchIndex(text, -1) {
+			p.links = append(p.links, link{line: paraLine + strings.Count(text[:m[0]], "\n"), target: text[m[2]:m[3]]})
+		}
+		for i, l := range strings.Split(text, "\n") {
+			if m := referenceDef.FindStringSubmatch(l); m != nil {
+				p.links = append(p.links, link{line: paraLine + i, target: m[1]})
+			}
+		}
+		para = nil
+	}
 	var open string // the fence that opened the current code block
-	prev := ""      // the previous line outside code, for setext headings
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSuffix(line, "\r")
 		if m := fence.FindStringSubmatch(line); m != nil {
 			switch {
 			case open == "":
+				flush()
 				open = m[1]
 			case m[1][0] == open[0] && len(m[1]) >= len(open) && strings.TrimSpace(line) == m[1]:
 				open = ""
 			}
-			prev = ""
 			continue
 		}
 		if open != "" {
 			continue
 		}
-		if m := atxHeading.FindStringSubmatch(line); m != nil {
+		switch m := atxHeading.FindStringSubmatch(line); {
+		case m != nil:
+			flush()
 			addAnchor(m[1])
-			prev = ""
-			continue
-		}
-		if setextLine.MatchString(line) && strings.TrimSpace(prev) != "" {
-			addAnchor(strings.TrimSpace(prev))
-			prev = ""
-			continue
-		}
-		prev = line
-		text := codeSpan.ReplaceAllStringFunc(line, func(s string) string { return strings.Repeat(" ", len(s)) })
-		for _, m := range inlineLink.FindAllStringSubmatch(text, -1) {
-			p.links = append(p.links, link{line: n, target: m[1]})
-		}
-		if m := referenceDef.FindStringSubmatch(text); m != nil {
-			p.links = append(p.links, link{line: n, target: m[1]})
+		case setextLine.MatchString(line) && len(para) > 0:
+			// The paragraph above an === or --- line is a heading.
+			addAnchor(strings.TrimSpace(strings.Join(para, " ")))
+			para = nil
+		case strings.TrimSpace(line) == "":
+			flush()
+		default:
+			if len(para) == 0 {
+				paraLine = i + 1
+			}
+			para = append(para, line)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return page{}, fmt.Errorf("read %s: %w", name, err)
-	}
+	flush()
 	return p, nil
+}
+
+// blankCodeSpans turns every code span of text into spaces, keeping its
+// newlines, so that a [x](y) quoted in code is no link. A span closes on the
+// next run of as many backticks as opened it; a run with no match is
+// literal.
+func blankCodeSpans(text string) string {
+	b := []byte(text)
+	run := func(i int) int {
+		n := 0
+		for i+n < len(b) && b[i+n] == '`' {
+			n++
+		}
+		return n
+	}
+	for i := 0; i < len(b); {
+		n := run(i)
+		if n == 0 {
+			i++
+			continue
+		}
+		end := -1
+		for j := i + n; j < len(b); {
+			if m := run(j); m > 0 {
+				if m == n {
+					end = j + m
+					break
+				}
+				j += m
+				continue
+			}
+			j++
+		}
+		if end < 0 {
+			i += n
+			continue
+		}
+		for k := i; k < end; k++ {
+			if b[k] != '\n' {
+				b[k] = ' '
+			}
+		}
+		i = end
+	}
+	return string(b)
 }
 
 // slug is GitHub's anchor for a heading: its rendered text in lower case,
