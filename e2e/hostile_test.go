@@ -20,7 +20,7 @@ import (
 // serveRSSBound is the most resident memory `toposched serve` may reach
 // (its VmHWM), with --memory-limit serveMemoryLimit, while it answers the
 // hostile bodies of TestServeBoundsHostileBodies: three bursts of twelve,
-// 27 MB a burst (the README's Security section gives the figures
+// 27 MB a burst (docs/security.md gives the figures
 // measured: about 58 MB after start-up and one job, about 410 MB after the
 // bursts; 570 MB without a limit). Most of it is the embedded NATS
 // server's: it copies each 8 MB message several times on its way (read,

@@ -1,7 +1,7 @@
 package e2e
 
 // Node agents on Kubernetes sign in to NATS with their pod's ServiceAccount
-// token (README, Security; deploy/README.md, Kubernetes): a real
+// token (docs/security.md; deploy/README.md, Kubernetes): a real
 // nats-server configured by toposched roles conf --auth-callout-issuer, a
 // real API server, and toposched kube answering the servers' auth callout
 // with the chart's ClusterRole rules.

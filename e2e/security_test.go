@@ -780,7 +780,7 @@ type rolePublish struct {
 	allowed bool
 }
 
-// roleRows are the rows of the identity table (README, Security): what
+// roleRows are the rows of the identity table (docs/security.md): what
 // each role may publish and some of what it may not. Bodies are probes no
 // service can read (they are dead-lettered); the nodes of the agents'
 // rows are not the cluster's, so that the probes change no node that is
@@ -915,8 +915,8 @@ var roleRows = []struct {
 	}},
 }
 
-// TestSecurityRoles checks each row of the identity table (README,
-// Security) on the two servers toposched runs on, each with the same
+// TestSecurityRoles checks each row of the identity table
+// (docs/security.md) on the two servers toposched runs on, each with the same
 // credentials directory: the nkeys of the real `toposched roles issue` (an
 // agent per node, a tenant each for research and ads, and serve's three
 // roles) and a seed per service:

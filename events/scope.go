@@ -285,7 +285,7 @@ const MaxRoleName = 200
 // roleKinds are the roles of a node's agent and of a tenant's users.
 var roleKinds = map[ScopeKind]string{ScopeNode: "agent", ScopeTenant: "tenant"}
 
-// Role is the NATS user role of a scope's identity (README, Security): an
+// Role is the NATS user role of a scope's identity (docs/security.md): an
 // agent-<node> or a tenant-<tenant>, the name escaped so that every name
 // has one role and every role one name (no two nodes share a seed file),
 // and the role is a file name: every byte but letters, digits, '_' and

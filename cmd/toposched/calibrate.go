@@ -42,8 +42,8 @@ model predict --calibration reads.
 A file that is cut off, a number that cannot be (a negative time), or a bus
 bandwidth above what the links could carry at line rate (a measurement of
 another topology) is refused with the file, the line and the reason; so is a
-fit below its kind of link's floor (no real machine is that slow: the
-README's calibration floors), naming the measurements. Nothing is written
+fit below its kind of link's floor (no real machine is that slow: docs/cost-model.md,
+"Calibration floors"), naming the measurements. Nothing is written
 then. A fit more than 3 times from the documented efficiency is written, with
 a warning on stderr naming the link and the factor.
 

@@ -18,7 +18,7 @@ import (
 )
 
 // The roles of toposched's NATS users: one identity per part, each allowed
-// its own part and nothing more (README, Security). Subjects carry whose
+// its own part and nothing more (docs/security.md). Subjects carry whose
 // part an event is (events.Scope), so that the server itself checks it:
 //
 //   - operator: the services of one process (toposched serve): everything.

@@ -26,7 +26,7 @@ func newRoles(g *globals) *cobra.Command {
 		Use:   "roles",
 		Short: "Issue and list the NATS credentials of toposched's users: one per service, node agent, tenant and administrator",
 		Long: `Every part of toposched signs in to NATS as its own user, allowed its own
-part and nothing more (README, Security): the services (operator, or one role
+part and nothing more (docs/security.md): the services (operator, or one role
 per service), an administrator (launcher), a tenant's users (tenant-<tenant>:
 their tenant's jobs), a node's agent (agent-<node>: its node's reports and the
 jobs it runs) and whoever pushes policies (policy-admin).

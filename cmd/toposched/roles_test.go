@@ -224,8 +224,8 @@ func may(p *server.Permissions, subject string) bool {
 	return match(p.Publish.Allow) && !match(p.Publish.Deny)
 }
 
-// Each role may publish its own part and nothing else: the README's
-// Security table, subject by subject (e2e/security_test.go checks the
+// Each role may publish its own part and nothing else: the roles
+// table of docs/security.md, subject by subject (e2e/security_test.go checks the
 // same against a real server).
 func TestRolesPublishOnlyTheirPart(t *testing.T) {
 	r := roles{events.DefaultPrefix}

@@ -124,7 +124,7 @@ func Connect(ctx context.Context, cfg Config) (*Bus, error) {
 	opts = append(opts, nats.ErrorHandler(denied.handler(nil)))
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if errors.Is(err, nats.ErrAuthorization) {
-		return nil, fmt.Errorf("connect to nats %s: %w: the server requires credentials (--nats-nkey, --nats-creds or --nats-user; README, Security)", cfg.URL, err)
+		return nil, fmt.Errorf("connect to nats %s: %w: the server requires credentials (--nats-nkey, --nats-creds or --nats-user; docs/security.md)", cfg.URL, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats %s: %w", cfg.URL, err)

@@ -20,7 +20,7 @@ type DeniedError struct {
 
 func (e *DeniedError) Error() string {
 	return fmt.Sprintf("publish %s: not permitted: the NATS user signed in may not publish on this subject "+
-		"(README, Security: each role publishes its own part; topoctl --tenant picks a tenant's role)", e.Subject)
+		"(docs/security.md: each role publishes its own part; topoctl --tenant picks a tenant's role)", e.Subject)
 }
 
 // denials tells the publishes waiting on a subject that the server

@@ -3,7 +3,7 @@
 //
 // Clients connect over TCP loopback, not with nats.InProcessServer: pull
 // consumers over in-process connections were measured to stall for 30 s in
-// about one run in six (see the README's architecture notes).
+// about one run in six (see the README, "Why each dependency").
 //
 // The server is secure by default: it listens on loopback unless told
 // otherwise, and refuses to listen anywhere else without authentication

@@ -236,7 +236,7 @@ func shareProblem(kind string, v float64, zero string) string {
 	case v == 0:
 		return ""
 	case v < EfficiencyFloors[kind]:
-		return fmt.Sprintf("%g: below the floor %g of line rate for %s links, %.3g times under the documented %g: no real measurement fits so low (see the README's calibration floors)",
+		return fmt.Sprintf("%g: below the floor %g of line rate for %s links, %.3g times under the documented %g: no real measurement fits so low (see docs/cost-model.md, Calibration floors)",
 			v, EfficiencyFloors[kind], kind, DefaultEfficiency(kind)/v, DefaultEfficiency(kind))
 	}
 	return ""

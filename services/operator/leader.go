@@ -51,7 +51,7 @@ import (
 // standby can take it, before TTL after that request. The remaining half of
 // the TTL is the margin for the handler in flight to finish. A handler
 // blocked longer than that (a publish stalled through a broker outage) is
-// not fenced: see README, "Placement replicas".
+// not fenced: see docs/operations.md, "Placement replicas".
 //
 // A replica restarted under the same name (--replica, such as a pod name)
 // takes its own lease back at once instead of waiting for it to lapse: a

@@ -56,8 +56,8 @@ type ClusterSpec struct {
 	Switches []SwitchSpec
 }
 
-// Write writes the cluster file (discovery's format; see README "The
-// cluster file").
+// Write writes the cluster file (discovery's format; see docs/concepts.md,
+// "The cluster file").
 func (c *ClusterSpec) Write(w io.Writer) error {
 	var sb strings.Builder
 	q := strconv.Quote
