@@ -75,7 +75,8 @@ type Test struct {
 	// all_gather, alltoall, ...), else the collective the file's name
 	// names, else "".
 	Collective string
-	// Line is the line the test starts at.
+	// Line is the line the test starts at (its command line or header),
+	// or its first row's.
 	Line int
 	// GPUs is the header's nGpus (GPUs per process), 0 without one.
 	GPUs int
@@ -233,6 +234,9 @@ func (p *parser) finish() error {
 		p.res.Tests = p.res.Tests[:len(p.res.Tests)-1]
 		p.cur = nil
 		return nil
+	}
+	if t.Line == 0 {
+		t.Line = t.Rows[0].Line // the file's first test, without a command line
 	}
 	return p.checkFactor(t)
 }
