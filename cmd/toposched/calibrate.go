@@ -39,10 +39,22 @@ measurements it bounds. The efficiencies do not depend on the collective, so
 a sweep of one predicts the others. It writes a calibration set that
 model predict --calibration reads.
 
-A file that is cut off, a number that cannot be (a negative time), or a bus
-bandwidth above what the links could carry at line rate (a measurement of
-another topology) is refused with the file, the line and the reason; so is a
-fit below its kind of link's floor (no real machine is that slow: docs/cost-model.md,
+A file may hold several runs (one log of all_reduce_perf, all_gather_perf,
+...): each is read with the collective its command line or "# Collective
+test starting" line names, else the file's name, else --collective (which
+overrides them all). Runs of broadcast or reduce, and runs on 1 rank, are
+skipped with a note; so are rows whose data check found wrong elements.
+Every nccl-tests layout since 2017 reads, with MPI and Slurm rank prefixes,
+NCCL INFO lines and rows of size 0.
+
+A file that is cut off, a number that cannot be (a negative time), a bus
+bandwidth that is not the algorithm bandwidth times the collective's factor
+for the run's rank count (2(n-1)/n for all_reduce, (n-1)/n for all_gather
+and reduce_scatter), a run on another number of ranks than the topology
+gives, or a bus bandwidth above what the links could carry at line rate (a
+measurement of another topology) is refused with the file, the line and the
+reason; so is a fit below its kind of link's floor (no real machine is
+that slow: docs/cost-model.md,
 "Calibration floors"), naming the measurements. Nothing is written
 then. A fit more than 3 times from the documented efficiency is written, with
 a warning on stderr naming the link and the factor.
@@ -62,7 +74,7 @@ path, which everyone who reads the calibration bucket would see.
 	fl.StringVar(&f.topology, "topology", "", "topology file of the machine measured (nvidia-smi topo -m output or NCCL XML)")
 	fl.IntVar(&f.nodes, "nodes", 1, "nodes of that topology the measurements ran on, all their GPUs each")
 	fl.StringSliceVar(&f.ncclTests, "nccl-tests", nil, "nccl-tests output files (comma separated or repeated)")
-	fl.StringVar(&f.collective, "collective", "", "the files' collective (default: from each file's name: all_reduce, all_gather, reduce_scatter or sendrecv)")
+	fl.StringVar(&f.collective, "collective", "", "the files' collective (default: each run's from its command line in the log, else from the file's name: all_reduce, all_gather, reduce_scatter, sendrecv or alltoall)")
 	fl.StringVar(&f.algo, "algorithm", "auto", "the algorithm NCCL ran (NCCL_ALGO), or auto for NCCL's own choice")
 	fl.StringVar(&f.name, "name", "", "name of the set (default: the topology file's)")
 	fl.StringVar(&f.out, "out", "", "calibration set to write (JSON)")
@@ -106,10 +118,6 @@ func runCalibrate(stdout, stderr io.Writer, f calibrateFlags) error {
 	}
 	var samples []collective.Sample
 	for _, file := range f.ncclTests {
-		c, err := collectiveOf(file, f.collective)
-		if err != nil {
-			return fmt.Errorf("model calibrate: %w", err)
-		}
 		data, err := os.ReadFile(file)
 		if err != nil {
 			return fmt.Errorf("model calibrate: %w", err)
@@ -118,13 +126,11 @@ func runCalibrate(stdout, stderr io.Writer, f calibrateFlags) error {
 		if err != nil {
 			return fmt.Errorf("model calibrate: %w", err)
 		}
-		for _, r := range res.Rows {
-			if r.BusBW() <= 0 {
-				continue // too small to show
-			}
-			samples = append(samples, collective.Sample{Placement: p, Collective: c, Algorithm: algo, Bytes: r.Bytes,
-				BusBWGBps: r.BusBW(), Source: fmt.Sprintf("%s:%d", sourceName(file, wd), r.Line)})
+		s, err := fileSamples(stderr, res, f.collective, algo, p, sourceName(file, wd))
+		if err != nil {
+			return fmt.Errorf("model calibrate: %w", err)
 		}
+		samples = append(samples, s...)
 	}
 	name := f.name
 	if name == "" {
@@ -246,19 +252,62 @@ func floorEvidence(c *collective.Calibration) string {
 	return b.String()
 }
 
-// collectiveOf is the flag's collective, else the one the file's name
-// names.
-func collectiveOf(file, flag string) (collective.Collective, error) {
-	if flag != "" {
-		return collective.ParseCollective(flag)
-	}
-	base := filepath.Base(file)
-	for _, c := range []string{"all_reduce", "all_gather", "reduce_scatter", "sendrecv"} {
-		if strings.Contains(base, c) {
-			return collective.ParseCollective(c)
+// fileSamples are the samples of one file's tests on placement p: each
+// test's collective is the flag's, else the one its log or the file's
+// name names. A test of a collective the model has no cost for
+// (broadcast, reduce) or of one rank (no communication) is skipped, and
+// so is a row whose data check found wrong elements, each with a note on
+// stderr; a test of another rank count than p's is refused.
+func fileSamples(stderr io.Writer, res nccltests.Result, flag string, algo collective.Algorithm, p collective.Placement, source string) ([]collective.Sample, error) {
+	var out []collective.Sample
+	usable := 0
+	for _, t := range res.Tests {
+		name := t.Collective
+		if flag != "" {
+			name = flag
+		}
+		if name == "" {
+			return nil, fmt.Errorf("%s:%d: neither the log nor the file's name names the collective (all_reduce, all_gather, reduce_scatter, sendrecv): give --collective", res.File, t.Line)
+		}
+		c, err := collective.ParseCollective(name)
+		if err != nil {
+			if flag != "" {
+				return nil, err
+			}
+			if _, err := fmt.Fprintf(stderr, "model calibrate: %s:%d: %s: not a collective the model predicts, skipped\n", res.File, t.Line, name); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		switch {
+		case t.Ranks == 1:
+			if _, err := fmt.Fprintf(stderr, "model calibrate: %s:%d: %s on 1 rank moves nothing between GPUs, skipped\n", res.File, t.Line, name); err != nil {
+				return nil, err
+			}
+			continue
+		case t.Ranks > 0 && t.Ranks != len(p.Ranks):
+			return nil, fmt.Errorf("%s:%d: %s ran on %d ranks (its \"# Using devices\" lines), the topology gives %d (--nodes × its GPUs): a measurement of another placement",
+				res.File, t.Line, name, t.Ranks, len(p.Ranks))
+		}
+		usable++
+		for _, r := range t.Rows {
+			if t.WrongColumn == "#wrong" && (r.WrongOut > 0 || r.WrongIn > 0) {
+				if _, err := fmt.Fprintf(stderr, "model calibrate: warning: %s:%d: %g / %g wrong elements: the data check failed, row skipped\n", res.File, r.Line, r.WrongOut, r.WrongIn); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if r.BusBW() <= 0 {
+				continue // too small to show (and the rows of size 0)
+			}
+			out = append(out, collective.Sample{Placement: p, Collective: c, Algorithm: algo, Bytes: r.Bytes,
+				BusBWGBps: r.BusBW(), Source: fmt.Sprintf("%s:%d", source, r.Line)})
 		}
 	}
-	return "", fmt.Errorf("%s: the name names no collective (all_reduce, all_gather, reduce_scatter, sendrecv): give --collective", file)
+	if usable == 0 {
+		return nil, fmt.Errorf("%s: no test of a collective the model predicts (all_reduce, all_gather, reduce_scatter, sendrecv, alltoall) on more than one rank", res.File)
+	}
+	return out, nil
 }
 
 // loadCalibration reads a calibration set.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -52,6 +53,10 @@ func TestModelCalibrate(t *testing.T) {
 	if err != nil || len(set.Models) != 2 || set.Models["A100-SXM4-80GB"].Net == 0 || set.Models["A100-SXM4-40GB"].Net == 0 || set.Efficiency.Net != 0 {
 		t.Fatalf("set %+v %v", set, err)
 	}
+	unnamed := filepath.Join(dir, "meas.txt")
+	if err := os.WriteFile(unnamed, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	bad := filepath.Join(dir, "bad.json")
 	if err := os.WriteFile(bad, []byte(`{"version": 1, "efficiency": {"net": 7}}`), 0o600); err != nil {
 		t.Fatal(err)
@@ -65,8 +70,8 @@ func TestModelCalibrate(t *testing.T) {
 			[]string{"cut_all_reduce.txt:", "cut off"}},
 		{"another topology", []string{"calibrate", "--topology", pcie, "--nccl-tests", meas, "--out", filepath.Join(dir, "y.json")},
 			[]string{"aws-p4de", "above", "line rate"}},
-		{"no collective in the name", []string{"calibrate", "--topology", topo, "--nccl-tests", bad, "--out", filepath.Join(dir, "z.json")},
-			[]string{"bad.json", "--collective"}},
+		{"no collective in the log nor the name", []string{"calibrate", "--topology", topo, "--nodes", "2", "--nccl-tests", unnamed, "--out", filepath.Join(dir, "z.json")},
+			[]string{"meas.txt:3:", "--collective"}},
 		{"bad calibration", []string{"predict", "--topology", topo, "--bytes", "1G", "--calibration", bad},
 			[]string{"bad.json", "bad.json:1: efficiency.net: 7"}},
 	} {
@@ -282,5 +287,50 @@ func TestSourceName(t *testing.T) {
 	relativeSources(c, "/home/alice/lab")
 	if got := strings.Join(append(c.Fits[0].Sources, c.Latency.Sources...), " "); got != "runs/ar.txt:30 runs/ar.txt:31 ar.txt:12" {
 		t.Errorf("sources %s", got)
+	}
+}
+
+// Real logs: an all_gather with rows of size 0 (refused before: "size 0:
+// expected a positive byte count"), six runs in one log, and a machine
+// whose fit is far from the defaults (PCIe with peer-to-peer off: NCCL
+// goes through host memory), written with a warning that names the link
+// and the factor; a log of another rank count is refused.
+func TestModelCalibrateRealLogs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	td := filepath.Join("..", "..", "internal", "formats", "nccltests", "testdata")
+	topo := filepath.Join(td, "machines", "rtx2080ti-2gpu-pix-no-p2p_autodl-blog.topo.txt")
+	gather := filepath.Join(td, "rtx2080ti-2gpu-pcie-no-p2p_all_gather_autodl-blog.txt")
+	six := filepath.Join(td, "rtx2080ti-2gpu-pcie-no-p2p_six-collectives_autodl-blog.txt")
+	for _, tc := range []struct {
+		name, file string
+		stderr     []string
+	}{
+		{"all_gather with size-0 rows", gather, []string{"warning: efficiency.pcie = 0.12", "× below the documented 0.8", "all_gather_autodl-blog.txt:35"}},
+		{"six runs", six, []string{"six-collectives_autodl-blog.txt:85: broadcast: not a collective the model predicts, skipped", "warning: efficiency.pcie"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(dir, tc.name+".json")
+			var stdout, stderr bytes.Buffer
+			if err := runCalibrate(&stdout, &stderr, calibrateFlags{topology: topo, nodes: 1, ncclTests: []string{tc.file}, algo: "auto", out: out}); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(stdout.String(), "pcie    efficiency") {
+				t.Errorf("stdout %s", stdout.String())
+			}
+			for _, w := range tc.stderr {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+				}
+			}
+			if _, err := loadCalibration(out); err != nil {
+				t.Errorf("written: %v", err)
+			}
+		})
+	}
+	pcie8 := filepath.Join("..", "..", "internal", "formats", "nvsmi", "testdata", "rtx4090-8gpu-pcie-switch_nccl-tests-issue-307.txt")
+	err := runCalibrate(io.Discard, io.Discard, calibrateFlags{topology: pcie8, nodes: 1, ncclTests: []string{six}, algo: "auto", out: filepath.Join(dir, "x.json")})
+	if err == nil || !strings.Contains(err.Error(), "six-collectives_autodl-blog.txt:1: all_reduce ran on 2 ranks") || !strings.Contains(err.Error(), "the topology gives 8") {
+		t.Fatalf("another rank count: %v", err)
 	}
 }
