@@ -356,3 +356,32 @@ func TestPlaceholderComment(t *testing.T) {
 		}
 	}
 }
+
+// The wait takes the tuning of the decision it launches, not an earlier
+// decision's, whenever it comes within the wait; none: nil once the wait
+// is over.
+func TestTuningFollowerWait(t *testing.T) {
+	t.Parallel()
+	d := slurmDecided(false)
+	d.DecidedAt = time.Unix(100, 5).UTC()
+	f := newTuningFollower(d.JobID)
+	keep := func(at time.Time) *events.RuntimeTuning {
+		tu := &events.RuntimeTuning{JobID: d.JobID, DecidedAt: at}
+		f.mu.Lock()
+		f.got = append(f.got, tu)
+		close(f.more)
+		f.more = make(chan struct{})
+		f.mu.Unlock()
+		return tu
+	}
+	keep(time.Unix(50, 0)) // an earlier decision's
+	if tu, err := f.wait(t.Context(), d, 20*time.Millisecond); tu != nil || err != nil {
+		t.Fatalf("wait with only an earlier decision's tuning: %v %v, want none", tu, err)
+	}
+	want := make(chan *events.RuntimeTuning, 1)
+	go func() { want <- keep(d.DecidedAt.Local()) }() // the same instant, another location
+	tu, err := f.wait(t.Context(), d, time.Minute)
+	if w := <-want; tu != w || err != nil {
+		t.Errorf("wait: %v %v, want the decision's tuning", tu, err)
+	}
+}
