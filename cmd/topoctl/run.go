@@ -36,8 +36,9 @@ func (e *exitError) Error() string { return e.msg }
 
 func newRun(g *globals) *cobra.Command {
 	var (
-		drain time.Duration
-		slurm bool
+		drain      time.Duration
+		slurm      bool
+		tuningWait time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "run JOBFILE [-- COMMAND ARGS...]",
@@ -55,7 +56,12 @@ With --slurm the ranks run through Slurm instead of the agents: once decided,
 the job runs as srun in the foreground (as topoctl slurm-args prints it: one
 heterogeneous component per node, exactly the decided GPUs by their per-index
 GRES types), srun's output is printed as it comes, and its exit status
-finishes the job. A decided node or GPU Slurm does not have, or slurmctld not
+finishes the job. The ranks get the decision's runtime.tuning as with the
+agents (waited for up to --tuning-wait; see topoctl slurm-args). While
+toposched has the job pending, a held placeholder Slurm job of the same name
+(comment "toposched-job=JOB (placeholder)") stands for it in squeue; a
+scancel of it cancels the job, and it is removed once the job is decided or
+cancelled. A decided node or GPU Slurm does not have, or slurmctld not
 answering, is an error before anything starts in Slurm, and the job is
 finished as failed. SLURM_CONF and PATH are Slurm's clients' own.`,
 		Example: `  topoctl run job.yaml
@@ -88,7 +94,7 @@ finished as failed. SLURM_CONF and PATH are Slurm's clients' own.`,
 				return fmt.Errorf("%s: %w", args[0], events.ExplainStructured(body, err))
 			}
 			if slurm {
-				return g.runSlurm(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), job)
+				return g.runSlurm(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), job, tuningWait)
 			}
 			return g.run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), job, drain)
 		},
@@ -96,6 +102,8 @@ finished as failed. SLURM_CONF and PATH are Slurm's clients' own.`,
 	cmd.Flags().DurationVar(&drain, "drain", 15*time.Second,
 		"after the job ends, how long to wait for the output of nodes that have not reported yet")
 	cmd.Flags().BoolVar(&slurm, "slurm", false, "run the job's ranks through Slurm's srun where it is decided, not through the node agents")
+	cmd.Flags().DurationVar(&tuningWait, "tuning-wait", defaultTuningWait,
+		"with --slurm, how long to wait for the decision's runtime.tuning before starting without it (the agents wait as long)")
 	return cmd
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,7 +20,10 @@ import (
 var slurmFormats = []string{"srun", "sbatch"}
 
 func newSlurmArgs(g *globals) *cobra.Command {
-	var format string
+	var (
+		format     string
+		tuningWait time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "slurm-args JOB [--format srun|sbatch]",
 		Short: "Print the srun line or sbatch script that runs a placed job on exactly its decided Slurm nodes and GPUs",
@@ -35,13 +39,28 @@ from its backfill scheduler only: up to bf_interval later). Each has
                                     toposched slurm-conf --index-types
   --gpu-bind=map_gpu:...            each local rank's GPU
   --cpu-bind=map_ldom:...           each local rank's NUMA node, where known
-  --export=ALL,...                  MASTER_ADDR, MASTER_PORT, WORLD_SIZE and
-                                    the job's env
+  --export=ALL,...                  MASTER_ADDR, MASTER_PORT, WORLD_SIZE, the
+                                    decision's runtime.tuning variables for
+                                    every rank (NCCL_ALGO, ...) and the
+                                    job's env
   --chdir                           the job's workdir
   --job-name=JOB --comment=toposched-job=JOB   the link to the toposched job
 
-and the job's command run with RANK and LOCAL_RANK set from Slurm's task
-ids. --format sbatch prints a batch script of the same job (#SBATCH lines,
+and the job's command, run by a /bin/sh -c wrapper that sets RANK and
+LOCAL_RANK from Slurm's task ids and applies the rest of the decision's
+runtime.tuning as the node agents do: each node's and each rank's variables
+(a case on $SLURMD_NODENAME and on RANK; every value shell-quoted), the
+variables --export cannot carry (a comma in the value), and the files a
+variable names (NCCL_TOPO_FILE's topology XML), each written on its node into
+a fresh private temp file (mktemp, under $TMPDIR or /tmp) whose path the
+variable gets, removed when the rank exits. The order is the agents': the
+tuning for all ranks, then the node's, then the rank's, then the job's env,
+then the decision's own variables. The tuning is waited for up to
+--tuning-wait; without it, the job is printed without it (said on stderr).
+One argument may have at most 128 KiB (Linux's MAX_ARG_STRLEN): a wrapper
+over that, with many nodes' files, is an error.
+
+--format sbatch prints a batch script of the same job (#SBATCH lines,
 components joined by "#SBATCH hetjob", then one srun).
 topoctl run --slurm runs the srun line itself and finishes the job.`,
 		Example: `  topoctl slurm-args llm-tp8-dp2
@@ -65,7 +84,17 @@ topoctl run --slurm runs the srun line itself and finishes the job.`,
 			if !ok || h.State == client.StateFinished {
 				return fmt.Errorf("%s: not placed now (%s)", args[0], h.State)
 			}
-			comps, err := slurmComponents(d, h.Submission())
+			if tuningWait < 0 {
+				return fmt.Errorf("--tuning-wait %s: must not be negative", tuningWait)
+			}
+			tuning, err := readTuning(ctx, b, d, tuningWait)
+			if err != nil {
+				return err
+			}
+			if tuning == nil {
+				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "%s: no runtime.tuning for its decision within %s: printed without it\n", args[0], tuningWait)
+			}
+			comps, err := slurmComponents(d, h.Submission(), tuning)
 			if err != nil {
 				return err
 			}
@@ -77,6 +106,8 @@ topoctl run --slurm runs the srun line itself and finishes the job.`,
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "srun", "what to print: "+strings.Join(slurmFormats, ", "))
+	cmd.Flags().DurationVar(&tuningWait, "tuning-wait", defaultTuningWait,
+		"how long to wait for the decision's runtime.tuning if the optimizer has not published it yet (0: only one already published)")
 	return cmd
 }
 
@@ -94,7 +125,37 @@ type slurmComponent struct {
 // in node order. Each component asks for the node's GPUs by their
 // per-index GRES types: a count of one --gres applies to every node of a
 // component, so nodes with different GPUs cannot share one.
-func slurmComponents(d *events.PlacementDecided, job *events.JobSubmitted) ([]slurmComponent, error) {
+//
+// The tuning, nil when none came, is applied as the agents apply it (see
+// slurmTuning): All's variables through --export where it can carry them,
+// the rest, each node's and each rank's, and the files they name, by the
+// /bin/sh -c wrapper every task runs.
+func slurmComponents(d *events.PlacementDecided, job *events.JobSubmitted, tuning *events.RuntimeTuning) ([]slurmComponent, error) {
+	comps, err := slurmComponentsOf(d, job, tuning)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range comps {
+		for _, w := range slices.Concat(c.Alloc, c.Step, c.Command) {
+			if len(w) <= maxArgBytes {
+				continue
+			}
+			what := strings.SplitN(w, "=", 2)[0]
+			if !strings.HasPrefix(w, "-") {
+				what = "the rank wrapper's script (sh -c)"
+				if tuning != nil {
+					what += ", with the runtime.tuning's variables and files,"
+				}
+			}
+			return nil, fmt.Errorf("%s: %s is %d bytes, over the %d one argument may have (Linux's MAX_ARG_STRLEN)", d.JobID, what, len(w), maxArgBytes)
+		}
+	}
+	return comps, nil
+}
+
+// slurmComponentsOf is slurmComponents without the check of the
+// arguments' sizes.
+func slurmComponentsOf(d *events.PlacementDecided, job *events.JobSubmitted, tuning *events.RuntimeTuning) ([]slurmComponent, error) {
 	if len(d.Nodes) == 0 {
 		return nil, fmt.Errorf("%s: the decision places no node", d.JobID)
 	}
@@ -143,7 +204,32 @@ func slurmComponents(d *events.PlacementDecided, job *events.JobSubmitted) ([]sl
 			return nil, fmt.Errorf("%s: env[%d] %q: a comma cannot pass through srun --export", d.JobID, i, kv)
 		}
 	}
+	tuned, err := slurmTuning(d, tuning, envs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", d.JobID, err)
+	}
+	exports = append(exports, tuned.exports...)
 	exports = append(exports, envs...)
+	// wrap ends the wrapper: RANK set by rankLine, the tuning applied
+	// to the ranks of nodes, the command run. With tuning files it stays
+	// to remove them once the command exits.
+	wrap := func(rankLine string, nodes []string) string {
+		var ranks []int
+		for _, n := range nodes {
+			for _, r := range byNode[n] {
+				ranks = append(ranks, r.Rank)
+			}
+		}
+		ts := tuned.script(nodes, ranks)
+		if ts == "" {
+			return rankLine + ` LOCAL_RANK=$SLURM_LOCALID exec "$@"`
+		}
+		run := `exec "$@"`
+		if tuned.filesOn(nodes) > 0 {
+			run = `"$@"; exit $?`
+		}
+		return rankLine + "; " + ts + `; RANK=$RANK LOCAL_RANK=$SLURM_LOCALID ` + run
+	}
 	step := func(np events.NodePlacement) ([]string, error) {
 		if np.SlurmGPUBind == "" {
 			return nil, fmt.Errorf("%s: node %s: the decision has no slurm_gpu_bind", d.JobID, np.Node)
@@ -175,10 +261,10 @@ func slurmComponents(d *events.PlacementDecided, job *events.JobSubmitted) ([]sl
 		var cases []string
 		for i, n := range d.Nodes {
 			nodes[i] = n.Node
-			cases = append(cases, n.Node+") R="+strconv.Itoa(i*len(np.GPUs))+";;")
+			cases = append(cases, shellQuote(n.Node)+") R="+strconv.Itoa(i*len(np.GPUs))+";;")
 		}
 		run := append([]string{"/bin/sh", "-c", `case "$SLURMD_NODENAME" in ` + strings.Join(cases, " ") +
-			` *) echo "toposched: node $SLURMD_NODENAME is not the job's" >&2; exit 1;; esac; RANK=$((R+SLURM_LOCALID)) LOCAL_RANK=$SLURM_LOCALID exec "$@"`, "sh"}, command...)
+			` *) echo "toposched: node $SLURMD_NODENAME is not the job's" >&2; exit 1;; esac; ` + wrap(`RANK=$((R+SLURM_LOCALID))`, nodes), "sh"}, command...)
 		return []slurmComponent{{
 			Alloc: append(slices.Clone(link), "--nodelist="+strings.Join(nodes, ","), "--nodes="+strconv.Itoa(len(nodes)),
 				"--ntasks-per-node="+strconv.Itoa(len(np.GPUs)), "--ntasks="+strconv.Itoa(len(d.Ranks)), "--gres="+gresOf(np.GPUs)),
@@ -190,13 +276,13 @@ func slurmComponents(d *events.PlacementDecided, job *events.JobSubmitted) ([]sl
 	// One component per node: a --gres count holds for every node of a
 	// component. SLURM_PROCID numbers the tasks of a heterogeneous step
 	// across its components in order, which is the ranks' (checked above).
-	run := append([]string{"/bin/sh", "-c", `RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID exec "$@"`, "sh"}, command...)
 	comps := make([]slurmComponent, 0, len(d.Nodes))
 	for _, np := range d.Nodes {
 		opts, err := step(np)
 		if err != nil {
 			return nil, err
 		}
+		run := append([]string{"/bin/sh", "-c", wrap(`RANK=$SLURM_PROCID`, []string{np.Node}), "sh"}, command...)
 		comps = append(comps, slurmComponent{
 			Alloc:   append(slices.Clone(link), "--nodelist="+np.Node, "--nodes=1", "--ntasks="+strconv.Itoa(len(np.GPUs)), "--gres="+gresOf(np.GPUs)),
 			Step:    opts,

@@ -61,7 +61,7 @@ func TestSlurmArgs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			comps, err := slurmComponents(tc.d, tc.job)
+			comps, err := slurmComponents(tc.d, tc.job, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -121,7 +121,7 @@ func TestSlurmArgsRefused(t *testing.T) {
 			d := slurmDecided(false)
 			job := &events.JobSubmitted{JobID: d.JobID, Command: "true"}
 			tc.edit(d, job)
-			if _, err := slurmComponents(d, job); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, err := slurmComponents(d, job, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want %q", err, tc.want)
 			}
 		})

@@ -30,7 +30,15 @@ const slurmCallTimeout = 30 * time.Second
 // toposched job and frees its GPUs there. The submission carries no
 // command so that no node agent starts it and the launch watchdog, which
 // waits for an agent to take jobs with one, leaves it alone.
-func (g *globals) runSlurm(ctx context.Context, stdout, stderr io.Writer, job *events.JobSubmitted) error {
+//
+// While toposched has the job pending, a held placeholder stands for it in
+// Slurm's queue (slurmPlaceholder): a scancel of it cancels the job. Once
+// decided, the ranks get the decision's runtime.tuning, waited for up to
+// tuningWait, as the node agents do.
+func (g *globals) runSlurm(ctx context.Context, stdout, stderr io.Writer, job *events.JobSubmitted, tuningWait time.Duration) error {
+	if tuningWait < 0 {
+		return fmt.Errorf("--tuning-wait %s: must not be negative", tuningWait)
+	}
 	// Before anything is submitted: with slurmctld down, nothing starts.
 	if _, err := slurmNodes(ctx); err != nil {
 		return err
@@ -57,10 +65,10 @@ func (g *globals) runSlurm(ctx context.Context, stdout, stderr io.Writer, job *e
 	placed.Command, placed.Args, placed.Env, placed.Workdir = "", nil, nil, ""
 
 	outcomes := make(chan client.Outcome, 16)
-	ready := make(chan struct{})
-	errc := make(chan error, 1)
+	readies := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	errc := make(chan error, 2)
 	go func() {
-		errc <- client.Watch(bctx, b, client.FromNow, ready, func(o client.Outcome) error {
+		errc <- client.Watch(bctx, b, client.FromNow, readies[0], func(o client.Outcome) error {
 			if o.JobID() != id {
 				return nil
 			}
@@ -72,10 +80,22 @@ func (g *globals) runSlurm(ctx context.Context, stdout, stderr io.Writer, job *e
 			}
 		})
 	}()
-	select {
-	case <-ready:
-	case err := <-errc:
-		return fmt.Errorf("follow the job: %w", err)
+	// The tuning follows the decision on another stream: followed from
+	// before the submission, so that it is never missed.
+	tunings := newTuningFollower(id)
+	go func() {
+		err := b.Follow(bctx, events.DomainRuntime, []string{b.Subjects.Of(events.NameRuntimeTuning)}, readies[1], tunings.record(b))
+		tunings.end(err)
+		if err != nil {
+			errc <- err
+		}
+	}()
+	for _, r := range readies {
+		select {
+		case <-r:
+		case err := <-errc:
+			return fmt.Errorf("follow the job: %w", err)
+		}
 	}
 	if _, err := client.Submit(bctx, b, &placed); err != nil {
 		return fmt.Errorf("submit: %w", err)
@@ -88,6 +108,23 @@ func (g *globals) runSlurm(ctx context.Context, stdout, stderr io.Writer, job *e
 		return nil
 	}
 
+	// The placeholder, once submitted, is removed however the wait ends.
+	var hold *slurmPlaceholder
+	var poll <-chan time.Time
+	unhold := func() {
+		if hold == nil {
+			return
+		}
+		if err := hold.cancel(bctx); err != nil {
+			_, _ = fmt.Fprintf(stderr, "%s: placeholder Slurm job %d not removed: %v\n", id, hold.id, err)
+		}
+		hold, poll = nil, nil
+	}
+	defer unhold()
+	// held: a placeholder was asked for (once); pollFailed: the last
+	// poll's squeue failed, said once.
+	held, pollFailed := false, false
+
 	var d *events.PlacementDecided
 	for d == nil {
 		select {
@@ -95,10 +132,34 @@ func (g *globals) runSlurm(ctx context.Context, stdout, stderr io.Writer, job *e
 			return fmt.Errorf("follow the job: %w", err)
 		case <-ctx.Done():
 			_, _ = fmt.Fprintf(stderr, "%s: cancelled while waiting for its decision\n", id)
+			unhold()
 			if err := finish(events.StatusCancelled, events.ReasonCancelled, "cancelled by topoctl run --slurm"); err != nil {
 				return err
 			}
 			return &exitError{code: exitCancelled}
+		case <-poll:
+			st, err := hold.state(bctx)
+			switch {
+			case err != nil:
+				// slurmctld not answering: asked again at the next tick.
+				if !pollFailed {
+					pollFailed = true
+					_, _ = fmt.Fprintf(stderr, "%s: cannot ask Slurm for placeholder job %d: %v\n", id, hold.id, err)
+				}
+			case st == "PENDING":
+				pollFailed = false
+			default:
+				gone := "is " + st
+				if st == "" {
+					gone = "has left the queue"
+				}
+				msg := fmt.Sprintf("placeholder Slurm job %d %s in Slurm: the job is cancelled", hold.id, gone)
+				hold, poll = nil, nil
+				if err := finish(events.StatusCancelled, events.ReasonCancelled, msg); err != nil {
+					return err
+				}
+				return runResult(stderr, &events.JobFinished{JobID: id, Status: events.StatusCancelled, Reason: events.ReasonCancelled, Message: msg}, true)
+			}
 		case o := <-outcomes:
 			switch {
 			case o.Decided != nil:
@@ -106,14 +167,46 @@ func (g *globals) runSlurm(ctx context.Context, stdout, stderr io.Writer, job *e
 				_ = client.WriteOutcome(stderr, o)
 			case o.Pending != nil:
 				_ = client.WriteOutcome(stderr, o)
+				if !held {
+					held = true
+					h, err := submitPlaceholder(bctx, job)
+					if err != nil {
+						// Only the queue's view is missing: the job still
+						// runs once decided.
+						_, _ = fmt.Fprintf(stderr, "%s: no placeholder in Slurm's queue: %v\n", id, err)
+						break
+					}
+					hold = h
+					tick := time.NewTicker(placeholderPoll)
+					defer tick.Stop()
+					poll = tick.C
+					_, _ = fmt.Fprintf(stderr, "%s: waits in Slurm's queue as held job %d (scancel %d cancels it)\n", id, hold.id, hold.id)
+				}
 			case o.Rejected != nil:
 				_ = client.WriteOutcome(stderr, o)
 				return &exitError{code: exitRejected}
 			}
 		}
 	}
+	// Out of the queue before the job's own Slurm job enters it.
+	unhold()
 
-	argv, err := slurmPrepare(ctx, d, job)
+	tuning, err := tunings.wait(ctx, d, tuningWait)
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "%s: cancelled while waiting for its runtime.tuning\n", id)
+		if err := finish(events.StatusCancelled, events.ReasonCancelled, "cancelled by topoctl run --slurm"); err != nil {
+			return err
+		}
+		return &exitError{code: exitCancelled}
+	}
+	if tuning == nil {
+		if _, _, _, ferr := tunings.find(d.DecidedAt); ferr != nil {
+			_, _ = fmt.Fprintf(stderr, "%s: runtime.tuning not followed (%v): starting without it\n", id, ferr)
+		} else {
+			_, _ = fmt.Fprintf(stderr, "%s: no runtime.tuning for its decision within %s: starting without it\n", id, tuningWait)
+		}
+	}
+	argv, err := slurmPrepare(ctx, d, job, tuning)
 	if err != nil {
 		// Nothing reached Slurm: the GPUs go back to placement.
 		if ferr := finish(events.StatusFailed, events.ReasonLaunchFailed, err.Error()); ferr != nil {
@@ -167,8 +260,8 @@ func (g *globals) runSlurm(ctx context.Context, stdout, stderr io.Writer, job *e
 
 // slurmPrepare checks the decision against what Slurm knows of its nodes
 // and renders srun's arguments.
-func slurmPrepare(ctx context.Context, d *events.PlacementDecided, job *events.JobSubmitted) ([]string, error) {
-	comps, err := slurmComponents(d, job)
+func slurmPrepare(ctx context.Context, d *events.PlacementDecided, job *events.JobSubmitted, tuning *events.RuntimeTuning) ([]string, error) {
+	comps, err := slurmComponents(d, job, tuning)
 	if err != nil {
 		return nil, err
 	}

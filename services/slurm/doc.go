@@ -16,6 +16,12 @@
 //     other nodes or GPUs than placement decided: it is not killed, and the
 //     GPUs it holds outside its decision are published held.
 //
+// A placeholder (comment toposched-job=<job id> (placeholder)), the held
+// Slurm job topoctl run --slurm keeps in the queue while toposched has the
+// job pending, is not the job's run: its end finishes nothing, and if
+// someone releases it in Slurm, the GPUs it then holds are held like a
+// foreign job's.
+//
 // toposched's node names are Slurm's NodeName, and a GPU's index is its
 // GRES index (the order of the node's gres.conf lines, as toposched
 // slurm-conf writes them). What the service knows of toposched's jobs is

@@ -40,9 +40,9 @@ func endStatus(state string) (events.JobStatus, bool) {
 
 // Held works out, per node, the GPUs Slurm has given to jobs that are not
 // toposched's: those whose ToposchedJob is "" or has no decision in
-// decided (a job toposched decided and has not seen finish), and those a
-// toposched job's Slurm job holds outside its decision (placement counts
-// only the decided ones as the job's). Nodes without such GPUs are left
+// decided (a job toposched decided and has not seen finish), placeholders,
+// and those a toposched job's Slurm job holds outside its decision
+// (placement counts only the decided ones as the job's). Nodes without such GPUs are left
 // out. Each node's list is sorted by index; a GPU two jobs share (Slurm's
 // --overcommit, shared GRES) is named for the lower job id.
 func Held(jobs []Job, decided func(id string) *events.PlacementDecided) map[string][]events.HeldGPU {
@@ -54,7 +54,9 @@ func Held(jobs []Job, decided func(id string) *events.PlacementDecided) map[stri
 			continue
 		}
 		var d *events.PlacementDecided
-		if j.ToposchedJob != "" {
+		// A placeholder runs nothing of the job's: released in Slurm
+		// and started, the GPUs it holds are Slurm's, not the decision's.
+		if j.ToposchedJob != "" && !j.Placeholder {
 			d = decided(j.ToposchedJob)
 		}
 		by := fmt.Sprintf("%s%d (%s)", HeldByPrefix, j.ID, j.User)

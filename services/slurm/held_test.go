@@ -44,6 +44,10 @@ func TestHeld(t *testing.T) {
 			{ID: 11, User: "u", State: "COMPLETING", GPUs: map[string][]int{"n1": {0}}},
 			{ID: 12, User: "u", State: "SUSPENDED", GPUs: map[string][]int{"n1": {1}}},
 		}, map[string][]events.HeldGPU{"n1": {{Index: 0, By: "slurm job 11 (u)"}, {Index: 1, By: "slurm job 12 (u)"}}}},
+		{"a placeholder released and running holds its GPUs for Slurm, not the decided job",
+			[]Job{{ID: 13, User: "u", State: "RUNNING", Comment: CommentPrefix + "tj1" + PlaceholderSuffix, ToposchedJob: "tj1", Placeholder: true,
+				GPUs: map[string][]int{"n1": {0}}}},
+			map[string][]events.HeldGPU{"n1": {{Index: 0, By: "slurm job 13 (u)"}}}},
 		{"a shared GPU is named for the lower job id", []Job{
 			running(21, "b", "", map[string][]int{"n1": {0}}),
 			running(20, "a", "", map[string][]int{"n1": {0}}),

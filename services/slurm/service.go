@@ -257,7 +257,10 @@ func (s *Service) syncHeld(ctx context.Context, jobs []Job) {
 func (s *Service) syncJobs(ctx context.Context, jobs []Job) {
 	present := map[string]Job{}
 	for _, j := range jobs {
-		if j.ToposchedJob == "" {
+		// A placeholder ends when the job is decided (topoctl cancels it
+		// before srun) or cancelled (topoctl finishes the job itself):
+		// either way its end is not the job's.
+		if j.ToposchedJob == "" || j.Placeholder {
 			continue
 		}
 		// A requeued or resubmitted job: the newest Slurm job speaks.

@@ -355,3 +355,37 @@ func TestServiceLostAndMismatch(t *testing.T) {
 	e.squeue.set(squeueJSON())
 	e.waitPublished("held n1 2=slurm job 7 (bob);", "finished tj1 lost", "held n1 ")
 }
+
+// placeholderJSON is a squeue --json job of the placeholder of toposched
+// job id: held, so pending on no node, or ended.
+func placeholderJSON(slurmID int, state, id string) string {
+	return fmt.Sprintf(`{"job_id":%d,"job_state":%q,"user_name":"bob","comment":%q,"nodes":"","gres_detail":[]}`,
+		slurmID, state, CommentPrefix+id+PlaceholderSuffix)
+}
+
+// A placeholder's end is not its job's: cancelled as its job is decided
+// (topoctl run --slurm cancels it, then starts srun), or gone from the
+// queue, it finishes nothing; pending it holds nothing. The job's own
+// Slurm job after it is the job's as before.
+func TestServicePlaceholderIsNotTheJob(t *testing.T) {
+	e := startEnv(t, Config{}, decision("tj1", "n1", 0, 1))
+	doc := func(jobs ...string) string { return `{"errors":[],"jobs":[` + strings.Join(jobs, ",") + `]}` }
+	e.squeue.set(doc(placeholderJSON(7, "PENDING", "tj1"), placeholderJSON(8, "PENDING", "tj2")))
+	e.squeue.waitPolls(3)
+	e.squeue.set(doc(placeholderJSON(7, "CANCELLED", "tj1"), placeholderJSON(8, "CANCELLED", "tj2")))
+	e.squeue.waitPolls(3)
+	e.squeue.set(doc())
+	e.squeue.waitPolls(3)
+	if got := e.published(); len(got) != 0 {
+		t.Fatalf("published for placeholders: %q", got)
+	}
+	e.squeue.set(doc(placeholderJSON(7, "CANCELLED", "tj1"),
+		`{"job_id":9,"job_state":"RUNNING","user_name":"bob","comment":"toposched-job=tj1","nodes":"n1","gres_detail":["gpu:g0:1(IDX:0),gpu:g1:1(IDX:1)"]}`))
+	e.squeue.waitPolls(3)
+	if got := e.published(); len(got) != 0 {
+		t.Fatalf("published for a job running where decided: %q", got)
+	}
+	e.squeue.set(doc(placeholderJSON(7, "CANCELLED", "tj1"),
+		`{"job_id":9,"job_state":"COMPLETED","user_name":"bob","comment":"toposched-job=tj1","nodes":"n1","gres_detail":["gpu:g0:1(IDX:0),gpu:g1:1(IDX:1)"]}`))
+	e.waitPublished("finished tj1 succeeded")
+}

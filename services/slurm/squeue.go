@@ -15,6 +15,13 @@ import (
 // toposched job: "toposched-job=<job id>".
 const CommentPrefix = "toposched-job="
 
+// PlaceholderSuffix ends the comment of a placeholder: the held Slurm job
+// topoctl run --slurm submits while toposched has the job pending, so
+// that Slurm's users see it in squeue and can scancel it
+// ("toposched-job=<job id> (placeholder)"). It never runs the job: its
+// end is not the job's, and the job's GPUs are not its.
+const PlaceholderSuffix = " (placeholder)"
+
 // Job is one job as squeue --json shows it.
 type Job struct {
 	ID    int
@@ -25,6 +32,9 @@ type Job struct {
 	// id it names ("" for a job that is not toposched's).
 	Comment      string
 	ToposchedJob string
+	// Placeholder is set for a toposched job's placeholder
+	// (PlaceholderSuffix).
+	Placeholder bool
 	// Nodes are the job's nodes in Slurm's order (none while pending).
 	Nodes []string
 	// GPUs are the GRES indices of the GPUs the job holds, per node.
@@ -70,6 +80,11 @@ func ParseSqueue(data []byte) ([]Job, error) {
 		job := Job{ID: j.JobID, Name: j.Name, User: j.UserName, State: j.JobState, Comment: j.Comment, GPUs: map[string][]int{}}
 		if id, ok := strings.CutPrefix(strings.TrimSpace(j.Comment), CommentPrefix); ok {
 			job.ToposchedJob = id
+			// Job ids have no space (events.ValidJobID): the suffix is
+			// never part of one.
+			if id, ok := strings.CutSuffix(id, PlaceholderSuffix); ok {
+				job.ToposchedJob, job.Placeholder = id, true
+			}
 		}
 		if j.Nodes != "" {
 			nodes, err := fabric.ExpandHostlist(j.Nodes)

@@ -1,6 +1,7 @@
 package slurm
 
 import (
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
@@ -30,6 +31,30 @@ func TestParseSqueueGolden(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseSqueue:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// A placeholder names its toposched job; its comment's suffix is no part
+// of the id.
+func TestParseSqueuePlaceholder(t *testing.T) {
+	for _, tc := range []struct {
+		comment, job string
+		placeholder  bool
+	}{
+		{"toposched-job=tj1", "tj1", false},
+		{"toposched-job=tj1" + PlaceholderSuffix, "tj1", true},
+		{" toposched-job=tj1 (placeholder) ", "tj1", true},
+		{"(placeholder)", "", false},
+		{"", "", false},
+	} {
+		doc := fmt.Sprintf(`{"jobs":[{"job_id":7,"job_state":"PENDING","comment":%q}]}`, tc.comment)
+		jobs, err := ParseSqueue([]byte(doc))
+		if err != nil {
+			t.Fatalf("comment %q: %v", tc.comment, err)
+		}
+		if j := jobs[0]; j.ToposchedJob != tc.job || j.Placeholder != tc.placeholder {
+			t.Errorf("comment %q: job %q placeholder %v, want %q %v", tc.comment, j.ToposchedJob, j.Placeholder, tc.job, tc.placeholder)
+		}
 	}
 }
 
