@@ -36,7 +36,7 @@ import (
 //	gpus is out of range: 1e30 (the largest is 9223372036854775807)
 //
 // Every path that turns bytes into an event uses it: the bus's Decode
-// (after the schema), job files (events/client.ParseJob, so topoctl submit
+// (after the schema), job files (internal/client.ParseJob, so topoctl submit
 // and the dry run), and the readers of stored events.
 //
 // A body that encoding/json takes as it is costs one decode, on the

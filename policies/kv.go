@@ -11,12 +11,11 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toposched/toposched/internal/kvwatch"
+	"github.com/toposched/toposched/events/kvwatch"
 )
 
 // Distribution through NATS KV.
@@ -225,24 +224,11 @@ func PushBundle(ctx context.Context, kv jetstream.KeyValue, data []byte) (uint64
 	return kvRev, nil
 }
 
-// KVUpdate is one value of the pushed-set key as a watcher saw it.
-type KVUpdate struct {
-	// Revision is the set's revision (see ValueRevision).
-	Revision string
-	// Name is the bundle's name; "unknown" when the value is not a bundle.
-	Name string
-	// KVRevision is the entry's revision in the bucket.
-	KVRevision uint64
-	// Created is when the value was put, by the server's clock.
-	Created time.Time
-	// Deleted is true when the pushed set was withdrawn (deleted or
-	// purged); Set and Err are then nil.
-	Deleted bool
-	// Set is the compiled and tested set; nil when it was refused.
-	Set *Set
-	// Err is why it was refused: an Errors naming file and line.
-	Err error
-}
+// KVUpdate is one value of the pushed-set key as a watcher saw it: its
+// Revision is the set's (see ValueRevision), Name the bundle's ("unknown"
+// when the value is not a bundle), Set the compiled and tested set, and Err
+// why it was refused, an Errors naming file and line.
+type KVUpdate = kvwatch.Value[Set]
 
 // WatchKV watches the pushed set: it compiles and tests the value in force
 // when it starts, then each new one, and hands the set to onSet or, when
@@ -265,19 +251,13 @@ func WatchKV(ctx context.Context, kv jetstream.KeyValue, onSet func(*Set), onErr
 // It calls ready, if not nil, once the value in force at start (if any)
 // has been handed to fn, so a caller can wait for it before going on.
 func WatchKVUpdates(ctx context.Context, kv jetstream.KeyValue, ready func(), fn func(KVUpdate)) error {
-	return kvwatch.Watch(ctx, kv, KVKey, ready, func(e jetstream.KeyValueEntry) {
-		u := KVUpdate{KVRevision: e.Revision(), Created: e.Created()}
-		if e.Operation() != jetstream.KeyValuePut {
-			u.Deleted = true
-			fn(u)
-			return
-		}
-		u.Set, u.Name, u.Revision, u.Err = compileValue(ctx, e.Value())
-		if ctx.Err() != nil {
-			return // an evaluation cut short is no verdict on the set
-		}
-		fn(u)
-	})
+	return kvwatch.Watch(ctx, kv, KVKey, DecodeValue, ready, fn)
+}
+
+// DecodeValue decodes, compiles and tests a pushed value (a
+// kvwatch.Decoder, for a kvwatch.Follower of the bucket).
+func DecodeValue(ctx context.Context, _ string, u *KVUpdate) {
+	u.Set, u.Name, u.Revision, u.Err = compileValue(ctx, u.Raw)
 }
 
 // compileValue decodes, compiles and tests a pushed value.

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/events/client"
 	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/internal/client"
 )
 
 func TestExplain(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/events/client"
+	"github.com/toposched/toposched/internal/client"
 )
 
 func newMigrate(g *globals) *cobra.Command {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
-	"github.com/toposched/toposched/events/client"
 	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/internal/client"
 )
 
 func TestMigrate(t *testing.T) {

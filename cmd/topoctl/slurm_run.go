@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/events/client"
+	"github.com/toposched/toposched/internal/client"
 )
 
 // slurmCallTimeout bounds one Slurm client call of the checks before the

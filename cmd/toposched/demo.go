@@ -15,8 +15,8 @@ import (
 	"github.com/toposched/toposched/deploy/examples"
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
-	"github.com/toposched/toposched/events/client"
 	"github.com/toposched/toposched/events/natsserver"
+	"github.com/toposched/toposched/internal/client"
 	"github.com/toposched/toposched/internal/textout"
 	"github.com/toposched/toposched/services/operator"
 )

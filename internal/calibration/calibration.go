@@ -15,12 +15,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toposched/toposched/events/kvwatch"
 	"github.com/toposched/toposched/internal/collective"
-	"github.com/toposched/toposched/internal/kvwatch"
 )
 
 // KVKey is the key of the set in force.
@@ -136,33 +135,17 @@ func Update(ctx context.Context, kv jetstream.KeyValue, c *collective.Calibratio
 	return kvRev, nil
 }
 
-// Entry is one value of the key, read.
-type Entry struct {
-	// Revision is the value's (see Revision); KVRevision the entry's.
-	Revision   string
-	KVRevision uint64
-	Created    time.Time
-	// Deleted: the set was withdrawn; Set and Err are nil.
-	Deleted bool
-	// Raw is the value as stored.
-	Raw []byte
-	// Set is the parsed set; nil when it was refused.
-	Set *collective.Calibration
-	// Err is why it was refused: a collective.CalibrationErrors naming
-	// the entry and line.
-	Err error
-}
+// Entry is one value of the key, read: its Revision is the value's (see
+// Revision), Raw the value as stored, Set the parsed set, and Err why it
+// was refused, a collective.CalibrationErrors naming the entry and line.
+// Name is not read: a refused value may have none.
+type Entry = kvwatch.Value[collective.Calibration]
 
-func entryOf(bucket string, e jetstream.KeyValueEntry) Entry {
-	u := Entry{KVRevision: e.Revision(), Created: e.Created()}
-	if e.Operation() != jetstream.KeyValuePut {
-		u.Deleted = true
-		return u
-	}
-	u.Raw = e.Value()
+// DecodeValue parses a stored value (a kvwatch.Decoder, for a
+// kvwatch.Follower of the bucket); errors name the value bucket@revision.
+func DecodeValue(_ context.Context, bucket string, u *Entry) {
 	u.Revision = Revision(u.Raw)
-	u.Set, u.Err = collective.ParseCalibration(EntryName(bucket, e.Revision()), u.Raw)
-	return u
+	u.Set, u.Err = collective.ParseCalibration(EntryName(bucket, u.KVRevision), u.Raw)
 }
 
 // InForce is the latest entry; nil when nothing was ever pushed or the
@@ -175,7 +158,7 @@ func InForce(ctx context.Context, kv jetstream.KeyValue) (*Entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read calibration %s/%s: %w", kv.Bucket(), KVKey, err)
 	}
-	u := entryOf(kv.Bucket(), e)
+	u := kvwatch.Read(ctx, kv.Bucket(), e, DecodeValue)
 	return &u, nil
 }
 
@@ -190,14 +173,7 @@ func HistoryOf(ctx context.Context, kv jetstream.KeyValue) ([]Entry, error) {
 	}
 	out := make([]Entry, len(hist))
 	for i, e := range hist {
-		out[i] = entryOf(kv.Bucket(), e)
+		out[i] = kvwatch.Read(ctx, kv.Bucket(), e, DecodeValue)
 	}
 	return out, nil
-}
-
-// Watch hands fn every value of the key, the one in force first, and
-// calls ready (if not nil) once that one is handed over. It returns nil
-// when ctx ends.
-func Watch(ctx context.Context, kv jetstream.KeyValue, ready func(), fn func(Entry)) error {
-	return kvwatch.Watch(ctx, kv, KVKey, ready, func(e jetstream.KeyValueEntry) { fn(entryOf(kv.Bucket(), e)) })
 }

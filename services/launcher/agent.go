@@ -17,7 +17,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
-	"github.com/toposched/toposched/events/client"
+	"github.com/toposched/toposched/internal/client"
 )
 
 // Defaults of Config.

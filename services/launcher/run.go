@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/events/client"
+	"github.com/toposched/toposched/internal/client"
 )
 
 // run is one job taken by the agent, from its decision to its release.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/events/kvwatch"
 	"github.com/toposched/toposched/internal/calibration"
 	"github.com/toposched/toposched/internal/collective"
 	"github.com/toposched/toposched/internal/topology"
@@ -33,6 +33,7 @@ import (
 type calibrationLoop struct {
 	b        *bus.Bus
 	kv       jetstream.KeyValue
+	follow   *kvwatch.Follower[collective.Calibration]
 	targets  []bandwidthTarget
 	services []string
 	log      *slog.Logger
@@ -43,7 +44,6 @@ type calibrationLoop struct {
 	base    calibrationSet
 	pushed  *calibrationSet
 	inForce *calibrationSet
-	lastKV  uint64
 }
 
 // bandwidthTarget is what predicts with the calibration in force.
@@ -87,10 +87,9 @@ func startCalibration(ctx, runCtx context.Context, b *bus.Bus, targets []bandwid
 	if err != nil {
 		return nil, err
 	}
-	err = watchBucket(ctx, runCtx, wg, cl.log, func(ctx context.Context, ready func()) error {
-		return calibration.Watch(ctx, cl.kv, ready, func(e calibration.Entry) { cl.onKV(ctx, e) })
-	})
-	if err != nil {
+	cl.follow = &kvwatch.Follower[collective.Calibration]{KV: cl.kv, Key: calibration.KVKey, Decode: calibration.DecodeValue,
+		Lock: &cl.mu, Handler: cl, Log: cl.log}
+	if err := cl.follow.Start(ctx, runCtx, wg); err != nil {
 		return nil, err
 	}
 	cl.mu.Lock()
@@ -99,28 +98,27 @@ func startCalibration(ctx, runCtx context.Context, b *bus.Bus, targets []bandwid
 	return cl, nil
 }
 
-// onKV takes a value of the key.
-func (cl *calibrationLoop) onKV(ctx context.Context, e calibration.Entry) {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	if e.KVRevision <= cl.lastKV {
-		return // seen before a watch restart
-	}
-	cl.lastKV = e.KVRevision
-	trigger := "kv@" + strconv.FormatUint(e.KVRevision, 10)
-	switch {
-	case e.Deleted:
-		if cl.pushed == nil {
-			return
-		}
-		cl.log.Info("calibration set withdrawn; back to the base", "kv_revision", e.KVRevision, "base", cl.base.name())
-		cl.pushed = nil
-	case e.Err != nil:
-		cl.reject(ctx, trigger, e)
-		return
-	default:
-		cl.pushed = &calibrationSet{cal: e.Set, revision: e.Revision, source: events.CalibrationSourceKV, kvRev: e.KVRevision}
-	}
+// Offer takes a valid pushed set. cl.mu is held (kvwatch.Follower).
+func (cl *calibrationLoop) Offer(ctx context.Context, trigger string, e calibration.Entry) {
+	cl.pushed = &calibrationSet{cal: e.Set, revision: e.Revision, source: events.CalibrationSourceKV, kvRev: e.KVRevision}
+	cl.pushedChanged(ctx, trigger)
+}
+
+// Withdraw takes the withdrawal of the pushed set. cl.mu is held.
+func (cl *calibrationLoop) Withdraw(ctx context.Context, trigger string, e calibration.Entry) {
+	cl.log.Info("calibration set withdrawn; back to the base", "kv_revision", e.KVRevision, "base", cl.base.name())
+	cl.pushed = nil
+	cl.pushedChanged(ctx, trigger)
+}
+
+// Refuse announces a refused value; the set in force stays. cl.mu is held.
+func (cl *calibrationLoop) Refuse(ctx context.Context, trigger string, e calibration.Entry) {
+	cl.reject(ctx, trigger, e)
+}
+
+// pushedChanged puts the winner in force after the pushed set changed,
+// once start-up has settled. cl.mu is held.
+func (cl *calibrationLoop) pushedChanged(ctx context.Context, trigger string) {
 	if cl.inForce == nil {
 		return // start-up settles once the value in force is in
 	}
@@ -220,7 +218,7 @@ func (cl *calibrationLoop) InForce() (*collective.Calibration, string) {
 // see.
 func (cl *calibrationLoop) Push(ctx context.Context, c *collective.Calibration, basedOn string) (uint64, error) {
 	cl.mu.Lock()
-	in, after := cl.inForce, cl.lastKV
+	in, after := cl.inForce, cl.follow.LastKV()
 	cl.mu.Unlock()
 	if in == nil || in.revision != basedOn {
 		return 0, calibration.ErrMoved

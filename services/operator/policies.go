@@ -15,6 +15,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/events/kvwatch"
 	"github.com/toposched/toposched/policies"
 )
 
@@ -60,7 +61,6 @@ type policyLoop struct {
 	base    *candidate // the directory's or the shipped set
 	pushed  *candidate // the bucket's; nil when none or withdrawn
 	inForce *candidate
-	lastKV  uint64 // last KV entry revision handled
 	lastIO  string // last directory read error logged
 }
 
@@ -137,10 +137,9 @@ func startPolicies(ctx, runCtx context.Context, b *bus.Bus, place policyTarget, 
 	if err != nil {
 		return err
 	}
-	err = watchBucket(ctx, runCtx, wg, log, func(ctx context.Context, ready func()) error {
-		return policies.WatchKVUpdates(ctx, kv, ready, func(u policies.KVUpdate) { pl.onKV(ctx, u) })
-	})
-	if err != nil {
+	follow := &kvwatch.Follower[policies.Set]{KV: kv, Key: policies.KVKey, Decode: policies.DecodeValue,
+		Lock: &pl.mu, Handler: pl, Log: log}
+	if err := follow.Start(ctx, runCtx, wg); err != nil {
 		return err
 	}
 
@@ -149,44 +148,6 @@ func startPolicies(ctx, runCtx context.Context, b *bus.Bus, place policyTarget, 
 	pl.started = true
 	pl.settle(runCtx, "start:"+pl.boot)
 	return nil
-}
-
-// watchBucket runs watch until runCtx ends, again a second after it
-// stops on its own (a watch restarts from the value in force: its
-// handler skips what it has seen), and returns once the value in force
-// has been handed over, or with the first watch's error.
-func watchBucket(ctx, runCtx context.Context, wg *sync.WaitGroup, log *slog.Logger, watch func(ctx context.Context, ready func()) error) error {
-	ready := make(chan struct{})
-	var readyOnce sync.Once
-	errc := make(chan error, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			err := watch(runCtx, func() { readyOnce.Do(func() { close(ready) }) })
-			if err == nil || runCtx.Err() != nil {
-				return
-			}
-			select {
-			case errc <- err: // start-up is waiting for it
-			default:
-			}
-			log.Error("bucket watch stopped; restarting", "err", err)
-			select {
-			case <-runCtx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-		}
-	}()
-	select {
-	case <-ready:
-		return nil
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // offerBase takes a valid directory set.
@@ -227,31 +188,30 @@ func (pl *policyLoop) refusedBase(ctx context.Context, dir string, err error) {
 	})
 }
 
-// onKV takes an update of the pushed set.
-func (pl *policyLoop) onKV(ctx context.Context, u policies.KVUpdate) {
-	pl.mu.Lock()
-	defer pl.mu.Unlock()
-	if u.KVRevision <= pl.lastKV {
-		return // seen before a watch restart
-	}
-	pl.lastKV = u.KVRevision
-	trigger := "kv@" + strconv.FormatUint(u.KVRevision, 10)
-	switch {
-	case u.Deleted:
-		if pl.pushed == nil {
-			return
-		}
-		pl.log.Info("pushed policy set withdrawn", "kv_revision", u.KVRevision)
-		pl.pushed = nil
-	case u.Err != nil:
-		pl.reject(ctx, trigger, &events.PolicyRejected{
-			Revision: u.Revision, Name: u.Name, Source: events.PolicySourceKV, KVRevision: u.KVRevision,
-			Errors: eventErrors(u.Err),
-		})
-		return
-	default:
-		pl.pushed = &candidate{set: u.Set, source: events.PolicySourceKV, at: u.Created, kvRev: u.KVRevision}
-	}
+// Offer takes a valid pushed set. pl.mu is held (kvwatch.Follower).
+func (pl *policyLoop) Offer(ctx context.Context, trigger string, u policies.KVUpdate) {
+	pl.pushed = &candidate{set: u.Set, source: events.PolicySourceKV, at: u.Created, kvRev: u.KVRevision}
+	pl.pushedChanged(ctx, trigger)
+}
+
+// Withdraw takes the withdrawal of the pushed set. pl.mu is held.
+func (pl *policyLoop) Withdraw(ctx context.Context, trigger string, u policies.KVUpdate) {
+	pl.log.Info("pushed policy set withdrawn", "kv_revision", u.KVRevision)
+	pl.pushed = nil
+	pl.pushedChanged(ctx, trigger)
+}
+
+// Refuse announces a pushed value that is not a valid set. pl.mu is held.
+func (pl *policyLoop) Refuse(ctx context.Context, trigger string, u policies.KVUpdate) {
+	pl.reject(ctx, trigger, &events.PolicyRejected{
+		Revision: u.Revision, Name: u.Name, Source: events.PolicySourceKV, KVRevision: u.KVRevision,
+		Errors: eventErrors(u.Err),
+	})
+}
+
+// pushedChanged puts the winner in force after the pushed set changed,
+// once start-up has both sources in. pl.mu is held.
+func (pl *policyLoop) pushedChanged(ctx context.Context, trigger string) {
 	if !pl.started {
 		return
 	}

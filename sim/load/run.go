@@ -17,8 +17,8 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
-	"github.com/toposched/toposched/events/client"
 	"github.com/toposched/toposched/events/natsserver"
+	"github.com/toposched/toposched/internal/client"
 	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/internal/store"

@@ -14,7 +14,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
-	"github.com/toposched/toposched/events/client"
+	"github.com/toposched/toposched/internal/client"
 )
 
 // virtual replays on the virtual clock: one event at a time, each

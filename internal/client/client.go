@@ -1,5 +1,9 @@
 // Package client is the small typed client a launcher or CLI imports to
 // submit jobs, finish them, and follow placement outcomes.
+//
+// It sits on the internal floor, above events: it is built from the event
+// types, the bus and textout's writer, and only the launcher, the harnesses
+// and the commands use it, so nothing below has reason to import it.
 package client
 
 import (
