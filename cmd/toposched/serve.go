@@ -355,7 +355,7 @@ func runServices(ctx context.Context, g *globals, conn natsConn, source string, 
 	// bus creates a durable's stream itself; this covers the others).
 	go b.KeepStreams(wdCtx)
 	if ops.agentTTL > 0 && slices.Contains(cfg.Services, operator.Placement) {
-		wd, err := launcher.NewWatchdog(b, ops.agentTTL, log)
+		wd, err := launcher.NewWatchdog(launcher.WatchdogConfig{AgentTTL: ops.agentTTL}, launcher.Deps{Bus: b, Log: log})
 		if err != nil {
 			_ = op.Stop()
 			_ = b.Close()

@@ -81,7 +81,7 @@ func TestWatchdog(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			w, err := NewWatchdog(nil, ttl, slog.New(slog.DiscardHandler))
+			w, err := NewWatchdog(WatchdogConfig{AgentTTL: ttl}, Deps{Log: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,7 +134,7 @@ func TestWatchdogWarnsOfRanksOutlivingTTL(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var buf bytes.Buffer
-			w, err := NewWatchdog(nil, ttl, slog.New(slog.NewTextHandler(&buf, nil)))
+			w, err := NewWatchdog(WatchdogConfig{AgentTTL: ttl}, Deps{Log: slog.New(slog.NewTextHandler(&buf, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}
