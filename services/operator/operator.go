@@ -163,9 +163,10 @@ type Operator struct {
 	firstErr error
 }
 
-// service is what every service is once built: Run until its context ends,
-// Ready once it serves.
-type service interface {
+// Part is what each of toposched's long-running parts is once built (a
+// service, the operator, the launcher's agent and watchdog): Run until its
+// context ends, Ready once it serves.
+type Part interface {
 	Run(ctx context.Context) error
 	Ready() <-chan struct{}
 }
@@ -217,7 +218,7 @@ func New(cfg Config, deps Deps) (*Operator, error) {
 // run starts svc on ctx and returns once it is ready. An error before
 // that is returned (the caller aborts the start); one after it stops the
 // operator.
-func (o *Operator) run(ctx context.Context, name string, svc service) error {
+func (o *Operator) run(ctx context.Context, name string, svc Part) error {
 	errc := make(chan error, 1)
 	o.wg.Add(1)
 	go func() {
@@ -353,14 +354,6 @@ func (o *Operator) Err() error {
 	o.errMu.Lock()
 	defer o.errMu.Unlock()
 	return o.firstErr
-}
-
-// Part is what each of toposched's long-running parts is once built (a
-// service, the operator, the launcher's agent and watchdog): Run until its
-// context ends, Ready once it serves.
-type Part interface {
-	Run(ctx context.Context) error
-	Ready() <-chan struct{}
 }
 
 // Background runs p until stop is called, and returns once p is ready: for
