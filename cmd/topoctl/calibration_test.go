@@ -74,7 +74,7 @@ func TestCalibrationPushShowWithdraw(t *testing.T) {
 	if bw := op.PlacementService().Bandwidths(); bw == nil || bw.Efficiency.PCIe != 0.55 {
 		t.Errorf("placement predicts with %+v", bw)
 	}
-	if bw := op.Optimizer.Bandwidths(); bw == nil || bw.Efficiency.NVLink != 0.7 {
+	if bw := op.OptimizerService().Bandwidths(); bw == nil || bw.Efficiency.NVLink != 0.7 {
 		t.Errorf("optimizer predicts with %+v", bw)
 	}
 
@@ -212,7 +212,7 @@ func TestCalibrationImplausibleRefusedByReplicas(t *testing.T) {
 				if bw := op.PlacementService().Bandwidths(); bw == nil || bw.Efficiency.Net != 0.9 {
 					t.Errorf("after the refusal placement predicts with %+v", bw)
 				}
-				if bw := op.Optimizer.Bandwidths(); bw == nil || bw.Efficiency.Net != 0.9 {
+				if bw := op.OptimizerService().Bandwidths(); bw == nil || bw.Efficiency.Net != 0.9 {
 					t.Errorf("after the refusal the optimizer predicts with %+v", bw)
 				}
 				return
@@ -249,13 +249,17 @@ func startReplicas(t *testing.T, ctx context.Context) (string, *bus.Bus, *operat
 	t.Helper()
 	srv := eventstest.Server(t)
 	b := eventstest.Bus(t, srv.ClientURL(), "operator")
-	op, err := operator.Start(ctx, b, operator.Config{Services: []string{operator.Placement, operator.Optimizer}, Replica: "r1"},
-		slog.New(slog.DiscardHandler))
+	op, err := operator.New(operator.Config{Services: []string{operator.Placement, operator.Optimizer}, Replica: "r1"},
+		operator.Deps{Bus: b, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, err := operator.Background(ctx, op)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := op.Stop(); err != nil {
+		if err := stop(); err != nil {
 			t.Error(err)
 		}
 	})

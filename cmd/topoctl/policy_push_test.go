@@ -44,12 +44,17 @@ func TestPolicyPushAndShow(t *testing.T) {
 	b := eventstest.Bus(t, srv.ClientURL(), "operator")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	op, err := operator.Start(ctx, b, operator.Config{Services: []string{operator.Placement}, Replica: "r1"}, slog.New(slog.DiscardHandler))
+	op, err := operator.New(operator.Config{Services: []string{operator.Placement}, Replica: "r1"},
+		operator.Deps{Bus: b, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, err := operator.Background(ctx, op)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		if err := op.Stop(); err != nil {
+		if err := stop(); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -90,7 +95,7 @@ func TestPolicyPushAndShow(t *testing.T) {
 			t.Errorf("push output lacks %q:\n%s", w, out)
 		}
 	}
-	if got := op.Placement.Policies().Revision; got != want.Revision {
+	if got := op.PlacementService().Policies().Revision; got != want.Revision {
 		t.Errorf("in force %s, want %s", got, want.Revision)
 	}
 

@@ -124,7 +124,7 @@ func runLauncher(ctx context.Context, b *bus.Bus, f *execFlags, node string, gpu
 		return fmt.Errorf("agent: the rank shim is this binary: %w", err)
 	}
 	cfg.Shim = []string{exe, "agent", "rank-exec"}
-	a, err := launcher.New(cfg, b, log)
+	a, err := launcher.New(cfg, launcher.Deps{Bus: b, Log: log})
 	if err != nil {
 		return err
 	}

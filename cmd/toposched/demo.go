@@ -18,6 +18,7 @@ import (
 	"github.com/toposched/toposched/events/natsserver"
 	"github.com/toposched/toposched/internal/client"
 	"github.com/toposched/toposched/internal/textout"
+	"github.com/toposched/toposched/services/discovery"
 	"github.com/toposched/toposched/services/operator"
 )
 
@@ -88,11 +89,16 @@ func runDemo(ctx context.Context, g *globals, stdout io.Writer, log *slog.Logger
 	// Closed as the demo ends: JetStream acknowledged all it published,
 	// and the embedded server goes next.
 	defer func() { _ = b.Close() }()
-	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: clusterFile, Sole: true}, log)
+	op, err := operator.New(operator.Config{Services: operator.All, Discovery: discovery.Config{ClusterFile: clusterFile}, Sole: true},
+		operator.Deps{Bus: b, Log: log})
 	if err != nil {
 		return err
 	}
-	defer func() { _ = op.Stop() }() // a failed service shows as an outcome that never comes
+	stop, err := operator.Background(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = stop() }() // a failed service shows as an outcome that never comes
 
 	// out remembers the first failed write; the demo stops at the next
 	// step with it.
@@ -173,7 +179,7 @@ func runDemo(ctx context.Context, g *globals, stdout io.Writer, log *slog.Logger
 	if err := await("moe-ep4", func(o client.Outcome) bool { return o.Decided != nil }); err != nil {
 		return err
 	}
-	st := op.Placement.Store().Snapshot()
+	st := op.PlacementService().Store().Snapshot()
 	total, _ := st.Capacity("")
 	out.Printf("done: %d of %d GPUs free. Each decision shows the cost model's prediction for the\n"+
 		"topology-aware placement beside the blind first-fit baseline on the same cluster state.\n",

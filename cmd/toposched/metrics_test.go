@@ -17,6 +17,7 @@ import (
 	"github.com/toposched/toposched/events/eventstest"
 	"github.com/toposched/toposched/internal/client"
 	"github.com/toposched/toposched/metrics"
+	"github.com/toposched/toposched/services/discovery"
 	"github.com/toposched/toposched/services/operator"
 )
 
@@ -49,11 +50,8 @@ func TestMetricsEndpoints(t *testing.T) {
 	if err := os.WriteFile(file, []byte("name: m\nnodes:\n  - {name: n, count: 2, gpus: 8, gpu_model: A100}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: file, ObservePolicyEval: m.PolicyEvaluated}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = op.Stop() })
+	op := backgroundOperator(t, ctx, operator.Config{Services: operator.All, Discovery: discovery.Config{ClusterFile: file}},
+		operator.Deps{Bus: b, Log: slog.New(slog.DiscardHandler), ObservePolicyEval: m.PolicyEvaluated})
 	m.Watch(operatorStats(op))
 	notReady := errors.New("not yet")
 	readyErr := notReady

@@ -126,10 +126,10 @@ func newMetricsRun(f *opsFlags) *metricsRun {
 }
 
 // observe makes the bus and placement report to the metrics.
-func (r *metricsRun) observe(bcfg *bus.Config, cfg *operator.Config) {
+func (r *metricsRun) observe(bcfg *bus.Config, deps *operator.Deps) {
 	if r != nil {
 		bcfg.Observer = r.m
-		cfg.ObservePolicyEval = r.m.PolicyEvaluated
+		deps.ObservePolicyEval = r.m.PolicyEvaluated
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/toposched/toposched/events/eventstest"
 	"github.com/toposched/toposched/events/natsserver"
 	"github.com/toposched/toposched/services/analysis"
+	"github.com/toposched/toposched/services/discovery"
 	"github.com/toposched/toposched/services/operator"
 	"github.com/toposched/toposched/services/optimizer"
 )
@@ -25,6 +27,22 @@ import (
 func runOperator(t *testing.T, srv *natsserver.Server) (*bus.Bus, *readiness, *time.Time) {
 	t.Helper()
 	return startServices(t, srv, eventstest.Bus(t, srv.ClientURL(), "test"), operator.All)
+}
+
+// backgroundOperator runs an operator of cfg on deps until the test ends,
+// and returns it once it is ready.
+func backgroundOperator(t *testing.T, ctx context.Context, cfg operator.Config, deps operator.Deps) *operator.Operator {
+	t.Helper()
+	op, err := operator.New(cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, err := operator.Background(ctx, op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stop() })
+	return op
 }
 
 // startServices starts services on srv over b and returns readiness for
@@ -37,11 +55,8 @@ func startServices(t *testing.T, srv *natsserver.Server, b *bus.Bus, services []
 	if err := os.WriteFile(file, []byte("name: m\nnodes:\n  - {name: n, count: 2, gpus: 8, gpu_model: A100}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	op, err := operator.Start(ctx, b, operator.Config{Services: services, ClusterFile: file, Sole: true}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = op.Stop() })
+	op := backgroundOperator(t, ctx, operator.Config{Services: services, Discovery: discovery.Config{ClusterFile: file}, Sole: true},
+		operator.Deps{Bus: b, Log: slog.New(slog.DiscardHandler)})
 	r := newReadiness(b, op, operator.All, srv)
 	now := time.Now()
 	r.now = func() time.Time { return now }
@@ -223,12 +238,8 @@ func TestReadyRecoversTheLeader(t *testing.T) {
 	if err := os.WriteFile(file, []byte("name: m\nnodes:\n  - {name: n, count: 2, gpus: 8, gpu_model: A100}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: file, LeaseTTL: time.Second},
-		slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = op.Stop() })
+	op := backgroundOperator(t, ctx, operator.Config{Services: operator.All, Discovery: discovery.Config{ClusterFile: file}, LeaseTTL: time.Second},
+		operator.Deps{Bus: b, Log: slog.New(slog.DiscardHandler)})
 	r := newReadiness(b, op, operator.All, srv)
 	now := time.Now()
 	r.now = func() time.Time { return now }

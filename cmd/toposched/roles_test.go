@@ -19,6 +19,7 @@ import (
 	"github.com/toposched/toposched/events/eventstest"
 	"github.com/toposched/toposched/events/natsserver"
 	"github.com/toposched/toposched/services/analysis"
+	"github.com/toposched/toposched/services/discovery"
 	"github.com/toposched/toposched/services/operator"
 )
 
@@ -360,11 +361,8 @@ func TestServiceDurablesAreTheConsumers(t *testing.T) {
 	if err := os.WriteFile(file, []byte("name: m\nnodes:\n  - {name: n, count: 1, gpus: 8, gpu_model: A100}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: file, Sole: true}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = op.Stop() })
+	backgroundOperator(t, ctx, operator.Config{Services: operator.All, Discovery: discovery.Config{ClusterFile: file}, Sole: true},
+		operator.Deps{Bus: b, Log: slog.New(slog.DiscardHandler)})
 	var want, got []string
 	for _, svc := range operator.All {
 		for _, d := range serviceDurables[svc] {

@@ -21,6 +21,7 @@ import (
 	"github.com/toposched/toposched/internal/collective"
 	"github.com/toposched/toposched/internal/natsflags"
 	"github.com/toposched/toposched/internal/placer"
+	"github.com/toposched/toposched/services/discovery"
 	"github.com/toposched/toposched/services/kube"
 	"github.com/toposched/toposched/services/launcher"
 	"github.com/toposched/toposched/services/operator"
@@ -145,8 +146,10 @@ func runServe(ctx context.Context, g *globals, f *serveFlags) error {
 		return errors.New("--nats-config configures the embedded server: not with --nats-url")
 	}
 	return runServices(ctx, g, conn, "operator", operator.Config{
-		Services: f.services, ClusterFile: f.cluster, Poll: f.poll, Strategy: f.strategy, Policies: f.policies, ReserveAfter: &f.reserve,
-		MaxStretch: maxStretch(f.maxStretch), Replica: f.ops.replica, LeaseTTL: f.ops.leaseTTL, Sole: sole,
+		Services:  f.services,
+		Discovery: discovery.Config{ClusterFile: f.cluster, Poll: f.poll},
+		Placement: placement.Config{Strategy: f.strategy, ReserveAfter: &f.reserve, MaxStretch: maxStretch(f.maxStretch)},
+		Policies:  f.policies, Replica: f.ops.replica, LeaseTTL: f.ops.leaseTTL, Sole: sole,
 	}, &f.ops, log)
 }
 
@@ -328,18 +331,27 @@ func runServices(ctx context.Context, g *globals, conn natsConn, source string, 
 	if conn.opts != nil {
 		bcfg.NATSOptions = conn.opts
 	}
-	mr.observe(&bcfg, &cfg)
+	deps := operator.Deps{Log: log}
+	mr.observe(&bcfg, &deps)
 	b, err := bus.Connect(ctx, bcfg)
 	if err != nil {
 		return err
 	}
-	op, err := operator.Start(ctx, b, cfg, log)
+	deps.Bus = b
+	op, err := operator.New(cfg, deps)
+	if err != nil {
+		_ = b.Close()
+		return err
+	}
+	// The services outlive the signal: they stop after the Kubernetes
+	// and Slurm services below, which hand their leases over the bus.
+	stopOp, err := operator.Background(ctx, op)
 	if err != nil {
 		_ = b.Close()
 		return err
 	}
 	if err := mr.serve(ops, b, op, cfg.Services, conn.srv, g); err != nil {
-		_ = op.Stop()
+		_ = stopOp()
 		_ = b.Close()
 		return err
 	}
@@ -355,9 +367,9 @@ func runServices(ctx context.Context, g *globals, conn natsConn, source string, 
 	// bus creates a durable's stream itself; this covers the others).
 	go b.KeepStreams(wdCtx)
 	if ops.agentTTL > 0 && slices.Contains(cfg.Services, operator.Placement) {
-		wd, err := launcher.NewWatchdog(b, ops.agentTTL, log)
+		wd, err := launcher.NewWatchdog(launcher.WatchdogConfig{AgentTTL: ops.agentTTL}, launcher.Deps{Bus: b, Log: log})
 		if err != nil {
-			_ = op.Stop()
+			_ = stopOp()
 			_ = b.Close()
 			return err
 		}
@@ -408,7 +420,7 @@ func runServices(ctx context.Context, g *globals, conn natsConn, source string, 
 			log.Error("kubernetes service stopped", "err", err)
 		}
 	}
-	err = op.Stop()
+	err = stopOp()
 	if cerr := b.Close(); cerr != nil {
 		err = errors.Join(err, cerr)
 	}
@@ -451,9 +463,12 @@ consumers: each event is handled by one of them.`,
 			if ops.replica != "" {
 				source = name + ":" + ops.replica
 			}
-			return runServices(cmd.Context(), g, natsConn{url: url}, source,
-				operator.Config{Services: []string{name}, ClusterFile: cluster, Poll: poll, Strategy: strategy, Policies: policySet, ReserveAfter: &reserve,
-					MaxStretch: maxStretch(stretch), Replica: ops.replica, LeaseTTL: ops.leaseTTL}, &ops, log.With("service", name))
+			return runServices(cmd.Context(), g, natsConn{url: url}, source, operator.Config{
+				Services:  []string{name},
+				Discovery: discovery.Config{ClusterFile: cluster, Poll: poll},
+				Placement: placement.Config{Strategy: strategy, ReserveAfter: &reserve, MaxStretch: maxStretch(stretch)},
+				Policies:  policySet, Replica: ops.replica, LeaseTTL: ops.leaseTTL,
+			}, &ops, log.With("service", name))
 		},
 	}
 	if name == operator.Discovery {

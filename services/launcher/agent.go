@@ -136,11 +136,29 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// Deps are what an agent, or the watchdog, talks to.
+type Deps struct {
+	// Bus is where it follows decisions and publishes what became of
+	// them; only Run needs it, so a unit test of the parts may leave it
+	// out.
+	Bus *bus.Bus
+	// Log is nil for slog.Default.
+	Log *slog.Logger
+}
+
+func (d Deps) log() *slog.Logger {
+	if d.Log == nil {
+		return slog.Default()
+	}
+	return d.Log
+}
+
 // Agent starts and watches the ranks placed on one node.
 type Agent struct {
 	cfg     Config
 	b       *bus.Bus
 	log     *slog.Logger
+	ready   chan struct{}
 	id      string
 	started time.Time
 	numactl string
@@ -168,8 +186,9 @@ type Agent struct {
 	aliveAt time.Time
 }
 
-// New checks cfg and makes an agent publishing and following on b.
-func New(cfg Config, b *bus.Bus, log *slog.Logger) (*Agent, error) {
+// New checks cfg and makes an agent publishing and following on the bus;
+// Run starts it.
+func New(cfg Config, deps Deps) (*Agent, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("launcher: %w", err)
@@ -193,7 +212,7 @@ func New(cfg Config, b *bus.Bus, log *slog.Logger) (*Agent, error) {
 	_, _ = rand.Read(id[:])
 	numactl, _ := exec.LookPath("numactl")
 	return &Agent{
-		cfg: cfg, b: b, log: log.With("node", cfg.Node), id: cfg.Node + "-" + hex.EncodeToString(id[:]),
+		cfg: cfg, b: deps.Bus, log: deps.log().With("node", cfg.Node), ready: make(chan struct{}), id: cfg.Node + "-" + hex.EncodeToString(id[:]),
 		started: time.Now().UTC(), numactl: numactl, runAs: runAs,
 		live: map[string]*events.PlacementDecided{}, released: map[string]bool{}, runs: map[string]*run{},
 		tunings: map[string]*events.RuntimeTuning{}, tuned: map[string]chan struct{}{}, addrs: map[string]string{},
@@ -201,9 +220,16 @@ func New(cfg Config, b *bus.Bus, log *slog.Logger) (*Agent, error) {
 	}, nil
 }
 
+// Ready is closed once the agent follows the streams, has said it is
+// alive and has adopted, reported or started what they hold for its node.
+func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
 // Run follows the streams and runs ranks until ctx ends. Ranks still
 // running then keep running: a restarted agent adopts them.
 func (a *Agent) Run(ctx context.Context) error {
+	if a.b == nil {
+		return errors.New("launcher: deps: Bus is required to run")
+	}
 	if err := os.MkdirAll(a.cfg.StateDir, 0o755); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
@@ -262,6 +288,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}
 	}()
+	close(a.ready)
 	a.log.Info("launcher ready", "agent", a.id, "address", a.cfg.Address, "state_dir", a.cfg.StateDir, "telemetry", a.telemetryURL,
 		"user", a.runAs.self.name, "run_as_allow", a.cfg.RunAsAllow, "run_as_default", a.cfg.RunAsDefault)
 	for {

@@ -152,7 +152,7 @@ func (e *agentEnv) start(t *testing.T, cfg Config) *runningAgent {
 		cfg.RunAsAllow = selfAllow(t)
 	}
 	rec := newLogRecorder()
-	a, err := New(cfg, eventstest.Bus(t, e.url, "agent-a"), slog.New(rec))
+	a, err := New(cfg, Deps{Bus: eventstest.Bus(t, e.url, "agent-a"), Log: slog.New(rec)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,14 +170,14 @@ func (e *agentEnv) start(t *testing.T, cfg Config) *runningAgent {
 		})
 	}
 	t.Cleanup(ra.stop)
-	waitUntil(t, 30*time.Second, func() (bool, string) {
-		select {
-		case err := <-done:
-			t.Fatalf("agent ended: %v\n%s", err, rec)
-		default:
-		}
-		return len(rec.find("launcher ready")) > 0, "the agent has not logged 'launcher ready'"
-	})
+	select {
+	case <-a.Ready():
+	case err := <-done:
+		done <- err // for stop
+		t.Fatalf("agent ended before it was ready: %v\n%s", err, rec)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("after 30s the agent is not ready\n%s", rec)
+	}
 	return ra
 }
 

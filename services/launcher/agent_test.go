@@ -47,7 +47,7 @@ func TestConfigSilence(t *testing.T) {
 // the state dir's files by absolute paths.
 func TestNewStateDirAbsolute(t *testing.T) {
 	t.Parallel()
-	a, err := New(Config{Node: "a", StateDir: "relative/state", RunAsAllow: selfAllow(t)}, nil, slog.New(slog.DiscardHandler))
+	a, err := New(Config{Node: "a", StateDir: "relative/state", RunAsAllow: selfAllow(t)}, Deps{Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestNewStateDirAbsolute(t *testing.T) {
 // never moved back by one that finished later.
 func TestMarkAlive(t *testing.T) {
 	t.Parallel()
-	a, err := New(Config{Node: "a", StateDir: t.TempDir(), RunAsAllow: selfAllow(t)}, nil, slog.New(slog.DiscardHandler))
+	a, err := New(Config{Node: "a", StateDir: t.TempDir(), RunAsAllow: selfAllow(t)}, Deps{Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

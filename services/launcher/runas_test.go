@@ -192,11 +192,11 @@ func TestNewRefusesRootWithoutList(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the test does not run as root: TestRunAsPolicy covers a root agent")
 	}
-	_, err := New(Config{Node: "a", StateDir: t.TempDir()}, nil, slog.New(slog.DiscardHandler))
+	_, err := New(Config{Node: "a", StateDir: t.TempDir()}, Deps{Log: slog.New(slog.DiscardHandler)})
 	if err == nil || !strings.Contains(err.Error(), "--run-as-allow") {
 		t.Fatalf("New as root without a list: %v, want an error naming --run-as-allow", err)
 	}
-	if _, err := New(Config{Node: "a", StateDir: t.TempDir(), RunAsAllow: []string{"root"}}, nil, slog.New(slog.DiscardHandler)); err != nil {
+	if _, err := New(Config{Node: "a", StateDir: t.TempDir(), RunAsAllow: []string{"root"}}, Deps{Log: slog.New(slog.DiscardHandler)}); err != nil {
 		t.Fatalf("New as root with --run-as-allow root: %v", err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 // job's token; what is refused never reaches the bus (nil here).
 func TestTakeTelemetryToken(t *testing.T) {
 	t.Parallel()
-	a, err := New(Config{Node: "a", StateDir: t.TempDir(), RunAsAllow: selfAllow(t)}, nil, slog.New(slog.DiscardHandler))
+	a, err := New(Config{Node: "a", StateDir: t.TempDir(), RunAsAllow: selfAllow(t)}, Deps{Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -19,6 +20,23 @@ import (
 // stop its ranks.
 const DefaultAgentTTL = 6 * DefaultHeartbeat
 
+// WatchdogConfig is the watchdog's configuration.
+type WatchdogConfig struct {
+	// AgentTTL is how long after an agent's last heartbeat the GPUs of
+	// its jobs may be given away (toposched serve --agent-ttl; the
+	// agents' own --agent-ttl should match it): DefaultAgentTTL by
+	// default there; it must be positive.
+	AgentTTL time.Duration
+}
+
+// Validate names the bad field.
+func (c WatchdogConfig) Validate() error {
+	if c.AgentTTL <= 0 {
+		return fmt.Errorf("watchdog: agent TTL %s: must be positive", c.AgentTTL)
+	}
+	return nil
+}
+
 // Watchdog finishes as lost the jobs no agent answers for. Replicas may
 // run side by side: a second finish of a job is one placement already
 // answered ("had already finished"), and changes nothing.
@@ -27,6 +45,8 @@ type Watchdog struct {
 	ttl time.Duration
 	log *slog.Logger
 	now func() time.Time
+	// ready is closed once the stored jobs are read and the follows run.
+	ready chan struct{}
 
 	mu sync.Mutex
 	// jobs are the live decisions of jobs with a command.
@@ -56,17 +76,24 @@ type seenAgent struct {
 	warned bool
 }
 
-// NewWatchdog makes a watchdog over b with the agents' TTL.
-func NewWatchdog(b *bus.Bus, ttl time.Duration, log *slog.Logger) (*Watchdog, error) {
-	if ttl <= 0 {
-		return nil, fmt.Errorf("watchdog: agent TTL %s: must be positive", ttl)
+// NewWatchdog checks cfg and makes a watchdog over the bus; Run starts it.
+func NewWatchdog(cfg WatchdogConfig, deps Deps) (*Watchdog, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	return &Watchdog{b: b, ttl: ttl, log: log.With("room", "watchdog"), now: time.Now,
+	return &Watchdog{b: deps.Bus, ttl: cfg.AgentTTL, log: deps.log().With("room", "watchdog"), now: time.Now, ready: make(chan struct{}),
 		jobs: map[string]*watched{}, commands: map[string]bool{}, agents: map[string]*seenAgent{}}, nil
 }
 
+// Ready is closed once the watchdog has read the stored jobs and follows
+// the streams.
+func (w *Watchdog) Ready() <-chan struct{} { return w.ready }
+
 // Run watches until ctx ends.
 func (w *Watchdog) Run(ctx context.Context) error {
+	if w.b == nil {
+		return errors.New("watchdog: deps: Bus is required to run")
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if err := waitStreams(ctx, w.b, w.log, events.DomainJobs, events.DomainPlacement, events.DomainAgent); err != nil {
@@ -109,6 +136,7 @@ func (w *Watchdog) Run(ctx context.Context) error {
 			return fmt.Errorf("watchdog: read %s: %w", src.domain, err)
 		}
 	}
+	close(w.ready)
 	w.log.Info("watchdog ready", "agent_ttl", w.ttl, "jobs", len(w.jobs))
 	tick := time.NewTicker(max(w.ttl/8, 10*time.Millisecond))
 	defer tick.Stop()

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
@@ -81,7 +82,7 @@ func TestWatchdog(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			w, err := NewWatchdog(nil, ttl, slog.New(slog.DiscardHandler))
+			w, err := NewWatchdog(WatchdogConfig{AgentTTL: ttl}, Deps{Log: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,7 +135,7 @@ func TestWatchdogWarnsOfRanksOutlivingTTL(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var buf bytes.Buffer
-			w, err := NewWatchdog(nil, ttl, slog.New(slog.NewTextHandler(&buf, nil)))
+			w, err := NewWatchdog(WatchdogConfig{AgentTTL: ttl}, Deps{Log: slog.New(slog.NewTextHandler(&buf, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,4 +157,61 @@ func stopsAfter(hb *events.AgentHeartbeat, seconds float64) *events.AgentHeartbe
 func restarted(hb *events.AgentHeartbeat) *events.AgentHeartbeat {
 	hb.Agent += "-restarted"
 	return hb
+}
+
+// TestWatchdogRun: Ready comes once the stored jobs are read, and a job
+// decided before the watchdog started, which no agent takes, is finished
+// as lost once the TTL has passed since the start.
+func TestWatchdogRun(t *testing.T) {
+	t.Parallel()
+	e := newAgentEnv(t)
+	e.submit(t, &events.JobSubmitted{JobID: "orphan", Command: "train"}, 0)
+	const ttl = 200 * time.Millisecond
+	w, err := NewWatchdog(WatchdogConfig{AgentTTL: ttl}, Deps{Bus: e.b, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("watchdog: %v", err)
+		}
+	})
+	select {
+	case <-w.Ready():
+	case err := <-done:
+		done <- err // for the cleanup
+		t.Fatalf("watchdog ended before it was ready: %v", err)
+	case <-e.ctx.Done():
+		t.Fatal("the watchdog is not ready")
+	}
+	w.mu.Lock()
+	watched := len(w.jobs)
+	w.mu.Unlock()
+	if watched != 1 {
+		t.Fatalf("ready with %d watched jobs, want the stored one", watched)
+	}
+	waitUntil(t, 30*time.Second, func() (bool, string) {
+		f := e.finished(t)["orphan"]
+		return f != nil && f.Status == events.StatusLost && f.Reason == events.ReasonNoAgent, "the orphan is not finished as lost for want of an agent"
+	})
+}
+
+// TestWatchdogRunNeedsBus: a watchdog built without a bus (as the unit
+// tests above build theirs) refuses to run, naming what it lacks.
+func TestWatchdogRunNeedsBus(t *testing.T) {
+	t.Parallel()
+	w, err := NewWatchdog(WatchdogConfig{AgentTTL: time.Second}, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "Bus is required") {
+		t.Fatalf("Run without a bus: %v", err)
+	}
+	if _, err := NewWatchdog(WatchdogConfig{}, Deps{}); err == nil {
+		t.Fatal("a watchdog with no TTL was made")
+	}
 }

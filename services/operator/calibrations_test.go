@@ -24,13 +24,13 @@ func TestOnlineMovesThroughTheBucket(t *testing.T) {
 	base := &collective.Calibration{Version: collective.CalibrationVersion, Name: "file"}
 	base.Efficiency.PCIe = 0.6
 	const baseRev = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	op, err := Start(ctx, b, Config{Services: []string{Placement, Optimizer}, Replica: "r1", OnlineCalibration: true,
+	op, stop, err := StartOn(t, ctx, b, Config{Services: []string{Placement, Optimizer}, Replica: "r1", OnlineCalibration: true,
 		Calibration: base, CalibrationRevision: baseRev}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		if err := op.Stop(); err != nil {
+		if err := stop(); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -85,7 +85,7 @@ func TestOnlineMovesThroughTheBucket(t *testing.T) {
 	if bw := op.PlacementService().Bandwidths(); bw == nil || bw.Efficiency.PCIe != 0.63 {
 		t.Errorf("placement predicts with %+v", bw)
 	}
-	if bw := op.Optimizer.Bandwidths(); bw == nil || bw.Efficiency.PCIe != 0.63 {
+	if bw := op.OptimizerService().Bandwidths(); bw == nil || bw.Efficiency.PCIe != 0.63 {
 		t.Errorf("optimizer predicts with %+v", bw)
 	}
 

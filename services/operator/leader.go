@@ -443,10 +443,11 @@ func (l *lease) release(ctx context.Context, rev uint64) {
 }
 
 // startLease opens the lease bucket, makes a first campaign (so that a
-// replica alone, or the first one, leads when Start returns) and leaves
-// the campaign running until runCtx ends.
-func (o *Operator) startLease(ctx, runCtx context.Context, b *bus.Bus, cfg Config, log *slog.Logger) error {
-	ttl := cfg.LeaseTTL
+// replica alone, or the first one, leads when the operator is ready) and
+// leaves the campaign running until ctx ends.
+func (o *Operator) startLease(ctx context.Context) error {
+	b, log := o.b, o.log
+	ttl := o.cfg.LeaseTTL
 	if ttl == 0 {
 		ttl = DefaultLeaseTTL
 	}
@@ -467,9 +468,9 @@ func (o *Operator) startLease(ctx, runCtx context.Context, b *bus.Bus, cfg Confi
 		start: o.terms.start,
 		alive: func() bool { return b.Conn().IsConnected() },
 	}
-	o.lease = l
-	w := l.watch(runCtx)
-	rev, sent, t, termCancel, err := l.acquireOnce(runCtx)
+	o.lease.Store(l)
+	w := l.watch(ctx)
+	rev, sent, t, termCancel, err := l.acquireOnce(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			if w != nil {
@@ -484,16 +485,14 @@ func (o *Operator) startLease(ctx, runCtx context.Context, b *bus.Bus, cfg Confi
 		// later failed term does, rather than exit.
 		log.Warn("lease: first campaign failed; trying again", "key", l.key, "err", err)
 	}
-	if t != nil {
-		o.Placement = o.terms.current()
-	} else {
+	if t == nil {
 		st := l.Status()
 		log.Info("placement standby: another replica applies decisions", "holder", st.Holder)
 	}
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()
-		l.run(runCtx, w, rev, sent, t, termCancel)
+		l.run(ctx, w, rev, sent, t, termCancel)
 		_ = lb.Close() // run has released the lease on its way out
 	}()
 	return nil
@@ -511,10 +510,11 @@ func (o *Operator) PlacementService() *placement.Service {
 // LeaderStatus is placement's lease as this replica sees it; ok is false
 // when placement does not run here.
 func (o *Operator) LeaderStatus() (st LeaderStatus, ok bool) {
-	if o.lease == nil {
+	l := o.lease.Load()
+	if l == nil {
 		return LeaderStatus{}, false
 	}
-	return o.lease.Status(), true
+	return l.Status(), true
 }
 
 // replicaName is the configured replica name, or host name/pid and a
@@ -530,18 +530,17 @@ func replicaName(cfg Config) string {
 
 // startSole runs placement's one term for the life of the operator, with
 // no lease (Config.Sole).
-func (o *Operator) startSole(ctx, runCtx context.Context, _ *bus.Bus, _ Config, log *slog.Logger) error {
-	t, err := o.terms.start(runCtx, 0)
+func (o *Operator) startSole(ctx context.Context) error {
+	t, err := o.terms.start(ctx, 0)
 	if err != nil {
 		return err
 	}
-	o.Placement = o.terms.current()
-	log.Info("placement runs as the only replica (no lease)")
+	o.log.Info("placement runs as the only replica (no lease)")
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()
 		select {
-		case <-runCtx.Done():
+		case <-ctx.Done():
 		case <-t.done():
 		}
 		if err := t.stop(); err != nil {

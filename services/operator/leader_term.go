@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 
 	"github.com/toposched/toposched/events/bus"
@@ -23,9 +22,10 @@ type policyTarget interface {
 // router, so nothing of an earlier term's store (which may have missed
 // another leader's decisions) survives into the next.
 type placementTerms struct {
-	b   *bus.Bus
-	cfg Config
-	log *slog.Logger
+	// cfg and deps are every term's service's; start sets the term's
+	// policies, bandwidths, holder and lease revision on cfg.
+	cfg  placement.Config
+	deps placement.Deps
 	// holder is this replica's name in the lease and in its terms.
 	holder string
 	// fail stops the operator when a term's handlers fail on their own.
@@ -84,9 +84,9 @@ func (p *placementTerms) setCurrent(svc *placement.Service) {
 // returns once the handlers consume.
 func (p *placementTerms) start(ctx context.Context, leaseRevision uint64) (term, error) {
 	p.mu.Lock()
-	svc, err := placement.New(placement.Config{Strategy: p.cfg.Strategy, ReserveAfter: p.cfg.ReserveAfter, MaxStretch: p.cfg.MaxStretch, Policies: p.set,
-		Holder: p.holder, LeaseRevision: leaseRevision, Bandwidths: p.bw, SearchBudget: p.cfg.PlacementSearchBudget},
-		placement.Deps{Publish: p.b, Read: p.b, Consume: p.b, Subjects: p.b.Subjects, Log: p.log, Now: p.cfg.PlacementNow, ObservePolicyEval: p.cfg.ObservePolicyEval})
+	cfg := p.cfg
+	cfg.Policies, cfg.Bandwidths, cfg.Holder, cfg.LeaseRevision = p.set, p.bw, p.holder, leaseRevision
+	svc, err := placement.New(cfg, p.deps)
 	if err != nil {
 		p.mu.Unlock()
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,10 @@ import (
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/eventstest"
 	"github.com/toposched/toposched/internal/client"
+	"github.com/toposched/toposched/internal/topology"
+	"github.com/toposched/toposched/services/discovery"
+	"github.com/toposched/toposched/services/optimizer"
+	"github.com/toposched/toposched/services/placement"
 )
 
 const leaseCluster = `name: lease
@@ -166,25 +171,22 @@ func TestPlacementLeaseFailover(t *testing.T) {
 	ctx := eventstest.Context(t, 60*time.Second)
 
 	front := eventstest.Bus(t, url, "front")
-	ops, err := Start(ctx, front, Config{Services: []string{Discovery, Analysis}, ClusterFile: file}, log)
-	if err != nil {
+	if _, _, err := StartOn(t, ctx, front, Config{Services: []string{Discovery, Analysis}, Discovery: discovery.Config{ClusterFile: file}}, log); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = ops.Stop() })
 
 	replica := func(name string) (*Operator, *bus.Bus) {
 		b := eventstest.Bus(t, url, name)
-		op, err := Start(ctx, b, Config{Services: []string{Placement}, Replica: name, Policies: PoliciesNone, LeaseTTL: time.Second}, log)
+		op, _, err := StartOn(t, ctx, b, Config{Services: []string{Placement}, Replica: name, Policies: PoliciesNone, LeaseTTL: time.Second}, log)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = op.Stop() })
 		return op, b
 	}
 	r1, b1 := replica("r1")
 	r2, _ := replica("r2")
-	if role(r1) != RoleLeader || r1.Placement == nil {
-		t.Fatalf("r1: %+v, want leader with a service", r1.lease.Status())
+	if role(r1) != RoleLeader || r1.PlacementService() == nil {
+		t.Fatalf("r1: %+v, want leader with a service", r1.lease.Load().Status())
 	}
 	if st, _ := r2.LeaderStatus(); st.Role != RoleStandby || st.Holder != "r1" || r2.PlacementService() != nil {
 		t.Fatalf("r2: %+v, want standby behind r1 with no service", st)
@@ -220,21 +222,21 @@ func TestPlacementLeaseHandover(t *testing.T) {
 	srv := eventstest.Server(t)
 	log := slog.New(slog.DiscardHandler)
 	ctx := eventstest.Context(t, 30*time.Second)
-	start := func(name string) *Operator {
-		op, err := Start(ctx, eventstest.Bus(t, srv.ClientURL(), name),
+	start := func(name string) (*Operator, func() error) {
+		op, stop, err := StartOn(t, ctx, eventstest.Bus(t, srv.ClientURL(), name),
 			Config{Services: []string{Placement}, Replica: name, Policies: PoliciesNone, LeaseTTL: time.Minute}, log)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = op.Stop() })
-		return op
+		return op, stop
 	}
-	r1, r2 := start("r1"), start("r2")
+	r1, stop1 := start("r1")
+	r2, stop2 := start("r2")
 	if role(r1) != RoleLeader || role(r2) != RoleStandby {
 		t.Fatalf("roles %q and %q, want leader and standby", role(r1), role(r2))
 	}
 	began := time.Now()
-	if err := r1.Stop(); err != nil {
+	if err := stop1(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.After(20 * time.Second)
@@ -252,7 +254,7 @@ func TestPlacementLeaseHandover(t *testing.T) {
 	}
 	// A lease left by a process that died under the name "ghost": a
 	// replica restarted under that name takes it back at once.
-	if err := r2.Stop(); err != nil {
+	if err := stop2(); err != nil {
 		t.Fatal(err)
 	}
 	b := eventstest.Bus(t, srv.ClientURL(), "ghost-writer")
@@ -263,10 +265,10 @@ func TestPlacementLeaseHandover(t *testing.T) {
 	if _, err := kv.Create(ctx, LeaseKey, []byte(`{"holder":"ghost"}`)); err != nil {
 		t.Fatal(err)
 	}
-	if r := start("other"); role(r) != RoleStandby {
+	if r, _ := start("other"); role(r) != RoleStandby {
 		t.Fatalf("another name with the ghost's lease: %q, want standby", role(r))
 	}
-	if r := start("ghost"); role(r) != RoleLeader {
+	if r, _ := start("ghost"); role(r) != RoleLeader {
 		t.Fatalf("the ghost restarted: %q, want leader", role(r))
 	}
 }
@@ -279,6 +281,36 @@ func TestLeaseConfig(t *testing.T) {
 		err := Config{Services: []string{Placement}, LeaseTTL: tc.ttl}.Validate()
 		if (err == nil) != tc.ok {
 			t.Errorf("ttl %s: err %v, want ok=%v", tc.ttl, err, tc.ok)
+		}
+	}
+}
+
+// TestConfigValidate: a configuration is refused before anything starts,
+// the nested services' fields included (a bad stretch bound on a replica
+// with a lease used to fail only its terms' starts, and the replica
+// campaigned on with warnings), and so are the fields the operator sets
+// itself, which it would otherwise silently replace.
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string // "" when valid
+	}{
+		{"placement alone", Config{Services: []string{Placement}}, ""},
+		{"every service", Config{Services: All, Discovery: discovery.Config{ClusterFile: "c.yaml"}}, ""},
+		{"unknown strategy", Config{Services: []string{Placement}, Placement: placement.Config{Strategy: "nope"}}, "nope"},
+		{"stretch below 1", Config{Services: []string{Placement}, Placement: placement.Config{MaxStretch: 0.5}}, "max stretch 0.5"},
+		{"no cluster file", Config{Services: []string{Discovery}}, "cluster file: required by discovery"},
+		{"placement's policies", Config{Services: []string{Placement}, Placement: placement.Config{Holder: "x"}}, "are the operator's"},
+		{"optimizer's bandwidths", Config{Services: []string{Optimizer}, Optimizer: optimizer.Config{Bandwidths: &topology.Bandwidths{}}}, "are the operator's"},
+	} {
+		err := tc.cfg.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: err %v, want one naming %q", tc.name, err, tc.want)
 		}
 	}
 }

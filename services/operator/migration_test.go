@@ -12,6 +12,7 @@ import (
 	"github.com/toposched/toposched/internal/collective"
 	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/services/operator"
+	"github.com/toposched/toposched/services/placement"
 )
 
 // migNode is an 8x A100 NVSwitch node with 4x 100 Gb/s NICs, two GPUs per
@@ -118,15 +119,15 @@ func TestCongestionToMigration(t *testing.T) {
 	tunings := migFollow[events.RuntimeTuning](t, ctx, b, events.NameRuntimeTuning)
 	diags := migFollow[events.RuntimeDiagnosis](t, ctx, b, events.NameRuntimeDiagnosis)
 	props := migFollow[events.PlacementMigration](t, ctx, b, events.NamePlacementMigration)
-	op, err := operator.Start(ctx, b, operator.Config{
-		Services: []string{operator.Analysis, operator.Placement, operator.Optimizer},
-		Strategy: placer.StrategyBlind, Policies: operator.PoliciesNone, Sole: true,
+	op, stop, err := operator.StartOn(t, ctx, b, operator.Config{
+		Services:  []string{operator.Analysis, operator.Placement, operator.Optimizer},
+		Placement: placement.Config{Strategy: placer.StrategyBlind}, Policies: operator.PoliciesNone, Sole: true,
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := op.Stop(); err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("operator: %v", err)
 		}
 	})
@@ -201,7 +202,7 @@ func TestCongestionToMigration(t *testing.T) {
 	}
 	moved := ans.Decided
 	// Placement's store records the decision once it is published.
-	store := op.Placement.Store()
+	store := op.PlacementService().Store()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		j, _ := store.Snapshot().Job("victim")

@@ -14,6 +14,7 @@ import (
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/eventstest"
 	"github.com/toposched/toposched/internal/client"
+	"github.com/toposched/toposched/services/discovery"
 	"github.com/toposched/toposched/services/operator"
 )
 
@@ -30,17 +31,17 @@ func BenchmarkEndToEnd(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	op, err := operator.Start(ctx, bs, operator.Config{Services: operator.All, ClusterFile: file}, slog.New(slog.DiscardHandler))
+	op, stop, err := operator.StartOn(b, ctx, bs, operator.Config{Services: operator.All, Discovery: discovery.Config{ClusterFile: file}}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer func() {
-		if err := op.Stop(); err != nil {
+		if err := stop(); err != nil {
 			b.Error(err)
 		}
 	}()
 	for {
-		if total, _ := op.Placement.Store().Snapshot().Capacity(""); total == 10000 {
+		if total, _ := op.PlacementService().Store().Snapshot().Capacity(""); total == 10000 {
 			break
 		}
 		time.Sleep(10 * time.Millisecond) // setup only, outside the timed part

@@ -13,6 +13,7 @@ import (
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/eventstest"
 	"github.com/toposched/toposched/internal/client"
+	"github.com/toposched/toposched/services/discovery"
 	"github.com/toposched/toposched/services/operator"
 )
 
@@ -28,6 +29,7 @@ type world struct {
 	dir     string
 	b       *bus.Bus
 	op      *operator.Operator
+	stop    func() error
 	mu      sync.Mutex
 	seen    []client.Outcome
 	changed chan struct{}
@@ -65,15 +67,14 @@ func newWorld(t *testing.T, dir string) *world {
 
 func (w *world) start(file string) {
 	w.t.Helper()
-	op, err := operator.Start(context.Background(), w.b,
-		operator.Config{Services: operator.All, ClusterFile: file}, nil)
+	op, stop, err := operator.StartOn(w.t, context.Background(), w.b,
+		operator.Config{Services: operator.All, Discovery: discovery.Config{ClusterFile: file}}, nil)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.op = op
-	w.t.Cleanup(func() { _ = op.Stop() })
+	w.op, w.stop = op, stop
 	// Wait until discovery's topology is in the store.
-	w.until(func() bool { total, _ := op.Placement.Store().Snapshot().Capacity(""); return total == 20 }, "topology loaded")
+	w.until(func() bool { total, _ := op.PlacementService().Store().Snapshot().Capacity(""); return total == 20 }, "topology loaded")
 }
 
 func (w *world) submit(job events.JobSubmitted) {
@@ -263,7 +264,7 @@ func TestHealthTakesGPUOutOfPlacement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.until(func() bool { return w.op.Placement.Store().Snapshot().FreeCount() == 19 }, "GPU p/0 unhealthy")
+	w.until(func() bool { return w.op.PlacementService().Store().Snapshot().FreeCount() == 19 }, "GPU p/0 unhealthy")
 	w.submit(events.JobSubmitted{JobID: "l40s", GPUs: 3, GPUModel: "L40S"})
 	d := w.await("l40s", events.NamePlacementDecided).Decided
 	if d.Nodes[0].CUDAVisibleDevices != "1,2,3" {
@@ -278,12 +279,12 @@ func TestRestartKeepsAllocationsAndPendingJobs(t *testing.T) {
 	w.await("first", events.NamePlacementDecided)
 	w.submit(events.JobSubmitted{JobID: "queued", GPUs: 8, GPUModel: "A100", Priority: 1})
 	w.await("queued", events.NamePlacementPending)
-	if err := w.op.Stop(); err != nil {
+	if err := w.stop(); err != nil {
 		t.Fatal(err)
 	}
 	// A new placement replica rebuilds from the streams alone.
 	w.start(filepath.Join(w.dir, "cluster.yaml"))
-	snap := w.op.Placement.Store().Snapshot()
+	snap := w.op.PlacementService().Store().Snapshot()
 	if got := len(snap.GPUsOfJob("first")); got != 16 {
 		t.Fatalf("after restart first holds %d GPUs, want 16", got)
 	}

@@ -98,11 +98,10 @@ func (l *policyLog) rejected() *events.PolicyRejected {
 func startPlacement(t *testing.T, b *bus.Bus, cfg Config) *Operator {
 	t.Helper()
 	cfg.Services = []string{Placement}
-	op, err := Start(eventstest.Context(t, 30*time.Second), b, cfg, slog.New(slog.DiscardHandler))
+	op, _, err := StartOn(t, eventstest.Context(t, 30*time.Second), b, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = op.Stop() })
 	return op
 }
 
@@ -167,7 +166,7 @@ func TestPushedSets(t *testing.T) {
 	if def.Source != events.PolicySourceDefault || def.Name != "default" || def.TestsPassed == 0 || def.Previous != "" {
 		t.Fatalf("start-up applied %+v", def)
 	}
-	if got := op.Placement.Policies(); got == nil || got.Revision != def.Revision {
+	if got := op.PlacementService().Policies(); got == nil || got.Revision != def.Revision {
 		t.Fatalf("in force %v, announced %s", got, def.Revision)
 	}
 
@@ -186,7 +185,7 @@ func TestPushedSets(t *testing.T) {
 		a.Previous != def.Revision || a.TestsPassed != def.TestsPassed+1 {
 		t.Fatalf("applied %+v, want revision %s kv %d after %s", a, rev, kvRev, def.Revision)
 	}
-	if got := op.Placement.Policies().Revision; got != rev {
+	if got := op.PlacementService().Policies().Revision; got != rev {
 		t.Fatalf("in force %s, want the pushed %s", got, rev)
 	}
 
@@ -225,7 +224,7 @@ func TestPushedSets(t *testing.T) {
 			if !found {
 				t.Errorf("errors %+v do not name %s:%d %s", r.Errors, tc.file, tc.line, tc.code)
 			}
-			if got := op.Placement.Policies().Revision; got != rev {
+			if got := op.PlacementService().Policies().Revision; got != rev {
 				t.Errorf("in force %s after a refused push, want %s", got, rev)
 			}
 		})
@@ -239,7 +238,7 @@ func TestPushedSets(t *testing.T) {
 	if back.Revision != def.Revision || back.Source != events.PolicySourceDefault || back.Previous != rev {
 		t.Fatalf("after withdrawal %+v", back)
 	}
-	if got := op.Placement.Policies().Revision; got != def.Revision {
+	if got := op.PlacementService().Policies().Revision; got != def.Revision {
 		t.Fatalf("in force %s after withdrawal, want %s", got, def.Revision)
 	}
 }
@@ -291,7 +290,7 @@ func TestDirectoryReload(t *testing.T) {
 					t.Errorf("refused at %s (%s), want %s", loc, e.Message, st.refused)
 				}
 			}
-			if got := op.Placement.Policies().Revision; got != inForce {
+			if got := op.PlacementService().Policies().Revision; got != inForce {
 				t.Errorf("in force %s, want %s", got, inForce)
 			}
 		})
@@ -349,7 +348,7 @@ func TestPrecedence(t *testing.T) {
 	if a := log.applied("r1"); a.Revision != again || a.Source != events.PolicySourceKV || a.Previous != edited {
 		t.Fatalf("after a second push %+v", a)
 	}
-	if got := op.Placement.Policies().Revision; got != pushed {
+	if got := op.PlacementService().Policies().Revision; got != pushed {
 		t.Fatalf("in force %s, want %s", got, pushed)
 	}
 }
@@ -509,10 +508,9 @@ func TestStartPolicyConfig(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{Services: []string{Placement}, Policies: tc.policies, Replica: tc.name}
-			op, err := Start(eventstest.Context(t, 30*time.Second), b, cfg, slog.New(slog.DiscardHandler))
+			op, stop, err := StartOn(t, eventstest.Context(t, 30*time.Second), b, cfg, slog.New(slog.DiscardHandler))
 			if tc.wantErr != "" {
 				if err == nil {
-					_ = op.Stop()
 					t.Fatal("started")
 				}
 				if !strings.Contains(err.Error(), tc.wantErr) {
@@ -524,11 +522,11 @@ func TestStartPolicyConfig(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() {
-				if err := op.Stop(); err != nil {
+				if err := stop(); err != nil {
 					t.Error(err)
 				}
 			}()
-			if s := op.Placement.Policies(); s != nil {
+			if s := op.PlacementService().Policies(); s != nil {
 				t.Fatalf("policies off, yet %v in force", s)
 			}
 		})

@@ -23,6 +23,7 @@ import (
 	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/policies"
+	"github.com/toposched/toposched/services/discovery"
 	"github.com/toposched/toposched/services/operator"
 )
 
@@ -238,18 +239,23 @@ func runE2E(ctx context.Context, out io.Writer, cfg Config) error {
 	if cfg.NoPolicies {
 		pol, polName = operator.PoliciesNone, "off"
 	}
-	op, err := operator.Start(ctx, b, operator.Config{Services: operator.All, ClusterFile: file, Policies: pol, Sole: true}, log)
+	op, err := operator.New(operator.Config{Services: operator.All, Discovery: discovery.Config{ClusterFile: file}, Policies: pol, Sole: true},
+		operator.Deps{Bus: b, Log: log})
 	if err != nil {
 		return err
 	}
-	defer func() { _ = op.Stop() }() // a service that failed shows as decisions that never came
+	stop, err := operator.Background(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = stop() }() // a service that failed shows as decisions that never came
 	total := len(names) * NodeGPUs
 	// Placement and the optimizer both hold the whole cluster, and its
 	// fabric (published after the nodes), before the window opens: their
 	// catch-up with the topology stream is the start's cost, not the
 	// decisions'.
 	for {
-		place, opt := op.Placement.Store().Snapshot(), op.Optimizer.Store().Snapshot()
+		place, opt := op.PlacementService().Store().Snapshot(), op.OptimizerService().Store().Snapshot()
 		t, _ := place.Capacity("")
 		o, _ := opt.Capacity("")
 		if t == total && o == total && place.HasFabric() && opt.HasFabric() {

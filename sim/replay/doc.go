@@ -55,7 +55,7 @@
 // and placement,
 // exactly as a cluster that decides instantly would see it, independent
 // of how fast this machine decides. Placement reads the virtual clock
-// too (operator.Config.PlacementNow), so that its reservation for a
+// too (operator.Deps.PlacementNow), so that its reservation for a
 // starving job (--reserve-after: the head of the queue, once it has
 // waited that long, gets nodes no later job may take) counts trace time
 // as a cluster would; with the reservation on, a finish while jobs wait
@@ -66,7 +66,7 @@
 // barrier (TestShortcutsChangeNothing, TestReservationSettled). The
 // replay runs the reservation as serve does by default (after 5 minutes;
 // --reserve-after -1s turns it off). Nor does topology-aware's local search stop on the
-// wall clock (serve's 2 ms; operator.Config.PlacementSearchBudget): each
+// wall clock (serve's 2 ms; placement.Config.SearchBudget): each
 // decision is bounded by its cost-model evaluations alone, so a replay
 // gives the same figures on an idle machine and a loaded one
 // (TestReplayIsDeterministic). Every strategy honours the reservation,

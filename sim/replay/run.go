@@ -19,7 +19,10 @@ import (
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/natsserver"
 	"github.com/toposched/toposched/internal/client"
+	"github.com/toposched/toposched/services/discovery"
 	"github.com/toposched/toposched/services/operator"
+	"github.com/toposched/toposched/services/optimizer"
+	"github.com/toposched/toposched/services/placement"
 )
 
 // Config says what one replay runs.
@@ -220,26 +223,32 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer func() { _ = b.Close() }() // after the replay: JetStream acknowledged all it published
 	ra := cfg.ReserveAfter
-	ocfg := operator.Config{Services: operator.All, ClusterFile: cfg.ClusterFile, Sole: true,
-		Strategy: cfg.Strategy, ReserveAfter: &ra, MaxStretch: cfg.MaxStretch, Policies: cfg.Policies, Replica: "replay",
+	ocfg := operator.Config{Services: operator.All, Discovery: discovery.Config{ClusterFile: cfg.ClusterFile}, Sole: true,
+		Placement: placement.Config{Strategy: cfg.Strategy, ReserveAfter: &ra, MaxStretch: cfg.MaxStretch},
 		// Nothing in a replay accepts a move (see the package doc).
-		OptimizerNoMigrations: true}
+		Optimizer: optimizer.Config{NoMigrations: true},
+		Policies:  cfg.Policies, Replica: "replay"}
+	deps := operator.Deps{Bus: b, Log: cfg.Log}
 	var clock *virtualClock
 	if !cfg.Burst && cfg.Speed <= 0 {
 		// Placement counts its queue's waits on the virtual clock, so that
 		// the reservation for a starving job comes when it would have.
 		clock = &virtualClock{epoch: time.Now()}
-		ocfg.PlacementNow = clock.now
+		deps.PlacementNow = clock.now
 		// Nor does its local search stop on the wall clock: each
 		// decision is bounded by cost-model evaluations alone, so the
 		// replay decides alike on an idle machine and a loaded one.
-		ocfg.PlacementSearchBudget = -1
+		ocfg.Placement.SearchBudget = -1
 	}
-	op, err := operator.Start(ctx, b, ocfg, cfg.Log)
+	op, err := operator.New(ocfg, deps)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	defer func() { _ = op.Stop() }() // a service's failure is reported from op.Err below
+	stop, err := operator.Background(ctx, op)
+	if err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	defer func() { _ = stop() }() // a service's failure is reported from op.Err below
 	ideal, err := newIdealModel(cfg.ClusterFile)
 	if err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
@@ -309,7 +318,7 @@ func awaitTopology(ctx context.Context, op *operator.Operator, want int, fabric 
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		snap := op.Placement.Store().Snapshot()
+		snap := op.PlacementService().Store().Snapshot()
 		total, _ := snap.Capacity("")
 		if total >= want && (!fabric || snap.HasFabric()) {
 			return nil
