@@ -240,8 +240,15 @@ func TestWatchRefusesBrokenEdit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each edit lands whole (written beside, then renamed over), as an
+	// editor saves: os.WriteFile truncates first, and a poll between the
+	// truncation and the write reads an empty module and reports it.
 	write := func(name, src string) {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+		tmp := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(tmp, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
