@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -200,7 +201,7 @@ func TestReadyChecksStorage(t *testing.T) {
 	if full == nil {
 		t.Fatalf("published %d bytes into a %d-byte store", 2*natsserver.MinMaxStore, natsserver.MinMaxStore)
 	}
-	if !strings.Contains(full.Error(), "JetStream storage full") {
+	if !errors.Is(full, bus.ErrStorageFull) {
 		t.Errorf("publish into a full store: %v, want 'JetStream storage full'", full)
 	}
 	*now = now.Add(readyCacheFor)

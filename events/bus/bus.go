@@ -481,7 +481,7 @@ func (b *Bus) publishError(msg *nats.Msg, err error) error {
 	if storageFull(err) {
 		// Transient: the store may be freed. Said plainly, so that
 		// topoctl submit does not report a bare API error.
-		return Transient(fmt.Errorf("JetStream storage full: publish %s: %w", subject, err))
+		return Transient(fmt.Errorf("%w: publish %s: %w", ErrStorageFull, subject, err))
 	}
 	if inProcess(err) {
 		// The stream is storing a write this one must follow (the same
@@ -551,6 +551,11 @@ const (
 	// (a clustered stream's proposal in flight) and may yet be.
 	errCodeDuplicateInProcess jetstream.ErrorCode = 10158
 )
+
+// ErrStorageFull is a publish refused because the stream's store, the
+// server's or the account's, has no room for it: transient, for room may
+// be freed.
+var ErrStorageFull = errors.New("JetStream storage full")
 
 // storageFull reports whether a publish was refused for lack of storage.
 func storageFull(err error) bool {

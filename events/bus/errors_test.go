@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -116,7 +115,7 @@ func TestStorageFull(t *testing.T) {
 			t.Errorf("%s: storage full %v, want %v", tc.name, got, tc.full)
 		}
 		err := (&Bus{}).publishError(nats.NewMsg("s"), tc.err)
-		if got := strings.Contains(err.Error(), "JetStream storage full"); got != tc.full || !IsTransient(err) {
+		if got := errors.Is(err, ErrStorageFull); got != tc.full || !IsTransient(err) {
 			t.Errorf("%s: published as %v (transient %v)", tc.name, err, IsTransient(err))
 		}
 	}

@@ -136,7 +136,7 @@ func TestGeneratedCredentials(t *testing.T) {
 	if nc, err := nats.Connect(srv.ClientURL(), nats.Timeout(5*time.Second)); err == nil {
 		nc.Close()
 		t.Fatal("an anonymous client connected")
-	} else if !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+	} else if !errors.Is(err, nats.ErrAuthorization) {
 		t.Errorf("anonymous client: %v, want an authorization violation", err)
 	}
 	connect := func(role string) (*nats.Conn, chan error) {
@@ -176,7 +176,7 @@ func TestGeneratedCredentials(t *testing.T) {
 	}
 	select {
 	case err := <-errs:
-		if !strings.Contains(err.Error(), "Permissions Violation") || !strings.Contains(err.Error(), "denied.x") {
+		if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), "denied.x") {
 			t.Errorf("launcher publishing denied.x: %v, want a permissions violation", err)
 		}
 	case <-ctx.Done():

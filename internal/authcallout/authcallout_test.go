@@ -516,7 +516,7 @@ authorization {
 	}
 	select {
 	case err := <-errs:
-		if !strings.Contains(err.Error(), "Permissions Violation") || !strings.Contains(err.Error(), "hb.gpu-2") {
+		if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), "hb.gpu-2") {
 			t.Fatalf("agent's async error %v, want a permissions violation for hb.gpu-2", err)
 		}
 	case <-time.After(5 * time.Second):

@@ -82,6 +82,10 @@ type Sample struct {
 // from: below it latency, not bandwidth, decides.
 const FitMinBytes = 128 << 20
 
+// ErrNoMeasurement is a fit refused because no sample is FitMinBytes or
+// larger: a log of small messages says nothing of bandwidth.
+var ErrNoMeasurement = errors.New("no measurement")
+
 // Bandwidths returns base (nil: the defaults) with the calibration's
 // efficiencies.
 func (c *Calibration) Bandwidths(base *topology.Bandwidths) *topology.Bandwidths {
@@ -634,7 +638,7 @@ func FitCalibration(name string, samples []Sample, base *topology.Bandwidths) (*
 		}
 	}
 	if len(large) == 0 {
-		return nil, fmt.Errorf("no measurement of %d bytes or more to fit bandwidth to (%d given)", int64(FitMinBytes), len(samples))
+		return nil, fmt.Errorf("%w of %d bytes or more to fit bandwidth to (%d given)", ErrNoMeasurement, int64(FitMinBytes), len(samples))
 	}
 	c := &Calibration{Version: CalibrationVersion, Name: name}
 	eff := map[string]float64{"nvlink": EffNVLink, "nvls": EffNVLS, "pcie": EffPCIe, "net": EffNet}

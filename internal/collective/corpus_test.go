@@ -1,6 +1,7 @@
 package collective
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -100,7 +101,7 @@ func TestCorpusCalibrates(t *testing.T) {
 			largest = max(largest, s.Bytes)
 		}
 		switch {
-		case err != nil && largest < FitMinBytes && strings.Contains(err.Error(), "no measurement of"):
+		case err != nil && largest < FitMinBytes && errors.Is(err, ErrNoMeasurement):
 			// Its refusal: bandwidth is fitted from 128 MiB up.
 			t.Logf("%s: read; its largest message, %g bytes, is below the %d bandwidth is fitted from: %v", base, largest, FitMinBytes, err)
 			continue

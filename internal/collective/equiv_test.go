@@ -13,7 +13,7 @@ import (
 	"github.com/toposched/toposched/internal/topology"
 )
 
-var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/equivalence_golden.txt")
+var update = flag.Bool("update", false, "rewrite testdata/equivalence_golden.txt")
 
 // fbits prints a float exactly (so that any change of result shows).
 func fbits(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
@@ -161,7 +161,7 @@ func TestEquivalenceGolden(t *testing.T) {
 	t.Parallel()
 	got := equivalenceDump(t)
 	const path = "testdata/equivalence_golden.txt"
-	if *updateGolden {
+	if *update {
 		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -51,6 +51,9 @@ const (
 	KindPod             = "Pod"
 )
 
+// ErrUnknownKind is SizeOf asked about a kind it does not read.
+var ErrUnknownKind = errors.New("unknown kind")
+
 // Labels and annotations the workload controllers put on their pods.
 const (
 	// LabelPodGroup names the pod's PodGroup (scheduler-plugins
@@ -661,7 +664,7 @@ func SizeOf(kind string, obj map[string]any) (int, error) {
 	case KindPod:
 		return 1, nil
 	default:
-		return 0, fmt.Errorf("kube: SizeOf: unknown kind %q", kind)
+		return 0, fmt.Errorf("kube: SizeOf: %w %q", ErrUnknownKind, kind)
 	}
 }
 

@@ -479,7 +479,7 @@ func TestSizeOf(t *testing.T) {
 	if _, err := SizeOf(KindJobSet, nil); err == nil {
 		t.Fatal("SizeOf(nil) took it")
 	}
-	if _, err := SizeOf("Deployment", map[string]any{}); err == nil || !strings.Contains(err.Error(), "unknown kind") {
+	if _, err := SizeOf("Deployment", map[string]any{}); !errors.Is(err, ErrUnknownKind) {
 		t.Fatalf("SizeOf of an unknown kind: %v", err)
 	}
 }

@@ -42,7 +42,7 @@ func BenchmarkPlaceSmall(b *testing.B) {
 	}
 }
 
-var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/decisions.golden from the current decisions")
+var update = flag.Bool("update", false, "rewrite testdata/decisions.golden from the current decisions")
 
 // goldenDecisions is the file TestDecisionGolden holds the decisions to.
 var goldenDecisions = filepath.Join("testdata", "decisions.golden")
@@ -262,7 +262,7 @@ func sameResult(a, b outcome.Result) bool {
 // explanation) of decisionCases, one line per case, to
 // testdata/decisions.golden: a speed-up must leave every decision as it
 // was. A change that means to decide differently rewrites it with
-// -update-golden, and the diff of the file shows what changed.
+// -update, and the diff of the file shows what changed.
 func TestDecisionGolden(t *testing.T) {
 	cases := decisionCases(t)
 	var got bytes.Buffer
@@ -270,7 +270,7 @@ func TestDecisionGolden(t *testing.T) {
 		got.WriteString(c.line())
 		got.WriteByte('\n')
 	}
-	if *updateGolden {
+	if *update {
 		if err := os.MkdirAll(filepath.Dir(goldenDecisions), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -280,7 +280,7 @@ func TestDecisionGolden(t *testing.T) {
 	}
 	data, err := os.ReadFile(goldenDecisions)
 	if err != nil {
-		t.Fatalf("%v (run with -update-golden to write it)", err)
+		t.Fatalf("%v (run with -update to write it)", err)
 	}
 	wantNames, want := goldenLines(t, data)
 	gotNames, gotLines := goldenLines(t, got.Bytes())
@@ -339,7 +339,7 @@ func diffGolden(t *testing.T, wantNames []string, want map[string]string, gotNam
 		}
 	}
 	if changed > 0 {
-		t.Errorf("%d of %d decisions differ from %s (if that is meant, rerun with -update-golden); the first %d:\n%s",
+		t.Errorf("%d of %d decisions differ from %s (if that is meant, rerun with -update); the first %d:\n%s",
 			changed, len(gotNames), goldenDecisions, len(diffs), strings.Join(diffs, "\n"))
 	}
 }
