@@ -15,25 +15,10 @@ import (
 	"strings"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
-
-// NodeView is what a Filter is told of a node: what the candidate walk
-// has at hand, so that filtering costs no store lookups.
-type NodeView struct {
-	Node store.Node
-	// Free counts its free GPUs of the job's model.
-	Free int
-	// Fabric lists its fabric domains (leaf, pod, core), smallest first.
-	Fabric []string
-}
-
-// ViewOf is the view of a node with free GPUs (of the job's model, by
-// index; at least one) that the candidate walk gives a Filter.
-func ViewOf(node store.Node, free []store.FreeGPU) NodeView {
-	return NodeView{Node: node, Free: len(free), Fabric: fabricDomains(free[0].Domains)}
-}
 
 // candNode is a node with free GPUs the job may use.
 type candNode struct {
@@ -81,14 +66,14 @@ type twinPick struct {
 // (so every node left has all of them free), and enough nodes of every
 // kind of such node (store.NodeCounts.Whole) are kept. On a cluster of few
 // node kinds, mostly empty, that is most of the walk.
-func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) bool, k int, enough int, holesOf func(*candNode) int) (out []*candNode, seen map[string]bool) {
+func bestFitSingle(snap *store.Snapshot, model string, filter func(engine.NodeView) bool, k int, enough int, holesOf func(*candNode) int) (out []*candNode, seen map[string]bool) {
 	out, seen, _ = bestFitWalk(snap, model, filter, k, enough, holesOf, true)
 	return out, seen
 }
 
 // bestFitWalk is bestFitSingle, and how many nodes it read; stopWhole
 // false walks the twins left to the end, as the tests' reference.
-func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool, k int, enough int, holesOf func(*candNode) int, stopWhole bool) (out []*candNode, seen map[string]bool, read int) {
+func bestFitWalk(snap *store.Snapshot, model string, filter func(engine.NodeView) bool, k int, enough int, holesOf func(*candNode) int, stopWhole bool) (out []*candNode, seen map[string]bool, read int) {
 	limit := singleLimit
 	if k == 1 {
 		limit = oneGPULimit
@@ -162,9 +147,9 @@ func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool,
 				continue
 			}
 		}
-		fabric := fabricDomains(free[0].Domains)
+		fabric := engine.FabricDomains(free[0].Domains)
 		if filter != nil {
-			ok := filter(NodeView{Node: *node, Free: len(free), Fabric: fabric})
+			ok := filter(engine.NodeView{Node: *node, Free: len(free), Fabric: fabric})
 			if seen == nil {
 				seen = map[string]bool{}
 			}
@@ -263,7 +248,7 @@ func wholeKindsKept(classes []twinClass, kinds []store.WholeKind, c, enough int)
 // free lists are the store's own, and the candNodes come from one slab
 // sized from the store's counts, so a decision allocates a handful of
 // objects, not a few per node.
-func candidates(snap *store.Snapshot, model string, filter func(NodeView) bool) (out []*candNode, total, considered int) {
+func candidates(snap *store.Snapshot, model string, filter func(engine.NodeView) bool) (out []*candNode, total, considered int) {
 	nodes := snap.NodeCounts(model).FreeAtLeast(1)
 	if nodes == 0 {
 		return nil, 0, 0
@@ -272,8 +257,8 @@ func candidates(snap *store.Snapshot, model string, filter func(NodeView) bool) 
 	out = make([]*candNode, 0, nodes)
 	for node, free := range snap.EachNodeFree(model) {
 		considered++
-		fabric := fabricDomains(free[0].Domains)
-		if filter != nil && !filter(NodeView{Node: *node, Free: len(free), Fabric: fabric}) {
+		fabric := engine.FabricDomains(free[0].Domains)
+		if filter != nil && !filter(engine.NodeView{Node: *node, Free: len(free), Fabric: fabric}) {
 			continue
 		}
 		if len(slab) == cap(slab) {
@@ -309,7 +294,7 @@ type scopeSet struct {
 // Nil when the job needs the cluster level (no leaf or pod holds it as
 // it will be spread) or scopeWalk nodes were read without finding a
 // domain: the caller walks the whole cluster.
-func scoped(snap *store.Snapshot, job events.JobAnalyzed, model string, filter func(NodeView) bool, n, gpn int) []scopeSet {
+func scoped(snap *store.Snapshot, job events.JobAnalyzed, model string, filter func(engine.NodeView) bool, n, gpn int) []scopeSet {
 	unit := 1
 	if gpn == 0 {
 		unit = unitOf(job, n)
@@ -405,63 +390,17 @@ const scopeDomains = 16
 const scopeWalk = 1024
 
 // candidatesIn is candidates for the nodes of one leaf or pod.
-func candidatesIn(snap *store.Snapshot, dom, model string, filter func(NodeView) bool) (out []*candNode, total, considered int) {
+func candidatesIn(snap *store.Snapshot, dom, model string, filter func(engine.NodeView) bool) (out []*candNode, total, considered int) {
 	for node, free := range snap.EachNodeFreeIn(dom, model) {
 		considered++
-		fabric := fabricDomains(free[0].Domains)
-		if filter != nil && !filter(NodeView{Node: *node, Free: len(free), Fabric: fabric}) {
+		fabric := engine.FabricDomains(free[0].Domains)
+		if filter != nil && !filter(engine.NodeView{Node: *node, Free: len(free), Fabric: fabric}) {
 			continue
 		}
 		out = append(out, &candNode{node: node, free: free, fabric: fabric})
 		total += len(free)
 	}
 	return out, total, considered
-}
-
-// nodeLocalOrCluster reports whether a domain ID is of a node-local kind
-// (island, pcie, numa, node) or the cluster: not a fabric domain.
-func nodeLocalOrCluster(d string) bool {
-	i := strings.IndexByte(d, ':')
-	if i < 0 {
-		return false
-	}
-	switch d[:i] {
-	case store.DomainIsland, store.DomainPCIe, store.DomainNUMA, store.DomainNode, store.DomainCluster:
-		return true
-	}
-	return false
-}
-
-// fabricDomains returns a GPU's fabric domains (all but the node-local
-// ones and the cluster), in order. The store lists them as one run between
-// the node and the cluster, so this is a capped window of the GPU's shared
-// Domains (appending copies); a list of another shape gets a new slice.
-func fabricDomains(ds []string) []string {
-	i := 0
-	for i < len(ds) && nodeLocalOrCluster(ds[i]) {
-		i++
-	}
-	j := i
-	for j < len(ds) && !nodeLocalOrCluster(ds[j]) {
-		j++
-	}
-	k := j
-	for k < len(ds) && nodeLocalOrCluster(ds[k]) {
-		k++
-	}
-	if i == j {
-		return nil
-	}
-	if k == len(ds) {
-		return ds[i:j:j]
-	}
-	var out []string
-	for _, d := range ds {
-		if !nodeLocalOrCluster(d) {
-			out = append(out, d)
-		}
-	}
-	return out
 }
 
 func filterWait(cands []*candNode, total, n, gpn int, model string) (outcome.Result, bool) {

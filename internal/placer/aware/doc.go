@@ -13,7 +13,7 @@
 //
 // The files follow one job through placement, a stage each, in order:
 //
-//   - options.go: the strategy names, Options and the package's constants.
+//   - options.go: the strategy names, engine.Options and the package's constants.
 //   - place.go: Place and PlaceWithBaseline (blind's verdict first), and
 //     place, which runs the stages below in order.
 //   - candidates.go: the candidate walk, the nodes the job may use (a Wait
@@ -153,7 +153,7 @@
 // denied, up to 16. The allowed candidate of least cost wins, cost being
 // its comm time relative to the fastest judged plus its score, so a score
 // of 1 weighs as much as doubling the comm time. When all are denied,
-// Place answers Wait with the favourite's deny reasons (Explain says
+// Place answers Wait with the favourite's deny reasons (engine.Explain says
 // PolicyDenied). The local search's result is judged again and kept only
 // if allowed. Options.Explain collects the levels tried and the candidates
 // judged, for the decision's explanation.

@@ -393,7 +393,7 @@ func (p *placer) fabricDomains(cands []*candNode, n int, explain bool) []string 
 			fit = append(fit, dom{d, l, got})
 		}
 	}
-	if x := p.opts.Explain; x != nil && explain && !x.hasLevel(store.DomainCluster) {
+	if x := p.opts.Explain; x != nil && explain && !x.HasLevel(store.DomainCluster) {
 		for l, name := range [3]string{store.DomainLeaf, store.DomainPod, store.DomainCore} {
 			if domains[l] > 0 {
 				x.Explanation.Levels = append(x.Explanation.Levels, events.LevelCount{Level: name, Domains: domains[l], Fitting: fitting[l]})

@@ -18,14 +18,15 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 )
 
 // Place decides where a job runs, topology-aware (see the package doc).
-func Place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) outcome.Result {
-	ours, _ := PlaceWithBaseline(snap, job, opts)
+func Place(req engine.Request) outcome.Result {
+	ours, _ := placeWithBaseline(req, knobs{})
 	return ours
 }
 
@@ -33,19 +34,33 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) outcome.R
 // on the same snapshot: Place runs it anyway (for its reasons why a job
 // can never fit or must wait), and the decision reports it as the
 // baseline, so the cluster is walked once for both.
-func PlaceWithBaseline(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (ours, base outcome.Result) {
-	base = blind.Place(snap, job)
+func PlaceWithBaseline(req engine.Request) (ours, base outcome.Result) {
+	return placeWithBaseline(req, knobs{})
+}
+
+func placeWithBaseline(req engine.Request, k knobs) (ours, base outcome.Result) {
+	base = blind.Place(req.Snap, req.Job)
 	if base.Verdict != outcome.Placed {
 		return base, base
 	}
-	return placeNotWorse(snap, job, opts, base), base
+	return placeNotWorse(req.Snap, req.Job, req.Options, base, k), base
+}
+
+// knobs are slower ways to the same decisions, kept as the tests'
+// references; only the tests set them (export_test.go).
+type knobs struct {
+	// eagerOneGPU walks a one-GPU job's nodes to maxJudged at once, as
+	// before the walk waited for the judge to ask (place).
+	eagerOneGPU bool
+	// noTwinPicks works out every node's pick, twins' too.
+	noTwinPicks bool
 }
 
 // place is the topology-aware decision and, when placed, its predicted
 // comm time (NaN when none was worked out), and whether bestFitWithin
 // chose it (a tighter fit, allowed to be slower than the fastest by the
 // fit tolerance).
-func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.Result, float64, bool) {
+func place(snap *store.Snapshot, job events.JobAnalyzed, opts engine.Options, k knobs) (outcome.Result, float64, bool) {
 	n, gpn, model := job.Job.GPUs, job.Job.GPUsPerNode, job.Job.GPUModel
 	x := opts.Explain
 	var cands []*candNode
@@ -64,9 +79,9 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 	if single && snap.NodeCounts(model).FreeAtLeast(n) > 0 {
 		var seen map[string]bool
 		var holesOf func(*candNode) int
-		walker := &placer{opts: opts} // pick's scratch, and limit
+		walker := &placer{opts: opts, knobs: k} // pick's scratch, and limit
 		enough := max(walker.limit(), maxJudged)
-		if n == 1 && !opts.eagerOneGPU {
+		if n == 1 && !k.eagerOneGPU {
 			// The judge reads one candidate when the favourite passes,
 			// as it mostly does, and up to maxJudged when it does not:
 			// the walk keeps the first limit() nodes, which it finds
@@ -86,7 +101,7 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 		if f := opts.Filter; f != nil {
 			// The cluster walk, and the longer walk, if they come, ask
 			// no node twice (the filter counts the nodes it denies).
-			filter = func(v NodeView) bool {
+			filter = func(v engine.NodeView) bool {
 				if ok, asked := seen[v.Node.Name]; asked {
 					return ok
 				}
@@ -123,7 +138,7 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 	// does.
 	var sets []scopeSet
 	if len(fit) == 0 {
-		if sn := opts.scopeNodes(); sn >= 0 && snap.NodeCounts(model).FreeAtLeast(1) > sn {
+		if sn := scopeNodes(opts); sn >= 0 && snap.NodeCounts(model).FreeAtLeast(1) > sn {
 			sets = scoped(snap, job, model, filter, n, gpn)
 		}
 		if sets != nil {
@@ -144,7 +159,7 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 		}
 	}
 	e := newEvaluator(snap, job, n, opts)
-	p := &placer{opts: opts, e: e, n: n, cands: fit, busy: busy(snap, model)}
+	p := &placer{opts: opts, e: e, n: n, cands: fit, busy: busy(snap, model), knobs: k}
 	if len(fit) == 0 {
 		p.cands = cands
 	}
@@ -291,7 +306,7 @@ func place(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.
 }
 
 type placer struct {
-	opts Options
+	opts engine.Options
 	// scope names the domain multiNode spreads in when it spreads over
 	// all of cands ("": the cluster; see scoped).
 	scope  string
@@ -308,9 +323,7 @@ type placer struct {
 	// busy: at most half the GPUs of the job's model are free (see
 	// bestFitWithin).
 	busy bool
-	// noTwinPicks works out every node's pick, twins' too: the tests'
-	// reference.
-	noTwinPicks bool
+	knobs
 }
 
 // holesOne is the holes the node's one-GPU pick takes (the free GPUs of
@@ -350,7 +363,7 @@ func (p *placer) refine(c *cand, across bool) *cand {
 		return c
 	}
 	gpus, t := p.localSearch(c.gpus, p.cands, across, c.comm)
-	if p.opts.maxEvals() != 0 {
+	if searchEvals(p.opts) != 0 {
 		gpus, t = p.exactShares(gpus, t)
 	}
 	if slices.Equal(gpus, c.gpus) {

@@ -28,7 +28,7 @@ import (
 // curT is the predicted comm time of gpus, when known (else NaN); the
 // result's is returned with it (NaN when the search did not run).
 func (p *placer) localSearch(gpus []store.GPUKey, cands []*candNode, across bool, curT float64) ([]store.GPUKey, float64) {
-	maxEvals := p.opts.maxEvals()
+	maxEvals := searchEvals(p.opts)
 	if maxEvals == 0 || len(p.e.groups) == 0 || len(gpus) < 2 {
 		return gpus, curT
 	}
@@ -36,7 +36,7 @@ func (p *placer) localSearch(gpus []store.GPUKey, cands []*candNode, across bool
 	if !p.since.IsZero() {
 		began, p.since = p.since, time.Time{}
 	}
-	budget := p.opts.budget()
+	budget := searchBudget(p.opts)
 	deadline := began.Add(budget)
 	start := p.e.evals
 	cur := slices.Clone(gpus)

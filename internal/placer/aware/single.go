@@ -397,7 +397,7 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 	// The exact choice on the nodes scored, where it is affordable: it can
 	// only be as fast as the heuristic's subset or faster, since that
 	// subset and its order are among the ones it tries.
-	budget := p.opts.nodeExact()
+	budget := nodeExact(p.opts)
 	for i := range min(p.limit(), len(out)) {
 		// A twin of a node scored before, on the same GPUs, costs the
 		// same: the cost model reads the node's links, not its name.
@@ -447,7 +447,7 @@ func toFront(out []*cand, i int) {
 // tolerance on.
 func (p *placer) fitRule() bool {
 	c := p.e.comp
-	return p.n > 1 && p.busy && p.opts.fitTolerance() > 0 && c > 0 && !math.IsInf(c, 0)
+	return p.n > 1 && p.busy && fitTolerance(p.opts) > 0 && c > 0 && !math.IsInf(c, 0)
 }
 
 // bestFitWithin weighs what a one-node placement costs the next jobs
@@ -482,7 +482,7 @@ func (p *placer) bestFitWithin(out []*cand, picks []inNode, fav int) int {
 		return fav
 	}
 	comp := p.e.comp
-	bound := (comp + p.score(out[fav])) * (1 + p.opts.fitTolerance())
+	bound := (comp + p.score(out[fav])) * (1 + fitTolerance(p.opts))
 	type ranked struct {
 		i, fit, level int
 	}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
@@ -47,17 +48,12 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed) outcome.Result {
 	return PlaceOn(snap, job, nil)
 }
 
-// Keep says whether a strategy may take GPUs of a node, shown with its free
-// GPUs of the job's model: the Planner's node filter (node policies and a
-// reservation for an older job). Nil keeps every node.
-type Keep func(node *store.Node, free []store.FreeGPU) bool
-
 // PlaceOn is Place on the nodes keep keeps. The reasons to reject (Never)
 // are the whole cluster's, as Place's, since a node filter changes with
 // time and policies; a job the cluster could hold now but the kept nodes
 // cannot waits. With keep nil it is Place: nodes are walked only when a
 // filter must be asked of them.
-func PlaceOn(snap *store.Snapshot, job events.JobAnalyzed, keep Keep) outcome.Result {
+func PlaceOn(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep) outcome.Result {
 	n, gpn, model := job.Job.GPUs, job.Job.GPUsPerNode, job.Job.GPUModel
 
 	var invalid []events.Reason
@@ -170,7 +166,7 @@ func PlaceOn(snap *store.Snapshot, job events.JobAnalyzed, keep Keep) outcome.Re
 
 // takeKept is Place's first fit over the nodes keep keeps, in enumeration
 // order, each node's free GPUs by index.
-func takeKept(snap *store.Snapshot, n, gpn int, model, of string, keep Keep) outcome.Result {
+func takeKept(snap *store.Snapshot, n, gpn int, model, of string, keep engine.Keep) outcome.Result {
 	taken := make([]store.GPUKey, 0, n)
 	nodesKept := 0
 	for node, free := range snap.EachNodeFree(model) {
