@@ -1,5 +1,14 @@
 package aware
 
+// Stage 4, the judge (judgeStage): the policies' choice among the
+// shortlist (choose: the favourite when it passes, else the allowed one
+// of least cost), then the Compact rule on it. In: the shortlist; out:
+// the chosen candidate and those judged, or a Wait. Also notWorse, the
+// check of place's result against the blind baseline.
+//
+// Flow (place.go): walk → single-node exact choice → multi-node →
+// judge → local search; see internal/placer/README.md.
+
 import (
 	"cmp"
 	"math"
@@ -10,6 +19,37 @@ import (
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
+
+// judgeStage is the judge's choice among the shortlist (choose), then
+// Options.Compact's on the chosen candidate. It answers a Wait instead
+// when the judge denies every candidate, or Compact keeps the job
+// waiting; both explain the candidates judged.
+func (p *placer) judgeStage(s shortlist) (chosen *cand, judged []*cand, wait *outcome.Result) {
+	x := p.opts.Explain
+	chosen, judged = p.choose(s.list, s.more)
+	if chosen == nil {
+		if x != nil {
+			x.PolicyDenied = true
+		}
+		p.explain(judged, nil)
+		return nil, nil, &outcome.Result{Verdict: outcome.Wait, Reasons: denyReasons(judged[0])}
+	}
+	if p.opts.Compact != nil {
+		if why, hold := p.opts.Compact(chosen.gpus, p.score(chosen)); hold {
+			if x != nil {
+				x.CompactAwaited = true
+			}
+			// Listed as denied, by the rule, with its reason.
+			chosen.j.Deny, chosen.j.Reasons = true, []events.Reason{why}
+			if !slices.Contains(judged, chosen) {
+				judged = append(judged, chosen)
+			}
+			p.explain(judged, nil)
+			return nil, nil, &outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{why}}
+		}
+	}
+	return chosen, judged, nil
+}
 
 // cand is one candidate inside Place.
 type cand struct {

@@ -1,10 +1,10 @@
 package aware
 
-// Options: the strategy's names, its engine.Options and the package's
-// constants, read by every stage.
+// The strategy's names and defaults (of engine.Options' tuning) and the
+// package's constants, read by every stage.
 //
-// Flow (place.go): candidates → single node or multi-node → judge →
-// local search → judge again.
+// Flow (place.go): walk → single-node exact choice → multi-node →
+// judge → local search; see internal/placer/README.md.
 
 import (
 	"math"
