@@ -69,25 +69,51 @@ func PlaceOn(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep) out
 		return outcome.Result{Verdict: outcome.Never, Reasons: invalid}
 	}
 
-	// The counts a walk of every node would give: a GPU's model is its
-	// own, or its node's when it has none, as the store records it.
-	cluster, _ := snap.Domain(store.ClusterDomain)
-	c := cluster.Count(model)
-	total, healthy, free := c.Total, c.Healthy, c.Free
-	nc := snap.NodeCounts(model)
-	maxPerNode := nc.MaxTotal() // most GPUs of the model on one node
-	var healthyNodes, freeNodes int
-	if gpn > 0 {
-		healthyNodes = nc.HealthyAtLeast(gpn) // nodes with >= gpn healthy GPUs of the model
-		freeNodes = nc.FreeAtLeast(gpn)       // nodes with >= gpn free GPUs of the model
-	}
-
-	// outcome.Never.
-	var never []events.Reason
 	of := ""
 	if model != "" {
 		of = " of model " + model
 	}
+	if never := neverFits(snap, n, gpn, model, of); len(never) > 0 {
+		return outcome.Result{Verdict: outcome.Never, Reasons: never}
+	}
+
+	// outcome.Wait.
+	if gpn > 0 {
+		if freeNodes := snap.NodeCounts(model).FreeAtLeast(gpn); freeNodes < n/gpn {
+			return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeNodes, Field: outcome.FieldGPUsPerNode,
+				Message: fmt.Sprintf("needs %s with %d free GPUs%s each, %d such nodes now", nodes(n/gpn), gpn, of, freeNodes)}}}
+		}
+	}
+	if gpn == 0 {
+		cluster, _ := snap.Domain(store.ClusterDomain)
+		if free := cluster.Count(model).Free; free < n {
+			return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeGPUs, Field: outcome.FieldGPUs,
+				Message: fmt.Sprintf("needs %d free GPUs%s, %d free now", n, of, free)}}}
+		}
+	}
+
+	// outcome.Placed: first fit.
+	if keep != nil {
+		return takeKept(snap, n, gpn, model, of, keep)
+	}
+	return firstFit(snap, n, gpn, model, of)
+}
+
+// neverFits lists every reason the job can never fit on the cluster as
+// it is (PlaceOn), from the counts a walk of every node would give: a
+// GPU's model is its own, or its node's when it has none, as the store
+// records it. of names the model for the messages.
+func neverFits(snap *store.Snapshot, n, gpn int, model, of string) []events.Reason {
+	cluster, _ := snap.Domain(store.ClusterDomain)
+	c := cluster.Count(model)
+	total, healthy := c.Total, c.Healthy
+	nc := snap.NodeCounts(model)
+	maxPerNode := nc.MaxTotal() // most GPUs of the model on one node
+	var healthyNodes int
+	if gpn > 0 {
+		healthyNodes = nc.HealthyAtLeast(gpn) // nodes with >= gpn healthy GPUs of the model
+	}
+	var never []events.Reason
 	if model != "" && total == 0 {
 		never = append(never, events.Reason{Code: outcome.CodeUnknownGPUModel, Field: outcome.FieldGPUModel,
 			Message: fmt.Sprintf("the cluster has no GPU of model %s", model)})
@@ -112,24 +138,13 @@ func PlaceOn(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep) out
 					nodes(n/gpn), gpn, of, healthyNodes)})
 		}
 	}
-	if len(never) > 0 {
-		return outcome.Result{Verdict: outcome.Never, Reasons: never}
-	}
+	return never
+}
 
-	// outcome.Wait.
-	if gpn > 0 && freeNodes < n/gpn {
-		return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeNodes, Field: outcome.FieldGPUsPerNode,
-			Message: fmt.Sprintf("needs %s with %d free GPUs%s each, %d such nodes now", nodes(n/gpn), gpn, of, freeNodes)}}}
-	}
-	if gpn == 0 && free < n {
-		return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeGPUs, Field: outcome.FieldGPUs,
-			Message: fmt.Sprintf("needs %d free GPUs%s, %d free now", n, of, free)}}}
-	}
-
-	// outcome.Placed: first fit.
-	if keep != nil {
-		return takeKept(snap, n, gpn, model, of, keep)
-	}
+// firstFit takes the first free GPUs of the model in enumeration order,
+// or with gpn the first gpn of each node that has that many, once the
+// counts have said there is room.
+func firstFit(snap *store.Snapshot, n, gpn int, model, of string) outcome.Result {
 	taken := make([]store.GPUKey, 0, n)
 	if gpn == 0 {
 		for g := range snap.EachFreeGPUIn(store.ClusterDomain, model) {
