@@ -67,7 +67,7 @@ const DefaultMaxStretch = 1.5
 // CodeCompactAwaited is the reason code of a job kept waiting by Compact.
 const CodeCompactAwaited = "compact_placement_awaited"
 
-// check returns topology-aware's hook for job (aware.Options.Compact),
+// check returns topology-aware's hook for job (engine.Options.Compact),
 // nil where the rule does not apply: no rule, a job whose compute time is
 // unknown, or the reserved head once its held nodes hold it.
 func (c *Compact) check(snap *store.Snapshot, job events.JobAnalyzed, res *Reservation) func([]store.GPUKey, float64) (events.Reason, bool) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/placer/aware"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
@@ -69,7 +70,7 @@ func (c *Ideals) CommOn(job events.JobAnalyzed, nodes map[string]bool) float64 {
 	if t, ok := c.comm[key]; ok {
 		return t
 	}
-	t := c.commOn(job, func(v aware.NodeView) bool { return nodes[v.Node.Name] })
+	t := c.commOn(job, func(v engine.NodeView) bool { return nodes[v.Node.Name] })
 	c.comm[key] = t
 	return t
 }
@@ -88,9 +89,9 @@ func (c *Ideals) refresh() bool {
 	return true
 }
 
-func (c *Ideals) commOn(job events.JobAnalyzed, filter func(aware.NodeView) bool) float64 {
-	opts := aware.Options{Fabric: c.Fabric, Bandwidths: c.Bandwidths, Budget: c.Budget, Filter: filter}
-	if r := aware.Place(c.empty, job, opts); r.Verdict == outcome.Placed {
+func (c *Ideals) commOn(job events.JobAnalyzed, filter func(engine.NodeView) bool) float64 {
+	opts := engine.Options{Fabric: c.Fabric, Bandwidths: c.Bandwidths, Budget: c.Budget, Filter: filter}
+	if r := aware.Place(engine.Request{Snap: c.empty, Job: job, Options: opts}); r.Verdict == outcome.Placed {
 		if p, err := aware.PredictWith(c.empty, job, r.GPUs, opts); err == nil {
 			return p.CommSeconds
 		}

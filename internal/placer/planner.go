@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/internal/placer/aware"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
@@ -35,7 +35,7 @@ type Planner struct {
 	// Log receives policy evaluation errors (nil: slog.Default).
 	Log *slog.Logger
 	// SearchBudget is topology-aware's local-search budget on the wall
-	// clock (aware.Options.Budget: 0 the default, negative none).
+	// clock (engine.Options.Budget: 0 the default, negative none).
 	SearchBudget time.Duration
 	// Compact, when set, keeps a topology-aware job off a spread over
 	// nodes much slower than its ideal placement (see Compact).
@@ -86,14 +86,14 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 		log = slog.Default()
 	}
 	pv := newPolicyView(ctx, snap, p.Policies, job, log)
-	x := &aware.Explain{}
-	opts := aware.Options{Fabric: p.Fabric, Bandwidths: p.Bandwidths, Budget: p.SearchBudget, Explain: x}
+	x := &engine.Explain{}
+	opts := engine.Options{Fabric: p.Fabric, Bandwidths: p.Bandwidths, Budget: p.SearchBudget, Explain: x}
 	reserved := 0
 	res := p.Reservation.Holds(job)
 	if res != nil || pv.filters() {
 		// Without either, no node is refused: the strategies walk no
 		// filter (and blind and the peers take their plain first walks).
-		opts.Filter = func(n aware.NodeView) bool {
+		opts.Filter = func(n engine.NodeView) bool {
 			if res != nil && res.Nodes[n.Node.Name] {
 				reserved++
 				return false
@@ -111,7 +111,7 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 	if strat.Name() == StrategyTopologyAware {
 		opts.Compact = p.Compact.check(snap, job, p.Reservation)
 	}
-	r, base, err := strat.Place(snap, job, opts)
+	r, base, err := strat.Place(engine.Request{Snap: snap, Job: job, Options: opts})
 	if err != nil {
 		return Plan{}, err
 	}

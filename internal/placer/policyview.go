@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/internal/placer/aware"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/policies"
 )
@@ -52,14 +52,14 @@ func (pv *policyView) judges() bool { return pv.set != nil && pv.set.HasPlacemen
 func (pv *policyView) filters() bool { return pv.set != nil && pv.set.HasNodePolicies() }
 
 // allowNode runs the node policies on a node, counting its denials.
-func (pv *policyView) allowNode(v aware.NodeView) bool { return pv.evalNode(v, true) }
+func (pv *policyView) allowNode(v engine.NodeView) bool { return pv.evalNode(v, true) }
 
 // viewOf is a node's view read from the snapshot, for the paths outside
 // the candidate walk (which has it at hand). It looks up only what the
 // node policies read: a pending job's counterfactual asks it of every
 // node that runs a job.
-func (pv *policyView) viewOf(n store.Node) aware.NodeView {
-	v := aware.NodeView{Node: n}
+func (pv *policyView) viewOf(n store.Node) engine.NodeView {
+	v := engine.NodeView{Node: n}
 	if pv.set == nil {
 		return v
 	}
@@ -74,7 +74,7 @@ func (pv *policyView) viewOf(n store.Node) aware.NodeView {
 	return v
 }
 
-func (pv *policyView) evalNode(v aware.NodeView, count bool) bool {
+func (pv *policyView) evalNode(v engine.NodeView, count bool) bool {
 	if !pv.filters() {
 		return true
 	}
@@ -168,7 +168,7 @@ func (pv *policyView) nodesForbid(job events.JobAnalyzed) (bool, []events.Reason
 }
 
 // judge runs the placement policies on a candidate.
-func (pv *policyView) judge(c aware.Candidate) aware.Judgement {
+func (pv *policyView) judge(c engine.Candidate) engine.Judgement {
 	if pv.judger == nil {
 		pv.judger = pv.set.PlacementJudge(pv.job, pv.clusterSummary())
 	}
@@ -176,7 +176,7 @@ func (pv *policyView) judge(c aware.Candidate) aware.Judgement {
 	if err != nil {
 		pv.log.WarnContext(pv.ctx, "placement policy failed; candidate denied", "job_id", pv.spec.Job.JobID, "domain", c.Domain, "err", err)
 	}
-	return aware.Judgement{Deny: len(r.Deny) > 0, Score: r.Score, Reasons: reasonsOf(r.Deny), Warnings: reasonsOf(r.Warn)}
+	return engine.Judgement{Deny: len(r.Deny) > 0, Score: r.Score, Reasons: reasonsOf(r.Deny), Warnings: reasonsOf(r.Warn)}
 }
 
 func reasonsOf(vs []policies.Violation) []events.Reason {
@@ -192,7 +192,7 @@ func reasonsOf(vs []policies.Violation) []events.Reason {
 
 // warnings are the chosen placement's: the placement policies', then the
 // node policies' on the nodes it uses.
-func (pv *policyView) warnings(j aware.Judgement, gpus []store.GPUKey) []events.Reason {
+func (pv *policyView) warnings(j engine.Judgement, gpus []store.GPUKey) []events.Reason {
 	out := slices.Clone(j.Warnings)
 	seen := map[string]bool{}
 	for _, g := range gpus {
@@ -226,7 +226,7 @@ func (pv *policyView) nodeGPU(k store.GPUKey) (store.GPU, bool) {
 }
 
 // candidate is a candidate as placement policies see it.
-func (pv *policyView) candidate(c aware.Candidate) policies.Candidate {
+func (pv *policyView) candidate(c engine.Candidate) policies.Candidate {
 	out := policies.Candidate{Prediction: policies.Prediction{CommSecondsPerStep: c.CommSeconds}}
 	if comp := pv.spec.Job.StepComputeSeconds; comp > 0 {
 		out.Prediction.CommFraction = c.CommSeconds / (c.CommSeconds + comp)
@@ -340,4 +340,4 @@ func (c PolicyCheck) AllowsNode(node store.Node) bool { return c.pv.evalNode(c.p
 func (c PolicyCheck) Judges() bool { return c.pv.judges() }
 
 // Judge runs the placement policies on a candidate placement.
-func (c PolicyCheck) Judge(cand aware.Candidate) aware.Judgement { return c.pv.judge(cand) }
+func (c PolicyCheck) Judge(cand engine.Candidate) engine.Judgement { return c.pv.judge(cand) }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/placer/aware"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
@@ -16,7 +17,7 @@ import (
 // per kind of group the slowest group (they run side by side), over
 // fabric with the link bandwidths bw (nil: the defaults; a calibration's).
 func Prediction(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, fabric *topology.Fabric, bw *topology.Bandwidths, strategy string) (*events.Prediction, error) {
-	r, err := aware.PredictWith(snap, job, gpus, aware.Options{Fabric: fabric, Bandwidths: bw})
+	r, err := aware.PredictWith(snap, job, gpus, engine.Options{Fabric: fabric, Bandwidths: bw})
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/placer/aware"
 	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/gpuallocator"
 	"github.com/toposched/toposched/internal/placer/nodefit"
 	"github.com/toposched/toposched/internal/placer/outcome"
@@ -28,12 +29,12 @@ const (
 )
 
 // Strategy is one way of choosing a job's GPUs. The Planner gives it the
-// policies (opts.Filter, opts.Judge), the fabric and the explanation to
-// fill; it answers its own result and blind first fit's on the same
-// snapshot, the baseline every decision reports.
+// snapshot, the job, the policies (req.Filter, req.Judge), the fabric and
+// the explanation to fill; it answers its own result and blind first
+// fit's on the same snapshot, the baseline every decision reports.
 type Strategy interface {
 	Name() string
-	Place(snap *store.Snapshot, job events.JobAnalyzed, opts aware.Options) (ours, base outcome.Result, err error)
+	Place(req engine.Request) (ours, base outcome.Result, err error)
 }
 
 // registered is the one list of strategies: the Planner, the placement
@@ -83,51 +84,51 @@ type awareStrategy struct{}
 
 func (awareStrategy) Name() string { return StrategyTopologyAware }
 
-func (awareStrategy) Place(snap *store.Snapshot, job events.JobAnalyzed, opts aware.Options) (outcome.Result, outcome.Result, error) {
-	ours, base := aware.PlaceWithBaseline(snap, job, opts)
+func (awareStrategy) Place(req engine.Request) (outcome.Result, outcome.Result, error) {
+	ours, base := aware.PlaceWithBaseline(req)
 	return ours, base, nil
 }
 
 // judged is a strategy of one answer (blind first fit and the peers:
 // binpack, spread, go-gpuallocator, random), with the placement policies
 // judging the one placement it finds (it has no other to offer). It takes
-// GPUs only of the nodes opts.Filter allows (node policies, a reservation
+// GPUs only of the nodes req.Filter allows (node policies, a reservation
 // for an older job), as topology-aware does, so that every strategy runs
 // under the same policies and queue.
 type judged struct {
 	name  string
-	place func(*store.Snapshot, events.JobAnalyzed, blind.Keep) outcome.Result
+	place func(*store.Snapshot, events.JobAnalyzed, engine.Keep) outcome.Result
 }
 
 func (s judged) Name() string { return s.name }
 
-func (s judged) Place(snap *store.Snapshot, job events.JobAnalyzed, opts aware.Options) (outcome.Result, outcome.Result, error) {
-	r := s.place(snap, job, keepOf(opts.Filter))
+func (s judged) Place(req engine.Request) (outcome.Result, outcome.Result, error) {
+	r := s.place(req.Snap, req.Job, keepOf(req.Filter))
 	base := r
 	if s.name != StrategyBlind {
-		base = blind.Place(snap, job)
+		base = blind.Place(req.Snap, req.Job)
 	}
-	if r.Verdict != outcome.Placed || opts.Judge == nil {
+	if r.Verdict != outcome.Placed || req.Judge == nil {
 		return r, base, nil
 	}
-	c := aware.Candidate{GPUs: r.GPUs, Domain: store.ClusterDomain}
-	if pr, err := Prediction(snap, job, r.GPUs, opts.Fabric, opts.Bandwidths, s.name); err == nil {
+	c := engine.Candidate{GPUs: r.GPUs, Domain: store.ClusterDomain}
+	if pr, err := Prediction(req.Snap, req.Job, r.GPUs, req.Fabric, req.Bandwidths, s.name); err == nil {
 		c.CommSeconds = pr.CommSecondsPerStep
 	}
-	j := opts.Judge(c)
+	j := req.Judge(c)
 	if j.Deny {
 		r = outcome.Result{Verdict: outcome.Wait, Reasons: j.Reasons}
 	}
-	if opts.Explain != nil {
-		opts.Explain.PolicyDenied = j.Deny
-		opts.Explain.Judgement = j
+	if req.Explain != nil {
+		req.Explain.PolicyDenied = j.Deny
+		req.Explain.Judgement = j
 	}
 	return r, base, nil
 }
 
 // keepOf asks filter of each node at most once (the verdict and the walk
 // both look at a node, and the Planner counts each denial), nil for nil.
-func keepOf(filter func(aware.NodeView) bool) blind.Keep {
+func keepOf(filter func(engine.NodeView) bool) engine.Keep {
 	if filter == nil {
 		return nil
 	}
@@ -135,7 +136,7 @@ func keepOf(filter func(aware.NodeView) bool) blind.Keep {
 	return func(n *store.Node, free []store.FreeGPU) bool {
 		ok, seen := asked[n.Name]
 		if !seen {
-			ok = filter(aware.ViewOf(*n, free))
+			ok = filter(engine.ViewOf(*n, free))
 			asked[n.Name] = ok
 		}
 		return ok
@@ -148,11 +149,11 @@ type exhaustiveStrategy struct{}
 
 func (exhaustiveStrategy) Name() string { return StrategyExhaustive }
 
-func (exhaustiveStrategy) Place(snap *store.Snapshot, job events.JobAnalyzed, opts aware.Options) (outcome.Result, outcome.Result, error) {
-	base := blind.Place(snap, job)
+func (exhaustiveStrategy) Place(req engine.Request) (outcome.Result, outcome.Result, error) {
+	base := blind.Place(req.Snap, req.Job)
 	if base.Verdict != outcome.Placed {
 		return base, base, nil
 	}
-	r, err := aware.Exhaustive(snap, job, opts)
+	r, err := aware.Exhaustive(req)
 	return r, base, err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/internal/placer/aware"
 	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/launch"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
@@ -237,7 +238,7 @@ func (s *Service) migrationBlocked(ctx context.Context, snap *store.Snapshot, j 
 	if pv.Judges() {
 		// The placement policies judge the proposed placement as they
 		// would any candidate (the job's own GPUs count as held).
-		c := aware.Candidate{Domain: store.ClusterDomain, GPUs: gpus}
+		c := engine.Candidate{Domain: store.ClusterDomain, GPUs: gpus}
 		if r, err := aware.Predict(snap, j.Spec, gpus, s.fabric); err == nil {
 			c.CommSeconds = r.CommSeconds
 		}

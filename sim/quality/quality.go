@@ -22,6 +22,7 @@ import (
 	"github.com/toposched/toposched/internal/formats/fabric"
 	"github.com/toposched/toposched/internal/placer/aware"
 	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/textout"
@@ -66,11 +67,11 @@ func Run(out io.Writer, cfg Config) error {
 	f := qualityFlags{topologies: cfg.Topologies, fabrics: cfg.Fabrics, seed: cfg.Seed, quick: cfg.Quick, evals: cfg.Evals,
 		familyCases: cfg.FamilyCases, misses: cfg.Misses}
 	start := time.Now()
-	opts := aware.Options{Budget: -1, MaxEvals: f.evals} // bounded by evaluations: not the machine's speed
+	opts := engine.Options{Budget: -1, MaxEvals: f.evals} // bounded by evaluations: not the machine's speed
 	if f.evals <= 0 {
 		opts.MaxEvals = -1
 	}
-	tables := []func(io.Writer, qualityFlags, aware.Options) error{qualityNodes, qualityClusters, qualityFamilies, qualityClusterFamilies}
+	tables := []func(io.Writer, qualityFlags, engine.Options) error{qualityNodes, qualityClusters, qualityFamilies, qualityClusterFamilies}
 	which := cfg.Tables
 	if which == "" {
 		which = "abcd"
@@ -160,7 +161,7 @@ type nodeCase struct {
 	err               error
 }
 
-func qualityNodes(stdout io.Writer, f qualityFlags, opts aware.Options) error {
+func qualityNodes(stdout io.Writer, f qualityFlags, opts engine.Options) error {
 	files, src, err := topologyFiles(f.topologies)
 	if err != nil {
 		return err
@@ -283,7 +284,7 @@ func ratio(a, b float64) float64 {
 
 func fmtMS(s float64) string { return fmt.Sprintf("%.3f ms", 1e3*s) }
 
-func (c *nodeCase) run(opts aware.Options) {
+func (c *nodeCase) run(opts engine.Options) {
 	st, err := fixtures.NewStore([]fixtures.Node{{Event: c.ev, Name: "node", Held: c.held, HeldBy: "other"}}, nil)
 	if err != nil {
 		c.err = err
@@ -302,9 +303,9 @@ func (c *nodeCase) run(opts aware.Options) {
 		}
 		return p.CommSeconds
 	}
-	c.ours = score(aware.Place(snap, job, opts))
+	c.ours = score(aware.Place(engine.Request{Snap: snap, Job: job, Options: opts}))
 	c.blind = score(blind.Place(snap, job))
-	ex, err := aware.Exhaustive(snap, job, opts)
+	ex, err := aware.Exhaustive(engine.Request{Snap: snap, Job: job, Options: opts})
 	if err != nil {
 		c.refused = err.Error()
 		return
@@ -383,7 +384,7 @@ func jobName(kind string, n int) string {
 	return fmt.Sprintf("dp%d", n)
 }
 
-func qualityClusters(stdout io.Writer, f qualityFlags, opts aware.Options) error {
+func qualityClusters(stdout io.Writer, f qualityFlags, opts engine.Options) error {
 	dir := f.fabrics
 	if dir == "" {
 		dir = findDir("internal/formats/fabric/testdata")
@@ -525,7 +526,7 @@ func (b *builtCluster) store(occ float64, rng *rand.Rand) (*store.Store, error) 
 	return fixtures.NewStore(nodes, b.fab)
 }
 
-func (c *clusterCase) run(seed uint64, opts aware.Options, ideal *idealCache) {
+func (c *clusterCase) run(seed uint64, opts engine.Options, ideal *idealCache) {
 	rng := rand.New(rand.NewPCG(seed, uint64(1000*c.occ)*131+uint64(c.trial)*7+uint64(len(c.cl.nodes))))
 	st, err := c.cl.store(c.occ, rng)
 	if err != nil {
@@ -547,7 +548,7 @@ func (c *clusterCase) run(seed uint64, opts aware.Options, ideal *idealCache) {
 		}
 		return p.CommSeconds
 	}
-	r := aware.Place(snap, job, o)
+	r := aware.Place(engine.Request{Snap: snap, Job: job, Options: o})
 	if r.Verdict != outcome.Placed {
 		c.err = fmt.Errorf("ours: %v %v", r.Verdict, r.Reasons)
 		return
@@ -577,12 +578,12 @@ func (c *clusterCase) run(seed uint64, opts aware.Options, ideal *idealCache) {
 
 // idealCache computes the ideal bound once per node model, job and size.
 type idealCache struct {
-	opts aware.Options
+	opts engine.Options
 	mu   sync.Mutex
 	vals map[string]float64
 }
 
-func newIdeal(opts aware.Options) *idealCache {
+func newIdeal(opts engine.Options) *idealCache {
 	return &idealCache{opts: opts, vals: map[string]float64{}}
 }
 
@@ -604,7 +605,7 @@ func (ic *idealCache) get(b *builtCluster, kind string, n int) (float64, error) 
 	}
 	snap := st.Snapshot()
 	job := jobOf(kind, n)
-	r := aware.Place(snap, job, ic.opts)
+	r := aware.Place(engine.Request{Snap: snap, Job: job, Options: ic.opts})
 	if r.Verdict != outcome.Placed {
 		return 0, fmt.Errorf("ideal: %v %v", r.Verdict, r.Reasons)
 	}
@@ -639,7 +640,7 @@ type familyCase struct {
 // (fixtures.Families) with random occupancy and random tp/dp jobs,
 // topology-aware against the exhaustive optimum, by family, split by
 // whether the exact in-node choice's budget covers the case.
-func qualityFamilies(stdout io.Writer, f qualityFlags, opts aware.Options) error {
+func qualityFamilies(stdout io.Writer, f qualityFlags, opts engine.Options) error {
 	want := f.familyCases
 	switch {
 	case f.quick:
@@ -732,22 +733,22 @@ func qualityFamilies(stdout io.Writer, f qualityFlags, opts aware.Options) error
 	return out.Err()
 }
 
-func (c *familyCase) run(opts aware.Options) {
+func (c *familyCase) run(opts engine.Options) {
 	c.ratio, c.opt, c.ours, c.err = againstOptimum([]fixtures.Node{{Event: c.ev, Name: "node", Held: c.held, HeldBy: "other"}}, c.n, c.tp, opts)
 }
 
 // againstOptimum places a synthetic job of n GPUs (tp) on the nodes with
 // topology-aware and exhaustively, and returns the ratio of their
 // predicted comm times, the optimum's GPUs and ours.
-func againstOptimum(nodes []fixtures.Node, n, tp int, opts aware.Options) (float64, []store.GPUKey, []store.GPUKey, error) {
+func againstOptimum(nodes []fixtures.Node, n, tp int, opts engine.Options) (float64, []store.GPUKey, []store.GPUKey, error) {
 	st, err := fixtures.NewStore(nodes, nil)
 	if err != nil {
 		return 0, nil, nil, err
 	}
 	snap := st.Snapshot()
 	job := fixtures.SyntheticJob("q", n, tp, 1)
-	ours := aware.Place(snap, job, opts)
-	ex, err := aware.Exhaustive(snap, job, aware.Options{})
+	ours := aware.Place(engine.Request{Snap: snap, Job: job, Options: opts})
+	ex, err := aware.Exhaustive(engine.Request{Snap: snap, Job: job, Options: engine.Options{}})
 	if err != nil {
 		return 0, nil, nil, err
 	}
@@ -782,7 +783,7 @@ const clusterFamilyCases = 1_000
 // and jobs of 2 to 6 GPUs (tp 1 or 2), topology-aware against the
 // exhaustive optimum over the whole cluster, by family and by whether
 // the optimum spans nodes.
-func qualityClusterFamilies(stdout io.Writer, f qualityFlags, opts aware.Options) error {
+func qualityClusterFamilies(stdout io.Writer, f qualityFlags, opts engine.Options) error {
 	want := clusterFamilyCases
 	if f.quick {
 		want = 100
@@ -920,7 +921,7 @@ func fmtGPUs(gpus []store.GPUKey) string {
 	return strings.Join(parts, " ")
 }
 
-func (c *clusterFamilyCase) run(opts aware.Options) {
+func (c *clusterFamilyCase) run(opts engine.Options) {
 	c.ratio, c.opt, c.ours, c.err = againstOptimum(c.nodes, c.n, c.tp, opts)
 	for _, g := range c.opt {
 		if g.Node != c.opt[0].Node {

@@ -13,6 +13,7 @@ import (
 	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/internal/placer/aware"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
@@ -123,7 +124,7 @@ func (m *idealModel) comm(sub events.JobSubmitted) float64 {
 			if err != nil {
 				continue
 			}
-			r, _, err := s.Place(m.snap, job, aware.Options{Fabric: m.fabric})
+			r, _, err := s.Place(engine.Request{Snap: m.snap, Job: job, Options: engine.Options{Fabric: m.fabric}})
 			if err != nil || r.Verdict != outcome.Placed {
 				continue
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
@@ -85,11 +86,11 @@ func TestOnlyFreeHealthy(t *testing.T) {
 			if n%tp != 0 {
 				continue
 			}
-			r := Place(snap, fixtures.SyntheticJob("j", n, tp, 1), Options{})
+			r := Place(engine.Request{Snap: snap, Job: fixtures.SyntheticJob("j", n, tp, 1), Options: engine.Options{}})
 			checkFree(t, snap, r, n)
 		}
 	}
-	if r := Place(snap, fixtures.SyntheticJob("j", free+1, 1, 1), Options{}); r.Verdict != outcome.Wait {
+	if r := Place(engine.Request{Snap: snap, Job: fixtures.SyntheticJob("j", free+1, 1, 1), Options: engine.Options{}}); r.Verdict != outcome.Wait {
 		t.Errorf("over capacity: %v", r.Verdict)
 	}
 }
@@ -105,7 +106,7 @@ func TestGPUsPerNodeAndModel(t *testing.T) {
 	model := snap.GPUs("h0")[0].Model
 	j := fixtures.SyntheticJob("j", 8, 2, 1)
 	j.Job.GPUsPerNode, j.Job.GPUModel = 4, model
-	r := Place(snap, j, Options{})
+	r := Place(engine.Request{Snap: snap, Job: j, Options: engine.Options{}})
 	checkFree(t, snap, r, 8)
 	per := map[string]int{}
 	for _, k := range r.GPUs {
@@ -121,12 +122,12 @@ func TestGPUsPerNodeAndModel(t *testing.T) {
 	}
 	// Never verdicts are blind's.
 	j.Job.GPUsPerNode = 3
-	if r := Place(snap, j, Options{}); r.Verdict != outcome.Never || r.Reasons[0].Code != outcome.CodeGPUsPerNodeNotDivisor {
+	if r := Place(engine.Request{Snap: snap, Job: j, Options: engine.Options{}}); r.Verdict != outcome.Never || r.Reasons[0].Code != outcome.CodeGPUsPerNodeNotDivisor {
 		t.Errorf("bad divisor: %+v", r)
 	}
 	// The filter hook.
 	j.Job.GPUsPerNode = 4
-	r = Place(snap, j, Options{Filter: func(n NodeView) bool { return n.Node.Name != "h2" && n.Node.Name != "h1" }})
+	r = Place(engine.Request{Snap: snap, Job: j, Options: engine.Options{Filter: func(n engine.NodeView) bool { return n.Node.Name != "h2" && n.Node.Name != "h1" }}})
 	if r.Verdict != outcome.Wait || r.Reasons[0].Code != outcome.CodeInsufficientFreeNodes {
 		t.Errorf("filtered: %+v", r)
 	}
@@ -140,14 +141,14 @@ func TestOneGPUKeepsPairsAndWholeNodes(t *testing.T) {
 		spec{name: "p1", ev: pairs(""), held: []int{0}},
 		spec{name: "p2", ev: pairs("")},
 	).Snapshot()
-	r := Place(snap, fixtures.SyntheticJob("j", 1, 1, 1), Options{})
+	r := Place(engine.Request{Snap: snap, Job: fixtures.SyntheticJob("j", 1, 1, 1), Options: engine.Options{}})
 	checkFree(t, snap, r, 1)
 	if want := (store.GPUKey{Node: "p1", Index: 1}); r.GPUs[0] != want {
 		t.Errorf("1-GPU job took %s, want %s (the GPU whose NVLink partner is taken)", r.GPUs[0], want)
 	}
 	// Off the NVSwitch node (faster, so the cost model would take it), a
 	// 2-GPU job takes the NVLink pair of the fullest node.
-	r = Place(snap, fixtures.SyntheticJob("j", 2, 1, 1), Options{Filter: func(n NodeView) bool { return n.Node.Name != "whole" }})
+	r = Place(engine.Request{Snap: snap, Job: fixtures.SyntheticJob("j", 2, 1, 1), Options: engine.Options{Filter: func(n engine.NodeView) bool { return n.Node.Name != "whole" }}})
 	checkFree(t, snap, r, 2)
 	if got := slices.Sorted(slices.Values([]int{r.GPUs[0].Index, r.GPUs[1].Index})); r.GPUs[0].Node != "p1" || r.GPUs[1].Node != "p1" || !slices.Equal(got, []int{2, 3}) {
 		t.Errorf("2-GPU job took %v, want p1/2, p1/3", r.GPUs)
@@ -165,7 +166,7 @@ func TestTPInsideNodeAndWholeNode(t *testing.T) {
 		specs = append(specs, sp)
 	}
 	snap := build(t, specs...).Snapshot()
-	r := Place(snap, fixtures.SyntheticJob("j", 8, 8, 1), Options{})
+	r := Place(engine.Request{Snap: snap, Job: fixtures.SyntheticJob("j", 8, 8, 1), Options: engine.Options{}})
 	checkFree(t, snap, r, 8)
 	for _, k := range r.GPUs {
 		if k.Node != "n3" {
@@ -173,7 +174,7 @@ func TestTPInsideNodeAndWholeNode(t *testing.T) {
 		}
 	}
 	// TP4 x DP4 over nodes with 6 free GPUs each: each TP group on one node.
-	r = Place(snap, fixtures.SyntheticJob("j", 16, 4, 1), Options{})
+	r = Place(engine.Request{Snap: snap, Job: fixtures.SyntheticJob("j", 16, 4, 1), Options: engine.Options{}})
 	checkFree(t, snap, r, 16)
 	for g := 0; g < 16; g += 4 {
 		for _, k := range r.GPUs[g : g+4] {
@@ -199,12 +200,12 @@ func TestExhaustive(t *testing.T) {
 	).Snapshot()
 	for n := 2; n <= 4; n++ {
 		j := fixtures.SyntheticJob("j", n, 1, 1)
-		ex, err := Exhaustive(snap, j, Options{})
+		ex, err := Exhaustive(engine.Request{Snap: snap, Job: j, Options: engine.Options{}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		checkFree(t, snap, ex, n)
-		r := Place(snap, j, Options{})
+		r := Place(engine.Request{Snap: snap, Job: j, Options: engine.Options{}})
 		exT, _ := Predict(snap, j, ex.GPUs, nil)
 		ourT, _ := Predict(snap, j, r.GPUs, nil)
 		if ourT.CommSeconds > exT.CommSeconds*1.02 {
@@ -219,7 +220,7 @@ func TestExhaustive(t *testing.T) {
 		specs = append(specs, spec{name: fmt.Sprintf("n%d", i), ev: dgx(t, "", "dgx-a100")})
 	}
 	big := build(t, specs...).Snapshot()
-	_, err := Exhaustive(big, fixtures.SyntheticJob("j", 16, 1, 1), Options{})
+	_, err := Exhaustive(engine.Request{Snap: big, Job: fixtures.SyntheticJob("j", 16, 1, 1), Options: engine.Options{}})
 	if err == nil || !strings.Contains(err.Error(), "exceed the limit of 200000; use topology-aware") {
 		t.Errorf("big job: %v", err)
 	}
@@ -248,7 +249,7 @@ func BenchmarkPlace(b *testing.B) {
 			b.Run(fmt.Sprintf("gpus=%d/job=%d", gpus, n), func(b *testing.B) {
 				j := fixtures.SyntheticJob("j", n, 8, 1)
 				for b.Loop() {
-					if r := Place(snap, j, Options{}); r.Verdict != outcome.Placed {
+					if r := Place(engine.Request{Snap: snap, Job: j, Options: engine.Options{}}); r.Verdict != outcome.Placed {
 						b.Fatal(r.Reasons)
 					}
 				}
@@ -266,7 +267,7 @@ func TestPlaceOnTenThousandGPUs(t *testing.T) {
 	}
 	snap := cluster(t, 1280, 0.5)
 	start := time.Now()
-	r := Place(snap, fixtures.SyntheticJob("j", 64, 8, 1), Options{})
+	r := Place(engine.Request{Snap: snap, Job: fixtures.SyntheticJob("j", 64, 8, 1), Options: engine.Options{}})
 	checkFree(t, snap, r, 64)
 	t.Logf("64-GPU job on 10k GPUs: %v", time.Since(start))
 }

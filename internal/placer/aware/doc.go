@@ -11,23 +11,26 @@
 //
 // # Stages
 //
-// The files follow one job through placement, a stage each, in order:
+// place (place.go) is a driver over five stages, one a file, each with
+// its input and output types (internal/placer/README.md draws them):
 //
-//   - options.go: the strategy names, Options and the package's constants.
-//   - place.go: Place and PlaceWithBaseline (blind's verdict first), and
-//     place, which runs the stages below in order.
-//   - candidates.go: the candidate walk, the nodes the job may use (a Wait
-//     when the Filter leaves too few).
-//   - single.go: the single-node choice, for a job one node can hold.
-//   - multi.go: the multi-node choice, the fabric domains that hold the job
-//     and the spread over their nodes.
-//   - judge.go: the policies' choice among the candidates, and the check
-//     against the blind baseline.
-//   - search.go: the local search on the chosen candidate, whose result is
-//     judged again.
+//   - walk.go, walkStage: the nodes the job may use (walked), or a Wait
+//     when the Filter leaves too few.
+//   - single.go, singleStage: the single-node exact choice, for a job one
+//     node can hold: the one-node candidates (a shortlist).
+//   - multi.go, multiStage: the multi-node choice, the fabric domains that
+//     hold the job and the spread over their nodes, and the alternatives.
+//   - judge.go, judgeStage: the policies' choice among the shortlist, and
+//     the Compact rule; also notWorse, the check against the blind
+//     baseline.
+//   - search.go, searchStage: the local search on the chosen candidate,
+//     whose result is judged again.
 //
-// predict.go holds the cost model every stage scores with, and
-// exhaustive.go the exhaustive optimum. The synthetic jobs of the
+// options.go holds the strategy's names and defaults, shares.go the exact
+// choice of each node's share after the search, predict.go the cost
+// model every stage scores with, and exhaustive.go the exhaustive
+// optimum. The request and the policies' types are package engine's
+// (Options below is engine.Options). The synthetic jobs of the
 // benchmarks and tests are internal/fixtures' SyntheticJob.
 //
 // # Validity

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/toposched/toposched/internal/fixtures"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 )
 
@@ -18,7 +19,7 @@ func BenchmarkExactInNode(b *testing.B) {
 			b.Run(fmt.Sprintf("job=%d/node-exact=%v", n, exact == 0), func(b *testing.B) {
 				j := fixtures.SyntheticJob("j", n, 2-n%2, 1)
 				for b.Loop() {
-					if r := Place(snap, j, Options{NodeExact: exact}); r.Verdict != outcome.Placed {
+					if r := Place(engine.Request{Snap: snap, Job: j, Options: engine.Options{NodeExact: exact}}); r.Verdict != outcome.Placed {
 						b.Fatal(r.Reasons)
 					}
 				}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/toposched/toposched/internal/fixtures"
+	"github.com/toposched/toposched/internal/placer/engine"
 )
 
 // bridged is an 8-GPU PCIe server whose GPUs are NVLink-bridged in pairs
@@ -35,7 +36,7 @@ func TestExactInNodeFindsBridgedPairs(t *testing.T) {
 	st := build(t, sp)
 	snap := st.Snapshot()
 	job := fixtures.SyntheticJob("j", 4, 2, 1)
-	opt, err := Exhaustive(snap, job, Options{})
+	opt, err := Exhaustive(engine.Request{Snap: snap, Job: job, Options: engine.Options{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func TestExactInNodeFindsBridgedPairs(t *testing.T) {
 		exact   int
 		optimum bool
 	}{{"exact", 0, true}, {"heuristic only", -1, false}} {
-		r := Place(snap, job, Options{NodeExact: tc.exact, MaxEvals: -1})
+		r := Place(engine.Request{Snap: snap, Job: job, Options: engine.Options{NodeExact: tc.exact, MaxEvals: -1}})
 		checkFree(t, snap, r, 4)
 		got, err := Predict(snap, job, r.GPUs, nil)
 		if err != nil {
@@ -92,11 +93,11 @@ func TestExactInNodeOnGeneratedTopologies(t *testing.T) {
 		st := build(t, sp)
 		snap := st.Snapshot()
 		job := fixtures.SyntheticJob("j", k, tp, 1)
-		opt, err := Exhaustive(snap, job, Options{})
+		opt, err := Exhaustive(engine.Request{Snap: snap, Job: job, Options: engine.Options{}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := Place(snap, job, Options{Budget: -1}) // not the machine's speed
+		r := Place(engine.Request{Snap: snap, Job: job, Options: engine.Options{Budget: -1}}) // not the machine's speed
 		best, err1 := Predict(snap, job, opt.GPUs, nil)
 		got, err2 := Predict(snap, job, r.GPUs, nil)
 		if err1 != nil || err2 != nil {

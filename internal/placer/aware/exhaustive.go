@@ -5,8 +5,8 @@ import (
 	"math"
 	"slices"
 
-	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
@@ -36,7 +36,8 @@ func ExhaustiveCount(free, n int) float64 {
 // enumeration order). Jobs blind refuses or cannot fit get blind's
 // verdict. It returns an error, and makes no evaluation, when the count
 // exceeds ExhaustiveLimit.
-func Exhaustive(snap *store.Snapshot, job events.JobAnalyzed, opts Options) (outcome.Result, error) {
+func Exhaustive(req engine.Request) (outcome.Result, error) {
+	snap, job, opts := req.Snap, req.Job, req.Options
 	base := blind.Place(snap, job)
 	if base.Verdict != outcome.Placed {
 		return base, nil

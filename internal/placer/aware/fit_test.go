@@ -12,6 +12,7 @@ import (
 	"github.com/toposched/toposched/internal/formats/clusterfile"
 	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
@@ -120,7 +121,7 @@ func TestBestFitWithin(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := state(tc.busy)
-			r := Place(snap, tc.job, Options{FitTolerance: tc.tol})
+			r := Place(engine.Request{Snap: snap, Job: tc.job, Options: engine.Options{FitTolerance: tc.tol}})
 			if r.Verdict != outcome.Placed {
 				t.Fatalf("verdict %v: %v", r.Verdict, r.Reasons)
 			}
@@ -130,8 +131,8 @@ func TestBestFitWithin(t *testing.T) {
 			if tc.job.Job.GPUs == 1 {
 				return
 			}
-			fastest := Place(snap, tc.job, Options{FitTolerance: -1})
-			tol := Options{FitTolerance: tc.tol}.fitTolerance()
+			fastest := Place(engine.Request{Snap: snap, Job: tc.job, Options: engine.Options{FitTolerance: -1}})
+			tol := fitTolerance(engine.Options{FitTolerance: tc.tol})
 			ours, best := stepOf(t, snap, tc.job, r.GPUs), stepOf(t, snap, tc.job, fastest.GPUs)
 			t.Logf("step %.4f s on %v, %.4f s on the fastest %v (+%.1f%%)", ours, r.GPUs, best, fastest.GPUs, 100*(ours/best-1))
 			if ours > best*(1+tol)*(1+1e-9) {
@@ -184,8 +185,8 @@ func TestBestFitWithinBound(t *testing.T) {
 		m := models[rng.IntN(len(models))]
 		job := shapedJob(t, gpus, tp, m.params, m.layers, m.hidden, true)
 		tol := []float64{0.05, 0.10, 0.20}[rng.IntN(3)]
-		r := Place(snap, job, Options{FitTolerance: tol})
-		off := Place(snap, job, Options{FitTolerance: -1})
+		r := Place(engine.Request{Snap: snap, Job: job, Options: engine.Options{FitTolerance: tol}})
+		off := Place(engine.Request{Snap: snap, Job: job, Options: engine.Options{FitTolerance: -1}})
 		base := blind.Place(snap, job)
 		if r.Verdict != off.Verdict || r.Verdict != base.Verdict {
 			t.Fatalf("case %d: verdicts %v (rule), %v (off), %v (blind)", i, r.Verdict, off.Verdict, base.Verdict)

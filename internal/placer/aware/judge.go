@@ -1,55 +1,54 @@
 package aware
 
+// Stage 4, the judge (judgeStage): the policies' choice among the
+// shortlist (choose: the favourite when it passes, else the allowed one
+// of least cost), then the Compact rule on it. In: the shortlist; out:
+// the chosen candidate and those judged, or a Wait. Also notWorse, the
+// check of place's result against the blind baseline.
+//
+// Flow (place.go): walk → single-node exact choice → multi-node →
+// judge → local search; see internal/placer/README.md.
+
 import (
 	"cmp"
 	"math"
 	"slices"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
 
-// Candidate is a placement Place considered, as a Judge sees it.
-type Candidate struct {
-	// Domain is the smallest domain holding it (a store domain ID such as
-	// island:n1/0, node:n1, leaf:l3, or cluster:).
-	Domain string
-	// GPUs in rank order.
-	GPUs []store.GPUKey
-	// CommSeconds is the cost model's predicted comm time per step.
-	CommSeconds float64
-}
-
-// Judgement is a Judge's verdict on a candidate: placement policies'
-// deny, warn and score.
-type Judgement struct {
-	Deny bool
-	// Score is a penalty added to the candidate's cost: its comm time
-	// relative to the fastest candidate judged (1 is the fastest). A score
-	// of 1 weighs as much as doubling the comm time.
-	Score float64
-	// Reasons say why it was denied; Warnings are kept with it.
-	Reasons  []events.Reason
-	Warnings []events.Reason
-}
-
-// Explain is what Place reports of a decision when Options.Explain is set.
-type Explain struct {
-	// Explanation is filled with nodes considered, levels and candidates;
-	// the caller adds what only it knows (policy revision, node denials).
-	Explanation events.Explanation
-	// Judgement is the chosen candidate's.
-	Judgement Judgement
-	// PolicyDenied is set when the Judge denied every candidate: Place
-	// then answers Wait with the favourite's deny reasons.
-	PolicyDenied bool
-	// CompactAwaited is set when Options.Compact kept the job waiting.
-	CompactAwaited bool
-}
-
-func (x *Explain) hasLevel(level string) bool {
-	return slices.ContainsFunc(x.Explanation.Levels, func(l events.LevelCount) bool { return l.Level == level })
+// judgeStage is the judge's choice among the shortlist (choose), then
+// Options.Compact's on the chosen candidate. It answers a Wait instead
+// when the judge denies every candidate, or Compact keeps the job
+// waiting; both explain the candidates judged.
+func (p *placer) judgeStage(s shortlist) (chosen *cand, judged []*cand, wait *outcome.Result) {
+	x := p.opts.Explain
+	chosen, judged = p.choose(s.list, s.more)
+	if chosen == nil {
+		if x != nil {
+			x.PolicyDenied = true
+		}
+		p.explain(judged, nil)
+		return nil, nil, &outcome.Result{Verdict: outcome.Wait, Reasons: denyReasons(judged[0])}
+	}
+	if p.opts.Compact != nil {
+		if why, hold := p.opts.Compact(chosen.gpus, p.score(chosen)); hold {
+			if x != nil {
+				x.CompactAwaited = true
+			}
+			// Listed as denied, by the rule, with its reason.
+			chosen.j.Deny, chosen.j.Reasons = true, []events.Reason{why}
+			if !slices.Contains(judged, chosen) {
+				judged = append(judged, chosen)
+			}
+			p.explain(judged, nil)
+			return nil, nil, &outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{why}}
+		}
+	}
+	return chosen, judged, nil
 }
 
 // cand is one candidate inside Place.
@@ -58,7 +57,7 @@ type cand struct {
 	gpus   []store.GPUKey
 	comm   float64 // NaN until scored
 	judged bool
-	j      Judgement
+	j      engine.Judgement
 	cost   float64
 	// settled: a one-node candidate no other choice on its node beats
 	// (exactInNode), so the local search inside the node is skipped.
@@ -92,7 +91,7 @@ func (p *placer) judge(c *cand) {
 	if c.judged {
 		return
 	}
-	c.j = p.opts.Judge(Candidate{Domain: c.domain, GPUs: c.gpus, CommSeconds: p.score(c)})
+	c.j = p.opts.Judge(engine.Candidate{Domain: c.domain, GPUs: c.gpus, CommSeconds: p.score(c)})
 	c.judged = true
 }
 
@@ -240,7 +239,7 @@ func (p *placer) leavesOf(cs []*cand) map[string]string {
 // slower than the fastest by the fit tolerance in step time: then blind's
 // GPUs are taken only when ours' step time is longer than blind's by more
 // than that tolerance.
-func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours outcome.Result, oursT float64, byFit bool, base outcome.Result, refused map[string]bool) outcome.Result {
+func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts engine.Options, ours outcome.Result, oursT float64, byFit bool, base outcome.Result, refused map[string]bool) outcome.Result {
 	if ours.Verdict != outcome.Placed || base.Verdict != outcome.Placed || slices.Equal(ours.GPUs, base.GPUs) {
 		return ours
 	}
@@ -259,14 +258,14 @@ func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours o
 		to = e.cost(ours.GPUs)
 	}
 	if byFit {
-		if c := e.comp; !((c + to) > (c+tb)*(1+opts.fitTolerance())) {
+		if c := e.comp; !((c + to) > (c+tb)*(1+fitTolerance(opts))) {
 			return ours
 		}
 	} else if !(tb < to*(1-0.005)) {
 		return ours
 	}
-	c := Candidate{Domain: store.ClusterDomain, GPUs: base.GPUs, CommSeconds: tb}
-	var j Judgement
+	c := engine.Candidate{Domain: store.ClusterDomain, GPUs: base.GPUs, CommSeconds: tb}
+	var j engine.Judgement
 	if opts.Judge != nil {
 		if j = opts.Judge(c); j.Deny {
 			return ours
@@ -294,12 +293,12 @@ func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, ours o
 }
 
 // placeNotWorse is place, then notWorse against base.
-func placeNotWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, base outcome.Result) outcome.Result {
+func placeNotWorse(snap *store.Snapshot, job events.JobAnalyzed, opts engine.Options, base outcome.Result, k knobs) outcome.Result {
 	var refused map[string]bool
 	f := opts.Filter
 	if f != nil {
 		// Refusals are few next to acceptances, so they are what is kept.
-		opts.Filter = func(n NodeView) bool {
+		opts.Filter = func(n engine.NodeView) bool {
 			if f(n) {
 				return true
 			}
@@ -310,7 +309,7 @@ func placeNotWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, b
 			return false
 		}
 	}
-	ours, oursT, byFit := place(snap, job, opts)
+	ours, oursT, byFit := place(snap, job, opts, k)
 	if f != nil && ours.Verdict == outcome.Placed && base.Verdict == outcome.Placed {
 		// The walk may not have read base's nodes (a job no node holds
 		// reads one leaf or pod's): the filter is asked of them now.
@@ -327,7 +326,7 @@ func placeNotWorse(snap *store.Snapshot, job events.JobAnalyzed, opts Options, b
 }
 
 // allowed asks filter of one node, as the candidate walk would.
-func allowed(snap *store.Snapshot, model, name string, filter func(NodeView) bool) bool {
+func allowed(snap *store.Snapshot, model, name string, filter func(engine.NodeView) bool) bool {
 	node, free, ok := snap.NodeFree(name, model)
-	return ok && filter(ViewOf(*node, free))
+	return ok && filter(engine.ViewOf(*node, free))
 }

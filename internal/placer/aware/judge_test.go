@@ -6,6 +6,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/fixtures"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
@@ -19,14 +20,14 @@ func TestJudge(t *testing.T) {
 		specs = append(specs, sp)
 	}
 	snap := build(t, specs...).Snapshot()
-	deny := func(node string) func(Candidate) Judgement {
-		return func(c Candidate) Judgement {
+	deny := func(node string) func(engine.Candidate) engine.Judgement {
+		return func(c engine.Candidate) engine.Judgement {
 			for _, g := range c.GPUs {
 				if g.Node == node {
-					return Judgement{Deny: true, Reasons: []events.Reason{{Code: "no_" + node, Message: "not on " + node, Policy: "test"}}}
+					return engine.Judgement{Deny: true, Reasons: []events.Reason{{Code: "no_" + node, Message: "not on " + node, Policy: "test"}}}
 				}
 			}
-			return Judgement{}
+			return engine.Judgement{}
 		}
 	}
 	nodeOf := func(r outcome.Result) string {
@@ -38,27 +39,27 @@ func TestJudge(t *testing.T) {
 	tests := []struct {
 		name     string
 		gpus     int
-		judge    func(Candidate) Judgement
+		judge    func(engine.Candidate) engine.Judgement
 		want     string
 		outcomes []string
 	}{
 		{name: "no judge: best fit", gpus: 2, want: "n3"},
 		{name: "allowed favourite: one judgement", gpus: 2, judge: deny("n0"), want: "n3", outcomes: []string{"chosen"}},
 		{name: "denied favourite: the next", gpus: 2, judge: deny("n3"), want: "n2", outcomes: []string{"chosen", "costlier", "costlier", "denied"}},
-		{name: "score moves the choice", gpus: 4, judge: func(c Candidate) Judgement {
+		{name: "score moves the choice", gpus: 4, judge: func(c engine.Candidate) engine.Judgement {
 			if c.GPUs[0].Node == "n2" {
-				return Judgement{Score: 5, Warnings: []events.Reason{{Code: "w", Message: "penalised"}}}
+				return engine.Judgement{Score: 5, Warnings: []events.Reason{{Code: "w", Message: "penalised"}}}
 			}
-			return Judgement{}
+			return engine.Judgement{}
 		}, want: "n1", outcomes: []string{"chosen", "costlier", "costlier"}},
-		{name: "every candidate denied", gpus: 2, judge: func(Candidate) Judgement {
-			return Judgement{Deny: true, Reasons: []events.Reason{{Code: "never", Message: "no", Policy: "test"}}}
+		{name: "every candidate denied", gpus: 2, judge: func(engine.Candidate) engine.Judgement {
+			return engine.Judgement{Deny: true, Reasons: []events.Reason{{Code: "never", Message: "no", Policy: "test"}}}
 		}, want: "(wait [{never no  test}])"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			x := &Explain{}
-			r := Place(snap, fixtures.SyntheticJob("j", tt.gpus, tt.gpus, 1), Options{Judge: tt.judge, Explain: x})
+			x := &engine.Explain{}
+			r := Place(engine.Request{Snap: snap, Job: fixtures.SyntheticJob("j", tt.gpus, tt.gpus, 1), Options: engine.Options{Judge: tt.judge, Explain: x}})
 			if got := nodeOf(r); got != tt.want {
 				t.Fatalf("placed on %s, want %s", got, tt.want)
 			}
@@ -91,13 +92,14 @@ func TestJudgeAfterLocalSearch(t *testing.T) {
 	snap := build(t, spec{name: "n0", ev: dgx(t, "", "dgx-a100")}).Snapshot()
 	job := fixtures.SyntheticJob("j", 8, 2, 1)
 	var first []store.GPUKey
-	r := Place(snap, job, Options{Judge: func(c Candidate) Judgement {
+	r := Place(engine.Request{Snap: snap, Job: job, Options: engine.Options{Judge: func(c engine.Candidate) engine.Judgement {
 		if first == nil {
 			first = c.GPUs
-			return Judgement{}
+			return engine.Judgement{}
 		}
-		return Judgement{Deny: true}
-	}})
+		return engine.Judgement{Deny: true}
+	}}})
+
 	if r.Verdict != outcome.Placed || fmt.Sprint(r.GPUs) != fmt.Sprint(first) {
 		t.Fatalf("placed %v, want the favourite as judged %v", r.GPUs, first)
 	}

@@ -1,25 +1,150 @@
 package aware
 
-// Stage 2b, the multi-node choice: for a job spread over nodes (or one
-// whose one-node candidates are all denied), the fabric domains that hold
-// it (leaf, pod, core, then the cluster) and one spread of GPUs per
-// domain, each node's share chosen by pick (single.go). After the
-// candidate walk (candidates.go); next, the judge (judge.go) and the local
-// search (search.go).
+// Stage 3, the multi-node choice (multiStage): for a job spread over nodes
+// (or one whose one-node candidates came to nothing), the fabric domains
+// that hold it (leaf, pod, core, then the cluster) and one spread of GPUs
+// per domain, each node's share chosen by pick (single.go); then, for a
+// job spread over nodes or one whose node's choice crosses sockets, the
+// alternatives (other groupings, one socket per node). In: walked and the
+// single-node stage's shortlist; out: the shortlist the judge reads.
 //
-// Flow (place.go): candidates → single node or multi-node → judge →
-// local search → judge again.
+// Flow (place.go): walk → single-node exact choice → multi-node →
+// judge → local search; see internal/placer/README.md.
 
 import (
 	"cmp"
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 )
+
+// multiStage lists the multi-node candidates of a job the single-node
+// stage left none (spreads), then widens the list with the alternatives
+// where they apply (alternativesFor). False when there is no candidate
+// at all.
+func (p *placer) multiStage(w *walked, job events.JobAnalyzed, s *shortlist) bool {
+	if len(s.list) == 0 {
+		p.spreads(w, job, s)
+	}
+	if len(s.list) == 0 {
+		return false
+	}
+	p.alternativesFor(w, job, s)
+	return true
+}
+
+// spreads lists a job's spreads over nodes: one per scoped domain, the
+// fastest first, with the whole cluster's for a judge that denies them;
+// else the cluster's fabric domains' (multiNode).
+func (p *placer) spreads(w *walked, job events.JobAnalyzed, s *shortlist) {
+	gpn := job.Job.GPUsPerNode
+	if w.sets != nil {
+		// One spread per domain, the fastest first.
+		for _, set := range w.sets {
+			p.scope = set.dom
+			s.list = append(s.list, p.multiNode(set.cands, job, gpn, 1)...)
+		}
+		p.scope = ""
+		slices.SortStableFunc(s.list, func(a, b *cand) int { return cmp.Compare(p.score(a), p.score(b)) })
+		if len(s.list) > 0 {
+			// More candidates, for a judge that denies them, come from
+			// the whole cluster.
+			scopedList := slices.Clone(s.list)
+			s.more = func() []*cand {
+				p.cands = w.full()
+				return slices.DeleteFunc(p.multiNode(p.cands, job, gpn, p.limit()), func(c *cand) bool {
+					return slices.ContainsFunc(scopedList, func(s *cand) bool { return slices.Equal(c.gpus, s.gpus) })
+				})
+			}
+		}
+	}
+	if len(s.list) == 0 {
+		p.cands = w.full()
+		s.list = p.multiNode(p.cands, job, gpn, 1)
+		s.more = func() []*cand { return p.multiNode(p.cands, job, gpn, p.limit())[1:] }
+	}
+}
+
+// alternativesFor sets whether the local search may trade across nodes
+// and puts a faster alternative (alternatives) before the favourite.
+//
+// A job one node holds may still be faster spread over nodes where its
+// node's choice crosses the inter-socket link (SYS), which the cost
+// model shares among the node's flows: then the whole cluster is the
+// local search's to trade GPUs with. A job spread over nodes trades
+// among them. A tighter fit bestFitWithin chose is not spread again:
+// keeping the job on that node is what it was chosen for.
+func (p *placer) alternativesFor(w *walked, job events.JobAnalyzed, s *shortlist) {
+	gpn := job.Job.GPUsPerNode
+	s.across = len(w.fit) == 0 && gpn == 0 // gpus_per_node fixes each node's share
+	if len(w.fit) > 0 && gpn == 0 && s.list[0] != p.byFit && p.crossesSMP(s.list[0].gpus) {
+		p.cands = w.full()
+		s.across = true
+	}
+	if len(w.fit) > 0 && !s.across {
+		return
+	}
+	p.since = time.Now()
+	// Other groupings on nodes, and spreads that keep off the
+	// inter-socket links, where the cost model finds one faster by 0.5%
+	// than the favourite.
+	l := p.faster(s.list, p.alternatives(p.cands, job, gpn, s.list[0]))
+	if len(l) <= len(s.list) {
+		return
+	}
+	s.alt, s.list = true, l
+	if m := s.more; m != nil {
+		s.more = func() []*cand { // without the alternative, if it is among them
+			return slices.DeleteFunc(m(), func(c *cand) bool { return slices.Equal(c.gpus, l[0].gpus) })
+		}
+	}
+}
+
+// faster puts the fastest of alts at the front of list when it is faster
+// than list[0] by more than 0.5%.
+func (p *placer) faster(list, alts []*cand) []*cand {
+	if len(alts) == 0 {
+		return list
+	}
+	best, bestT := -1, p.score(list[0])
+	for i, c := range alts {
+		if t := p.score(c); t < bestT*(1-0.005) {
+			best, bestT = i, t
+		}
+	}
+	if best < 0 {
+		return list
+	}
+	return append([]*cand{alts[best]}, list...)
+}
+
+// crossesSMP reports whether two of the GPUs on one node are joined over
+// the inter-socket link (SYS). Nodes without such a link are passed over.
+func (p *placer) crossesSMP(gpus []store.GPUKey) bool {
+	var onNode map[string][]int // positions of the GPUs of nodes with SYS links
+	for _, g := range gpus {
+		nt, err := p.e.res.node(g.Node)
+		if err != nil || !nt.sys {
+			continue
+		}
+		if onNode == nil {
+			onNode = map[string][]int{}
+		}
+		pos := nt.pos[g.Index]
+		for _, q := range onNode[g.Node] {
+			if nt.topo.GPUPaths[q][pos].Class == topology.SYS {
+				return true
+			}
+		}
+		onNode[g.Node] = append(onNode[g.Node], pos)
+	}
+	return false
+}
 
 // unitOf is the size of the job's innermost groups when they are blocks of
 // consecutive ranks (TP in the default layout), else 1.
@@ -393,7 +518,7 @@ func (p *placer) fabricDomains(cands []*candNode, n int, explain bool) []string 
 			fit = append(fit, dom{d, l, got})
 		}
 	}
-	if x := p.opts.Explain; x != nil && explain && !x.hasLevel(store.DomainCluster) {
+	if x := p.opts.Explain; x != nil && explain && !x.HasLevel(store.DomainCluster) {
 		for l, name := range [3]string{store.DomainLeaf, store.DomainPod, store.DomainCore} {
 			if domains[l] > 0 {
 				x.Explanation.Levels = append(x.Explanation.Levels, events.LevelCount{Level: name, Domains: domains[l], Fitting: fitting[l]})

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/toposched/toposched/internal/fixtures"
+	"github.com/toposched/toposched/internal/placer/engine"
 )
 
 // bridgedPairs is a node of g GPUs in NVLink-bridged pairs (nv) on sockets
@@ -78,13 +79,13 @@ func TestSpreadsAgainstOptimum(t *testing.T) {
 			t.Parallel()
 			snap := build(t, tc.nodes...).Snapshot()
 			job := fixtures.SyntheticJob("j", tc.n, tc.tp, 1)
-			opt, err := Exhaustive(snap, job, Options{})
+			opt, err := Exhaustive(engine.Request{Snap: snap, Job: job, Options: engine.Options{}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			// No time budget: the local search's default 2 ms would make
 			// the result depend on the machine's load.
-			r := Place(snap, job, Options{Budget: -1})
+			r := Place(engine.Request{Snap: snap, Job: job, Options: engine.Options{Budget: -1}})
 			checkFree(t, snap, r, tc.n)
 			ours, _ := Predict(snap, job, r.GPUs, nil)
 			best, _ := Predict(snap, job, opt.GPUs, nil)
@@ -105,7 +106,7 @@ func TestSpreadsKeepGPUsPerNode(t *testing.T) {
 	for _, tc := range []struct{ n, tp, gpn int }{{3, 1, 1}, {4, 2, 2}, {6, 2, 2}, {2, 1, 1}} {
 		job := fixtures.SyntheticJob("j", tc.n, tc.tp, 1)
 		job.Job.GPUsPerNode = tc.gpn
-		r := Place(snap, job, Options{})
+		r := Place(engine.Request{Snap: snap, Job: job, Options: engine.Options{}})
 		checkFree(t, snap, r, tc.n)
 		per := map[string]int{}
 		for _, g := range r.GPUs {

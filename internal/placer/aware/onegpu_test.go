@@ -9,6 +9,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/fixtures"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
@@ -31,11 +32,11 @@ func TestOneGPUWalkStopsWithoutChangingTheChoice(t *testing.T) {
 			of = kinds[rng.IntN(len(kinds)):][:1]
 		}
 		snap := build(t, partlyHeld(rng, of, 20+rng.IntN(300))...).Snapshot()
-		var filter func(NodeView) bool
+		var filter func(engine.NodeView) bool
 		if seed%2 == 1 {
-			filter = func(v NodeView) bool { return len(v.Node.Name)%3 != 0 || v.Node.Name[len(v.Node.Name)-1]%2 == 0 }
+			filter = func(v engine.NodeView) bool { return len(v.Node.Name)%3 != 0 || v.Node.Name[len(v.Node.Name)-1]%2 == 0 }
 		}
-		opts := Options{Filter: filter}
+		opts := engine.Options{Filter: filter}
 		enough := max((&placer{opts: opts}).limit(), maxJudged)
 		holesOf := (&placer{opts: opts}).holesOne
 		full, _ := bestFitSingle(snap, "", filter, 1, enough, nil)
@@ -59,7 +60,7 @@ func TestOneGPUWalkStopsWithoutChangingTheChoice(t *testing.T) {
 		if fmt.Sprint(a) != fmt.Sprint(b) {
 			t.Fatalf("seed %d: the whole walk's first %d candidates %v, the stopped walk's %v", seed, enough, a, b)
 		}
-		r := Place(snap, job, opts)
+		r := Place(engine.Request{Snap: snap, Job: job, Options: opts})
 		if r.Verdict == outcome.Placed && len(r.GPUs) == 1 && a[0] != fmt.Sprint([]store.GPUKey{r.GPUs[0]}) {
 			t.Fatalf("seed %d: placed on %v, the whole walk's favourite is %s", seed, r.GPUs, a[0])
 		}
@@ -83,12 +84,12 @@ func TestTwinWalkNeverSlower(t *testing.T) {
 		// A third of the nodes busy, the rest empty: twins.
 		specs := randomNodes(rng, kinds, 40+rng.IntN(300), func() bool { return rng.IntN(3) == 0 }, func() bool { return rng.IntN(2) == 0 })
 		snap := build(t, specs...).Snapshot()
-		var filter func(NodeView) bool
+		var filter func(engine.NodeView) bool
 		if seed%2 == 1 {
-			filter = func(v NodeView) bool { return v.Node.Name[len(v.Node.Name)-1]%3 != 0 }
+			filter = func(v engine.NodeView) bool { return v.Node.Name[len(v.Node.Name)-1]%3 != 0 }
 		}
 		k := []int{2, 4, 8}[rng.IntN(3)]
-		opts := Options{Filter: filter}
+		opts := engine.Options{Filter: filter}
 		enough := max((&placer{opts: opts}).limit(), maxJudged)
 		job := fixtures.SyntheticJob("j", k, k, 1)
 		best := func(cands []*candNode) float64 {
@@ -179,7 +180,7 @@ func TestSettledCandidatesTheSearchCannotBetter(t *testing.T) {
 			tp = 1
 		}
 		job := fixtures.SyntheticJob("j", k, tp, 1)
-		opts := Options{}
+		opts := engine.Options{}
 		p := &placer{opts: opts, e: newEvaluator(snap, job, k, opts), n: k}
 		p.cands, _ = bestFitSingle(snap, "", nil, k, 0, nil)
 		for _, c := range p.singleNode(p.cands) {
@@ -228,9 +229,9 @@ func TestWalkStopsAtWholeTwins(t *testing.T) {
 		}
 		snap := build(t, specs...).Snapshot()
 		model := []string{"", "A100", specs[0].ev.GPUModel}[rng.IntN(3)]
-		var filter func(NodeView) bool
+		var filter func(engine.NodeView) bool
 		if seed%3 == 1 {
-			filter = func(v NodeView) bool { return v.Node.Name[len(v.Node.Name)-1]%3 != 0 }
+			filter = func(v engine.NodeView) bool { return v.Node.Name[len(v.Node.Name)-1]%3 != 0 }
 		}
 		k := []int{1, 1, 2, 4, 8}[rng.IntN(5)]
 		enough := []int{1, 4, 16}[rng.IntN(3)]
@@ -284,15 +285,15 @@ func TestTwinPicksAreTheirOwn(t *testing.T) {
 		snap := build(t, specs...).Snapshot()
 		k := []int{1, 2, 3, 4, 8}[rng.IntN(5)]
 		job := fixtures.SyntheticJob("j", k, k, 1)
-		opts := Options{}
+		opts := engine.Options{}
 		enough := max((&placer{opts: opts}).limit(), maxJudged)
 		run := func(noTwinPicks bool) ([]inNode, []string) {
 			var holesOf func(*candNode) int
 			if k == 1 {
-				holesOf = (&placer{opts: opts, noTwinPicks: noTwinPicks}).holesOne
+				holesOf = (&placer{opts: opts, knobs: knobs{noTwinPicks: noTwinPicks}}).holesOne
 			}
 			cands, _ := bestFitSingle(snap, "", nil, k, enough, holesOf)
-			p := &placer{opts: opts, e: newEvaluator(snap, job, k, opts), n: k, cands: cands, noTwinPicks: noTwinPicks}
+			p := &placer{opts: opts, e: newEvaluator(snap, job, k, opts), n: k, cands: cands, knobs: knobs{noTwinPicks: noTwinPicks}}
 			var picks []inNode
 			for _, c := range cands {
 				if len(c.free) < k {
@@ -345,15 +346,17 @@ func TestTwinPicksAreTheirOwn(t *testing.T) {
 func TestOneGPUWalkWaitsForTheJudge(t *testing.T) {
 	t.Parallel()
 	kinds := []events.TopologyNode{dgx(t, "", "dgx-h100"), dgx(t, "", "pcie-8gpu"), pairs(""), fixtures.PlainNode("", "A100", 8)}
-	judges := map[string]func(Candidate) Judgement{
-		"passes": func(Candidate) Judgement { return Judgement{} },
-		"denies-odd": func(c Candidate) Judgement {
-			return Judgement{Deny: c.GPUs[0].Node[len(c.GPUs[0].Node)-1]%2 == 1, Reasons: []events.Reason{{Code: "odd"}}}
+	judges := map[string]func(engine.Candidate) engine.Judgement{
+		"passes": func(engine.Candidate) engine.Judgement { return engine.Judgement{} },
+		"denies-odd": func(c engine.Candidate) engine.Judgement {
+			return engine.Judgement{Deny: c.GPUs[0].Node[len(c.GPUs[0].Node)-1]%2 == 1, Reasons: []events.Reason{{Code: "odd"}}}
 		},
-		"scores-some": func(c Candidate) Judgement {
-			return Judgement{Score: float64(c.GPUs[0].Node[len(c.GPUs[0].Node)-1]%3) / 2}
+		"scores-some": func(c engine.Candidate) engine.Judgement {
+			return engine.Judgement{Score: float64(c.GPUs[0].Node[len(c.GPUs[0].Node)-1]%3) / 2}
 		},
-		"denies-all": func(Candidate) Judgement { return Judgement{Deny: true, Reasons: []events.Reason{{Code: "no"}}} },
+		"denies-all": func(engine.Candidate) engine.Judgement {
+			return engine.Judgement{Deny: true, Reasons: []events.Reason{{Code: "no"}}}
+		},
 	}
 	longer := 0
 	for seed := range uint64(120) {
@@ -361,20 +364,23 @@ func TestOneGPUWalkWaitsForTheJudge(t *testing.T) {
 		snap := build(t, partlyHeld(rng, kinds, 10+rng.IntN(200))...).Snapshot()
 		job := fixtures.SyntheticJob("j", 1, 1, 1)
 		for name, judge := range judges {
-			var filter func(NodeView) bool
+			var filter func(engine.NodeView) bool
 			if seed%2 == 1 {
-				filter = func(v NodeView) bool { return v.Node.Name[len(v.Node.Name)-1]%5 != 0 }
+				filter = func(v engine.NodeView) bool { return v.Node.Name[len(v.Node.Name)-1]%5 != 0 }
 			}
-			run := func(eager bool) (outcome.Result, Explain, []string, map[string]int) {
+			run := func(eager bool) (outcome.Result, engine.Explain, []string, map[string]int) {
 				asked := map[string]int{}
-				counted := func(v NodeView) bool { asked[v.Node.Name]++; return filter(v) }
+				counted := func(v engine.NodeView) bool { asked[v.Node.Name]++; return filter(v) }
 				var judged []string
-				x := Explain{}
-				opts := Options{Judge: func(c Candidate) Judgement { judged = append(judged, fmt.Sprint(c.GPUs)); return judge(c) }, Explain: &x, eagerOneGPU: eager}
+				x := engine.Explain{}
+				opts := engine.Options{Judge: func(c engine.Candidate) engine.Judgement {
+					judged = append(judged, fmt.Sprint(c.GPUs))
+					return judge(c)
+				}, Explain: &x}
 				if filter != nil {
 					opts.Filter = counted
 				}
-				return Place(snap, job, opts), x, judged, asked
+				return placeKnobs(engine.Request{Snap: snap, Job: job, Options: opts}, knobs{eagerOneGPU: eager}), x, judged, asked
 			}
 			want, wantX, wantJudged, wantAsked := run(true)
 			got, gotX, gotJudged, asked := run(false)

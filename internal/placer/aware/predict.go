@@ -8,6 +8,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/collective"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 )
@@ -251,16 +252,16 @@ func (e *evaluator) cost(gpus []store.GPUKey) float64 {
 // one non-blocking leaf) with the default bandwidths. Blind, topology-aware
 // and exhaustive placements are all scored by it.
 func Predict(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, fabric *topology.Fabric) (collective.JobResult, error) {
-	return PredictWith(snap, job, gpus, Options{Fabric: fabric})
+	return PredictWith(snap, job, gpus, engine.Options{Fabric: fabric})
 }
 
 // PredictWith is Predict with Options' fabric and bandwidths.
-func PredictWith(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, opts Options) (collective.JobResult, error) {
+func PredictWith(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, opts engine.Options) (collective.JobResult, error) {
 	e := newEvaluator(snap, job, len(gpus), opts)
 	return e.eval(gpus)
 }
 
-func newEvaluator(snap *store.Snapshot, job events.JobAnalyzed, n int, opts Options) *evaluator {
+func newEvaluator(snap *store.Snapshot, job events.JobAnalyzed, n int, opts engine.Options) *evaluator {
 	comp := StepCompute(job.Job)
 	if math.IsNaN(comp) {
 		comp = 0

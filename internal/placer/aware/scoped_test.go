@@ -9,6 +9,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/fixtures"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 )
 
@@ -52,16 +53,16 @@ func TestScopedAgainstClusterWalk(t *testing.T) {
 			for _, tp := range []int{1, 2, 4, 8} {
 				for variant := range 3 {
 					j := fixtures.SyntheticJob("j", n, tp, 1)
-					opts := Options{MaxEvals: 30, Budget: -1}
+					opts := engine.Options{MaxEvals: 30, Budget: -1}
 					switch variant {
 					case 1:
 						j.Job.GPUsPerNode = min(n, tp)
 					case 2:
-						opts.Filter = func(n NodeView) bool { return n.Node.Name[len(n.Node.Name)-1]%3 != 0 }
+						opts.Filter = func(n engine.NodeView) bool { return n.Node.Name[len(n.Node.Name)-1]%3 != 0 }
 					}
 					whole, scoped := opts, opts
 					whole.ScopeNodes, scoped.ScopeNodes = -1, 1
-					a, b := Place(snap, j, whole), Place(snap, j, scoped)
+					a, b := Place(engine.Request{Snap: snap, Job: j, Options: whole}), Place(engine.Request{Snap: snap, Job: j, Options: scoped})
 					if a.Verdict != outcome.Placed || b.Verdict != outcome.Placed {
 						if a.Verdict != b.Verdict {
 							t.Errorf("seed %d n%d tp%d variant %d: whole-cluster walk %s, scoped %s", seed, n, tp, variant, a.Verdict, b.Verdict)

@@ -1,12 +1,13 @@
 package aware
 
-// Stage 3, the local search: the candidate the judge chose (judge.go)
-// among the single-node (single.go) or multi-node (multi.go) ones, refined
-// on the predicted comm time. Next, place (place.go) has the result judged
-// again and keeps it only if allowed.
+// Stage 5, the local search (searchStage): the candidate the judge chose
+// (judge.go), refined on the predicted comm time (localSearch, then
+// exactShares, shares.go) and judged again, kept only if allowed; and,
+// where an alternative won, the favourite it displaced refined too. In:
+// the shortlist and the judge's choice; out: the placement.
 //
-// Flow (place.go): candidates → single node or multi-node → judge →
-// local search → judge again.
+// Flow (place.go): walk → single-node exact choice → multi-node →
+// judge → local search; see internal/placer/README.md.
 
 import (
 	"cmp"
@@ -16,6 +17,74 @@ import (
 
 	"github.com/toposched/toposched/internal/store"
 )
+
+// searchStage is the local search on the chosen candidate (refine, whose
+// result is judged again). When an alternative is the favourite of a job
+// of at most 16 GPUs, whose local search trades ranks and GPUs across
+// nodes, the choice without it is refined too, and kept unless the
+// alternative is still better by 0.5% after the search (fewer nodes,
+// groups kept whole). A larger job's search stays inside nodes, which
+// changes neither the nodes nor which groups cross them: the comparison
+// before it stands. It explains the candidates judged and answers the
+// one placed.
+func (p *placer) searchStage(s shortlist, chosen *cand, judged []*cand) *cand {
+	final := p.refine(chosen, s.across)
+	if s.alt && chosen == s.list[0] && p.n <= 16 {
+		if other, _ := p.choose(s.list[1:], s.more); other != nil {
+			r := p.refine(other, s.across)
+			best := min(p.score(final), p.score(r))
+			cf, co := 1+chosen.j.Score, 1+other.j.Score
+			if best > 0 && !math.IsInf(best, 0) {
+				cf, co = p.score(final)/best+chosen.j.Score, p.score(r)/best+other.j.Score
+			}
+			if !(cf < co-0.005*math.Abs(co)) {
+				chosen, final = other, r
+				if !slices.Contains(judged, other) {
+					judged = append(judged, other)
+				}
+			}
+		}
+	}
+	*chosen = *final
+	p.explain(judged, chosen)
+	return chosen
+}
+
+// refine is the local search's result on c, each node's share then
+// chosen exactly (exactShares), judged again with a Judge and kept only if
+// allowed; or c when nothing moved.
+func (p *placer) refine(c *cand, across bool) *cand {
+	if c.settled && !across {
+		// Every swap of its ranks and every exchange for a spare GPU of
+		// its node costs the same (exactInNode): nothing to search, and
+		// the search's clock starts afresh for the next candidate, as it
+		// would after a search.
+		p.since = time.Time{}
+		p.score(c)
+		return c
+	}
+	gpus, t := p.localSearch(c.gpus, p.cands, across, c.comm)
+	if searchEvals(p.opts) != 0 {
+		gpus, t = p.exactShares(gpus, t)
+	}
+	if slices.Equal(gpus, c.gpus) {
+		if math.IsNaN(c.comm) {
+			c.comm = t
+		}
+		return c
+	}
+	refined := &cand{domain: c.domain, gpus: gpus, comm: t, cost: c.cost}
+	if p.opts.Judge != nil {
+		// The search moved ranks or GPUs: what the policies see may have
+		// changed (a TP group's islands), so the result is judged again
+		// and kept only if it passes.
+		p.judge(refined)
+		if refined.j.Deny {
+			return c
+		}
+	}
+	return refined
+}
 
 // localSearch refines the rank order and the GPUs inside nodes on the
 // predicted comm time, within the evaluation and time budgets. With
@@ -28,7 +97,7 @@ import (
 // curT is the predicted comm time of gpus, when known (else NaN); the
 // result's is returned with it (NaN when the search did not run).
 func (p *placer) localSearch(gpus []store.GPUKey, cands []*candNode, across bool, curT float64) ([]store.GPUKey, float64) {
-	maxEvals := p.opts.maxEvals()
+	maxEvals := searchEvals(p.opts)
 	if maxEvals == 0 || len(p.e.groups) == 0 || len(gpus) < 2 {
 		return gpus, curT
 	}
@@ -36,26 +105,24 @@ func (p *placer) localSearch(gpus []store.GPUKey, cands []*candNode, across bool
 	if !p.since.IsZero() {
 		began, p.since = p.since, time.Time{}
 	}
-	budget := p.opts.budget()
+	budget := searchBudget(p.opts)
 	deadline := began.Add(budget)
 	start := p.e.evals
-	cur := slices.Clone(gpus)
-	if math.IsNaN(curT) {
-		curT = p.e.cost(cur)
+	s := &search{p: p, cur: slices.Clone(gpus), curT: curT, spare: map[string][]int{}}
+	if math.IsNaN(s.curT) {
+		s.curT = p.e.cost(s.cur)
 	}
-	out := func() bool { return p.e.evals-start >= maxEvals || (budget > 0 && time.Now().After(deadline)) }
+	s.out = func() bool { return p.e.evals-start >= maxEvals || (budget > 0 && time.Now().After(deadline)) }
 	// Free GPUs not taken, per node.
-	spare := map[string][]int{}
 	taken := map[store.GPUKey]bool{}
-	for _, g := range cur {
+	for _, g := range s.cur {
 		taken[g] = true
 	}
 	onNode := map[string]bool{}
-	var nodes []string // the nodes used, in order of first rank, then those (d) adds
-	for _, g := range cur {
+	for _, g := range s.cur {
 		if !onNode[g.Node] {
 			onNode[g.Node] = true
-			nodes = append(nodes, g.Node)
+			s.nodes = append(s.nodes, g.Node)
 		}
 	}
 	for _, c := range cands {
@@ -64,107 +131,148 @@ func (p *placer) localSearch(gpus []store.GPUKey, cands []*candNode, across bool
 		}
 		for _, g := range c.free {
 			if !taken[g.Key()] {
-				spare[c.node.Name] = append(spare[c.node.Name], g.Index)
+				s.spare[c.node.Name] = append(s.spare[c.node.Name], g.Index)
 			}
 		}
 	}
-	try := func(next []store.GPUKey) bool {
-		t := p.e.cost(next)
-		if t < curT*(1-1e-9) {
-			cur, curT = next, t
-			return true
-		}
-		return false
+	s.crossOK = len(s.cur) <= 16
+	if across = across && s.crossOK; across {
+		s.others = p.otherNodes(s.cur, cands, onNode)
 	}
-	crossOK := len(cur) <= 16
-	var others []*candNode // nodes the job does not use, for (d)
-	if across = across && crossOK; across {
-		others = p.otherNodes(cur, cands, onNode)
-	}
-	for improved := true; improved && !out(); {
-		improved = false
-		// (a) and (c): rank swaps.
-		for i := 0; i < len(cur) && !out(); i++ {
-			for j := i + 1; j < len(cur) && !out(); j++ {
-				if cur[i].Node != cur[j].Node && !crossOK {
-					continue
-				}
-				next := slices.Clone(cur)
-				next[i], next[j] = next[j], next[i]
-				if try(next) {
-					improved = true
-				}
-			}
-		}
-		// (b): a taken GPU for a spare one of its node.
-		for i := 0; i < len(cur) && !out(); i++ {
-			sp := spare[cur[i].Node]
-			for si := 0; si < len(sp) && !out(); si++ {
-				next := slices.Clone(cur)
-				old := next[i].Index
-				next[i].Index = sp[si]
-				if try(next) {
-					sp[si] = old
-					improved = true
-				}
-			}
-		}
+	for improved := true; improved && !s.out(); {
+		improved = s.swapRanks()
+		improved = s.swapSpares() || improved
 		if !across {
 			continue
 		}
-		// (d): a taken GPU for a spare one of another node the job uses.
-		for i := 0; i < len(cur) && !out(); i++ {
-			for _, node := range nodes {
-				sp := spare[node]
-				if node == cur[i].Node {
-					continue
-				}
-				for si := 0; si < len(sp) && !out(); si++ {
-					next := slices.Clone(cur)
-					old := next[i]
-					next[i] = store.GPUKey{Node: node, Index: sp[si]}
-					if try(next) {
-						sp[si] = -1
-						spare[node] = slices.DeleteFunc(sp, func(x int) bool { return x < 0 })
-						spare[old.Node] = append(spare[old.Node], old.Index)
-						improved = true
-						break
-					}
-				}
+		improved = s.toUsedNodes() || improved
+		improved = s.toOtherNodes() || improved
+	}
+	return s.cur, s.curT
+}
+
+// search is one local search's state: the placement so far and its
+// predicted comm time, the free GPUs not taken on the nodes it uses
+// (spare), those nodes in order of first rank then as (d) adds them, and
+// the nodes it does not use that (d) may try (others).
+type search struct {
+	p       *placer
+	cur     []store.GPUKey
+	curT    float64
+	spare   map[string][]int
+	nodes   []string
+	others  []*candNode
+	crossOK bool        // rank swaps may cross nodes (at most 16 GPUs)
+	out     func() bool // the evaluations or the time are spent
+}
+
+// try takes next when it is faster than the placement so far.
+func (s *search) try(next []store.GPUKey) bool {
+	t := s.p.e.cost(next)
+	if t < s.curT*(1-1e-9) {
+		s.cur, s.curT = next, t
+		return true
+	}
+	return false
+}
+
+// swapRanks is moves (a) and (c): rank swaps, inside a node or, for a
+// job of at most 16 GPUs, across nodes.
+func (s *search) swapRanks() bool {
+	improved := false
+	for i := 0; i < len(s.cur) && !s.out(); i++ {
+		for j := i + 1; j < len(s.cur) && !s.out(); j++ {
+			if s.cur[i].Node != s.cur[j].Node && !s.crossOK {
+				continue
+			}
+			next := slices.Clone(s.cur)
+			next[i], next[j] = next[j], next[i]
+			if s.try(next) {
+				improved = true
 			}
 		}
-		// (d): a taken GPU for the best-fit GPU of a node the job does not
-		// use, kept only when faster by 0.5%; that node's other free GPUs
-		// become spares.
-		for i := 0; i < len(cur) && !out(); i++ {
-			for oi := 0; oi < len(others) && !out(); oi++ {
-				c := others[oi]
-				if c == nil {
-					continue
-				}
-				in, err := p.pick(c, 1)
-				if err != nil {
-					continue
-				}
-				next := slices.Clone(cur)
+	}
+	return improved
+}
+
+// swapSpares is move (b): a taken GPU for a spare one of its node.
+func (s *search) swapSpares() bool {
+	improved := false
+	for i := 0; i < len(s.cur) && !s.out(); i++ {
+		sp := s.spare[s.cur[i].Node]
+		for si := 0; si < len(sp) && !s.out(); si++ {
+			next := slices.Clone(s.cur)
+			old := next[i].Index
+			next[i].Index = sp[si]
+			if s.try(next) {
+				sp[si] = old
+				improved = true
+			}
+		}
+	}
+	return improved
+}
+
+// toUsedNodes is move (d): a taken GPU for a spare one of another node
+// the job uses.
+func (s *search) toUsedNodes() bool {
+	improved := false
+	for i := 0; i < len(s.cur) && !s.out(); i++ {
+		for _, node := range s.nodes {
+			sp := s.spare[node]
+			if node == s.cur[i].Node {
+				continue
+			}
+			for si := 0; si < len(sp) && !s.out(); si++ {
+				next := slices.Clone(s.cur)
 				old := next[i]
-				next[i] = store.GPUKey{Node: c.node.Name, Index: in.gpus[0]}
-				if t := p.e.cost(next); t < curT*(1-0.005) {
-					cur, curT = next, t
-					others[oi] = nil
-					nodes = append(nodes, c.node.Name)
-					for _, g := range c.free {
-						if g.Index != in.gpus[0] {
-							spare[c.node.Name] = append(spare[c.node.Name], g.Index)
-						}
-					}
-					spare[old.Node] = append(spare[old.Node], old.Index)
+				next[i] = store.GPUKey{Node: node, Index: sp[si]}
+				if s.try(next) {
+					sp[si] = -1
+					s.spare[node] = slices.DeleteFunc(sp, func(x int) bool { return x < 0 })
+					s.spare[old.Node] = append(s.spare[old.Node], old.Index)
 					improved = true
+					break
 				}
 			}
 		}
 	}
-	return cur, curT
+	return improved
+}
+
+// toOtherNodes is move (d): a taken GPU for the best-fit GPU of a node
+// the job does not use, kept only when faster by 0.5%; that node's other
+// free GPUs become spares.
+func (s *search) toOtherNodes() bool {
+	improved := false
+	for i := 0; i < len(s.cur) && !s.out(); i++ {
+		for oi := 0; oi < len(s.others) && !s.out(); oi++ {
+			c := s.others[oi]
+			if c == nil {
+				continue
+			}
+			in, err := s.p.pick(c, 1)
+			if err != nil {
+				continue
+			}
+			next := slices.Clone(s.cur)
+			old := next[i]
+			next[i] = store.GPUKey{Node: c.node.Name, Index: in.gpus[0]}
+			if t := s.p.e.cost(next); t < s.curT*(1-0.005) {
+				s.cur, s.curT = next, t
+				s.others[oi] = nil
+				s.nodes = append(s.nodes, c.node.Name)
+				for _, g := range c.free {
+					if g.Index != in.gpus[0] {
+						s.spare[c.node.Name] = append(s.spare[c.node.Name], g.Index)
+					}
+				}
+				s.spare[old.Node] = append(s.spare[old.Node], old.Index)
+				improved = true
+			}
+		}
+	}
+	return improved
 }
 
 // searchOtherNodes bounds the nodes the job does not use that the local

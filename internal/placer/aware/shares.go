@@ -46,7 +46,7 @@ func (p *placer) exactShares(gpus []store.GPUKey, t float64) ([]store.GPUKey, fl
 			nodes[c.node.Name] = c
 		}
 	}
-	budget := float64(p.opts.nodeExact() / 4)
+	budget := float64(nodeExact(p.opts) / 4)
 	if math.IsNaN(t) {
 		t = p.e.cost(gpus)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/toposched/toposched/internal/fixtures"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/store"
 )
 
@@ -42,7 +43,7 @@ func TestSharesAreNodeOptima(t *testing.T) {
 		}
 		snap := build(t, specs...).Snapshot()
 		job := fixtures.SyntheticJob("j", k, tp, 1)
-		r := Place(snap, job, Options{Budget: -1, NodeExact: 4 * 4 * 3000})
+		r := Place(engine.Request{Snap: snap, Job: job, Options: engine.Options{Budget: -1, NodeExact: 4 * 4 * 3000}})
 		if len(r.GPUs) != k {
 			continue
 		}
@@ -110,7 +111,7 @@ func BenchmarkPlaceBridgedShares(b *testing.B) {
 		job := fixtures.SyntheticJob("j", n, 2, 1)
 		b.Run(fmt.Sprintf("job=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				if r := Place(snap, job, Options{}); len(r.GPUs) != n {
+				if r := Place(engine.Request{Snap: snap, Job: job, Options: engine.Options{}}); len(r.GPUs) != n {
 					b.Fatal(r)
 				}
 			}

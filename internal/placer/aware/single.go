@@ -1,14 +1,15 @@
 package aware
 
-// Stage 2a, the single-node choice: for a job one node can hold, each
-// fitting node's best subset of free GPUs (pick) and the one-node
-// candidates ranked by level, fit and the cost model (singleNode). After
-// the candidate walk (candidates.go); next, the judge (judge.go) and the
-// local search (search.go). The multi-node choice (multi.go) reuses pick
-// for each node's share.
+// Stage 2, the single-node exact choice (singleStage): for a job one node
+// can hold, each fitting node's best subset of free GPUs (pick), the
+// one-node candidates ranked by level, fit and the cost model
+// (singleNode), the exact choice on the nodes scored (exactInNode) and
+// the best fit within a tolerance (bestFitWithin). In: walked.fit; out: a
+// shortlist, the favourite first. The multi-node stage (multi.go) reuses
+// pick for each node's share.
 //
-// Flow (place.go): candidates → single node or multi-node → judge →
-// local search → judge again.
+// Flow (place.go): walk → single-node exact choice → multi-node →
+// judge → local search; see internal/placer/README.md.
 
 import (
 	"cmp"
@@ -16,10 +17,65 @@ import (
 	"slices"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/internal/collective"
 	"github.com/toposched/toposched/internal/store"
-	"github.com/toposched/toposched/internal/topology"
 )
+
+// shortlist is what the single-node and multi-node stages hand the
+// judge: the candidates, the favourite first, and the local search's
+// reach.
+type shortlist struct {
+	list []*cand
+	// more lists further candidates, for a judge that denies list; nil
+	// when there are none.
+	more func() []*cand
+	// across lets the local search trade GPUs across nodes, over the
+	// whole cluster's candidates (p.cands).
+	across bool
+	// alt says list[0] is an alternative grouping or spread, faster than
+	// the favourite it displaced (list[1]).
+	alt bool
+}
+
+// singleStage is the single-node exact choice for a job one node can
+// hold (w.fit non-empty): the one-node candidates (singleNode), walked on
+// to maxJudged when the judge denies a one-GPU job's favourite, and, for
+// a job without gpus_per_node, the spreads over nodes for when every
+// one-node candidate is denied.
+func (p *placer) singleStage(w *walked, job events.JobAnalyzed) shortlist {
+	var s shortlist
+	x := p.opts.Explain
+	levels := 0
+	if x != nil {
+		levels = len(x.Explanation.Levels)
+	}
+	s.list = p.singleNode(w.fit)
+	if w.longer != nil && len(s.list) > 0 && p.opts.Judge != nil {
+		if first := s.list[0]; !p.passes(first) {
+			// As if the walk had gone on to maxJudged from the start:
+			// its favourite is the same one, judged already.
+			w.fit = w.longer()
+			p.cands = w.fit
+			if x != nil {
+				x.Explanation.Levels = x.Explanation.Levels[:levels]
+			}
+			s.list = p.singleNode(w.fit)
+			if len(s.list) > 0 && s.list[0].domain == first.domain && slices.Equal(s.list[0].gpus, first.gpus) {
+				s.list[0].j, s.list[0].judged = first.j, true
+			}
+		}
+	}
+	if gpn := job.Job.GPUsPerNode; gpn == 0 {
+		// Spread over nodes, for when every one-node candidate is
+		// denied; those that land on one node were seen already.
+		s.more = func() []*cand {
+			p.cands = w.full() // holds the nodes of fit too
+			return slices.DeleteFunc(p.multiNode(p.cands, job, gpn, p.limit()), func(c *cand) bool {
+				return !slices.ContainsFunc(c.gpus, func(g store.GPUKey) bool { return g.Node != c.gpus[0].Node })
+			})
+		}
+	}
+	return s
+}
 
 // inNode is a chosen subset of one node's free GPUs.
 type inNode struct {
@@ -135,6 +191,13 @@ func sameIndices(a, b []store.GPUKey) bool {
 	return slices.EqualFunc(a, b, func(x, y store.GPUKey) bool { return x.Index == y.Index })
 }
 
+// toFront moves out[i] to the front, the others keeping their order.
+func toFront(out []*cand, i int) {
+	first := out[i]
+	copy(out[1:i+1], out[:i])
+	out[0] = first
+}
+
 // pickOn is pick, worked out on the node.
 func (p *placer) pickOn(c *candNode, k int) (inNode, error) {
 	// One GPU needs no bandwidth, so no topology: the node is in the
@@ -147,10 +210,9 @@ func (p *placer) pickOn(c *candNode, k int) (inNode, error) {
 		}
 	}
 	hole := p.holes(c)
-	freeIn := p.counts
 	// Pool: the free GPUs of the smallest domain that fits.
 	level, poolDom, poolFree := 3, "", len(c.free)
-	for _, dc := range freeIn {
+	for _, dc := range p.counts {
 		d, f := dc.id, dc.free
 		l := store.LocalLevel(d)
 		if f >= k && (l < level || (l == level && (f < poolFree || (f == poolFree && d < poolDom)))) {
@@ -176,30 +238,55 @@ func (p *placer) pickOn(c *candNode, k int) (inNode, error) {
 			pool = append(pool, i)
 		}
 	}
-	if k == 1 {
-		level = 0
-	}
-	// Bandwidth between pool GPUs (none read for one GPU).
+	bw := p.poolBandwidths(nt, c, pool)
+	best := inNode{c: c, level: level, minBW: -1, fit: len(c.free) - k}
+	bestSet := growBest(&best, bw, pool, hole, k)
+	// Rank order: a chain of best links from the first GPU.
 	m := len(pool)
-	var bw []float64 // bw[a*m+b]
-	if k > 1 {
-		pos := make([]int, len(c.free))
-		for i, g := range c.free {
-			pos[i] = nt.pos[g.Index]
+	best.gpus = make([]int, 0, k)
+	last, left := bestSet[0], bestSet[1:] // bestSet is ours to reorder
+	best.gpus = append(best.gpus, c.free[pool[last]].Index)
+	for len(left) > 0 {
+		row := bw[last*m : last*m+m]
+		bi := 0
+		for i, x := range left {
+			if row[x] > row[left[bi]] || (row[x] == row[left[bi]] && c.free[pool[x]].Index < c.free[pool[left[bi]]].Index) {
+				bi = i
+			}
 		}
-		bwOf := func(a, b int) float64 {
-			return nt.topo.Path(pos[a], pos[b], p.e.bw).BandwidthGBps
-		}
-		bw = make([]float64, m*m)
-		for a := range m {
-			for b := range m {
-				if a != b {
-					bw[a*m+b] = bwOf(pool[a], pool[b])
-				}
+		last = left[bi]
+		left = slices.Delete(left, bi, bi+1)
+		best.gpus = append(best.gpus, c.free[pool[last]].Index)
+	}
+	return best, nil
+}
+
+// poolBandwidths is the bandwidth between the pool's GPUs (positions in
+// c.free), bw[a*m+b] for m of them.
+func (p *placer) poolBandwidths(nt *nodeTopo, c *candNode, pool []int) []float64 {
+	pos := make([]int, len(c.free))
+	for i, g := range c.free {
+		pos[i] = nt.pos[g.Index]
+	}
+	m := len(pool)
+	bw := make([]float64, m*m)
+	for a := range m {
+		for b := range m {
+			if a != b {
+				bw[a*m+b] = nt.topo.Path(pos[pool[a]], pos[pool[b]], p.e.bw).BandwidthGBps
 			}
 		}
 	}
-	best := inNode{c: c, level: level, minBW: -1, fit: len(c.free) - k}
+	return bw
+}
+
+// growBest grows a subset of k of the pool greedily from each of up to
+// 16 seeds (the fewest holes first), adding the GPU of most bandwidth to
+// those taken (fewest holes on ties), and keeps the best by bottleneck,
+// then total bandwidth, then holes: its bandwidths and holes in best, its
+// pool positions returned.
+func growBest(best *inNode, bw []float64, pool, hole []int, k int) []int {
+	m := len(pool)
 	bestSet := []int(nil)
 	better := func(minBW, sumBW float64, holes int) bool {
 		switch {
@@ -249,31 +336,12 @@ func (p *placer) pickOn(c *candNode, k int) (inNode, error) {
 				sumBW += bw[a*m+b]
 			}
 		}
-		if k == 1 {
-			minBW = 0
-		}
 		if bestSet == nil || better(minBW, sumBW, holes) {
 			best.minBW, best.sumBW, best.holes = minBW, sumBW, holes
 			bestSet = slices.Clone(set)
 		}
 	}
-	// Rank order: a chain of best links from the first GPU.
-	best.gpus = make([]int, 0, k)
-	last, left := bestSet[0], bestSet[1:] // bestSet is ours to reorder
-	best.gpus = append(best.gpus, c.free[pool[last]].Index)
-	for len(left) > 0 {
-		row := bw[last*m : last*m+m]
-		bi := 0
-		for i, x := range left {
-			if row[x] > row[left[bi]] || (row[x] == row[left[bi]] && c.free[pool[x]].Index < c.free[pool[left[bi]]].Index) {
-				bi = i
-			}
-		}
-		last = left[bi]
-		left = slices.Delete(left, bi, bi+1)
-		best.gpus = append(best.gpus, c.free[pool[last]].Index)
-	}
-	return best, nil
+	return bestSet
 }
 
 // singleNode lists the one-node candidates, the favourite first: by
@@ -282,13 +350,51 @@ func (p *placer) pickOn(c *candNode, k int) (inNode, error) {
 // fastest wins, ties within 0.5% going to the better fit). Nil when no node
 // has room.
 func (p *placer) singleNode(cands []*candNode) []*cand {
-	k := p.n
-	type quick struct {
-		c     *candNode
-		level int
-		fit   int
+	qs := p.fitting(cands)
+	if len(qs) == 0 {
+		return nil
 	}
-	qs := make([]quick, 0, len(cands))
+	picks := p.picks(p.promising(qs))
+	if len(picks) == 0 {
+		return nil
+	}
+	out, slab := p.candsOf(picks)
+	if p.n == 1 {
+		return out
+	}
+	p.exactOnScored(out, slab, picks)
+	bestI, bestT := -1, inf
+	for i := range min(p.limit(), len(out)) {
+		t := p.score(out[i])
+		if bestI < 0 || t < bestT*(1-0.005) {
+			bestI, bestT = i, t
+		}
+	}
+	// The fastest first, then the rest in the heuristic's order; where a
+	// tighter fit is within the tolerance (bestFitWithin), it goes before
+	// them all.
+	fav, w := out[bestI], out[p.bestFitWithin(out, picks, bestI)]
+	toFront(out, bestI)
+	if w != fav {
+		toFront(out, slices.Index(out, w))
+		p.byFit = w
+	}
+	return out
+}
+
+// fitNode is a node that holds the job, with the level of its smallest
+// node-local domain that does and the free GPUs it would keep.
+type fitNode struct {
+	c     *candNode
+	level int
+	fit   int
+}
+
+// fitting lists the nodes that hold the job, with their levels, and
+// explains how many nodes fit at each level.
+func (p *placer) fitting(cands []*candNode) []fitNode {
+	k := p.n
+	qs := make([]fitNode, 0, len(cands))
 	fitting := [4]int{}
 	for _, c := range cands {
 		if len(c.free) < k {
@@ -305,7 +411,7 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 			}
 		}
 		fitting[level]++
-		qs = append(qs, quick{c, level, len(c.free) - k})
+		qs = append(qs, fitNode{c, level, len(c.free) - k})
 	}
 	if x := p.opts.Explain; x != nil {
 		// A node whose best fitting domain is an island also has a
@@ -322,32 +428,39 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 			x.Explanation.Levels = append(x.Explanation.Levels, events.LevelCount{Level: name, Domains: domains, Fitting: acc})
 		}
 	}
-	if len(qs) == 0 {
-		return nil
-	}
-	// Subsets for the most promising nodes; keep enough that distinct
-	// shapes get a look. Where the best fit within a tolerance may win
-	// (bestFitWithin), the tightest-fitting nodes are kept too, whatever
-	// their level.
+	return qs
+}
+
+// promising keeps the nodes worth a subset, by level then fit: enough
+// that distinct shapes get a look. Where the best fit within a tolerance
+// may win (bestFitWithin), the tightest-fitting nodes are kept too,
+// whatever their level.
+func (p *placer) promising(qs []fitNode) []fitNode {
 	limit := singleLimit
-	if k == 1 {
+	if p.n == 1 {
 		limit = oneGPULimit
 	}
-	var tight []quick
+	var tight []fitNode
 	if p.fitRule() && len(qs) > limit {
 		tight = slices.Clone(qs)
-		slices.SortStableFunc(tight, func(a, b quick) int { return cmp.Compare(a.fit, b.fit) })
+		slices.SortStableFunc(tight, func(a, b fitNode) int { return cmp.Compare(a.fit, b.fit) })
 		tight = tight[:limit]
 	}
-	slices.SortStableFunc(qs, func(a, b quick) int { return cmp.Or(cmp.Compare(a.level, b.level), cmp.Compare(a.fit, b.fit)) })
+	slices.SortStableFunc(qs, func(a, b fitNode) int { return cmp.Or(cmp.Compare(a.level, b.level), cmp.Compare(a.fit, b.fit)) })
 	if len(qs) > limit {
 		qs = qs[:limit]
 		for _, q := range tight {
-			if !slices.ContainsFunc(qs[:limit], func(o quick) bool { return o.c == q.c }) {
+			if !slices.ContainsFunc(qs[:limit], func(o fitNode) bool { return o.c == q.c }) {
 				qs = append(qs, q)
 			}
 		}
 	}
+	return qs
+}
+
+// picks is each node's best subset (pick), in the order candidates rank.
+func (p *placer) picks(qs []fitNode) []inNode {
+	k := p.n
 	picks := make([]inNode, 0, len(qs))
 	for _, q := range qs {
 		if k == 1 && q.c.one != nil {
@@ -368,17 +481,22 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 		// than maxJudged candidates (choose), and nothing else reads a
 		// one-GPU list, so the rest are not made.
 		slices.SortStableFunc(picks, func(a, b inNode) int { return cmp.Or(cmp.Compare(a.holes, b.holes), cmp.Compare(a.fit, b.fit)) })
-		picks = picks[:min(len(picks), max(p.limit(), maxJudged))]
-	} else {
-		slices.SortStableFunc(picks, func(a, b inNode) int {
-			return cmp.Or(cmp.Compare(a.level, b.level), cmp.Compare(b.minBW, a.minBW), cmp.Compare(b.sumBW, a.sumBW),
-				cmp.Compare(a.holes, b.holes), cmp.Compare(a.fit, b.fit))
-		})
+		return picks[:min(len(picks), max(p.limit(), maxJudged))]
 	}
-	// The candidates and their keys in two slabs, not two objects each
-	// (a 1-GPU job has up to 256).
-	out := make([]*cand, len(picks))
-	slab := make([]cand, len(picks))
+	slices.SortStableFunc(picks, func(a, b inNode) int {
+		return cmp.Or(cmp.Compare(a.level, b.level), cmp.Compare(b.minBW, a.minBW), cmp.Compare(b.sumBW, a.sumBW),
+			cmp.Compare(a.holes, b.holes), cmp.Compare(a.fit, b.fit))
+	})
+	return picks
+}
+
+// candsOf makes the candidates of the picks, in their order: the
+// candidates and their keys in two slabs, not two objects each (a 1-GPU
+// job has up to 256). slab is out's backing.
+func (p *placer) candsOf(picks []inNode) (out []*cand, slab []cand) {
+	k := p.n
+	out = make([]*cand, len(picks))
+	slab = make([]cand, len(picks))
 	keyBuf := make([]store.GPUKey, 0, len(picks)*k)
 	for i, pk := range picks {
 		at := len(keyBuf)
@@ -391,13 +509,14 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 			out[i].comm = 0
 		}
 	}
-	if k == 1 {
-		return out
-	}
-	// The exact choice on the nodes scored, where it is affordable: it can
-	// only be as fast as the heuristic's subset or faster, since that
-	// subset and its order are among the ones it tries.
-	budget := p.opts.nodeExact()
+	return out, slab
+}
+
+// exactOnScored makes the exact choice on the nodes scored, where it is
+// affordable: it can only be as fast as the heuristic's subset or
+// faster, since that subset and its order are among the ones it tries.
+func (p *placer) exactOnScored(out []*cand, slab []cand, picks []inNode) {
+	budget := nodeExact(p.opts)
 	for i := range min(p.limit(), len(out)) {
 		// A twin of a node scored before, on the same GPUs, costs the
 		// same: the cost model reads the node's links, not its name.
@@ -416,30 +535,6 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 		}
 		slab[i].settled = settled
 	}
-	bestI, bestT := -1, inf
-	for i := range min(p.limit(), len(out)) {
-		t := p.score(out[i])
-		if bestI < 0 || t < bestT*(1-0.005) {
-			bestI, bestT = i, t
-		}
-	}
-	// The fastest first, then the rest in the heuristic's order; where a
-	// tighter fit is within the tolerance (bestFitWithin), it goes before
-	// them all.
-	fav, w := out[bestI], out[p.bestFitWithin(out, picks, bestI)]
-	toFront(out, bestI)
-	if w != fav {
-		toFront(out, slices.Index(out, w))
-		p.byFit = w
-	}
-	return out
-}
-
-// toFront moves out[i] to the front, the others keeping their order.
-func toFront(out []*cand, i int) {
-	first := out[i]
-	copy(out[1:i+1], out[:i])
-	out[0] = first
 }
 
 // fitRule reports whether bestFitWithin may choose: a job of more than
@@ -447,7 +542,7 @@ func toFront(out []*cand, i int) {
 // tolerance on.
 func (p *placer) fitRule() bool {
 	c := p.e.comp
-	return p.n > 1 && p.busy && p.opts.fitTolerance() > 0 && c > 0 && !math.IsInf(c, 0)
+	return p.n > 1 && p.busy && fitTolerance(p.opts) > 0 && c > 0 && !math.IsInf(c, 0)
 }
 
 // bestFitWithin weighs what a one-node placement costs the next jobs
@@ -482,7 +577,7 @@ func (p *placer) bestFitWithin(out []*cand, picks []inNode, fav int) int {
 		return fav
 	}
 	comp := p.e.comp
-	bound := (comp + p.score(out[fav])) * (1 + p.opts.fitTolerance())
+	bound := (comp + p.score(out[fav])) * (1 + fitTolerance(p.opts))
 	type ranked struct {
 		i, fit, level int
 	}
@@ -552,327 +647,6 @@ func (in inNode) domain() string {
 		}
 	}
 	return best
-}
-
-// exactInNode is the node-level optimum: of every choice of len(start) of
-// the node's free GPUs and every rank order on them, the one the cost
-// model scores fastest, start (the heuristic's choice, of cost t0) unless
-// another is faster by more than 0.5%, or as fast and taking GPUs from
-// more broken domains (fewer holes), so that whole NVLink pairs and
-// islands, PCIe switches and NUMA nodes stay whole for the next job.
-//
-// GPUs that are twins (the same link to every other free GPU, and the
-// same hole) give the same cost in either place, so of the orders that
-// differ only by swapping twins one is scored: the one whose twins appear
-// in index order. And ranks the cost cannot tell apart are tried in one
-// order: inside a node the cost model runs each group over the ring NCCL
-// would search, so a group's cost depends on its GPUs, not on its ranks'
-// order, and a job whose groups are the blocks and columns of a grid of
-// ranks (gridOf: TP x DP, or one group of all) costs the same when its
-// blocks are permuted, or the positions inside every block alike. Of the
-// two reductions the one leaving fewer choices is used. The choices left
-// are counted first; the search is tried only when they fit in what is
-// left of *budget, which it then spends, and ok is false when they do not,
-// when all the free GPUs are alike (an NVSwitch node: one choice), or when
-// nothing beat start. settled says that no choice on the node is faster
-// than start at all: its free GPUs are alike, or there is one order; the
-// local search (refine) then has nothing to try on it.
-func (p *placer) exactInNode(c *candNode, start []store.GPUKey, t0 float64, budget *int) (gpus []store.GPUKey, cost float64, ok, settled bool) {
-	f, k := len(c.free), len(start)
-	if k < 2 || k > f {
-		return nil, 0, false, false
-	}
-	nt, err := p.e.res.node(c.node.Name)
-	if err != nil {
-		return nil, 0, false, false // nothing known
-	}
-	if alike(nt, c.free) {
-		return nil, 0, false, true // one choice (an NVSwitch node)
-	}
-	hole := p.holes(c)
-	class, sizes := twins(nt, c.free, hole)
-	count := canonicalOrders(sizes, k)
-	inner, grid := gridOf(p.e.groups, k)
-	if grid {
-		if g := gridOrders(f, k, inner); g < count {
-			count = g
-		} else {
-			grid = false
-		}
-	}
-	if count <= 1 || count > float64(*budget) {
-		return nil, 0, false, count <= 1
-	}
-	*budget -= int(count)
-	holeOf := func(key store.GPUKey) int {
-		for i, g := range c.free {
-			if g.Index == key.Index {
-				return hole[i]
-			}
-		}
-		return 0
-	}
-	bestT, bestHoles := t0, 0
-	for _, key := range start {
-		bestHoles += holeOf(key)
-	}
-	var best []store.GPUKey
-	sel := make([]store.GPUKey, 0, k)
-	holes := 0
-	try := func() {
-		t := p.e.cost(sel)
-		if t < bestT*(1-0.005) || (t <= bestT*(1+0.005) && holes < bestHoles) {
-			best, bestT, bestHoles = append(best[:0], sel...), t, holes
-		}
-	}
-	if grid {
-		eachGridOrder(f, k, inner, func(at []int) {
-			sel, holes = sel[:0], 0
-			for _, i := range at {
-				sel, holes = append(sel, c.free[i].Key()), holes+hole[i]
-			}
-			try()
-		})
-		return best, bestT, best != nil, false
-	}
-	eachTwinOrder(class, k, func(at []int) {
-		sel, holes = sel[:0], 0
-		for _, i := range at {
-			sel, holes = append(sel, c.free[i].Key()), holes+hole[i]
-		}
-		try()
-	})
-	return best, bestT, best != nil, false
-}
-
-// eachTwinOrder calls visit with every order of k of the GPUs of the
-// given classes (class[i] of GPU i; at is reused) in which twins, GPUs of
-// one class, appear in index order: one order of each that the cost can
-// tell apart (canonicalOrders counts them).
-func eachTwinOrder(class []int, k int, visit func(at []int)) {
-	f := len(class)
-	used := make([]bool, f)
-	at := make([]int, 0, k)
-	var rec func()
-	rec = func() {
-		if len(at) == k {
-			visit(at)
-			return
-		}
-	next:
-		for i := range f {
-			if used[i] {
-				continue
-			}
-			for j := range i { // a twin before it still unused: its turn first
-				if class[j] == class[i] && !used[j] {
-					continue next
-				}
-			}
-			used[i] = true
-			at = append(at, i)
-			rec()
-			at = at[:len(at)-1]
-			used[i] = false
-		}
-	}
-	rec()
-}
-
-// gridOf finds the ranks the cost cannot tell apart inside a node: inner
-// is the size of the job's blocks of consecutive ranks when every group
-// of k ranks is such a block, a column (one rank of each block, at one
-// position) or all k ranks, and no collective depends on the ranks'
-// order (send/recv between stages; a broadcast is scored as an
-// all-gather); inner is k when
-// every group holds all ranks. ok is false for any other job.
-func gridOf(groups []commGroup, k int) (inner int, ok bool) {
-	for _, g := range groups {
-		if g.coll == collective.SendRecv {
-			return 0, false
-		}
-	}
-	// The blocks' size is one of the groups' (a TP group of 4 with DP
-	// pairs across two blocks: inner 4, columns of 2); every group holds
-	// all ranks: inner k.
-	sizes := []int{k}
-	for _, g := range groups {
-		if s := len(g.ranks); s > 1 && s < k && k%s == 0 && !slices.Contains(sizes, s) {
-			sizes = append(sizes, s)
-		}
-	}
-	slices.Sort(sizes)
-	for _, inner := range sizes {
-		if isGrid(groups, k, inner) {
-			return inner, true
-		}
-	}
-	return 0, false
-}
-
-// isGrid reports whether every group of k ranks is a block of inner
-// consecutive ranks, a column (one rank of each block, at one position),
-// all k ranks, or one rank.
-func isGrid(groups []commGroup, k, inner int) bool {
-	blocks := k / inner
-	for _, g := range groups {
-		r := slices.Sorted(slices.Values(g.ranks))
-		block, column, all := len(r) == inner, len(r) == blocks, len(r) == k
-		for i, x := range r {
-			block = block && x == r[0]+i && r[0]%inner == 0
-			column = column && x == r[0]+i*inner && r[0] < inner
-			all = all && x == i
-		}
-		if !block && !column && !all && len(r) > 1 {
-			return false
-		}
-	}
-	return true
-}
-
-// eachGridOrder calls visit with one order of every gridOf class of k of
-// f GPUs (positions 0..f-1 by rank; at is reused): the blocks ordered by
-// their smallest GPU (each of a block's GPUs above the block before's
-// smallest), the first block's GPUs ascending.
-func eachGridOrder(f, k, inner int, visit func(at []int)) {
-	used := make([]bool, f)
-	at := make([]int, 0, k)
-	prevMin := -1 // smallest GPU of the block before the current one
-	var rec func(blockMin int)
-	rec = func(blockMin int) {
-		pos := len(at)
-		if pos == k {
-			visit(at)
-			return
-		}
-		b, j := pos/inner, pos%inner
-		floor := prevMin
-		if j == 0 && b > 0 {
-			floor = blockMin // the block before, just finished
-		}
-		for i := range f {
-			if used[i] || i < floor || (b == 0 && j > 0 && i < at[pos-1]) {
-				continue
-			}
-			used[i] = true
-			at = append(at, i)
-			if j == 0 && b > 0 {
-				saved := prevMin
-				prevMin = blockMin
-				rec(i)
-				prevMin = saved
-			} else {
-				rec(min(blockMin, i))
-			}
-			at = at[:pos]
-			used[i] = false
-		}
-	}
-	rec(f)
-}
-
-// gridOrders counts gridOf's classes of k of f GPUs: every order,
-// f!/(f-k)!, over the blocks' orders and the positions' orders.
-func gridOrders(f, k, inner int) float64 {
-	n := 1.0
-	for i := range k {
-		n *= float64(f - i)
-	}
-	for i := 2; i <= k/inner; i++ {
-		n /= float64(i)
-	}
-	for i := 2; i <= inner; i++ {
-		n /= float64(i)
-	}
-	return n
-}
-
-// alike reports whether every pair of the free GPUs has the same link, so
-// that no choice among them can be faster than another.
-func alike(nt *nodeTopo, free []store.FreeGPU) bool {
-	if len(nt.topo.GPUPaths) == 0 {
-		return true // a node reported without paths
-	}
-	if len(free) < 2 {
-		return true
-	}
-	first := nt.topo.GPUPaths[nt.pos[free[0].Index]][nt.pos[free[1].Index]]
-	for i, a := range free {
-		for _, b := range free[i+1:] {
-			if nt.topo.GPUPaths[nt.pos[a.Index]][nt.pos[b.Index]] != first {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// twins numbers the free GPUs by class: two GPUs are in one class when
-// their links to every other free GPU are the same and so are their holes.
-// sizes counts each class's GPUs. The node has paths (alike says so).
-func twins(nt *nodeTopo, free []store.FreeGPU, hole []int) (class, sizes []int) {
-	f := len(free)
-	link := func(a, b int) topology.Link {
-		return nt.topo.GPUPaths[nt.pos[free[a].Index]][nt.pos[free[b].Index]]
-	}
-	twin := func(a, b int) bool {
-		if hole[a] != hole[b] {
-			return false
-		}
-		for x := range f {
-			if x != a && x != b && link(a, x) != link(b, x) {
-				return false
-			}
-		}
-		return true
-	}
-	return classify(f, twin)
-}
-
-// classify numbers n items by class, same telling whether two are of one
-// (an equivalence); sizes counts each class's items.
-func classify(n int, same func(a, b int) bool) (class, sizes []int) {
-	class = make([]int, n)
-	for i := range n {
-		class[i] = -1
-		for j := range i {
-			if same(i, j) {
-				class[i] = class[j]
-				break
-			}
-		}
-		if class[i] < 0 {
-			class[i] = len(sizes)
-			sizes = append(sizes, 0)
-		}
-		sizes[class[i]]++
-	}
-	return class, sizes
-}
-
-// canonicalOrders counts the orders of k GPUs drawn from classes of the
-// given sizes, twins of a class in index order: the sum, over how many of
-// each class are drawn, of the multinomial k! / (m1! m2! ...).
-func canonicalOrders(sizes []int, k int) float64 {
-	ways := make([]float64, k+1) // ways[j]: orders of j GPUs from the classes so far
-	ways[0] = 1
-	for _, size := range sizes {
-		next := make([]float64, k+1)
-		for j, w := range ways {
-			if w == 0 {
-				continue
-			}
-			choose := 1.0 // C(j+m, m)
-			for m := 0; m <= size && j+m <= k; m++ {
-				if m > 0 {
-					choose = choose * float64(j+m) / float64(m)
-				}
-				next[j+m] += w * choose
-			}
-		}
-		ways = next
-	}
-	return ways[k]
 }
 
 // indices are the GPU indices of keys on one node.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/fixtures"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 )
 
@@ -29,11 +30,11 @@ func BenchmarkPlaceSmall(b *testing.B) {
 				j := fixtures.SyntheticJob("j", n, min(n, 8), 1)
 				b.ReportAllocs()
 				for b.Loop() {
-					opts := Options{}
+					opts := engine.Options{}
 					if explain {
-						opts.Explain = &Explain{}
+						opts.Explain = &engine.Explain{}
 					}
-					if r, _ := PlaceWithBaseline(snap, j, opts); r.Verdict != outcome.Placed {
+					if r, _ := PlaceWithBaseline(engine.Request{Snap: snap, Job: j, Options: opts}); r.Verdict != outcome.Placed {
 						b.Fatal(r.Reasons)
 					}
 				}
@@ -51,7 +52,7 @@ var goldenDecisions = filepath.Join("testdata", "decisions.golden")
 type decisionCase struct {
 	name       string
 	ours, base outcome.Result
-	explain    *Explain // nil when the case asks for none
+	explain    *engine.Explain // nil when the case asks for none
 }
 
 // decisionVariants name the variants of each job: plain, a GPU model
@@ -101,26 +102,26 @@ func decisionCases(t *testing.T) []decisionCase {
 				}
 				for variant := range decisionVariants {
 					j := fixtures.SyntheticJob("j", n, tp, 1)
-					opts := Options{MaxEvals: 30, Budget: -1, Explain: &Explain{}}
+					opts := engine.Options{MaxEvals: 30, Budget: -1, Explain: &engine.Explain{}}
 					switch variant {
 					case 1:
 						j.Job.GPUModel = "H100"
 					case 2:
 						j.Job.GPUsPerNode = min(n, tp)
 					case 3:
-						opts.Filter = func(n NodeView) bool { return n.Node.Name[len(n.Node.Name)-1]%3 != 0 }
+						opts.Filter = func(n engine.NodeView) bool { return n.Node.Name[len(n.Node.Name)-1]%3 != 0 }
 					case 4:
-						opts.Judge = func(c Candidate) Judgement {
+						opts.Judge = func(c engine.Candidate) engine.Judgement {
 							if strings.HasPrefix(c.Domain, "node:") || len(c.GPUs)%3 == 0 {
-								return Judgement{Deny: true, Reasons: []events.Reason{{Code: "no", Message: c.Domain}}}
+								return engine.Judgement{Deny: true, Reasons: []events.Reason{{Code: "no", Message: c.Domain}}}
 							}
-							return Judgement{Score: float64(len(c.Domain)%3) / 4}
+							return engine.Judgement{Score: float64(len(c.Domain)%3) / 4}
 						}
 					case 5:
 						j.Job.GPUModel = "A10"
 						opts.Explain = nil
 					}
-					ours, base := PlaceWithBaseline(snap, j, opts)
+					ours, base := PlaceWithBaseline(engine.Request{Snap: snap, Job: j, Options: opts})
 					out = append(out, decisionCase{
 						name: fmt.Sprintf("s%d/n%d/tp%d/%s", seed, n, tp, decisionVariants[variant]),
 						ours: ours, base: base, explain: opts.Explain,

@@ -13,6 +13,7 @@ import (
 	"fmt"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
@@ -47,17 +48,12 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed) outcome.Result {
 	return PlaceOn(snap, job, nil)
 }
 
-// Keep says whether a strategy may take GPUs of a node, shown with its free
-// GPUs of the job's model: the Planner's node filter (node policies and a
-// reservation for an older job). Nil keeps every node.
-type Keep func(node *store.Node, free []store.FreeGPU) bool
-
 // PlaceOn is Place on the nodes keep keeps. The reasons to reject (Never)
 // are the whole cluster's, as Place's, since a node filter changes with
 // time and policies; a job the cluster could hold now but the kept nodes
 // cannot waits. With keep nil it is Place: nodes are walked only when a
 // filter must be asked of them.
-func PlaceOn(snap *store.Snapshot, job events.JobAnalyzed, keep Keep) outcome.Result {
+func PlaceOn(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep) outcome.Result {
 	n, gpn, model := job.Job.GPUs, job.Job.GPUsPerNode, job.Job.GPUModel
 
 	var invalid []events.Reason
@@ -73,25 +69,51 @@ func PlaceOn(snap *store.Snapshot, job events.JobAnalyzed, keep Keep) outcome.Re
 		return outcome.Result{Verdict: outcome.Never, Reasons: invalid}
 	}
 
-	// The counts a walk of every node would give: a GPU's model is its
-	// own, or its node's when it has none, as the store records it.
-	cluster, _ := snap.Domain(store.ClusterDomain)
-	c := cluster.Count(model)
-	total, healthy, free := c.Total, c.Healthy, c.Free
-	nc := snap.NodeCounts(model)
-	maxPerNode := nc.MaxTotal() // most GPUs of the model on one node
-	var healthyNodes, freeNodes int
-	if gpn > 0 {
-		healthyNodes = nc.HealthyAtLeast(gpn) // nodes with >= gpn healthy GPUs of the model
-		freeNodes = nc.FreeAtLeast(gpn)       // nodes with >= gpn free GPUs of the model
-	}
-
-	// outcome.Never.
-	var never []events.Reason
 	of := ""
 	if model != "" {
 		of = " of model " + model
 	}
+	if never := neverFits(snap, n, gpn, model, of); len(never) > 0 {
+		return outcome.Result{Verdict: outcome.Never, Reasons: never}
+	}
+
+	// outcome.Wait.
+	if gpn > 0 {
+		if freeNodes := snap.NodeCounts(model).FreeAtLeast(gpn); freeNodes < n/gpn {
+			return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeNodes, Field: outcome.FieldGPUsPerNode,
+				Message: fmt.Sprintf("needs %s with %d free GPUs%s each, %d such nodes now", nodes(n/gpn), gpn, of, freeNodes)}}}
+		}
+	}
+	if gpn == 0 {
+		cluster, _ := snap.Domain(store.ClusterDomain)
+		if free := cluster.Count(model).Free; free < n {
+			return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeGPUs, Field: outcome.FieldGPUs,
+				Message: fmt.Sprintf("needs %d free GPUs%s, %d free now", n, of, free)}}}
+		}
+	}
+
+	// outcome.Placed: first fit.
+	if keep != nil {
+		return takeKept(snap, n, gpn, model, of, keep)
+	}
+	return firstFit(snap, n, gpn, model, of)
+}
+
+// neverFits lists every reason the job can never fit on the cluster as
+// it is (PlaceOn), from the counts a walk of every node would give: a
+// GPU's model is its own, or its node's when it has none, as the store
+// records it. of names the model for the messages.
+func neverFits(snap *store.Snapshot, n, gpn int, model, of string) []events.Reason {
+	cluster, _ := snap.Domain(store.ClusterDomain)
+	c := cluster.Count(model)
+	total, healthy := c.Total, c.Healthy
+	nc := snap.NodeCounts(model)
+	maxPerNode := nc.MaxTotal() // most GPUs of the model on one node
+	var healthyNodes int
+	if gpn > 0 {
+		healthyNodes = nc.HealthyAtLeast(gpn) // nodes with >= gpn healthy GPUs of the model
+	}
+	var never []events.Reason
 	if model != "" && total == 0 {
 		never = append(never, events.Reason{Code: outcome.CodeUnknownGPUModel, Field: outcome.FieldGPUModel,
 			Message: fmt.Sprintf("the cluster has no GPU of model %s", model)})
@@ -116,24 +138,13 @@ func PlaceOn(snap *store.Snapshot, job events.JobAnalyzed, keep Keep) outcome.Re
 					nodes(n/gpn), gpn, of, healthyNodes)})
 		}
 	}
-	if len(never) > 0 {
-		return outcome.Result{Verdict: outcome.Never, Reasons: never}
-	}
+	return never
+}
 
-	// outcome.Wait.
-	if gpn > 0 && freeNodes < n/gpn {
-		return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeNodes, Field: outcome.FieldGPUsPerNode,
-			Message: fmt.Sprintf("needs %s with %d free GPUs%s each, %d such nodes now", nodes(n/gpn), gpn, of, freeNodes)}}}
-	}
-	if gpn == 0 && free < n {
-		return outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{{Code: outcome.CodeInsufficientFreeGPUs, Field: outcome.FieldGPUs,
-			Message: fmt.Sprintf("needs %d free GPUs%s, %d free now", n, of, free)}}}
-	}
-
-	// outcome.Placed: first fit.
-	if keep != nil {
-		return takeKept(snap, n, gpn, model, of, keep)
-	}
+// firstFit takes the first free GPUs of the model in enumeration order,
+// or with gpn the first gpn of each node that has that many, once the
+// counts have said there is room.
+func firstFit(snap *store.Snapshot, n, gpn int, model, of string) outcome.Result {
 	taken := make([]store.GPUKey, 0, n)
 	if gpn == 0 {
 		for g := range snap.EachFreeGPUIn(store.ClusterDomain, model) {
@@ -170,7 +181,7 @@ func PlaceOn(snap *store.Snapshot, job events.JobAnalyzed, keep Keep) outcome.Re
 
 // takeKept is Place's first fit over the nodes keep keeps, in enumeration
 // order, each node's free GPUs by index.
-func takeKept(snap *store.Snapshot, n, gpn int, model, of string, keep Keep) outcome.Result {
+func takeKept(snap *store.Snapshot, n, gpn int, model, of string, keep engine.Keep) outcome.Result {
 	taken := make([]store.GPUKey, 0, n)
 	nodesKept := 0
 	for node, free := range snap.EachNodeFree(model) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
@@ -30,7 +31,7 @@ func First(_ *store.Node, free []store.FreeGPU, k int) []store.FreeGPU { return 
 // (up to what is still missing) until it has them all. Nodes keep does not
 // keep are passed over (nil keeps all), and blind's verdict is the one on
 // the kept nodes (blind.PlaceOn).
-func Place(snap *store.Snapshot, job events.JobAnalyzed, nodes iter.Seq2[*store.Node, []store.FreeGPU], pick Pick, keep blind.Keep) outcome.Result {
+func Place(snap *store.Snapshot, job events.JobAnalyzed, nodes iter.Seq2[*store.Node, []store.FreeGPU], pick Pick, keep engine.Keep) outcome.Result {
 	r := blind.PlaceOn(snap, job, keep)
 	if r.Verdict != outcome.Placed {
 		return r

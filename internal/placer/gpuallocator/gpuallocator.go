@@ -27,7 +27,7 @@ import (
 	"slices"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/fill"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
@@ -172,7 +172,7 @@ func cloneSets(p [][]int) [][]int {
 
 // Place places job first fit over the nodes keep keeps (nil: every
 // node), with the best-effort policy's choice of GPUs inside each.
-func Place(snap *store.Snapshot, job events.JobAnalyzed, keep blind.Keep) outcome.Result {
+func Place(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep) outcome.Result {
 	return fill.Place(snap, job, snap.EachNodeFree(job.Job.GPUModel), pick, keep)
 }
 

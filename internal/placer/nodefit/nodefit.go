@@ -18,7 +18,7 @@ import (
 	"slices"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/fill"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
@@ -32,13 +32,13 @@ const (
 
 // Binpack places job on the fullest nodes that fit, of those keep keeps
 // (nil: every node).
-func Binpack(snap *store.Snapshot, job events.JobAnalyzed, keep blind.Keep) outcome.Result {
+func Binpack(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep) outcome.Result {
 	return fill.Place(snap, job, snap.EachNodeFreeByFit(job.Job.GPUModel, max(job.Job.GPUsPerNode, 1)), fill.First, keep)
 }
 
 // Spread places job on the emptiest nodes, of those keep keeps (nil:
 // every node).
-func Spread(snap *store.Snapshot, job events.JobAnalyzed, keep blind.Keep) outcome.Result {
+func Spread(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep) outcome.Result {
 	type entry struct {
 		node *store.Node
 		free []store.FreeGPU

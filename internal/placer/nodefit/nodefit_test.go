@@ -6,7 +6,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/fixtures"
-	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
@@ -23,8 +23,8 @@ func TestBinpackAndSpread(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name    string
-		place   func(*store.Snapshot, events.JobAnalyzed, blind.Keep) outcome.Result
-		keep    blind.Keep
+		place   func(*store.Snapshot, events.JobAnalyzed, engine.Keep) outcome.Result
+		keep    engine.Keep
 		n, gpn  int
 		verdict outcome.Verdict
 		want    []string
@@ -59,6 +59,6 @@ func TestBinpackAndSpread(t *testing.T) {
 }
 
 // refuse keeps every node but the one named.
-func refuse(name string) blind.Keep {
+func refuse(name string) engine.Keep {
 	return func(n *store.Node, _ []store.FreeGPU) bool { return n.Name != name }
 }

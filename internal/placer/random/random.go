@@ -11,7 +11,7 @@ import (
 	"slices"
 
 	"github.com/toposched/toposched/events"
-	"github.com/toposched/toposched/internal/placer/blind"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/fill"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
@@ -22,7 +22,7 @@ const Name = "random"
 
 // Place places job on random nodes of those keep keeps (nil: every node)
 // and random GPUs of them.
-func Place(snap *store.Snapshot, job events.JobAnalyzed, keep blind.Keep) outcome.Result {
+func Place(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep) outcome.Result {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(job.Job.JobID)) // a hash's Write never fails
 	rng := rand.New(rand.NewPCG(h.Sum64(), 0x9e3779b97f4a7c15))

@@ -1,12 +1,14 @@
 package aware
 
-// Stage 1, the candidate walk: the nodes with free GPUs of the job's model
-// that the Filter accepts, and the Wait a Filter that leaves too few earns.
-// Next: the single-node choice (single.go) or the multi-node choice
-// (multi.go).
+// Stage 1, the walk (walkStage): the nodes with free GPUs of the job's
+// model that the Filter accepts, read as little as the choice allows: a
+// job one node can hold walks the best-fitting nodes only (walkFit,
+// bestFitSingle); a job no node holds, a few leaves' or pods' nodes on a
+// large cluster (scoped), else every node (candidates). In: the request;
+// out: walked, or the Wait a Filter that leaves too few earns.
 //
-// Flow (place.go): candidates → single node or multi-node → judge →
-// local search → judge again.
+// Flow (place.go): walk → single-node exact choice → multi-node →
+// judge → local search; see internal/placer/README.md.
 
 import (
 	"cmp"
@@ -15,24 +17,134 @@ import (
 	"strings"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
 )
 
-// NodeView is what a Filter is told of a node: what the candidate walk
-// has at hand, so that filtering costs no store lookups.
-type NodeView struct {
-	Node store.Node
-	// Free counts its free GPUs of the job's model.
-	Free int
-	// Fabric lists its fabric domains (leaf, pod, core), smallest first.
-	Fabric []string
+// walked is the candidate walk's answer: the nodes the later stages read,
+// and the cluster walk they may still ask for (full).
+type walked struct {
+	snap  *store.Snapshot
+	model string
+	x     *engine.Explain
+	// filter is Options.Filter as the walks after the first ask it: of
+	// no node twice (the filter counts the nodes it denies).
+	filter func(engine.NodeView) bool
+	// fit holds the nodes that hold a job one node can hold, best fit
+	// first (bestFitSingle); nil when no node holds it.
+	fit []*candNode
+	// longer walks the nodes again to maxJudged, for a one-GPU job whose
+	// first walk kept only the favourite's few; nil otherwise.
+	longer func() []*candNode
+	// sets are the few leaves' or pods' nodes a job no node holds reads
+	// on a large cluster (scoped); nil: the cluster's.
+	sets []scopeSet
+	// cands are the nodes read for a job no node holds (the sets', or
+	// the cluster walk's once full ran), total their free GPUs.
+	cands    []*candNode
+	total    int
+	fullDone bool
 }
 
-// ViewOf is the view of a node with free GPUs (of the job's model, by
-// index; at least one) that the candidate walk gives a Filter.
-func ViewOf(node store.Node, free []store.FreeGPU) NodeView {
-	return NodeView{Node: node, Free: len(free), Fabric: fabricDomains(free[0].Domains)}
+// walkStage is the candidate walk: for a job one node can hold, the
+// best-fitting nodes only (walkFit); for a job no node holds, the nodes
+// of a few fabric domains on a large cluster (scoped), else every node.
+// It answers a Wait instead when the Filter leaves too few GPUs.
+func walkStage(snap *store.Snapshot, job events.JobAnalyzed, opts engine.Options, k knobs) (*walked, *outcome.Result) {
+	n, gpn, model := job.Job.GPUs, job.Job.GPUsPerNode, job.Job.GPUModel
+	w := &walked{snap: snap, model: model, x: opts.Explain, filter: opts.Filter}
+	if (gpn == 0 || gpn == n) && snap.NodeCounts(model).FreeAtLeast(n) > 0 {
+		w.walkFit(n, opts, k)
+	}
+	if len(w.fit) > 0 {
+		return w, nil
+	}
+	// On a large cluster, a job no node holds reads the nodes of a few
+	// leaves or pods that hold it (scoped), the cluster's only when none
+	// does.
+	if sn := scopeNodes(opts); sn >= 0 && snap.NodeCounts(model).FreeAtLeast(1) > sn {
+		w.sets = scoped(snap, job, model, w.filter, n, gpn)
+	}
+	if w.sets != nil {
+		for _, set := range w.sets {
+			w.cands = append(w.cands, set.cands...)
+			for _, c := range set.cands {
+				w.total += len(c.free)
+			}
+		}
+		if w.x != nil {
+			w.x.Explanation.NodesConsidered = len(w.cands)
+		}
+		return w, nil
+	}
+	w.full()
+	if wait, ok := filterWait(w.cands, w.total, n, gpn, model); ok {
+		return nil, &wait
+	}
+	return w, nil
+}
+
+// walkFit walks the best-fitting nodes of a job one node can hold (see
+// bestFitSingle): they are walked and filtered first, and the whole
+// cluster only when no node holds the job, or a Judge asks for more.
+func (w *walked) walkFit(n int, opts engine.Options, k knobs) {
+	var seen map[string]bool
+	var holesOf func(*candNode) int
+	walker := &placer{opts: opts, knobs: k} // pick's scratch, and limit
+	enough := max(walker.limit(), maxJudged)
+	if n == 1 && !k.eagerOneGPU {
+		// The judge reads one candidate when the favourite passes, as it
+		// mostly does, and up to maxJudged when it does not: the walk
+		// keeps the first limit() nodes, which it finds exactly as the
+		// longer walk does (bestFitSingle), and is walked again to
+		// maxJudged only for a favourite the judge does not pass
+		// (singleStage). A tenth of a one-GPU decision's CPU was the
+		// longer walk's (BENCHMARKS.md).
+		enough = walker.limit()
+	}
+	if n == 1 {
+		holesOf = walker.holesOne
+	}
+	w.fit, seen = bestFitSingle(w.snap, w.model, opts.Filter, n, enough, holesOf)
+	if w.x != nil {
+		w.x.Explanation.NodesConsidered = w.snap.NodeCounts(w.model).FreeAtLeast(1)
+	}
+	if f := opts.Filter; f != nil {
+		// The cluster walk, and the longer walk, if they come, ask no
+		// node twice.
+		w.filter = func(v engine.NodeView) bool {
+			if ok, asked := seen[v.Node.Name]; asked {
+				return ok
+			}
+			return f(v)
+		}
+	}
+	if enough < maxJudged {
+		w.longer = func() []*candNode {
+			longer, asked := bestFitSingle(w.snap, w.model, w.filter, n, max(walker.limit(), maxJudged), holesOf)
+			for name, ok := range asked {
+				if seen == nil {
+					seen = map[string]bool{}
+				}
+				seen[name] = ok
+			}
+			return longer
+		}
+	}
+}
+
+// full is every node the Filter allows, walked once, at the first ask.
+func (w *walked) full() []*candNode {
+	if !w.fullDone {
+		var considered int
+		w.cands, w.total, considered = candidates(w.snap, w.model, w.filter)
+		w.fullDone = true
+		if w.x != nil {
+			w.x.Explanation.NodesConsidered = considered
+		}
+	}
+	return w.cands
 }
 
 // candNode is a node with free GPUs the job may use.
@@ -81,25 +193,24 @@ type twinPick struct {
 // (so every node left has all of them free), and enough nodes of every
 // kind of such node (store.NodeCounts.Whole) are kept. On a cluster of few
 // node kinds, mostly empty, that is most of the walk.
-func bestFitSingle(snap *store.Snapshot, model string, filter func(NodeView) bool, k int, enough int, holesOf func(*candNode) int) (out []*candNode, seen map[string]bool) {
+func bestFitSingle(snap *store.Snapshot, model string, filter func(engine.NodeView) bool, k int, enough int, holesOf func(*candNode) int) (out []*candNode, seen map[string]bool) {
 	out, seen, _ = bestFitWalk(snap, model, filter, k, enough, holesOf, true)
 	return out, seen
 }
 
 // bestFitWalk is bestFitSingle, and how many nodes it read; stopWhole
 // false walks the twins left to the end, as the tests' reference.
-func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool, k int, enough int, holesOf func(*candNode) int, stopWhole bool) (out []*candNode, seen map[string]bool, read int) {
-	limit := singleLimit
+func bestFitWalk(snap *store.Snapshot, model string, filter func(engine.NodeView) bool, k int, enough int, holesOf func(*candNode) int, stopWhole bool) (out []*candNode, seen map[string]bool, read int) {
+	w := &fitWalk{filter: filter, k: k, enough: enough, holesOf: holesOf, limit: singleLimit}
 	if k == 1 {
-		limit = oneGPULimit
+		w.limit = oneGPULimit
 	}
-	var counts []domainCount
-	slabSize := limit
+	slabSize := w.limit
 	if k == 1 && holesOf != nil {
-		slabSize = min(limit, 2*enough) // most walks stop by then
+		slabSize = min(w.limit, 2*enough) // most walks stop by then
 	}
-	slab := make([]candNode, 0, slabSize)
-	level0 := 0
+	w.slabSize = slabSize
+	w.slab = make([]candNode, 0, slabSize)
 	// Candidates rank by what their links and free GPUs make of them
 	// (for one GPU holes, then fit; for more, level, bandwidth, holes,
 	// fit), then order: a node that placement cannot tell from enough
@@ -114,7 +225,6 @@ func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool,
 	// allowed, it would rank after its kept twins all the same. The
 	// filter's own count of denied nodes then leaves it out, as it leaves
 	// out the nodes after the walk's end.
-	var classes []twinClass
 	nc := snap.NodeCounts(model)
 	// last is the walk's last free count when every node there has all
 	// its GPUs of the model free, 0 otherwise.
@@ -122,108 +232,131 @@ func bestFitWalk(snap *store.Snapshot, model string, filter func(NodeView) bool,
 	if stopWhole && len(nc.Free) > 1 && len(nc.Free) == len(nc.Total) {
 		last = len(nc.Free) - 1
 	}
-	// byHoles counts the kept nodes of a one-GPU job by the holes their
-	// pick takes; settled says whether enough of them take no more than
-	// any node with f free GPUs or more can.
-	var byHoles []int
-	maxOut := nc.MaxOutside()
-	settled := func(f int) bool {
-		n := 0
-		for h := 1; h < len(byHoles) && h <= max(1, f-maxOut); h++ {
-			n += byHoles[h]
-		}
-		return n >= enough
-	}
+	w.maxOut = nc.MaxOutside()
 	lastF := 0
 	for node, free := range snap.EachNodeFreeByFit(model, k) {
-		if len(free) > lastF && byHoles != nil && settled(len(free)) {
+		if len(free) > lastF && w.byHoles != nil && w.settled(len(free)) {
 			break
 		}
 		lastF = len(free)
 		read++
 		twin := -1
 		if enough > 0 {
-			for i := range classes {
-				if classes[i].of(node, free) {
-					twin = i
-					break
-				}
-			}
-			if twin >= 0 && classes[twin].n >= enough {
-				if len(free) == last && wholeKindsKept(classes, nc.Whole, last, enough) {
+			twin = slices.IndexFunc(w.classes, func(tc twinClass) bool { return tc.of(node, free) })
+			if twin >= 0 && w.classes[twin].n >= enough {
+				if len(free) == last && wholeKindsKept(w.classes, nc.Whole, last, enough) {
 					break // every node left is a twin passed over
 				}
 				// Counted, and passed over before its fabric is listed.
-				if classes[twin].level == 0 {
-					if level0++; level0 >= limit {
+				if w.classes[twin].level == 0 {
+					if w.level0++; w.level0 >= w.limit {
 						break
 					}
 				}
 				continue
 			}
 		}
-		fabric := fabricDomains(free[0].Domains)
-		if filter != nil {
-			ok := filter(NodeView{Node: *node, Free: len(free), Fabric: fabric})
-			if seen == nil {
-				seen = map[string]bool{}
-			}
-			seen[node.Name] = ok
-			if !ok {
-				continue
-			}
-		}
-		if len(slab) == cap(slab) {
-			slab = make([]candNode, 0, slabSize) // never cut pointers into slab
-		}
-		slab = append(slab, candNode{node: node, free: free, fabric: fabric})
-		out = append(out, &slab[len(slab)-1])
-		switch {
-		case enough == 0:
-		case twin < 0:
-			out[len(out)-1].twin = out[len(out)-1]
-		case hasPaths(node):
-			// (Without paths, pick reads a topology of the GPU rows,
-			// which Node.Links does not digest.)
-			out[len(out)-1].twin = classes[twin].head
-		}
-		level := 0 // one GPU fits the smallest domain
-		if k == 1 {
-			if holesOf != nil {
-				if h := holesOf(out[len(out)-1]); h > 0 {
-					for len(byHoles) <= h {
-						byHoles = append(byHoles, 0)
-					}
-					if byHoles[h]++; settled(len(free)) {
-						break
-					}
-				}
-			}
-		} else {
-			level = 1
-			counts = countLocal(counts, free)
-			for _, dc := range counts {
-				if dc.free >= k && store.LocalLevel(dc.id) == 0 {
-					level = 0
-					break
-				}
-			}
-		}
-		if enough > 0 {
-			if twin < 0 {
-				classes = append(classes, twinClass{head: out[len(out)-1], level: level})
-				twin = len(classes) - 1
-			}
-			classes[twin].n++
-		}
-		if level == 0 {
-			level0++
-		}
-		if level0 >= limit {
+		if w.keep(node, free, twin) {
 			break
 		}
 	}
-	return out, seen, read
+	return w.out, w.seen, read
+}
+
+// fitWalk is one bestFitWalk's state.
+type fitWalk struct {
+	filter   func(engine.NodeView) bool
+	k        int
+	enough   int
+	holesOf  func(*candNode) int
+	limit    int // singleLimit, or oneGPULimit for one GPU
+	counts   []domainCount
+	slab     []candNode
+	slabSize int
+	// level0 counts the nodes seen (kept, or passed over as twins) that
+	// a node-local domain of level 0 holds the job on.
+	level0  int
+	classes []twinClass
+	// byHoles counts the kept nodes of a one-GPU job by the holes their
+	// pick takes; settled says whether enough of them take no more than
+	// any node with f free GPUs or more can.
+	byHoles []int
+	maxOut  int
+	out     []*candNode
+	seen    map[string]bool
+}
+
+func (w *fitWalk) settled(f int) bool {
+	n := 0
+	for h := 1; h < len(w.byHoles) && h <= max(1, f-w.maxOut); h++ {
+		n += w.byHoles[h]
+	}
+	return n >= w.enough
+}
+
+// keep asks the filter of a node that is not a twin passed over (twin:
+// its class among w.classes, -1 for none), keeps it, and reports whether
+// the walk ends there.
+func (w *fitWalk) keep(node *store.Node, free []store.FreeGPU, twin int) bool {
+	fabric := engine.FabricDomains(free[0].Domains)
+	if w.filter != nil {
+		ok := w.filter(engine.NodeView{Node: *node, Free: len(free), Fabric: fabric})
+		if w.seen == nil {
+			w.seen = map[string]bool{}
+		}
+		w.seen[node.Name] = ok
+		if !ok {
+			return false
+		}
+	}
+	if len(w.slab) == cap(w.slab) {
+		w.slab = make([]candNode, 0, w.slabSize) // never cut pointers into slab
+	}
+	w.slab = append(w.slab, candNode{node: node, free: free, fabric: fabric})
+	c := &w.slab[len(w.slab)-1]
+	w.out = append(w.out, c)
+	switch {
+	case w.enough == 0:
+	case twin < 0:
+		c.twin = c
+	case hasPaths(node):
+		// (Without paths, pick reads a topology of the GPU rows,
+		// which Node.Links does not digest.)
+		c.twin = w.classes[twin].head
+	}
+	level := 0 // one GPU fits the smallest domain
+	if w.k == 1 {
+		if w.holesOf != nil {
+			if h := w.holesOf(c); h > 0 {
+				for len(w.byHoles) <= h {
+					w.byHoles = append(w.byHoles, 0)
+				}
+				if w.byHoles[h]++; w.settled(len(free)) {
+					return true
+				}
+			}
+		}
+	} else {
+		level = 1
+		w.counts = countLocal(w.counts, free)
+		for _, dc := range w.counts {
+			if dc.free >= w.k && store.LocalLevel(dc.id) == 0 {
+				level = 0
+				break
+			}
+		}
+	}
+	if w.enough > 0 {
+		if twin < 0 {
+			w.classes = append(w.classes, twinClass{head: c, level: level})
+			twin = len(w.classes) - 1
+		}
+		w.classes[twin].n++
+	}
+	if level == 0 {
+		w.level0++
+	}
+	return w.level0 >= w.limit
 }
 
 // twinClass is the nodes a walk cannot tell apart, by its first member
@@ -263,7 +396,7 @@ func wholeKindsKept(classes []twinClass, kinds []store.WholeKind, c, enough int)
 // free lists are the store's own, and the candNodes come from one slab
 // sized from the store's counts, so a decision allocates a handful of
 // objects, not a few per node.
-func candidates(snap *store.Snapshot, model string, filter func(NodeView) bool) (out []*candNode, total, considered int) {
+func candidates(snap *store.Snapshot, model string, filter func(engine.NodeView) bool) (out []*candNode, total, considered int) {
 	nodes := snap.NodeCounts(model).FreeAtLeast(1)
 	if nodes == 0 {
 		return nil, 0, 0
@@ -272,8 +405,8 @@ func candidates(snap *store.Snapshot, model string, filter func(NodeView) bool) 
 	out = make([]*candNode, 0, nodes)
 	for node, free := range snap.EachNodeFree(model) {
 		considered++
-		fabric := fabricDomains(free[0].Domains)
-		if filter != nil && !filter(NodeView{Node: *node, Free: len(free), Fabric: fabric}) {
+		fabric := engine.FabricDomains(free[0].Domains)
+		if filter != nil && !filter(engine.NodeView{Node: *node, Free: len(free), Fabric: fabric}) {
 			continue
 		}
 		if len(slab) == cap(slab) {
@@ -309,7 +442,7 @@ type scopeSet struct {
 // Nil when the job needs the cluster level (no leaf or pod holds it as
 // it will be spread) or scopeWalk nodes were read without finding a
 // domain: the caller walks the whole cluster.
-func scoped(snap *store.Snapshot, job events.JobAnalyzed, model string, filter func(NodeView) bool, n, gpn int) []scopeSet {
+func scoped(snap *store.Snapshot, job events.JobAnalyzed, model string, filter func(engine.NodeView) bool, n, gpn int) []scopeSet {
 	unit := 1
 	if gpn == 0 {
 		unit = unitOf(job, n)
@@ -405,63 +538,17 @@ const scopeDomains = 16
 const scopeWalk = 1024
 
 // candidatesIn is candidates for the nodes of one leaf or pod.
-func candidatesIn(snap *store.Snapshot, dom, model string, filter func(NodeView) bool) (out []*candNode, total, considered int) {
+func candidatesIn(snap *store.Snapshot, dom, model string, filter func(engine.NodeView) bool) (out []*candNode, total, considered int) {
 	for node, free := range snap.EachNodeFreeIn(dom, model) {
 		considered++
-		fabric := fabricDomains(free[0].Domains)
-		if filter != nil && !filter(NodeView{Node: *node, Free: len(free), Fabric: fabric}) {
+		fabric := engine.FabricDomains(free[0].Domains)
+		if filter != nil && !filter(engine.NodeView{Node: *node, Free: len(free), Fabric: fabric}) {
 			continue
 		}
 		out = append(out, &candNode{node: node, free: free, fabric: fabric})
 		total += len(free)
 	}
 	return out, total, considered
-}
-
-// nodeLocalOrCluster reports whether a domain ID is of a node-local kind
-// (island, pcie, numa, node) or the cluster: not a fabric domain.
-func nodeLocalOrCluster(d string) bool {
-	i := strings.IndexByte(d, ':')
-	if i < 0 {
-		return false
-	}
-	switch d[:i] {
-	case store.DomainIsland, store.DomainPCIe, store.DomainNUMA, store.DomainNode, store.DomainCluster:
-		return true
-	}
-	return false
-}
-
-// fabricDomains returns a GPU's fabric domains (all but the node-local
-// ones and the cluster), in order. The store lists them as one run between
-// the node and the cluster, so this is a capped window of the GPU's shared
-// Domains (appending copies); a list of another shape gets a new slice.
-func fabricDomains(ds []string) []string {
-	i := 0
-	for i < len(ds) && nodeLocalOrCluster(ds[i]) {
-		i++
-	}
-	j := i
-	for j < len(ds) && !nodeLocalOrCluster(ds[j]) {
-		j++
-	}
-	k := j
-	for k < len(ds) && nodeLocalOrCluster(ds[k]) {
-		k++
-	}
-	if i == j {
-		return nil
-	}
-	if k == len(ds) {
-		return ds[i:j:j]
-	}
-	var out []string
-	for _, d := range ds {
-		if !nodeLocalOrCluster(d) {
-			out = append(out, d)
-		}
-	}
-	return out
 }
 
 func filterWait(cands []*candNode, total, n, gpn int, model string) (outcome.Result, bool) {
