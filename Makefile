@@ -1,4 +1,5 @@
-# make test   runs the test suite (the README's command is `go test ./...`).
+# make test   runs the test suite: the README's `go test ./...`, and the NVML
+#             discovery's tests (built with -tags nvml).
 # make lint   runs golangci-lint (layering and correctness), as CI does.
 # make bench  reruns every benchmark of BENCHMARKS.md: bench/run.sh runs
 #             each bench/commands.d/*.sh in name order and logs to
@@ -6,11 +7,16 @@
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 .PHONY: test test-short bench lint
+# test also runs the NVML discovery's tests, which go test ./... leaves out:
+# it is built only with the tag nvml (services/discovery/nvml's doc).
 test:
 	go test ./...
+	go test -tags nvml ./services/discovery/nvml/
+	go test -tags nvml -run '^TestAgent' ./cmd/toposched/
 
 test-short:
 	go test -short ./...
+	go test -short -tags nvml ./services/discovery/nvml/
 
 bench:
 	./bench/run.sh

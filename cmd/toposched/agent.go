@@ -1,34 +1,37 @@
-//go:build cgo
-
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"log/slog"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/toposched/toposched/events/bus"
-	"github.com/toposched/toposched/internal/formats/clusterfile"
-	"github.com/toposched/toposched/services/discovery/nvml"
-	"github.com/toposched/toposched/services/launcher"
 )
 
+// agentFlags are what NVML discovery reports the node as and where it
+// looks besides NVML. They are declared in every build, so that a
+// toposched built without NVML takes the same command line and says what
+// it lacks rather than that a flag is unknown.
+type agentFlags struct {
+	node       string
+	position   int
+	labels     map[string]string
+	sysfs      string
+	rediscover time.Duration
+	print      bool
+}
+
 func newAgent(g *globals) *cobra.Command {
-	var cfg nvml.AgentConfig
+	var af agentFlags
 	var ef execFlags
-	var print bool
 	cmd := &cobra.Command{
 		Use:   "agent [--node NAME] [--position N] [--print] [--exec [--cluster FILE]]",
 		Short: "Run the node agent: discover this node's GPUs, NVLinks and NICs through NVML and report them and their health",
 		Long: `agent runs on each GPU node (a DaemonSet or a systemd unit). It discovers the
 node through NVML (GPUs, NVLink peers and NVSwitches, PCIe paths, NUMA, NICs
 from sysfs), publishes it on topology.node.<node>, and publishes every health
-change (critical XIDs, NVLink state) on topology.health.<node>.
+change (critical XIDs, NVLink state) on topology.health.<node>. NVML discovery
+is in a toposched built with -tags nvml and cgo, as the image deploy/Dockerfile
+builds is: CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" go build -tags nvml
+./cmd/toposched.
 
 --print discovers once, prints the node's path matrix and exits, without NATS:
 the check to run by hand on a GPU machine.
@@ -44,8 +47,8 @@ exit code. Heartbeats let the watchdog (toposched serve --agent-ttl) free the
 GPUs of a job whose agent died; before it does, the ranks stop by themselves
 (their shim sees no heartbeat for --agent-ttl less --grace less one
 --heartbeat), so give the agent the watchdog's --agent-ttl. On a machine
-without NVML, --cluster FILE names the cluster file that describes --node,
-and nothing is discovered.
+without NVML, or with a toposched built without it, --cluster FILE names the
+cluster file that describes --node, and nothing is discovered.
 
 An agent with --exec running as root runs each rank as its job's run_as user
 (or --run-as-default), only if --run-as-allow names it; it does not start
@@ -59,93 +62,20 @@ not running as root runs ranks only as itself.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ef.cluster != "" {
-				return runLauncherOnly(cmd.Context(), g, &ef, cfg.NodeName)
+				return runLauncherOnly(cmd.Context(), g, &ef, af.node)
 			}
-			lib := nvml.Library()
-			if print {
-				n, err := nvml.Discover(lib, cfg.Options)
-				if err != nil {
-					return err
-				}
-				ev := n.Event()
-				return clusterfile.WriteMatrix(cmd.OutOrStdout(), ev, false, true)
-			}
-			if ef.exec {
-				if err := launcher.CheckRunAs(ef.cfg); err != nil {
-					return fmt.Errorf("agent: %w", err)
-				}
-			}
-			log, err := g.logger()
-			if err != nil {
-				return err
-			}
-			if cfg.NodeName == "" {
-				// NVML's discovery names the node after the host too; the
-				// name is needed first, for the node's credentials.
-				h, err := os.Hostname()
-				if err != nil {
-					return fmt.Errorf("--node: none given and no host name: %w", err)
-				}
-				cfg.NodeName = h
-			}
-			ctx := cmd.Context()
-			b, err := connectAgent(ctx, g, cfg.NodeName, log)
-			if err != nil {
-				return err
-			}
-			agent, err := nvml.NewAgent(cfg, nvml.AgentDeps{Lib: lib, Publish: b, Log: log})
-			if err != nil {
-				_ = b.Close()
-				return err
-			}
-			if ef.exec {
-				err = runWithLauncher(ctx, agent, b, &ef, cfg.NodeName, log)
-			} else if err = agent.Run(ctx); err != nil {
-				err = fmt.Errorf("agent: %w", err)
-			}
-			// A failed drain is reported, as runServices does.
-			if cerr := b.Close(); cerr != nil {
-				err = errors.Join(err, cerr)
-			}
-			return err
+			return runNVMLAgent(cmd, g, &af, &ef)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.NodeName, "node", "", "node name (default: the host name)")
-	f.IntVar(&cfg.Position, "position", 0, "the node's place in enumeration order")
-	f.StringToStringVar(&cfg.Labels, "label", nil, "node labels, key=value (repeatable)")
-	f.StringVar(&cfg.SysfsRoot, "sysfs", "/", "root under which sys/ is read (NICs, NUMA, PCIe paths)")
-	f.DurationVar(&cfg.Rediscover, "rediscover", 5*time.Minute, "how often to rediscover the node and report it again if it changed")
-	f.BoolVar(&print, "print", false, "discover once, print the path matrix and exit (no NATS)")
+	f.StringVar(&af.node, "node", "", "node name (default: the host name)")
+	f.IntVar(&af.position, "position", 0, "the node's place in enumeration order")
+	f.StringToStringVar(&af.labels, "label", nil, "node labels, key=value (repeatable)")
+	f.StringVar(&af.sysfs, "sysfs", "/", "root under which sys/ is read (NICs, NUMA, PCIe paths)")
+	f.DurationVar(&af.rediscover, "rediscover", 5*time.Minute, "how often to rediscover the node and report it again if it changed")
+	f.BoolVar(&af.print, "print", false, "discover once, print the path matrix and exit (no NATS)")
 	g.conn.RegisterTokenFile(f)
 	ef.register(f)
 	cmd.AddCommand(newRankExec())
 	return cmd
-}
-
-// runWithLauncher runs the NVML agent and the launcher side by side; the
-// first to fail stops the other.
-func runWithLauncher(ctx context.Context, agent *nvml.Agent, b *bus.Bus, ef *execFlags, node string, log *slog.Logger) error {
-	if node == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return fmt.Errorf("--node: none given and no host name: %w", err)
-		}
-		node = h
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errc := make(chan error, 2)
-	go func() {
-		err := agent.Run(ctx)
-		if err != nil {
-			err = fmt.Errorf("agent: %w", err)
-		}
-		errc <- err
-	}()
-	// The GPUs are NVML's to report; the launcher does not check them.
-	go func() { errc <- runLauncher(ctx, b, ef, node, nil, log) }()
-	err := <-errc
-	cancel()
-	return errors.Join(err, <-errc)
 }

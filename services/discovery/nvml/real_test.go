@@ -1,4 +1,4 @@
-//go:build cgo
+//go:build nvml && cgo
 
 package nvml
 
@@ -13,7 +13,7 @@ import (
 
 // TestRealGPU discovers the machine it runs on through the system's NVML:
 //
-//	TOPOSCHED_REAL_NVML=1 go test -run TestRealGPU -v ./services/discovery/nvml/
+//	TOPOSCHED_REAL_NVML=1 go test -tags nvml -run TestRealGPU -v ./services/discovery/nvml/
 //
 // Compare its matrix with `nvidia-smi topo -m`.
 func TestRealGPU(t *testing.T) {
