@@ -14,7 +14,7 @@ func TestParseP2P(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name, file, in string
-		want       string // the off-diagonal cell GPU0-GPU1, "" for no matrix
+		want           string // the off-diagonal cell GPU0-GPU1, "" for no matrix
 	}{
 		{name: "ns", file: "rtx2080ti-2gpu-pix-p2p-ns_anthony-hoo-autodl.txt", want: "NS"},
 		{name: "gns", file: "rtx5090-2gpu-phb-threadripper-no-p2p_club-3090-issue-1133.txt", want: "GNS"},
