@@ -599,7 +599,7 @@ func LinkKind(bottleneck string, a Algorithm) string {
 		return "nvlink"
 	case "nvlink":
 		return "nvlink"
-	case "pcie", "smp":
+	case "pcie", "smp", "host":
 		return "pcie"
 	case "nic", "uplink":
 		return "net"

@@ -17,6 +17,18 @@ package collective
 //     rate after TLP headers and flow control (12-13 GB/s of 15.75 on
 //     Gen3, 25-26 of 31.5 on Gen4: the usual p2pBandwidthLatencyTest and
 //     bandwidthTest figures). Also used for the inter-socket link.
+//
+// SHMShare 0.75 is the share of a PCIe P2P path's bandwidth that a pair of
+// GPUs gets where P2P is off (topology.Node.P2P) and NCCL moves the data
+// through host memory instead (its SHM transport, src/transport/shm.cc,
+// chosen when p2pCanConnect in src/transport/p2p.cc refuses the pair; the
+// path is rerouted GPU -> CPU -> GPU by addInterStep in
+// src/graph/paths.cc): "12GB/s instead of 9 or 6" on PCIe Gen3 (sjeaugey,
+// NVIDIA/nccl#406), 9 of 12. The 6 is two GPUs' host traffic on one
+// link: GPUs under one PCIe switch (PIX, PXB) share its uplink to the
+// host, which the model has as the node's host link.
+const SHMShare = 0.75
+
 const (
 	EffNVLink = 0.80
 	EffNVLS   = 0.611

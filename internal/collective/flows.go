@@ -249,6 +249,9 @@ func (m *model) routeLocal(ph *phase, node int32, ga, gb int, b float64) hop {
 	case topology.NVB:
 		ph.add(nd.pair(ga, gb), b)
 	default:
+		if nd.n.P2POff(ga, gb) {
+			return m.routeSHM(ph, nd, l.Class, ga, gb, b, lat)
+		}
 		ph.add(nd.port(kPCIe, ga, tx), b)
 		ph.add(nd.port(kPCIe, gb, rx), b)
 		if l.Class == topology.SYS {
@@ -258,6 +261,32 @@ func (m *model) routeLocal(ph *phase, node int32, ga, gb int, b float64) hop {
 			}
 			ph.add(nd.off[kSMP]+d, b)
 		}
+	}
+	return lat
+}
+
+// routeSHM adds a flow between two GPUs of a node that cannot use P2P:
+// NCCL's SHM transport, through host memory (SHMShare). Each byte costs
+// the GPUs' PCIe links 1/SHMShare of a P2P byte; GPUs under one PCIe
+// switch (PIX, PXB) share its uplink to the host (the node's host link);
+// across sockets the copy crosses the inter-socket link as P2P would. A
+// step pays at least a hop through the host bridge.
+func (m *model) routeSHM(ph *phase, nd *nodeView, cl topology.Class, ga, gb int, b float64, lat hop) hop {
+	ph.add(nd.port(kPCIe, ga, tx), b/SHMShare)
+	ph.add(nd.port(kPCIe, gb, rx), b/SHMShare)
+	switch cl {
+	case topology.PIX, topology.PXB:
+		ph.add(nd.off[kHost]+tx, b)
+		ph.add(nd.off[kHost]+rx, b)
+	case topology.SYS:
+		d := int32(tx)
+		if ga > gb {
+			d = rx
+		}
+		ph.add(nd.off[kSMP]+d, b)
+	}
+	if host := m.bw.LatencyUS[topology.PHB] + m.stepOverheadUS(nd.nodeInfo); host > lat[hwPCI] {
+		lat[hwPCI] = host
 	}
 	return lat
 }

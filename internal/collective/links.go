@@ -19,7 +19,12 @@ const (
 	kPCIe                // a GPU's PCIe link (a: gpu, b: dir)
 	kSMP                 // the inter-socket link of a node (b: dir)
 	kNIC                 // a NIC's link to its leaf (a: NIC position or -1, b: dir)
-	kUplink              // a leaf's uplinks (node: -1, a: leaf, b: dir)
+	// kHost is a node's PCIe uplink to host memory as NCCL's SHM transport
+	// uses it between GPUs without P2P under one PCIe switch (b: dir, tx
+	// into host memory); only nodes with such pairs have it, so the links
+	// of every other node keep their ids.
+	kHost
+	kUplink // a leaf's uplinks (node: -1, a: leaf, b: dir)
 )
 
 const (
@@ -90,6 +95,10 @@ func (nd *nodeInfo) blockSize(kind uint8) int32 {
 		}
 	case kSMP:
 		return 2
+	case kHost:
+		if nd.n.AnyP2POff() {
+			return 2
+		}
 	case kNIC:
 		return 2 * int32(len(nd.nicGBps))
 	}
@@ -125,7 +134,7 @@ func (nd *nodeInfo) keyAt(kind uint8, off int32) linkKey {
 	case kNVPair:
 		g := int32(len(nd.n.GPUs))
 		return linkKey{kind, nd.gi, off / g, off % g}
-	case kSMP:
+	case kSMP, kHost:
 		return linkKey{kind, nd.gi, 0, off}
 	case kNIC:
 		return linkKey{kind, nd.gi, off/2 - 1, off % 2}
@@ -163,6 +172,8 @@ func (m *model) capacity(k linkKey) float64 {
 		c = m.nodes[k.node].pcie * m.effOf(m.nodes[k.node].eff.PCIe, EffPCIe)
 	case kSMP:
 		c = m.nodes[k.node].smp * m.effOf(m.nodes[k.node].eff.PCIe, EffPCIe)
+	case kHost:
+		c = m.nodes[k.node].pcie * m.effOf(m.nodes[k.node].eff.PCIe, EffPCIe) * SHMShare
 	case kNIC:
 		nd := m.nodes[k.node]
 		c = nd.nicGBps[k.a+1] * m.netEff(&nd.eff, nd.nicKind[k.a+1])
@@ -192,6 +203,8 @@ func (m *model) linkName(k linkKey) string {
 		return fmt.Sprintf("pcie:%s:%d:%s", m.nodes[k.node].name, k.a, dir)
 	case kSMP:
 		return fmt.Sprintf("smp:%s:%s", m.nodes[k.node].name, dir)
+	case kHost:
+		return fmt.Sprintf("host:%s:%s", m.nodes[k.node].name, dir)
 	case kNIC:
 		return fmt.Sprintf("nic:%s:%d:%s", m.nodes[k.node].name, k.a, dir)
 	case kUplink:

@@ -23,6 +23,8 @@ type NodeSpec struct {
 	Transport string
 	// PCIePath gives the class between two GPUs without NVLink (nil: PIX).
 	PCIePath func(a, b int) topology.Class
+	// NoP2P: no pair of GPUs can use P2P (nvidia-smi topo -p2p prints NS).
+	NoP2P bool
 }
 
 // BuildNode makes the node a spec describes.
@@ -47,6 +49,18 @@ func BuildNode(s NodeSpec) *topology.Node {
 				n.GPUPaths[a][b] = topology.Link{Class: s.PCIePath(a, b)}
 			default:
 				n.GPUPaths[a][b] = topology.Link{Class: topology.PIX}
+			}
+		}
+	}
+	if s.NoP2P {
+		n.P2P = make([][]topology.P2PStatus, s.GPUs)
+		for a := range s.GPUs {
+			n.P2P[a] = make([]topology.P2PStatus, s.GPUs)
+			for b := range s.GPUs {
+				n.P2P[a][b] = topology.P2PNotSupported
+				if a == b {
+					n.P2P[a][b] = topology.P2PSelf
+				}
 			}
 		}
 	}

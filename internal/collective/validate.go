@@ -180,6 +180,14 @@ var Cases = []Case{
 		Note:    "held out; each GPU's four 100 Gb/s EFA NICs are one 400 Gb/s NIC here (NCCL spreads a GPU's channels over them)",
 		HeldOut: true,
 	},
+	{
+		Name: "rtx2080ti-2gpu-pix-p2p-ns", File: "rtx2080ti-2gpu-pix-p2p-ns_all_reduce_anthony-hoo-autodl.txt",
+		Machine: "1 container, 2x GeForce RTX 2080 Ti on one PCIe Gen3 switch (PIX), P2P not supported (topo -p2p p: NS)", Collective: AllReduce, Algorithm: Auto,
+		Build: onNodes(NodeSpec{Name: "rtx2080ti", GPUs: 2, Model: "RTX-2080-Ti", PCIeGen: 3, NoP2P: true}, 1, 2),
+		Large: []Point{{1 << 30, "1073741824", 7}}, Small: []Point{{1 << 20, "1048576", 7}},
+		Note:    "held out; P2P off: NCCL's SHM transport through host memory, both GPUs' copies on the switch's one uplink",
+		HeldOut: true,
+	},
 }
 
 func gb200x(g int) NodeSpec {

@@ -58,6 +58,10 @@ type Node struct {
 	// NICPaths[i][k] is the best path from GPUs[i] to NICs[k]; nil where
 	// the source did not say.
 	NICPaths [][]Link `json:"nic_paths,omitempty"`
+	// P2P[i][j] is whether GPUs[i] can use CUDA peer-to-peer to GPUs[j]
+	// (nvidia-smi topo -p2p, NVML GetP2PStatus); nil where the source did
+	// not say, and then P2P is taken as available.
+	P2P [][]P2PStatus `json:"p2p,omitempty"`
 	// NVSwitches counts the node's NVSwitch chips where the source says.
 	NVSwitches int `json:"nvswitches,omitempty"`
 	// NVLinkGen is the NVLink generation (2 for V100, 3 for A100, 4 for
@@ -106,6 +110,7 @@ func (n *Node) Validate() error {
 			}
 		}
 	}
+	errs = append(errs, n.validateP2P()...)
 	return errors.Join(errs...)
 }
 
@@ -236,6 +241,17 @@ func (n *Node) LinksKey() LinksKey {
 			for _, l := range row {
 				num(int(l.Class))
 				num(l.NVLinks)
+			}
+		}
+	}
+	// Only a node with a P2P matrix adds it, so that the keys of nodes
+	// without one stay what they were.
+	if n.P2P != nil {
+		num(len(n.P2P))
+		for _, row := range n.P2P {
+			num(len(row))
+			for _, s := range row {
+				num(int(s))
 			}
 		}
 	}

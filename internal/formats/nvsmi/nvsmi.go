@@ -369,6 +369,18 @@ func Parse(file string, data []byte) (*topology.Node, error) {
 			node.Warnings = append(node.Warnings, fmt.Sprintf("NIC Legend names %s, which is not a column", lab))
 		}
 	}
+	// A -p2p matrix printed with the topology (the same session's
+	// output) says which pairs NCCL cannot join by P2P.
+	p2p, err := ParseP2P(file, data)
+	if err != nil {
+		return nil, err
+	}
+	if p2p != nil {
+		if len(p2p) != g {
+			return nil, fmt.Errorf("%s: p2p matrix has %d GPUs, the topology %d", file, len(p2p), g)
+		}
+		node.P2P = p2p
+	}
 	if err := node.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}

@@ -84,6 +84,16 @@ func render(n *topology.Node) string {
 		}
 		tw.Println()
 	}
+	if n.P2P != nil {
+		tw.Println("\np2p")
+		for i, row := range n.P2P {
+			tw.Printf("GPU%d", i)
+			for _, s := range row {
+				tw.Printf("\t%s", s)
+			}
+			tw.Println()
+		}
+	}
 	_ = tw.Flush()
 	if len(n.Warnings) > 0 {
 		fmt.Fprintln(&b, "\nwarnings:")
