@@ -243,13 +243,19 @@ func (s *Service) Run(ctx context.Context) error {
 			return fmt.Errorf("kube: informer caches did not sync: %w", context.Cause(ctx))
 		}
 	}
-	after, err := s.rebuild(ctx)
-	if err != nil {
-		return err
+	m := &bus.Mirror{Bus: s.bus, Sources: sources}
+	if err := m.Rebuild(ctx, s.rebuilt); err != nil {
+		return fmt.Errorf("kube: %w", err)
 	}
 	followReady := make(chan struct{})
 	followErr := make(chan error, 1)
-	go func() { followErr <- s.follow(ctx, after, followReady) }()
+	go func() {
+		if err := m.Follow(ctx, followReady, s.followed); err != nil {
+			followErr <- fmt.Errorf("kube: %w", err)
+			return
+		}
+		followErr <- nil
+	}()
 	select {
 	case <-followReady:
 	case err := <-followErr:

@@ -1,9 +1,7 @@
 package kube
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -205,93 +203,35 @@ func (s *Service) finished(j *jobState) {
 	}
 }
 
-// streams are what the service reads: its jobs' submissions and
+// sources are what the service reads: its jobs' submissions and
 // finishes, placement's answers, and the nodes' GPUs and holds.
-func (s *Service) streams() []struct {
-	domain events.Domain
-	names  []events.Name
-} {
-	return []struct {
-		domain events.Domain
-		names  []events.Name
-	}{
-		{events.DomainJobs, []events.Name{events.NameJobSubmitted, events.NameJobFinished}},
-		{events.DomainPlacement, []events.Name{events.NamePlacementDecided, events.NamePlacementPending,
-			events.NamePlacementRejected, events.NamePlacementReleased}},
-		{events.DomainTopology, []events.Name{events.NameTopologyNode, events.NameTopologyHeld, events.NameTopologyFabric}},
-	}
+var sources = []bus.Source{
+	{Domain: events.DomainJobs, Names: []events.Name{events.NameJobSubmitted, events.NameJobFinished}},
+	{Domain: events.DomainPlacement, Names: []events.Name{events.NamePlacementDecided, events.NamePlacementPending,
+		events.NamePlacementRejected, events.NamePlacementReleased}},
+	{Domain: events.DomainTopology, Names: []events.Name{events.NameTopologyNode, events.NameTopologyHeld, events.NameTopologyFabric}},
 }
 
-// rebuild reads each stream from its start and returns the last sequence
-// read of each, for follow to go on from.
-func (s *Service) rebuild(ctx context.Context) ([]uint64, error) {
-	var last []uint64
-	for _, st := range s.streams() {
-		var seq uint64
-		err := s.bus.Replay(ctx, st.domain, s.subjectsOf(st.names), func(r bus.Record) error {
-			seq = r.Seq
-			s.mu.Lock()
-			s.apply(r)
-			s.mu.Unlock()
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("kube: rebuild from %s: %w", st.domain, err)
-		}
-		last = append(last, seq)
-	}
-	return last, nil
+// rebuilt takes a record of the rebuild into the state.
+func (s *Service) rebuilt(r bus.Record) {
+	s.mu.Lock()
+	s.apply(r)
+	s.mu.Unlock()
 }
 
-// follow reads each stream on from where rebuild stopped until ctx ends,
-// queueing what each record changed; ready is closed once every follower
-// has its consumer.
-func (s *Service) follow(ctx context.Context, after []uint64, ready chan<- struct{}) error {
-	sts := s.streams()
-	errs := make(chan error, len(sts))
-	readies := make([]chan struct{}, len(sts))
-	for i, st := range sts {
-		readies[i] = make(chan struct{})
-		go func() {
-			errs <- s.bus.FollowFrom(ctx, st.domain, s.subjectsOf(st.names), after[i], readies[i], func(r bus.Record) error {
-				s.mu.Lock()
-				job, node := s.apply(r)
-				s.mu.Unlock()
-				if job != "" {
-					s.queue.Add(jobKey(job))
-				}
-				if node != "" {
-					s.queue.Add(nodeKey(node))
-					s.queue.Add(fabricKey)
-				}
-				return nil
-			})
-		}()
+// followed takes a record read after the rebuild into the state and
+// queues what it changed.
+func (s *Service) followed(r bus.Record) {
+	s.mu.Lock()
+	job, node := s.apply(r)
+	s.mu.Unlock()
+	if job != "" {
+		s.queue.Add(jobKey(job))
 	}
-	for i := range readies {
-		select {
-		case <-readies[i]:
-		case err := <-errs:
-			return fmt.Errorf("kube: follow: %w", err)
-		case <-ctx.Done():
-			return nil
-		}
+	if node != "" {
+		s.queue.Add(nodeKey(node))
+		s.queue.Add(fabricKey)
 	}
-	close(ready)
-	for range sts {
-		if err := <-errs; err != nil && ctx.Err() == nil {
-			return fmt.Errorf("kube: follow: %w", err)
-		}
-	}
-	return nil
-}
-
-func (s *Service) subjectsOf(names []events.Name) []string {
-	out := make([]string, 0, len(names))
-	for _, n := range names {
-		out = append(out, s.bus.Subjects.Of(n))
-	}
-	return out
 }
 
 // reasonsText renders placement's reasons for an Event on a pod.

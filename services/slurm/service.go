@@ -116,15 +116,21 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // Run rebuilds the state from the streams, follows them, and polls squeue
 // every Interval until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
-	after, err := s.rebuild(ctx)
-	if err != nil {
-		return err
+	m := &bus.Mirror{Bus: s.bus, Sources: sources}
+	if err := m.Rebuild(ctx, s.applyLocked); err != nil {
+		return fmt.Errorf("slurm: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	followed := make(chan struct{})
 	errs := make(chan error, 1)
-	go func() { errs <- s.follow(ctx, after, followed) }()
+	go func() {
+		if err := m.Follow(ctx, followed, s.applyLocked); err != nil {
+			errs <- fmt.Errorf("slurm: %w", err)
+			return
+		}
+		errs <- nil
+	}()
 	select {
 	case <-followed:
 	case err := <-errs:
