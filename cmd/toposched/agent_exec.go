@@ -64,10 +64,7 @@ func clusterGPUs(path, node string) ([]int, error) {
 // without credentials given it signs in with the node's seed in serve's
 // credentials directory (agent-<node>.nk), where there is one.
 func connectAgent(ctx context.Context, g *globals, node string, log *slog.Logger) (*bus.Bus, error) {
-	url := g.natsURL
-	if url == "" {
-		url = "nats://127.0.0.1:4222"
-	}
+	url := g.natsURLOrLocal()
 	role, err := events.NodeScope(node).Role()
 	if err != nil {
 		return nil, fmt.Errorf("--node: %w", err)

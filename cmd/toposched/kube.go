@@ -273,10 +273,7 @@ audience, and bound to a pod on that node; anything else is refused.`,
 			if err := ops.applyMemoryLimit(log); err != nil {
 				return err
 			}
-			url := g.natsURL
-			if url == "" {
-				url = "nats://127.0.0.1:4222"
-			}
+			url := g.natsURLOrLocal()
 			// The agents' sign-ins are answered on every replica, the
 			// leader's and the standbys' alike, before the service starts.
 			calloutConn, stopCallout, err := startCallout(g, &callout, &f, url, log)
@@ -284,37 +281,18 @@ audience, and bound to a pod on that node; anything else is refused.`,
 				return err
 			}
 			defer stopCallout()
-			g.conn.Role = roleKube
-			bcfg := g.busConfig(url, roleKube, log)
 			run := &kubeRun{}
-			var m *metrics.Metrics
-			if ops.metricsListen != "" {
-				m = metrics.New()
-				bcfg.Observer = m
-				run.met = kube.NewMetrics(m.Registry())
-			}
-			b, err := bus.Connect(cmd.Context(), bcfg)
-			if err != nil {
-				return err
-			}
-			defer func() { _ = b.Close() }()
-			if m != nil {
-				srv, err := metrics.Listen(ops.metricsListen, m.Handler(func() error {
-					if nc := b.Conn(); !nc.IsConnected() {
-						return fmt.Errorf("nats: %s", nc.Status())
-					}
+			return runLeased(cmd.Context(), g, &ops, url, leased{
+				role:    roleKube,
+				metrics: func(m *metrics.Metrics) { run.met = kube.NewMetrics(m.Registry()) },
+				ready: func() error {
 					if calloutConn != nil && !calloutConn.IsConnected() {
 						return fmt.Errorf("auth callout: nats: %s", calloutConn.Status())
 					}
 					return run.ready()
-				}), log)
-				if err != nil {
-					return err
-				}
-				defer func() { _ = srv.Close() }()
-				log.Info("metrics endpoint ready", "addr", srv.Addr().String(), "paths", "/metrics /healthz /readyz")
-			}
-			return runKube(cmd.Context(), b, &f, &ops, run, log)
+				},
+				run: func(ctx context.Context, b *bus.Bus) error { return runKube(ctx, b, &f, &ops, run, log) },
+			}, log)
 		},
 	}
 	f.register(cmd.Flags(), true)

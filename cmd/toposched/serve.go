@@ -450,10 +450,7 @@ consumers: each event is handled by one of them.`,
 			if err != nil {
 				return err
 			}
-			url := g.natsURL
-			if url == "" {
-				url = "nats://127.0.0.1:4222"
-			}
+			url := g.natsURLOrLocal()
 			// Its own role's seed in serve's credentials directory, where
 			// no credentials are given and there is one.
 			g.conn.Role = name

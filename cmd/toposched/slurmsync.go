@@ -114,38 +114,13 @@ lease "slurm".`,
 			if err := ops.applyMemoryLimit(log); err != nil {
 				return err
 			}
-			url := g.natsURL
-			if url == "" {
-				url = "nats://127.0.0.1:4222"
-			}
-			g.conn.Role = roleSlurm
-			bcfg := g.busConfig(url, roleSlurm, log)
 			run := &slurmRun{}
-			var m *metrics.Metrics
-			if ops.metricsListen != "" {
-				m = metrics.New()
-				bcfg.Observer = m
-				run.met = slurm.NewMetrics(m.Registry())
-			}
-			b, err := bus.Connect(cmd.Context(), bcfg)
-			if err != nil {
-				return err
-			}
-			defer func() { _ = b.Close() }()
-			if m != nil {
-				srv, err := metrics.Listen(ops.metricsListen, m.Handler(func() error {
-					if nc := b.Conn(); !nc.IsConnected() {
-						return fmt.Errorf("nats: %s", nc.Status())
-					}
-					return run.ready()
-				}), log)
-				if err != nil {
-					return err
-				}
-				defer func() { _ = srv.Close() }()
-				log.Info("metrics endpoint ready", "addr", srv.Addr().String(), "paths", "/metrics /healthz /readyz")
-			}
-			return runSlurm(cmd.Context(), b, &f, &ops, run, log)
+			return runLeased(cmd.Context(), g, &ops, g.natsURLOrLocal(), leased{
+				role:    roleSlurm,
+				metrics: func(m *metrics.Metrics) { run.met = slurm.NewMetrics(m.Registry()) },
+				ready:   run.ready,
+				run:     func(ctx context.Context, b *bus.Bus) error { return runSlurm(ctx, b, &f, &ops, run, log) },
+			}, log)
 		},
 	}
 	f.register(cmd.Flags(), true)
