@@ -319,6 +319,7 @@ func runReplay(ctx context.Context, g *globals, f replayFlags, out io.Writer) er
 	for _, r := range results {
 		sums = append(sums, &r.Summary)
 	}
+	replay.CompareWithBlind(sums...)
 	if err := replay.WriteTable(out, sums...); err != nil {
 		return err
 	}
