@@ -153,8 +153,8 @@ type VsBlind struct {
 
 // BucketVsBlind compares one set of finished jobs (all, multi-GPU, or a
 // size bucket) with blind's. The ratio and the shares are omitted where
-// undefined: either side has no finished job, or (for the capture) blind
-// loses nothing to its placements.
+// undefined: either side has no finished job or blind's mean JCT is 0,
+// or (for the shares) blind loses nothing to its placements.
 type BucketVsBlind struct {
 	Bucket         string  `json:"bucket"`
 	Jobs           int     `json:"jobs"`
