@@ -76,7 +76,9 @@ it got over that on an ideal placement of its size, so placement changes
 completion times. The report directory gets summary.json, jobs.csv,
 timeline.csv, replay.svg (allocation and fragmentation over time),
 jct.svg (completion-time distribution) and slowdown.svg (slowdown by job
-size). The model (clocks, run time, fragmentation, how jobs get a
+size). With blind in --compare, each strategy's mean JCT is also given
+over blind's, by job size, with the share it captured of the gain blind
+would have had with every run ideal (summary.json's vs_blind). The model (clocks, run time, fragmentation, how jobs get a
 parallelism) is in sim/replay's package doc.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -319,6 +321,7 @@ func runReplay(ctx context.Context, g *globals, f replayFlags, out io.Writer) er
 	for _, r := range results {
 		sums = append(sums, &r.Summary)
 	}
+	replay.CompareWithBlind(sums...)
 	if err := replay.WriteTable(out, sums...); err != nil {
 		return err
 	}

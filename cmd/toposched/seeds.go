@@ -96,6 +96,7 @@ func runSeeds(ctx context.Context, g *globals, f replayFlags, seeds []uint64, ou
 			row.sums = append(row.sums, &r.Summary)
 		}
 		p.cleanup()
+		replay.CompareWithBlind(row.sums...)
 		if f.report != "" {
 			if err := replay.WriteReport(filepath.Join(f.report, fmt.Sprintf("seed-%d", seed)), results...); err != nil {
 				return err

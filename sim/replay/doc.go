@@ -135,6 +135,30 @@
 // communicating, and the makespan, each by job-size bucket (1, 2-4, 5-8,
 // 9-32, 33+ GPUs).
 //
+// With blind first fit among --compare's strategies, each run also gets
+// its figures against blind's (Summary.VsBlind, CompareWithBlind): for
+// all finished jobs, the multi-GPU ones and each size bucket, its job
+// count and mean JCT beside blind's, their ratio, and the capture of the
+// every-run-ideal gain,
+//
+//	capture = (blind − strategy) / (blind − ideal)
+//
+// where blind and strategy are the bucket's mean JCTs and ideal is
+// blind's mean JCT had every run taken its ideal placement's run time
+// (its trace duration), blind's waits kept (blind's
+// JCTIdealRunMeanSeconds): the gain better placements alone would have
+// given blind's own schedule, (blind − ideal) / blind of blind's mean
+// (ideal_gain, in the table's row names). A capture of 1 is that gain
+// reached; above 1 the strategy's waits were shorter than blind's too (on
+// a busy trace its shorter runs free GPUs sooner); below 0 the bucket's
+// jobs finished later than under blind. The ratio is undefined where either side
+// finished no job of the bucket or blind's mean JCT is 0 (jobs of no
+// duration that never waited), the capture also where blind loses
+// nothing to its placements (one-GPU jobs, which keep their durations):
+// summary.json omits them and the table shows "-". The means are over
+// the jobs each run finished, which are the same jobs when both runs
+// finish the trace (the counts stand beside them).
+//
 // # Peers
 //
 // --compare replays the same trace under several of the placement

@@ -6,6 +6,9 @@ package replay
 import (
 	"fmt"
 	"math"
+	"slices"
+
+	"github.com/toposched/toposched/internal/placer"
 )
 
 // JobFigures are the figures of a set of finished jobs (placed, and ended
@@ -136,4 +139,102 @@ func runTimeNote(scaled, multi int) string {
 		"(compute 6·parameters·tokens at %.0f TFLOP/s per GPU + the cost model's communication; see sim/replay's package doc); "+
 		"%d of %d finished multi-GPU jobs scaled, the rest (no prediction or no ideal placement) keep their trace duration",
 		ReferenceFLOPS/1e12, scaled, multi)
+}
+
+// VsBlind is a run's completion times against blind first fit's on the
+// same trace (the same --compare), by job size: what a user of each size
+// gains or loses by the strategy, and how much of the gain an ideal
+// placement of every run would give blind the strategy got.
+type VsBlind struct {
+	Finished BucketVsBlind   `json:"finished"`
+	MultiGPU BucketVsBlind   `json:"multi_gpu"`
+	BySize   []BucketVsBlind `json:"by_size"`
+}
+
+// BucketVsBlind compares one set of finished jobs (all, multi-GPU, or a
+// size bucket) with blind's. The ratio and the shares are omitted where
+// undefined: either side has no finished job or blind's mean JCT is 0,
+// or (for the shares) blind loses nothing to its placements.
+type BucketVsBlind struct {
+	Bucket         string  `json:"bucket"`
+	Jobs           int     `json:"jobs"`
+	JCTMeanSeconds float64 `json:"jct_mean_seconds"`
+	BlindJobs      int     `json:"blind_jobs"`
+	// BlindJCTMeanSeconds is blind's mean JCT; BlindIdealRunJCTMeanSeconds
+	// blind's had every run been as long as on an ideal placement of its
+	// size, blind's waits kept (blind's JCTIdealRunMeanSeconds): the
+	// every-run-ideal bound.
+	BlindJCTMeanSeconds         float64 `json:"blind_jct_mean_seconds"`
+	BlindIdealRunJCTMeanSeconds float64 `json:"blind_ideal_run_jct_mean_seconds"`
+	// JCTRatio is JCTMeanSeconds over BlindJCTMeanSeconds.
+	JCTRatio *float64 `json:"jct_ratio,omitempty"`
+	// IdealGain is the bound's share of blind's mean JCT: (blind − ideal)
+	// / blind, how much sooner blind's jobs would finish had every run
+	// been ideal.
+	IdealGain *float64 `json:"ideal_gain,omitempty"`
+	// Capture is the share of that gain the strategy got: (blind −
+	// strategy) / (blind − ideal). 1 is every run's ideal reached with
+	// blind's waits; above 1, waits shorter than blind's too; below 0,
+	// slower than blind.
+	Capture *float64 `json:"capture,omitempty"`
+}
+
+// idealGapTolerance is the share of blind's mean JCT under which blind's
+// gap to the every-run-ideal bound counts as none: a one-GPU job's JCT
+// and its ideal are the same sum added in another order, so "no gap" can
+// come out a rounding error above zero, and a capture of it is noise.
+const idealGapTolerance = 1e-9
+
+// vsBlind compares one set of a strategy's finished jobs with the same
+// set of blind's.
+func vsBlind(bucket string, strategy, blind JobFigures) BucketVsBlind {
+	b := BucketVsBlind{Bucket: bucket, Jobs: strategy.Jobs, JCTMeanSeconds: strategy.JCTMeanSeconds, BlindJobs: blind.Jobs,
+		BlindJCTMeanSeconds: blind.JCTMeanSeconds, BlindIdealRunJCTMeanSeconds: blind.JCTIdealRunMeanSeconds}
+	if strategy.Jobs == 0 || blind.Jobs == 0 || !(blind.JCTMeanSeconds > 0) {
+		return b
+	}
+	ratio := strategy.JCTMeanSeconds / blind.JCTMeanSeconds
+	b.JCTRatio = &ratio
+	gap := blind.JCTMeanSeconds - blind.JCTIdealRunMeanSeconds
+	if gap <= idealGapTolerance*blind.JCTMeanSeconds {
+		return b
+	}
+	gain := gap / blind.JCTMeanSeconds
+	capture := (blind.JCTMeanSeconds - strategy.JCTMeanSeconds) / gap
+	b.IdealGain, b.Capture = &gain, &capture
+	return b
+}
+
+// vsBlindOf compares a run's finished jobs with blind's, every size
+// bucket listed (an empty one with no ratio or capture).
+func vsBlindOf(s, blind *Summary) *VsBlind {
+	v := &VsBlind{Finished: vsBlind("all", s.Finished, blind.Finished), MultiGPU: vsBlind("multi-GPU", s.MultiGPU, blind.MultiGPU)}
+	for _, b := range sizeBuckets {
+		v.BySize = append(v.BySize, vsBlind(b.name, bucketFigures(s, b.name), bucketFigures(blind, b.name)))
+	}
+	return v
+}
+
+// bucketFigures are s's figures of one size bucket (none when it has no
+// finished job).
+func bucketFigures(s *Summary, bucket string) JobFigures {
+	for _, f := range s.BySize {
+		if f.Bucket == bucket {
+			return f.JobFigures
+		}
+	}
+	return JobFigures{}
+}
+
+// CompareWithBlind sets each run's VsBlind against the blind run among
+// them (the same trace under each strategy of --compare); without a blind
+// run, or with no finished job in it, it sets none.
+func CompareWithBlind(runs ...*Summary) {
+	i := slices.IndexFunc(runs, func(s *Summary) bool { return s.Strategy == placer.StrategyBlind })
+	if i < 0 || runs[i].Finished.Jobs == 0 {
+		return
+	}
+	for _, s := range runs {
+		s.VsBlind = vsBlindOf(s, runs[i])
+	}
 }

@@ -83,6 +83,9 @@ type Summary struct {
 	MultiGPU        JobFigures    `json:"multi_gpu"`
 	BySize          []SizeFigures `json:"by_size,omitempty"`
 	MakespanSeconds float64       `json:"makespan_seconds"`
+	// VsBlind is the same against blind first fit's run of the trace, by
+	// job size (CompareWithBlind; absent without one).
+	VsBlind *VsBlind `json:"vs_blind,omitempty"`
 
 	SetupSeconds  float64 `json:"setup_seconds"`
 	WallSeconds   float64 `json:"wall_seconds"`
@@ -390,6 +393,9 @@ func WriteTable(w io.Writer, runs ...*Summary) error {
 			return "-"
 		})
 	}
+	if i := slices.IndexFunc(runs, func(s *Summary) bool { return s.VsBlind != nil }); i >= 0 {
+		vsBlindRows(row, runs[i].VsBlind)
+	}
 	row("makespan", func(s *Summary) string { return dur(s.MakespanSeconds) })
 	row("GPU-hours (communicating)", func(s *Summary) string {
 		return fmt.Sprintf("%.0f (%.0f, %s)", s.Finished.GPUHours, s.Finished.CommGPUHours, pct(s.Finished.CommGPUHours/max(s.Finished.GPUHours, 1e-12)))
@@ -414,6 +420,35 @@ func WriteTable(w io.Writer, runs ...*Summary) error {
 		return fmt.Sprintf("%d / %d MiB", s.PeakHeapBytes>>20, s.PeakRSSBytes>>20)
 	})
 	return tw.Flush()
+}
+
+// vsBlindRows prints each run's mean JCT against blind's, all, multi-GPU
+// and by size: the ratio, then the capture of the every-run-ideal gain,
+// whose size (blind's, the same in every column: v's) is in the row's
+// name; "-" where undefined.
+func vsBlindRows(row func(string, func(*Summary) string), v *VsBlind) {
+	line := func(name string, pick func(*VsBlind) BucketVsBlind) {
+		gain := "-"
+		if g := pick(v).IdealGain; g != nil {
+			gain = pct(*g)
+		}
+		row(fmt.Sprintf("%s: JCT / blind, capture (ideal gain %s)", name, gain), func(s *Summary) string {
+			if s.VsBlind == nil || pick(s.VsBlind).JCTRatio == nil {
+				return "-"
+			}
+			b := pick(s.VsBlind)
+			capture := "-"
+			if b.Capture != nil {
+				capture = pct(*b.Capture)
+			}
+			return fmt.Sprintf("%.3f, %s", *b.JCTRatio, capture)
+		})
+	}
+	line("all jobs", func(v *VsBlind) BucketVsBlind { return v.Finished })
+	line("multi-GPU", func(v *VsBlind) BucketVsBlind { return v.MultiGPU })
+	for i, b := range sizeBuckets {
+		line("  "+b.name+" GPUs", func(v *VsBlind) BucketVsBlind { return v.BySize[i] })
+	}
 }
 
 func pct(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
