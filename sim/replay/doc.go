@@ -153,8 +153,9 @@
 // a busy trace its shorter runs free GPUs sooner); below 0 the bucket's
 // jobs finished later than under blind. The ratio is undefined where either side
 // finished no job of the bucket or blind's mean JCT is 0 (jobs of no
-// duration that never waited), the capture also where blind loses
-// nothing to its placements (one-GPU jobs, which keep their durations):
+// duration that never waited), the capture also where blind loses less
+// than a thousandth of its mean JCT to its placements (one-GPU jobs, which
+// keep their durations; a capture of a gain that small is noise):
 // summary.json omits them and the table shows "-". The means are over
 // the jobs each run finished, which are the same jobs when both runs
 // finish the trace (the counts stand beside them).

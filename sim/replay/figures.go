@@ -185,6 +185,13 @@ type BucketVsBlind struct {
 // come out a rounding error above zero, and a capture of it is noise.
 const idealGapTolerance = 1e-9
 
+// minCaptureGain is the ideal gain (blind's gap to the bound over its
+// mean JCT) under which no capture is given: below a thousandth there is
+// nothing for placement to win, and the share of it a strategy got is a
+// ratio of noise (the 9-32 GPU jobs of ITP cluster01 on hetero-512, a gain
+// of a few millionths, gave 53,311,429%).
+const minCaptureGain = 1e-3
+
 // vsBlind compares one set of a strategy's finished jobs with the same
 // set of blind's.
 func vsBlind(bucket string, strategy, blind JobFigures) BucketVsBlind {
@@ -200,8 +207,12 @@ func vsBlind(bucket string, strategy, blind JobFigures) BucketVsBlind {
 		return b
 	}
 	gain := gap / blind.JCTMeanSeconds
+	b.IdealGain = &gain
+	if gain < minCaptureGain {
+		return b
+	}
 	capture := (blind.JCTMeanSeconds - strategy.JCTMeanSeconds) / gap
-	b.IdealGain, b.Capture = &gain, &capture
+	b.Capture = &capture
 	return b
 }
 

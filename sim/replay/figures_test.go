@@ -222,3 +222,18 @@ func TestWriteTableVsBlind(t *testing.T) {
 	}
 	golden(t, "table_vs_blind.txt", []byte(strings.Join(rows, "\n")+"\n"))
 }
+
+// TestVsBlindNegligibleGain: where blind is within a thousandth of the
+// every-run-ideal bound, the gain is given and the capture is not.
+func TestVsBlindNegligibleGain(t *testing.T) {
+	blind := JobFigures{Jobs: 17, JCTMeanSeconds: 51_501, JCTIdealRunMeanSeconds: 51_500.99}
+	aware := JobFigures{Jobs: 17, JCTMeanSeconds: 50_090}
+	got := vsBlind("9-32", aware, blind)
+	if got.IdealGain == nil || got.Capture != nil || got.JCTRatio == nil {
+		t.Fatalf("gain %v, capture %v, ratio %v: want a gain and a ratio, no capture", got.IdealGain, got.Capture, got.JCTRatio)
+	}
+	blind.JCTIdealRunMeanSeconds = 51_501 * (1 - 2*minCaptureGain)
+	if got := vsBlind("9-32", aware, blind); got.Capture == nil {
+		t.Fatal("a gain of two thousandths: no capture")
+	}
+}
