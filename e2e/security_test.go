@@ -127,7 +127,7 @@ type roleConn struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	mu   sync.Mutex
-	errs []string
+	errs []error
 }
 
 func connectAs(t *testing.T, url, user string, opts ...nats.Option) *roleConn {
@@ -142,7 +142,7 @@ func connectWith(t *testing.T, url, who string, opts ...nats.Option) *roleConn {
 	opts = append(opts, nats.Timeout(5*time.Second),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			rc.mu.Lock()
-			rc.errs = append(rc.errs, err.Error())
+			rc.errs = append(rc.errs, err)
 			rc.mu.Unlock()
 		}))
 	nc, err := nats.Connect(url, opts...)
@@ -164,11 +164,11 @@ func (rc *roleConn) refused(subject string) (bool, string) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	for _, e := range rc.errs {
-		if strings.Contains(e, "Permissions Violation") && strings.Contains(e, `"`+subject+`"`) {
+		if errors.Is(e, nats.ErrPermissionViolation) && strings.Contains(e.Error(), `"`+subject+`"`) {
 			return true, ""
 		}
 	}
-	return false, fmt.Sprintf("no permissions violation for %s among %q", subject, rc.errs)
+	return false, fmt.Sprintf("no permissions violation for %s among %v", subject, rc.errs)
 }
 
 // publish publishes through JetStream and returns the error, with the
@@ -185,8 +185,8 @@ func (rc *roleConn) publish(subject, body string) error {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	for _, e := range rc.errs {
-		if strings.Contains(e, subject) {
-			return fmt.Errorf("%w (server: %s)", err, e)
+		if strings.Contains(e.Error(), subject) {
+			return fmt.Errorf("%w (server: %w)", err, e)
 		}
 	}
 	return err
@@ -216,7 +216,7 @@ func TestNATSRolePermissions(t *testing.T) {
 	// shipped file no longer has.
 	for _, user := range []string{"launcher", "agent-gpu-001"} {
 		if _, err := nats.Connect(url, nats.UserInfo(user, "wrong"), nats.Timeout(5*time.Second)); err == nil ||
-			!strings.Contains(strings.ToLower(err.Error()), "authorization") {
+			!errors.Is(err, nats.ErrAuthorization) {
 			t.Errorf("%s with a wrong password: %v, want an authorization error", user, err)
 		}
 	}
@@ -258,7 +258,7 @@ func TestNATSRolePermissions(t *testing.T) {
 					t.Fatalf("%s publishing %s: %v, want it stored", tc.user, tc.subject, err)
 				case !tc.allowed && err == nil:
 					t.Fatalf("%s published %s, want it refused", tc.user, tc.subject)
-				case !tc.allowed && !strings.Contains(err.Error(), "Permissions Violation"):
+				case !tc.allowed && !errors.Is(err, nats.ErrPermissionViolation):
 					t.Fatalf("%s publishing %s: %v, want a permissions violation", tc.user, tc.subject, err)
 				}
 			})
@@ -637,7 +637,7 @@ func TestServeOpenListenRequiresGeneratedCredentials(t *testing.T) {
 	if nc, err := nats.Connect(url, nats.Timeout(5*time.Second)); err == nil {
 		nc.Close()
 		t.Fatal("an anonymous client connected to serve --listen 0.0.0.0")
-	} else if !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+	} else if !errors.Is(err, nats.ErrAuthorization) {
 		t.Errorf("anonymous client: %v, want an authorization violation", err)
 	}
 	if r := topoctl(t, url, "submit", writeJob(t, t.TempDir(), "anon-1", 8)); r.code == 0 {
@@ -649,7 +649,7 @@ func TestServeOpenListenRequiresGeneratedCredentials(t *testing.T) {
 	readerCannotTouchServices(t, "launcher", url, []string{"--nkey", seed("launcher")}, launcher, op.js)
 	launcherRoundTrip(t, url, childEnv(), []string{"--nats-nkey", seed("launcher")}, "open-1")
 	if err := launcher.publish("toposched.placement.decided", `{"job_id":"forged","strategy":"blind","ranks":[],"nodes":[]}`); err == nil ||
-		!strings.Contains(err.Error(), "Permissions Violation") {
+		!errors.Is(err, nats.ErrPermissionViolation) {
 		t.Errorf("launcher publishing a decision: %v, want a permissions violation", err)
 	}
 
@@ -668,7 +668,7 @@ func TestServeOpenListenRequiresGeneratedCredentials(t *testing.T) {
 		"toposched.topology.health.gpu-002": health("gpu-002"),
 		subjectSubmitted:                    `{"job_id":"agent-job","gpus":1}`,
 	} {
-		if err := agent.publish(subject, body); err == nil || !strings.Contains(err.Error(), "Permissions Violation") {
+		if err := agent.publish(subject, body); err == nil || !errors.Is(err, nats.ErrPermissionViolation) {
 			t.Errorf("agent-gpu-001 publishing %s: %v, want a permissions violation", subject, err)
 		}
 	}
@@ -689,7 +689,7 @@ func TestServeOpenListenRequiresGeneratedCredentials(t *testing.T) {
 			nc.Close()
 			return false, "tenant-research's key still signs in after its seed file was removed"
 		}
-		return strings.Contains(err.Error(), "Authorization Violation"), fmt.Sprintf("tenant-research's removed key: %v", err)
+		return errors.Is(err, nats.ErrAuthorization), fmt.Sprintf("tenant-research's removed key: %v", err)
 	})
 	delete(seeds, "tenant-research")
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -209,7 +210,7 @@ func TestSecurityLoopbackNeedsCredentials(t *testing.T) {
 	if nc, err := nats.Connect(c.url, nats.Timeout(5*time.Second)); err == nil {
 		nc.Close()
 		t.Error("a client without credentials connected to serve's loopback listener")
-	} else if !strings.Contains(err.Error(), "Authorization Violation") {
+	} else if !errors.Is(err, nats.ErrAuthorization) {
 		t.Errorf("a client without credentials: %v, want an authorization violation", err)
 	}
 	pwned := filepath.Join(out, "pwned")
