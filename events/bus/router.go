@@ -367,10 +367,14 @@ func decode(c *validationCache, name events.Name, body []byte, v any) error {
 	}
 	// The one decoder: 8.0 is an integer, as the schema says.
 	if err := events.DecodeJSON(body, v); err != nil {
-		return fmt.Errorf("decode %s: %w", name, err)
+		return fmt.Errorf("%w %s: %w", ErrDecode, name, err)
 	}
 	return nil
 }
+
+// ErrDecode is a body that passed its schema but did not decode into its
+// Go type; its text starts the message ("decode <event>: ...").
+var ErrDecode = errors.New("decode")
 
 type seqKey struct{}
 

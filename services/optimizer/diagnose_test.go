@@ -250,7 +250,7 @@ func FuzzParseTelemetry(f *testing.F) {
 		tel, err := ParseTelemetry(body)
 		if err != nil {
 			var ve *schemas.ValidationError
-			if !errors.As(err, &ve) && !errors.Is(err, ErrTelemetry) && !strings.HasPrefix(err.Error(), "decode") {
+			if !errors.As(err, &ve) && !errors.Is(err, ErrTelemetry) && !errors.Is(err, bus.ErrDecode) {
 				t.Fatalf("unexpected error type %T: %v", err, err)
 			}
 			return
