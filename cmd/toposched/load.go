@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/sim/load"
 )
 
@@ -142,7 +143,7 @@ occupancy with policies on; >= 500 decisions/s end to end.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.clusters, "clusters", "1k,10k,100k", "cluster sizes in GPUs, comma separated (k = 1000)")
 	fl.StringVar(&f.jobs, "jobs", "8,64,512,4096", "job sizes in GPUs (TP8), comma separated")
-	fl.StringVar(&f.strategies, "strategy", "topology-aware", "strategies to time side by side: topology-aware, blind, comma separated")
+	fl.StringVar(&f.strategies, "strategy", "topology-aware", "strategies to time side by side, comma separated: "+strings.Join(placer.Names(true), ", "))
 	fl.Float64Var(&f.occupancy, "occupancy", 0.5, "share of GPUs held by the fill")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the fill")
 	fl.StringVar(&f.model, "model", "dgx-h100", "built-in node model (8 GPUs)")

@@ -98,7 +98,7 @@ and writes scale.json into --report.`,
 	fl := cmd.Flags()
 	fl.StringVar(&sizes, "gpus", "1000,10000,100000", "cluster sizes in GPUs, comma separated")
 	fl.IntVar(&burst, "burst", 10000, "jobs submitted at once")
-	fl.StringVar(&strategy, "strategy", placer.StrategyTopologyAware, "topology-aware or blind")
+	fl.StringVar(&strategy, "strategy", placer.StrategyTopologyAware, "placement strategy: "+strings.Join(placer.Names(true), ", "))
 	fl.Uint64Var(&seed, "seed", 1, "seed of the job mix")
 	fl.StringVar(&report, "report", "", "directory for scale.json")
 	fl.StringVar(&policies, "policies", "", "policy set: a directory, none, or empty for the shipped set")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -106,7 +107,7 @@ that was not handled is acknowledged, and the server flushes its streams.`,
 		"nats-server configuration file for the embedded server (users, accounts, TLS, limits); the services connect with --nats-user, --nats-creds or --nats-nkey")
 	cmd.Flags().StringSliceVar(&f.services, "services", operator.All, "services to run")
 	cmd.Flags().DurationVar(&f.poll, "poll", 5*time.Second, "how often discovery checks the cluster file for changes (0: never)")
-	cmd.Flags().StringVar(&f.strategy, "strategy", "topology-aware", "placement strategy: topology-aware or blind (the first-fit baseline)")
+	cmd.Flags().StringVar(&f.strategy, "strategy", "topology-aware", "placement strategy: "+strings.Join(placer.Names(true), ", ")+" (blind: the first-fit baseline)")
 	cmd.Flags().DurationVar(&f.reserve, "reserve-after", placement.DefaultReserveAfter, "how long the head of the queue waits before nodes are held for it so small jobs cannot starve it (0: at once; negative: never)")
 	maxStretchFlag(cmd.Flags(), &f.maxStretch)
 	cmd.Flags().StringVar(&f.policies, "policies", "", policiesUsage)
@@ -474,7 +475,7 @@ consumers: each event is handled by one of them.`,
 		_ = cmd.MarkFlagRequired("cluster")
 	}
 	if name == operator.Placement {
-		cmd.Flags().StringVar(&strategy, "strategy", "topology-aware", "placement strategy: topology-aware or blind (the first-fit baseline)")
+		cmd.Flags().StringVar(&strategy, "strategy", "topology-aware", "placement strategy: "+strings.Join(placer.Names(true), ", ")+" (blind: the first-fit baseline)")
 		cmd.Flags().DurationVar(&reserve, "reserve-after", placement.DefaultReserveAfter, "how long the head of the queue waits before nodes are held for it (0: at once; negative: never)")
 		maxStretchFlag(cmd.Flags(), &stretch)
 		cmd.Flags().StringVar(&policySet, "policies", "", policiesUsage)
