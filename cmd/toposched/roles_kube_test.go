@@ -356,8 +356,17 @@ func TestTenantSecretNamesAreInjective(t *testing.T) {
 			t.Errorf("secret %s reads back as %q, want %q", name, back, tenant)
 		}
 	}
-	if got := tenantSecretName("toposched-tenant-", "research"); got != "toposched-tenant-research" {
-		t.Errorf("tenant research: %s", got)
+	// The Helm chart's template writes the same names (deploy/helm/check,
+	// TestIssueSecretNames, expects these).
+	for tenant, want := range map[string]string{
+		"research":     "site-tenant-research",
+		"Research Lab": "site-tenant--52esearch-20-4cab",
+		"ml-research":  "site-tenant-ml-2dresearch",
+		"研究":           "site-tenant--e7-a0-94-e7-a9-b6",
+	} {
+		if got := tenantSecretName("site-tenant-", tenant); got != want {
+			t.Errorf("tenant %q: %s, want %s", tenant, got, want)
+		}
 	}
 }
 
