@@ -73,7 +73,14 @@ type kubeSecrets struct {
 	// (tenantSecretName), holding its seed as tenant.nk.
 	Tenants      []string
 	TenantPrefix string
+	// Adopt lets a run rewrite a roles.conf it did not write (no
+	// managedBy label): an administrator's, whose users this run may not
+	// issue, so they would be signed out.
+	Adopt bool
 }
+
+// managedBy is the label value of the Secrets roles kube-secrets made.
+const managedBy = "toposched-roles"
 
 // seedKey is one key of a Secret that holds a seed: a role's user seed,
 // or the auth callout's issuer (role "").
@@ -220,7 +227,7 @@ func (k kubeSecrets) run(ctx context.Context, secrets typedcorev1.SecretInterfac
 	if err != nil {
 		return out, err
 	}
-	res, err := ensureRolesSecret(ctx, secrets, k.RolesSecret, conf)
+	res, err := ensureRolesSecret(ctx, secrets, k.RolesSecret, conf, k.Adopt)
 	if err != nil {
 		return out, err
 	}
@@ -310,7 +317,7 @@ func ensureSeedSecret(ctx context.Context, secrets typedcorev1.SecretInterface, 
 			ObjectMeta: metav1.ObjectMeta{Name: s.name, Labels: map[string]string{
 				"app.kubernetes.io/name":       "toposched",
 				"app.kubernetes.io/component":  "credentials",
-				"app.kubernetes.io/managed-by": "toposched-roles",
+				"app.kubernetes.io/managed-by": managedBy,
 			}, Annotations: s.annotations},
 			Type: corev1.SecretTypeOpaque,
 		}
@@ -354,8 +361,11 @@ func ensureSeedSecret(ctx context.Context, secrets typedcorev1.SecretInterface, 
 }
 
 // ensureRolesSecret writes conf into the Secret name's roles.conf, and a
-// system account password once: one there is kept.
-func ensureRolesSecret(ctx context.Context, secrets typedcorev1.SecretInterface, name string, conf []byte) (secretResult, error) {
+// system account password once: one there is kept. A roles.conf that
+// another hand wrote is replaced only with adopt: the users it has that
+// this run does not issue (an administrator's launcher, a tenant not in
+// the chart's values) would be signed out at the servers' next reload.
+func ensureRolesSecret(ctx context.Context, secrets typedcorev1.SecretInterface, name string, conf []byte, adopt bool) (secretResult, error) {
 	for range maxSecretTries {
 		cur, err := secrets.Get(ctx, name, metav1.GetOptions{})
 		switch {
@@ -369,7 +379,7 @@ func ensureRolesSecret(ctx context.Context, secrets typedcorev1.SecretInterface,
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 				"app.kubernetes.io/name":       "toposched",
 				"app.kubernetes.io/component":  "nats-users",
-				"app.kubernetes.io/managed-by": "toposched-roles",
+				"app.kubernetes.io/managed-by": managedBy,
 			}},
 			Type: corev1.SecretTypeOpaque,
 		}
@@ -392,6 +402,15 @@ func ensureRolesSecret(ctx context.Context, secrets typedcorev1.SecretInterface,
 		if bytes.Equal(next.Data[rolesConfKey], conf) {
 			res.Kept = append(res.Kept, rolesConfKey)
 		} else {
+			if old := next.Data[rolesConfKey]; len(old) > 0 && next.Labels["app.kubernetes.io/managed-by"] != managedBy && !adopt {
+				return res, fmt.Errorf("secret %s: its %s was not written by roles kube-secrets (no label app.kubernetes.io/managed-by=%s): "+
+					"writing it again would sign out every user in it this run does not issue; put those users' seeds in the Secrets this run reads "+
+					"and run again with --adopt (the chart: auth.issueJob.adopt), or leave the Secrets to the administrator (auth.issue false)", name, rolesConfKey, managedBy)
+			}
+			if next.Labels == nil {
+				next.Labels = map[string]string{}
+			}
+			next.Labels["app.kubernetes.io/managed-by"] = managedBy
 			next.Data[rolesConfKey] = conf
 			res.Added = append(res.Added, rolesConfKey)
 		}
@@ -522,5 +541,6 @@ operator seed is issued: on Kubernetes each service signs in as itself.`,
 	f.StringArrayVar(&k.Tenants, "tenant", nil, "a tenant whose users get a seed, in a Secret of its own (repeatable)")
 	f.StringVar(&k.TenantPrefix, "tenant-secret-prefix", k.TenantPrefix, "the start of each tenant's Secret's name")
 	f.StringVar(&k.Account, "account", k.Account, "the account of toposched's users in roles.conf")
+	f.BoolVar(&k.Adopt, "adopt", false, "rewrite a roles.conf this command did not write (an administrator's): its users this run does not issue are signed out")
 	return cmd
 }

@@ -423,3 +423,37 @@ func TestKubeSecretsOutput(t *testing.T) {
 		t.Errorf("output\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+// A roles.conf an administrator wrote (from before the chart issued the
+// Secrets) is not replaced without --adopt: its users this run does not
+// issue would be signed out. With it, it is, and it is the command's from
+// then on (labelled), so later runs need no --adopt.
+func TestKubeSecretsAdoptsOnlyWhenTold(t *testing.T) {
+	handMade := "accounts { TOPOSCHED { users = [ {nkey: UADMINMADE} ] } }\n"
+	client := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "toposched-nats-roles", Namespace: testNS},
+		Data: map[string][]byte{rolesConfKey: []byte(handMade), sysPasswordKey: []byte("admin-made")}})
+	k := chartSecrets()
+	_, err := k.run(t.Context(), client.CoreV1().Secrets(testNS))
+	if err == nil || !strings.Contains(err.Error(), "toposched-nats-roles") || !strings.Contains(err.Error(), "--adopt") {
+		t.Fatalf("a hand-made roles.conf: error %v, want one naming the Secret and --adopt", err)
+	}
+	if got := secretsData(t, client)["toposched-nats-roles"][rolesConfKey]; string(got) != handMade {
+		t.Fatalf("the hand-made roles.conf was changed without --adopt:\n%s", got)
+	}
+
+	k.Adopt = true
+	runSecrets(t, k, client)
+	s, err := client.CoreV1().Secrets(testNS).Get(t.Context(), "toposched-nats-roles", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(s.Data[rolesConfKey]) == handMade || string(s.Data[sysPasswordKey]) != "admin-made" {
+		t.Errorf("with --adopt: roles.conf not written, or sys-password not kept")
+	}
+	if s.Labels["app.kubernetes.io/managed-by"] != managedBy {
+		t.Errorf("with --adopt: labels %v, want managed-by %s", s.Labels, managedBy)
+	}
+	k.Adopt = false
+	k.Tenants = []string{"research"}
+	runSecrets(t, k, client) // the command's own now: no --adopt needed
+}
