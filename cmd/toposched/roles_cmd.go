@@ -41,7 +41,7 @@ topoctl and the agents find their seed in TOPOSCHED_DATA_DIR/credentials
 	}
 	dir := natsflags.CredentialsDir(natsflags.DataDir())
 	cmd.PersistentFlags().StringVar(&dir, "dir", dir, "the credentials directory (default: toposched serve's, DATA_DIR/credentials; env TOPOSCHED_DATA_DIR)")
-	cmd.AddCommand(newRolesIssue(g, &dir), newRolesList(g, &dir), newRolesConf(g, &dir), newRolesShow(g))
+	cmd.AddCommand(newRolesIssue(g, &dir), newRolesList(g, &dir), newRolesConf(g, &dir), newRolesShow(g), newRolesKubeSecrets(g))
 	return cmd
 }
 
@@ -295,7 +295,10 @@ so that the servers reload them.`,
 				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "toposched roles conf: %s%s is left out: no --auth-callout-issuer, so no auth callout (node agents signed in by Kubernetes are refused)\n",
 					roleAuthCallout, natsserver.SeedFileSuffix) // a warning; the users follow
 			}
-			return w.nkeys(account, *dir, creds, pub)
+			w.printf("# toposched's NATS users, one per seed file of %s\n"+
+				"# (toposched roles conf --dir; write it again after toposched roles issue).\n"+
+				"# The system account's password comes from the server's environment.\n\n", *dir)
+			return w.nkeys(account, creds, pub)
 		},
 	}
 	cmd.Flags().StringVar(&account, "account", "TOPOSCHED", "the account of toposched's users")
@@ -383,11 +386,8 @@ func (c *confWriter) passwords(account string) error {
 // nkeys writes an nkey user for each of creds' roles. With issuer (the
 // auth callout's public key) the callout's responder gets an account of
 // its own and the servers' authorization block sends every other client to
-// it.
-func (c *confWriter) nkeys(account, dir string, creds *natsserver.Credentials, issuer string) error {
-	c.printf("# toposched's NATS users, one per seed file of %s\n"+
-		"# (toposched roles conf --dir; write it again after toposched roles issue).\n"+
-		"# The system account's password comes from the server's environment.\n\n", dir)
+// it. The caller writes the header that says where the users come from.
+func (c *confWriter) nkeys(account string, creds *natsserver.Credentials, issuer string) error {
 	c.printf("accounts {\n  %s {\n    jetstream: enabled\n    users: [\n", account)
 	var callout string
 	for _, role := range creds.Roles() {

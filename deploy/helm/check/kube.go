@@ -186,6 +186,9 @@ func checkKube(objs []any, vals chartutil.Values, dir string) error {
 		case *rbacv1.ClusterRoleBinding:
 			where, ref, subjects = "ClusterRoleBinding/"+b.Name, b.RoleRef, b.Subjects
 		case *rbacv1.RoleBinding:
+			if b.RoleRef.Kind == "Role" {
+				continue // a namespace's Role: the credentials' hook's (checkIssue)
+			}
 			where, ref, subjects = "RoleBinding/"+b.Name, b.RoleRef, b.Subjects
 		}
 		if ref != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}) {

@@ -35,6 +35,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -56,18 +57,23 @@ var valueSets = map[string]valueSet{
 	"defaults": {vals: map[string]any{"nats": map[string]any{"enabled": false}}},
 	"insecure": {files: []string{"values-insecure.yaml"}, vals: map[string]any{"nats": map[string]any{"enabled": false}}},
 	"secured": {vals: map[string]any{
-		"nats":     map[string]any{"enabled": false},
-		"auth":     map[string]any{"servicesSecret": "site-seeds", "authCalloutSecret": "site-callout", "agentToken": map[string]any{"audience": "nats.example.com"}},
+		"nats": map[string]any{"enabled": false},
+		"auth": map[string]any{"servicesSecret": "site-seeds", "authCalloutSecret": "site-callout", "agentToken": map[string]any{"audience": "nats.example.com"},
+			"adminSecret": "site-admin", "tenantSecretPrefix": "site-tenant-", "tenants": []any{"research", "Research Lab", "ml-research", "研究"}},
 		"tls":      map[string]any{"enabled": true, "secretName": "toposched-nats-tls"},
 		"policies": map[string]any{"lab.rego": "package toposched.nodes\n"},
 		"metrics":  map[string]any{"serviceMonitor": map[string]any{"enabled": false}},
 		"kube":     map[string]any{"gpuClasses": []any{"gpu.nvidia.com", "mig.nvidia.com"}, "resources": map[string]any{"limits": map[string]any{"memory": "4Gi"}}},
 	}},
-	"kube-off": {vals: map[string]any{"nats": map[string]any{"enabled": false}, "kube": map[string]any{"enabled": false}, "auth": map[string]any{"agentIdentity": "hostPath"}}},
-	// Each node's seed from the node, as sites provision it.
+	// The Secrets made by the administrator, the agents' identity from
+	// their tokens.
+	"issue-off": {vals: map[string]any{"nats": map[string]any{"enabled": false}, "auth": map[string]any{"issue": false}}},
+	"kube-off":  {vals: map[string]any{"nats": map[string]any{"enabled": false}, "kube": map[string]any{"enabled": false}, "auth": map[string]any{"agentIdentity": "hostPath", "issue": false}}},
+	// Each node's seed from the node, as sites provision it, and the
+	// Secrets made by the administrator.
 	"agent-hostpath": {vals: map[string]any{
 		"nats": map[string]any{"enabled": false},
-		"auth": map[string]any{"agentIdentity": "hostPath", "agentCredentialsHostPath": "/var/lib/site/toposched"},
+		"auth": map[string]any{"agentIdentity": "hostPath", "agentCredentialsHostPath": "/var/lib/site/toposched", "issue": false},
 		"tls":  map[string]any{"enabled": true, "secretName": "toposched-nats-tls"},
 	}},
 }
@@ -152,7 +158,7 @@ func check(dir string, vs valueSet) ([]string, error) {
 		}
 	}
 	if len(errs) == 0 {
-		errs = append(errs, checkIdentities(objs, vals), checkKube(objs, vals, dir), checkAgentIdentity(objs, vals), checkMetrics(objs))
+		errs = append(errs, checkIdentities(objs, vals), checkKube(objs, vals, dir), checkAgentIdentity(objs, vals), checkMetrics(objs), checkIssue(objs, vals))
 	}
 	return kinds, errors.Join(errs...)
 }
@@ -256,6 +262,8 @@ func validate(doc []byte) (string, any, error) {
 		v = &appsv1.DaemonSet{}
 	case "apps/v1/StatefulSet":
 		v = &appsv1.StatefulSet{}
+	case "batch/v1/Job":
+		v = &batchv1.Job{}
 	case "policy/v1/PodDisruptionBudget":
 		v = &policyv1.PodDisruptionBudget{}
 	case "rbac.authorization.k8s.io/v1/ClusterRole":

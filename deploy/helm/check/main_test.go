@@ -297,7 +297,11 @@ func TestValueSets(t *testing.T) {
 		{map[string]any{"agentIdentity": "secret"}, "kubernetes (the pod's ServiceAccount token, answered by the Kubernetes service) or hostPath"},
 		{map[string]any{"authCalloutSecret": ""}, "auth.authCalloutSecret"},
 		{map[string]any{"agentToken": map[string]any{"audience": ""}}, "the API server's audience"},
-		{map[string]any{"agentIdentity": "hostPath", "agentCredentialsHostPath": ""}, "auth.agentCredentialsHostPath"},
+		{map[string]any{"agentIdentity": "hostPath", "agentCredentialsHostPath": "", "issue": false}, "auth.agentCredentialsHostPath"},
+		{map[string]any{"agentIdentity": "hostPath"}, "auth.issue with auth.agentIdentity hostPath"},
+		{map[string]any{"adminSecret": ""}, "auth.adminSecret, auth.natsRolesSecret and auth.tenantSecretPrefix"},
+		{map[string]any{"tenants": []any{""}}, "a tenant is a non-empty name"},
+		{map[string]any{"tenants": []any{map[string]any{"name": "x"}}}, "a tenant is a non-empty name"},
 	} {
 		vs := valueSet{vals: map[string]any{"nats": map[string]any{"enabled": false}, "auth": tc.auth}}
 		if _, err := check(chartDir, vs); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -54,13 +54,62 @@ the password users of old shared one agent password among every node.
 {{- fail "auth.agentToken.audience: empty would be the API server's audience, a token that signs in to Kubernetes too" }}
 {{- end }}
 {{- else if eq $identity "hostPath" }}
+{{- if .Values.auth.issue }}
+{{- fail "auth.issue with auth.agentIdentity hostPath: the chart's hook cannot put each node's seed on its node; set auth.issue false and issue the Secrets and the nodes' seeds by hand (deploy/README.md, Kubernetes), or use auth.agentIdentity kubernetes" }}
+{{- end }}
 {{- if not .Values.auth.agentCredentialsHostPath }}
 {{- fail "auth.agentCredentialsHostPath: the directory on each GPU node holding its agent's seed is required with auth.agentIdentity hostPath" }}
 {{- end }}
 {{- else }}
 {{- fail (printf "auth.agentIdentity %q: kubernetes (the pod's ServiceAccount token, answered by the Kubernetes service) or hostPath (each node's seed on the node)" $identity) }}
 {{- end }}
+{{- if .Values.auth.issue }}
+{{- if or (not .Values.auth.adminSecret) (not .Values.auth.natsRolesSecret) (not .Values.auth.tenantSecretPrefix) }}
+{{- fail "auth.issue: auth.adminSecret, auth.natsRolesSecret and auth.tenantSecretPrefix name the Secrets the hook writes, and are required" }}
 {{- end }}
+{{- range .Values.auth.tenants }}
+{{- if or (not (kindIs "string" .)) (not .) }}
+{{- fail (printf "auth.tenants: %v: a tenant is a non-empty name" .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Whether the chart's hook issues the Secrets (auth.issue). */}}
+{{- define "toposched.issue" -}}
+{{- if and .Values.auth.enabled .Values.auth.issue }}true{{- end }}
+{{- end -}}
+
+{{/*
+A tenant's Secret (toposched roles kube-secrets): the prefix, then the
+tenant's name with each byte but a-z and 0-9 written -xx, lower-case hex,
+so that no two tenants share one. Call with (dict "prefix" P "tenant" T).
+*/}}
+{{- define "toposched.tenantSecret" -}}
+{{- $out := .prefix }}
+{{- range $c := splitList "" .tenant }}
+{{- if regexMatch "^[a-z0-9]$" $c }}
+{{- $out = print $out $c }}
+{{- else }}
+{{- $out = print $out (regexReplaceAll "(..)" (printf "%x" $c) "-${1}") }}
+{{- end }}
+{{- end }}
+{{- $out }}
+{{- end -}}
+
+{{/* The Secrets the hook writes, a JSON list: its Role's resourceNames. */}}
+{{- define "toposched.issuedSecrets" -}}
+{{- $out := list .Values.auth.servicesSecret }}
+{{- if include "toposched.agentTokens" . }}
+{{- $out = append $out .Values.auth.authCalloutSecret }}
+{{- end }}
+{{- $out = append $out .Values.auth.adminSecret }}
+{{- $out = append $out .Values.auth.natsRolesSecret }}
+{{- range .Values.auth.tenants }}
+{{- $out = append $out (include "toposched.tenantSecret" (dict "prefix" $.Values.auth.tenantSecretPrefix "tenant" .)) }}
+{{- end }}
+{{- $out | uniq | toJson }}
 {{- end -}}
 
 {{/* Whether the agents sign in with their pods' ServiceAccount tokens. */}}
