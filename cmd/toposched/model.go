@@ -562,8 +562,12 @@ func printCrossCollective(out *textout.Writer, cross collective.CrossSummary) er
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	out.Printf("median |error| %.1f%%, max %.1f%% over %d sizes of %d machines with sweeps of two or more collectives (target: median <= %.0f%%: %s)\n",
-		100*cross.Median, 100*cross.Max, cross.Count, cross.Machines, 100*collective.CrossTarget, map[bool]string{true: "held", false: "MISSED"}[cross.Held()])
+	machines := fmt.Sprintf("%d machines", cross.Machines)
+	if cross.Machines == 1 {
+		machines = "the one machine"
+	}
+	out.Printf("median |error| %.1f%%, max %.1f%% over %d sizes of %s with sweeps of two or more collectives (target: median <= %.0f%%: %s)\n",
+		100*cross.Median, 100*cross.Max, cross.Count, machines, 100*collective.CrossTarget, map[bool]string{true: "held", false: "MISSED"}[cross.Held()])
 	return out.Err()
 }
 
