@@ -395,7 +395,10 @@ messages (>= 128 MB) and around 1 MB, with the median and maximum error.
 The measurements are read from DIR, by default from the project's copy
 (internal/collective/testdata, embedded in the binary). Rows and sweeps
 marked * are held out: files added to test the model after it was
-developed, reported as their own group and in no other figure.`,
+developed, reported as their own group and in no other figure. The
+cross-collective section calibrates each machine measured with two or more
+collectives from one collective's sweep and predicts the others at every
+size from 1 MiB (--format json has every size).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "text" && format != "json" {

@@ -46,7 +46,7 @@ var CrossMachines = []CrossMachine{
 			{File: "rtx2080ti-2gpu-pix-p2p-ns_six-collectives_anthony-hoo-autodl.txt", Collective: AllGather, Algorithm: Auto},
 			{File: "rtx2080ti-2gpu-pix-p2p-ns_six-collectives_anthony-hoo-autodl.txt", Collective: AllToAll, Algorithm: Auto},
 		},
-		Note: "P2P off: every collective moves through host memory (NCCL's SHM transport); the three collectives move the same bytes per rank, yet their large-message busbw differ by 23% (all_gather 3.84, all_reduce 4.00, alltoall 4.73 GB/s at 1 GiB): NCCL's kernels for each, not the links",
+		Note: "P2P off: every collective moves through host memory (NCCL's SHM transport); the three collectives move the same bytes per rank, yet their large-message busbw differ by 23% (all_gather 3.84, all_reduce 4.00, alltoall 4.73 GB/s at 1 GiB): the gap is in how NCCL runs each collective over SHM, which no source found explains, not in the links the model prices",
 	},
 }
 
