@@ -36,6 +36,14 @@ type CrossSweep struct {
 // more collectives the model predicts (broadcast and reduce runs are not:
 // the model has no cost for them). Every one was looked at while the
 // transfer was examined; none is held out (see testdata/SOURCES.md).
+//
+// The model has no per-collective efficiency: a ring's all_reduce,
+// all_gather and reduce_scatter load their links with the same bus
+// bandwidth, as nccl-tests defines it (doc/PERFORMANCE.md) and as NCCL's
+// own tuner prices them (src/graph/tuning.cc, "Convert bus BW to
+// algorithm BW": ratio nRanks/nsteps, nsteps 2(n-1) for all_reduce, n-1
+// for the others). What a machine's collectives measure apart is what
+// this transfer shows.
 var CrossMachines = []CrossMachine{
 	{
 		Name:    "rtx2080ti-2gpu-pix-p2p-ns",
