@@ -47,9 +47,10 @@ skipped with a note; so are rows whose data check found wrong elements.
 Every nccl-tests layout since 2017 reads, with MPI and Slurm rank prefixes,
 NCCL INFO lines and rows of size 0.
 
-A file that is cut off, a number that cannot be (a negative time), a bus
-bandwidth that is not the algorithm bandwidth times the collective's factor
-for the run's rank count (2(n-1)/n for all_reduce, (n-1)/n for all_gather
+A file that is cut off, a number that cannot be (a negative time), an
+algorithm bandwidth that is not the size over the time, a bus bandwidth
+that is not the algorithm bandwidth times the collective's factor for the
+run's rank count (2(n-1)/n for all_reduce, (n-1)/n for all_gather
 and reduce_scatter), a run on another number of ranks than the topology
 gives, or a bus bandwidth above what the links could carry at line rate (a
 measurement of another topology) is refused with the file, the line and the

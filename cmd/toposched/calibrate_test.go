@@ -31,6 +31,12 @@ func TestModelCalibrate(t *testing.T) {
 	if err := os.WriteFile(cut, []byte(strings.Join(lines[:len(lines)/2], "\n")+"\n"+last[:len(last)/2]+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A time edited (halved) on one row: its algbw is no longer its size
+	// over its time.
+	edited := filepath.Join(dir, "edited_all_reduce.txt")
+	if err := os.WriteFile(edited, []byte(strings.Replace(string(data), "    13552   39.62", "     6776   39.62", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	out := filepath.Join(dir, "set.json")
 
 	got, err := runModel(t, "calibrate", "--topology", topo, "--nodes", "2", "--nccl-tests", meas, "--out", out)
@@ -68,6 +74,8 @@ func TestModelCalibrate(t *testing.T) {
 	}{
 		{"cut off", []string{"calibrate", "--topology", topo, "--nodes", "2", "--nccl-tests", cut, "--out", filepath.Join(dir, "x.json")},
 			[]string{"cut_all_reduce.txt:", "cut off"}},
+		{"time edited", []string{"calibrate", "--topology", topo, "--nodes", "2", "--nccl-tests", edited, "--out", filepath.Join(dir, "e.json")},
+			[]string{"edited_all_reduce.txt:", "algbw", "is not size", "size 536870912 / time 6776 µs"}},
 		{"another topology", []string{"calibrate", "--topology", pcie, "--nccl-tests", meas, "--out", filepath.Join(dir, "y.json")},
 			[]string{"aws-p4de", "above", "line rate"}},
 		{"no collective in the log nor the name", []string{"calibrate", "--topology", topo, "--nodes", "2", "--nccl-tests", unnamed, "--out", filepath.Join(dir, "z.json")},
@@ -87,7 +95,7 @@ func TestModelCalibrate(t *testing.T) {
 			}
 		})
 	}
-	for _, f := range []string{"x.json", "y.json", "z.json"} {
+	for _, f := range []string{"x.json", "y.json", "z.json", "e.json"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
 			t.Errorf("%s written after a refusal", f)
 		}

@@ -395,7 +395,10 @@ messages (>= 128 MB) and around 1 MB, with the median and maximum error.
 The measurements are read from DIR, by default from the project's copy
 (internal/collective/testdata, embedded in the binary). Rows and sweeps
 marked * are held out: files added to test the model after it was
-developed, reported as their own group and in no other figure.`,
+developed, reported as their own group and in no other figure. The
+cross-collective section calibrates each machine measured with two or more
+collectives from one collective's sweep and predicts the others at every
+size from 1 MiB (--format json has every size).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "text" && format != "json" {
@@ -417,15 +420,21 @@ developed, reported as their own group and in no other figure.`,
 			if err != nil {
 				return fmt.Errorf("model validate: %w", err)
 			}
+			cross, err := collective.CrossCollective(fsys)
+			if err != nil {
+				return fmt.Errorf("model validate: cross-collective transfer: %w", err)
+			}
 			if format == "json" {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
 					collective.Summary
 					Source      string                     `json:"source"`
 					TargetsHeld bool                       `json:"large_targets_held"`
 					Transfer    collective.TransferSummary `json:"size_transfer"`
-				}{s, src, targetsHeld(s), tr})
+					Cross       collective.CrossSummary    `json:"cross_collective"`
+					CrossHeld   bool                       `json:"cross_collective_target_held"`
+				}{s, src, targetsHeld(s), tr, cross, cross.Held()})
 			}
-			return printValidation(cmd.OutOrStdout(), src, s, tr)
+			return printValidation(cmd.OutOrStdout(), src, s, tr, cross)
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "text or json")
@@ -434,7 +443,7 @@ developed, reported as their own group and in no other figure.`,
 
 func targetsHeld(s collective.Summary) bool { return s.LargeMedian <= 0.10 && s.LargeMax <= 0.25 }
 
-func printValidation(stdout io.Writer, src string, s collective.Summary, tr collective.TransferSummary) error {
+func printValidation(stdout io.Writer, src string, s collective.Summary, tr collective.TransferSummary, cross collective.CrossSummary) error {
 	out := textout.New(stdout)
 	out.Printf("measurements: %s\n\n", src)
 	tw := textout.Table(out, 0, 0, 2, ' ', 0)
@@ -508,12 +517,20 @@ func printValidation(stdout io.Writer, src string, s collective.Summary, tr coll
 	out.Printf("held out (* sweeps, in no figure above): one size %.1f%% at >= 128 MB (%d sizes), %.1f%% at 1-128 MB (%d sizes); two sizes %.1f%% and %.1f%%\n",
 		100*h.OneLargeMedian, h.LargeCount, 100*h.OneMidMedian, h.MidCount, 100*h.TwoLargeMedian, 100*h.TwoMidMedian)
 	out.Println("  between 1 and 128 MB the model makes NCCL's protocol choice (LL, LL128, Simple by its tuner's tables) and the pipeline fill of its chunks (tree, NVLS and NVLS-tree with Simple); rings have no fill, and a ring's 4-64 MiB stays fast where NCCL has not reached its peak")
+	if err := printCrossCollective(out, cross); err != nil {
+		return err
+	}
 	out.Println("\nnotes:")
 	seen := map[string]bool{}
 	for _, r := range s.Rows {
 		if r.Note != "" && !seen[r.Case] {
 			seen[r.Case] = true
 			out.Printf("  %s: %s\n", r.Case, r.Note)
+		}
+	}
+	for _, m := range collective.CrossMachines {
+		if m.Note != "" {
+			out.Printf("  %s (cross-collective): %s\n", m.Name, m.Note)
 		}
 	}
 	for _, r := range s.Rows {
@@ -526,6 +543,34 @@ func printValidation(stdout io.Writer, src string, s collective.Summary, tr coll
 			out.Printf("  %s at %s: %s\n", r.Case, formatBytes(r.Bytes), why)
 		}
 	}
+	return out.Err()
+}
+
+// printCrossCollective prints the cross-collective transfer: each pair's
+// median and max |error|, and the median over every predicted size.
+func printCrossCollective(out *textout.Writer, cross collective.CrossSummary) error {
+	out.Printf("\ncross-collective transfer: each machine's collective calibrated from one sweep (model calibrate on its every row), predicting each other collective of the same machine at every size >= %s\n",
+		formatBytes(collective.CrossMinBytes))
+	tw := textout.Table(out, 0, 0, 2, ' ', 0)
+	tw.Println("case\tfrom\tto\tsizes\tfitted\tmedian |error|\tmax |error|")
+	for _, p := range cross.Pairs {
+		var fitted []string
+		for _, f := range p.Fitted {
+			fitted = append(fitted, fmt.Sprintf("%s %.3f", f.Kind, f.Efficiency))
+		}
+		fitted = append(fitted, fmt.Sprintf("step %.2f µs", p.StepOverheadUS))
+		tw.Printf("%s\t%s\t%s\t%s-%s (%d)\t%s\t%.1f%%\t%.1f%%\n", p.Case, p.From, p.To,
+			formatBytes(p.Sizes[0].Bytes), formatBytes(p.Sizes[len(p.Sizes)-1].Bytes), len(p.Sizes), strings.Join(fitted, ", "), 100*p.Median, 100*p.Max)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	machines := fmt.Sprintf("%d machines", cross.Machines)
+	if cross.Machines == 1 {
+		machines = "the one machine"
+	}
+	out.Printf("median |error| %.1f%%, max %.1f%% over %d sizes of %s with sweeps of two or more collectives (target: median <= %.0f%%: %s)\n",
+		100*cross.Median, 100*cross.Max, cross.Count, machines, 100*collective.CrossTarget, map[bool]string{true: "held", false: "MISSED"}[cross.Held()])
 	return out.Err()
 }
 

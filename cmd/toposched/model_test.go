@@ -138,3 +138,53 @@ func TestModelValidate(t *testing.T) {
 		t.Error("empty directory: no error")
 	}
 }
+
+// The cross-collective section of model validate is golden: the model is
+// deterministic, so a change to any of its figures shows in review (go
+// test ./cmd/toposched -run TestModelValidateCrossCollective -update
+// rewrites it).
+func TestModelValidateCrossCollective(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join("..", "..", "internal", "collective", "testdata")
+	out, err := runModel(t, "validate", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := strings.Index(out, "\ncross-collective transfer:")
+	if start < 0 {
+		t.Fatalf("no cross-collective section:\n%s", out)
+	}
+	section := out[start+1:]
+	section = section[:strings.Index(section, "\n\n")+1]
+	golden := filepath.Join("testdata", "validate-cross-collective.golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(golden, []byte(section), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if section != string(want) {
+		t.Errorf("cross-collective section differs from %s (-update rewrites it):\n%s", golden, section)
+	}
+	out, err = runModel(t, "validate", dir, "--format", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct {
+		Cross struct {
+			Pairs  []json.RawMessage `json:"pairs"`
+			Median float64           `json:"median_abs_error"`
+			Count  int               `json:"count"`
+		} `json:"cross_collective"`
+		Held *bool `json:"cross_collective_target_held"`
+	}
+	if err := json.Unmarshal([]byte(out), &s); err != nil || len(s.Cross.Pairs) == 0 || s.Cross.Count == 0 || s.Held == nil {
+		t.Errorf("json %v: %+v", err, s)
+	}
+}

@@ -19,13 +19,27 @@ import (
 var fixtureMachines = map[string]func() Placement{
 	"aws-p4de-a100_2node-16gpu-efa_all_reduce_awsome-distributed-training.txt": onNodes(with(a100, func(s *NodeSpec) { s.NICs, s.NICGbps, s.Transport = 4, 100, topology.TransportEFA }), 2, 8),
 	"a100-2node-16gpu-efa-openmpi-tags_all_reduce_aws-efa-eks.txt":             onNodes(with(a100, func(s *NodeSpec) { s.NICs, s.NICGbps, s.Transport = 4, 100, topology.TransportEFA }), 2, 8),
-	// 2x RTX 2080 Ti, PCIe Gen3 through one switch (PIX).
-	"rtx2080ti-2gpu-pcie-no-p2p_all_gather_autodl-blog.txt":      onNodes(NodeSpec{Name: "rtx2080ti", GPUs: 2, Model: "RTX-2080-Ti", PCIeGen: 3}, 1, 2),
-	"rtx2080ti-2gpu-pcie-no-p2p_six-collectives_autodl-blog.txt": onNodes(NodeSpec{Name: "rtx2080ti", GPUs: 2, Model: "RTX-2080-Ti", PCIeGen: 3}, 1, 2),
+	// 2x RTX 2080 Ti, PCIe Gen3 through one switch (PIX), P2P not
+	// supported (topo -p2p p: NS; the files' names say no-p2p).
+	"rtx2080ti-2gpu-pcie-no-p2p_all_gather_autodl-blog.txt":      onNodes(NodeSpec{Name: "rtx2080ti", GPUs: 2, Model: "RTX-2080-Ti", PCIeGen: 3, NoP2P: true}, 1, 2),
+	"rtx2080ti-2gpu-pcie-no-p2p_six-collectives_autodl-blog.txt": onNodes(NodeSpec{Name: "rtx2080ti", GPUs: 2, Model: "RTX-2080-Ti", PCIeGen: 3, NoP2P: true}, 1, 2),
 	// B200 pods of GKE with GPUDirect RDMA: 2 GPUs of one node (NVLink
 	// 5, NV18), and 1 GPU each of 2 nodes over one 400 Gb/s RDMA NIC.
 	"b200-1node-2gpu_all_gather-rows-elided_dranet-doc.txt": onNodes(NodeSpec{Name: "b200", GPUs: 2, Model: "B200", NVLinks: 18, NVLinkGen: 5, PCIeGen: 5}, 1, 2),
 	"b200-2node-1gpu-each_all_gather_dranet-doc.txt":        onNodes(NodeSpec{Name: "b200", GPUs: 1, Model: "B200", PCIeGen: 5, NICs: 1, NICGbps: 400}, 2, 1),
+}
+
+// crossMachine is the placement of a CrossMachines sweep's file, nil for
+// another file.
+func crossMachine(file string) func() Placement {
+	for _, m := range CrossMachines {
+		for _, sw := range m.Sweeps {
+			if sw.File == file {
+				return m.Build
+			}
+		}
+	}
+	return nil
 }
 
 // TestCorpusCalibrates runs every measurement file of this package's
@@ -70,6 +84,8 @@ func TestCorpusCalibrates(t *testing.T) {
 			build = c.Build
 		case fixtureMachines[base] != nil:
 			build = fixtureMachines[base]
+		case crossMachine(base) != nil:
+			build = crossMachine(base)
 		default:
 			t.Logf("%s: read (%d rows); no machine known for it, not calibrated", base, len(res.Rows))
 			continue

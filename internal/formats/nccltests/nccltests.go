@@ -29,12 +29,14 @@
 // the file's name.
 //
 // A row that is cut off, a number that cannot be (a negative or zero
-// time, a negative bandwidth or size, NaN), and a bus bandwidth that is
-// not the algorithm bandwidth times the collective's factor for the
-// test's rank count (2(n-1)/n for all_reduce, (n-1)/n for all_gather,
-// reduce_scatter and alltoall, 1 for sendrecv, broadcast and reduce: the
-// file was edited, or is not what its name says) are refused with the
-// file, the line and the reason.
+// time, a negative bandwidth or size, NaN), an algorithm bandwidth that
+// is not the size over the time (nccl-tests computes both from one
+// measured time; the rounding of each as printed and 1% are allowed), and
+// a bus bandwidth that is not the algorithm bandwidth times the
+// collective's factor for the test's rank count (2(n-1)/n for all_reduce,
+// (n-1)/n for all_gather, reduce_scatter and alltoall, 1 for sendrecv,
+// broadcast and reduce: the file was edited, or is not what its name
+// says) are refused with the file, the line and the reason.
 package nccltests
 
 import (
@@ -109,6 +111,7 @@ type layout struct {
 	time, alg, bus, wrong int // side indexes
 	wrongName             string
 	ms                    bool // times in milliseconds (the 2017 layout)
+	cpuTime               bool // the time column is the host's (cputime), not the one algbw is computed from
 	fromHeader            bool
 }
 
@@ -159,7 +162,7 @@ func fromHeader(cols []string) (layout, bool) {
 	for i, c := range cols[first : first+l.side] {
 		switch c {
 		case "time", "cputime":
-			l.time = i
+			l.time, l.cpuTime = i, c == "cputime"
 		case "algbw":
 			l.alg = i
 		case "busbw":
@@ -501,6 +504,17 @@ func (p *parser) row(f []string) error {
 		if t == 0 && size > 0 {
 			return p.errf("%s time %s µs for %s bytes: moving data takes time", side, f[base+l.time], f[0])
 		}
+		if l.time >= 0 && l.alg >= 0 && !l.cpuTime && size > 0 {
+			timeHalf := printedHalf(f[base+l.time])
+			if l.ms {
+				timeHalf *= 1000
+			}
+			want := size / t / 1e3
+			if tol := printedHalf(f[base+l.alg]) + want*timeHalf/t + algbwSlack*want; math.Abs(a-want) > tol {
+				return p.errf("%s algbw %s is not size %s / time %g µs = %.4g GB/s, as nccl-tests computes it: the file was edited, or a column is not what its header says",
+					side, f[base+l.alg], f[0], t, want)
+			}
+		}
 		if s == 0 {
 			r.TimeOutUS, r.AlgOutGBps, r.BusOutGBps, r.WrongOut = t, a, b, w
 		} else {
@@ -524,6 +538,26 @@ func (p *parser) row(f []string) error {
 	}
 	t.Rows = append(t.Rows, r)
 	return nil
+}
+
+// algbwSlack is how far (a share of it) a row's algorithm bandwidth may be
+// from its size over its time beyond the rounding of both as printed:
+// nccl-tests computes the two from one measured time, and every real file
+// of the corpus (internal/collective/testdata, this package's testdata) is
+// within 0.6% once the rounding is allowed for.
+const algbwSlack = 0.01
+
+// printedHalf is half a unit of the last digit a number was printed with
+// ("3912.9": 0.05): how far rounding may have moved it. A number in
+// exponent form is not checked (+Inf).
+func printedHalf(s string) float64 {
+	if strings.ContainsAny(s, "eE") {
+		return math.Inf(1)
+	}
+	if i := strings.IndexByte(s, '.'); i >= 0 {
+		return 0.5 * math.Pow10(-(len(s) - i - 1))
+	}
+	return 0.5
 }
 
 func countRows(ts []Test) int {

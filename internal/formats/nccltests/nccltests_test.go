@@ -194,7 +194,16 @@ func TestParseRefuses(t *testing.T) {
 			[]string{"f.txt:4:", "out-of-place busbw 13.27", "algbw 13.27 × 0.5", "all_gather factor (n-1)/n for 2 ranks", "Using devices"}},
 		{"busbw no rank count gives", "./build/all_reduce_perf -b 8\n" + strings.Replace(row, "64.31", "70.00", 1),
 			[]string{"f.txt:2:", "no rank count", "all_reduce", "2(n-1)/n"}},
-		{"busbw off its implied rank count", "./build/all_reduce_perf -b 8\n" + row + strings.NewReplacer("134217728", "268435456", "64.31", "60.00").Replace(row),
+		// Issue 50, bad input: a time that is not the one the row's
+		// algorithm bandwidth was computed from (algbw = size / time).
+		{"time against algbw", strings.Replace(row, "3912.9", "1956.4", 1),
+			[]string{"f.txt:1:", "out-of-place algbw 34.3", "size 134217728 / time 1956.4 µs = 68.6", "edited"}},
+		{"algbw and busbw against the time", strings.NewReplacer("34.13", "68.26", "63.99", "127.98").Replace(row),
+			[]string{"f.txt:1:", "in-place algbw 68.26", "time 3932.8 µs = 34.13"}},
+		{"2017 layout, time in ms", "# bytes N type op time algbw busbw res time algbw busbw res\n" +
+			"    10000000      2500000   float     sum    2.468  8.10  14.18    0e+00    1.200  8.33  14.58    0e+00\n",
+			[]string{"f.txt:2:", "out-of-place algbw 8.1", "time 2468 µs = 4.052"}},
+		{"busbw off its implied rank count", "./build/all_reduce_perf -b 8\n" + row + strings.NewReplacer("134217728", "268435456", "3912.9", "7825.8", "3932.8", "7865.6", "64.31", "60.00").Replace(row),
 			[]string{"f.txt:3:", "busbw 60", "implied"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

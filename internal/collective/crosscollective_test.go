@@ -1,0 +1,117 @@
+package collective
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"testing/fstest"
+)
+
+// TestCrossCollective runs the transfer over the project's copy: every
+// ordered pair of every machine's sweeps is predicted at each size from
+// CrossMinBytes, and a sweep's own calibration gives back its large sizes
+// (the fit is of the links the sweep is bound by, not of another path).
+func TestCrossCollective(t *testing.T) {
+	t.Parallel()
+	s, err := CrossCollective(TestdataFS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for _, m := range CrossMachines {
+		want += len(m.Sweeps) * (len(m.Sweeps) - 1)
+	}
+	if len(s.Pairs) != want || s.Machines != len(CrossMachines) {
+		t.Fatalf("%d pairs of %d machines, want %d of %d", len(s.Pairs), s.Machines, want, len(CrossMachines))
+	}
+	n := 0
+	for _, p := range s.Pairs {
+		if p.From == p.To || len(p.Sizes) == 0 || len(p.Fitted) == 0 {
+			t.Errorf("%s %s from %s: %+v", p.Case, p.To, p.From, p)
+		}
+		for _, z := range p.Sizes {
+			n++
+			if z.Bytes < CrossMinBytes || z.Measured <= 0 || math.Abs(z.Error-(z.Predicted-z.Measured)/z.Measured) > 1e-12 {
+				t.Errorf("%s: %+v", z.Source, z)
+			}
+		}
+		t.Logf("%s: %s from %s: median %.1f%% max %.1f%%", p.Case, p.To, p.From, 100*p.Median, 100*p.Max)
+	}
+	if n != s.Count {
+		t.Errorf("count %d, sizes %d", s.Count, n)
+	}
+	t.Logf("median %.1f%%, max %.1f%% over %d sizes (target %.0f%%)", 100*s.Median, 100*s.Max, s.Count, 100*CrossTarget)
+	// No target is asserted: it is missed on the one machine there is
+	// (BENCHMARKS.md, issue 50). This guards what the model achieves:
+	// 15.7% when written.
+	if s.Median > 0.16 {
+		t.Errorf("median %.1f%%: worse than when written (15.7%%)", 100*s.Median)
+	}
+
+	for _, m := range CrossMachines {
+		p := m.Build()
+		for _, sw := range m.Sweeps {
+			samples, err := crossSamples(TestdataFS(), sw, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cal, err := FitCalibration("self", samples, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range samples {
+				if s.Bytes < FitMinBytes {
+					continue
+				}
+				r, err := predictWith(s, cal.Bandwidths(nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e := (r.BusBWGBps - s.BusBWGBps) / s.BusBWGBps; math.Abs(e) > 0.10 {
+					t.Errorf("%s: %s from itself: %+.1f%%", s.Source, sw.Collective, 100*e)
+				}
+			}
+		}
+	}
+}
+
+func TestCrossSamples(t *testing.T) {
+	t.Parallel()
+	head := "./build/all_gather_perf -b 1M -e 256M -f 2 -g 2\n#  Rank  0 Group  0 Pid 1 on h device  0 [0000:01:00] GPU\n#  Rank  1 Group  0 Pid 1 on h device  1 [0000:02:00] GPU\n"
+	rows := "     1048576        131072     float    none      -1    181.1    5.79    2.89      0    179.1    5.85    2.93      0\n" +
+		"   134217728      16777216     float    none      -1    20235    6.63    3.32      3    19164    7.00    3.50      0\n" +
+		"   268435456      33554432     float    none      -1    40096    6.69    3.35      0    35687    7.52    3.76      0\n"
+	fsys := fstest.MapFS{"ag.txt": {Data: []byte(head + rows)}}
+	p := onNodes(NodeSpec{Name: "g", GPUs: 2, Model: "RTX-2080-Ti", PCIeGen: 3}, 1, 2)()
+	got, err := crossSamples(fsys, CrossSweep{File: "ag.txt", Collective: AllGather}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The 128 MiB row's data check found wrong elements: left out.
+	if len(got) != 2 || got[0].Bytes != 1<<20 || got[1].Bytes != 256<<20 || got[1].BusBWGBps != 3.76 || got[1].Source != "ag.txt:6" {
+		t.Errorf("samples %+v", got)
+	}
+	for _, tc := range []struct {
+		name string
+		sw   CrossSweep
+		p    Placement
+		want []string
+	}{
+		{"no run of the collective", CrossSweep{File: "ag.txt", Collective: AllReduce}, p, []string{"ag.txt", "no run of all_reduce on 2 ranks"}},
+		{"another rank count", CrossSweep{File: "ag.txt", Collective: AllGather}, onNodes(NodeSpec{Name: "g", GPUs: 4, Model: "RTX-2080-Ti", PCIeGen: 3}, 1, 4)(),
+			[]string{"no run of all_gather on 4 ranks"}},
+		{"no file", CrossSweep{File: "none.txt", Collective: AllGather}, p, []string{"none.txt"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := crossSamples(fsys, tc.sw, tc.p)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
