@@ -343,19 +343,10 @@ func ensureSeedSecret(ctx context.Context, secrets typedcorev1.SecretInterface, 
 			return res, nil
 		}
 		res.Wrote = true
-		if cur == nil {
-			_, err = secrets.Create(ctx, next, metav1.CreateOptions{})
-		} else {
-			_, err = secrets.Update(ctx, next, metav1.UpdateOptions{})
+		if again, err := writeSecret(ctx, secrets, cur, next); !again {
+			return res, err
 		}
-		switch {
-		case err == nil:
-			return res, nil
-		case apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err):
-			continue // another run wrote it first: its seeds are the ones kept
-		default:
-			return res, fmt.Errorf("secret %s: %w", s.name, err)
-		}
+		// Another run wrote it first: its seeds are the ones kept.
 	}
 	return secretResult{}, fmt.Errorf("secret %s: changed by another writer at each of %d tries", s.name, maxSecretTries)
 }
@@ -418,21 +409,30 @@ func ensureRolesSecret(ctx context.Context, secrets typedcorev1.SecretInterface,
 			return res, nil
 		}
 		res.Wrote = true
-		if cur == nil {
-			_, err = secrets.Create(ctx, next, metav1.CreateOptions{})
-		} else {
-			_, err = secrets.Update(ctx, next, metav1.UpdateOptions{})
-		}
-		switch {
-		case err == nil:
-			return res, nil
-		case apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err):
-			continue
-		default:
-			return res, fmt.Errorf("secret %s: %w", name, err)
+		if again, err := writeSecret(ctx, secrets, cur, next); !again {
+			return res, err
 		}
 	}
 	return secretResult{}, fmt.Errorf("secret %s: changed by another writer at each of %d tries", name, maxSecretTries)
+}
+
+// writeSecret creates next where cur is nil, or else updates it at cur's
+// version. It asks for another try (again) when another writer came
+// first: the Secret existed after all, or changed since it was read.
+func writeSecret(ctx context.Context, secrets typedcorev1.SecretInterface, cur, next *corev1.Secret) (again bool, err error) {
+	if cur == nil {
+		_, err = secrets.Create(ctx, next, metav1.CreateOptions{})
+	} else {
+		_, err = secrets.Update(ctx, next, metav1.UpdateOptions{})
+	}
+	switch {
+	case err == nil:
+		return false, nil
+	case apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err):
+		return true, nil
+	default:
+		return false, fmt.Errorf("secret %s: %w", next.Name, err)
+	}
 }
 
 // writeSecretResults prints a Secret a line: its keys kept and added.
