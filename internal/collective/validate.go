@@ -246,6 +246,19 @@ var Cases = []Case{
 		Note:  "the same machine type's all_gather (google/dranet) is in the corpus as a file, not as a case",
 	},
 	{
+		Name: "azure-ndh100-8gpu", File: "azure-nd-h100-v5-8gpu_single-vm_all_reduce-nvls_ai-benchmarking-guide.txt",
+		Machine: "1 VM, 8x H100 SXM NVSwitch (NV18, NVLink 4), NCCL 2.18.5", Collective: AllReduce, Algorithm: Auto,
+		Build: onNodes(h100, 1, 8),
+		Large: []Point{{8 << 30, "8G", 1}}, Small: []Point{{1 << 20, "1M", 1}},
+		Note: "the source names NVLS",
+	},
+	{
+		Name: "azure-ndgb300-4gpu-ring", File: "azure-nd-gb300-v6-4gpu_single-host_all_reduce-ring_ai-benchmarking-guide-fork.txt",
+		Machine: "1 host, 4x GB300 (NV18, NVLink 5, NVLink Switch)", Collective: AllReduce, Algorithm: Ring,
+		Build: onNodes(NodeSpec{Name: "gb300", GPUs: 4, Model: "GB300", NVLinks: 18, NVLinkGen: 5, PCIeGen: 5}, 1, 4),
+		Large: []Point{{8 << 30, "8G", 1}}, Small: []Point{{1 << 20, "1M", 1}},
+	},
+	{
 		Name: "a100-pcie-4gpu-2socket", File: "a100-pcie-4gpu-2socket-sys_all_reduce_panoramic.txt",
 		Machine: "1 host (sm02), 4x A100 PCIe 40GB, every pair SYS (two per socket), P2P enabled (p2pBandwidthLatencyTest)", Collective: AllReduce, Algorithm: Auto,
 		Build: onNodes(NodeSpec{Name: "sm02", GPUs: 4, Model: "A100-PCIE", PCIeGen: 4, PCIePath: func(a, b int) topology.Class { return topology.SYS }}, 1, 4),
