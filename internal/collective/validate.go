@@ -259,6 +259,12 @@ var Cases = []Case{
 		Large: []Point{{8 << 30, "8G", 1}}, Small: []Point{{1 << 20, "1M", 1}},
 	},
 	{
+		Name: "oci-h200-2node-8xroce", File: "oci-bm-gpu-h200-8_2node-16gpu-8x400g-roce_all_reduce_argonne-oci-howto.txt",
+		Machine: "2 OCI BM.GPU.H200.8 x 8x H200 (NV18), 8x 400 Gb/s RoCE (ConnectX-7) per node", Collective: AllReduce, Algorithm: Auto,
+		Build: onNodes(with(h100, func(s *NodeSpec) { s.Name, s.Model, s.NICs, s.NICGbps = "h200", "H200-SXM", 8, 400 }), 2, 8),
+		Large: []Point{{16 << 30, "17179869184", 7}},
+	},
+	{
 		Name: "a100-pcie-4gpu-2socket", File: "a100-pcie-4gpu-2socket-sys_all_reduce_panoramic.txt",
 		Machine: "1 host (sm02), 4x A100 PCIe 40GB, every pair SYS (two per socket), P2P enabled (p2pBandwidthLatencyTest)", Collective: AllReduce, Algorithm: Auto,
 		Build: onNodes(NodeSpec{Name: "sm02", GPUs: 4, Model: "A100-PCIE", PCIeGen: 4, PCIePath: func(a, b int) topology.Class { return topology.SYS }}, 1, 4),
