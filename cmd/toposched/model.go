@@ -556,7 +556,12 @@ func printCrossCollective(out *textout.Writer, cross collective.CrossSummary) er
 	for _, p := range cross.Pairs {
 		var fitted []string
 		for _, f := range p.Fitted {
-			fitted = append(fitted, fmt.Sprintf("%s %.3f", f.Kind, f.Efficiency))
+			cell := fmt.Sprintf("%s %.3f", f.Kind, f.Efficiency)
+			if f.AboveLineRate > 1 {
+				// The fit stopped at line rate (Calibration.AtLineRate).
+				cell += fmt.Sprintf(" (line rate; asked %.3f)", f.AboveLineRate)
+			}
+			fitted = append(fitted, cell)
 		}
 		fitted = append(fitted, fmt.Sprintf("step %.2f µs", p.StepOverheadUS))
 		tw.Printf("%s\t%s\t%s\t%s-%s (%d)\t%s\t%.1f%%\t%.1f%%\n", p.Case, p.From, p.To,
