@@ -64,7 +64,7 @@ var CrossMachines = []CrossMachine{
 			{File: "gcp-a3mega-h100_2node-16gpu_all_reduce_create-a3mega-ztan-fork.txt", Collective: AllReduce, Algorithm: Auto},
 			{File: "gcp-a3mega-h100_2node-16gpu-tcpxo_all_gather_dstack.txt", Collective: AllGather, Algorithm: Auto},
 		},
-		Note: "two clusters, over GPUDirect-TCPXO, whose GCP profile loads a tuner plugin (an algorithm, protocol and channel count per size) the model does not read; " +
+		Note: "two clusters, over GPUDirect-TCPXO, whose GCP profile loads a tuner plugin (NCCL_TUNER_CONFIG_PATH a3plus_tuner_config.textproto: an algorithm, protocol and channel count per size) and sets 8 MiB buffers, which the model does not read; " +
 			"the all_gather's ring is NIC-bound (fitted 0.92 of line rate) and predicts the all_reduce within 3% from 1 GiB, where its tree is NVLink-bound as modelled; " +
 			"below, the all_reduce grows at 39 GB/s busbw over 1-16 MiB and its tree pays a fixed ~0.9 ms at every size from 32 MiB (its time less its size over the 185 GB/s algbw it grows at), which no NCCL chunk or step rule found gives: predicted up to 2.6x too fast there",
 	},
@@ -78,8 +78,8 @@ var CrossMachines = []CrossMachine{
 		},
 		Note: "two clusters: dstack's all_reduce (NVLS-tree, its algbw 0.91 of the NICs' line rate at 8 GiB) and google/dranet's GKE all_gather (NCCL 2.26.6), a ring at 0.65 of the same NICs (260 GB/s busbw) " +
 			"that takes 1 ms at 1 MiB and whose rows are out of order (2 MiB slower than 4 MiB); a 2x8 ring all_gather loads each node's NICs with its busbw as the NVLS-tree all_reduce loads them with its algbw (both modelled), " +
-			"so 0.65 against 0.91 is the clusters', not the collectives'. The all_reduce's fit stops at line rate: 2.20.3's one-step NVLS-tree chunks fill its pipeline too slowly at 128 MiB-2 GiB; " +
-			"under the tuner of the releases that run on B200 (2.25 on: Tuning226), whose chunks and channels fill it faster, it fits 0.948",
+			"so 0.65 against 0.91 is the clusters', not the collectives'. The all_reduce's fit stops at line rate: the model's NVLS-tree fills its pipeline too slowly at 128 MiB-2 GiB " +
+			"with 2.20.3's one-step chunks; with the 128 KiB chunks and 32 channels of the releases that run on B200 (Tuning226) it fits 0.948, but GCP's RDMA profile sets NCCL_NVLS_CHUNKSIZE to 512 KiB, so which chunk the run used is not known",
 	},
 }
 
