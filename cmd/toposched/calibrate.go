@@ -164,6 +164,11 @@ func runCalibrate(stdout, stderr io.Writer, f calibrateFlags) error {
 			return err
 		}
 	}
+	for _, n := range cal.AtLineRate() {
+		if _, err := fmt.Fprintf(stderr, "model calibrate: %s\n", n); err != nil {
+			return err
+		}
+	}
 	body, err := json.MarshalIndent(cal, "", "  ")
 	if err != nil {
 		return err

@@ -342,3 +342,31 @@ func TestModelCalibrateRealLogs(t *testing.T) {
 		t.Fatalf("another rank count: %v", err)
 	}
 }
+
+// A sweep faster than its links at line rate, as the model prices them,
+// (here the 2-node tree's rows of 128 MiB and more, made 2.35 times as fast) is
+// written with its fit at line rate, and stderr says that the fit stopped
+// there and what it asked for.
+func TestModelCalibrateAtLineRate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	topo := filepath.Join("..", "..", "internal", "formats", "nvsmi", "testdata", "a100-sxm-8gpu-nv12-17nic_xuesongtap-blog.txt")
+	meas := filepath.Join("..", "..", "internal", "formats", "nccltests", "testdata", "aws-p4de-a100_2node-16gpu-efa_all_reduce_awsome-distributed-training.txt")
+	fast := filepath.Join(dir, "fast_all_reduce.txt")
+	slowed(t, meas, fast, 1/2.35)
+	out := filepath.Join(dir, "fast.json")
+	stdout, stderr, err := runModelSplit(t, "calibrate", "--topology", topo, "--nodes", "2", "--nccl-tests", fast, "--out", out)
+	if err != nil {
+		t.Fatalf("calibrate: %v\n%s%s", err, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "model calibrate: fits[0] (net) stopped at line rate, where its 5 measurements asked for 1.0") {
+		t.Errorf("stderr does not say the fit stopped at line rate:\n%s", stderr)
+	}
+	set, err := loadCalibration(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(set.Fits) != 1 || set.Fits[0].Efficiency != 1 || !(set.Fits[0].AboveLineRate > 1) {
+		t.Errorf("fits %+v", set.Fits)
+	}
+}

@@ -78,7 +78,7 @@ cluster's fabric (--cluster).
 	fl.StringVar(&f.gpus, "gpus", "", "with --topology: comma-separated GPU positions, in rank order (default: all)")
 	fl.StringVar(&f.algo, "algorithm", "auto", "ring, tree, nvls, hierarchical, halving_doubling, p2p, direct or auto (what the optimizer's tuner would set: NCCL's own choice unless the model, seeing the fabric, predicts a better one)")
 	fl.StringVar(&f.protocol, "protocol", "auto", "ll, ll128, simple or auto (NCCL's choice among those it enables here)")
-	fl.StringVar(&f.nccl, "nccl", "", "NCCL version whose tuner decides what runs (2.7 to 2.16: 2.7.5's tables; 2.17 on: 2.20.3's, NVLS from 2.17, NVLS-tree from 2.18; default "+collective.DefaultTuning.Version+")")
+	fl.StringVar(&f.nccl, "nccl", "", "NCCL version whose tuner decides what runs (2.7 to 2.16: 2.7.5's tables; 2.17 to 2.20: 2.20.3's, NVLS from 2.17, NVLS-tree from 2.18; 2.21 on: 2.26.6's; default "+collective.DefaultTuning.Version+")")
 	fl.BoolVar(&f.anyAlgorithm, "any-algorithm", false, "with --algorithm auto, also consider algorithms NCCL does not run (halving_doubling, hierarchical)")
 	fl.StringVar(&f.format, "format", "text", "text or json")
 	fl.StringVar(&f.calibration, "calibration", "", "calibration set (model calibrate --out) whose link efficiencies replace the defaults")
@@ -556,7 +556,12 @@ func printCrossCollective(out *textout.Writer, cross collective.CrossSummary) er
 	for _, p := range cross.Pairs {
 		var fitted []string
 		for _, f := range p.Fitted {
-			fitted = append(fitted, fmt.Sprintf("%s %.3f", f.Kind, f.Efficiency))
+			cell := fmt.Sprintf("%s %.3f", f.Kind, f.Efficiency)
+			if f.AboveLineRate > 1 {
+				// The fit stopped at line rate (Calibration.AtLineRate).
+				cell += fmt.Sprintf(" (line rate; asked %.3f)", f.AboveLineRate)
+			}
+			fitted = append(fitted, cell)
 		}
 		fitted = append(fitted, fmt.Sprintf("step %.2f µs", p.StepOverheadUS))
 		tw.Printf("%s\t%s\t%s\t%s-%s (%d)\t%s\t%.1f%%\t%.1f%%\n", p.Case, p.From, p.To,

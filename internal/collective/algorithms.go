@@ -142,7 +142,7 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 			nd, g := m.nodes[0], m.ranks[0].gpu
 			from := len(ph.pipeIDs)
 			ph.pipeIDs = append(ph.pipeIDs, nd.port(kNVLS, g, tx), nd.port(kNVLS, g, tx), nd.port(kNVLS, g, rx))
-			ch := nvlsChunking(ps.trueBytes(S), NVLSChannels, len(nd.ranks), false)
+			ch := nvlsChunking(ps.trueBytes(S), m.nvlsChannels(), len(nd.ranks), 0, false)
 			ps.addPipe(ph, from, max(1, ps.trueBytes(S)/ch.LoopBytes))
 		}
 	case NVLSTree:
@@ -161,7 +161,7 @@ func (m *model) build(ps *phases, c Collective, S float64, a Algorithm, calls in
 		ph.pipeIDs = append(ph.pipeIDs, nd.port(kNVLS, g, tx), nd.port(kNVLS, g, tx))
 		ph.pipeIDs = m.appendNetStages(ph.pipeIDs)
 		ph.pipeIDs = append(ph.pipeIDs, nd.port(kNVLS, g, rx), nd.port(kNVLS, g, rx))
-		ch := nvlsChunking(ps.trueBytes(S), NVLSChannels, len(nd.ranks), true)
+		ch := nvlsChunking(ps.trueBytes(S), m.nvlsChannels(), len(nd.ranks), m.nvlsTreeChunk(), true)
 		ps.addPipe(ph, from, max(1, ps.trueBytes(S)/ch.LoopBytes))
 	case Hierarchical:
 		g := len(m.nodes[0].ranks)

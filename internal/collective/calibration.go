@@ -64,6 +64,11 @@ type Fit struct {
 	Samples int      `json:"samples"`
 	Ratio   float64  `json:"ratio"`
 	Sources []string `json:"sources"`
+	// AboveLineRate is, for a fit stopped at line rate (efficiency 1), the
+	// share of line rate its measurements asked for: more than the links
+	// can carry, so the model's path for them is slower than the
+	// machine's. 0: the fit is within line rate.
+	AboveLineRate float64 `json:"above_line_rate,omitempty"`
 }
 
 // Sample is one measurement to fit to: a collective on a placement, the
@@ -304,6 +309,12 @@ func (c *Calibration) problems() []problem {
 		if f.Samples < 0 || f.Ratio < 0 || math.IsNaN(f.Ratio) || math.IsInf(f.Ratio, 0) {
 			out = append(out, problem{field, fmt.Sprintf("samples %d, ratio %g: expected non-negative numbers", f.Samples, f.Ratio)})
 		}
+		switch a := f.AboveLineRate; {
+		case a != 0 && !(a > 1 && !math.IsInf(a, 0)):
+			out = append(out, problem{field + ".above_line_rate", fmt.Sprintf("%g: expected above 1, the share of line rate asked for (0: within line rate)", a)})
+		case a != 0 && msg == "" && f.Efficiency != 1:
+			out = append(out, problem{field + ".above_line_rate", fmt.Sprintf("%g with efficiency %g: a fit stopped at line rate has efficiency 1", a, f.Efficiency)})
+		}
 		if !known || msg != "" {
 			continue
 		}
@@ -430,6 +441,26 @@ func (c *Calibration) Warnings() []string {
 		}
 		out = append(out, fmt.Sprintf("%s is an absolute path of the machine that ran model calibrate%s, shown to everyone who reads the set: run model calibrate again, which stores names relative to its working directory or base names",
 			abs[0], more))
+	}
+	return out
+}
+
+// AtLineRate says, one sentence per fit, which fits stopped at line rate
+// (Fit.AboveLineRate): not a fault of the machine, as Warnings are, but of
+// the model, whose path for those measurements is slower than the
+// machine's; model calibrate prints them.
+func (c *Calibration) AtLineRate() []string {
+	var out []string
+	for i, f := range c.Fits {
+		if !(f.AboveLineRate > 1) {
+			continue
+		}
+		kind := f.Kind
+		if f.Model != "" {
+			kind = f.Model + " " + kind
+		}
+		out = append(out, fmt.Sprintf("fits[%d] (%s) stopped at line rate, where its %d measurements asked for %.3f of it: the model's path for them is slower than the machine's (an algorithm or a pipeline it prices too slowly at these sizes, or links the topology leaves out), so predictions from this set are at line rate, below what was measured",
+			i, kind, f.Samples, f.AboveLineRate))
 	}
 	return out
 }
@@ -650,6 +681,7 @@ func FitCalibration(name string, samples []Sample, base *topology.Bandwidths) (*
 	set()
 	var fits map[string]*Fit
 	before := map[string]float64{} // each kind's median ratio at the defaults
+	asked := map[string]float64{}  // each kind's efficiency before the clamp, last round
 	for range 3 {
 		bw := c.Bandwidths(base)
 		fits = map[string]*Fit{}
@@ -680,13 +712,19 @@ func FitCalibration(name string, samples []Sample, base *topology.Bandwidths) (*
 			if cur == 0 { // a transport, at Net's until now
 				cur = eff["net"]
 			}
-			eff[k] = min(1, cur*med)
+			asked[k] = cur * med
+			eff[k] = min(1, asked[k])
 		}
 		set()
 	}
 	for _, k := range LinkKinds {
 		if f := fits[k]; f != nil {
 			f.Efficiency = eff[k]
+			if asked[k] > 1 {
+				// A share above line rate cannot be: the fit stops at 1 and
+				// says so (Warnings), rather than pass for a measured 1.
+				f.AboveLineRate = asked[k]
+			}
 			c.Fits = append(c.Fits, *f)
 		}
 	}

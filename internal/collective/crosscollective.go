@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/toposched/toposched/internal/formats/nccltests"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // CrossMachine is a machine measured with sweeps of two or more
@@ -55,6 +56,30 @@ var CrossMachines = []CrossMachine{
 			{File: "rtx2080ti-2gpu-pix-p2p-ns_six-collectives_anthony-hoo-autodl.txt", Collective: AllToAll, Algorithm: Auto},
 		},
 		Note: "P2P off: every collective moves through host memory (NCCL's SHM transport); the three collectives move the same bytes per rank, yet their large-message busbw differ by 23% (all_gather 3.84, all_reduce 4.00, alltoall 4.73 GB/s at 1 GiB): the gap is in how NCCL runs each collective over SHM, which no source found explains, not in the links the model prices",
+	}, {
+		Name:    "gcp-a3mega-2node",
+		Machine: "2 GCP a3-megagpu-8g x 8x H100 SXM (NV18), 8x 200 Gb/s GPU NICs per VM (GPUDirect-TCPXO); the two sweeps are of two clusters of the machine type",
+		Build:   onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps, s.Transport = 8, 200, topology.TransportTCP }), 2, 8),
+		Sweeps: []CrossSweep{
+			{File: "gcp-a3mega-h100_2node-16gpu_all_reduce_create-a3mega-ztan-fork.txt", Collective: AllReduce, Algorithm: Auto},
+			{File: "gcp-a3mega-h100_2node-16gpu-tcpxo_all_gather_dstack.txt", Collective: AllGather, Algorithm: Auto},
+		},
+		Note: "two clusters, over GPUDirect-TCPXO, whose GCP profile loads a tuner plugin (NCCL_TUNER_CONFIG_PATH a3plus_tuner_config.textproto: an algorithm, protocol and channel count per size) and sets 8 MiB buffers, which the model does not read; " +
+			"the all_gather's ring is NIC-bound (fitted 0.92 of line rate) and predicts the all_reduce within 3% from 1 GiB, where its tree is NVLink-bound as modelled; " +
+			"below, the all_reduce grows at 39 GB/s busbw over 1-16 MiB and its tree pays a fixed ~0.9 ms at every size from 32 MiB (its time less its size over the 185 GB/s algbw it grows at), which no NCCL chunk or step rule found gives: predicted up to 2.6x too fast there",
+	},
+	{
+		Name:    "gcp-a4-2node-roce",
+		Machine: "2 GCP a4-highgpu-8g x 8x B200 (NV18, NVLink 5), 8x 400 Gb/s RoCE per VM; the two sweeps are of two clusters of the machine type",
+		Build:   onNodes(with(b200, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 }), 2, 8),
+		Sweeps: []CrossSweep{
+			{File: "gcp-a4-b200_2node-16gpu-roce_all_reduce_dstack.partial.txt", Collective: AllReduce, Algorithm: Auto},
+			{File: "gcp-a4-b200_2node-16gpu-roce_all_gather_dranet.txt", Collective: AllGather, Algorithm: Auto},
+		},
+		Note: "two clusters: dstack's all_reduce (NVLS-tree, its algbw 0.91 of the NICs' line rate at 8 GiB) and google/dranet's GKE all_gather (NCCL 2.26.6), a ring at 0.65 of the same NICs (260 GB/s busbw) " +
+			"that takes 1 ms at 1 MiB and whose rows are out of order (2 MiB slower than 4 MiB); a 2x8 ring all_gather loads each node's NICs with its busbw as the NVLS-tree all_reduce loads them with its algbw (both modelled), " +
+			"so 0.65 against 0.91 is the clusters', not the collectives'. The all_reduce's fit stops at line rate: the model's NVLS-tree fills its pipeline too slowly at 128 MiB-2 GiB " +
+			"with 2.20.3's one-step chunks; with the 128 KiB chunks and 32 channels of the releases that run on B200 (Tuning226) it fits 0.948, but GCP's RDMA profile sets NCCL_NVLS_CHUNKSIZE to 512 KiB, so which chunk the run used is not known",
 	},
 }
 

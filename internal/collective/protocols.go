@@ -116,6 +116,12 @@ type Tuning struct {
 	// node (no base latency), NVLSTreeNetLat a step between nodes.
 	NVLS, NVLSTree          bool
 	NVLSLat, NVLSTreeNetLat float64
+	// NVLSTreeChunk is the chunk an NVLS-tree starts from before cutting
+	// it for a short message (0: one Simple step, 512 KiB), and
+	// NVLSChannelsSM100 the channels NVLS and NVLS-tree run on with
+	// Blackwell GPUs (0: NVLSChannels, as on Hopper); ramp.go.
+	NVLSTreeChunk     float64
+	NVLSChannelsSM100 int
 }
 
 // Tuning27 is NCCL 2.7.5's tuner (src/graph/tuning.cc at v2.7.5-1).
@@ -159,14 +165,45 @@ var Tuning220 = &Tuning{
 	NVLSLat: 23, NVLSTreeNetLat: 14,
 }
 
+// Tuning226 is NCCL 2.26.6's tuner (src/graph/tuning.cc at v2.26.6-1, the
+// release google/dranet's A4 all_gather names), where it differs from
+// 2.20.3 in what the model reads: NVLS's NVLink latency 25 µs (from
+// 2.21.5); LL128 on Blackwell (compute capability 10.0 and 12.0: "case
+// 100", "case 120" of its LL128 switch; NCCL 2.25.1 added Blackwell,
+// "Add Blackwell/SM100 support"); an NVLS-tree chunk that starts at
+// comm->nvlsChunkSize, NCCL_NVLS_CHUNKSIZE's 128 KiB, not one step
+// (src/enqueue.cc, from 2.21.5; src/transport/nvls.cc); and 32 NVLS
+// channels on Blackwell (NVLS_NCHANNELS_SM100, src/transport/nvls.cc).
+// Its tree/Simple latencies (4 µs NVLink, 14 µs network, down from 28)
+// change nothing here: the model prices Simple with its own step
+// latencies and scales only LL and LL128 by the tables.
+var Tuning226 = &Tuning{
+	Version: "2.26.6",
+	BaseLat: Tuning220.BaseLat,
+	HWLat: [3][2][3]float64{
+		hwNVLink: {rowTree: {.6, 1.25, 4.0}, rowRing: {.6, 1.9, 3.4}},
+		hwPCI:    {rowTree: {1.0, 1.9, 4.0}, rowRing: {1.0, 2.5, 5.7}},
+		hwNet:    {rowTree: {5.0, 8.5, 14}, rowRing: {2.7, 4.0, 14.0}},
+	},
+	TreeLL128Multi: Tuning220.TreeLL128Multi,
+	TreeCorrection: Tuning220.TreeCorrection,
+	Plateau:        1.9, PlateauAmpere: 1.4,
+	LL128:    []int{70, 80, 90, 100, 120},
+	LL128NVB: true, LL128PXNOn: 90,
+	NVLS: true, NVLSTree: true,
+	NVLSLat: 25, NVLSTreeNetLat: 14,
+	NVLSTreeChunk: 128 << 10, NVLSChannelsSM100: 32,
+}
+
 // DefaultTuning is the tuner predictions assume unless told a version.
 var DefaultTuning = Tuning220
 
 // TuningFor is the tuner of an NCCL version ("2.18.3", "2.21"): the
 // tables of the nearest release read (2.7.5 before 2.17, 2.20.3 from
-// 2.17 on: the tables between are not in this repository), with NVLS
-// from 2.17 and NVLS-tree from 2.18, when NCCL added them. "" is
-// DefaultTuning.
+// 2.17 to 2.20, 2.26.6 from 2.21 on, whose NVLS latency and NVLS-tree
+// chunk came with 2.21.5: the tables between are not in this repository),
+// with NVLS from 2.17 and NVLS-tree from 2.18, when NCCL added them. ""
+// is DefaultTuning.
 func TuningFor(version string) (*Tuning, error) {
 	v := strings.TrimPrefix(strings.TrimSpace(version), "v")
 	if v == "" {
@@ -200,8 +237,12 @@ func TuningFor(version string) (*Tuning, error) {
 		t := *Tuning220
 		t.Version, t.NVLSTree = v, false
 		return &t, nil
+	case minor <= 20:
+		t := *Tuning220
+		t.Version = v
+		return &t, nil
 	}
-	t := *Tuning220
+	t := *Tuning226
 	t.Version = v
 	return &t, nil
 }
@@ -211,6 +252,19 @@ func (t *Tuning) tuning() *Tuning {
 		return DefaultTuning
 	}
 	return t
+}
+
+// nvlsChannels is the channels NVLS and NVLS-tree run on, by the
+// release and the GPUs' compute capability.
+func (m *model) nvlsChannels() int {
+	if m.tuning.NVLSChannelsSM100 > 0 {
+		for _, nd := range m.nodes {
+			if nd.cc >= 100 {
+				return m.tuning.NVLSChannelsSM100
+			}
+		}
+	}
+	return NVLSChannels
 }
 
 // The tables' rows: tree's for tree, ring's for the rest.

@@ -22,7 +22,9 @@ func TestTuningFor(t *testing.T) {
 	}{
 		{in: "", tables: "2.20.3", nvls: true, nvlsTree: true},
 		{in: "2.20.3", tables: "2.20.3", nvls: true, nvlsTree: true},
-		{in: "v2.21.5", tables: "2.20.3", nvls: true, nvlsTree: true},
+		{in: "v2.21.5", tables: "2.26.6", nvls: true, nvlsTree: true},
+		{in: "2.26.2", tables: "2.26.6", nvls: true, nvlsTree: true},
+		{in: "2.20.5", tables: "2.20.3", nvls: true, nvlsTree: true},
 		{in: "2.18", tables: "2.20.3", nvls: true, nvlsTree: true},
 		{in: "2.17.1", tables: "2.20.3", nvls: true},
 		{in: "2.16.5", tables: "2.7.5"},
@@ -44,13 +46,11 @@ func TestTuningFor(t *testing.T) {
 		if err != nil {
 			t.Fatalf("TuningFor(%q): %v", tc.in, err)
 		}
-		base := Tuning220
-		if tc.tables == "2.7.5" {
-			base = Tuning27
-		}
-		if got.HWLat[hwNet][rowRing] != base.HWLat[hwNet][rowRing] || got.NVLS != tc.nvls || got.NVLSTree != tc.nvlsTree {
-			t.Errorf("TuningFor(%q): tables net ring %v, nvls %v, nvls-tree %v; want %s's, %v, %v",
-				tc.in, got.HWLat[hwNet][rowRing], got.NVLS, got.NVLSTree, tc.tables, tc.nvls, tc.nvlsTree)
+		base := map[string]*Tuning{"2.7.5": Tuning27, "2.20.3": Tuning220, "2.26.6": Tuning226}[tc.tables]
+		if got.HWLat != base.HWLat || got.NVLSLat != base.NVLSLat || got.NVLSTreeChunk != base.NVLSTreeChunk || !slices.Equal(got.LL128, base.LL128) ||
+			got.NVLS != tc.nvls || got.NVLSTree != tc.nvlsTree {
+			t.Errorf("TuningFor(%q): tables %v, nvls latency %v, nvls-tree chunk %v, LL128 %v, nvls %v, nvls-tree %v; want %s's, %v, %v",
+				tc.in, got.HWLat, got.NVLSLat, got.NVLSTreeChunk, got.LL128, got.NVLS, got.NVLSTree, tc.tables, tc.nvls, tc.nvlsTree)
 		}
 	}
 }

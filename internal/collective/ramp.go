@@ -29,7 +29,9 @@ package collective
 //   - src/enqueue.cc getAlgoInfo: "while (nBytes < nc*nt*threadThreshold)
 //     { if (nc >= 2) nc--; else if ((nt % 128) == 0) nt/=2; else break; }"
 //     for ring and tree; NVLS and NVLS-tree run on nvlsChannels ("NVLS
-//     should not need more than 16 channels to get peak BW": 16).
+//     should not need more than 16 channels to get peak BW": 16; from the
+//     releases that run on Blackwell, 32 on it: NVLS_NCHANNELS_SM100 in
+//     src/transport/nvls.cc at v2.26.6-1).
 //   - src/enqueue.cc computeColl (the version with ncclDevWorkColl and
 //     NCCL_ALGO_NVLS_TREE, 2.19-2.20): the tree Simple chunk halves from
 //     one step "while (nBytes / (nChannels*chunkSize) < depth*8 &&
@@ -38,7 +40,12 @@ package collective
 //     nChannels*nHeads, drops it to 64 KiB below 64 x concurrentOps x
 //     chunk, to 32 KiB below 8x, to 16 KiB below 2x; NVLS-tree drops a one
 //     step chunk to 256 KiB below 32 x concurrentOps x chunk, 128 KiB below
-//     16x, 64 KiB below 4x, 32 KiB below 1x.
+//     16x, 64 KiB below 4x, 32 KiB below 1x; on 4 nodes or more it starts
+//     at 64 KiB ("nNodes >= 4 ? 65536 : chunkSize"). From 2.21.5 (src/
+//     enqueue.cc calcCollChunking) the NVLS-tree chunk starts at
+//     comm->nvlsChunkSize, NCCL_NVLS_CHUNKSIZE's default 128 KiB, not one
+//     step: four times the loops, a quarter of the fill
+//     (Tuning.NVLSTreeChunk).
 //   - src/device/all_reduce.h (commit 0e35f5d3902f): a ring loop is
 //     nChannels*nRanks*chunkSize and its chunk min(chunkSize,
 //     divUp(remaining, nChannels*nRanks)) rounded up to
@@ -72,7 +79,8 @@ const (
 	allReduceSliceSteps = ncclSteps / 4
 	warpSize            = 32
 	// NVLSChannels is nvlsChannels, the channels NVLS and NVLS-tree run
-	// on (NCCL_NVLS_NCHANNELS' default, 2.17-2.20).
+	// on (NCCL_NVLS_NCHANNELS' default, 2.17-2.20; on Hopper after, and
+	// Tuning.NVLSChannelsSM100 on Blackwell).
 	NVLSChannels = 16
 )
 
@@ -161,10 +169,14 @@ func treeChunking(S float64, nc, depth int) Chunking {
 }
 
 // nvlsChunking is NVLS's (tree false) or NVLS-tree's chunks for S bytes
-// on nc channels of heads heads (the node's ranks).
-func nvlsChunking(S float64, nc, heads int, tree bool) Chunking {
+// on nc channels of heads heads (the node's ranks); an NVLS-tree's chunk
+// starts at first (nvlsTreeChunk; 0: one Simple step).
+func nvlsChunking(S float64, nc, heads int, first float64, tree bool) Chunking {
 	ops := float64(nc * heads)
 	chunk := float64(simpleStepBytes)
+	if tree && first > 0 {
+		chunk = first
+	}
 	if !tree {
 		chunk = min(chunk, 131072)
 		for _, r := range []struct{ below, over, to float64 }{{64, 65536, 65536}, {8, 32768, 32768}, {2, 16384, 16384}} {
@@ -181,6 +193,21 @@ func nvlsChunking(S float64, nc, heads int, tree bool) Chunking {
 	}
 	loop := ops * chunk
 	return Chunking{Channels: nc, ChunkBytes: chunk, LoopBytes: loop, Loops: max(1, int(math.Ceil(S/loop)))}
+}
+
+// nvlsTreeChunk is the chunk an NVLS-tree starts from: the release's
+// (Tuning.NVLSTreeChunk; 0: one Simple step), at most 64 KiB on 4 nodes
+// or more (NCCL_NVLS_TREE_MAXCHUNKSIZE's default, "nNodes >= 4 ? 65536 :
+// chunkSize", src/enqueue.cc in 2.18-2.20 and from 2.21 on).
+func (m *model) nvlsTreeChunk() float64 {
+	c := m.tuning.NVLSTreeChunk
+	if c <= 0 {
+		c = simpleStepBytes
+	}
+	if len(m.nodes) >= 4 {
+		c = min(c, 65536)
+	}
+	return c
 }
 
 // treeDepth is NCCL's tree depth: the chain inside a node and log2 of

@@ -2,8 +2,10 @@ package collective
 
 import (
 	"fmt"
+	"io/fs"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/toposched/toposched/internal/topology"
@@ -34,12 +36,17 @@ func TestChunking(t *testing.T) {
 		{"tree 10000 B: one cut chunk", treeChunking(10000, 1, 1), Chunking{1, 12288, 12288, 1}},
 		// 16 channels x 8 heads: 32 MiB < 64 x 128 x 128 KiB: 64 KiB; <
 		// 8 x 128 x 64 KiB = 64 MiB: 32 KiB; not < 2 x 128 x 32 KiB.
-		{"nvls 32 MiB", nvlsChunking(32*M, 16, 8, false), Chunking{16, 32 * K, 4 * M, 8}},
-		{"nvls 1 MiB", nvlsChunking(1*M, 16, 8, false), Chunking{16, 16 * K, 2 * M, 1}},
-		{"nvls 2 GiB", nvlsChunking(2*G, 16, 8, false), Chunking{16, 128 * K, 16 * M, 128}},
+		{"nvls 32 MiB", nvlsChunking(32*M, 16, 8, 0, false), Chunking{16, 32 * K, 4 * M, 8}},
+		{"nvls 1 MiB", nvlsChunking(1*M, 16, 8, 0, false), Chunking{16, 16 * K, 2 * M, 1}},
+		{"nvls 2 GiB", nvlsChunking(2*G, 16, 8, 0, false), Chunking{16, 128 * K, 16 * M, 128}},
 		// 512 KiB step; 64 MiB < 32 x 128 x 512 KiB: 256 KiB; < 16 x 128 x
 		// 256 KiB: 128 KiB; not < 4 x 128 x 128 KiB (64 MiB).
-		{"nvls-tree 64 MiB", nvlsChunking(64*M, 16, 8, true), Chunking{16, 128 * K, 16 * M, 4}},
+		{"nvls-tree 64 MiB", nvlsChunking(64*M, 16, 8, 0, true), Chunking{16, 128 * K, 16 * M, 4}},
+		// From 2.21 the chunk starts at nvlsChunkSize, 128 KiB: 512 MiB is
+		// not < 16 x 128 x 128 KiB (256 MiB), so it stays whole; a loop of
+		// 16 MiB, 32 of them (8 of 64 MiB from one step).
+		{"nvls-tree 512 MiB from 128 KiB", nvlsChunking(512*M, 16, 8, 128*K, true), Chunking{16, 128 * K, 16 * M, 32}},
+		{"nvls-tree 512 MiB from a step", nvlsChunking(512*M, 16, 8, 0, true), Chunking{16, 256 * K, 32 * M, 16}},
 		// 2 MiB chunks, a loop 24 x 8 x 2 MiB; 64 MiB is a third of one:
 		// divUp(64 MiB, 192) = 349526, up to 4096-byte grains (544
 		// threads - a warp, x 8): 352256.
@@ -142,4 +149,71 @@ func rampedCost(t *testing.T, p Placement, a Algorithm, S float64) (with, withou
 	without = ps.cost(s)
 	ps.release()
 	return with, without
+}
+
+// An NVLS-tree's chunks follow the release: one Simple step up to 2.20,
+// nvlsChunkSize (128 KiB) from 2.21, at most 64 KiB on 4 nodes or more in
+// both; 32 NVLS channels on Blackwell from the releases that run on it.
+// With the release its source names (NCCL 2.26.2), the B200 node pair's
+// 2 GiB all_reduce is predicted within 5% at the documented efficiencies;
+// 2.20.3's one-step chunks filled the pipeline of its few loops too
+// slowly (9% low).
+func TestNVLSTreeByRelease(t *testing.T) {
+	t.Parallel()
+	b200x8 := with(b200, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 })
+	h100x8 := with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 })
+	tun226, err := TuningFor("2.26.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		spec     NodeSpec
+		nodes    int
+		tun      *Tuning
+		chunk    float64
+		channels int
+	}{
+		{"2.20 b200 2 nodes", b200x8, 2, Tuning220, simpleStepBytes, 16},
+		{"2.26 b200 2 nodes", b200x8, 2, tun226, 128 << 10, 32},
+		{"2.26 h100 2 nodes", h100x8, 2, tun226, 128 << 10, 16},
+		{"2.20 h100 4 nodes", h100x8, 4, Tuning220, 64 << 10, 16},
+		{"2.26 b200 4 nodes", b200x8, 4, tun226, 64 << 10, 32},
+	} {
+		m, err := newModel(onNodes(tc.spec, tc.nodes, 8)(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.tuning = tc.tun
+		if c, n := m.nvlsTreeChunk(), m.nvlsChannels(); c != tc.chunk || n != tc.channels {
+			t.Errorf("%s: chunk %v on %d channels, want %v on %d", tc.name, c, n, tc.chunk, tc.channels)
+		}
+	}
+
+	i := slices.IndexFunc(Cases, func(c Case) bool { return c.Name == "lambda-b200-2node-ib" })
+	if i < 0 {
+		t.Fatal("no lambda-b200-2node-ib case")
+	}
+	c := Cases[i]
+	data, err := fs.ReadFile(TestdataFS(), c.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meas, _, err := measured(data, c.Large[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tun    *Tuning
+		lo, hi float64 // the error's bounds
+	}{{tun226, -0.05, 0.05}, {Tuning220, -0.12, -0.08}} {
+		r, err := Predict(c.Build(), AllReduce, c.Large[0].Bytes, Options{Candidates: NCCLAlgorithms, Tuning: tc.tun})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := (r.BusBWGBps - meas) / meas; r.Algorithm != NVLSTree || e < tc.lo || e > tc.hi {
+			t.Errorf("NCCL %s: %s at %.1f GB/s against %.1f measured (%+.1f%%), want nvls_tree within %+.0f%% to %+.0f%%",
+				tc.tun.Version, r.Algorithm, r.BusBWGBps, meas, 100*e, 100*tc.lo, 100*tc.hi)
+		}
+	}
 }
