@@ -99,6 +99,11 @@ type JobSubmitted struct {
 	Model    *Model `json:"model,omitempty"`
 	// StepComputeSeconds is the measured compute time of one training step.
 	StepComputeSeconds float64 `json:"step_compute_seconds,omitempty"`
+	// StepComputeSecondsByModel is the measured compute time of one step
+	// on each GPU model it was measured on, by the model's name (such as
+	// H100-SXM5-80GB). Where the job may land on several models, the one
+	// it lands on sets its step time (package gpuspeed's JobCompute).
+	StepComputeSecondsByModel map[string]float64 `json:"step_compute_seconds_by_model,omitempty"`
 	// Layout is the rank layout, fastest-varying dimension first, such as
 	// "tp-cp-ep-dp-pp" (the default when empty).
 	Layout string      `json:"layout,omitempty"`
