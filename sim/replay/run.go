@@ -50,6 +50,12 @@ type Config struct {
 	// MaxStretch is placement's --max-stretch (0: the default; negative:
 	// off).
 	MaxStretch float64
+	// ComputeReference, when set, charges compute by GPU model (the
+	// package doc, "Run time"): the trace's durations are taken as
+	// measured on this model (a name package gpuspeed knows, such as
+	// a100), and a job's compute is scaled to the slowest model it lands
+	// on. "" keeps run time compute-blind.
+	ComputeReference string
 	// DataDir holds the embedded server's streams; "" a temporary one.
 	DataDir string
 	// Samples is the number of points of the timeline (default 400).
@@ -102,6 +108,10 @@ type jobState struct {
 	// (NaN: none found), comm what its decision predicted (NaN: none),
 	// compute its compute per step (ComputeSeconds).
 	ideal, comm, compute float64
+	// computeOn is its compute per step on the GPU model it landed on
+	// (Config.ComputeReference; NaN: compute-blind, or a model the table
+	// does not know).
+	computeOn float64
 	// runtime is how long the job runs once placed, virtual seconds: its
 	// trace duration times stretch (see runtime.go); scaled says the
 	// stretch came from the cost model rather than defaulting to 1.
@@ -341,7 +351,7 @@ func newRunner(cfg Config, b *bus.Bus, ideal *idealModel) *runner {
 	r.subs = make([]events.JobSubmitted, len(cfg.Trace.Jobs))
 	for i, j := range cfg.Trace.Jobs {
 		r.subs[i] = Shape(j, i, cfg.Inventory.MaxNodeGPUs, cfg.Seed)
-		s := jobState{job: j, start: -1, ideal: ideal.comm(r.subs[i]), comm: math.NaN(), stretch: 1}
+		s := jobState{job: j, start: -1, ideal: ideal.comm(r.subs[i]), comm: math.NaN(), stretch: 1, computeOn: math.NaN()}
 		s.compute = ComputeSeconds(r.subs[i], s.ideal)
 		r.jobs[i] = s
 		r.byID[j.ID] = i
