@@ -57,6 +57,9 @@ type Config struct {
 	// MaxStretch is placer.Compact's bound for topology-aware jobs spread
 	// over nodes: 0 is placer.DefaultMaxStretch, negative none.
 	MaxStretch float64
+	// ComputeReference, when set, weighs a job's compute by the GPU model
+	// of each candidate (placer.Planner.ComputeReference).
+	ComputeReference string
 }
 
 // DefaultStrategy is the strategy of a Config that names none.
@@ -133,6 +136,8 @@ type Service struct {
 	// bandwidths of the cost model (Config.Bandwidths).
 	bandwidths atomic.Pointer[topology.Bandwidths]
 	strategy   string
+	// computeReference is Config.ComputeReference.
+	computeReference string
 	// searchBudget is Config.SearchBudget.
 	searchBudget time.Duration
 	// policies is the policy set in force; nil means none.
@@ -196,7 +201,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	svc := &Service{pub: deps.Publish, read: deps.Read, consume: deps.Consume, subjects: deps.Subjects,
 		store: st, log: log.With("component", "placement"), now: now, observe: deps.ObservePolicyEval,
-		ready: make(chan struct{}), strategy: strategy.Name(), searchBudget: cfg.SearchBudget, policies: cfg.Policies,
+		ready: make(chan struct{}), strategy: strategy.Name(), searchBudget: cfg.SearchBudget, computeReference: cfg.ComputeReference, policies: cfg.Policies,
 		reserveAfter: reserveAfter, pendingSince: map[string]time.Time{},
 		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision, ackWait: defaultAckWait,
 		life: context.Background()}
@@ -607,7 +612,7 @@ func (s *Service) decide(ctx context.Context, c *cycle, job events.JobAnalyzed, 
 // planner is the Planner of the service's current state.
 func (s *Service) planner() *placer.Planner {
 	return &placer.Planner{Strategy: s.strategy, Fabric: s.fabric, Bandwidths: s.bandwidths.Load(), Policies: s.policies,
-		Reservation: s.reservation, Log: s.log, SearchBudget: s.searchBudget, Compact: s.compact()}
+		Reservation: s.reservation, Log: s.log, SearchBudget: s.searchBudget, Compact: s.compact(), ComputeReference: s.computeReference}
 }
 
 // predict scores the chosen GPUs and, as the baseline, what blind first

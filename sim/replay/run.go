@@ -234,7 +234,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer func() { _ = b.Close() }() // after the replay: JetStream acknowledged all it published
 	ra := cfg.ReserveAfter
 	ocfg := operator.Config{Services: operator.All, Discovery: discovery.Config{ClusterFile: cfg.ClusterFile}, Sole: true,
-		Placement: placement.Config{Strategy: cfg.Strategy, ReserveAfter: &ra, MaxStretch: cfg.MaxStretch},
+		Placement: placement.Config{Strategy: cfg.Strategy, ReserveAfter: &ra, MaxStretch: cfg.MaxStretch, ComputeReference: cfg.ComputeReference},
 		// Nothing in a replay accepts a move (see the package doc).
 		Optimizer: optimizer.Config{NoMigrations: true},
 		Policies:  cfg.Policies, Replica: "replay"}

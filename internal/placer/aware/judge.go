@@ -257,11 +257,16 @@ func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts engine.Options,
 	if math.IsNaN(to) {
 		to = e.cost(ours.GPUs)
 	}
+	so, sb, comp := to, tb, e.comp
+	if e.byModel != nil {
+		// Compute differs by model: compare whole steps.
+		so, sb, comp = to+e.compOn(ours.GPUs), tb+e.compOn(base.GPUs), 0
+	}
 	if byFit {
-		if c := e.comp; !((c + to) > (c+tb)*(1+fitTolerance(opts))) {
+		if !((comp + so) > (comp+sb)*(1+fitTolerance(opts))) {
 			return ours
 		}
-	} else if !(tb < to*(1-0.005)) {
+	} else if !(sb < so*(1-0.005)) {
 		return ours
 	}
 	c := engine.Candidate{Domain: store.ClusterDomain, GPUs: base.GPUs, CommSeconds: tb}
