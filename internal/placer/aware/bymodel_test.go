@@ -76,6 +76,47 @@ func TestComputeByModel(t *testing.T) {
 	}
 }
 
+// TestComputeByModelJudged: a policy's score is weighed against relative
+// step time, compute included. A one-GPU job whose fastest choice, the
+// H100, breaks a whole node (scored like keep_whole_nodes) still takes it
+// when the score is less than what the next fastest model (the A100's
+// last GPU, 2.3 times slower) costs its step, and takes the A100 when
+// the score is more; with compute blind every one-GPU step costs the
+// same and the unscored best fit wins.
+func TestComputeByModelJudged(t *testing.T) {
+	t.Parallel()
+	kinds := fitNodes(t)
+	snap := fixtures.MustStore(t, []fixtures.Node{
+		{Event: kinds["a100-001"], Held: []int{0, 1, 2, 3, 4, 5, 6}},
+		{Event: kinds["h100-001"]},
+		{Event: kinds["t4-001"], Held: []int{1, 2, 3}},
+	}, nil).Snapshot()
+	job := shapedJob(t, 1, 1, 1300e6, 24, 2048, true)
+	for _, tc := range []struct {
+		name  string
+		ref   string
+		score float64
+		want  string
+	}{
+		{"score 0.5: the H100", "a100", 0.5, "h100-001"},
+		{"score 2: the A100's last GPU", "a100", 2, "a100-001"},
+		{"compute blind, score 0.5: the A100's last GPU", "", 0.5, "a100-001"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			judge := func(c engine.Candidate) engine.Judgement {
+				if c.GPUs[0].Node == "h100-001" {
+					return engine.Judgement{Score: tc.score}
+				}
+				return engine.Judgement{}
+			}
+			r := Place(engine.Request{Snap: snap, Job: job, Options: engine.Options{ComputeReference: tc.ref, Judge: judge}})
+			if r.Verdict != outcome.Placed || r.GPUs[0].Node != tc.want {
+				t.Errorf("%v on %v, want node %s", r.Verdict, r.GPUs, tc.want)
+			}
+		})
+	}
+}
+
 // TestCompOn: the slowest model among a candidate's nodes sets its
 // compute; a node of a model the table does not know is priced at the
 // reference's pace; without a reference compute is the job's own.

@@ -124,15 +124,21 @@ func (p *placer) choose(list []*cand, more func() []*cand) (*cand, []*cand) {
 		p.judge(list[n])
 	}
 	judged := list[:n]
+	// The cost is relative step time: communication, plus compute where
+	// compute is weighed by GPU model (bymodel.go).
+	step := func(c *cand) float64 { return c.comm }
+	if p.e.byModel != nil {
+		step = p.stepOn
+	}
 	fastest := math.Inf(1)
 	for _, c := range judged {
-		fastest = min(fastest, c.comm)
+		fastest = min(fastest, step(c))
 	}
 	var best *cand
 	for _, c := range judged {
 		c.cost = 1 + c.j.Score
 		if fastest > 0 && !math.IsInf(fastest, 0) {
-			c.cost = c.comm/fastest + c.j.Score
+			c.cost = step(c)/fastest + c.j.Score
 		}
 		if !c.j.Deny && (best == nil || c.cost < best.cost-0.005*math.Abs(best.cost)) {
 			best = c
