@@ -428,6 +428,12 @@ type Prediction struct {
 	CommFraction float64           `json:"comm_fraction,omitempty"`
 	SpeedUp      float64           `json:"speed_up,omitempty"`
 	Groups       []GroupPrediction `json:"groups,omitempty"`
+	// ComputeSecondsPerStep is the job's compute per step on GPUModel,
+	// the slowest GPU model of the placement, where placement weighs
+	// compute by GPU model (its CommFraction and SpeedUp are then on that
+	// model); 0 where it does not.
+	ComputeSecondsPerStep float64 `json:"compute_seconds_per_step,omitempty"`
+	GPUModel              string  `json:"gpu_model,omitempty"`
 }
 
 // GroupPrediction is one kind of group's predicted time per step (the

@@ -623,6 +623,10 @@ func (s *Service) predict(ctx context.Context, before *store.Snapshot, job event
 	if err != nil {
 		s.log.WarnContext(ctx, "prediction failed", "job_id", job.Job.JobID, "strategy", s.strategy, "err", err)
 	}
+	if ref := s.computeReference; ref != "" {
+		placer.ComputeByModel(ours, before, job, gpus, ref)
+		placer.ComputeByModel(base, before, job, b.GPUs, ref)
+	}
 	return ours, base
 }
 

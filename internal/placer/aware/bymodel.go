@@ -11,6 +11,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/gpuspeed"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/store"
 )
 
@@ -139,4 +140,26 @@ func (p *placer) fastEnoughFirst(picks []inNode) []inNode {
 		}
 	}
 	return out
+}
+
+// ComputeOn is job's compute per step on gpus where compute is weighed by
+// GPU model with the reference ref, and the model that sets it (the
+// slowest among gpus' nodes). ok is false where the job's compute is not
+// known.
+func ComputeOn(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, ref string) (seconds float64, model string, ok bool) {
+	e := newEvaluator(snap, job, len(gpus), engine.Options{ComputeReference: ref})
+	seconds = e.compOn(gpus)
+	if !(seconds > 0) {
+		return 0, "", false
+	}
+	worst := math.NaN()
+	for _, g := range gpus {
+		if t := e.byModel.onNode(g.Node); !math.IsNaN(t) && !(t <= worst) {
+			worst = t
+			if n, ok := snap.Node(g.Node); ok {
+				model = n.GPUModel
+			}
+		}
+	}
+	return seconds, model, true
 }
