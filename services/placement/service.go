@@ -13,6 +13,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/gpuspeed"
 	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/internal/placer/outcome"
@@ -73,6 +74,11 @@ func (c Config) Validate() error {
 	}
 	if math.IsNaN(c.MaxStretch) || math.IsInf(c.MaxStretch, 0) || (c.MaxStretch > 0 && c.MaxStretch < 1) {
 		errs = append(errs, fmt.Errorf("placement: max stretch %v: want at least 1 (0: the default; negative: off)", c.MaxStretch))
+	}
+	if c.ComputeReference != "" {
+		if _, ok := gpuspeed.Lookup(c.ComputeReference); !ok {
+			errs = append(errs, fmt.Errorf("placement: compute reference %q: no GPU model internal/gpuspeed knows (such as a100, h100, t4)", c.ComputeReference))
+		}
 	}
 	return errors.Join(errs...)
 }
