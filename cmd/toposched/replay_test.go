@@ -41,7 +41,8 @@ func TestComputeReferenceFlags(t *testing.T) {
 		{compute: "per-model", ref: "a100", want: "a100"},
 		{compute: "per-model", ref: "V100-SXM2-32GB", want: "V100-SXM2-32GB"},
 		{compute: "per-model", ref: "MI300X", err: `--compute-reference "MI300X" is no GPU model the table knows`},
-		{compute: "fast", ref: "a100", err: `--compute "fast": expected blind or per-model`},
+		{compute: "charge-only", ref: "t4", want: "t4"},
+		{compute: "fast", ref: "a100", err: `--compute "fast": expected blind, per-model or charge-only`},
 	} {
 		got, err := computeReference(replayFlags{compute: tc.compute, computeReference: tc.ref})
 		if tc.err != "" {

@@ -137,7 +137,11 @@
 // times its duration and on an H100 0.44 times it; a job on a model the
 // table does not know keeps the reference's compute (the summary's notes
 // count them). The every-run-ideal figures keep the trace duration (an
-// ideal placement on the reference model) as the ideal run.
+// ideal placement on the reference model) as the ideal run, so a capture
+// charged per model counts a faster model's gain too and can pass 100%.
+// Placement weighs the same compute in its choice (placement.Config's
+// ComputeReference); --compute charge-only charges it with placement
+// blind to it, to tell the two apart.
 // ReferenceFLOPS and ComputeShare were fixed before any replay with them
 // was run, and are not fitted to a trace. The compute from the model's
 // size is the placer's own estimate (aware.StepCompute), which

@@ -56,6 +56,9 @@ type Config struct {
 	// a100), and a job's compute is scaled to the slowest model it lands
 	// on. "" keeps run time compute-blind.
 	ComputeReference string
+	// ChargeOnly charges compute per model (ComputeReference) while
+	// placement does not weigh it, to measure what weighing it adds.
+	ChargeOnly bool
 	// DataDir holds the embedded server's streams; "" a temporary one.
 	DataDir string
 	// Samples is the number of points of the timeline (default 400).
@@ -234,7 +237,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer func() { _ = b.Close() }() // after the replay: JetStream acknowledged all it published
 	ra := cfg.ReserveAfter
 	ocfg := operator.Config{Services: operator.All, Discovery: discovery.Config{ClusterFile: cfg.ClusterFile}, Sole: true,
-		Placement: placement.Config{Strategy: cfg.Strategy, ReserveAfter: &ra, MaxStretch: cfg.MaxStretch, ComputeReference: cfg.ComputeReference},
+		Placement: placement.Config{Strategy: cfg.Strategy, ReserveAfter: &ra, MaxStretch: cfg.MaxStretch, ComputeReference: cfg.placementCompute()},
 		// Nothing in a replay accepts a move (see the package doc).
 		Optimizer: optimizer.Config{NoMigrations: true},
 		Policies:  cfg.Policies, Replica: "replay"}
@@ -402,4 +405,13 @@ func (r *runner) point() Point {
 		p.Fragmentation = exp / float64(free)
 	}
 	return p
+}
+
+// placementCompute is placement's compute reference: the replay's, but
+// with ChargeOnly.
+func (cfg Config) placementCompute() string {
+	if cfg.ChargeOnly {
+		return ""
+	}
+	return cfg.ComputeReference
 }
