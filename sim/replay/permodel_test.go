@@ -70,3 +70,35 @@ func TestComputePerModel(t *testing.T) {
 		t.Errorf("4 T4s: %v s charged per model, %v s compute-blind; want the T4s' slower compute to show", per, blind)
 	}
 }
+
+// TestChargeOnly: an unpinned one-GPU job on the empty heterogeneous
+// cluster. Weighed by placement (per model), it takes the fastest model,
+// an H100, and runs the table's share of its duration; charged only,
+// placement chooses as it does blind to compute (the best fit, not the
+// fastest model) and the job runs longer.
+func TestChargeOnly(t *testing.T) {
+	clusterFile := filepath.Join("..", "..", "deploy", "examples", "replay", "hetero-512.yaml")
+	inv, err := LoadInventory(clusterFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &Trace{Source: "test", Records: 1, Jobs: []Job{{ID: "one", Arrival: 0, Duration: 1000, GPUs: 1}}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	run := map[bool]float64{}
+	for _, only := range []bool{false, true} {
+		r, err := Run(ctx, Config{ClusterFile: clusterFile, Inventory: inv, Trace: tr, Strategy: "topology-aware", Seed: 1,
+			ReserveAfter: -1, DataDir: filepath.Join(t.TempDir(), "data"), Stall: time.Minute, Samples: 10, ComputeReference: "a100", ChargeOnly: only})
+		if err != nil {
+			t.Fatal(err)
+		}
+		run[only] = r.Jobs[0].Run
+	}
+	h100, _ := gpuspeed.Factor("H100", "a100")
+	if math.Abs(run[false]-1000*h100) > 1e-9 {
+		t.Errorf("weighed: runs %v s, want the H100's %v", run[false], 1000*h100)
+	}
+	if !(run[true] > run[false]) {
+		t.Errorf("charged only: runs %v s, weighed %v s; want placement blind to compute to choose a slower model", run[true], run[false])
+	}
+}
