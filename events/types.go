@@ -99,6 +99,11 @@ type JobSubmitted struct {
 	Model    *Model `json:"model,omitempty"`
 	// StepComputeSeconds is the measured compute time of one training step.
 	StepComputeSeconds float64 `json:"step_compute_seconds,omitempty"`
+	// StepComputeSecondsByModel is the measured compute time of one step
+	// on each GPU model it was measured on, by the model's name (such as
+	// H100-SXM5-80GB). Where the job may land on several models, the one
+	// it lands on sets its step time (package gpuspeed's JobCompute).
+	StepComputeSecondsByModel map[string]float64 `json:"step_compute_seconds_by_model,omitempty"`
 	// Layout is the rank layout, fastest-varying dimension first, such as
 	// "tp-cp-ep-dp-pp" (the default when empty).
 	Layout string      `json:"layout,omitempty"`
@@ -423,6 +428,12 @@ type Prediction struct {
 	CommFraction float64           `json:"comm_fraction,omitempty"`
 	SpeedUp      float64           `json:"speed_up,omitempty"`
 	Groups       []GroupPrediction `json:"groups,omitempty"`
+	// ComputeSecondsPerStep is the job's compute per step on GPUModel,
+	// the slowest GPU model of the placement, where placement weighs
+	// compute by GPU model (its CommFraction and SpeedUp are then on that
+	// model); 0 where it does not.
+	ComputeSecondsPerStep float64 `json:"compute_seconds_per_step,omitempty"`
+	GPUModel              string  `json:"gpu_model,omitempty"`
 }
 
 // GroupPrediction is one kind of group's predicted time per step (the

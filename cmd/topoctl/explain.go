@@ -20,7 +20,9 @@ times, the events in order, and the latest outcome in full:
 
   a decision: its nodes and CUDA_VISIBLE_DEVICES, every rank's node, GPU, local
   rank, NUMA node and NIC (the first and last beyond 32 ranks), the predicted
-  communication against the blind first fit's, the policies' warnings, and how
+  communication against the blind first fit's (and, where placement weighs
+  compute by GPU model, each one's compute on its slowest GPU model, with the
+  comm fraction and speed-up on it), the policies' warnings, and how
   placement chose (policy revision, nodes considered and denied, domain levels,
   candidates and their costs);
 

@@ -16,6 +16,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/toposched/toposched/internal/gpuspeed"
 	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/internal/textout"
 	"github.com/toposched/toposched/services/placement"
@@ -33,6 +34,7 @@ type replayFlags struct {
 	policies                    string
 	reserveAfter                time.Duration
 	maxStretch                  float64
+	compute, computeReference   string
 	dataDir                     string
 	noProgress                  bool
 	hold                        bool
@@ -118,6 +120,10 @@ parallelism) is in sim/replay's package doc.`,
 	fl.StringVar(&f.policies, "policies", "", "policy set: a directory, none, or empty for the shipped set")
 	maxStretchFlag(fl, &f.maxStretch)
 	fl.DurationVar(&f.reserveAfter, "reserve-after", placement.DefaultReserveAfter, "placement's reservation for the queue's head, as serve's --reserve-after, counted on the virtual clock (negative: off; every strategy honours it, see sim/replay's package doc)")
+	fl.StringVar(&f.compute, "compute", computeBlind, "run time's compute: blind (the trace's, whatever GPU model a job lands on), per-model "+
+		"(scaled to the model a job lands on from --compute-reference's, and weighed by placement; see sim/replay's package doc, Run time) "+
+		"or charge-only (scaled, but placement does not weigh it)")
+	fl.StringVar(&f.computeReference, "compute-reference", "a100", "--compute per-model: the GPU model the trace's durations were measured on (a name internal/gpuspeed knows, such as a100, v100, h100)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "where the embedded server keeps its streams (default: a temporary directory)")
 	fl.BoolVar(&f.noProgress, "no-progress", false, "no progress bar (it is off anyway when stderr is not a terminal)")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the run to FILE (go tool pprof FILE)")
@@ -254,6 +260,8 @@ type replaySettings struct {
 	log        *slog.Logger
 	speed      float64
 	strategies []string
+	// computeReference is replay.Config's ("" compute-blind).
+	computeReference string
 }
 
 func newReplaySettings(g *globals, f replayFlags) (replaySettings, error) {
@@ -265,15 +273,44 @@ func newReplaySettings(g *globals, f replayFlags) (replaySettings, error) {
 	if rs.speed, err = parseSpeed(f.speed); err != nil {
 		return rs, err
 	}
+	if rs.computeReference, err = computeReference(f); err != nil {
+		return rs, err
+	}
 	rs.strategies, err = replayStrategies(f)
 	return rs, err
+}
+
+// --compute's values.
+const (
+	computeBlind      = "blind"
+	computePerModel   = "per-model"
+	computeChargeOnly = "charge-only"
+)
+
+// computeReference is replay.Config.ComputeReference from --compute and
+// --compute-reference: "" when compute is blind.
+func computeReference(f replayFlags) (string, error) {
+	switch f.compute {
+	case computeBlind:
+		return "", nil
+	case computePerModel, computeChargeOnly:
+		if _, ok := gpuspeed.Lookup(f.computeReference); !ok {
+			names := []string{}
+			for _, s := range gpuspeed.Models() {
+				names = append(names, s.Name)
+			}
+			return "", fmt.Errorf("replay: --compute-reference %q is no GPU model the table knows: expected one of %s", f.computeReference, strings.Join(names, ", "))
+		}
+		return f.computeReference, nil
+	}
+	return "", fmt.Errorf("replay: --compute %q: expected %s, %s or %s", f.compute, computeBlind, computePerModel, computeChargeOnly)
 }
 
 // config is the replay of p under one strategy, its data in dataDir.
 func (rs replaySettings) config(f replayFlags, p *prepared, strategy, dataDir string) replay.Config {
 	return replay.Config{ClusterFile: p.clusterFile, Inventory: p.inv, Trace: p.trace, Strategy: strategy, Speed: rs.speed,
 		Burst: f.burst > 0, Seed: f.seed, Policies: f.policies, ReserveAfter: f.reserveAfter, MaxStretch: maxStretch(f.maxStretch), DataDir: dataDir,
-		Stall: f.stall, Log: rs.log}
+		ComputeReference: rs.computeReference, ChargeOnly: f.compute == computeChargeOnly, Stall: f.stall, Log: rs.log}
 }
 
 func runReplay(ctx context.Context, g *globals, f replayFlags, out io.Writer) error {

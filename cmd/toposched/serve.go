@@ -31,17 +31,18 @@ import (
 )
 
 type serveFlags struct {
-	cluster    string
-	listen     string
-	dataDir    string
-	natsConfig string
-	services   []string
-	poll       time.Duration
-	strategy   string
-	reserve    time.Duration
-	maxStretch float64
-	policies   string
-	ops        opsFlags
+	cluster          string
+	listen           string
+	dataDir          string
+	natsConfig       string
+	services         []string
+	poll             time.Duration
+	strategy         string
+	reserve          time.Duration
+	maxStretch       float64
+	computeReference string
+	policies         string
+	ops              opsFlags
 	// insecureLoopback: no credentials on the loopback listener.
 	insecureLoopback bool
 }
@@ -110,6 +111,8 @@ that was not handled is acknowledged, and the server flushes its streams.`,
 	cmd.Flags().StringVar(&f.strategy, "strategy", "topology-aware", "placement strategy: "+strings.Join(placer.Names(true), ", ")+" (blind: the first-fit baseline)")
 	cmd.Flags().DurationVar(&f.reserve, "reserve-after", placement.DefaultReserveAfter, "how long the head of the queue waits before nodes are held for it so small jobs cannot starve it (0: at once; negative: never)")
 	maxStretchFlag(cmd.Flags(), &f.maxStretch)
+	cmd.Flags().StringVar(&f.computeReference, "compute-reference", "", "weigh a job's compute by the GPU model of each candidate, its step_compute_seconds (or the estimate from its model's size) "+
+		"taken as measured on this model, such as a100 (internal/gpuspeed's table; empty: compute the same on every model)")
 	cmd.Flags().StringVar(&f.policies, "policies", "", policiesUsage)
 	f.ops.register(cmd.Flags(), true)
 	f.ops.kube.register(cmd.Flags(), false)
@@ -149,7 +152,7 @@ func runServe(ctx context.Context, g *globals, f *serveFlags) error {
 	return runServices(ctx, g, conn, "operator", operator.Config{
 		Services:  f.services,
 		Discovery: discovery.Config{ClusterFile: f.cluster, Poll: f.poll},
-		Placement: placement.Config{Strategy: f.strategy, ReserveAfter: &f.reserve, MaxStretch: maxStretch(f.maxStretch)},
+		Placement: placement.Config{Strategy: f.strategy, ReserveAfter: &f.reserve, MaxStretch: maxStretch(f.maxStretch), ComputeReference: f.computeReference},
 		Policies:  f.policies, Replica: f.ops.replica, LeaseTTL: f.ops.leaseTTL, Sole: sole,
 	}, &f.ops, log)
 }

@@ -142,6 +142,15 @@ func writePrediction(b *strings.Builder, ours, base *events.Prediction) {
 			return "-"
 		})
 	}, func(more int) { t.elide(fmt.Sprintf("%d more groups", more)) })
+	// Compute by GPU model, where placement weighs it.
+	if ours.ComputeSecondsPerStep > 0 || (base != nil && base.ComputeSecondsPerStep > 0) {
+		row("compute", func(p *events.Prediction) string {
+			if p.ComputeSecondsPerStep <= 0 {
+				return "-"
+			}
+			return seconds(p.ComputeSecondsPerStep) + " (" + dash(p.GPUModel) + ")"
+		})
+	}
 	// Both need the job's step_compute_seconds; without it they are 0.
 	if ours.CommFraction > 0 || (base != nil && base.CommFraction > 0) {
 		row("comm fraction", func(p *events.Prediction) string { return percent(p.CommFraction) })

@@ -105,6 +105,11 @@ func TestWriteExplainGolden(t *testing.T) {
 	noBaseline := fullDecision()
 	noBaseline.Baseline, noBaseline.Warnings, noBaseline.Explanation = nil, nil, nil
 	noBaseline.Prediction.CommFraction, noBaseline.Prediction.SpeedUp = 0, 0
+	byModel := decision("by-model", 1, 2)
+	byModel.Prediction = &events.Prediction{Strategy: "topology-aware", CommSecondsPerStep: 0.03, CommFraction: 0.0638, SpeedUp: 1.9,
+		ComputeSecondsPerStep: 0.44, GPUModel: "H100-SXM5-80GB"}
+	byModel.Baseline = &events.Prediction{Strategy: "blind", CommSecondsPerStep: 0.08, CommFraction: 0.0145, SpeedUp: 2.0,
+		ComputeSecondsPerStep: 5.45, GPUModel: "T4"}
 	worse := decision("worse", 1, 2)
 	worse.Prediction = &events.Prediction{Strategy: "blind", CommSecondsPerStep: 0.2}
 	worse.Baseline = &events.Prediction{Strategy: "blind", CommSecondsPerStep: 0.1}
@@ -140,6 +145,8 @@ func TestWriteExplainGolden(t *testing.T) {
 		{"decided-minimal", hist("small", &events.JobSubmitted{JobID: "small", GPUs: 2}, minimal)},
 		{"decided-no-baseline", hist("llm", job, noBaseline)},
 		{"decided-worse", hist("worse", worse)},
+		// Compute weighed by GPU model: each side's compute on its model.
+		{"decided-by-model", hist("by-model", byModel)},
 		{"decided-large", hist("big", &events.JobSubmitted{JobID: "big", GPUs: 320}, largeDecision())},
 		{"pending-long", hist("waits", waits...)},
 		{"rejected", hist("bad", &events.JobSubmitted{JobID: "bad", GPUs: 8, Parallelism: &events.Parallelism{}}, rejected)},

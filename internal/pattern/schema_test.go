@@ -35,6 +35,7 @@ func TestBoundsMatchSchema(t *testing.T) {
 	}
 	labels := at(read(schemas.Common), "$defs", "labels")
 	groups := at(read("jobs.submitted"), "properties", "groups")
+	byModel := at(read("jobs.submitted"), "properties", "step_compute_seconds_by_model")
 	for _, tc := range []struct {
 		name string
 		got  any
@@ -44,6 +45,7 @@ func TestBoundsMatchSchema(t *testing.T) {
 		{"label key maxLength", at(labels, "propertyNames", "maxLength"), MaxLabelKeyLength},
 		{"label value maxLength", at(labels, "additionalProperties", "maxLength"), MaxLabelValueLength},
 		{"groups maxItems", at(groups, "maxItems"), MaxGroups},
+		{"step_compute_seconds_by_model maxProperties", at(byModel, "maxProperties"), MaxComputeModels},
 		{"group ranks maxItems", at(groups, "items", "properties", "ranks", "maxItems"), MaxGPUs},
 	} {
 		if f, ok := tc.got.(float64); !ok || int(f) != tc.want {

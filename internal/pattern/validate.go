@@ -57,6 +57,19 @@ func checkJob(job events.JobSubmitted, p events.Parallelism) []events.Reason {
 	if s := job.StepComputeSeconds; s < 0 || math.IsNaN(s) || math.IsInf(s, 0) {
 		add("invalid_step_compute_seconds", "step_compute_seconds", "step_compute_seconds = %v must be a positive number", s)
 	}
+	if len(job.StepComputeSecondsByModel) > MaxComputeModels {
+		add("invalid_step_compute_seconds", "step_compute_seconds_by_model", "step_compute_seconds_by_model lists %d models, more than %d",
+			len(job.StepComputeSecondsByModel), MaxComputeModels)
+	}
+	for _, model := range slices.Sorted(maps.Keys(job.StepComputeSecondsByModel)) {
+		s := job.StepComputeSecondsByModel[model]
+		if model == "" {
+			add("invalid_step_compute_seconds", "step_compute_seconds_by_model", "step_compute_seconds_by_model has an empty model name")
+		}
+		if !(s > 0) || math.IsInf(s, 0) {
+			add("invalid_step_compute_seconds", "step_compute_seconds_by_model", "step_compute_seconds_by_model[%q] = %v must be a positive number", model, s)
+		}
+	}
 	if m := job.Model; m != nil {
 		reasons = append(reasons, checkModel(*m, p)...)
 	}
@@ -64,6 +77,10 @@ func checkJob(job events.JobSubmitted, p events.Parallelism) []events.Reason {
 	reasons = append(reasons, checkGroups(job.Groups, job.GPUs)...)
 	return reasons
 }
+
+// MaxComputeModels is the most GPU models a job's
+// step_compute_seconds_by_model may list, as the schema states it.
+const MaxComputeModels = 64
 
 // Bounds of a job's labels, as the schema's labels definition states them
 // (a test holds the two together). A job's labels travel in every event

@@ -1,6 +1,7 @@
 package pattern
 
 import (
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -299,6 +300,12 @@ func TestAnalyzeRejects(t *testing.T) {
 		{"unknown collective", events.JobSubmitted{JobID: "g", GPUs: 4, Groups: []events.CommGroup{
 			{Name: "a", Collective: "gossip", Ranks: []int{0}, Bytes: 8},
 		}}, []string{"groups[0].collective"}, ""},
+		{"compute per model not positive", events.JobSubmitted{JobID: "c", GPUs: 2,
+			StepComputeSecondsByModel: map[string]float64{"T4": 3, "H100": 0, "A100": math.NaN()}},
+			[]string{"step_compute_seconds_by_model", "step_compute_seconds_by_model"}, `step_compute_seconds_by_model["A100"] = NaN must be a positive number`},
+		{"compute per model, empty name", events.JobSubmitted{JobID: "c", GPUs: 2,
+			StepComputeSecondsByModel: map[string]float64{"": 3}},
+			[]string{"step_compute_seconds_by_model"}, "empty model name"},
 		{"volume too large", events.JobSubmitted{JobID: "v", GPUs: 2, Model: &events.Model{Parameters: 1 << 62, Dtype: events.DtypeFP32}},
 			[]string{"model"}, "exceed the limits"},
 	}

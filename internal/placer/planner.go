@@ -40,6 +40,9 @@ type Planner struct {
 	// Compact, when set, keeps a topology-aware job off a spread over
 	// nodes much slower than its ideal placement (see Compact).
 	Compact *Compact
+	// ComputeReference weighs compute by GPU model
+	// (engine.Options.ComputeReference; "": blind to the model).
+	ComputeReference string
 }
 
 // Plan is what a Planner decided for one job.
@@ -87,7 +90,7 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 	}
 	pv := newPolicyView(ctx, snap, p.Policies, job, log)
 	x := &engine.Explain{}
-	opts := engine.Options{Fabric: p.Fabric, Bandwidths: p.Bandwidths, Budget: p.SearchBudget, Explain: x}
+	opts := engine.Options{Fabric: p.Fabric, Bandwidths: p.Bandwidths, Budget: p.SearchBudget, Explain: x, ComputeReference: p.ComputeReference}
 	reserved := 0
 	res := p.Reservation.Holds(job)
 	if res != nil || pv.filters() {

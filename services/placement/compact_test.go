@@ -86,3 +86,18 @@ func TestMaxStretchValidated(t *testing.T) {
 		}
 	}
 }
+
+// A compute reference must be a GPU model the speed table knows, or
+// every candidate's compute would be priced at an unknown pace.
+func TestComputeReferenceValidated(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ref string
+		ok  bool
+	}{{"", true}, {"a100", true}, {"H100-SXM5-80GB", true}, {"MI300X", false}} {
+		err := Config{ComputeReference: tc.ref}.Validate()
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "compute reference")) {
+			t.Errorf("ComputeReference %q: %v, want ok %v (an error naming compute reference)", tc.ref, err, tc.ok)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/gpuspeed"
 	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/internal/placer/outcome"
@@ -57,6 +58,9 @@ type Config struct {
 	// MaxStretch is placer.Compact's bound for topology-aware jobs spread
 	// over nodes: 0 is placer.DefaultMaxStretch, negative none.
 	MaxStretch float64
+	// ComputeReference, when set, weighs a job's compute by the GPU model
+	// of each candidate (placer.Planner.ComputeReference).
+	ComputeReference string
 }
 
 // DefaultStrategy is the strategy of a Config that names none.
@@ -70,6 +74,11 @@ func (c Config) Validate() error {
 	}
 	if math.IsNaN(c.MaxStretch) || math.IsInf(c.MaxStretch, 0) || (c.MaxStretch > 0 && c.MaxStretch < 1) {
 		errs = append(errs, fmt.Errorf("placement: max stretch %v: want at least 1 (0: the default; negative: off)", c.MaxStretch))
+	}
+	if c.ComputeReference != "" {
+		if _, ok := gpuspeed.Lookup(c.ComputeReference); !ok {
+			errs = append(errs, fmt.Errorf("placement: compute reference %q: no GPU model internal/gpuspeed knows (such as a100, h100, t4)", c.ComputeReference))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -133,6 +142,8 @@ type Service struct {
 	// bandwidths of the cost model (Config.Bandwidths).
 	bandwidths atomic.Pointer[topology.Bandwidths]
 	strategy   string
+	// computeReference is Config.ComputeReference.
+	computeReference string
 	// searchBudget is Config.SearchBudget.
 	searchBudget time.Duration
 	// policies is the policy set in force; nil means none.
@@ -196,7 +207,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	svc := &Service{pub: deps.Publish, read: deps.Read, consume: deps.Consume, subjects: deps.Subjects,
 		store: st, log: log.With("component", "placement"), now: now, observe: deps.ObservePolicyEval,
-		ready: make(chan struct{}), strategy: strategy.Name(), searchBudget: cfg.SearchBudget, policies: cfg.Policies,
+		ready: make(chan struct{}), strategy: strategy.Name(), searchBudget: cfg.SearchBudget, computeReference: cfg.ComputeReference, policies: cfg.Policies,
 		reserveAfter: reserveAfter, pendingSince: map[string]time.Time{},
 		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision, ackWait: defaultAckWait,
 		life: context.Background()}
@@ -607,7 +618,7 @@ func (s *Service) decide(ctx context.Context, c *cycle, job events.JobAnalyzed, 
 // planner is the Planner of the service's current state.
 func (s *Service) planner() *placer.Planner {
 	return &placer.Planner{Strategy: s.strategy, Fabric: s.fabric, Bandwidths: s.bandwidths.Load(), Policies: s.policies,
-		Reservation: s.reservation, Log: s.log, SearchBudget: s.searchBudget, Compact: s.compact()}
+		Reservation: s.reservation, Log: s.log, SearchBudget: s.searchBudget, Compact: s.compact(), ComputeReference: s.computeReference}
 }
 
 // predict scores the chosen GPUs and, as the baseline, what blind first
@@ -617,6 +628,10 @@ func (s *Service) predict(ctx context.Context, before *store.Snapshot, job event
 	ours, base, err := placer.Predictions(before, job, gpus, b, s.fabric, s.bandwidths.Load(), s.strategy)
 	if err != nil {
 		s.log.WarnContext(ctx, "prediction failed", "job_id", job.Job.JobID, "strategy", s.strategy, "err", err)
+	}
+	if ref := s.computeReference; ref != "" {
+		placer.ComputeByModel(ours, before, job, gpus, ref)
+		placer.ComputeByModel(base, before, job, b.GPUs, ref)
 	}
 	return ours, base
 }

@@ -405,7 +405,12 @@ func (r *runner) handle(o client.Outcome) {
 		if p := o.Decided.Prediction; p != nil {
 			s.comm = p.CommSecondsPerStep
 		}
-		s.stretch, s.scaled = Stretch(s.compute, s.comm, s.ideal)
+		if r.cfg.ComputeReference == "" {
+			s.stretch, s.scaled = Stretch(s.compute, s.comm, s.ideal)
+		} else {
+			s.computeOn = r.computeOn(i, o.Decided.Nodes)
+			s.stretch, s.scaled = StretchOn(s.compute, s.computeOn, s.comm, s.ideal, s.job.GPUs)
+		}
 		s.runtime = s.job.Duration * s.stretch
 		if !r.cfg.Burst && s.job.Duration >= 0 {
 			heap.Push(&r.finishes, finish{at: now + s.runtime, job: i})

@@ -114,11 +114,34 @@
 // from Shape's model) shared by the job's GPUs at ReferenceFLOPS (an
 // A100's bf16 peak at 40% utilisation); else, with no model size, the
 // compute share of ComputeShare (80% of the ideal step for 2-8 GPUs, 70%
-// for 9-64, 60% above). Compute does not depend on the GPU model placed
-// on: the trace's durations already include the GPUs that ran them, and
-// only what placement decides, communication, is scaled. A one-GPU job
-// communicates nothing and keeps its duration; so does a job whose
-// decision carries no prediction (the summary's notes count them).
+// for 9-64, 60% above). By default (--compute blind) compute does not
+// depend on the GPU model placed on: the trace's durations are taken to
+// include the GPUs that ran them, and only what placement decides,
+// communication, is scaled. A one-GPU job communicates nothing and keeps
+// its duration; so does a job whose decision carries no prediction (the
+// summary's notes count them).
+//
+// With --compute per-model (Config.ComputeReference) the trace's
+// durations are taken as measured on a stated reference model
+// (--compute-reference, default a100), and compute follows the model a
+// job lands on:
+//
+//	run = duration × (compute_on + comm) / (compute + comm_ideal)
+//
+// where compute is the job's compute on the reference model, as above,
+// and compute_on its compute on the slowest GPU model among its nodes (a
+// synchronous step waits for its slowest rank): its own
+// step_compute_seconds_by_model for that model where given, else scaled
+// by the ratio of the models' speeds in internal/gpuspeed's table
+// (sqrt(bf16 TFLOPS × memory GB/s)). So a one-GPU job on a T4 runs 5.5
+// times its duration and on an H100 0.44 times it; a job on a model the
+// table does not know keeps the reference's compute (the summary's notes
+// count them). The every-run-ideal figures keep the trace duration (an
+// ideal placement on the reference model) as the ideal run, so a capture
+// charged per model counts a faster model's gain too and can pass 100%.
+// Placement weighs the same compute in its choice (placement.Config's
+// ComputeReference); --compute charge-only charges it with placement
+// blind to it, to tell the two apart.
 // ReferenceFLOPS and ComputeShare were fixed before any replay with them
 // was run, and are not fitted to a trace. The compute from the model's
 // size is the placer's own estimate (aware.StepCompute), which

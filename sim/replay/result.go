@@ -166,7 +166,7 @@ func (r *runner) result(wall, setup time.Duration, heapPeak uint64) *Result {
 			if !r.cfg.Burst && j.job.Duration >= 0 {
 				jr.Run, jr.Stretch, jr.End = j.runtime, j.stretch, j.start+j.runtime
 				done = append(done, finished{gpus: j.job.GPUs, arrival: j.job.Arrival, start: j.start, run: j.runtime,
-					duration: j.job.Duration, commShare: commShareOf(j.compute, j.comm)})
+					duration: j.job.Duration, commShare: commShareOf(cmp.Or(nanZero(j.computeOn), j.compute), j.comm)})
 				if j.job.GPUs > 1 {
 					multi++
 					if j.scaled {
@@ -218,6 +218,9 @@ func (r *runner) result(wall, setup time.Duration, heapPeak uint64) *Result {
 	if len(done) > 0 {
 		userFigures(&s, done)
 		s.Notes = append(slices.Clip(s.Notes), runTimeNote(scaled, multi))
+		if ref := r.cfg.ComputeReference; ref != "" {
+			s.Notes = append(s.Notes, computeNote(ref, r.jobs))
+		}
 	}
 	res.Summary = s
 	return res

@@ -50,6 +50,15 @@ type Config struct {
 	// MaxStretch is placement's --max-stretch (0: the default; negative:
 	// off).
 	MaxStretch float64
+	// ComputeReference, when set, charges compute by GPU model (the
+	// package doc, "Run time"): the trace's durations are taken as
+	// measured on this model (a name package gpuspeed knows, such as
+	// a100), and a job's compute is scaled to the slowest model it lands
+	// on. "" keeps run time compute-blind.
+	ComputeReference string
+	// ChargeOnly charges compute per model (ComputeReference) while
+	// placement does not weigh it, to measure what weighing it adds.
+	ChargeOnly bool
 	// DataDir holds the embedded server's streams; "" a temporary one.
 	DataDir string
 	// Samples is the number of points of the timeline (default 400).
@@ -102,6 +111,10 @@ type jobState struct {
 	// (NaN: none found), comm what its decision predicted (NaN: none),
 	// compute its compute per step (ComputeSeconds).
 	ideal, comm, compute float64
+	// computeOn is its compute per step on the GPU model it landed on
+	// (Config.ComputeReference; NaN: compute-blind, or a model the table
+	// does not know).
+	computeOn float64
 	// runtime is how long the job runs once placed, virtual seconds: its
 	// trace duration times stretch (see runtime.go); scaled says the
 	// stretch came from the cost model rather than defaulting to 1.
@@ -224,7 +237,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer func() { _ = b.Close() }() // after the replay: JetStream acknowledged all it published
 	ra := cfg.ReserveAfter
 	ocfg := operator.Config{Services: operator.All, Discovery: discovery.Config{ClusterFile: cfg.ClusterFile}, Sole: true,
-		Placement: placement.Config{Strategy: cfg.Strategy, ReserveAfter: &ra, MaxStretch: cfg.MaxStretch},
+		Placement: placement.Config{Strategy: cfg.Strategy, ReserveAfter: &ra, MaxStretch: cfg.MaxStretch, ComputeReference: cfg.placementCompute()},
 		// Nothing in a replay accepts a move (see the package doc).
 		Optimizer: optimizer.Config{NoMigrations: true},
 		Policies:  cfg.Policies, Replica: "replay"}
@@ -341,7 +354,7 @@ func newRunner(cfg Config, b *bus.Bus, ideal *idealModel) *runner {
 	r.subs = make([]events.JobSubmitted, len(cfg.Trace.Jobs))
 	for i, j := range cfg.Trace.Jobs {
 		r.subs[i] = Shape(j, i, cfg.Inventory.MaxNodeGPUs, cfg.Seed)
-		s := jobState{job: j, start: -1, ideal: ideal.comm(r.subs[i]), comm: math.NaN(), stretch: 1}
+		s := jobState{job: j, start: -1, ideal: ideal.comm(r.subs[i]), comm: math.NaN(), stretch: 1, computeOn: math.NaN()}
 		s.compute = ComputeSeconds(r.subs[i], s.ideal)
 		r.jobs[i] = s
 		r.byID[j.ID] = i
@@ -392,4 +405,13 @@ func (r *runner) point() Point {
 		p.Fragmentation = exp / float64(free)
 	}
 	return p
+}
+
+// placementCompute is placement's compute reference: the replay's, but
+// with ChargeOnly.
+func (cfg Config) placementCompute() string {
+	if cfg.ChargeOnly {
+		return ""
+	}
+	return cfg.ComputeReference
 }

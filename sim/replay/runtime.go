@@ -10,6 +10,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/formats/clusterfile"
+	"github.com/toposched/toposched/internal/gpuspeed"
 	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/internal/placer/aware"
@@ -73,6 +74,68 @@ func Stretch(compute, comm, ideal float64) (float64, bool) {
 		return 1, false
 	}
 	return (compute + comm) / (compute + ideal), true
+}
+
+// StretchOn is Stretch where compute is charged by GPU model: the job
+// computes computeOn seconds per step on the model it landed on against
+// compute on the reference model its trace duration was measured on,
+// ((computeOn + comm) / (compute + ideal)). A job of one GPU communicates
+// nothing, with or without a prediction. Where computeOn is unknown (a
+// model the table does not know) it is Stretch.
+func StretchOn(compute, computeOn, comm, ideal float64, gpus int) (float64, bool) {
+	if gpus <= 1 {
+		comm, ideal = 0, 0
+	}
+	s, ok := Stretch(compute, comm, ideal)
+	if !ok || !(computeOn > 0) || !finite(computeOn) {
+		return s, ok
+	}
+	return (computeOn + comm) / (compute + ideal), true
+}
+
+// computeOn is job i's compute per step on the nodes it was given, at the
+// pace of the slowest of their GPU models (a synchronous step waits for
+// its slowest rank): its own time for a model where it gives one, else
+// its compute on the reference model scaled by the models' speeds
+// (gpuspeed.JobCompute). NaN when a model is unknown to the table.
+func (r *runner) computeOn(i int, nodes []events.NodePlacement) float64 {
+	sub, ref := r.subs[i], r.cfg.ComputeReference
+	worst := math.NaN()
+	for _, n := range nodes {
+		k, ok := r.cfg.Inventory.index[n.Node]
+		if !ok {
+			return math.NaN()
+		}
+		t, ok := gpuspeed.JobCompute(sub.StepComputeSecondsByModel, r.jobs[i].compute, r.cfg.Inventory.Nodes[k].Model, ref)
+		if !ok || !finite(t) {
+			return math.NaN()
+		}
+		if math.IsNaN(worst) || t > worst {
+			worst = t
+		}
+	}
+	return worst
+}
+
+// computeNote says how compute was charged, for the summary's notes.
+func computeNote(ref string, jobs []jobState) string {
+	unknown := 0
+	for _, j := range jobs {
+		if j.state == stPlaced && math.IsNaN(j.computeOn) {
+			unknown++
+		}
+	}
+	spec, _ := gpuspeed.Lookup(ref)
+	return fmt.Sprintf("compute charged per GPU model: the trace's durations taken as measured on %s, a job's compute scaled to the slowest "+
+		"GPU model it lands on by sqrt(bf16 TFLOPS × memory GB/s) (internal/gpuspeed); %d placed jobs (a model not in the table, or no "+
+		"compute time) keep the reference model's compute", spec.Name, unknown)
+}
+
+func nanZero(f float64) float64 {
+	if math.IsNaN(f) {
+		return 0
+	}
+	return f
 }
 
 // idealModel finds a job's communication per step on an ideal placement

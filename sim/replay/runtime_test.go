@@ -69,3 +69,29 @@ func TestMayFit(t *testing.T) {
 		}
 	}
 }
+
+func TestStretchOn(t *testing.T) {
+	nan := math.NaN()
+	for _, tc := range []struct {
+		name                            string
+		compute, computeOn, comm, ideal float64
+		gpus                            int
+		want                            float64
+		ok                              bool
+	}{
+		{"on the reference, ideal", 1, 1, 0.25, 0.25, 2, 1, true},
+		{"three times slower compute", 1, 3, 0.25, 0.25, 2, 3.25 / 1.25, true},
+		{"faster compute, worse communication", 1, 0.5, 0.5, 0.25, 2, 1 / 1.25, true},
+		{"one GPU without a prediction", 2, 6, nan, nan, 1, 3, true},
+		{"model unknown: Stretch", 1, nan, 0.5, 0.25, 2, 1.5 / 1.25, true},
+		{"no prediction", 1, 3, nan, 0.25, 2, 1, false},
+		{"no compute time", nan, nan, 0.5, 0.25, 2, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := StretchOn(tc.compute, tc.computeOn, tc.comm, tc.ideal, tc.gpus)
+			if math.Abs(got-tc.want) > 1e-12 || ok != tc.ok {
+				t.Errorf("StretchOn(%v, %v, %v, %v, %d) = %v, %v; want %v, %v", tc.compute, tc.computeOn, tc.comm, tc.ideal, tc.gpus, got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}

@@ -119,6 +119,20 @@
 // largest offers first, and the remainder from the node whose offer fits
 // it most tightly.
 //
+// # Compute by GPU model
+//
+// With Options.ComputeReference set (bymodel.go) a candidate's compute is
+// the job's on the slowest GPU model it takes, scaled from the reference
+// model by internal/gpuspeed (the job's own step_compute_seconds_by_model
+// where it gives them), and its predicted step time is that plus its
+// communication: in the fastest one-node choice, in best fit within the
+// tolerance below, in the blind baseline's check, in a one-GPU job's
+// picks (those within the tolerance of the fastest model first on a busy
+// cluster, the fastest model's elsewhere; the walk then reads every node)
+// and in a judged candidate's cost (step time over the fastest's plus the
+// policies' score). Multi-node spreads are still compared by their
+// communication alone. Without it compute is the same on every model.
+//
 // # Best fit within a tolerance
 //
 // Whole fast nodes are what whole-node jobs wait for, so a job one node

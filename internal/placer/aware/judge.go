@@ -124,15 +124,21 @@ func (p *placer) choose(list []*cand, more func() []*cand) (*cand, []*cand) {
 		p.judge(list[n])
 	}
 	judged := list[:n]
+	// The cost is relative step time: communication, plus compute where
+	// compute is weighed by GPU model (bymodel.go).
+	step := func(c *cand) float64 { return c.comm }
+	if p.e.byModel != nil {
+		step = p.stepOn
+	}
 	fastest := math.Inf(1)
 	for _, c := range judged {
-		fastest = min(fastest, c.comm)
+		fastest = min(fastest, step(c))
 	}
 	var best *cand
 	for _, c := range judged {
 		c.cost = 1 + c.j.Score
 		if fastest > 0 && !math.IsInf(fastest, 0) {
-			c.cost = c.comm/fastest + c.j.Score
+			c.cost = step(c)/fastest + c.j.Score
 		}
 		if !c.j.Deny && (best == nil || c.cost < best.cost-0.005*math.Abs(best.cost)) {
 			best = c
@@ -257,11 +263,16 @@ func notWorse(snap *store.Snapshot, job events.JobAnalyzed, opts engine.Options,
 	if math.IsNaN(to) {
 		to = e.cost(ours.GPUs)
 	}
+	so, sb, comp := to, tb, e.comp
+	if e.byModel != nil {
+		// Compute differs by model: compare whole steps.
+		so, sb, comp = to+e.compOn(ours.GPUs), tb+e.compOn(base.GPUs), 0
+	}
 	if byFit {
-		if c := e.comp; !((c + to) > (c+tb)*(1+fitTolerance(opts))) {
+		if !((comp + so) > (comp+sb)*(1+fitTolerance(opts))) {
 			return ours
 		}
-	} else if !(tb < to*(1-0.005)) {
+	} else if !(sb < so*(1-0.005)) {
 		return ours
 	}
 	c := engine.Candidate{Domain: store.ClusterDomain, GPUs: base.GPUs, CommSeconds: tb}

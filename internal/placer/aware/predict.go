@@ -184,7 +184,10 @@ type evaluator struct {
 	fabric *topology.Fabric
 	bw     *topology.Bandwidths
 	comp   float64
-	evals  int
+	// byModel prices compute per GPU model (Options.ComputeReference;
+	// nil: blind to the model).
+	byModel *modelCompute
+	evals   int
 	// The last evaluation's job and ranks, whose arrays the next one
 	// reuses (EvaluateJob keeps neither).
 	job        collective.Job
@@ -216,7 +219,7 @@ func (e *evaluator) jobOn(gpus []store.GPUKey) (*collective.Job, error) {
 			Groups: make([]collective.Group, len(e.groups))}
 	}
 	j := &e.job
-	j.GPUs, j.ComputeSeconds = len(gpus), e.comp
+	j.GPUs, j.ComputeSeconds = len(gpus), e.compOn(gpus)
 	rs := e.grp[:0]
 	for i, g := range e.groups {
 		at := len(rs)
@@ -266,8 +269,15 @@ func newEvaluator(snap *store.Snapshot, job events.JobAnalyzed, n int, opts engi
 	if math.IsNaN(comp) {
 		comp = 0
 	}
-	return &evaluator{res: newResolver(snap), groups: jobGroups(job, n), fabric: opts.Fabric, bw: opts.Bandwidths,
+	e := &evaluator{res: newResolver(snap), groups: jobGroups(job, n), fabric: opts.Fabric, bw: opts.Bandwidths,
 		comp: comp}
+	if opts.ComputeReference != "" {
+		e.byModel = newModelCompute(snap, job.Job, opts.ComputeReference)
+		if e.comp == 0 {
+			e.comp = e.byModel.onReference()
+		}
+	}
+	return e
 }
 
 // ReferenceFLOPS is the training throughput of one GPU, FLOP/s, that a

@@ -366,6 +366,9 @@ func (p *placer) singleNode(cands []*candNode) []*cand {
 	bestI, bestT := -1, inf
 	for i := range min(p.limit(), len(out)) {
 		t := p.score(out[i])
+		if p.e.byModel != nil {
+			t = p.stepOn(out[i])
+		}
 		if bestI < 0 || t < bestT*(1-0.005) {
 			bestI, bestT = i, t
 		}
@@ -481,6 +484,7 @@ func (p *placer) picks(qs []fitNode) []inNode {
 		// than maxJudged candidates (choose), and nothing else reads a
 		// one-GPU list, so the rest are not made.
 		slices.SortStableFunc(picks, func(a, b inNode) int { return cmp.Or(cmp.Compare(a.holes, b.holes), cmp.Compare(a.fit, b.fit)) })
+		picks = p.fastEnoughFirst(picks)
 		return picks[:min(len(picks), max(p.limit(), maxJudged))]
 	}
 	slices.SortStableFunc(picks, func(a, b inNode) int {
@@ -576,8 +580,7 @@ func (p *placer) bestFitWithin(out []*cand, picks []inNode, fav int) int {
 	if !p.fitRule() {
 		return fav
 	}
-	comp := p.e.comp
-	bound := (comp + p.score(out[fav])) * (1 + fitTolerance(p.opts))
+	bound := p.stepOn(out[fav]) * (1 + fitTolerance(p.opts))
 	type ranked struct {
 		i, fit, level int
 	}
@@ -595,7 +598,7 @@ func (p *placer) bestFitWithin(out []*cand, picks []inNode, fav int) int {
 		}
 		best, bestT := -1, inf
 		for _, r := range order[g:end] {
-			if t := comp + p.score(out[r.i]); t <= bound && t < bestT {
+			if t := p.stepOn(out[r.i]); t <= bound && t < bestT {
 				best, bestT = r.i, t
 			}
 		}

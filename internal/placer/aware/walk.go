@@ -105,6 +105,11 @@ func (w *walked) walkFit(n int, opts engine.Options, k knobs) {
 	}
 	if n == 1 {
 		holesOf = walker.holesOne
+		if opts.ComputeReference != "" {
+			// The best fits may all be slow models: walk them all, for
+			// fastEnoughFirst to see the fast ones.
+			enough = oneGPULimit
+		}
 	}
 	w.fit, seen = bestFitSingle(w.snap, w.model, opts.Filter, n, enough, holesOf)
 	if w.x != nil {

@@ -64,6 +64,13 @@ type Options struct {
 	// pod's nodes rather than every node (aware's scoped; 0:
 	// aware.DefaultScopeNodes; negative: never).
 	ScopeNodes int
+	// ComputeReference, when set, weighs compute by GPU model: the job's
+	// compute per step (aware.StepCompute) is taken as measured on this
+	// model and scaled, for each candidate, to the slowest model it takes
+	// (internal/gpuspeed; the job's step_compute_seconds_by_model where it
+	// gives one), so that a step's predicted time is compute on that model
+	// plus communication. "" leaves compute the same on every model.
+	ComputeReference string
 	// Filter, when set, keeps only the nodes it accepts (node policies
 	// plug in here). It is asked only about nodes with free GPUs of the
 	// job's model.

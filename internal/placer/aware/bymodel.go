@@ -1,0 +1,165 @@
+package aware
+
+// Compute by GPU model (engine.Options.ComputeReference): a candidate's
+// predicted step time is the job's compute on the slowest GPU model it
+// takes plus its communication, so that a tighter fit on a slower box is
+// weighed with what it costs the job's compute, not its communication
+// alone.
+
+import (
+	"math"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/gpuspeed"
+	"github.com/toposched/toposched/internal/placer/engine"
+	"github.com/toposched/toposched/internal/store"
+)
+
+// modelCompute prices one job's compute per step on each GPU model.
+type modelCompute struct {
+	snap *store.Snapshot
+	job  events.JobSubmitted
+	ref  string
+	// base is the job's compute on the reference model (StepCompute; NaN
+	// when unknown).
+	base float64
+	// byNode caches each node's answer, byModel each model's.
+	byNode  map[string]float64
+	byModel map[string]float64
+}
+
+func newModelCompute(snap *store.Snapshot, job events.JobSubmitted, ref string) *modelCompute {
+	return &modelCompute{snap: snap, job: job, ref: ref, base: StepCompute(job), byNode: map[string]float64{}, byModel: map[string]float64{}}
+}
+
+// onReference is the job's compute on the reference model: StepCompute,
+// else from its own per-model times; 0 when unknown.
+func (m *modelCompute) onReference() float64 {
+	t := m.onModel(m.ref)
+	if math.IsNaN(t) {
+		return 0
+	}
+	return t
+}
+
+// onModel is the job's compute per step on GPUs of model (NaN when
+// unknown): gpuspeed.JobCompute, a model the table does not know taken
+// at the reference's pace.
+func (m *modelCompute) onModel(model string) float64 {
+	if t, ok := m.byModel[model]; ok {
+		return t
+	}
+	t, ok := gpuspeed.JobCompute(m.job.StepComputeSecondsByModel, m.base, model, m.ref)
+	if !ok {
+		t = m.base
+	}
+	if !(t > 0) || math.IsInf(t, 0) {
+		t = math.NaN()
+	}
+	m.byModel[model] = t
+	return t
+}
+
+// onNode is onModel for a node's GPUs.
+func (m *modelCompute) onNode(name string) float64 {
+	if t, ok := m.byNode[name]; ok {
+		return t
+	}
+	model := ""
+	if n, ok := m.snap.Node(name); ok {
+		model = n.GPUModel
+	}
+	t := m.onModel(model)
+	m.byNode[name] = t
+	return t
+}
+
+// compOn is the job's compute per step on gpus: e.comp where compute is
+// blind to the model, else the slowest of its nodes' (a synchronous step
+// waits for its slowest rank); e.comp where that is unknown.
+func (e *evaluator) compOn(gpus []store.GPUKey) float64 {
+	if e.byModel == nil {
+		return e.comp
+	}
+	worst, last := math.NaN(), ""
+	for _, g := range gpus {
+		if g.Node == last {
+			continue
+		}
+		last = g.Node
+		if t := e.byModel.onNode(g.Node); !math.IsNaN(t) && !(t <= worst) {
+			worst = t
+		}
+	}
+	if math.IsNaN(worst) {
+		return e.comp
+	}
+	return worst
+}
+
+// stepOn is a candidate's predicted step time, compute on its models plus
+// its communication, where compute is weighed by model.
+func (p *placer) stepOn(c *cand) float64 {
+	return p.e.compOn(c.gpus) + p.score(c)
+}
+
+// fastEnoughFirst orders a one-GPU job's picks (best fit first) where
+// compute is weighed by model and the job's compute is known: the picks
+// whose compute is within the fit tolerance of the fastest pick's go
+// first, in their order, on a busy cluster (bestFitWithin's rule: best
+// fit among those fast enough); elsewhere the fastest model's picks. A
+// one-GPU job communicates nothing, so its compute is its step.
+func (p *placer) fastEnoughFirst(picks []inNode) []inNode {
+	if p.e.byModel == nil || len(picks) < 2 {
+		return picks
+	}
+	comp := make([]float64, len(picks))
+	fastest := math.Inf(1)
+	for i, pk := range picks {
+		comp[i] = p.e.byModel.onNode(pk.c.node.Name)
+		if comp[i] < fastest {
+			fastest = comp[i]
+		}
+	}
+	if math.IsInf(fastest, 1) {
+		return picks // no compute time known
+	}
+	bound := fastest * (1 + 1e-9)
+	if p.busy && fitTolerance(p.opts) > 0 {
+		bound = fastest * (1 + fitTolerance(p.opts))
+	}
+	out := make([]inNode, 0, len(picks))
+	for i, pk := range picks {
+		if comp[i] <= bound {
+			out = append(out, pk)
+		}
+	}
+	for i, pk := range picks {
+		if !(comp[i] <= bound) {
+			out = append(out, pk)
+		}
+	}
+	return out
+}
+
+// ComputeOn is job's compute per step on gpus where compute is weighed by
+// GPU model with the reference ref, and the model that sets it (the
+// slowest among gpus' nodes). ok is false where the job's compute is not
+// known.
+func ComputeOn(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, ref string) (seconds float64, model string, ok bool) {
+	e := newEvaluator(snap, job, len(gpus), engine.Options{ComputeReference: ref})
+	seconds = e.compOn(gpus)
+	if !(seconds > 0) {
+		return 0, "", false
+	}
+	worst := math.NaN()
+	for _, g := range gpus {
+		if t := e.byModel.onNode(g.Node); !math.IsNaN(t) && !(t <= worst) {
+			worst = t
+			if n, ok := snap.Node(g.Node); ok {
+				model = n.GPUModel
+			}
+		}
+	}
+	return seconds, model, true
+}

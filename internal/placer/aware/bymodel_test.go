@@ -1,0 +1,170 @@
+package aware
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/fixtures"
+	"github.com/toposched/toposched/internal/pattern"
+	"github.com/toposched/toposched/internal/placer/engine"
+	"github.com/toposched/toposched/internal/placer/outcome"
+	"github.com/toposched/toposched/internal/store"
+)
+
+// TestComputeByModel is TestBestFitWithin's busy state with compute
+// weighed by GPU model (the A100 the reference): the tighter fits the rule
+// chose there (an RTX 4090 pair, an empty T4, the A100's last GPU) compute
+// 2.3 to 12 times slower than the free H100, far outside the tolerance,
+// so the H100 wins. A job whose own measurements say the RTX 4090 computes
+// its step as fast as the H100 gets the tighter fit again, and blind
+// compute (no reference) keeps today's choices.
+func TestComputeByModel(t *testing.T) {
+	t.Parallel()
+	kinds := fitNodes(t)
+	nodes := []fixtures.Node{
+		{Event: kinds["a100-001"], Held: []int{0, 1, 2, 3, 4, 5, 6}},
+		{Event: kinds["a100-002"]},
+		{Event: kinds["h100-001"]},
+		{Event: kinds["rtx6000-001"]},
+		{Event: kinds["rtx4090-sw-001"], Held: []int{2, 3, 4, 5, 6, 7}},
+		{Event: kinds["rtx4090-sys-001"]},
+		{Event: kinds["t4-001"], Held: []int{1, 2, 3}},
+		{Event: kinds["t4-002"]},
+	}
+	for i := range 3 {
+		nodes = append(nodes, fixtures.Node{Event: kinds["a100-002"], Name: fmt.Sprintf("a100-full-%d", i), Held: []int{0, 1, 2, 3, 4, 5, 6, 7}})
+	}
+	snap := fixtures.MustStore(t, nodes, nil).Snapshot()
+	gpt13 := func(gpus, tp int) events.JobAnalyzed { return shapedJob(t, gpus, tp, 1300e6, 24, 2048, true) }
+	measured := func() events.JobAnalyzed {
+		j := gpt13(2, 1).Job
+		j.StepComputeSecondsByModel = map[string]float64{"RTX-4090": 1, "H100-SXM5-80GB": 1, "A100-SXM4-80GB": 1.5}
+		job, reasons := pattern.Analyze(j)
+		if len(reasons) > 0 {
+			t.Fatal(reasons)
+		}
+		return job
+	}()
+	for _, tc := range []struct {
+		name string
+		job  events.JobAnalyzed
+		ref  string
+		tol  float64
+		want string
+	}{
+		{"1 GPU: the H100, not the A100's last GPU", gpt13(1, 1), "a100", 0, "h100-001"},
+		{"1 GPU, compute blind: the A100's last GPU", gpt13(1, 1), "", 0, "a100-001"},
+		{"2-GPU DDP: the H100, not the RTX 4090 pair", gpt13(2, 1), "a100", 0, "h100-001"},
+		{"2-GPU DDP, compute blind: the RTX 4090 pair", gpt13(2, 1), "", 0, "rtx4090-sw-001"},
+		{"4-GPU DDP with a 20% tolerance: the H100, not the empty T4", gpt13(4, 1), "a100", 0.20, "h100-001"},
+		{"2-GPU DDP measured as fast on an RTX 4090: the pair", measured, "a100", 0, "rtx4090-sw-001"},
+		{"2-GPU DDP without a model: no compute time, the fastest", shapedJob(t, 2, 1, 0, 0, 0, false), "a100", 0, "h100-001"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := engine.Options{FitTolerance: tc.tol, ComputeReference: tc.ref}
+			r := Place(engine.Request{Snap: snap, Job: tc.job, Options: opts})
+			if r.Verdict != outcome.Placed {
+				t.Fatalf("verdict %v: %v", r.Verdict, r.Reasons)
+			}
+			if got := r.GPUs[0].Node; got != tc.want || slices.ContainsFunc(r.GPUs, func(g store.GPUKey) bool { return g.Node != got }) {
+				t.Errorf("placed on %v, want node %s", r.GPUs, tc.want)
+			}
+		})
+	}
+}
+
+// TestComputeByModelJudged: a policy's score is weighed against relative
+// step time, compute included. A one-GPU job whose fastest choice, the
+// H100, breaks a whole node (scored like keep_whole_nodes) still takes it
+// when the score is less than what the next fastest model (the A100's
+// last GPU, 2.3 times slower) costs its step, and takes the A100 when
+// the score is more; with compute blind every one-GPU step costs the
+// same and the unscored best fit wins.
+func TestComputeByModelJudged(t *testing.T) {
+	t.Parallel()
+	kinds := fitNodes(t)
+	snap := fixtures.MustStore(t, []fixtures.Node{
+		{Event: kinds["a100-001"], Held: []int{0, 1, 2, 3, 4, 5, 6}},
+		{Event: kinds["h100-001"]},
+		{Event: kinds["t4-001"], Held: []int{1, 2, 3}},
+	}, nil).Snapshot()
+	job := shapedJob(t, 1, 1, 1300e6, 24, 2048, true)
+	for _, tc := range []struct {
+		name  string
+		ref   string
+		score float64
+		want  string
+	}{
+		{"score 0.5: the H100", "a100", 0.5, "h100-001"},
+		{"score 2: the A100's last GPU", "a100", 2, "a100-001"},
+		{"compute blind, score 0.5: the A100's last GPU", "", 0.5, "a100-001"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			judge := func(c engine.Candidate) engine.Judgement {
+				if c.GPUs[0].Node == "h100-001" {
+					return engine.Judgement{Score: tc.score}
+				}
+				return engine.Judgement{}
+			}
+			r := Place(engine.Request{Snap: snap, Job: job, Options: engine.Options{ComputeReference: tc.ref, Judge: judge}})
+			if r.Verdict != outcome.Placed || r.GPUs[0].Node != tc.want {
+				t.Errorf("%v on %v, want node %s", r.Verdict, r.GPUs, tc.want)
+			}
+		})
+	}
+}
+
+// TestCompOn: the slowest model among a candidate's nodes sets its
+// compute; a node of a model the table does not know is priced at the
+// reference's pace; without a reference compute is the job's own.
+func TestCompOn(t *testing.T) {
+	t.Parallel()
+	kinds := fitNodes(t)
+	odd := kinds["a100-002"]
+	odd.GPUModel = "MI300X"
+	for i := range odd.GPUs {
+		odd.GPUs[i].Model = "MI300X"
+	}
+	snap := fixtures.MustStore(t, []fixtures.Node{{Event: kinds["h100-001"]}, {Event: kinds["t4-001"]}, {Event: odd, Name: "odd"}}, nil).Snapshot()
+	job := events.JobAnalyzed{Job: events.JobSubmitted{JobID: "j", GPUs: 2, StepComputeSeconds: 2}}
+	e := newEvaluator(snap, job, 2, engine.Options{ComputeReference: "a100"})
+	h, tt, o := []store.GPUKey{{Node: "h100-001", Index: 0}}, []store.GPUKey{{Node: "t4-001", Index: 0}}, []store.GPUKey{{Node: "odd", Index: 0}}
+	fh, ft := 0.0, 0.0
+	for _, c := range []struct {
+		on   string
+		into *float64
+	}{{"H100", &fh}, {"T4", &ft}} {
+		f := e.byModel.onModel(c.on)
+		*c.into = f
+	}
+	for _, c := range []struct {
+		name string
+		gpus []store.GPUKey
+		want float64
+	}{
+		{"H100", h, fh},
+		{"T4", tt, ft},
+		{"H100 and T4: the T4's", append(slices.Clone(h), tt...), ft},
+		{"unknown model: the reference's", o, 2},
+		{"H100 and unknown: the reference's, slower", append(slices.Clone(h), o...), 2},
+	} {
+		if got := e.compOn(c.gpus); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("%s: compOn = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if ft <= 2 || fh >= 2 {
+		t.Errorf("T4 %v s, H100 %v s: want slower and faster than the A100's 2 s", ft, fh)
+	}
+	if c, model, ok := ComputeOn(snap, job, append(slices.Clone(h), tt...), "a100"); !ok || c != ft || model != "T4" {
+		t.Errorf("ComputeOn(H100 and T4) = %v, %q, %v; want %v, T4", c, model, ok, ft)
+	}
+	if _, _, ok := ComputeOn(snap, events.JobAnalyzed{Job: events.JobSubmitted{JobID: "k", GPUs: 1}}, h, "a100"); ok {
+		t.Error("ComputeOn of a job without compute: ok")
+	}
+	if got := newEvaluator(snap, job, 2, engine.Options{}).compOn(tt); got != 2 {
+		t.Errorf("compute blind: %v, want the job's 2 s", got)
+	}
+}
