@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/demand"
 	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
@@ -40,6 +41,10 @@ type Planner struct {
 	// Compact, when set, keeps a topology-aware job off a spread over
 	// nodes much slower than its ideal placement (see Compact).
 	Compact *Compact
+	// Demand, when set, is what placement expects next, and Now the
+	// decision's time (engine.Options.Demand).
+	Demand *demand.Forecast
+	Now    time.Time
 }
 
 // Plan is what a Planner decided for one job.
@@ -87,7 +92,7 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 	}
 	pv := newPolicyView(ctx, snap, p.Policies, job, log)
 	x := &engine.Explain{}
-	opts := engine.Options{Fabric: p.Fabric, Bandwidths: p.Bandwidths, Budget: p.SearchBudget, Explain: x}
+	opts := engine.Options{Fabric: p.Fabric, Bandwidths: p.Bandwidths, Budget: p.SearchBudget, Explain: x, Demand: p.Demand, Now: p.Now}
 	reserved := 0
 	res := p.Reservation.Holds(job)
 	if res != nil || pv.filters() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/demand"
 	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/internal/placer/outcome"
@@ -152,6 +153,9 @@ type Service struct {
 	nextReserve time.Time
 	// mig holds the optimizer's migration proposals (migrate.go).
 	mig migrations
+	// demand is what the service expects to be asked for next, learned
+	// from what it decides and releases (demand.go).
+	demand *demand.Forecast
 	// intake holds the jobs waiting for a decision cycle (cycle.go);
 	// inDoubt the outcomes sent that the stream has not confirmed.
 	intake  intake
@@ -199,7 +203,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		ready: make(chan struct{}), strategy: strategy.Name(), searchBudget: cfg.SearchBudget, policies: cfg.Policies,
 		reserveAfter: reserveAfter, pendingSince: map[string]time.Time{},
 		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision, ackWait: defaultAckWait,
-		life: context.Background()}
+		life: context.Background(), demand: newDemand()}
 	switch {
 	case cfg.MaxStretch == 0:
 		svc.maxStretch = placer.DefaultMaxStretch
@@ -607,7 +611,8 @@ func (s *Service) decide(ctx context.Context, c *cycle, job events.JobAnalyzed, 
 // planner is the Planner of the service's current state.
 func (s *Service) planner() *placer.Planner {
 	return &placer.Planner{Strategy: s.strategy, Fabric: s.fabric, Bandwidths: s.bandwidths.Load(), Policies: s.policies,
-		Reservation: s.reservation, Log: s.log, SearchBudget: s.searchBudget, Compact: s.compact()}
+		Reservation: s.reservation, Log: s.log, SearchBudget: s.searchBudget, Compact: s.compact(),
+		Demand: s.demand, Now: s.now()}
 }
 
 // predict scores the chosen GPUs and, as the baseline, what blind first
@@ -679,6 +684,7 @@ func (s *Service) applyReleased(rel *events.PlacementReleased) error {
 	}
 	delete(s.pendingSince, rel.JobID)
 	s.forget(rel.JobID)
+	s.demand.Ended(rel.JobID, s.now())
 	return nil
 }
 
