@@ -45,6 +45,9 @@ type Planner struct {
 	// decision's time (engine.Options.Demand).
 	Demand *demand.Forecast
 	Now    time.Time
+	// FitTolerance is engine.Options.FitTolerance (0: the default;
+	// negative: the fastest one-node placement wins).
+	FitTolerance float64
 }
 
 // Plan is what a Planner decided for one job.
@@ -92,7 +95,8 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 	}
 	pv := newPolicyView(ctx, snap, p.Policies, job, log)
 	x := &engine.Explain{}
-	opts := engine.Options{Fabric: p.Fabric, Bandwidths: p.Bandwidths, Budget: p.SearchBudget, Explain: x, Demand: p.Demand, Now: p.Now}
+	opts := engine.Options{Fabric: p.Fabric, Bandwidths: p.Bandwidths, Budget: p.SearchBudget, Explain: x, Demand: p.Demand, Now: p.Now,
+		FitTolerance: p.FitTolerance}
 	reserved := 0
 	res := p.Reservation.Holds(job)
 	if res != nil || pv.filters() {

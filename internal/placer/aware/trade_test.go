@@ -107,4 +107,3 @@ func TestFitTrade(t *testing.T) {
 		t.Errorf("without a forecast: placed on %v, trade %+v", r.GPUs, x.Explanation.FitTrade)
 	}
 }
-
