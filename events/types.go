@@ -365,7 +365,12 @@ type FitTrade struct {
 	Made    bool   `json:"made"`
 	Node    string `json:"node"`
 	Tighter string `json:"tighter"`
-	MinGPUs int    `json:"min_gpus"`
+	// NodeFree is Node's free GPUs at the decision; MinGPUs the least a
+	// job needing the shape asks: more than would be left on Node once
+	// broken, and at least this job's GPUs (where it takes the whole
+	// node, the jobs as large face the same choice).
+	NodeFree int `json:"node_free"`
+	MinGPUs  int `json:"min_gpus"`
 	// StepSeconds on the fastest placement and on the tighter fit.
 	StepSeconds        float64 `json:"step_seconds"`
 	TighterStepSeconds float64 `json:"tighter_step_seconds"`

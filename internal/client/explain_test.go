@@ -111,12 +111,12 @@ func TestWriteExplainGolden(t *testing.T) {
 
 	traded := decision("traded", 1, 2)
 	traded.Explanation = &events.Explanation{NodesConsidered: 40, FitTrade: &events.FitTrade{Made: true,
-		Node: "node:h100-002", Tighter: "node:t4-007", MinGPUs: 7, StepSeconds: 1.0, TighterStepSeconds: 1.09,
+		Node: "node:h100-002", Tighter: "node:t4-007", NodeFree: 8, MinGPUs: 7, StepSeconds: 1.0, TighterStepSeconds: 1.09,
 		HorizonSeconds: 5400, Queued: 1, ArrivalsPerHour: 0.8, Spare: 0, Ending: 1, Probability: 0.7,
 		JobCostSeconds: 486, OthersCostSeconds: 1890}}
 	declined := decision("declined", 1, 2)
 	declined.Explanation = &events.Explanation{NodesConsidered: 40, FitTrade: &events.FitTrade{
-		Node: "node:h100-002", Tighter: "node:t4-007", MinGPUs: 7, StepSeconds: 1.0, TighterStepSeconds: 1.09,
+		Node: "node:h100-002", Tighter: "node:t4-007", NodeFree: 8, MinGPUs: 7, StepSeconds: 1.0, TighterStepSeconds: 1.09,
 		HorizonSeconds: 5400, ArrivalsPerHour: 0.05, Spare: 2, Probability: 0.0003,
 		JobCostSeconds: 486, OthersCostSeconds: 0.5}}
 

@@ -39,9 +39,8 @@ func (s *Service) unpaidTrades(ctx context.Context) error {
 		tr := lj.decision.Explanation.FitTrade
 		node := strings.TrimPrefix(tr.Node, store.DomainNode+":")
 		_, free, ok := snap.NodeFree(node, "")
-		// As free as when it was kept: room for a job of MinGPUs with
-		// this job's GPUs still taken out of it.
-		if !ok || len(free) < tr.MinGPUs+len(lj.decision.Ranks)-1 {
+		// As free as when it was kept.
+		if !ok || len(free) < tr.NodeFree {
 			continue
 		}
 		kept := time.Duration(tr.HorizonSeconds * float64(time.Second)).Round(time.Second)

@@ -52,7 +52,7 @@ func TestUnpaidTradeProposed(t *testing.T) {
 			}
 			// As topology-aware's trade would have explained it.
 			ds.DecidedAt = decided
-			ds.Explanation = &events.Explanation{FitTrade: &events.FitTrade{Made: true, Node: "node:n1", Tighter: "node:p1", MinGPUs: 7,
+			ds.Explanation = &events.Explanation{FitTrade: &events.FitTrade{Made: true, Node: "node:n1", Tighter: "node:p1", NodeFree: 8, MinGPUs: 7,
 				StepSeconds: 0.05, TighterStepSeconds: 0.06, HorizonSeconds: 3600, Probability: 0.6}}
 			decisions := []*events.PlacementDecided{ds}
 			_, dt := c.submit(events.JobSubmitted{JobID: "short", GPUs: 1})

@@ -19,7 +19,9 @@ import (
 // 0.5%), the tighter fit is taken as before: it costs the job nothing
 // then. Otherwise it is taken only where the forecast says the fastest
 // node's shape (a job of MinGPUs or more, which its free GPUs hold now and
-// would not once the job took its share) is likely to be needed before
+// would not once the job took its share; where the job takes the whole
+// node, a job as large as this one, which would face the same choice) is
+// likely to be needed before
 // the job ends: more jobs needing it waiting or arriving within the job's
 // expected run than there are shapes like it, free or freed by the
 // running jobs due to end. Before any job has ended no run time is known,
@@ -35,7 +37,7 @@ func (p *placer) fitTrade(out []*cand, picks []inNode, fav, best int) int {
 	model := node.free[0].Model
 	free := len(node.free)
 	tr := &events.FitTrade{Node: store.DomainNode + ":" + node.node.Name, Tighter: store.DomainNode + ":" + picks[best].c.node.Name,
-		MinGPUs: free - p.n + 1, StepSeconds: tFav, TighterStepSeconds: tBest, Made: true}
+		NodeFree: free, MinGPUs: max(free-p.n+1, p.n), StepSeconds: tFav, TighterStepSeconds: tBest, Made: true}
 	defer p.explainTrade(tr)
 	d, ok := f.RunTime(p.n)
 	if !ok {
