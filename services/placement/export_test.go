@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/demand"
 )
 
 // Rebuild is rebuild, for the tests that look at a store rebuilt from the
@@ -67,3 +68,6 @@ func NewStandby(t testing.TB, b *bus.Bus, cfg Config) *Service {
 	}
 	return s
 }
+
+// Demand is the service's forecast of demand.
+func (s *Service) Demand() *demand.Forecast { return s.demand }

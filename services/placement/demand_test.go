@@ -1,0 +1,71 @@
+package placement_test
+
+import (
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/internal/demand"
+	"github.com/toposched/toposched/services/placement"
+)
+
+// The service feeds its forecast of demand on its own clock (a replay's
+// virtual one): every job decided for the first time arrives, a waiting
+// one is queued, a placed one runs until released, when its run time is
+// learned.
+func TestDemandFedOnTheServiceClock(t *testing.T) {
+	t.Parallel()
+	ctx := eventstest.Context(t, 30*time.Second)
+	r := newCycleRig(t, ctx, 1)
+	var mu sync.Mutex
+	clock := time.Date(2026, 5, 1, 8, 0, 0, 0, time.UTC)
+	now := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return clock
+	}
+	s := r.serviceAt(t, ctx, placement.Config{}, now)
+	for id, err := range r.submit(t, ctx, s,
+		events.JobSubmitted{JobID: "urgent", GPUs: 8, Priority: 9},
+		events.JobSubmitted{JobID: "early", GPUs: 4},
+		events.JobSubmitted{JobID: "late", GPUs: 4},
+	) {
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+	}
+	f := s.Demand()
+	if _, ok := f.RunTime(8); ok {
+		t.Error("a run time learned before any job ended")
+	}
+	if rate := f.Rate(1, "", now()); rate != 0 {
+		t.Errorf("rate %g at the first arrivals' instant, want 0 (no time has passed)", rate)
+	}
+	need := f.Need(demand.Shape{Model: "A100", MinGPUs: 4, Within: time.Hour, Now: now()})
+	if need.Queued != 2 {
+		t.Errorf("%d jobs of 4+ GPUs queued, want early and late", need.Queued)
+	}
+	mu.Lock()
+	clock = clock.Add(90 * time.Minute)
+	mu.Unlock()
+	if err := s.OnFinished(ctx, events.Envelope{ID: "f-urgent"}, &events.JobFinished{JobID: "urgent", Status: events.StatusSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := f.RunTime(8); !ok || d != 90*time.Minute {
+		t.Errorf("run time of 8-GPU jobs %v %v, want 1h30m", d, ok)
+	}
+	// The release placed early and late from the queue: none waits now,
+	// and none was counted twice.
+	if need := f.Need(demand.Shape{Model: "A100", MinGPUs: 4, Within: time.Hour, Now: now()}); need.Queued != 0 {
+		t.Errorf("%d jobs queued after the release, want 0", need.Queued)
+	}
+	if jobs, _ := f.Tracked(); jobs != 2 {
+		t.Errorf("%d jobs tracked, want the 2 running", jobs)
+	}
+	if all, eight := f.Rate(1, "", now()), f.Rate(8, "", now()); math.Abs(all-3*eight) > 1e-12*all {
+		t.Errorf("rate of every job %g, want 3 times the 8-GPU jobs' %g: three arrivals, each counted once", all, eight)
+	}
+}
