@@ -125,6 +125,16 @@ func (f *Forecast) Submitted(id string, gpus int, model string, t time.Time) {
 	}
 }
 
+// Queued tracks a waiting job without counting an arrival: a service
+// rebuilt from its streams learns its queue so.
+func (f *Forecast) Queued(id string, gpus int, model string, t time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, seen := f.jobs[id]; !seen && len(f.jobs) < f.maxJobs {
+		f.jobs[id] = job{gpus: clamp(gpus), model: model, start: t}
+	}
+}
+
 // Started records a job placed at t on GPUs of model: it leaves the
 // queue and runs until its expected end.
 func (f *Forecast) Started(id string, gpus int, model string, t time.Time) {

@@ -95,6 +95,11 @@ func TestRateByModelAndSize(t *testing.T) {
 			t.Errorf("Rate(%d, %q) = %g, want %g", tc.min, tc.model, got, want)
 		}
 	}
+	// A job queued by a rebuild is not an arrival.
+	f.Queued("rebuilt", 8, "", at(0))
+	if got := f.Rate(1, "", at(1)); math.Abs(got-f.Rate(8, "", at(1))*3/2) > 1e-12 {
+		t.Errorf("a rebuilt queue changed the rates: %g", got)
+	}
 	// A redelivered submission is not counted twice.
 	r := f.Rate(1, "", at(1))
 	f.Submitted("a", 8, "H100", at(0))

@@ -32,6 +32,24 @@ func (s *Service) noteDecision(before *store.Snapshot, job store.Job, plan place
 	}
 }
 
+// seedDemand gives a rebuilt service's forecast the queue and the running
+// jobs the store holds (each running since its decision); the rates start
+// again from the next submission, the run times from the next release.
+func (s *Service) seedDemand(snap *store.Snapshot) {
+	for _, j := range snap.JobsInState(store.JobPending) {
+		s.demand.Queued(j.ID, j.Spec.Job.GPUs, j.Spec.Job.GPUModel, s.now())
+	}
+	for _, j := range snap.JobsInState(store.JobPlaced) {
+		if d := j.Decision; d != nil && len(d.Ranks) > 0 {
+			model := j.Spec.Job.GPUModel
+			if n, ok := snap.Node(d.Ranks[0].Node); ok && model == "" {
+				model = n.GPUModel
+			}
+			s.demand.Started(j.ID, len(d.Ranks), model, d.DecidedAt)
+		}
+	}
+}
+
 // newDemand is the service's forecast of demand: the defaults, a half
 // life of an hour.
 func newDemand() *demand.Forecast { return demand.New(demand.Config{}) }

@@ -65,6 +65,12 @@ func TestDemandFedOnTheServiceClock(t *testing.T) {
 	if jobs, _ := f.Tracked(); jobs != 2 {
 		t.Errorf("%d jobs tracked, want the 2 running", jobs)
 	}
+	// A rebuild seeds a new forecast with the running jobs from the store,
+	// and no rate.
+	g := s.ReseedDemand()
+	if jobs, keys := g.Tracked(); jobs != 2 || keys != 0 {
+		t.Errorf("rebuilt: %d jobs and %d rates tracked, want the 2 running and none", jobs, keys)
+	}
 	if all, eight := f.Rate(1, "", now()), f.Rate(8, "", now()); math.Abs(all-3*eight) > 1e-12*all {
 		t.Errorf("rate of every job %g, want 3 times the 8-GPU jobs' %g: three arrivals, each counted once", all, eight)
 	}

@@ -71,3 +71,12 @@ func NewStandby(t testing.TB, b *bus.Bus, cfg Config) *Service {
 
 // Demand is the service's forecast of demand.
 func (s *Service) Demand() *demand.Forecast { return s.demand }
+
+// ReseedDemand gives the service a new forecast of demand seeded from its
+// store, as its rebuild does, and returns it; the old one is left as it
+// was.
+func (s *Service) ReseedDemand() *demand.Forecast {
+	s.demand = newDemand()
+	s.seedDemand(s.store.Snapshot())
+	return s.demand
+}
