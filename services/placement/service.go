@@ -323,6 +323,9 @@ func (s *Service) publish(ctx context.Context, v any) (events.Envelope, error) {
 func (s *Service) OnFinished(ctx context.Context, env events.Envelope, ev *events.JobFinished) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Read before the release is published: a replay moves its clock on
+	// once it sees the release.
+	at := s.now()
 	j, ok := s.store.Snapshot().Job(ev.JobID)
 	if why := mayFinish(env.Scope, j, ok); why != "" {
 		refused := &events.PlacementFinishRefused{JobID: ev.JobID, RequestID: env.ID,
@@ -342,6 +345,7 @@ func (s *Service) OnFinished(ctx context.Context, env events.Envelope, ev *event
 		if err := s.applyReleased(rel); err != nil {
 			return err
 		}
+		s.demand.Ended(ev.JobID, at)
 		s.log.Info("job withdrawn before it was analysed: it will not be placed", "job_id", ev.JobID, "status", ev.Status, "correlation_id", env.CorrelationID)
 	case j.State == store.JobPlaced || j.State == store.JobPending:
 		rel := &events.PlacementReleased{JobID: j.ID, Status: ev.Status, Reason: ev.Reason}
@@ -354,6 +358,7 @@ func (s *Service) OnFinished(ctx context.Context, env events.Envelope, ev *event
 		if err := s.applyReleased(rel); err != nil {
 			return err
 		}
+		s.demand.Ended(j.ID, at)
 		s.log.Info("job released", "job_id", j.ID, "status", ev.Status, "was", j.State, "correlation_id", env.CorrelationID)
 	}
 	// Retried even for a duplicate: a crash may have come between the
@@ -684,7 +689,6 @@ func (s *Service) applyReleased(rel *events.PlacementReleased) error {
 	}
 	delete(s.pendingSince, rel.JobID)
 	s.forget(rel.JobID)
-	s.demand.Ended(rel.JobID, s.now())
 	return nil
 }
 
