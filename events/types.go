@@ -353,6 +353,49 @@ type Explanation struct {
 	Levels []LevelCount `json:"levels,omitempty"`
 	// Candidates are the placements scored, the chosen one first.
 	Candidates []CandidateScore `json:"candidates,omitempty"`
+	// FitTrade is topology-aware's weighing of this job's speed against
+	// a fast node kept whole for the jobs expected next; nil when none
+	// was weighed.
+	FitTrade *FitTrade `json:"fit_trade,omitempty"`
+}
+
+// FitTrade is one weighing of a job's step time against a fast shape:
+// the fastest one-node placement (on Node) would break a node whose free
+// GPUs hold a job of MinGPUs or more; a tighter fit elsewhere (on
+// Tighter) is slower but within the fit tolerance. The tighter fit is
+// taken (Made) only where the forecast of demand says a job needing the
+// shape is likely (Probability ≥ 0.5) before this job ends
+// (HorizonSeconds, its expected run time).
+type FitTrade struct {
+	Made    bool   `json:"made"`
+	Node    string `json:"node"`
+	Tighter string `json:"tighter"`
+	// NodeFree is Node's free GPUs at the decision; MinGPUs the least a
+	// job needing the shape asks: more than would be left on Node once
+	// broken, and at least this job's GPUs (where it takes the whole
+	// node, the jobs as large face the same choice).
+	NodeFree int `json:"node_free"`
+	MinGPUs  int `json:"min_gpus"`
+	// StepSeconds on the fastest placement and on the tighter fit.
+	StepSeconds        float64 `json:"step_seconds"`
+	TighterStepSeconds float64 `json:"tighter_step_seconds"`
+	// HorizonSeconds is this job's expected run time (0: none learned
+	// yet, and the trade is made as without a forecast).
+	HorizonSeconds float64 `json:"horizon_seconds"`
+	// Queued jobs needing the shape, their arrivals expected per hour,
+	// the other free shapes like it (Spare) and the running jobs
+	// expected to free one within the horizon (Ending).
+	Queued          int     `json:"queued"`
+	ArrivalsPerHour float64 `json:"arrivals_per_hour"`
+	Spare           int     `json:"spare"`
+	Ending          int     `json:"ending"`
+	Probability     float64 `json:"probability"`
+	// JobCostSeconds is what the tighter fit costs this job: its run
+	// longer by the step times' ratio. OthersCostSeconds is what breaking
+	// the shape is expected to cost the jobs needing it: those expected to
+	// find none, each waiting half the horizon.
+	JobCostSeconds    float64 `json:"job_cost_seconds"`
+	OthersCostSeconds float64 `json:"others_cost_seconds"`
 }
 
 // NodeDenial counts the nodes one node-policy rule denied.

@@ -241,6 +241,32 @@ func writeExplanation(b *strings.Builder, ex *events.Explanation) {
 		}, func(more int) { t.elide(fmt.Sprintf("%d more candidates", more)) })
 		t.to(b)
 	}
+	writeFitTrade(b, ex.FitTrade)
+}
+
+// writeFitTrade says which way topology-aware weighed the job's speed
+// against a fast node kept whole, and what each side was expected to pay.
+func writeFitTrade(b *strings.Builder, tr *events.FitTrade) {
+	if tr == nil {
+		return
+	}
+	slower := 100 * (tr.TighterStepSeconds/tr.StepSeconds - 1)
+	if tr.Made {
+		fmt.Fprintf(b, "\nfit trade: took the tighter fit on %s, %.1f%% slower per step (%s against %s), keeping %s whole for a job of %d or more GPUs\n",
+			tr.Tighter, slower, seconds(tr.TighterStepSeconds), seconds(tr.StepSeconds), tr.Node, tr.MinGPUs)
+	} else {
+		fmt.Fprintf(b, "\nfit trade: took the faster placement on %s, breaking its room for a job of %d or more GPUs; the tighter fit on %s was %.1f%% slower per step (%s against %s)\n",
+			tr.Node, tr.MinGPUs, tr.Tighter, slower, seconds(tr.TighterStepSeconds), seconds(tr.StepSeconds))
+	}
+	if tr.HorizonSeconds == 0 {
+		b.WriteString("  no run time learned yet: the tighter fit is taken as without a forecast\n")
+		return
+	}
+	h := time.Duration(tr.HorizonSeconds * float64(time.Second)).Round(time.Second)
+	fmt.Fprintf(b, "  needed within this job's expected run (%s): probability %.2f (%d waiting, %.2f arriving an hour, %d spare, %d ending)\n",
+		h, tr.Probability, tr.Queued, tr.ArrivalsPerHour, tr.Spare, tr.Ending)
+	fmt.Fprintf(b, "  expected cost: this job %s on the tighter fit; the jobs needing the room %s if broken\n",
+		time.Duration(tr.JobCostSeconds*float64(time.Second)).Round(time.Second), time.Duration(tr.OthersCostSeconds*float64(time.Second)).Round(time.Second))
 }
 
 // summary is one line about an event for the events table.

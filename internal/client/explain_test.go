@@ -114,6 +114,17 @@ func TestWriteExplainGolden(t *testing.T) {
 	worse.Prediction = &events.Prediction{Strategy: "blind", CommSecondsPerStep: 0.2}
 	worse.Baseline = &events.Prediction{Strategy: "blind", CommSecondsPerStep: 0.1}
 
+	traded := decision("traded", 1, 2)
+	traded.Explanation = &events.Explanation{NodesConsidered: 40, FitTrade: &events.FitTrade{Made: true,
+		Node: "node:h100-002", Tighter: "node:t4-007", NodeFree: 8, MinGPUs: 7, StepSeconds: 1.0, TighterStepSeconds: 1.09,
+		HorizonSeconds: 5400, Queued: 1, ArrivalsPerHour: 0.8, Spare: 0, Ending: 1, Probability: 0.7,
+		JobCostSeconds: 486, OthersCostSeconds: 1890}}
+	declined := decision("declined", 1, 2)
+	declined.Explanation = &events.Explanation{NodesConsidered: 40, FitTrade: &events.FitTrade{
+		Node: "node:h100-002", Tighter: "node:t4-007", NodeFree: 8, MinGPUs: 7, StepSeconds: 1.0, TighterStepSeconds: 1.09,
+		HorizonSeconds: 5400, ArrivalsPerHour: 0.05, Spare: 2, Probability: 0.0003,
+		JobCostSeconds: 486, OthersCostSeconds: 0.5}}
+
 	pending := &events.PlacementPending{JobID: "waits",
 		Reasons: []events.Reason{
 			{Code: "insufficient_free_gpus", Field: "gpus", Message: "needs 16 GPUs on 2 nodes; 12 are free"},
@@ -147,6 +158,8 @@ func TestWriteExplainGolden(t *testing.T) {
 		{"decided-worse", hist("worse", worse)},
 		// Compute weighed by GPU model: each side's compute on its model.
 		{"decided-by-model", hist("by-model", byModel)},
+		{"decided-fit-trade", hist("traded", &events.JobSubmitted{JobID: "traded", GPUs: 2}, traded)},
+		{"decided-fit-trade-declined", hist("declined", &events.JobSubmitted{JobID: "declined", GPUs: 2}, declined)},
 		{"decided-large", hist("big", &events.JobSubmitted{JobID: "big", GPUs: 320}, largeDecision())},
 		{"pending-long", hist("waits", waits...)},
 		{"rejected", hist("bad", &events.JobSubmitted{JobID: "bad", GPUs: 8, Parallelism: &events.Parallelism{}}, rejected)},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/demand"
 	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
@@ -43,6 +44,13 @@ type Planner struct {
 	// ComputeReference weighs compute by GPU model
 	// (engine.Options.ComputeReference; "": blind to the model).
 	ComputeReference string
+	// Demand, when set, is what placement expects next, and Now the
+	// decision's time (engine.Options.Demand).
+	Demand *demand.Forecast
+	Now    time.Time
+	// FitTolerance is engine.Options.FitTolerance (0: the default;
+	// negative: the fastest one-node placement wins).
+	FitTolerance float64
 }
 
 // Plan is what a Planner decided for one job.
@@ -90,7 +98,8 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 	}
 	pv := newPolicyView(ctx, snap, p.Policies, job, log)
 	x := &engine.Explain{}
-	opts := engine.Options{Fabric: p.Fabric, Bandwidths: p.Bandwidths, Budget: p.SearchBudget, Explain: x, ComputeReference: p.ComputeReference}
+	opts := engine.Options{Fabric: p.Fabric, Bandwidths: p.Bandwidths, Budget: p.SearchBudget, Explain: x, ComputeReference: p.ComputeReference,
+		Demand: p.Demand, Now: p.Now, FitTolerance: p.FitTolerance}
 	reserved := 0
 	res := p.Reservation.Holds(job)
 	if res != nil || pv.filters() {

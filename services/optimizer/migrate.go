@@ -36,7 +36,8 @@ const maxBetterPerEvent = 4
 // live job whose last finding a move may fix, and for the spread-out jobs
 // with nothing wrong diagnosed (more nodes than their size needs), the
 // maxBetterPerEvent of them predicted to communicate the most, proposed
-// as better_placement.
+// as better_placement; then the fit trades that did not pay
+// (unpaidTrades).
 func (s *Service) reconsider(ctx context.Context) error {
 	var spread []*liveJob
 	for _, id := range slices.Sorted(func(yield func(string) bool) {
@@ -68,7 +69,7 @@ func (s *Service) reconsider(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return s.unpaidTrades(ctx)
 }
 
 // spreadOut reports whether a job runs on more nodes than its size needs
@@ -101,6 +102,13 @@ func (s *Service) spreadOut(lj *liveJob) bool {
 // onto unhealthy parts (the planner takes healthy GPUs only, and the
 // fork's topology has the down links taken out).
 func (s *Service) propose(ctx context.Context, lj *liveJob, reason string) error {
+	return s.proposeMove(ctx, lj, reason, "", false)
+}
+
+// proposeMove is propose; why, when set, is the message's account of why
+// the job should move, and fastest plans with the fastest one-node
+// placement winning over a tighter fit (no fit tolerance).
+func (s *Service) proposeMove(ctx context.Context, lj *liveJob, reason, why string, fastest bool) error {
 	if s.noMigrations {
 		return nil
 	}
@@ -111,6 +119,9 @@ func (s *Service) propose(ctx context.Context, lj *liveJob, reason string) error
 	}
 	snap := what.Snapshot()
 	planner := &placer.Planner{Strategy: placer.StrategyTopologyAware, Fabric: s.fabric, Log: s.log}
+	if fastest {
+		planner.FitTolerance = -1
+	}
 	plan, err := planner.Plan(ctx, snap, *lj.spec, placer.PlanOptions{})
 	if err != nil || plan.Verdict != outcome.Placed {
 		return nil // nowhere to go now
@@ -165,9 +176,11 @@ func (s *Service) propose(ctx context.Context, lj *liveJob, reason string) error
 	for _, np := range target.Nodes {
 		nodes = append(nodes, np.Node)
 	}
-	why := lj.finding
-	if why == "" || reason == events.MigrationBetterPlacement {
-		why = "a better placement is free"
+	if why == "" {
+		why = lj.finding
+		if why == "" || reason == events.MigrationBetterPlacement {
+			why = "a better placement is free"
+		}
 	}
 	m.Message = fmt.Sprintf("%s: move to %s; communication %.3g s per step there against %.3g s %s now, saving %.3g s of a %.3g s step; pays back a %.0f s restart after %.0f s",
 		why, strings.Join(nodes, ", "), m.ProposedCommSecondsPerStep, base, map[bool]string{true: "measured", false: "predicted"}[lj.telemetry != nil],

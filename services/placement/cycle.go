@@ -444,6 +444,7 @@ func (c *cycle) place(ctx context.Context, job store.Job, fresh bool, done chan<
 		return false, fmt.Errorf("record job %s: %w", job.ID, err)
 	}
 	out.job = job
+	s.noteDecision(before, job, plan, fresh)
 	if plan.Verdict == outcome.Wait {
 		if out.since.IsZero() {
 			s.pendingSince[job.ID] = s.now()

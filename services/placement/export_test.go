@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/demand"
 )
 
 // Rebuild is rebuild, for the tests that look at a store rebuilt from the
@@ -66,4 +67,16 @@ func NewStandby(t testing.TB, b *bus.Bus, cfg Config) *Service {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// Demand is the service's forecast of demand.
+func (s *Service) Demand() *demand.Forecast { return s.demand }
+
+// ReseedDemand gives the service a new forecast of demand seeded from its
+// store, as its rebuild does, and returns it; the old one is left as it
+// was.
+func (s *Service) ReseedDemand() *demand.Forecast {
+	s.demand = newDemand()
+	s.seedDemand(s.store.Snapshot())
+	return s.demand
 }

@@ -78,6 +78,7 @@ func (s *Service) rebuild(ctx context.Context) error {
 	}
 	snap := s.store.Snapshot()
 	placed = len(snap.JobsInState(store.JobPlaced))
+	s.seedDemand(snap)
 	// The nodes are the store's, not the node events read: the stream
 	// keeps a history per node (every start of discovery publishes each
 	// node again), so a 6-node cluster read back twice is 12 events.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/demand"
 	"github.com/toposched/toposched/internal/gpuspeed"
 	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/placer"
@@ -163,6 +164,9 @@ type Service struct {
 	nextReserve time.Time
 	// mig holds the optimizer's migration proposals (migrate.go).
 	mig migrations
+	// demand is what the service expects to be asked for next, learned
+	// from what it decides and releases (demand.go).
+	demand *demand.Forecast
 	// intake holds the jobs waiting for a decision cycle (cycle.go);
 	// inDoubt the outcomes sent that the stream has not confirmed.
 	intake  intake
@@ -210,7 +214,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		ready: make(chan struct{}), strategy: strategy.Name(), searchBudget: cfg.SearchBudget, computeReference: cfg.ComputeReference, policies: cfg.Policies,
 		reserveAfter: reserveAfter, pendingSince: map[string]time.Time{},
 		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision, ackWait: defaultAckWait,
-		life: context.Background()}
+		life: context.Background(), demand: newDemand()}
 	switch {
 	case cfg.MaxStretch == 0:
 		svc.maxStretch = placer.DefaultMaxStretch
@@ -330,6 +334,9 @@ func (s *Service) publish(ctx context.Context, v any) (events.Envelope, error) {
 func (s *Service) OnFinished(ctx context.Context, env events.Envelope, ev *events.JobFinished) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Read before the release is published: a replay moves its clock on
+	// once it sees the release.
+	at := s.now()
 	j, ok := s.store.Snapshot().Job(ev.JobID)
 	if why := mayFinish(env.Scope, j, ok); why != "" {
 		refused := &events.PlacementFinishRefused{JobID: ev.JobID, RequestID: env.ID,
@@ -349,6 +356,7 @@ func (s *Service) OnFinished(ctx context.Context, env events.Envelope, ev *event
 		if err := s.applyReleased(rel); err != nil {
 			return err
 		}
+		s.demand.Ended(ev.JobID, at)
 		s.log.Info("job withdrawn before it was analysed: it will not be placed", "job_id", ev.JobID, "status", ev.Status, "correlation_id", env.CorrelationID)
 	case j.State == store.JobPlaced || j.State == store.JobPending:
 		rel := &events.PlacementReleased{JobID: j.ID, Status: ev.Status, Reason: ev.Reason}
@@ -361,6 +369,7 @@ func (s *Service) OnFinished(ctx context.Context, env events.Envelope, ev *event
 		if err := s.applyReleased(rel); err != nil {
 			return err
 		}
+		s.demand.Ended(j.ID, at)
 		s.log.Info("job released", "job_id", j.ID, "status", ev.Status, "was", j.State, "correlation_id", env.CorrelationID)
 	}
 	// Retried even for a duplicate: a crash may have come between the
@@ -618,7 +627,8 @@ func (s *Service) decide(ctx context.Context, c *cycle, job events.JobAnalyzed, 
 // planner is the Planner of the service's current state.
 func (s *Service) planner() *placer.Planner {
 	return &placer.Planner{Strategy: s.strategy, Fabric: s.fabric, Bandwidths: s.bandwidths.Load(), Policies: s.policies,
-		Reservation: s.reservation, Log: s.log, SearchBudget: s.searchBudget, Compact: s.compact(), ComputeReference: s.computeReference}
+		Reservation: s.reservation, Log: s.log, SearchBudget: s.searchBudget, Compact: s.compact(), ComputeReference: s.computeReference,
+		Demand: s.demand, Now: s.now()}
 }
 
 // predict scores the chosen GPUs and, as the baseline, what blind first

@@ -70,15 +70,17 @@ func (r *runner) finishDue(next int) bool {
 }
 
 // finishRun sends, while no job waits, every finish due before the next
-// arrival (at most finishRunMax) and then waits for all their releases,
-// rather than for each release before the next finish: with nobody
-// waiting a release decides nothing, so the order in which placement
-// handles them changes nothing but the wall time. The replay's own view
-// frees each job's GPUs as its finish is sent, so that the timeline
-// sampled at the next finish is the one the one-at-a-time replay records.
+// arrival (at most finishRunMax), each once the last one's release is
+// seen, and sends no barrier: with nobody waiting a release decides
+// nothing. Each release is still awaited before the clock moves on, since
+// placement learns a job's run time from the clock when it handles the
+// release (its forecast of demand, internal/demand): releases handled
+// later, on a clock that had moved on, would teach it longer runs, by how
+// much depending on the machine's speed. The replay's own view frees each
+// job's GPUs as its finish is sent, so that the timeline sampled at the
+// next finish is the one the one-at-a-time replay records.
 func (r *runner) finishRun(ctx context.Context, next int) error {
-	sent := make([]int, 0, 8)
-	for len(sent) < finishRunMax && r.finishDue(next) {
+	for n := 0; n < finishRunMax && r.finishDue(next); n++ {
 		f := heap.Pop(&r.finishes).(finish)
 		r.sample(f.at)
 		r.advance(f.at)
@@ -86,20 +88,14 @@ func (r *runner) finishRun(ctx context.Context, next int) error {
 		if err := r.finish(ctx, f.job); err != nil {
 			return err
 		}
-		sent = append(sent, f.job)
-	}
-	return r.await(ctx, fmt.Sprintf("release of %d finished jobs", len(sent)), func() bool {
-		for _, i := range sent {
-			if !r.jobs[i].released {
-				return false
-			}
+		if err := r.await(ctx, "release of "+r.jobs[f.job].job.ID, func() bool { return r.jobs[f.job].released }); err != nil {
+			return err
 		}
-		return true
-	})
+	}
+	return nil
 }
 
-// finishRunMax bounds the finishes in flight at once (finishRun), so
-// that the wait for their releases stays well inside the stall timeout.
+// finishRunMax bounds the finishes of one finishRun.
 const finishRunMax = 256
 
 // oneAtATime turns off the virtual clock's two shortcuts, finish runs and

@@ -155,7 +155,19 @@
 // GPUs only when the chosen step is longer than blind's by more than the
 // tolerance. Without a compute time, on a
 // cluster more than half free, or for one GPU, the fastest candidate
-// wins as above. BENCHMARKS.md ("Issue 17: best fit within a tolerance")
+// wins as above.
+//
+// With a forecast of demand (Options.Demand, internal/demand: arrival
+// rates by job size and pinned GPU model, the queue, the running jobs'
+// expected ends), which the placement service keeps, a tighter fit slower
+// than the fastest by more than 0.5% is taken only where the fastest
+// node's shape is likely needed before this job ends (fitTrade, trade.go):
+// the jobs of MinGPUs or more (more than the node would keep free, and at
+// least this job's size) waiting or expected to arrive within the job's
+// learned run time outnumber, with probability 0.5 or more, the other
+// nodes of that model as free and the running jobs due to free one.
+// Otherwise the faster placement is taken. The explanation's FitTrade
+// says which way it went and the expected cost to each side. BENCHMARKS.md ("Issue 17: best fit within a tolerance")
 // says how the tolerance was chosen.
 //
 // # Policies

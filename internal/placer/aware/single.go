@@ -603,7 +603,7 @@ func (p *placer) bestFitWithin(out []*cand, picks []inNode, fav int) int {
 			}
 		}
 		if best >= 0 {
-			return best
+			return p.fitTrade(out, picks, fav, best)
 		}
 		g = end
 	}

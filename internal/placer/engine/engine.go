@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/demand"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 )
@@ -87,6 +88,14 @@ type Options struct {
 	// The search only makes a candidate faster, so one it lets start
 	// stays allowed after it.
 	Compact func(gpus []store.GPUKey, comm float64) (events.Reason, bool)
+	// Demand, when set, is what placement expects to be asked for next,
+	// and Now the decision's time on placement's clock: topology-aware
+	// takes a tighter fit on a slower box (bestFitWithin) only where the
+	// fast shape the faster placement would break is likely needed before
+	// the job ends. Nil: the tighter fit within FitTolerance is taken
+	// wherever there is one.
+	Demand *demand.Forecast
+	Now    time.Time
 }
 
 // NodeView is what a Filter is told of a node: what the candidate walk
