@@ -116,6 +116,12 @@ type Tuning struct {
 	// node (no base latency), NVLSTreeNetLat a step between nodes.
 	NVLS, NVLSTree          bool
 	NVLSLat, NVLSTreeNetLat float64
+	// P2PPXB: the release's default P2P level is PXB (2.23 on), not SYS
+	// with CPU exceptions (transport.go).
+	P2PPXB bool
+	// P2PLevel is NCCL_P2P_LEVEL or NCCL_P2P_DISABLE where set
+	// (WithP2PLevel), topology.Unknown for the release's default.
+	P2PLevel topology.Class
 }
 
 // Tuning27 is NCCL 2.7.5's tuner (src/graph/tuning.cc at v2.7.5-1).
@@ -165,8 +171,8 @@ var DefaultTuning = Tuning220
 // TuningFor is the tuner of an NCCL version ("2.18.3", "2.21"): the
 // tables of the nearest release read (2.7.5 before 2.17, 2.20.3 from
 // 2.17 on: the tables between are not in this repository), with NVLS
-// from 2.17 and NVLS-tree from 2.18, when NCCL added them. "" is
-// DefaultTuning.
+// from 2.17 and NVLS-tree from 2.18, when NCCL added them, and the P2P
+// level's default of 2.23 from 2.23 on. "" is DefaultTuning.
 func TuningFor(version string) (*Tuning, error) {
 	v := strings.TrimPrefix(strings.TrimSpace(version), "v")
 	if v == "" {
@@ -203,6 +209,8 @@ func TuningFor(version string) (*Tuning, error) {
 	}
 	t := *Tuning220
 	t.Version = v
+	// The default P2P level became PXB in 2.23.4 (src/graph/paths.cc).
+	t.P2PPXB = minor >= 23
 	return &t, nil
 }
 

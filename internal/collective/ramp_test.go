@@ -128,7 +128,7 @@ func TestRampOnlySlows(t *testing.T) {
 // without it.
 func rampedCost(t *testing.T, p Placement, a Algorithm, S float64) (with, without float64) {
 	t.Helper()
-	m, err := newModel(p, nil)
+	m, err := newModel(p, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
