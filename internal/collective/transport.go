@@ -129,9 +129,10 @@ func P2PLevelFromEnv(disable, level string) (topology.Class, error) {
 // nvLinkPerLinkOf is the NVLink rate (GB/s per link and direction) of a
 // GPU model whose links run slower than their generation's, 0 for the
 // rest: the GA102 boards (RTX 3090, RTX A6000, A5000, A4500, A40) have
-// four third-generation links to their bridge, "112.5 GB/s
-// (bidirectional)" in all (RTX A6000 datasheet), 14.0625 each way per
-// link, where the A100's run at 25. NCCL counts 12 per link for them
+// "four x4 links, with each link providing 14.0625 GB/sec bandwidth in
+// each direction" (NVIDIA Ampere GA102 GPU Architecture whitepaper;
+// "112.5 GB/s (bidirectional)" on the RTX A6000 datasheet), where the
+// A100's x8 links run at 25. NCCL counts 12 per link for them
 // (topo.h SM86_NVLINK_BW) against 20 for the A100's (SM80_NVLINK_BW),
 // the same ratio.
 func nvLinkPerLinkOf(model string) float64 {
