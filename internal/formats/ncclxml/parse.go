@@ -339,11 +339,13 @@ func (p *parser) startCPU(attrs map[string]string, line int) error {
 		attr string
 		dst  *int
 	}{{"familyid", &c.proc.Family}, {"modelid", &c.proc.Model}} {
+		// Only the cost model's CPU kind needs these: a bad one is
+		// warned of, not a reason to refuse the file.
 		v, ok, err := p.intAttr(attrs, "cpu", f.attr, line, 0, 1<<20)
 		if err != nil {
-			return err
+			p.t.warnf("%v; the CPU's %s is left unknown", err, f.attr)
 		}
-		if ok {
+		if ok && err == nil {
 			*f.dst = int(v)
 		}
 	}
