@@ -610,6 +610,13 @@ type TopologyNode struct {
 	NVSwitches int        `json:"nvswitches,omitempty"`
 	NVLinkGen  int        `json:"nvlink_gen,omitempty"`
 	PCIeGen    int        `json:"pcie_gen,omitempty"`
+	// P2P[i][j] is whether GPUs[i] can use CUDA peer-to-peer to GPUs[j]
+	// as nvidia-smi topo -p2p prints it (X, OK, NS, CNS, GNS, TNS, DRK,
+	// U); absent where the source did not say (P2P is then assumed).
+	P2P [][]string `json:"p2p,omitempty"`
+	// CPU is the host's processor where the source says (NCCL XML): it
+	// decides NCCL's P2P level and its inter-socket bandwidth.
+	CPU *CPU `json:"cpu,omitempty"`
 	// Source names where the description came from (a file, nvml).
 	Source string `json:"source,omitempty"`
 	// Warnings say what the source lacked.
@@ -617,6 +624,14 @@ type TopologyNode struct {
 	// Inferred are facts worked out rather than read (an NVLink
 	// generation from NV18 on every pair, say), each with its ground.
 	Inferred []string `json:"inferred,omitempty"`
+}
+
+// CPU is a node's host processor as NCCL's topology XML gives it.
+type CPU struct {
+	Arch   string `json:"arch,omitempty"`
+	Vendor string `json:"vendor,omitempty"`
+	Family int    `json:"family,omitempty"`
+	Model  int    `json:"model,omitempty"`
 }
 
 // Switch is one fabric switch and what hangs below it. Rates are in Gb/s

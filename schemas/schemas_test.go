@@ -413,6 +413,8 @@ func TestProblems(t *testing.T) {
 		{"long label value", "jobs.submitted", `{"job_id":"a","gpus":1,"labels":{"team":"` + strings.Repeat("é", 1025) + `"}}`,
 			[]where{{"labels.team", "maxLength"}}},
 		{"longest label value", "topology.node", `{"name":"n","position":0,"gpus":[],"labels":{"team":"` + strings.Repeat("é", 1024) + `"}}`, nil},
+		{"p2p matrix and cpu", "topology.node", `{"name":"n","position":0,"gpus":[],"p2p":[["X","NS"],["NS","X"]],"cpu":{"arch":"x86_64","vendor":"GenuineIntel","family":6,"model":85}}`, nil},
+		{"bad p2p status", "topology.node", `{"name":"n","position":0,"gpus":[],"p2p":[["X","MAYBE"]]}`, []where{{"p2p[0][1]", "enum"}}},
 		{"long label key", "jobs.submitted", `{"job_id":"a","gpus":1,"labels":{"` + strings.Repeat("k", 318) + `":"v"}}`,
 			[]where{{"labels." + strings.Repeat("k", 318), "propertyNames"}}},
 		{"many groups", "jobs.submitted", `{"job_id":"a","gpus":1,"groups":[` +

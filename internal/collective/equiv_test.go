@@ -202,7 +202,7 @@ func TestLinkIDs(t *testing.T) {
 		ranks = append(ranks, g.Ranks[:3]...)
 	}
 	ranks = append(append(ranks, NodeRanks(pcie)...), NodeRanks(dn, 2, 1)...)
-	m, err := newModel(Placement{Ranks: ranks, Fabric: bj.Fabric}, nil)
+	m, err := newModel(Placement{Ranks: ranks, Fabric: bj.Fabric}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

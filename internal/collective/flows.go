@@ -214,6 +214,8 @@ func (m *model) localLink(i, j int) int32 {
 		cl = nd.n.GPUPaths[ri.gpu][rj.gpu].Class
 	}
 	switch {
+	case nd.n.GPUPaths != nil && nd.usesSHM(ri.gpu, rj.gpu, cl):
+		return nd.port(kPCIe, ri.gpu, tx)
 	case cl == topology.NV && nd.nvSwitch:
 		return nd.port(kNVPort, ri.gpu, tx)
 	case cl == topology.NV || cl == topology.NVB:
@@ -233,6 +235,9 @@ func (m *model) routeLocal(ph *phase, node int32, ga, gb int, b float64) hop {
 	}
 	var lat hop
 	us := m.bw.LatencyUS[l.Class] + m.stepOverheadUS(nd.nodeInfo)
+	if nd.usesSHM(ga, gb, l.Class) {
+		return m.routeSHM(ph, nd, l.Class, ga, gb, b, hop{hwPCI: us})
+	}
 	if l.Class.NVLink() {
 		lat[hwNVLink] = us
 	} else {
@@ -249,9 +254,6 @@ func (m *model) routeLocal(ph *phase, node int32, ga, gb int, b float64) hop {
 	case topology.NVB:
 		ph.add(nd.pair(ga, gb), b)
 	default:
-		if nd.n.P2POff(ga, gb) {
-			return m.routeSHM(ph, nd, l.Class, ga, gb, b, lat)
-		}
 		ph.add(nd.port(kPCIe, ga, tx), b)
 		ph.add(nd.port(kPCIe, gb, rx), b)
 		if l.Class == topology.SYS {
@@ -265,8 +267,9 @@ func (m *model) routeLocal(ph *phase, node int32, ga, gb int, b float64) hop {
 	return lat
 }
 
-// routeSHM adds a flow between two GPUs of a node that cannot use P2P:
-// NCCL's SHM transport, through host memory (SHMShare). Each byte costs
+// routeSHM adds a flow between two GPUs of a node that NCCL does not join
+// by P2P (transport.go): its SHM transport, through host memory
+// (SHMShare). Each byte costs
 // the GPUs' PCIe links 1/SHMShare of a P2P byte; GPUs under one PCIe
 // switch (PIX, PXB) share its uplink to the host (the node's host link);
 // across sockets the copy crosses the inter-socket link as P2P would. A

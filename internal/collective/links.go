@@ -20,9 +20,9 @@ const (
 	kSMP                 // the inter-socket link of a node (b: dir)
 	kNIC                 // a NIC's link to its leaf (a: NIC position or -1, b: dir)
 	// kHost is a node's PCIe uplink to host memory as NCCL's SHM transport
-	// uses it between GPUs without P2P under one PCIe switch (b: dir, tx
-	// into host memory); only nodes with such pairs have it, so the links
-	// of every other node keep their ids.
+	// uses it between GPUs under one PCIe switch that it does not join by
+	// P2P (b: dir, tx into host memory); only nodes with such pairs have
+	// it, so the links of every other node keep their ids.
 	kHost
 	kUplink // a leaf's uplinks (node: -1, a: leaf, b: dir)
 )
@@ -96,7 +96,7 @@ func (nd *nodeInfo) blockSize(kind uint8) int32 {
 	case kSMP:
 		return 2
 	case kHost:
-		if nd.n.AnyP2POff() {
+		if nd.hostLink {
 			return 2
 		}
 	case kNIC:

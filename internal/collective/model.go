@@ -210,22 +210,20 @@ var (
 // buffer per rank for all_reduce and sendrecv, the gathered buffer for
 // all_gather and reduce_scatter, the send buffer per rank for all_to_all).
 func Predict(p Placement, c Collective, bytes float64, opt Options) (Result, error) {
-	m, err := newModel(p, opt.Contention)
+	m, err := newModel(p, opt.Contention, opt.Tuning)
 	if err != nil {
 		return Result{}, err
 	}
-	m.tuning = opt.Tuning.tuning()
 	return m.predict(c, bytes, opt.Algorithm, opt.Candidates, opt.Protocol)
 }
 
 // Algorithms lists the algorithms that apply to c on p with NCCL release
 // tun (nil: DefaultTuning), in a fixed order (not by cost).
 func Algorithms(p Placement, c Collective, tun *Tuning) []Algorithm {
-	m, err := newModel(p, nil)
+	m, err := newModel(p, nil, tun)
 	if err != nil {
 		return nil
 	}
-	m.tuning = tun.tuning()
 	var out []Algorithm
 	for _, a := range candidates(c) {
 		if m.applies(c, a) {

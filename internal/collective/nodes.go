@@ -25,11 +25,13 @@ type NodeSpec struct {
 	PCIePath func(a, b int) topology.Class
 	// NoP2P: no pair of GPUs can use P2P (nvidia-smi topo -p2p prints NS).
 	NoP2P bool
+	// CPU is the host's (NCCL XML's <cpu>; zero: not known).
+	CPU topology.CPU
 }
 
 // BuildNode makes the node a spec describes.
 func BuildNode(s NodeSpec) *topology.Node {
-	n := &topology.Node{Name: s.Name, NVLinkGen: s.NVLinkGen, PCIeGen: s.PCIeGen}
+	n := &topology.Node{Name: s.Name, NVLinkGen: s.NVLinkGen, PCIeGen: s.PCIeGen, CPU: s.CPU}
 	if s.NVLinks > 0 {
 		n.NVSwitches = 1
 	}

@@ -83,9 +83,13 @@ type nodeInfo struct {
 	nicKind []string
 	// eff is the calibration's efficiency on this node (its GPU model's
 	// where the calibration has one).
-	eff  topology.Efficiency
-	cc   int   // compute capability x10 (ComputeCapability)
-	leaf int32 // -1: no fabric or not listed
+	eff topology.Efficiency
+	cc  int // compute capability x10 (ComputeCapability)
+	// p2pLevel is the farthest path class NCCL joins by P2P on the node
+	// (transport.go), hostLink whether the node has a host link (kHost).
+	p2pLevel topology.Class
+	hostLink bool
+	leaf     int32 // -1: no fabric or not listed
 	// localNICs is each GPU's nearest NIC (valid where the root has a
 	// rank on the GPU); rankAt the root's rank on each GPU (-1: none).
 	localNICs []int
@@ -98,11 +102,15 @@ type nodeInfo struct {
 	size [kUplink]int32
 }
 
-func newModel(p Placement, cont Contention) (*model, error) {
+// newModel is the root model of a placement under NCCL release tun (nil:
+// DefaultTuning), which decides the transports the links are laid out
+// for.
+func newModel(p Placement, cont Contention, tun *Tuning) (*model, error) {
 	if len(p.Ranks) == 0 {
 		return nil, ErrNoRanks
 	}
 	m := newRoot(p.Fabric, p.Bandwidths, cont, len(p.Ranks))
+	m.tuning = tun.tuning()
 	for i, r := range p.Ranks {
 		if _, err := m.addRank(i, r, false); err != nil {
 			return nil, err
@@ -151,6 +159,7 @@ func (m *model) addRank(i int, r Rank, dedupe bool) (bool, error) {
 func (m *model) finish() {
 	for _, nd := range m.nodes {
 		m.nicsOf(nd)
+		m.setTransport(nd)
 	}
 	m.leaves()
 	m.layout()
@@ -191,9 +200,17 @@ func (m *model) describe(n *topology.Node) *nodeInfo {
 	if nv == 0 {
 		nv = m.bw.NVLinkPerLink[m.bw.DefaultNVLinkGen]
 	}
+	if r := nvLinkPerLinkOf(model); r > 0 {
+		nv = r
+	}
 	nd.perLink = nv
 	nd.pcie, _ = m.bw.Of(topology.Link{Class: topology.PIX}, n.NVLinkGen, n.PCIeGen)
 	nd.smp = m.bw.SMP
+	if s := n.CPU.Kind().InterSocketGBps(); s > 0 {
+		// NCCL's figure is what a transfer gets; the links hold line
+		// rates, which the PCIe efficiency then scales.
+		nd.smp = s / EffPCIe
+	}
 	// One allocation for the per-GPU and per-NIC figures each.
 	G := len(n.GPUs)
 	fs := take(&m.sc.floats, G+len(n.NICs)+1)

@@ -122,6 +122,12 @@ type Tuning struct {
 	// Blackwell GPUs (0: NVLSChannels, as on Hopper); ramp.go.
 	NVLSTreeChunk     float64
 	NVLSChannelsSM100 int
+	// P2PPXB: the release's default P2P level is PXB (2.23 on), not SYS
+	// with CPU exceptions (transport.go).
+	P2PPXB bool
+	// P2PLevel is NCCL_P2P_LEVEL or NCCL_P2P_DISABLE where set
+	// (WithP2PLevel), topology.Unknown for the release's default.
+	P2PLevel topology.Class
 }
 
 // Tuning27 is NCCL 2.7.5's tuner (src/graph/tuning.cc at v2.7.5-1).
@@ -202,8 +208,8 @@ var DefaultTuning = Tuning220
 // tables of the nearest release read (2.7.5 before 2.17, 2.20.3 from
 // 2.17 to 2.20, 2.26.6 from 2.21 on, whose NVLS latency and NVLS-tree
 // chunk came with 2.21.5: the tables between are not in this repository),
-// with NVLS from 2.17 and NVLS-tree from 2.18, when NCCL added them. ""
-// is DefaultTuning.
+// with NVLS from 2.17 and NVLS-tree from 2.18, when NCCL added them, and
+// the P2P level's default of 2.23 from 2.23 on. "" is DefaultTuning.
 func TuningFor(version string) (*Tuning, error) {
 	v := strings.TrimPrefix(strings.TrimSpace(version), "v")
 	if v == "" {
@@ -244,6 +250,8 @@ func TuningFor(version string) (*Tuning, error) {
 	}
 	t := *Tuning226
 	t.Version = v
+	// The default P2P level became PXB in 2.23.4 (src/graph/paths.cc).
+	t.P2PPXB = minor >= 23
 	return &t, nil
 }
 

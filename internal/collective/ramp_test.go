@@ -135,7 +135,7 @@ func TestRampOnlySlows(t *testing.T) {
 // without it.
 func rampedCost(t *testing.T, p Placement, a Algorithm, S float64) (with, without float64) {
 	t.Helper()
-	m, err := newModel(p, nil)
+	m, err := newModel(p, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestNVLSTreeByRelease(t *testing.T) {
 		{"2.20 h100 4 nodes", h100x8, 4, Tuning220, 64 << 10, 16},
 		{"2.26 b200 4 nodes", b200x8, 4, tun226, 64 << 10, 32},
 	} {
-		m, err := newModel(onNodes(tc.spec, tc.nodes, 8)(), nil)
+		m, err := newModel(onNodes(tc.spec, tc.nodes, 8)(), nil, tc.tun)
 		if err != nil {
 			t.Fatal(err)
 		}

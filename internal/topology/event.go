@@ -30,6 +30,18 @@ func (n *Node) Event() events.TopologyNode {
 	}
 	ev.GPUPaths = renderLinks(n.GPUPaths)
 	ev.NICPaths = renderLinks(n.NICPaths)
+	if n.P2P != nil {
+		ev.P2P = make([][]string, len(n.P2P))
+		for i, row := range n.P2P {
+			ev.P2P[i] = make([]string, len(row))
+			for j, s := range row {
+				ev.P2P[i][j] = s.String()
+			}
+		}
+	}
+	if n.CPU != (CPU{}) {
+		ev.CPU = &events.CPU{Arch: n.CPU.Arch, Vendor: n.CPU.Vendor, Family: n.CPU.Family, Model: n.CPU.Model}
+	}
 	return ev
 }
 
@@ -54,6 +66,20 @@ func FromEvent(ev events.TopologyNode) (*Node, error) {
 	}
 	if n.NICPaths, err = parseLinks(ev.NICPaths); err != nil {
 		errs = append(errs, fmt.Errorf("nic_paths: %w", err))
+	}
+	if ev.P2P != nil {
+		n.P2P = make([][]P2PStatus, len(ev.P2P))
+		for i, row := range ev.P2P {
+			n.P2P[i] = make([]P2PStatus, len(row))
+			for j, s := range row {
+				if n.P2P[i][j], err = ParseP2PStatus(s); err != nil {
+					errs = append(errs, fmt.Errorf("p2p[%d][%d]: %w", i, j, err))
+				}
+			}
+		}
+	}
+	if ev.CPU != nil {
+		n.CPU = CPU{Arch: ev.CPU.Arch, Vendor: ev.CPU.Vendor, Family: ev.CPU.Family, Model: ev.CPU.Model}
 	}
 	if len(errs) == 0 && n.GPUPaths != nil {
 		if err := n.Validate(); err != nil {

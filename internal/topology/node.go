@@ -62,6 +62,9 @@ type Node struct {
 	// (nvidia-smi topo -p2p, NVML GetP2PStatus); nil where the source did
 	// not say, and then P2P is taken as available.
 	P2P [][]P2PStatus `json:"p2p,omitempty"`
+	// CPU is the node's host processor where the source says (NCCL XML);
+	// it decides NCCL's P2P level and the inter-socket bandwidth.
+	CPU CPU `json:"cpu,omitzero"`
 	// NVSwitches counts the node's NVSwitch chips where the source says.
 	NVSwitches int `json:"nvswitches,omitempty"`
 	// NVLinkGen is the NVLink generation (2 for V100, 3 for A100, 4 for
@@ -254,6 +257,13 @@ func (n *Node) LinksKey() LinksKey {
 				num(int(s))
 			}
 		}
+	}
+	// Likewise a node whose CPU is known.
+	if n.CPU != (CPU{}) {
+		str(n.CPU.Arch)
+		str(n.CPU.Vendor)
+		num(n.CPU.Family)
+		num(n.CPU.Model)
 	}
 	sum := sha256.Sum256(b)
 	copy(k[:], sum[:])

@@ -154,3 +154,38 @@ func TestEventRoundTrip(t *testing.T) {
 		t.Fatalf("bad cell: %v", err)
 	}
 }
+
+// The P2P matrix and the CPU travel in topology.node: placement prices
+// the pairs NCCL moves through host memory only if they arrive.
+func TestEventCarriesP2PAndCPU(t *testing.T) {
+	t.Parallel()
+	n := sample()
+	n.Name, n.Source = "s", "sample"
+	for i := range n.NICs {
+		n.NICs[i].Index = i
+	}
+	g := len(n.GPUs)
+	n.P2P = make([][]P2PStatus, g)
+	for i := range g {
+		n.P2P[i] = make([]P2PStatus, g)
+		for j := range g {
+			n.P2P[i][j] = P2PNotSupported
+			if i == j {
+				n.P2P[i][j] = P2PSelf
+			}
+		}
+	}
+	n.CPU = CPU{Arch: "x86_64", Vendor: "GenuineIntel", Family: 6, Model: 85}
+	back, err := FromEvent(n.Event())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, n) {
+		t.Fatalf("round trip:\n%+v\n%+v", back, n)
+	}
+	ev := n.Event()
+	ev.P2P[0][1] = "MAYBE"
+	if _, err := FromEvent(ev); err == nil || !strings.Contains(err.Error(), "p2p[0][1]") {
+		t.Fatalf("bad cell: %v", err)
+	}
+}

@@ -125,9 +125,14 @@
 // pair; the node's NVSwitches are written as pci devices of class
 // 0x068000 (NCCL ignores them) that the links point to.
 //
+// Parse reads the first <cpu>'s arch, vendor, familyid and modelid into
+// the node's CPU, from which the cost model takes NCCL's P2P level and
+// inter-socket bandwidth.
+//
 // Export leaves to NCCL what the node does not hold: sm, gdr and rank of
 // GPUs, the NICs' port and guid, link widths (the made-up switches say x16)
-// and the CPUs' vendor and model. It writes the node's bus ids: a VM whose
+// and the CPUs' vendor and model (NCCL reads its own CPU, and a file for
+// another host's would mislead it). It writes the node's bus ids: a VM whose
 // passthrough devices have other addresses needs them mapped first. The
 // node keeps no NIC link layer, so RDMA NICs are written as class 0x020700
 // (InfiniBand) and others as 0x020000. Read back, the file gives the same

@@ -716,7 +716,8 @@ func TestNVLinkOfModel(t *testing.T) {
 // the NVLink generation.
 func kept(n *topology.Node) topology.Node {
 	c := *n
-	c.Source, c.Warnings, c.NVLinkGen = "", nil, 0
+	// Export leaves the CPU to NCCL, which reads its own.
+	c.Source, c.Warnings, c.NVLinkGen, c.CPU = "", nil, 0, topology.CPU{}
 	c.GPUs = slices.Clone(n.GPUs)
 	for i := range c.GPUs {
 		c.GPUs[i].Model = ""
@@ -955,5 +956,41 @@ func TestTolerated(t *testing.T) {
 		if !hasWarning(n, w) {
 			t.Errorf("no warning %q in %q", w, n.Warnings)
 		}
+	}
+}
+
+// The first <cpu> naming its arch gives the node's CPU, as NCCL reads it;
+// a familyid or modelid that is not a number leaves it unknown with a
+// warning rather than refusing a file that NCCL would read.
+func TestCPU(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, cpu string
+		want      topology.CPU
+		warn      string
+	}{
+		{"intel", `<cpu numaid="0" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="85">`,
+			topology.CPU{Arch: "x86_64", Vendor: "GenuineIntel", Family: 6, Model: 85}, ""},
+		{"zhaoxin keeps its spaces", `<cpu numaid="0" arch="x86_64" vendor="  Shanghai  " familyid="7" modelid="91">`,
+			topology.CPU{Arch: "x86_64", Vendor: "  Shanghai  ", Family: 7, Model: 91}, ""},
+		{"no cpu attributes", `<cpu numaid="0">`, topology.CPU{}, ""},
+		{"bad modelid", `<cpu numaid="0" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="Skylake">`,
+			topology.CPU{Arch: "x86_64", Vendor: "GenuineIntel", Family: 6}, `modelid="Skylake"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			doc := `<system version="1">` + tc.cpu + `<pci busid="0000:01:00.0" class="0x030200"><gpu dev="0"/></pci></cpu></system>`
+			n, err := Parse("f.xml", []byte(doc), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.CPU != tc.want {
+				t.Errorf("CPU %+v, want %+v", n.CPU, tc.want)
+			}
+			warned := strings.Contains(strings.Join(n.Warnings, "\n"), tc.warn)
+			if tc.warn != "" && !warned {
+				t.Errorf("warnings %q lack %q", n.Warnings, tc.warn)
+			}
+		})
 	}
 }

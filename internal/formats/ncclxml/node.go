@@ -75,6 +75,13 @@ func (b *builder) errf(line int, format string, args ...any) error {
 
 func (b *builder) build() (*topology.Node, error) {
 	b.n = &topology.Node{Source: b.t.file}
+	// One host has one kind of CPU: the first cpu that names its arch.
+	for _, c := range b.t.cpus {
+		if c.proc.Arch != "" {
+			b.n.CPU = c.proc
+			break
+		}
+	}
 	b.classify()
 	if err := b.collectGPUs(); err != nil {
 		return nil, err

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // Limits that keep a hostile file from costing more than a real one could.
@@ -53,7 +55,8 @@ type elem struct {
 	// cpu
 	numa     int // -1 when not given
 	affinity string
-	cpuNICs  []*nicElem // <nic> elements directly under the cpu
+	proc     topology.CPU // arch, vendor, familyid, modelid as given
+	cpuNICs  []*nicElem   // <nic> elements directly under the cpu
 }
 
 type gpuElem struct {
@@ -329,6 +332,22 @@ func (p *parser) startCPU(attrs map[string]string, line int) error {
 	}
 	if ok {
 		c.numa = int(numa)
+	}
+	// The vendor as given: Zhaoxin's "  Shanghai  " keeps its spaces.
+	c.proc = topology.CPU{Arch: strings.TrimSpace(attrs["arch"]), Vendor: attrs["vendor"]}
+	for _, f := range []struct {
+		attr string
+		dst  *int
+	}{{"familyid", &c.proc.Family}, {"modelid", &c.proc.Model}} {
+		// Only the cost model's CPU kind needs these: a bad one is
+		// warned of, not a reason to refuse the file.
+		v, ok, err := p.intAttr(attrs, "cpu", f.attr, line, 0, 1<<20)
+		if err != nil {
+			p.t.warnf("%v; the CPU's %s is left unknown", err, f.attr)
+		}
+		if ok && err == nil {
+			*f.dst = int(v)
+		}
 	}
 	c.affinity = strings.TrimSpace(attrs["affinity"])
 	if c.affinity != "" && !maskPattern.MatchString(c.affinity) {

@@ -16,6 +16,9 @@ func render(n *topology.Node) string {
 	fmt.Fprintf(&b, "source: %s\n", n.Source)
 	fmt.Fprintf(&b, "GPUs: %d  NICs: %d  NVSwitches: %d  NVLink gen: %d  PCIe gen: %d\n\n",
 		len(n.GPUs), len(n.NICs), n.NVSwitches, n.NVLinkGen, n.PCIeGen)
+	if n.CPU != (topology.CPU{}) {
+		fmt.Fprintf(&b, "CPU: %s (%s %q family %d model %d)\n\n", n.CPU.Kind(), n.CPU.Arch, n.CPU.Vendor, n.CPU.Family, n.CPU.Model)
+	}
 	// Into b, a strings.Builder: no write, so no flush, can fail.
 	tw := textout.Table(&b, 0, 4, 2, ' ', 0)
 	tw.Println("GPU\tbus id\tNUMA\tCPU affinity")

@@ -84,6 +84,7 @@ func Discover(lib nvml.Interface, opts Options) (*topology.Node, error) {
 	}
 	d.nvlinks()
 	d.gpuPaths()
+	d.p2p()
 	d.nics()
 	d.flushNotes()
 	if err := d.node.Validate(); err != nil {
@@ -354,6 +355,65 @@ func (d *discoverer) gpuPaths() {
 		}
 	}
 	d.node.GPUPaths = m
+}
+
+// p2p fills the P2P matrix from NVML's GetP2PStatus, read and write, the
+// two NCCL checks (src/graph/paths.cc, ncclTopoCheckP2p: a pair whose
+// read or write status is not OK gets no P2P, and NCCL moves its data
+// through host memory). A pair NVML gives no status for stays unknown
+// (P2P assumed, as NCCL assumes it); the matrix stays nil where NVML
+// answers for no pair.
+func (d *discoverer) p2p() {
+	n := len(d.gpus)
+	m := make([][]topology.P2PStatus, n)
+	known := false
+	for i := range m {
+		m[i] = make([]topology.P2PStatus, n)
+		m[i][i] = topology.P2PSelf
+	}
+	for i, a := range d.gpus {
+		for j, b := range d.gpus {
+			if i == j {
+				continue
+			}
+			s := topology.P2POK
+			for _, idx := range []nvml.GpuP2PCapsIndex{nvml.P2P_CAPS_INDEX_READ, nvml.P2P_CAPS_INDEX_WRITE} {
+				st, ret := call(func() (nvml.GpuP2PStatus, nvml.Return) { return a.dev.GetP2PStatus(b.dev, idx) })
+				if ret != nvml.SUCCESS {
+					s = topology.P2PUnknown
+					continue
+				}
+				known = true
+				if c := p2pStatus(st); c != topology.P2POK {
+					s = c
+					break
+				}
+			}
+			m[i][j] = s
+		}
+	}
+	if known {
+		d.node.P2P = m
+	}
+}
+
+// p2pStatus is NVML's P2P status as nvidia-smi topo -p2p prints it.
+func p2pStatus(s nvml.GpuP2PStatus) topology.P2PStatus {
+	switch s {
+	case nvml.P2P_STATUS_OK:
+		return topology.P2POK
+	case nvml.P2P_STATUS_CHIPSET_NOT_SUPPORTED:
+		return topology.P2PChipsetNotSupported
+	case nvml.P2P_STATUS_GPU_NOT_SUPPORTED:
+		return topology.P2PGPUNotSupported
+	case nvml.P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED:
+		return topology.P2PTopologyNotSupported
+	case nvml.P2P_STATUS_DISABLED_BY_REGKEY:
+		return topology.P2PDisabledByRegkey
+	case nvml.P2P_STATUS_NOT_SUPPORTED:
+		return topology.P2PNotSupported
+	}
+	return topology.P2PUnknown
 }
 
 func (d *discoverer) gpuPair(a, b *gpu, bPos, aPos, numaNodes int) topology.Link {

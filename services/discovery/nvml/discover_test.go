@@ -248,6 +248,59 @@ func TestDiscoverPCIeOnly(t *testing.T) {
 	}
 }
 
+// NVML's P2P statuses, read and write, make the P2P matrix as
+// nvidia-smi topo -p2p prints it: consumer cards with P2P only under each
+// switch, a pair whose write status alone is off, a pair NVML does not
+// answer for. Without GetP2PStatus the matrix is nil (TestDiscoverStockMock).
+func TestDiscoverP2PStatus(t *testing.T) {
+	t.Parallel()
+	srv := dgxa100.New()
+	wire(srv, fabric{
+		ancestor: func(i, j int) (nvml.GpuTopologyLevel, nvml.Return) {
+			if i/2 == j/2 {
+				return nvml.TOPOLOGY_SINGLE, nvml.SUCCESS
+			}
+			return nvml.TOPOLOGY_SYSTEM, nvml.SUCCESS
+		},
+		numa:     func(i int) int { return i / 4 },
+		affinity: func(i int) []uint { return cpuMask(i / 4) },
+		p2p: func(i, j int, idx nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return) {
+			switch {
+			case min(i, j) == 6 && max(i, j) == 7:
+				return 0, nvml.ERROR_NOT_SUPPORTED
+			case min(i, j) == 4 && max(i, j) == 5 && idx == nvml.P2P_CAPS_INDEX_WRITE:
+				return nvml.P2P_STATUS_DISABLED_BY_REGKEY, nvml.SUCCESS
+			case i/2 == j/2:
+				return nvml.P2P_STATUS_OK, nvml.SUCCESS
+			case i/4 != j/4:
+				return nvml.P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED, nvml.SUCCESS
+			}
+			return nvml.P2P_STATUS_NOT_SUPPORTED, nvml.SUCCESS
+		},
+	})
+	n := discover(t, srv, host(t, false, "200 Gb/sec (4X HDR)"))
+	for i := range 8 {
+		for j := range 8 {
+			want := topology.P2PNotSupported
+			switch {
+			case i == j:
+				want = topology.P2PSelf
+			case i/2 == 3 && j/2 == 3:
+				want = topology.P2PUnknown
+			case i/2 == 2 && j/2 == 2:
+				want = topology.P2PDisabledByRegkey
+			case i/2 == j/2:
+				want = topology.P2POK
+			case i/4 != j/4:
+				want = topology.P2PTopologyNotSupported
+			}
+			if got := n.P2P[i][j]; got != want {
+				t.Errorf("GPU%d-GPU%d: %s, want %s", i, j, got, want)
+			}
+		}
+	}
+}
+
 // NVLink bridges, no switch: GPUs 2k and 2k+1 share 4 direct links (links
 // 4-11 are down); the other pairs go over PCIe.
 func TestDiscoverNVLinkBridges(t *testing.T) {
@@ -304,8 +357,8 @@ func TestDiscoverStockMock(t *testing.T) {
 	if len(n.GPUs) != 8 || n.GPUs[0].NUMA != -1 || n.GPUs[0].BusID != "" {
 		t.Errorf("GPUs %+v", n.GPUs)
 	}
-	if n.GPUPaths[0][1].Class != topology.Unknown || len(n.NICs) != 0 || n.NICPaths != nil {
-		t.Errorf("paths %v NICs %v %v", n.GPUPaths[0], n.NICs, n.NICPaths)
+	if n.GPUPaths[0][1].Class != topology.Unknown || len(n.NICs) != 0 || n.NICPaths != nil || n.P2P != nil {
+		t.Errorf("paths %v NICs %v %v P2P %v", n.GPUPaths[0], n.NICs, n.NICPaths, n.P2P)
 	}
 	all := strings.Join(n.Warnings, "\n")
 	for _, want := range []string{"GPU0: NVML gives no PCI bus id", "left unknown", "no RDMA NICs"} {

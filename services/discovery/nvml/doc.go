@@ -30,6 +30,7 @@
 //
 // Discover fills a topology.Node: each GPU's index, UUID, model, memory,
 // PCI bus id, NUMA node, CPU affinity and MIG mode; the GPU×GPU matrix; the
+// P2P matrix (GetP2PStatus, read and write, as NCCL checks them); the
 // RDMA NICs found in sysfs and the GPU×NIC matrix. A GPU's NUMA node is
 // its PCI device's numa_node in sysfs, the CPU side's node that the NICs'
 // compare with; NVML's GetNumaNodeId, which names the GPU's own memory node

@@ -181,6 +181,8 @@ type fabric struct {
 	ancestor func(i, j int) (nvml.GpuTopologyLevel, nvml.Return)
 	numa     func(i int) int // nil: GetNumaNodeId left unmocked
 	affinity func(i int) []uint
+	// p2p is GPU i's P2P status to GPU j (nil: GetP2PStatus unmocked).
+	p2p func(i, j int, idx nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return)
 }
 
 // wire injects the fabric into the mock server's devices, and gives each
@@ -228,6 +230,11 @@ func wire(srv *server.Server, fab fabric) {
 		}
 		if fab.affinity != nil {
 			dev.GetCpuAffinityFunc = func(int) ([]uint, nvml.Return) { return fab.affinity(i), nvml.SUCCESS }
+		}
+		if fab.p2p != nil {
+			dev.GetP2PStatusFunc = func(other nvml.Device, idx nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return) {
+				return fab.p2p(i, pos[other], idx)
+			}
 		}
 	}
 }
