@@ -69,6 +69,10 @@ func jobSpecCases() []jobSpecCase {
 				Model:       &events.Model{Layers: 40, Dtype: "bf16"}, Layout: "tp-cp-ep-dp-pp", RestartCostSeconds: 600,
 			},
 		},
+		{name: "step seconds by model in the job", annotations: map[string]string{AnnotationJob: `{"step_compute_seconds_by_model": {"H100-SXM5-80GB": 0.35}}`},
+			want: events.JobSubmitted{StepComputeSecondsByModel: map[string]float64{"H100-SXM5-80GB": 0.35}}},
+		{name: "step seconds by model not positive", annotations: map[string]string{AnnotationJob: `{"step_compute_seconds_by_model": {"T4": 0}}`},
+			field: a(AnnotationJob), errContains: "step_compute_seconds_by_model"},
 		{name: "step seconds in exponent form", annotations: map[string]string{AnnotationStepComputeSeconds: "2e-1"}, want: events.JobSubmitted{StepComputeSeconds: 0.2}},
 		{name: "step seconds without a leading digit", annotations: map[string]string{AnnotationStepComputeSeconds: ".5"}, want: events.JobSubmitted{StepComputeSeconds: 0.5}},
 		{name: "64 labels", annotations: labelsN(64, AnnotationLabelPrefix+"k"), want: events.JobSubmitted{Labels: labelsN(64, "k")}},
@@ -169,7 +173,8 @@ func TestJobSpec(t *testing.T) {
 // by the service, or owned by the pod: a field added to the event later
 // must be placed in one of them.
 func TestEveryJobFieldHasAnOwner(t *testing.T) {
-	read := map[string]bool{"labels": true, "model": true, "layout": true, "groups": true, "restart_cost_seconds": true}
+	read := map[string]bool{"labels": true, "model": true, "layout": true, "groups": true, "restart_cost_seconds": true,
+		"step_compute_seconds_by_model": true}
 	for _, f := range singleAnnotations {
 		read[f] = true
 	}
