@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -586,6 +587,7 @@ func (s *Service) decide(ctx context.Context, c *cycle, job events.JobAnalyzed, 
 	if err := c.commit(); err != nil {
 		return plan, err
 	}
+	c.catchUps++
 	before := s.topoSeq
 	if _, _, err := s.catchUpTopology(ctx); err != nil {
 		return plan, bus.Transient(err)
@@ -622,7 +624,8 @@ func (s *Service) predict(ctx context.Context, before *store.Snapshot, job event
 }
 
 // retryPending tries every queued job in queue order. A job asking for
-// more GPUs than are free is skipped without walking the cluster. Before
+// more GPUs than are free is skipped without walking the cluster, and so
+// is the twin of a job this retry found still waiting (waiting). Before
 // it, the head of the queue gets its reservation if it has waited long
 // enough (see Reservation).
 func (s *Service) retryPending(ctx context.Context) error {
@@ -635,6 +638,11 @@ func (s *Service) retryPending(ctx context.Context) error {
 	}
 	s.reserve(ctx, snap, head, len(queue) > 0)
 	free := snap.FreeCount()
+	// A busy cluster's queue is mostly jobs of a few shapes, each tried
+	// after every finish; where nothing a decision reads tells twins
+	// apart, one wait answers for all of them (twins).
+	var waiting twins
+	share := s.strategy != placer.StrategyRandom && !s.policies.ReadsJobID()
 	for _, j := range queue {
 		if free == 0 {
 			break
@@ -642,18 +650,60 @@ func (s *Service) retryPending(ctx context.Context) error {
 		if j.Spec.Job.GPUs > free {
 			continue
 		}
+		held := s.reservation != nil && s.reservation.JobID == j.ID
+		if share && !held && waiting.has(j.Spec) {
+			if err := s.ended(j.ID); err != nil {
+				return errors.Join(err, c.finish())
+			}
+			continue
+		}
+		catchUps := c.catchUps
 		left, err := c.place(ctx, *j, false, nil)
 		if err != nil {
 			return errors.Join(err, c.finish())
 		}
-		if left {
-			if s.reservation != nil && s.reservation.JobID == j.ID {
+		switch {
+		case left:
+			if held {
 				s.reservation = nil
 			}
 			free = c.view().FreeCount()
+			waiting = nil // the view changed
+		case c.catchUps != catchUps:
+			waiting = nil // the view may have changed
+		case share && !held:
+			waiting.add(j.Spec)
 		}
 	}
 	return c.finish()
+}
+
+// twins are the jobs one retry of the queue found still waiting, by the
+// GPUs they ask for, their ids cleared. A retry that waits sends nothing
+// and changes nothing, so until a job leaves the queue the view is the
+// same for every job, and a job identical to one that waits but for its
+// id waits too: a plan reads the job's id only for the reservation (the
+// job it holds nodes for is never a twin), the random strategy and
+// policies that name it, and the retry shares no wait under those
+// (retryPending's share).
+type twins map[int][]events.JobAnalyzed
+
+func (t twins) has(job events.JobAnalyzed) bool {
+	job.Job.JobID = ""
+	for _, w := range t[job.Job.GPUs] {
+		if reflect.DeepEqual(w, job) {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *twins) add(job events.JobAnalyzed) {
+	if *t == nil {
+		*t = twins{}
+	}
+	job.Job.JobID = ""
+	(*t)[job.Job.GPUs] = append((*t)[job.Job.GPUs], job)
 }
 
 // applyReleased frees a released job's GPUs and records it finished, in
