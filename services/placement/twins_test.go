@@ -144,11 +144,13 @@ func twinsRig(t *testing.T, extra fstest.MapFS) *twinsTestRig {
 // their ids.
 func twinsWaiting(snap *store.Snapshot) bool {
 	var w twins
+	seen := map[int]bool{}
 	for _, j := range snap.PendingQueue() {
-		if w.has(j.Spec) {
+		c := w.class(j)
+		if seen[c] {
 			return true
 		}
-		w.add(j.Spec)
+		seen[c] = true
 	}
 	return false
 }
@@ -209,5 +211,56 @@ deny contains {"code": "late", "msg": "the cluster is not half full"} if {
 		if j := r.job(id); j.State != want {
 			t.Errorf("%s: %s, want %s", id, j.State, want)
 		}
+	}
+}
+
+// A job's class is its twins': the same for jobs identical but for their
+// ids, another for any other difference, kept per row and forgotten with
+// rows that left the queue.
+func TestTwinsClasses(t *testing.T) {
+	t.Parallel()
+	base := events.JobAnalyzed{Job: events.JobSubmitted{JobID: "a", GPUs: 8, Labels: map[string]string{"k": "v"}},
+		Parallelism: events.Parallelism{TP: 8, PP: 1, DP: 1}, Order: []string{"tp", "pp", "dp"},
+		Groups: []events.RankGroups{{Dimension: "tp", Size: 8, Members: [][]int{{0, 1, 2, 3, 4, 5, 6, 7}}}}}
+	variant := func(f func(j *events.JobAnalyzed)) *store.Job {
+		j := base
+		j.Job.Labels = maps.Clone(base.Job.Labels)
+		j.Groups = []events.RankGroups{base.Groups[0]}
+		j.Groups[0].Members = [][]int{slices.Clone(base.Groups[0].Members[0])}
+		f(&j)
+		return &store.Job{ID: j.Job.JobID, Spec: j}
+	}
+	var tw twins
+	first := tw.class(variant(func(*events.JobAnalyzed) {}))
+	twin := variant(func(j *events.JobAnalyzed) { j.Job.JobID = "b" })
+	if c := tw.class(twin); c != first {
+		t.Errorf("a job identical but for its id: class %d, want %d", c, first)
+	}
+	for _, tc := range []struct {
+		name string
+		f    func(j *events.JobAnalyzed)
+	}{
+		{"tenant", func(j *events.JobAnalyzed) { j.Job.Tenant = "t" }},
+		{"priority", func(j *events.JobAnalyzed) { j.Job.Priority = 1 }},
+		{"gpus per node", func(j *events.JobAnalyzed) { j.Job.GPUsPerNode = 8 }},
+		{"gpu model", func(j *events.JobAnalyzed) { j.Job.GPUModel = "H100" }},
+		{"a label", func(j *events.JobAnalyzed) { j.Job.Labels["k"] = "w" }},
+		{"a step compute time", func(j *events.JobAnalyzed) { j.Job.StepComputeSeconds = 1 }},
+		{"the rank order", func(j *events.JobAnalyzed) { j.Order = []string{"dp", "pp", "tp"} }},
+		{"a group's members", func(j *events.JobAnalyzed) { j.Groups[0].Members[0][7], j.Groups[0].Members[0][6] = 6, 7 }},
+	} {
+		if c := tw.class(variant(tc.f)); c == first {
+			t.Errorf("a job of another %s: class %d, that of the first", tc.name, c)
+		}
+	}
+	// Rows that left the queue are forgotten once they outnumber it.
+	for i := range 100 {
+		if c := tw.class(variant(func(j *events.JobAnalyzed) { j.Job.JobID = fmt.Sprint("c", i) })); c != first {
+			t.Fatalf("twin c%d: class %d, want %d", i, c, first)
+		}
+	}
+	tw.keep([]*store.Job{twin})
+	if _, ok := tw.of[twin]; !ok || len(tw.of) != 1 {
+		t.Errorf("%d rows kept for a queue of one (its row kept: %v), want 1", len(tw.of), ok)
 	}
 }
