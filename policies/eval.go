@@ -416,6 +416,13 @@ func (r inputReads) nodeKey(class uint64, node Node) cacheKey {
 // no rule reads need not be filled in, nor looked up.
 func (s *Set) ReadsNode(field string) bool { return s.reads.nodeField(field) }
 
+// ReadsJobID reports whether some rule of the set may read a job's id.
+// Where none does, two jobs that differ in their ids alone get the same
+// verdicts on the same state, so a decision for one holds for the other
+// (services/placement's retry of the queue relies on it). False for a
+// nil set.
+func (s *Set) ReadsJobID() bool { return s != nil && s.readsJobID }
+
 // HasNodePolicies reports whether the set has rules under toposched.nodes:
 // without any, nodes need not be evaluated.
 func (s *Set) HasNodePolicies() bool { return len(s.nodePkgs) > 0 }

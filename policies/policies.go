@@ -200,6 +200,8 @@ type Set struct {
 	cache                   nodeCache
 	// reads is what the policies read of a node's input: the cache's key.
 	reads inputReads
+	// readsJobID: some rule may read a job's id (ReadsJobID).
+	readsJobID bool
 }
 
 // policyPkg is a package under a document: its name (the
@@ -379,6 +381,7 @@ func compileSources(ctx context.Context, src *sources, name string) (*Set, []Tes
 	s := &Set{Name: name, Revision: src.revision, Files: files, Tests: results}
 	s.nodePkgs = packagesUnder(prod, NodesDoc)
 	s.reads = readsOf(comp)
+	s.readsJobID = readsJobID(comp)
 	s.placementPkgs = packagesUnder(prod, PlacementDoc)
 	prep := func(pkgs []policyPkg) (rego.PreparedEvalQuery, error) {
 		return rego.New(

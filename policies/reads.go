@@ -77,6 +77,23 @@ func readsOf(c *ast.Compiler) inputReads {
 	return r
 }
 
+// readsJobID reports whether a rule of either document may read the
+// job's id: input.job.id, or input.job or input used whole or by a
+// variable key (the placement document's input.job has the id; the node
+// document's has none, so its rules read no id whatever they name).
+func readsJobID(c *ast.Compiler) bool {
+	r := inputReads{
+		job:  partReads{fields: map[string]bool{}, labels: map[string]bool{}},
+		node: partReads{fields: map[string]bool{}, labels: map[string]bool{}},
+	}
+	for _, m := range c.Modules {
+		for _, rule := range m.Rules {
+			r.walk(rule)
+		}
+	}
+	return r.job.field("id")
+}
+
 func (r *inputReads) walk(x any) {
 	ast.NewGenericVisitor(func(x any) bool {
 		switch t := x.(type) {

@@ -162,3 +162,50 @@ func TestHasherIsFNV(t *testing.T) {
 		}
 	}
 }
+
+// A set reads the job's id only where a rule can reach it; the retry of
+// the queue shares one job's wait with its twins on that answer.
+func TestReadsJobID(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, rego string
+		want       bool
+	}{
+		{"the shipped set", "", false},
+		{"the id by name", `package toposched.placement.p
+deny contains {"code": "c", "msg": "m"} if startswith(input.job.id, "x")`, true},
+		{"input.job whole", `package toposched.placement.p
+deny contains {"code": "c", "msg": "m"} if count(object.keys(input.job)) > 3`, true},
+		{"input whole", `package toposched.placement.p
+deny contains {"code": "c", "msg": "m"} if count(object.keys(input)) > 3`, true},
+		{"a variable key", `package toposched.placement.p
+deny contains {"code": "c", "msg": "m"} if { some k; input.job[k] == "x" }`, true},
+		{"a function", `package toposched.placement.p
+f(x) if input.job.id == x
+deny contains {"code": "c", "msg": "m"} if f("x")`, true},
+		{"other fields", `package toposched.placement.p
+deny contains {"code": "c", "msg": "m"} if { input.job.tenant == "a"; input.job.labels.x == "y"; count(input.placement.leaves) > 2 }`, false},
+		{"a node rule", `package toposched.nodes.p
+deny contains {"code": "c", "msg": "m"} if input.job.gpus > input.node.gpus.free`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var s *Set
+			if tc.rego == "" {
+				s = mustDefault(t)
+			} else {
+				var err error
+				s, err = Compile(fstest.MapFS{"p.rego": {Data: []byte(tc.rego + "\n")}}, "t")
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := s.ReadsJobID(); got != tc.want {
+				t.Errorf("ReadsJobID() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if (*Set)(nil).ReadsJobID() {
+		t.Error("a nil set reads a job's id")
+	}
+}

@@ -231,6 +231,9 @@ type cycle struct {
 	// running is the running jobs the waiting jobs' counterfactuals
 	// weigh, kept while no placed job changes (placer.Running).
 	running placer.Running
+	// catchUps counts the decisions that caught up with the topology
+	// stream (decide): the view may have changed under them.
+	catchUps int
 }
 
 // sent is an outcome published in the cycle, with what undoes it in the

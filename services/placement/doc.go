@@ -31,5 +31,9 @@
 // priority, whenever GPUs are freed or the topology changes. A job that does
 // not fit now does not block smaller ones behind it (backfill); the
 // reservation rule that stops large jobs from starving comes with the
-// topology-aware strategy.
+// topology-aware strategy. A busy queue is mostly jobs of a few shapes:
+// within one retry, a job identical but for its id to one that still
+// waits is not planned again until a job leaves the queue, since nothing
+// a plan reads tells them apart (retryPending's twins; not under the
+// random strategy nor policies that read a job's id).
 package placement

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,6 +160,9 @@ type Service struct {
 	// ideals the ideal placements it compares with.
 	maxStretch float64
 	ideals     placer.Ideals
+	// twins sorts the waiting jobs into sets identical but for their ids
+	// (retryPending).
+	twins twins
 	// nextReserve is when a new submission next checks the queue's head
 	// for a reservation (retries always do).
 	nextReserve time.Time
@@ -606,6 +610,7 @@ func (s *Service) decide(ctx context.Context, c *cycle, job events.JobAnalyzed, 
 	if err := c.commit(); err != nil {
 		return plan, err
 	}
+	c.catchUps++
 	before := s.topoSeq
 	if _, _, err := s.catchUpTopology(ctx); err != nil {
 		return plan, bus.Transient(err)
@@ -647,7 +652,8 @@ func (s *Service) predict(ctx context.Context, before *store.Snapshot, job event
 }
 
 // retryPending tries every queued job in queue order. A job asking for
-// more GPUs than are free is skipped without walking the cluster. Before
+// more GPUs than are free is skipped without walking the cluster, and so
+// is the twin of a job this retry found still waiting (waiting). Before
 // it, the head of the queue gets its reservation if it has waited long
 // enough (see Reservation).
 func (s *Service) retryPending(ctx context.Context) error {
@@ -660,6 +666,12 @@ func (s *Service) retryPending(ctx context.Context) error {
 	}
 	s.reserve(ctx, snap, head, len(queue) > 0)
 	free := snap.FreeCount()
+	// A busy cluster's queue is mostly jobs of a few shapes, each tried
+	// after every finish; where nothing a decision reads tells twins
+	// apart, one wait answers for all of them (twins).
+	waiting := map[int]bool{}
+	share := s.strategy != placer.StrategyRandom && !s.policies.ReadsJobID()
+	defer s.twins.keep(queue)
 	for _, j := range queue {
 		if free == 0 {
 			break
@@ -667,18 +679,102 @@ func (s *Service) retryPending(ctx context.Context) error {
 		if j.Spec.Job.GPUs > free {
 			continue
 		}
+		held := s.reservation != nil && s.reservation.JobID == j.ID
+		if share && !held && waiting[s.twins.class(j)] {
+			if err := s.ended(j.ID); err != nil {
+				return errors.Join(err, c.finish())
+			}
+			continue
+		}
+		catchUps := c.catchUps
 		left, err := c.place(ctx, *j, false, nil)
 		if err != nil {
 			return errors.Join(err, c.finish())
 		}
-		if left {
-			if s.reservation != nil && s.reservation.JobID == j.ID {
+		switch {
+		case left:
+			if held {
 				s.reservation = nil
 			}
 			free = c.view().FreeCount()
+			clear(waiting) // the view changed
+		case c.catchUps != catchUps:
+			clear(waiting) // the view may have changed
+		case share && !held:
+			waiting[s.twins.class(j)] = true
 		}
 	}
 	return c.finish()
+}
+
+// twins sorts waiting jobs into classes of jobs identical but for their
+// ids. A retry that waits sends nothing and changes nothing, so until a
+// job leaves the queue the view is the same for every job, and a job
+// identical to one that waits but for its id waits too: a plan reads the
+// job's id only for the reservation (the job it holds nodes for is never
+// a twin), the random strategy and policies that name it, and the retry
+// shares no wait under those (retryPending's share).
+//
+// A job's class is found by comparing its analysed job with one of each
+// class, once per row of the store: rows are never changed in place, and
+// a waiting job's row stays the same from one retry to the next, where
+// the queue may hold thousands of jobs.
+type twins struct {
+	of map[*store.Job]int
+	// reps are one job of each class, id cleared, by GPUs asked for.
+	reps map[int][]twinRep
+	n    int
+}
+
+type twinRep struct {
+	job   events.JobAnalyzed
+	class int
+}
+
+// twinsLimit bounds the classes kept: shapes are few, but nothing stops
+// a stream of jobs from making each one new.
+const twinsLimit = 4096
+
+func (t *twins) class(j *store.Job) int {
+	if c, ok := t.of[j]; ok {
+		return c
+	}
+	if t.of == nil {
+		t.of, t.reps = map[*store.Job]int{}, map[int][]twinRep{}
+	}
+	job := j.Spec
+	job.Job.JobID = ""
+	for _, r := range t.reps[job.Job.GPUs] {
+		if reflect.DeepEqual(r.job, job) {
+			t.of[j] = r.class
+			return r.class
+		}
+	}
+	c := t.n
+	t.n++
+	t.reps[job.Job.GPUs] = append(t.reps[job.Job.GPUs], twinRep{job, c})
+	t.of[j] = c
+	return c
+}
+
+// keep forgets the rows not in queue once they are as many again as
+// those in it (a row kept longer is only memory: rows never change), and
+// every class once there are more than twinsLimit.
+func (t *twins) keep(queue []*store.Job) {
+	if t.n > twinsLimit {
+		*t = twins{}
+		return
+	}
+	if len(t.of) <= 2*len(queue)+64 {
+		return
+	}
+	of := make(map[*store.Job]int, len(t.of))
+	for _, j := range queue {
+		if c, ok := t.of[j]; ok {
+			of[j] = c
+		}
+	}
+	t.of = of
 }
 
 // applyReleased frees a released job's GPUs and records it finished, in
