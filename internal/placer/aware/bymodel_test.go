@@ -1,7 +1,6 @@
 package aware
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -23,21 +22,7 @@ import (
 // compute (no reference) keeps today's choices.
 func TestComputeByModel(t *testing.T) {
 	t.Parallel()
-	kinds := fitNodes(t)
-	nodes := []fixtures.Node{
-		{Event: kinds["a100-001"], Held: []int{0, 1, 2, 3, 4, 5, 6}},
-		{Event: kinds["a100-002"]},
-		{Event: kinds["h100-001"]},
-		{Event: kinds["rtx6000-001"]},
-		{Event: kinds["rtx4090-sw-001"], Held: []int{2, 3, 4, 5, 6, 7}},
-		{Event: kinds["rtx4090-sys-001"]},
-		{Event: kinds["t4-001"], Held: []int{1, 2, 3}},
-		{Event: kinds["t4-002"]},
-	}
-	for i := range 3 {
-		nodes = append(nodes, fixtures.Node{Event: kinds["a100-002"], Name: fmt.Sprintf("a100-full-%d", i), Held: []int{0, 1, 2, 3, 4, 5, 6, 7}})
-	}
-	snap := fixtures.MustStore(t, nodes, nil).Snapshot()
+	snap := fitState(t, true)
 	gpt13 := func(gpus, tp int) events.JobAnalyzed { return shapedJob(t, gpus, tp, 1300e6, 24, 2048, true) }
 	measured := func() events.JobAnalyzed {
 		j := gpt13(2, 1).Job

@@ -80,25 +80,7 @@ func stepOf(t testing.TB, snap *store.Snapshot, job events.JobAnalyzed, gpus []s
 // 44% (all in a comment of the case).
 func TestBestFitWithin(t *testing.T) {
 	t.Parallel()
-	kinds := fitNodes(t)
-	state := func(busy bool) *store.Snapshot {
-		nodes := []fixtures.Node{
-			{Event: kinds["a100-001"], Held: []int{0, 1, 2, 3, 4, 5, 6}},
-			{Event: kinds["a100-002"]},
-			{Event: kinds["h100-001"]},
-			{Event: kinds["rtx6000-001"]},
-			{Event: kinds["rtx4090-sw-001"], Held: []int{2, 3, 4, 5, 6, 7}},
-			{Event: kinds["rtx4090-sys-001"]},
-			{Event: kinds["t4-001"], Held: []int{1, 2, 3}},
-			{Event: kinds["t4-002"]},
-		}
-		if busy {
-			for i := range 3 {
-				nodes = append(nodes, fixtures.Node{Event: kinds["a100-002"], Name: fmt.Sprintf("a100-full-%d", i), Held: []int{0, 1, 2, 3, 4, 5, 6, 7}})
-			}
-		}
-		return fixtures.MustStore(t, nodes, nil).Snapshot()
-	}
+	state := func(busy bool) *store.Snapshot { return fitState(t, busy) }
 	gpt13 := func(gpus, tp int) events.JobAnalyzed { return shapedJob(t, gpus, tp, 1300e6, 24, 2048, true) }
 	for _, tc := range []struct {
 		name string
@@ -207,4 +189,29 @@ func TestBestFitWithinBound(t *testing.T) {
 	if moved < cases/20 {
 		t.Errorf("only %d of %d cases moved: the cases do not exercise the rule", moved, cases)
 	}
+}
+
+// fitState is the fit cluster (fitNodes) with a few GPUs held: an A100
+// with one GPU free, a whole A100, H100 and RTX 6000, an RTX 4090 switch
+// box with a pair free, the other RTX 4090 box and T4s; busy adds three
+// full A100 nodes, so that at most half of the cluster is free.
+func fitState(t *testing.T, busy bool) *store.Snapshot {
+	t.Helper()
+	kinds := fitNodes(t)
+	nodes := []fixtures.Node{
+		{Event: kinds["a100-001"], Held: []int{0, 1, 2, 3, 4, 5, 6}},
+		{Event: kinds["a100-002"]},
+		{Event: kinds["h100-001"]},
+		{Event: kinds["rtx6000-001"]},
+		{Event: kinds["rtx4090-sw-001"], Held: []int{2, 3, 4, 5, 6, 7}},
+		{Event: kinds["rtx4090-sys-001"]},
+		{Event: kinds["t4-001"], Held: []int{1, 2, 3}},
+		{Event: kinds["t4-002"]},
+	}
+	if busy {
+		for i := range 3 {
+			nodes = append(nodes, fixtures.Node{Event: kinds["a100-002"], Name: fmt.Sprintf("a100-full-%d", i), Held: []int{0, 1, 2, 3, 4, 5, 6, 7}})
+		}
+	}
+	return fixtures.MustStore(t, nodes, nil).Snapshot()
 }

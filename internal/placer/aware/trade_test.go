@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/internal/demand"
-	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
@@ -19,21 +18,7 @@ import (
 // need the H100 before the 2-GPU job ends.
 func TestFitTrade(t *testing.T) {
 	t.Parallel()
-	kinds := fitNodes(t)
-	nodes := []fixtures.Node{
-		{Event: kinds["a100-001"], Held: []int{0, 1, 2, 3, 4, 5, 6}},
-		{Event: kinds["a100-002"]},
-		{Event: kinds["h100-001"]},
-		{Event: kinds["rtx6000-001"]},
-		{Event: kinds["rtx4090-sw-001"], Held: []int{2, 3, 4, 5, 6, 7}},
-		{Event: kinds["rtx4090-sys-001"]},
-		{Event: kinds["t4-001"], Held: []int{1, 2, 3}},
-		{Event: kinds["t4-002"]},
-	}
-	for i := range 3 {
-		nodes = append(nodes, fixtures.Node{Event: kinds["a100-002"], Name: fmt.Sprintf("a100-full-%d", i), Held: []int{0, 1, 2, 3, 4, 5, 6, 7}})
-	}
-	snap := fixtures.MustStore(t, nodes, nil).Snapshot()
+	snap := fitState(t, true)
 	job := shapedJob(t, 2, 1, 1300e6, 24, 2048, true)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	hours := func(h float64) time.Time { return t0.Add(time.Duration(h * float64(time.Hour))) }
