@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -219,9 +220,43 @@ func childEnv(extra ...string) []string {
 	return append(env, extra...)
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
+// freePort returns a loopback TCP port that was free a moment ago, for a
+// process the test starts to listen on.
+//
+// It hands out ports below the kernel's ephemeral range, each once per
+// run, rather than asking the kernel for one (":0"): a port from the
+// ephemeral range, closed again until the process binds it, may meanwhile
+// become the local end of any connection on the machine, or another
+// test's ":0" listener, and the process then fails to start ("bind:
+// address already in use": once in CI, a NATS server's route port). The
+// kernel gives out no port below its range on its own, so only a process
+// that names one could take it.
 func freePort(t testing.TB) int {
 	t.Helper()
+	ports.Lock()
+	defer ports.Unlock()
+	if ports.next == 0 {
+		ports.lo, ports.hi = portRange()
+		if ports.hi > ports.lo {
+			ports.next = ports.lo + os.Getpid()%(ports.hi-ports.lo)
+		}
+	}
+	for range ports.hi - ports.lo {
+		p := ports.next
+		if ports.next++; ports.next >= ports.hi {
+			ports.next = ports.lo
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue // taken by something that names its port
+		}
+		if err := l.Close(); err != nil {
+			t.Fatalf("free port: %v", err)
+		}
+		return p
+	}
+	// No range below the ephemeral one (a kernel configured so): the
+	// kernel's choice, with the race above.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("free port: %v", err)
@@ -231,6 +266,27 @@ func freePort(t testing.TB) int {
 		t.Fatalf("free port: %v", err)
 	}
 	return port
+}
+
+// ports is freePort's state: the next port to try in [lo, hi).
+var ports struct {
+	sync.Mutex
+	lo, hi, next int
+}
+
+// portRange is where freePort takes ports: the 12,000 ports below the
+// kernel's ephemeral range (Linux's ip_local_port_range; 32768 where it
+// cannot be read), and none above 1024.
+func portRange() (lo, hi int) {
+	hi = 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				hi = n
+			}
+		}
+	}
+	return max(1025, hi-12000), hi
 }
 
 // waitFor polls cond until it holds, failing the test after timeout with
