@@ -285,6 +285,28 @@ func checkNodeCounts(t *testing.T, snap *Snapshot) {
 			}
 		}
 	}
+	// OneModelFree, worked out from the nodes: the nodes with min free
+	// GPUs of any model are all among those of one model, and all its.
+	for min := 1; min <= 9; min++ {
+		anyModel, models, all := 0, 0, true
+		for model, ncs := range byModel {
+			k := 0
+			for _, c := range ncs {
+				if c.free >= min {
+					k++
+				}
+			}
+			if model == "" {
+				anyModel = k
+			} else if k > 0 {
+				models++
+				all = all && k == len(slices.DeleteFunc(slices.Clone(byModel[""]), func(c nodeCount) bool { return c.free < min }))
+			}
+		}
+		if want := models <= 1 && all; snap.OneModelFree(min) != want {
+			t.Errorf("OneModelFree(%d) = %v, want %v (%d models, %d nodes of any model)", min, !want, want, models, anyModel)
+		}
+	}
 	for model := range byModel {
 		type nodeFree struct {
 			node Node

@@ -396,6 +396,27 @@ func (s *Snapshot) NodeCounts(model string) NodeCounts {
 	return *raw.(*NodeCounts)
 }
 
+// OneModelFree reports whether the nodes with at least min free GPUs are
+// all of one GPU model, as far as the node counts can tell: exactly one
+// model has such nodes, and as many as the counts of any model. A walk
+// that orders candidates by their model's speed (aware's compute by
+// model) has nothing to order then. O(models).
+func (s *Snapshot) OneModelFree(min int) bool {
+	anyModel := s.NodeCounts("").FreeAtLeast(min)
+	models := 0
+	it := s.get(TableNodeCounts, IndexID)
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		c := raw.(*NodeCounts)
+		if c.Model == "" || c.FreeAtLeast(min) == 0 {
+			continue
+		}
+		if models++; models > 1 || c.FreeAtLeast(min) != anyModel {
+			return false
+		}
+	}
+	return true
+}
+
 // NodesByFree yields the node domains (Domain.Node names the node) with at
 // least min free GPUs of a model ("" for any), fewest free GPUs of the
 // model first, then in enumeration order (position, name): best fit first.

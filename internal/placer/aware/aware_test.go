@@ -258,6 +258,44 @@ func BenchmarkPlace(b *testing.B) {
 	}
 }
 
+// BenchmarkPlaceOneGPUByModel is a one-GPU decision on a half-full
+// 10k-GPU cluster blind to compute, and with compute weighed by model on
+// a cluster of one model (H100 nodes) and of two (every fourth node an
+// 8-GPU L4 box).
+func BenchmarkPlaceOneGPUByModel(b *testing.B) {
+	one := cluster(b, 1280, 0.5)
+	rng := rand.New(rand.NewPCG(7, 51))
+	h100, l4 := dgx(b, "", "dgx-h100"), fixtures.PlainNode("", "L4", 8)
+	specs := make([]spec, 1280)
+	for i := range specs {
+		specs[i] = spec{name: fmt.Sprintf("n%05d", i), ev: h100}
+		if i%4 == 3 {
+			specs[i].ev = l4
+		}
+		for g := range 8 {
+			if rng.Float64() < 0.5 {
+				specs[i].held = append(specs[i].held, g)
+			}
+		}
+	}
+	mixed := build(b, specs...).Snapshot()
+	j := fixtures.SyntheticJob("j", 1, 1, 1)
+	j.Job.StepComputeSeconds = 0.4
+	for _, tc := range []struct {
+		name string
+		snap *store.Snapshot
+		ref  string
+	}{{"blind", one, ""}, {"by-model/one-model", one, "a100"}, {"by-model/two-models", mixed, "a100"}} {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				if r := Place(engine.Request{Snap: tc.snap, Job: j, Options: engine.Options{ComputeReference: tc.ref}}); r.Verdict != outcome.Placed {
+					b.Fatal(r.Reasons)
+				}
+			}
+		})
+	}
+}
+
 // A 64-GPU job on a half-full 10k-GPU cluster gets free, distinct GPUs.
 // Building the cluster takes seconds, so -short leaves it out; its speed is
 // measured by BenchmarkPlace, not asserted here.

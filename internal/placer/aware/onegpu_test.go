@@ -413,3 +413,71 @@ func TestOneGPUWalkWaitsForTheJudge(t *testing.T) {
 	}
 	t.Logf("%d decisions walked fewer nodes", longer)
 }
+
+// With compute weighed by model, a one-GPU job's walk goes to oneGPULimit
+// only where free GPUs of more than one model could be ordered by the
+// job's known compute: on seeded clusters whose nodes are all of one model
+// (several shapes), or of mixed models for a job whose compute is not
+// known, busy or not, with judges and filters, the short walk decides and
+// judges as the walk to oneGPULimit does.
+func TestOneModelSkipsTheModelWalk(t *testing.T) {
+	t.Parallel()
+	h100 := dgx(t, "", "dgx-h100")
+	model := h100.GPUs[0].Model
+	one := []events.TopologyNode{h100, fixtures.PlainNode("", model, 8), fixtures.PairsNode("", model, 4), fixtures.PlainNode("", model, 2)}
+	mixed := append(slices.Clone(one), fixtures.PlainNode("", "T4", 1), pairs(""))
+	judges := map[string]func(engine.Candidate) engine.Judgement{
+		"passes": func(engine.Candidate) engine.Judgement { return engine.Judgement{} },
+		"denies-odd": func(c engine.Candidate) engine.Judgement {
+			return engine.Judgement{Deny: c.GPUs[0].Node[len(c.GPUs[0].Node)-1]%2 == 1, Reasons: []events.Reason{{Code: "odd"}}}
+		},
+		"scores-some": func(c engine.Candidate) engine.Judgement {
+			return engine.Judgement{Score: float64(c.GPUs[0].Node[len(c.GPUs[0].Node)-1]%3) / 2}
+		},
+	}
+	skipped, mixedSkipped := 0, 0
+	for seed := range uint64(100) {
+		rng := rand.New(rand.NewPCG(seed, 51))
+		kinds := one
+		if seed%5 == 4 {
+			kinds = mixed
+		}
+		snap := build(t, partlyHeld(rng, kinds, 10+rng.IntN(200))...).Snapshot()
+		if snap.OneModelFree(1) {
+			skipped++
+			if seed%5 == 4 {
+				mixedSkipped++
+			}
+		}
+		job := fixtures.SyntheticJob("j", 1, 1, 1)
+		if seed%5 != 4 || seed%2 == 0 {
+			job.Job.StepComputeSeconds = 0.4
+		}
+		for name, judge := range judges {
+			var filter func(engine.NodeView) bool
+			if seed%2 == 1 {
+				filter = func(v engine.NodeView) bool { return v.Node.Name[len(v.Node.Name)-1]%5 != 0 }
+			}
+			run := func(every bool) (outcome.Result, []string) {
+				var judged []string
+				opts := engine.Options{ComputeReference: "a100", Filter: filter, Judge: func(c engine.Candidate) engine.Judgement {
+					judged = append(judged, fmt.Sprint(c.GPUs))
+					return judge(c)
+				}}
+				return placeKnobs(engine.Request{Snap: snap, Job: job, Options: opts}, knobs{everyModelWalk: every}), judged
+			}
+			want, wantJudged := run(true)
+			got, gotJudged := run(false)
+			if fmt.Sprint(got) != fmt.Sprint(want) || !slices.Equal(gotJudged, wantJudged) {
+				t.Fatalf("seed %d, judge %s: %v judging %v; the walk to oneGPULimit %v judging %v", seed, name, got, gotJudged, want, wantJudged)
+			}
+		}
+	}
+	if skipped == 0 {
+		t.Fatal("no cluster had its free GPUs of one model: the test tests nothing")
+	}
+	if mixedSkipped == 20 {
+		t.Fatal("every mixed cluster skipped the model walk")
+	}
+	t.Logf("%d of 100 clusters skipped the model walk (%d of 20 mixed ones: their free GPUs all of one model)", skipped, mixedSkipped)
+}

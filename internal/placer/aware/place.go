@@ -51,6 +51,10 @@ type knobs struct {
 	eagerOneGPU bool
 	// noTwinPicks works out every node's pick, twins' too.
 	noTwinPicks bool
+	// everyModelWalk walks a one-GPU job's nodes to oneGPULimit where
+	// compute is weighed by model, even when the free GPUs are all of one
+	// model.
+	everyModelWalk bool
 }
 
 // place is the topology-aware decision and, when placed, its predicted
