@@ -111,8 +111,7 @@ that was not handled is acknowledged, and the server flushes its streams.`,
 	cmd.Flags().StringVar(&f.strategy, "strategy", "topology-aware", "placement strategy: "+strings.Join(placer.Names(true), ", ")+" (blind: the first-fit baseline)")
 	cmd.Flags().DurationVar(&f.reserve, "reserve-after", placement.DefaultReserveAfter, "how long the head of the queue waits before nodes are held for it so small jobs cannot starve it (0: at once; negative: never)")
 	maxStretchFlag(cmd.Flags(), &f.maxStretch)
-	cmd.Flags().StringVar(&f.computeReference, "compute-reference", "", "weigh a job's compute by the GPU model of each candidate, its step_compute_seconds (or the estimate from its model's size) "+
-		"taken as measured on this model, such as a100 (internal/gpuspeed's table; empty: compute the same on every model)")
+	computeReferenceFlag(cmd.Flags(), &f.computeReference)
 	cmd.Flags().StringVar(&f.policies, "policies", "", policiesUsage)
 	f.ops.register(cmd.Flags(), true)
 	f.ops.kube.register(cmd.Flags(), false)
@@ -314,6 +313,10 @@ func watchCredentials(ctx context.Context, srv *natsserver.Server, in *natsserve
 // runServices connects to NATS, runs the services until ctx ends, then
 // stops them gracefully and drains the connection.
 func runServices(ctx context.Context, g *globals, conn natsConn, source string, cfg operator.Config, ops *opsFlags, log *slog.Logger) error {
+	// A flag at fault is named before anything is connected or started.
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	if err := ops.applyMemoryLimit(log); err != nil {
 		return err
 	}
@@ -438,6 +441,7 @@ func newSingle(g *globals, name, short string) *cobra.Command {
 	var cluster, strategy, policySet string
 	var reserve time.Duration
 	var stretch float64
+	var computeRef string
 	var poll time.Duration
 	var ops opsFlags
 	cmd := &cobra.Command{
@@ -467,7 +471,7 @@ consumers: each event is handled by one of them.`,
 			return runServices(cmd.Context(), g, natsConn{url: url}, source, operator.Config{
 				Services:  []string{name},
 				Discovery: discovery.Config{ClusterFile: cluster, Poll: poll},
-				Placement: placement.Config{Strategy: strategy, ReserveAfter: &reserve, MaxStretch: maxStretch(stretch)},
+				Placement: placement.Config{Strategy: strategy, ReserveAfter: &reserve, MaxStretch: maxStretch(stretch), ComputeReference: computeRef},
 				Policies:  policySet, Replica: ops.replica, LeaseTTL: ops.leaseTTL,
 			}, &ops, log.With("service", name))
 		},
@@ -481,6 +485,7 @@ consumers: each event is handled by one of them.`,
 		cmd.Flags().StringVar(&strategy, "strategy", "topology-aware", "placement strategy: "+strings.Join(placer.Names(true), ", ")+" (blind: the first-fit baseline)")
 		cmd.Flags().DurationVar(&reserve, "reserve-after", placement.DefaultReserveAfter, "how long the head of the queue waits before nodes are held for it (0: at once; negative: never)")
 		maxStretchFlag(cmd.Flags(), &stretch)
+		computeReferenceFlag(cmd.Flags(), &computeRef)
 		cmd.Flags().StringVar(&policySet, "policies", "", policiesUsage)
 	}
 	ops.register(cmd.Flags(), name == operator.Placement)
@@ -490,6 +495,13 @@ consumers: each event is handled by one of them.`,
 // maxStretchFlag registers --max-stretch, placement's bound on how much
 // slower than its ideal placement a job spread over nodes may start
 // (placer.Compact).
+// computeReferenceFlag registers --compute-reference, placement's
+// weighing of compute by GPU model (placement.Config.ComputeReference).
+func computeReferenceFlag(fs *pflag.FlagSet, v *string) {
+	fs.StringVar(v, "compute-reference", "", "weigh a job's compute by the GPU model of each candidate, its step_compute_seconds (or the estimate from its model's size) "+
+		"taken as measured on this model, such as a100 (internal/gpuspeed's table; empty: compute the same on every model)")
+}
+
 func maxStretchFlag(fs *pflag.FlagSet, v *float64) {
 	fs.Float64Var(v, "max-stretch", placer.DefaultMaxStretch, "a topology-aware job spread over nodes waits, until nodes held for it as the queue's head hold it, "+
 		"rather than start where its predicted step time is more than this many times its ideal placement's (0: off; needs --reserve-after)")

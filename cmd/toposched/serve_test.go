@@ -179,3 +179,23 @@ func TestServeRefusesOpenListenWithoutAuth(t *testing.T) {
 		}
 	}
 }
+
+// The placement service and serve take --compute-reference, and a model
+// the speed table does not know is refused, naming the flag's field,
+// before any connection is tried (the NATS URL here answers nothing).
+func TestComputeReferenceFlagRefusedFirst(t *testing.T) {
+	for _, args := range [][]string{
+		{"placement", "--compute-reference", "nosuch", "--nats-url", "nats://127.0.0.1:1"},
+		{"serve", "--compute-reference", "nosuch", "--nats-url", "nats://127.0.0.1:1", "--cluster", "no-such-file.yaml"},
+	} {
+		root := newRoot()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs(args)
+		err := root.Execute()
+		if err == nil || !strings.Contains(err.Error(), `compute reference "nosuch"`) || strings.Contains(err.Error(), "connect") {
+			t.Errorf("%v: %v, want the compute reference refused before connecting", args, err)
+		}
+	}
+}

@@ -64,6 +64,7 @@ var valueSets = map[string]valueSet{
 		"policies": map[string]any{"lab.rego": "package toposched.nodes\n"},
 		"metrics":  map[string]any{"serviceMonitor": map[string]any{"enabled": false}},
 		"kube":     map[string]any{"gpuClasses": []any{"gpu.nvidia.com", "mig.nvidia.com"}, "resources": map[string]any{"limits": map[string]any{"memory": "4Gi"}}},
+		"services": map[string]any{"placement": map[string]any{"computeReference": "a100"}},
 	}},
 	// The Secrets made by the administrator, the agents' identity from
 	// their tokens.
