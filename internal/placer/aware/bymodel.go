@@ -116,7 +116,7 @@ func (p *placer) fastEnoughFirst(picks []inNode) []inNode {
 	comp := make([]float64, len(picks))
 	fastest := math.Inf(1)
 	for i, pk := range picks {
-		comp[i] = p.e.byModel.onNode(pk.c.node.Name)
+		comp[i] = p.e.byModel.onModel(pk.c.node.GPUModel) // the pick's row: no lookup by name
 		if comp[i] < fastest {
 			fastest = comp[i]
 		}
