@@ -68,8 +68,10 @@ type WholeKind struct {
 // model and count, and free GPUs by index and model. Which node, its
 // labels and its fabric are not compared.
 func Alike(a *Node, af []FreeGPU, b *Node, bf []FreeGPU) bool {
-	return a.Links == b.Links && a.GPUModel == b.GPUModel && a.GPUCount == b.GPUCount &&
-		slices.EqualFunc(af, bf, func(x, y FreeGPU) bool { return x.Index == y.Index && x.Model == y.Model })
+	// The free GPUs first: they tell most nodes apart, and cheaply; the
+	// links last, a string of the whole matrix.
+	return a.GPUCount == b.GPUCount && slices.EqualFunc(af, bf, func(x, y FreeGPU) bool { return x.Index == y.Index && x.Model == y.Model }) &&
+		a.GPUModel == b.GPUModel && a.Links == b.Links
 }
 
 // MaxTotal returns the most GPUs of the model on one node, healthy or not.
