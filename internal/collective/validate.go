@@ -333,6 +333,13 @@ var Cases = []Case{
 		Note:    "held out, a finding: p4de's network (aws-p4de-2node-efa) with NCCL 2.9.9 and the old column layout (no root column), 43 GB/s at 2 GiB where the p4de file (its NCCL release not printed) gives 78; the model does not price NCCL's EFA path by release, so in the LOMO set this file moves the fitted EFA efficiency by half (p4de's LOMO error +15.6% to -44.6%) and its own error (+104%) breaks the large-message guard",
 		HeldOut: true,
 	},
+	{
+		Name: "aws-p5-2node-efa-eks", File: "aws-p5-h100_2node-16gpu-efa-openmpi-midrow-tags_all_reduce_keitaw-p5-nccl-test.txt",
+		Machine: "2 AWS p5.48xlarge x 8x H100 SXM (NV18), 32x 100 Gb/s EFA per node (4 per GPU)", Collective: AllReduce, Algorithm: Auto,
+		Build: onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps, s.Transport = 8, 400, topology.TransportEFA }), 2, 8),
+		Large: []Point{{16 << 30, "[1,0]<stdout>: 17179869184", 8}}, Small: []Point{{1 << 20, "[1,0]<stdout>: 1048576", 8}},
+		Note:  "NCCL 2.22.3 on EKS; each GPU's four 100 Gb/s EFA NICs are one 400 Gb/s NIC (as aws-p5-2node-efa); Open MPI's tags mid-row",
+	},
 }
 
 func gb200x(g int) NodeSpec {

@@ -276,7 +276,9 @@ func Parse(file string, data []byte) (Result, error) {
 func (p *parser) readLine(text string) error {
 	label := ""
 	if m := openMPITag.FindStringSubmatch(text); m != nil {
-		label, text = m[1], text[len(m[0]):]
+		// Open MPI's --tag-output tags each write, so a row that
+		// nccl-tests prints in several writes has the tag mid-line too.
+		label, text = m[1], strings.ReplaceAll(text[len(m[0]):], m[0], " ")
 	} else if m := intelTag.FindStringSubmatch(text); m != nil {
 		// Intel MPI's -prepend-rank tags each write, so mid-line too.
 		label, text = m[1], strings.ReplaceAll(text, m[0], " ")

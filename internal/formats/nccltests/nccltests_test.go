@@ -106,6 +106,14 @@ func TestRealLogs(t *testing.T) {
 	if len(efa.Rows) != 30 || efa.Tests[0].Ranks != 16 || efa.Tests[0].WrongColumn != "error" || efa.Rows[0].Redop != "sum" || efa.Rows[0].Root != -1 {
 		t.Errorf("OpenMPI tags: %d rows %+v", len(efa.Rows), efa.Tests[0].Rows[:1])
 	}
+	// Open MPI tags each write, so mid-row too (two rows as published in
+	// github.com/KeitaW/p5-nccl-test-2024-07-19, nccl-test-output-v2.22.3-1.log,
+	// lines 2903 and 2936).
+	mid, err := Parse("p5.txt", []byte("[1,0]<stdout>:#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"+
+		"[1,0]<stdout>: 17179869184    4294967296     float     sum      -1[1,0]<stdout>:    66023  260.21  487.90      0[1,0]<stdout>:    65990  260.34  488.14      0\n"))
+	if err != nil || len(mid.Rows) != 1 || mid.Rows[0].Bytes != 17179869184 || mid.Rows[0].Root != -1 || mid.Rows[0].TimeOutUS != 66023 || mid.Rows[0].BusInGBps != 488.14 {
+		t.Errorf("Open MPI tags mid-row: %v %+v", err, mid.Rows)
+	}
 	// CRLF reads as LF.
 	data, err := os.ReadFile(filepath.Join("testdata", "rtx2080ti-2gpu-pcie-no-p2p_all_gather_autodl-blog.txt"))
 	if err != nil {
