@@ -338,7 +338,7 @@ var Cases = []Case{
 		Machine: "2 AWS p5.48xlarge x 8x H100 SXM (NV18), 32x 100 Gb/s EFA per node (4 per GPU)", Collective: AllReduce, Algorithm: Auto,
 		Build: onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps, s.Transport = 8, 400, topology.TransportEFA }), 2, 8),
 		Large: []Point{{16 << 30, "[1,0]<stdout>: 17179869184", 8}}, Small: []Point{{1 << 20, "[1,0]<stdout>: 1048576", 8}},
-		Note:  "NCCL 2.22.3 on EKS; each GPU's four 100 Gb/s EFA NICs are one 400 Gb/s NIC (as aws-p5-2node-efa); Open MPI's tags mid-row",
+		Note: "NCCL 2.22.3 on EKS; each GPU's four 100 Gb/s EFA NICs are one 400 Gb/s NIC (as aws-p5-2node-efa); Open MPI's tags mid-row",
 	},
 }
 
