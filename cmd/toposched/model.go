@@ -574,8 +574,13 @@ func printCrossCollective(out *textout.Writer, cross collective.CrossSummary) er
 	if cross.Machines == 1 {
 		machines = "the one machine"
 	}
-	out.Printf("median |error| %.1f%%, max %.1f%% over %d sizes of %s with sweeps of two or more collectives (target: median <= %.0f%%: %s)\n",
-		100*cross.Median, 100*cross.Max, cross.Count, machines, 100*collective.CrossTarget, map[bool]string{true: "held", false: "MISSED"}[cross.Held()])
+	var each []string
+	for _, m := range cross.ByMachine {
+		each = append(each, fmt.Sprintf("%s %.1f%% (%d sizes)", m.Case, 100*m.Median, m.Sizes))
+	}
+	out.Printf("median |error| by machine: %s\n", strings.Join(each, ", "))
+	out.Printf("median of the machines' medians %.1f%% over %s with sweeps of two or more collectives (target: median <= %.0f%%: %s); over all %d sizes pooled: median %.1f%%, max %.1f%%\n",
+		100*cross.MachineMedian, machines, 100*collective.CrossTarget, map[bool]string{true: "held", false: "MISSED"}[cross.Held()], cross.Count, 100*cross.Median, 100*cross.Max)
 	return out.Err()
 }
 

@@ -81,6 +81,19 @@ var CrossMachines = []CrossMachine{
 			"so 0.65 against 0.91 is the clusters', not the collectives'. The all_reduce's fit stops at line rate: the model's NVLS-tree fills its pipeline too slowly at 128 MiB-2 GiB " +
 			"with 2.20.3's one-step chunks; with the 128 KiB chunks and 32 channels of the releases that run on B200 (Tuning226) it fits 0.948, but GCP's RDMA profile sets NCCL_NVLS_CHUNKSIZE to 512 KiB, so which chunk the run used is not known",
 	},
+	{
+		Name:    "hgx-h100-1node-xxrjun",
+		Machine: "1 node (cnode3-002), 8x H100 SXM (NV18, NVSwitch), one process per GPU; five collectives in one log, one after another",
+		Build:   onNodes(h100, 1, 8),
+		Sweeps: []CrossSweep{
+			{File: "hgx-h100-8gpu_single-node_five-collectives_xxrjun-nccl-tests-cluster.txt", Collective: AllReduce, Algorithm: Auto},
+			{File: "hgx-h100-8gpu_single-node_five-collectives_xxrjun-nccl-tests-cluster.txt", Collective: AllGather, Algorithm: Auto},
+			{File: "hgx-h100-8gpu_single-node_five-collectives_xxrjun-nccl-tests-cluster.txt", Collective: ReduceScatter, Algorithm: Auto},
+			{File: "hgx-h100-8gpu_single-node_five-collectives_xxrjun-nccl-tests-cluster.txt", Collective: AllToAll, Algorithm: Auto},
+			{File: "hgx-h100-8gpu_single-node_five-collectives_xxrjun-nccl-tests-cluster.txt", Collective: SendRecv, Algorithm: Auto},
+		},
+		Note: "one machine, one run: float64 sweeps from 32 MiB to 16 GiB of each collective",
+	},
 }
 
 // CrossMinBytes is the smallest size a transfer predicts: below it the
@@ -127,10 +140,24 @@ type CrossSummary struct {
 	Max      float64 `json:"max_abs_error"`
 	Count    int     `json:"count"`
 	Machines int     `json:"machines"`
+	// ByMachine is each machine's median |error| over its pairs' sizes,
+	// in CrossMachines order; MachineMedian the median of those.
+	ByMachine     []CrossMachineError `json:"by_machine"`
+	MachineMedian float64             `json:"machine_median_abs_error"`
 }
 
-// Held is whether the median meets CrossTarget.
-func (s CrossSummary) Held() bool { return s.Count > 0 && s.Median <= CrossTarget }
+// CrossMachineError is one machine's median |error| over every size of
+// every pair.
+type CrossMachineError struct {
+	Case   string  `json:"case"`
+	Sizes  int     `json:"sizes"`
+	Median float64 `json:"median_abs_error"`
+}
+
+// Held is whether the median of the machines' medians meets CrossTarget:
+// each machine weighs alike, where the median over sizes would let one
+// machine with many collectives (n sweeps make n(n-1) pairs) decide it.
+func (s CrossSummary) Held() bool { return s.Count > 0 && s.MachineMedian <= CrossTarget }
 
 // CrossCollective calibrates the model from each sweep of each
 // CrossMachines entry in fsys (FitCalibration on every row, as model
@@ -139,7 +166,9 @@ func (s CrossSummary) Held() bool { return s.Count > 0 && s.Median <= CrossTarge
 func CrossCollective(fsys fs.FS) (CrossSummary, error) {
 	var out CrossSummary
 	var all []float64
+	var machineMedians []float64
 	for _, m := range CrossMachines {
+		var mine []float64
 		p := m.Build()
 		sweeps := make([][]Sample, len(m.Sweeps))
 		for i, sw := range m.Sweeps {
@@ -180,11 +209,16 @@ func CrossCollective(fsys fs.FS) (CrossSummary, error) {
 				}
 				pair.Median, pair.Max = medianMax(errs)
 				all = append(all, errs...)
+				mine = append(mine, errs...)
 				out.Pairs = append(out.Pairs, pair)
 			}
 		}
 		out.Machines++
+		med, _ := medianMax(mine)
+		out.ByMachine = append(out.ByMachine, CrossMachineError{Case: m.Name, Sizes: len(mine), Median: med})
+		machineMedians = append(machineMedians, med)
 	}
+	out.MachineMedian, _ = medianMax(machineMedians)
 	out.Median, out.Max = medianMax(all)
 	out.Count = len(all)
 	return out, nil

@@ -40,28 +40,37 @@ func TestCrossCollective(t *testing.T) {
 	if n != s.Count {
 		t.Errorf("count %d, sizes %d", s.Count, n)
 	}
-	t.Logf("median %.1f%%, max %.1f%% over %d sizes (target %.0f%%)", 100*s.Median, 100*s.Max, s.Count, 100*CrossTarget)
+	t.Logf("median of the machines' medians %.1f%%; pooled median %.1f%%, max %.1f%% over %d sizes (target %.0f%%)", 100*s.MachineMedian, 100*s.Median, 100*s.Max, s.Count, 100*CrossTarget)
 	// No target is asserted: it is missed (BENCHMARKS.md, issue 50). This
 	// guards what the model achieves: 15.7% on the one machine first, 17.1%
-	// with the A3 Mega and A4 node pairs (their notes say why).
-	if s.Median > 0.172 {
-		t.Errorf("median %.1f%%: worse than with the A3 Mega and A4 pairs (17.1%%)", 100*s.Median)
+	// (sizes pooled) with the A3 Mega and A4 node pairs (their notes say
+	// why), 11.5% as the median of four machines' medians with the HGX
+	// H100 node's five collectives (pooled, its 200 sizes would make it
+	// 5.2%).
+	if s.MachineMedian > 0.116 {
+		t.Errorf("median of the machines' medians %.1f%%: worse than with the HGX H100 node (11.5%%)", 100*s.MachineMedian)
+	}
+	if len(s.ByMachine) != len(CrossMachines) {
+		t.Errorf("%d machines' medians, want %d", len(s.ByMachine), len(CrossMachines))
 	}
 
 	// A sweep's own calibration gives back its large sizes within 10%,
 	// but for two sweeps whose large sizes the model's shape misses (their
 	// machines' notes): the A3 Mega all_reduce's tree pays a fixed ~0.9 ms
 	// (+53% at 128 MiB, +25% at 256 MiB), and the A4 all_gather's rows are
-	// out of trend (+42% at 256 MiB between two within 1%; -21% at 1 GiB).
+	// out of trend (+42% at 256 MiB between two within 1%; -21% at 1 GiB);
+	// so are the HGX H100 node's sendrecv rows to 256 MiB (64 and 128 MiB
+	// take the same 820 µs: +117% at 128 MiB).
 	selfMax := map[string]float64{
-		"gcp-a3mega-h100_2node-16gpu_all_reduce_create-a3mega-ztan-fork.txt": 0.53,
-		"gcp-a4-b200_2node-16gpu-roce_all_gather_dranet.txt":                 0.42,
+		"hgx-h100-8gpu_single-node_five-collectives_xxrjun-nccl-tests-cluster.txt sendrecv": 1.17,
+		"gcp-a3mega-h100_2node-16gpu_all_reduce_create-a3mega-ztan-fork.txt all_reduce":     0.53,
+		"gcp-a4-b200_2node-16gpu-roce_all_gather_dranet.txt all_gather":                     0.42,
 	}
 	for _, m := range CrossMachines {
 		p := m.Build()
 		for _, sw := range m.Sweeps {
 			limit := 0.10
-			if l, ok := selfMax[sw.File]; ok {
+			if l, ok := selfMax[sw.File+" "+string(sw.Collective)]; ok {
 				limit = l
 			}
 			samples, err := crossSamples(TestdataFS(), sw, p)
