@@ -380,6 +380,9 @@ type Row struct {
 	Note        string  `json:"note,omitempty"`
 	// HeldOut: a held-out case's row (Case.HeldOut).
 	HeldOut bool `json:"held_out,omitempty"`
+	// PCIeOnly: no two of the case's GPUs on one node are joined by
+	// NVLink (pcieOnly).
+	PCIeOnly bool `json:"pcie_only,omitempty"`
 }
 
 // Summary is the validation's error figures.
@@ -397,6 +400,8 @@ type Summary struct {
 	// on a machine not measured.
 	LOMOLargeMedian float64 `json:"lomo_large_median_abs_error"`
 	LOMOLargeMax    float64 `json:"lomo_large_max_abs_error"`
+	// LOMOFiles counts the files (machines) left out in turn.
+	LOMOFiles int `json:"lomo_files"`
 	// LOMOFitted counts the large rows whose bottleneck's efficiency the
 	// other machines fitted, LOMOFittedMedian and LOMOFittedMax their
 	// errors: the part of the LOMO figure that tests the fit rather than
@@ -417,6 +422,32 @@ type Summary struct {
 	HeldOutLargeMax    float64 `json:"held_out_large_max_abs_error"`
 	HeldOutSmallMedian float64 `json:"held_out_small_median_abs_error"`
 	HeldOutSmallMax    float64 `json:"held_out_small_max_abs_error"`
+	// PCIe is the PCIe-only machines' group at >= 128 MB (issue 50's
+	// own target for them): each row's leave-one-machine-out error where
+	// it has one, else, held out, its error; Machines counts their files.
+	PCIe PCIeGroup `json:"pcie_only"`
+}
+
+// PCIeGroup is the PCIe-only machines' large rows.
+type PCIeGroup struct {
+	Rows     int     `json:"rows"`
+	Machines int     `json:"machines"`
+	Median   float64 `json:"median_abs_error"`
+	Max      float64 `json:"max_abs_error"`
+}
+
+// pcieOnly reports whether no two of p's GPUs on one node are joined by
+// NVLink: the machine's collectives run over PCIe, host memory or the
+// network alone.
+func pcieOnly(p Placement) bool {
+	for i, a := range p.Ranks {
+		for _, b := range p.Ranks[i+1:] {
+			if a.Node == b.Node && a.Node.GPUPaths[a.GPU][b.GPU].Class.NVLink() {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Validate predicts every case and compares with the measurement read
@@ -447,7 +478,7 @@ func Validate(fsys fs.FS) (Summary, error) {
 				e := (r.BusBWGBps - meas) / meas
 				s.Rows = append(s.Rows, Row{Case: c.Name, Machine: c.Machine, Algorithm: string(r.Algorithm), Protocol: string(r.Protocol), Bytes: pt.Bytes,
 					Large: set.large, Measured: meas, Predicted: r.BusBWGBps, Error: e,
-					Source: fmt.Sprintf("%s:%d", c.File, line), Note: c.Note, HeldOut: c.HeldOut})
+					Source: fmt.Sprintf("%s:%d", c.File, line), Note: c.Note, HeldOut: c.HeldOut, PCIeOnly: pcieOnly(p)})
 				switch {
 				case c.HeldOut && set.large:
 					heldLarge = append(heldLarge, math.Abs(e))
@@ -474,7 +505,28 @@ func Validate(fsys fs.FS) (Summary, error) {
 	if err := s.leaveOneMachineOut(samples); err != nil {
 		return s, err
 	}
+	s.pcieGroup()
 	return s, nil
+}
+
+// pcieGroup fills s.PCIe from the rows.
+func (s *Summary) pcieGroup() {
+	var errs []float64
+	files := map[string]bool{}
+	for _, r := range s.Rows {
+		if !r.Large || !r.PCIeOnly {
+			continue
+		}
+		e := r.Error
+		if !r.HeldOut && r.LOMOPredicted > 0 {
+			e = r.LOMOError
+		}
+		errs = append(errs, math.Abs(e))
+		file, _, _ := strings.Cut(r.Source, ":")
+		files[file] = true
+	}
+	s.PCIe = PCIeGroup{Rows: len(errs), Machines: len(files)}
+	s.PCIe.Median, s.PCIe.Max = medianMax(errs)
 }
 
 // OnlineReports is how many telemetry reports the validation's online
@@ -544,6 +596,7 @@ func (s *Summary) leaveOneMachineOut(samples []Sample) error {
 		}
 	}
 	s.LOMOLargeMedian, s.LOMOLargeMax = medianMax(errs)
+	s.LOMOFiles = len(online)
 	s.LOMOFitted = len(fittedErrs)
 	s.LOMOFittedMedian, s.LOMOFittedMax = medianMax(fittedErrs)
 	s.OnlineMedian, s.OnlineMax = medianMax(onlineErrs)

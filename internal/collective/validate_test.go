@@ -1,6 +1,10 @@
 package collective
 
-import "testing"
+import (
+	"math"
+	"slices"
+	"testing"
+)
 
 func TestValidateTargets(t *testing.T) {
 	t.Parallel()
@@ -47,5 +51,43 @@ func TestSweep(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The PCIe-only group is the cases whose GPUs share no NVLink on a node:
+// PCIe servers with or without P2P, not an NVSwitch node nor a bridged
+// pair; its figure is each row's leave-one-machine-out error, else (held
+// out) its error.
+func TestPCIeOnlyGroup(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{{"a100-pcie-4gpu-2socket", true}, {"rtx2080ti-2gpu-pix-p2p-ns", true}, {"azure-ndv4-a100-8gpu", false}, {"aws-p5-2node-efa-eks", false}} {
+		i := slices.IndexFunc(Cases, func(c Case) bool { return c.Name == tc.name })
+		if i < 0 {
+			t.Fatalf("no case %s", tc.name)
+		}
+		if got := pcieOnly(Cases[i].Build()); got != tc.want {
+			t.Errorf("%s: PCIe only %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	s, err := Validate(TestdataFS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errs []float64
+	for _, r := range s.Rows {
+		if r.Large && r.PCIeOnly {
+			e := r.Error
+			if !r.HeldOut {
+				e = r.LOMOError
+			}
+			errs = append(errs, math.Abs(e))
+		}
+	}
+	med, mx := medianMax(errs)
+	if s.PCIe.Rows != len(errs) || s.PCIe.Rows < 2 || s.PCIe.Median != med || s.PCIe.Max != mx {
+		t.Errorf("PCIe group %+v, rows give %d, median %v, max %v", s.PCIe, len(errs), med, mx)
 	}
 }
