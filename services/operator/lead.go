@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toposched/toposched/events/bus"
 )
 
@@ -34,8 +36,9 @@ func Lead(ctx context.Context, b *bus.Bus, key, holder string, ttl time.Duration
 	}
 	l := &lease{
 		kv: kv, key: key, holder: holder, ttl: ttl, log: log.With("component", "lease"),
-		start: func(ctx context.Context, _ uint64) (term, error) { return startFuncTerm(ctx, fn, log), nil },
-		alive: func() bool { return b.Conn().IsConnected() },
+		start:  func(ctx context.Context, _ uint64) (term, error) { return startFuncTerm(ctx, fn, log), nil },
+		alive:  func() bool { return b.Conn().IsConnected() },
+		reopen: func(ctx context.Context) (jetstream.KeyValue, bool, error) { return reopenLeaseKV(ctx, lb, ttl) },
 	}
 	w := l.watch(ctx)
 	rev, sent, t, termCancel, err := l.acquireOnce(ctx)

@@ -131,6 +131,9 @@ type lease struct {
 	// lease renews over a connection of its own, and must lapse when the
 	// work cannot go on (nil: always up).
 	alive func() bool
+	// reopen makes the lease bucket again where it is gone (reopenLeaseKV)
+	// and says whether it was; a failed campaign calls it (nil: never).
+	reopen func(ctx context.Context) (kv jetstream.KeyValue, made bool, err error)
 
 	mu     sync.Mutex
 	status LeaderStatus
@@ -157,6 +160,17 @@ func ensureLeaseKV(ctx context.Context, b *bus.Bus, ttl time.Duration) (jetstrea
 		return nil, fmt.Errorf("lease bucket %s: %w", cfg.Bucket, err)
 	}
 	return kv, nil
+}
+
+// reopenLeaseKV makes the lease bucket of b again if it is gone, and says
+// whether it was.
+func reopenLeaseKV(ctx context.Context, b *bus.Bus, ttl time.Duration) (jetstream.KeyValue, bool, error) {
+	kv, err := b.JetStream().KeyValue(ctx, LeaseBucket(b.Subjects.Prefix))
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return kv, false, err
+	}
+	kv, err = ensureLeaseKV(ctx, b, ttl)
+	return kv, err == nil, err
 }
 
 func (l *lease) renewEvery() time.Duration { return l.ttl / 5 }
@@ -230,6 +244,25 @@ func (l *lease) acquireOnce(ctx context.Context) (rev uint64, sent time.Time, t 
 	actx, cancel := context.WithTimeout(ctx, l.renewEvery())
 	rev, err = l.tryAcquire(actx)
 	cancel()
+	if err != nil && l.reopen != nil && ctx.Err() == nil {
+		// A bucket deleted under the replicas (an administrator's
+		// cleanup) fails every campaign, and placement would have no
+		// applier until a restart. A write to it does not fail fast (no
+		// stream answers, and the client retries until the deadline), so
+		// the bucket is looked up after any failed campaign. Placement's
+		// writes are fenced on its stream, not by the lease's revision,
+		// so a bucket made again starts no second writer.
+		rctx, cancel := context.WithTimeout(ctx, l.ttl)
+		kv, made, rerr := l.reopen(rctx)
+		cancel()
+		switch {
+		case rerr != nil:
+			err = errors.Join(err, fmt.Errorf("look up the lease bucket: %w", rerr))
+		case made:
+			l.log.Warn("lease bucket was gone; made again", "key", l.key)
+			l.kv = kv
+		}
+	}
 	if err != nil || rev == 0 {
 		return 0, sent, nil, nil, err
 	}
@@ -465,8 +498,9 @@ func (o *Operator) startLease(ctx context.Context) error {
 	}
 	l := &lease{
 		kv: kv, key: LeaseKey, holder: o.terms.holder, ttl: ttl, log: log.With("component", "lease"),
-		start: o.terms.start,
-		alive: func() bool { return b.Conn().IsConnected() },
+		start:  o.terms.start,
+		alive:  func() bool { return b.Conn().IsConnected() },
+		reopen: func(ctx context.Context) (jetstream.KeyValue, bool, error) { return reopenLeaseKV(ctx, lb, ttl) },
 	}
 	o.lease.Store(l)
 	w := l.watch(ctx)

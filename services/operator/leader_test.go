@@ -382,3 +382,61 @@ func TestLeaseRenewedWhileTermStarts(t *testing.T) {
 		t.Fatalf("lease entry %v (%v), want revision %d", e, err, rev)
 	}
 }
+
+// A lease bucket deleted under a running leader (an administrator's
+// cleanup, a stream purge) is made again: the leader loses its renewals,
+// steps down, and the next campaign recreates the bucket and leads again.
+// Before, every campaign after the deletion failed and placement had no
+// applier until a restart.
+func TestLeaseBucketDeletedIsMadeAgain(t *testing.T) {
+	t.Parallel()
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "test")
+	ctx := eventstest.Context(t, 60*time.Second)
+	ttl := 2 * time.Second
+	kv, err := ensureLeaseKV(ctx, b, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes := make(chan LeaderStatus, 64)
+	l := &lease{kv: kv, key: LeaseKey, holder: "only", ttl: ttl, log: slog.New(slog.DiscardHandler),
+		start:    func(context.Context, uint64) (term, error) { return fakeTerm{make(chan struct{})}, nil },
+		onChange: func(s LeaderStatus) { changes <- s },
+		reopen:   func(ctx context.Context) (jetstream.KeyValue, bool, error) { return reopenLeaseKV(ctx, b, ttl) },
+	}
+	rev, sent, tm, cancel, err := l.acquireOnce(ctx)
+	if err != nil || tm == nil {
+		t.Fatalf("first campaign: term %v, %v", tm, err)
+	}
+	if s := <-changes; s.Role != RoleLeader || s.Terms != 1 {
+		t.Fatalf("first status %+v", s)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); l.run(runCtx, nil, rev, sent, tm, cancel) }()
+	defer func() { stop(); <-done }()
+	if err := b.JetStream().DeleteKeyValue(ctx, LeaseBucket(b.Subjects.Prefix)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case s := <-changes:
+			if s.Role != RoleLeader {
+				continue
+			}
+			if s.Terms != 2 {
+				t.Fatalf("status %+v, want a second term", s)
+			}
+			kv, err := b.JetStream().KeyValue(ctx, LeaseBucket(b.Subjects.Prefix))
+			if err != nil {
+				t.Fatalf("the bucket was not made again: %v", err)
+			}
+			if e, err := kv.Get(ctx, LeaseKey); err != nil || !strings.Contains(string(e.Value()), `"only"`) {
+				t.Fatalf("lease %v (%v), want held by this replica", e, err)
+			}
+			return
+		case <-ctx.Done():
+			t.Fatal("no second term after the bucket was deleted")
+		}
+	}
+}
