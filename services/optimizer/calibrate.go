@@ -157,16 +157,24 @@ func computeFactors(c *collective.Calibration) string {
 // compute speed, where it is one (see the comment at the top). s.mu is
 // held.
 func (s *Service) computeObservation(lj *liveJob, t *events.RuntimeTelemetry) (collective.ComputeObservation, bool) {
-	if s.onlineCompute == nil || lj.spec == nil || !(t.ComputeSeconds > 0) {
+	if s.onlineCompute == nil || lj.spec == nil || !(t.ComputeSeconds > 0) ||
+		(!(lj.spec.Job.StepComputeSeconds > 0) && len(lj.spec.Job.StepComputeSecondsByModel) == 0) {
+		// The last: only an estimate from the model's size (checked
+		// again on the estimate; this spares working it out).
 		return collective.ComputeObservation{}, false
 	}
-	snap := s.store.Snapshot()
-	model, ok := oneModel(snap, lj.decision)
-	if !ok {
-		return collective.ComputeObservation{}, false
+	bw := s.bandwidths.Load()
+	p := lj.compute
+	if p == nil || p.with != bw || p.topoSeq != s.topoSeq {
+		p = &computePrediction{with: bw, topoSeq: s.topoSeq}
+		snap := s.store.Snapshot()
+		if p.model, p.ok = oneModel(snap, lj.decision); p.ok {
+			p.est, p.ok = aware.EstimateCompute(snap, *lj.spec, gpusOf(lj.decision), s.computeRef, bw)
+		}
+		lj.compute = p
 	}
-	est, ok := aware.EstimateCompute(snap, *lj.spec, gpusOf(lj.decision), s.computeRef, s.bandwidths.Load())
-	if !ok || est.Estimated || est.From == "" || est.From == model {
+	est, model := p.est, p.model
+	if !p.ok || est.Estimated || est.From == "" || est.From == model {
 		return collective.ComputeObservation{}, false
 	}
 	factor := t.ComputeSeconds / est.Seconds

@@ -61,6 +61,7 @@ import (
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/internal/collective"
 	"github.com/toposched/toposched/internal/gpuspeed"
+	"github.com/toposched/toposched/internal/placer/aware"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 	"github.com/toposched/toposched/services/optimizer/tuning"
@@ -203,6 +204,22 @@ type liveJob struct {
 	// unknown: the streams hold no analysis or node report for the
 	// decision (ErrUnknownJob); it is never tuned.
 	unknown bool
+	// compute is placement's prediction of the job's compute where it
+	// observes its GPU model's speed (computeObservation), kept while the
+	// calibration in force and the topology are the ones it was worked
+	// out with: telemetry comes every few steps, the prediction changes
+	// with neither.
+	compute *computePrediction
+}
+
+// computePrediction is a live job's compute prediction and what it was
+// worked out with.
+type computePrediction struct {
+	with    *topology.Bandwidths
+	topoSeq uint64
+	model   string
+	est     aware.ComputeEstimate
+	ok      bool
 }
 
 type gpuKey struct {

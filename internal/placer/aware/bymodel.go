@@ -15,7 +15,6 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/gpuspeed"
-	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 )
@@ -204,19 +203,31 @@ type ComputeEstimate struct {
 // corrections of bw (nil: none): what placement's compute term charges.
 // ok is false where the job's compute is not known.
 func EstimateCompute(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, ref string, bw *topology.Bandwidths) (ComputeEstimate, bool) {
-	e := newEvaluator(snap, job, len(gpus), engine.Options{ComputeReference: ref, Bandwidths: bw})
-	est := ComputeEstimate{Seconds: e.compOn(gpus), Factor: 1}
-	if !(est.Seconds > 0) {
-		return ComputeEstimate{}, false
-	}
-	worst := math.NaN()
+	// compOn's rule, without the evaluator's communication groups, which
+	// compute does not need (the optimizer asks on every telemetry).
+	m := newModelCompute(snap, job.Job, ref, bw)
+	est := ComputeEstimate{Seconds: math.NaN(), Factor: 1}
+	last := ""
 	for _, g := range gpus {
-		if t := e.byModel.onNode(g.Node); !math.IsNaN(t) && !(t <= worst) {
-			worst = t
+		if g.Node == last {
+			continue
+		}
+		last = g.Node
+		if t := m.onNode(g.Node); !math.IsNaN(t) && !(t <= est.Seconds) {
+			est.Seconds = t
 			if n, ok := snap.Node(g.Node); ok {
 				est.Model = n.GPUModel
 			}
 		}
+	}
+	if math.IsNaN(est.Seconds) {
+		est.Seconds = m.base
+		if math.IsNaN(est.Seconds) {
+			est.Seconds = m.onReference()
+		}
+	}
+	if !(est.Seconds > 0) {
+		return ComputeEstimate{}, false
 	}
 	sub := job.Job
 	measured := false
@@ -226,9 +237,9 @@ func EstimateCompute(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.
 		}
 	}
 	est.Estimated = !measured && !(sub.StepComputeSeconds > 0)
-	if _, from, ok := gpuspeed.JobComputeFrom(sub.StepComputeSecondsByModel, e.byModel.base, est.Model, ref); ok {
+	if _, from, ok := gpuspeed.JobComputeFrom(sub.StepComputeSecondsByModel, m.base, est.Model, ref); ok {
 		est.From = from
-		est.Factor = e.byModel.correction(est.Model, from)
+		est.Factor = m.correction(est.Model, from)
 		on, _ := gpuspeed.Lookup(est.Model)
 		est.Correction, _ = bw.ComputeOf(on.Name)
 	}
