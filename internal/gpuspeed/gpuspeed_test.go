@@ -2,6 +2,7 @@ package gpuspeed
 
 import (
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -172,4 +173,22 @@ func mustLookup(t *testing.T, name string) Spec {
 		t.Fatalf("Lookup(%q): unknown", name)
 	}
 	return s
+}
+
+// Lookup's cache answers as the table does, and stops growing at
+// maxLookups however many names jobs bring.
+func TestLookupCache(t *testing.T) {
+	for i := range maxLookups + 100 {
+		if _, ok := Lookup("MI300X-" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + strconv.Itoa(i)); ok {
+			t.Fatalf("name %d found", i)
+		}
+	}
+	if n := lookupsHeld.Load(); n > maxLookups {
+		t.Errorf("%d names cached, at most %d", n, maxLookups)
+	}
+	for range 2 {
+		if s, ok := Lookup("NVIDIA H100 80GB HBM3"); !ok || s.Name != "H100 SXM" {
+			t.Errorf("Lookup(H100) = %q, %v after the cache filled", s.Name, ok)
+		}
+	}
 }
