@@ -95,7 +95,10 @@ type PlacementMigration struct {
 	MeasuredCommSecondsPerStep float64 `json:"measured_comm_seconds_per_step,omitempty"`
 	ProposedCommSecondsPerStep float64 `json:"proposed_comm_seconds_per_step"`
 	// GainSecondsPerStep is (measured, else current) minus proposed: what
-	// each step saves. Always positive: no gain, no proposal.
+	// each step saves. Where the optimizer weighs compute by GPU model
+	// (a compute reference), the job's compute now (measured, else
+	// predicted) less its predicted compute on the proposed GPUs is added
+	// (Message gives both). Always positive: no gain, no proposal.
 	GainSecondsPerStep float64 `json:"gain_seconds_per_step"`
 	// StepSeconds is the current step time (see the package comment on
 	// break-even).

@@ -477,6 +477,23 @@ type Prediction struct {
 	// model); 0 where it does not.
 	ComputeSecondsPerStep float64 `json:"compute_seconds_per_step,omitempty"`
 	GPUModel              string  `json:"gpu_model,omitempty"`
+	// ComputeCorrection is the measured correction of the speed table's
+	// compute time that ComputeSecondsPerStep includes (the online compute
+	// calibration's), where one is in force; nil where none is.
+	ComputeCorrection *ComputeCorrection `json:"compute_correction,omitempty"`
+}
+
+// ComputeCorrection is what a calibration's compute factors made of a
+// prediction's compute time.
+type ComputeCorrection struct {
+	// Factor is what the speed table's time was multiplied by: the GPU
+	// model's factor over that of the model the job's time was scaled
+	// from.
+	Factor float64 `json:"factor"`
+	// Samples are the runs the factor was measured from, Set the
+	// calibration set that carries it ("online": the optimizer's).
+	Samples int    `json:"samples"`
+	Set     string `json:"set,omitempty"`
 }
 
 // GroupPrediction is one kind of group's predicted time per step (the

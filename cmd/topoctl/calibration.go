@@ -317,6 +317,13 @@ func calibrationShow(ctx context.Context, g *globals, out io.Writer, history boo
 				}
 				w.Printf("  fit %s: %.3f from %d samples (measured/predicted %.3f before): %s\n", kind, f.Efficiency, f.Samples, f.Ratio, strings.Join(f.Sources, ", "))
 			}
+			for _, f := range s.Set.Compute {
+				w.Printf("  compute %s: x%.3f the speed table's time, from %d jobs (measured/predicted %.3f before its last move)", f.Model, f.Factor, f.Samples, f.Ratio)
+				if len(f.Sources) > 0 {
+					w.Printf(": %s", strings.Join(f.Sources, ", "))
+				}
+				w.Println()
+			}
 			for _, warn := range s.Warnings {
 				w.Printf("  warning: %s\n", warn)
 			}

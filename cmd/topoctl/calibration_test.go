@@ -56,7 +56,8 @@ func TestCalibrationPushShowWithdraw(t *testing.T) {
 	url, b, op := startReplicas(t, ctx)
 
 	file := filepath.Join(t.TempDir(), "lab.json")
-	good := `{"version": 1, "name": "lab", "efficiency": {"nvlink": 0.7, "pcie": 0.55}}` + "\n"
+	good := `{"version": 1, "name": "lab", "efficiency": {"nvlink": 0.7, "pcie": 0.55},
+ "compute": [{"model": "T4", "factor": 1.18, "samples": 12, "ratio": 1.05, "sources": ["telemetry:j1@40"]}]}` + "\n"
 	if err := os.WriteFile(file, []byte(good), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +77,9 @@ func TestCalibrationPushShowWithdraw(t *testing.T) {
 	}
 	if bw := op.OptimizerService().Bandwidths(); bw == nil || bw.Efficiency.NVLink != 0.7 {
 		t.Errorf("optimizer predicts with %+v", bw)
+	}
+	if c, ok := op.PlacementService().Bandwidths().ComputeOf("T4"); !ok || c.Factor != 1.18 {
+		t.Errorf("placement's T4 compute correction %+v, %v", c, ok)
 	}
 
 	// A value topoctl would refuse, put straight into the bucket.
@@ -117,7 +121,8 @@ func TestCalibrationPushShowWithdraw(t *testing.T) {
 	if err != nil {
 		t.Fatalf("show: %v\n%s", err, out)
 	}
-	for _, w := range []string{"kv revision 1 at ", "lab@" + rev[:12], "refused value", "efficiency.nvlink: 7", "r1 (optimizer, placement): lab@" + rev[:12] + " from kv"} {
+	for _, w := range []string{"kv revision 1 at ", "lab@" + rev[:12], "refused value", "efficiency.nvlink: 7", "r1 (optimizer, placement): lab@" + rev[:12] + " from kv",
+		"  compute T4: x1.180 the speed table's time, from 12 jobs (measured/predicted 1.050 before its last move): telemetry:j1@40"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("show output lacks %q:\n%s", w, out)
 		}

@@ -148,7 +148,7 @@ func writePrediction(b *strings.Builder, ours, base *events.Prediction) {
 			if p.ComputeSecondsPerStep <= 0 {
 				return "-"
 			}
-			return seconds(p.ComputeSecondsPerStep) + " (" + dash(p.GPUModel) + ")"
+			return seconds(p.ComputeSecondsPerStep) + " (" + dash(p.GPUModel) + computeCorrection(p.ComputeCorrection) + ")"
 		})
 	}
 	// Both need the job's step_compute_seconds; without it they are 0.
@@ -173,6 +173,19 @@ func writePrediction(b *strings.Builder, ours, base *events.Prediction) {
 			b.WriteString("  as much communication as blind first fit\n")
 		}
 	}
+}
+
+// computeCorrection says what a calibration's compute factors made of a
+// prediction's compute: ": x1.18 from 12 runs, online"; "" for none.
+func computeCorrection(c *events.ComputeCorrection) string {
+	if c == nil {
+		return ""
+	}
+	out := fmt.Sprintf(": x%.2f from %s", c.Factor, plural(c.Samples, "run"))
+	if c.Set != "" {
+		out += ", " + c.Set
+	}
+	return out
 }
 
 func writeRefusal(b *strings.Builder, title string, reasons []events.Reason, cfs []events.Counterfactual, ex *events.Explanation) {

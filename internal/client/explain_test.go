@@ -110,6 +110,12 @@ func TestWriteExplainGolden(t *testing.T) {
 		ComputeSecondsPerStep: 0.44, GPUModel: "H100-SXM5-80GB"}
 	byModel.Baseline = &events.Prediction{Strategy: "blind", CommSecondsPerStep: 0.08, CommFraction: 0.0145, SpeedUp: 2.0,
 		ComputeSecondsPerStep: 5.45, GPUModel: "T4"}
+	// The online compute calibration measured the T4 slower than the
+	// speed table says.
+	corrected := decision("corrected", 1, 2)
+	corrected.Prediction = byModel.Prediction
+	corrected.Baseline = &events.Prediction{Strategy: "blind", CommSecondsPerStep: 0.08, CommFraction: 0.0124, SpeedUp: 2.0,
+		ComputeSecondsPerStep: 6.43, GPUModel: "T4", ComputeCorrection: &events.ComputeCorrection{Factor: 1.18, Samples: 12, Set: "online"}}
 	worse := decision("worse", 1, 2)
 	worse.Prediction = &events.Prediction{Strategy: "blind", CommSecondsPerStep: 0.2}
 	worse.Baseline = &events.Prediction{Strategy: "blind", CommSecondsPerStep: 0.1}
@@ -158,6 +164,7 @@ func TestWriteExplainGolden(t *testing.T) {
 		{"decided-worse", hist("worse", worse)},
 		// Compute weighed by GPU model: each side's compute on its model.
 		{"decided-by-model", hist("by-model", byModel)},
+		{"decided-by-model-corrected", hist("corrected", corrected)},
 		{"decided-fit-trade", hist("traded", &events.JobSubmitted{JobID: "traded", GPUs: 2}, traded)},
 		{"decided-fit-trade-declined", hist("declined", &events.JobSubmitted{JobID: "declined", GPUs: 2}, declined)},
 		{"decided-large", hist("big", &events.JobSubmitted{JobID: "big", GPUs: 320}, largeDecision())},

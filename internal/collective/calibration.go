@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/toposched/toposched/internal/gpuspeed"
 	"github.com/toposched/toposched/internal/topology"
 )
 
@@ -36,7 +37,41 @@ type Calibration struct {
 	// ModelLatency is the per-step overhead fitted per GPU model (the
 	// value in force is Models[model].StepOverheadUS).
 	ModelLatency []LatencyFit `json:"model_latency,omitempty"`
+	// Compute are GPU models measured to compute slower or faster than
+	// internal/gpuspeed's table says, one entry a model: the optimizer's
+	// online compute calibration writes them. Placement multiplies a
+	// step's compute scaled onto the model by the entry's factor.
+	Compute []ComputeFit `json:"compute,omitempty"`
 }
+
+// ComputeFit is one GPU model's compute factor and its evidence.
+type ComputeFit struct {
+	// Model is the GPU model as internal/gpuspeed's table names it ("T4",
+	// "H100 SXM"); another spelling the table knows is taken for it.
+	Model string `json:"model"`
+	// Factor is the model's measured compute time over the table's
+	// prediction, within [MinComputeFactor, MaxComputeFactor].
+	Factor float64 `json:"factor"`
+	// Samples are the jobs whose measurements its last move was computed
+	// from (OnlineCompute: their median); Ratio that median over the
+	// factor before the move; Sources where some of them were read (job
+	// and step).
+	Samples int      `json:"samples"`
+	Ratio   float64  `json:"ratio"`
+	Sources []string `json:"sources,omitempty"`
+}
+
+// Bounds of a compute factor. The table's rule (the geometric mean of
+// tensor peak and memory bandwidth) puts the models it knows within 5.5×
+// of an A100 and is a peak-to-peak comparison; a model measured more than
+// 5 times slower, or faster, than its peak figures say is not the model
+// (a misreported GPU name, a throttled or broken part, a unit slip in the
+// telemetry), and scaling every job's compute on it by so much would send
+// them all elsewhere on one wrong set.
+const (
+	MinComputeFactor = 0.2
+	MaxComputeFactor = 5
+)
 
 // LatencyFit is the fitted per-step overhead and its evidence: the
 // median of the overheads that make each small message's prediction meet
@@ -107,6 +142,17 @@ func (c *Calibration) Bandwidths(base *topology.Bandwidths) *topology.Bandwidths
 				bw.ByModel = map[string]topology.Efficiency{}
 			}
 			bw.ByModel[topology.ModelKey(model)] = e
+		}
+		bw.Compute = nil
+		for _, f := range c.Compute {
+			s, ok := gpuspeed.Lookup(f.Model)
+			if !ok {
+				continue // refused by Validate; a set in memory may be unchecked
+			}
+			if bw.Compute == nil {
+				bw.Compute = map[string]topology.ComputeCorrection{}
+			}
+			bw.Compute[s.Name] = topology.ComputeCorrection{Factor: f.Factor, Samples: f.Samples, Set: c.Name}
 		}
 	}
 	return bw
@@ -344,6 +390,32 @@ func (c *Calibration) problems() []problem {
 	}
 	for i, l := range c.ModelLatency {
 		latency(fmt.Sprintf("model_latency[%d]", i), l)
+	}
+	return append(out, c.computeProblems()...)
+}
+
+// computeProblems checks the compute factors.
+func (c *Calibration) computeProblems() []problem {
+	var out []problem
+	seen := map[string]int{}
+	for i, f := range c.Compute {
+		field := fmt.Sprintf("compute[%d]", i)
+		s, ok := gpuspeed.Lookup(f.Model)
+		switch j, dup := seen[s.Name]; {
+		case !ok:
+			out = append(out, problem{field + ".model", fmt.Sprintf("%q: not a GPU model the speed table knows (internal/gpuspeed: such as T4, A100, H100)", f.Model)})
+		case dup:
+			out = append(out, problem{field + ".model", fmt.Sprintf("%q: the model of compute[%d] (%s): a set holds one factor a model", f.Model, j, s.Name)})
+		default:
+			seen[s.Name] = i
+		}
+		if v := f.Factor; math.IsNaN(v) || v < MinComputeFactor || v > MaxComputeFactor {
+			out = append(out, problem{field + ".factor", fmt.Sprintf("%g: expected a measured over predicted compute time from %g to %g: a model so far from its peak figures is not that model (a misreported GPU name, a broken part, a unit slip)",
+				v, float64(MinComputeFactor), float64(MaxComputeFactor))})
+		}
+		if f.Samples < 0 || f.Ratio < 0 || math.IsNaN(f.Ratio) || math.IsInf(f.Ratio, 0) {
+			out = append(out, problem{field, fmt.Sprintf("samples %d, ratio %g: expected non-negative numbers", f.Samples, f.Ratio)})
+		}
 	}
 	return out
 }

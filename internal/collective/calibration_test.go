@@ -164,6 +164,20 @@ func TestParseCalibration(t *testing.T) {
 			"c.json:2: latency.step_overhead_us: 40: disagrees with efficiency.step_overhead_us = 4"},
 		{"model latency disagrees", "{\"version\": 1, \"efficiency\": {}, \"models\": {\"H100\": {\"step_overhead_us\": 4}},\n \"model_latency\": [\n {\"model\": \"H100\", \"step_overhead_us\": 9, \"samples\": 2, \"sources\": []}]}",
 			"c.json:3: model_latency[0].step_overhead_us: 9: disagrees with models.H100.step_overhead_us = 4"},
+		// The online compute calibration's factors: within [0.2, 5], of a
+		// model the speed table knows, one a model.
+		{"compute factor too high", "{\"version\": 1, \"efficiency\": {},\n \"compute\": [\n {\"model\": \"T4\", \"factor\": 1.2, \"samples\": 9, \"ratio\": 1.1},\n {\"model\": \"H100 SXM\",\n  \"factor\": 7, \"samples\": 9, \"ratio\": 1}]}",
+			"c.json:5: compute[1].factor: 7: expected a measured over predicted compute time from 0.2 to 5"},
+		{"compute factor too low", "{\"version\": 1, \"efficiency\": {},\n \"compute\": [\n {\"model\": \"T4\", \"factor\": 0.1, \"samples\": 9, \"ratio\": 1}]}",
+			"c.json:3: compute[0].factor: 0.1: expected a measured over predicted compute time from 0.2 to 5"},
+		{"compute factor 0", "{\"version\": 1, \"efficiency\": {},\n \"compute\": [\n {\"model\": \"T4\", \"samples\": 9, \"ratio\": 1}]}",
+			"c.json: compute[0].factor: 0: expected"},
+		{"compute model unknown", "{\"version\": 1, \"efficiency\": {},\n \"compute\": [\n {\"model\": \"MI300X\", \"factor\": 1, \"samples\": 9, \"ratio\": 1}]}",
+			`c.json:3: compute[0].model: "MI300X": not a GPU model the speed table knows`},
+		{"compute model twice", "{\"version\": 1, \"efficiency\": {},\n \"compute\": [\n {\"model\": \"T4\", \"factor\": 1, \"samples\": 9, \"ratio\": 1},\n {\"model\": \"Tesla T4\", \"factor\": 1.1, \"samples\": 9, \"ratio\": 1}]}",
+			`c.json:4: compute[1].model: "Tesla T4": the model of compute[0] (T4)`},
+		{"compute samples", "{\"version\": 1, \"efficiency\": {},\n \"compute\": [\n {\"model\": \"T4\", \"factor\": 1, \"samples\": -2, \"ratio\": 1}]}",
+			"compute[0]: samples -2, ratio 1: expected non-negative numbers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseCalibration("c.json", []byte(tc.in))
@@ -198,6 +212,8 @@ func FuzzParseCalibration(f *testing.F) {
 		`{"version": 1, "efficiency": {}, "fits": [{"kind": "nvlink", "model": "H100", "efficiency": 0.8, "samples": 1, "ratio": 1, "sources": []}]}`,
 		`{"version": 1, "efficiency": {"step_overhead_us": 4}, "latency": {"step_overhead_us": 40, "samples": 2, "sources": []}}`,
 		`{"version": 1, "efficiency": {}, "models": {"H100": {"step_overhead_us": 4}}, "model_latency": [{"model": "H100", "step_overhead_us": 9, "samples": 2, "sources": []}]}`,
+		`{"version": 1, "efficiency": {}, "compute": [{"model": "T4", "factor": 1.18, "samples": 12, "ratio": 1.1, "sources": ["telemetry:j@9"]}]}`,
+		`{"version": 1, "efficiency": {}, "compute": [{"model": "T4", "factor": 9, "samples": 12, "ratio": 1.1}, {"model": "t4", "factor": 1, "samples": 1, "ratio": 1}]}`,
 	} {
 		f.Add([]byte(seed))
 	}

@@ -2,6 +2,7 @@ package gpuspeed
 
 import (
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -145,18 +146,22 @@ func TestJobCompute(t *testing.T) {
 		base    float64
 		on      string
 		want    float64
+		from    string
 		ok      bool
 	}{
-		{"measured there, same spelling", map[string]float64{"T4": 9}, 1, "T4", 9, true},
-		{"measured there, other spelling", map[string]float64{"H100-SXM5-80GB": 2}, 1, "NVIDIA H100 80GB HBM3", 2, true},
-		{"no measurement: base on the reference", nil, 4, "H100", 4 * h100, true},
-		{"the closest measured model", map[string]float64{"T4": 30, "L40S": 3}, 1, "H100", 3 * l40s2h100, true},
-		{"unknown measured models are passed over", map[string]float64{"MI300X": 1}, 4, "H100", 4 * h100, true},
-		{"unknown target", map[string]float64{"T4": 9}, 4, "MI300X", 4, false},
+		{"measured there, same spelling", map[string]float64{"T4": 9}, 1, "T4", 9, "T4", true},
+		{"measured there, other spelling", map[string]float64{"H100-SXM5-80GB": 2}, 1, "NVIDIA H100 80GB HBM3", 2, "H100 SXM", true},
+		{"no measurement: base on the reference", nil, 4, "H100", 4 * h100, "A100 SXM 80GB", true},
+		{"the closest measured model", map[string]float64{"T4": 30, "L40S": 3}, 1, "H100", 3 * l40s2h100, "L40S", true},
+		{"unknown measured models are passed over", map[string]float64{"MI300X": 1}, 4, "H100", 4 * h100, "A100 SXM 80GB", true},
+		{"unknown target", map[string]float64{"T4": 9}, 4, "MI300X", 4, "", false},
 	} {
-		got, ok := JobCompute(c.byModel, c.base, c.on, "a100")
-		if ok != c.ok || math.Abs(got-c.want) > 1e-12*c.want {
-			t.Errorf("%s: JobCompute = %v, %v; want %v, %v", c.name, got, ok, c.want, c.ok)
+		got, from, ok := JobComputeFrom(c.byModel, c.base, c.on, "a100")
+		if ok != c.ok || from != c.from || math.Abs(got-c.want) > 1e-12*c.want {
+			t.Errorf("%s: JobComputeFrom = %v, %q, %v; want %v, %q, %v", c.name, got, from, ok, c.want, c.from, c.ok)
+		}
+		if got2, ok2 := JobCompute(c.byModel, c.base, c.on, "a100"); got2 != got || ok2 != ok {
+			t.Errorf("%s: JobCompute = %v, %v; JobComputeFrom said %v, %v", c.name, got2, ok2, got, ok)
 		}
 	}
 }
@@ -168,4 +173,22 @@ func mustLookup(t *testing.T, name string) Spec {
 		t.Fatalf("Lookup(%q): unknown", name)
 	}
 	return s
+}
+
+// Lookup's cache answers as the table does, and stops growing at
+// maxLookups however many names jobs bring.
+func TestLookupCache(t *testing.T) {
+	for i := range maxLookups + 100 {
+		if _, ok := Lookup("MI300X-" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + strconv.Itoa(i)); ok {
+			t.Fatalf("name %d found", i)
+		}
+	}
+	if n := lookupsHeld.Load(); n > maxLookups {
+		t.Errorf("%d names cached, at most %d", n, maxLookups)
+	}
+	for range 2 {
+		if s, ok := Lookup("NVIDIA H100 80GB HBM3"); !ok || s.Name != "H100 SXM" {
+			t.Errorf("Lookup(H100) = %q, %v after the cache filled", s.Name, ok)
+		}
+	}
 }

@@ -45,37 +45,50 @@ func SlowestFactor(models []string, ref string) (float64, bool) {
 // ok is false, with base (or a measured time, if on is the model measured)
 // unscaled, when the table knows on not.
 func JobCompute(byModel map[string]float64, base float64, on, ref string) (float64, bool) {
+	t, _, ok := JobComputeFrom(byModel, base, on, ref)
+	return t, ok
+}
+
+// JobComputeFrom is JobCompute and the table's name of the model the time
+// was measured on (or, for base, taken as measured on): the model whose
+// speed the rule scaled from. from is on's own name where the job measured
+// it there, and "" where nothing was scaled (ok false). An online
+// correction of the table (a model measured slower than its figures say)
+// divides out the from model's and multiplies in on's.
+func JobComputeFrom(byModel map[string]float64, base float64, on, ref string) (t float64, from string, ok bool) {
 	if t, ok := byModel[on]; ok {
-		return t, true
+		s, _ := Lookup(on)
+		return t, s.Name, true
 	}
 	target, known := Lookup(on)
 	if !known {
-		return base, false
+		return base, "", false
 	}
 	keys := make([]string, 0, len(byModel))
 	for k := range byModel {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	best, bestD, bestF := -1.0, math.Inf(1), 1.0
+	best, bestD, bestF, bestFrom := -1.0, math.Inf(1), 1.0, ""
 	for _, k := range keys {
 		s, ok := Lookup(k)
 		if !ok || !(byModel[k] > 0) {
 			continue
 		}
 		if s.Name == target.Name {
-			return byModel[k], true
+			return byModel[k], s.Name, true
 		}
 		if d := math.Abs(math.Log(s.Speed() / target.Speed())); d < bestD {
-			best, bestD, bestF = byModel[k], d, s.Speed()/target.Speed()
+			best, bestD, bestF, bestFrom = byModel[k], d, s.Speed()/target.Speed(), s.Name
 		}
 	}
 	if best > 0 {
-		return best * bestF, true
+		return best * bestF, bestFrom, true
 	}
 	f, ok := Factor(on, ref)
 	if !ok {
-		return base, false
+		return base, "", false
 	}
-	return base * f, true
+	r, _ := Lookup(ref)
+	return base * f, r.Name, true
 }

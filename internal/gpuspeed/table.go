@@ -3,6 +3,8 @@ package gpuspeed
 import (
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Spec is one GPU model's peak figures, as its vendor specifies them.
@@ -115,14 +117,39 @@ var separators = regexp.MustCompile(`[-_/\s]+`)
 // user gives it ("NVIDIA H100 80GB HBM3", "A100-SXM4-80GB", "Tesla T4",
 // "rtx4090", "a100").
 func Lookup(model string) (Spec, bool) {
-	name := separators.ReplaceAllString(strings.ToLower(strings.TrimSpace(model)), " ")
-	if name == "" {
-		return Spec{}, false
+	if v, ok := lookups.Load(model); ok {
+		r := v.(lookup)
+		return r.spec, r.ok
 	}
-	for _, s := range table {
-		if s.match.MatchString(name) {
-			return s, true
+	r := lookup{}
+	if name := separators.ReplaceAllString(strings.ToLower(strings.TrimSpace(model)), " "); name != "" {
+		for _, s := range table {
+			if s.match.MatchString(name) {
+				r = lookup{s, true}
+				break
+			}
 		}
 	}
-	return Spec{}, false
+	// The names a cluster reports are few, and asked on every decision
+	// and telemetry; a job's own names are bounded per job but not over
+	// jobs, so the cache stops growing at maxLookups.
+	if lookupsHeld.Load() < maxLookups {
+		if _, loaded := lookups.LoadOrStore(model, r); !loaded {
+			lookupsHeld.Add(1)
+		}
+	}
+	return r.spec, r.ok
+}
+
+// lookups caches Lookup's answers by the name asked, at most maxLookups.
+var (
+	lookups     sync.Map
+	lookupsHeld atomic.Int64
+)
+
+const maxLookups = 4096
+
+type lookup struct {
+	spec Spec
+	ok   bool
 }

@@ -35,6 +35,32 @@ type Bandwidths struct {
 	// (keys as ModelKey has them), where a calibration was fitted per
 	// node model; its zero values leave Efficiency's.
 	ByModel map[string]Efficiency `json:"by_model,omitempty"`
+	// Compute corrects the compute speed internal/gpuspeed's table gives
+	// a GPU model, by the table's name for it, where a calibration
+	// measured the model (the optimizer's online compute calibration): a
+	// step's compute scaled by the table onto the model is multiplied by
+	// its Factor.
+	Compute map[string]ComputeCorrection `json:"compute,omitempty"`
+}
+
+// ComputeCorrection is a GPU model's measured compute time over what the
+// speed table predicts, and its evidence.
+type ComputeCorrection struct {
+	Factor float64 `json:"factor"`
+	// Samples are the runs it was measured from, Set the calibration set
+	// that carries it (online: the optimizer's).
+	Samples int    `json:"samples"`
+	Set     string `json:"set,omitempty"`
+}
+
+// ComputeOf is the correction in force for the GPU model the speed table
+// names name; ok is false (b nil included) where none is.
+func (b *Bandwidths) ComputeOf(name string) (ComputeCorrection, bool) {
+	if b == nil {
+		return ComputeCorrection{}, false
+	}
+	c, ok := b.Compute[name]
+	return c, ok && c.Factor > 0
 }
 
 // ModelKey is how a GPU model names a calibration's entry: lower case,

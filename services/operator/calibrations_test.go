@@ -11,6 +11,8 @@ import (
 	"github.com/toposched/toposched/events/eventstest"
 	"github.com/toposched/toposched/internal/calibration"
 	"github.com/toposched/toposched/internal/collective"
+	"github.com/toposched/toposched/internal/topology"
+	"github.com/toposched/toposched/services/placement"
 )
 
 // The online calibration's moves go through the bucket: a move over the
@@ -141,5 +143,88 @@ func TestOnlineMovesThroughTheBucket(t *testing.T) {
 	data, _ = calibration.Encode(move)
 	if got := waitFor(calibration.Revision(data)); got.KVRevision != kvRev {
 		t.Errorf("applied %+v, want kv revision %d", got, kvRev)
+	}
+}
+
+// A set's compute factors (the online compute calibration's) go through
+// the bucket to every service's cost model, by the speed table's name of
+// the model; a set with a factor outside its bounds is refused naming the
+// field, and the set in force stays.
+func TestComputeFactorsThroughTheBucket(t *testing.T) {
+	srv := eventstest.Server(t)
+	b := eventstest.Bus(t, srv.ClientURL(), "test")
+	ctx := eventstest.Context(t, 60*time.Second)
+	op, stop, err := StartOn(t, ctx, b, Config{Services: []string{Placement, Optimizer}, Replica: "r1", OnlineCalibration: true,
+		Placement: placement.Config{ComputeReference: "a100"}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	answers := make(chan any, 16)
+	ready := make(chan struct{})
+	go func() {
+		_ = b.Follow(ctx, events.DomainPolicy, []string{b.Subjects.Of(events.NameCalibrationApplied), b.Subjects.Of(events.NameCalibrationRejected)},
+			ready, func(r bus.Record) error {
+				v := r.Name.New()
+				if events.DecodeJSON(r.Body, v) == nil {
+					answers <- v
+				}
+				return nil
+			})
+	}()
+	<-ready
+	cl := op.calibration
+	move := &collective.Calibration{Version: collective.CalibrationVersion, Name: "online",
+		Compute: []collective.ComputeFit{{Model: "T4", Factor: 1.18, Samples: 12, Ratio: 1.18}}}
+	_, rev := cl.InForce()
+	kvRev, err := cl.Push(ctx, move, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for applied := false; !applied; {
+		select {
+		case v := <-answers:
+			e, ok := v.(*events.CalibrationApplied)
+			applied = ok && e.KVRevision == kvRev
+		case <-ctx.Done():
+			t.Fatal("no policy.calibration_applied of the move")
+		}
+	}
+	for name, bw := range map[string]*topology.Bandwidths{"placement": op.PlacementService().Bandwidths(), "optimizer": op.OptimizerService().Bandwidths()} {
+		if c, ok := bw.ComputeOf("T4"); !ok || c.Factor != 1.18 || c.Samples != 12 || c.Set != "online" {
+			t.Errorf("%s's T4 correction %+v, %v", name, c, ok)
+		}
+	}
+
+	kv, err := calibration.OpenKV(ctx, b.JetStream(), b.Subjects.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := []byte("{\"version\": 1, \"efficiency\": {},\n \"compute\": [\n  {\"model\": \"T4\", \"factor\": 9, \"samples\": 12, \"ratio\": 9}]}")
+	badRev, err := kv.Put(ctx, calibration.KVKey, bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for refused := false; !refused; {
+		select {
+		case v := <-answers:
+			e, ok := v.(*events.CalibrationRejected)
+			if !ok || e.KVRevision != badRev {
+				continue
+			}
+			refused = true
+			if len(e.Errors) != 1 || e.Errors[0].Field != "compute[0].factor" || e.Errors[0].Line != 3 {
+				t.Errorf("rejected %+v", e.Errors)
+			}
+		case <-ctx.Done():
+			t.Fatal("no policy.calibration_rejected")
+		}
+	}
+	if c, ok := op.PlacementService().Bandwidths().ComputeOf("T4"); !ok || c.Factor != 1.18 {
+		t.Errorf("after a refused set placement's T4 correction is %+v, %v; want the set in force's", c, ok)
 	}
 }

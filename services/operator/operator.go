@@ -202,6 +202,9 @@ func New(cfg Config, deps Deps) (*Operator, error) {
 	if has(Optimizer) {
 		ocfg := cfg.Optimizer
 		ocfg.Bandwidths = cfg.Calibration.Bandwidths(nil)
+		// Moves and the online compute calibration weigh compute by GPU
+		// model where placement does, on its reference.
+		ocfg.ComputeReference = cfg.Placement.ComputeReference
 		o.opt, err = optimizer.New(ocfg, optimizer.Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects, Log: log})
 		if err != nil {
 			return nil, err

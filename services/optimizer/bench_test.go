@@ -9,6 +9,7 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/events/eventstest"
+	"github.com/toposched/toposched/internal/gpuspeed"
 	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
@@ -80,19 +81,24 @@ func BenchmarkTuning(b *testing.B) {
 // PubAck by a reporter, consumed by the optimizer's durable consumer,
 // checked, diagnosed (the same finding each time, so nothing is
 // published back) and acked. It reports events/s end to end.
-func BenchmarkTelemetryIngest(b *testing.B) { benchTelemetry(b, false) }
+func BenchmarkTelemetryIngest(b *testing.B) { benchTelemetry(b, false, "") }
 
 // With online calibration on: every report is an observation (the bench
 // job's groups are bandwidth bound), moves go to a calibrator that keeps
 // them.
-func BenchmarkTelemetryIngestOnline(b *testing.B) { benchTelemetry(b, true) }
+func BenchmarkTelemetryIngestOnline(b *testing.B) { benchTelemetry(b, true, "") }
 
-func benchTelemetry(b *testing.B, online bool) {
+// With online calibration on and compute weighed by GPU model, on the
+// H100 as reference: every report is also an observation of the A100's
+// compute factor (aware.EstimateCompute on the job's 64 GPUs).
+func BenchmarkTelemetryIngestOnlineCompute(b *testing.B) { benchTelemetry(b, true, "h100") }
+
+func benchTelemetry(b *testing.B, online bool, computeRef string) {
 	srv := eventstest.Server(b)
 	bs := eventstest.Bus(b, srv.ClientURL(), "bench")
 	ctx := context.Background()
 	_, f, d, a := benchCluster(b, 64)
-	o, err := New(Config{}, Deps{Publish: bs, Read: bs, Subjects: bs.Subjects})
+	o, err := New(Config{ComputeReference: computeRef}, Deps{Publish: bs, Read: bs, Subjects: bs.Subjects})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -113,6 +119,15 @@ func benchTelemetry(b *testing.B, online bool) {
 		b.Fatal(err)
 	}
 	lj.tuning, lj.finding = tu, events.FindingAsPredicted
+	step := 2 * tu.PredictedCommSecondsPerStep
+	if computeRef != "" {
+		// The job's time on the reference, so that its A100 compute is
+		// predicted as the reports measure it (a factor of 1: no move).
+		f, _ := gpuspeed.Factor("A100", computeRef)
+		spec := *a
+		spec.Job.StepComputeSeconds = step / 2 / f
+		lj.spec = &spec
+	}
 	if online {
 		fake := &fakeCalibrator{o: o}
 		o.CalibrateOnline(fake)
@@ -142,7 +157,6 @@ func benchTelemetry(b *testing.B, online bool) {
 	// A step twice its predicted communication: a report CheckTelemetry
 	// takes (a group longer than the step is refused, and then nothing
 	// past the check would be measured).
-	step := 2 * tu.PredictedCommSecondsPerStep
 	tel := &events.RuntimeTelemetry{JobID: "bench", StepSeconds: step, ComputeSeconds: step / 2,
 		Groups: []events.GroupTelemetry{{Group: pred.Name, Collective: pred.Collective, Seconds: pred.SecondsPerStep}}}
 	b.ResetTimer()
@@ -168,5 +182,8 @@ func benchTelemetry(b *testing.B, online bool) {
 		}
 		o.mu.Unlock()
 		b.ReportMetric(float64(pending), "observations-pending")
+		if o.onlineCompute != nil {
+			b.ReportMetric(float64(o.onlineCompute.Pending()["A100 SXM 80GB"]), "compute-jobs-pending")
+		}
 	}
 }

@@ -9,8 +9,10 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
+	"github.com/toposched/toposched/internal/gpuspeed"
 	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/internal/placer/aware"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/launch"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
@@ -118,11 +120,13 @@ func (s *Service) proposeMove(ctx context.Context, lj *liveJob, reason, why stri
 		return fmt.Errorf("optimizer: what-if release of %s: %w", d.JobID, err)
 	}
 	snap := what.Snapshot()
-	planner := &placer.Planner{Strategy: placer.StrategyTopologyAware, Fabric: s.fabric, Log: s.log}
+	bw := s.bandwidths.Load()
+	spec := s.ownCompute(snap, lj)
+	planner := &placer.Planner{Strategy: placer.StrategyTopologyAware, Fabric: s.fabric, Bandwidths: bw, ComputeReference: s.computeRef, Log: s.log}
 	if fastest {
 		planner.FitTolerance = -1
 	}
-	plan, err := planner.Plan(ctx, snap, *lj.spec, placer.PlanOptions{})
+	plan, err := planner.Plan(ctx, snap, spec, placer.PlanOptions{})
 	if err != nil || plan.Verdict != outcome.Placed {
 		return nil // nowhere to go now
 	}
@@ -133,7 +137,7 @@ func (s *Service) proposeMove(ctx context.Context, lj *liveJob, reason, why stri
 	if key == lj.proposed {
 		return nil // proposed already
 	}
-	proposed, err := aware.Predict(snap, *lj.spec, plan.GPUs, s.fabric)
+	proposed, err := aware.PredictWith(snap, spec, plan.GPUs, engine.Options{Fabric: s.fabric, Bandwidths: bw})
 	if err != nil {
 		s.log.WarnContext(ctx, "migration: proposal not predicted", "job_id", d.JobID, "err", err)
 		return nil
@@ -153,6 +157,7 @@ func (s *Service) proposeMove(ctx context.Context, lj *liveJob, reason, why stri
 		base, step = m.MeasuredCommSecondsPerStep, t.StepSeconds
 	}
 	m.GainSecondsPerStep = base - m.ProposedCommSecondsPerStep
+	compute := s.computeGain(snap, lj, spec, plan.GPUs, m)
 	m.StepSeconds = step
 	if m.GainSecondsPerStep <= 0 || step <= 0 || m.GainSecondsPerStep < MinMigrationGain*step {
 		return nil
@@ -182,9 +187,9 @@ func (s *Service) proposeMove(ctx context.Context, lj *liveJob, reason, why stri
 			why = "a better placement is free"
 		}
 	}
-	m.Message = fmt.Sprintf("%s: move to %s; communication %.3g s per step there against %.3g s %s now, saving %.3g s of a %.3g s step; pays back a %.0f s restart after %.0f s",
+	m.Message = fmt.Sprintf("%s: move to %s; communication %.3g s per step there against %.3g s %s now%s, saving %.3g s of a %.3g s step; pays back a %.0f s restart after %.0f s",
 		why, strings.Join(nodes, ", "), m.ProposedCommSecondsPerStep, base, map[bool]string{true: "measured", false: "predicted"}[lj.telemetry != nil],
-		m.GainSecondsPerStep, m.StepSeconds, m.RestartCostSeconds, m.BreakEvenSeconds)
+		compute, m.GainSecondsPerStep, m.StepSeconds, m.RestartCostSeconds, m.BreakEvenSeconds)
 	if _, err := s.pub.Publish(ctx, m); err != nil {
 		return err
 	}
@@ -192,6 +197,78 @@ func (s *Service) proposeMove(ctx context.Context, lj *liveJob, reason, why stri
 	s.log.InfoContext(ctx, "migration proposed", "job_id", d.JobID, "proposal_id", m.ProposalID, "reason", reason,
 		"gain_s_per_step", m.GainSecondsPerStep, "break_even_s", m.BreakEvenSeconds, "nodes", strings.Join(nodes, ","))
 	return nil
+}
+
+// ownCompute is the job as a move plans it: where compute is weighed by
+// GPU model and the job runs on GPUs of one model, with the compute time
+// its latest telemetry measured there as its own time on that model
+// (step_compute_seconds_by_model), so that its compute elsewhere is scaled
+// from what it measured, under the compute corrections in force, not from
+// what it was submitted with. snap holds the job's nodes.
+func (s *Service) ownCompute(snap *store.Snapshot, lj *liveJob) events.JobAnalyzed {
+	spec := *lj.spec
+	t := lj.telemetry
+	if s.computeRef == "" || t == nil || !(t.ComputeSeconds > 0) {
+		return spec
+	}
+	model, ok := oneModel(snap, lj.decision)
+	if !ok {
+		return spec
+	}
+	by := make(map[string]float64, len(spec.Job.StepComputeSecondsByModel)+1)
+	for k, v := range spec.Job.StepComputeSecondsByModel {
+		if g, known := gpuspeed.Lookup(k); !known || g.Name != model {
+			by[k] = v
+		}
+	}
+	by[model] = t.ComputeSeconds
+	spec.Job.StepComputeSecondsByModel = by
+	return spec
+}
+
+// computeGain adds to m's gain what the move saves in compute, where
+// compute is weighed by GPU model: the job's compute now (measured, else
+// predicted) less its predicted compute on gpus, both by placement's
+// compute term (aware.EstimateCompute) on spec (ownCompute). It returns
+// the message's account of it ("" where compute is blind to the model or
+// unknown).
+func (s *Service) computeGain(snap *store.Snapshot, lj *liveJob, spec events.JobAnalyzed, gpus []store.GPUKey, m *events.PlacementMigration) string {
+	if s.computeRef == "" {
+		return ""
+	}
+	bw := s.bandwidths.Load()
+	there, ok := aware.EstimateCompute(snap, spec, gpus, s.computeRef, bw)
+	if !ok {
+		return ""
+	}
+	now, ok := aware.EstimateCompute(snap, spec, gpusOf(lj.decision), s.computeRef, bw)
+	if !ok {
+		return ""
+	}
+	how := "predicted"
+	if t := lj.telemetry; t != nil && t.ComputeSeconds > 0 {
+		now.Seconds, how = t.ComputeSeconds, "measured"
+	}
+	m.GainSecondsPerStep += now.Seconds - there.Seconds
+	return fmt.Sprintf("; compute %.3g s per step there (%s%s) against %.3g s %s now (%s)",
+		there.Seconds, dashOr(there.Model), correctionNote(there), now.Seconds, how, dashOr(now.Model))
+}
+
+// correctionNote says, for an estimate, the compute correction in force
+// on its model: ", x1.18 from 12 runs, online"; "" where none is.
+func correctionNote(e aware.ComputeEstimate) string {
+	c := e.Correction
+	if !(c.Factor > 0) || e.Factor == 1 {
+		return ""
+	}
+	return fmt.Sprintf(", x%.2f from %d runs, %s", c.Factor, c.Samples, c.Set)
+}
+
+func dashOr(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // stillShared reports whether a target placement would share a link with

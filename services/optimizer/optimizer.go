@@ -60,6 +60,8 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/internal/collective"
+	"github.com/toposched/toposched/internal/gpuspeed"
+	"github.com/toposched/toposched/internal/placer/aware"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 	"github.com/toposched/toposched/services/optimizer/tuning"
@@ -88,10 +90,23 @@ type Config struct {
 	// job after every release was 38% of the CPU of blind's whole-Philly
 	// replay (BENCHMARKS.md).
 	NoMigrations bool
+	// ComputeReference is placement's (placement.Config.ComputeReference):
+	// where set, migration proposals weigh a job's compute on each GPU
+	// model as placement does, and the online calibration (CalibrateOnline)
+	// learns the models' compute factors from the jobs' measured compute.
+	// "": both blind to the model, as placement is then.
+	ComputeReference string
 }
 
 // Validate reports every problem at once.
-func (Config) Validate() error { return nil }
+func (c Config) Validate() error {
+	if c.ComputeReference != "" {
+		if _, ok := gpuspeed.Lookup(c.ComputeReference); !ok {
+			return fmt.Errorf("optimizer: compute reference %q: no GPU model internal/gpuspeed knows (such as a100, h100, t4)", c.ComputeReference)
+		}
+	}
+	return nil
+}
 
 // Deps are the ports the optimizer uses.
 type Deps struct {
@@ -127,6 +142,11 @@ type Service struct {
 	// nil when off.
 	calibrator Calibrator
 	online     *collective.Online
+	// onlineCompute learns the GPU models' compute factors; nil where
+	// the online calibration is off or compute is blind to the model.
+	onlineCompute *collective.OnlineCompute
+	// computeRef is Config.ComputeReference.
+	computeRef string
 	pub        bus.Publisher
 	read       bus.Reader
 	consume    bus.Consumer
@@ -184,6 +204,22 @@ type liveJob struct {
 	// unknown: the streams hold no analysis or node report for the
 	// decision (ErrUnknownJob); it is never tuned.
 	unknown bool
+	// compute is placement's prediction of the job's compute where it
+	// observes its GPU model's speed (computeObservation), kept while the
+	// calibration in force and the topology are the ones it was worked
+	// out with: telemetry comes every few steps, the prediction changes
+	// with neither.
+	compute *computePrediction
+}
+
+// computePrediction is a live job's compute prediction and what it was
+// worked out with.
+type computePrediction struct {
+	with    *topology.Bandwidths
+	topoSeq uint64
+	model   string
+	est     aware.ComputeEstimate
+	ok      bool
 }
 
 type gpuKey struct {
@@ -224,6 +260,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		holder:   map[gpuKey]string{},
 
 		noMigrations: cfg.NoMigrations,
+		computeRef:   cfg.ComputeReference,
 	}
 	svc.bandwidths.Store(cfg.Bandwidths)
 	return svc, nil

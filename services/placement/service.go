@@ -645,8 +645,9 @@ func (s *Service) predict(ctx context.Context, before *store.Snapshot, job event
 		s.log.WarnContext(ctx, "prediction failed", "job_id", job.Job.JobID, "strategy", s.strategy, "err", err)
 	}
 	if ref := s.computeReference; ref != "" {
-		placer.ComputeByModel(ours, before, job, gpus, ref)
-		placer.ComputeByModel(base, before, job, b.GPUs, ref)
+		bw := s.bandwidths.Load()
+		placer.ComputeByModel(ours, before, job, gpus, ref, bw)
+		placer.ComputeByModel(base, before, job, b.GPUs, ref, bw)
 	}
 	return ours, base
 }

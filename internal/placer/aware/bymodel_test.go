@@ -11,6 +11,7 @@ import (
 	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/placer/outcome"
 	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // TestComputeByModel is TestBestFitWithin's busy state with compute
@@ -151,5 +152,62 @@ func TestCompOn(t *testing.T) {
 	}
 	if got := newEvaluator(snap, job, 2, engine.Options{}).compOn(tt); got != 2 {
 		t.Errorf("compute blind: %v, want the job's 2 s", got)
+	}
+}
+
+// TestComputeCorrection: a compute correction in force (the online
+// compute calibration's) multiplies the table's time on its model. The
+// one-GPU job the H100 won in TestComputeByModel goes to the A100's last
+// GPU once the H100 is measured three times slower than its figures (0.44
+// of the A100's step becomes 1.32 of it), and the 2-GPU job to an A100
+// pair once it is measured five times slower; a correction of the
+// reference model the time was taken on divides out, and a job's own time
+// on a model is not corrected.
+func TestComputeCorrection(t *testing.T) {
+	t.Parallel()
+	snap := fitState(t, true)
+	gpt13 := func(gpus int) events.JobAnalyzed { return shapedJob(t, gpus, 1, 1300e6, 24, 2048, true) }
+	corr := func(m map[string]float64) *topology.Bandwidths {
+		bw := topology.DefaultBandwidths()
+		bw.Compute = map[string]topology.ComputeCorrection{}
+		for k, f := range m {
+			bw.Compute[k] = topology.ComputeCorrection{Factor: f, Samples: 12, Set: "online"}
+		}
+		return bw
+	}
+	for _, tc := range []struct {
+		name string
+		job  events.JobAnalyzed
+		bw   *topology.Bandwidths
+		want string
+	}{
+		{"1 GPU, no correction: the H100", gpt13(1), nil, "h100-001"},
+		{"1 GPU, the H100 measured 3x slower: the A100's last GPU", gpt13(1), corr(map[string]float64{"H100 SXM": 3}), "a100-001"},
+		{"1 GPU, H100 and the A100 reference both 3x: the H100 again", gpt13(1), corr(map[string]float64{"H100 SXM": 3, "A100 SXM 80GB": 3}), "h100-001"},
+		{"2 GPUs, the H100 measured 5x slower: an A100 pair", gpt13(2), corr(map[string]float64{"H100 SXM": 5}), "a100-002"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Place(engine.Request{Snap: snap, Job: tc.job, Options: engine.Options{ComputeReference: "a100", Bandwidths: tc.bw}})
+			if r.Verdict != outcome.Placed {
+				t.Fatalf("verdict %v: %v", r.Verdict, r.Reasons)
+			}
+			if got := r.GPUs[0].Node; got != tc.want {
+				t.Errorf("placed on %v, want node %s", r.GPUs, tc.want)
+			}
+		})
+	}
+	h := []store.GPUKey{{Node: "h100-001", Index: 0}}
+	plain, ok := EstimateCompute(snap, gpt13(1), h, "a100", nil)
+	if !ok || plain.Factor != 1 || plain.Correction.Factor != 0 || plain.From != "A100 SXM 80GB" || !plain.Estimated {
+		t.Fatalf("EstimateCompute, no correction = %+v, %v", plain, ok)
+	}
+	got, _ := EstimateCompute(snap, gpt13(1), h, "a100", corr(map[string]float64{"H100 SXM": 1.18}))
+	if math.Abs(got.Seconds-1.18*plain.Seconds) > 1e-12 || got.Factor != 1.18 || got.Correction.Samples != 12 || got.Correction.Set != "online" {
+		t.Errorf("EstimateCompute, H100 x1.18 = %+v; want %v s, factor 1.18 from 12 runs, online", got, 1.18*plain.Seconds)
+	}
+	own := gpt13(1)
+	own.Job.StepComputeSecondsByModel = map[string]float64{"H100-SXM5-80GB": 0.7}
+	if got, _ := EstimateCompute(snap, own, h, "a100", corr(map[string]float64{"H100 SXM": 3})); got.Seconds != 0.7 || got.Factor != 1 || got.Estimated {
+		t.Errorf("EstimateCompute, the job's own H100 time = %+v; want 0.7 s uncorrected", got)
 	}
 }

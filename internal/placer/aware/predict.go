@@ -272,7 +272,7 @@ func newEvaluator(snap *store.Snapshot, job events.JobAnalyzed, n int, opts engi
 	e := &evaluator{res: newResolver(snap), groups: jobGroups(job, n), fabric: opts.Fabric, bw: opts.Bandwidths,
 		comp: comp}
 	if opts.ComputeReference != "" {
-		e.byModel = newModelCompute(snap, job.Job, opts.ComputeReference)
+		e.byModel = newModelCompute(snap, job.Job, opts.ComputeReference, opts.Bandwidths)
 		if e.comp == 0 {
 			e.comp = e.byModel.onReference()
 		}
