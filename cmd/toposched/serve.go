@@ -488,6 +488,11 @@ consumers: each event is handled by one of them.`,
 		computeReferenceFlag(cmd.Flags(), &computeRef)
 		cmd.Flags().StringVar(&policySet, "policies", "", policiesUsage)
 	}
+	if name == operator.Optimizer {
+		// The optimizer plans moves and learns the models' compute speeds
+		// with placement's reference: give it the same one.
+		computeReferenceFlag(cmd.Flags(), &computeRef)
+	}
 	ops.register(cmd.Flags(), name == operator.Placement)
 	return cmd
 }

@@ -180,12 +180,13 @@ func TestServeRefusesOpenListenWithoutAuth(t *testing.T) {
 	}
 }
 
-// The placement service and serve take --compute-reference, and a model
+// The placement and optimizer services and serve take --compute-reference, and a model
 // the speed table does not know is refused, naming the flag's field,
 // before any connection is tried (the NATS URL here answers nothing).
 func TestComputeReferenceFlagRefusedFirst(t *testing.T) {
 	for _, args := range [][]string{
 		{"placement", "--compute-reference", "nosuch", "--nats-url", "nats://127.0.0.1:1"},
+		{"optimizer", "--compute-reference", "nosuch", "--nats-url", "nats://127.0.0.1:1"},
 		{"serve", "--compute-reference", "nosuch", "--nats-url", "nats://127.0.0.1:1", "--cluster", "no-such-file.yaml"},
 	} {
 		root := newRoot()

@@ -100,6 +100,11 @@ func (c Config) Validate() error {
 		if err := c.Placement.Validate(); err != nil {
 			errs = append(errs, err)
 		}
+	} else if slices.Contains(c.Services, Optimizer) {
+		// The optimizer alone takes placement's compute reference.
+		if err := (optimizer.Config{ComputeReference: c.Placement.ComputeReference}).Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	// The operator sets these on every term and on the optimizer: one
 	// set here would be silently replaced.

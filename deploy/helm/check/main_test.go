@@ -773,3 +773,34 @@ func TestKubeDisabled(t *testing.T) {
 		t.Fatalf("error %v, want one with %q", err, "kube.enabled is false, yet")
 	}
 }
+
+// services.placement.computeReference reaches placement and the optimizer,
+// which learns the models' speeds and plans moves with it, and no other
+// service; unset (the defaults), no service gets the flag.
+func TestComputeReferenceArgs(t *testing.T) {
+	for set, want := range map[string]map[string]bool{
+		"secured":  {"placement": true, "optimizer": true},
+		"defaults": {},
+	} {
+		out, _, err := render(chartDir, valueSets[set])
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := out["toposched/templates/deployments.yaml"]
+		seen := 0
+		for _, doc := range strings.Split(text, "\n---") {
+			for _, svc := range []string{"discovery", "analysis", "placement", "optimizer"} {
+				if !strings.Contains(doc, "app.kubernetes.io/component: "+svc) {
+					continue
+				}
+				seen++
+				if got := strings.Contains(doc, "--compute-reference=a100"); got != want[svc] {
+					t.Errorf("%s: %s has --compute-reference=a100: %v, want %v", set, svc, got, want[svc])
+				}
+			}
+		}
+		if seen != 4 {
+			t.Errorf("%s: %d of the four services' Deployments rendered", set, seen)
+		}
+	}
+}
