@@ -517,8 +517,12 @@ func (e *benchEnv) startServe(tb testing.TB) (started, ready time.Time) {
 		}
 		qps, burst = n, 2*n
 	}
+	// Runtime settings to try on serve alone, such as GOGC=400: set in
+	// the benchmark's own environment they would reach the control
+	// plane too.
+	env := strings.Fields(os.Getenv("TOPOSCHED_BENCH_SERVE_ENV"))
 	started = time.Now()
-	e.serve = startServe(tb, "serve", e.cluster, e.port, e.dataDir,
+	e.serve = startServeEnv(tb, "serve", env, e.cluster, e.port, e.dataDir,
 		"--kubeconfig", e.kubeconfigFor(tb, kubeToposched), "--lease-ttl", "2s",
 		"--kube-qps", strconv.Itoa(qps), "--kube-burst", strconv.Itoa(burst))
 	waitFor(tb, time.Minute, func() (bool, string) {
