@@ -107,6 +107,9 @@ type podsRun struct {
 	// changes little with the load of a shared host, so it is the figure
 	// to compare when the scheduler's work is made cheaper.
 	schedMS float64
+	// schedPeakMB is the scheduler's peak resident memory (VmHWM), so
+	// that a runtime setting that trades memory for CPU shows both.
+	schedPeakMB float64
 }
 
 func (r *podsRun) add(o podsRun) {
@@ -116,6 +119,7 @@ func (r *podsRun) add(o podsRun) {
 	r.fromReady += o.fromReady
 	r.writes += o.writes
 	r.schedMS += o.schedMS
+	r.schedPeakMB += o.schedPeakMB
 	if r.cores == nil {
 		r.cores = map[string]float64{}
 	}
@@ -138,6 +142,9 @@ func (r *podsRun) report(b *testing.B, n int) {
 	}
 	b.ReportMetric(r.writes/f, "writes/pod")
 	b.ReportMetric(r.schedMS/f, "sched-cpu-ms/pod")
+	if r.schedPeakMB > 0 {
+		b.ReportMetric(r.schedPeakMB/f, "sched-peak-MB")
+	}
 	// The timer runs through each whole run (a run takes longer than
 	// the default -benchtime, so it is done once); its time is not the
 	// figure, and ns/op 0 leaves it out.
@@ -215,6 +222,7 @@ func runKubePods(b *testing.B, sched string, before bool) podsRun {
 		proc = "serve"
 	}
 	r.schedMS = 1000 * (cpu1[proc] - cpu0[proc]) / benchPods
+	r.schedPeakMB = peakRSSMB(proc)
 	if before {
 		r.ready = readyAt.Sub(startedAt).Seconds()
 		r.fromReady = benchPods / last.Sub(readyAt).Seconds()
@@ -223,7 +231,7 @@ func runKubePods(b *testing.B, sched string, before bool) podsRun {
 		sched, map[bool]string{false: "while it runs", true: "before it starts"}[before], benchPods, window,
 		map[bool]string{false: "the first create", true: "the scheduler's start"}[before], r.podsPerSec,
 		readyAt.Sub(startedAt).Seconds(), formatCores(r.cores))
-	b.Logf("apiserver requests a pod, %s; %s's CPU a pod: %.2f ms", reqs.perPod(benchPods), proc, r.schedMS)
+	b.Logf("apiserver requests a pod, %s; %s's CPU a pod: %.2f ms, its peak resident memory %.0f MB", reqs.perPod(benchPods), proc, r.schedMS, r.schedPeakMB)
 	uptime(b, "after "+sched)
 	checkOneGPUEach(b, kc, names)
 	return r
@@ -1057,6 +1065,40 @@ func sampleCPU() cpuSample {
 		out[benchProcName(comm)] += (utime + stime) / clockTicks
 	}
 	return out
+}
+
+// peakRSSMB is the peak resident memory (VmHWM) of this process's child
+// named name (benchProcName's names), in MB; 0 where there is none.
+func peakRSSMB(name string) float64 {
+	self := strconv.Itoa(os.Getpid())
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", d.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		var comm, ppid string
+		kb := 0.0
+		for line := range strings.Lines(string(data)) {
+			k, v, _ := strings.Cut(line, ":")
+			v = strings.TrimSpace(v)
+			switch k {
+			case "Name":
+				comm = v
+			case "PPid":
+				ppid = v
+			case "VmHWM":
+				kb, _ = strconv.ParseFloat(strings.TrimSuffix(v, " kB"), 64)
+			}
+		}
+		if ppid == self && benchProcName(comm) == name {
+			return kb / 1000
+		}
+	}
+	return 0
 }
 
 // benchProcName shortens a command name (the kernel keeps 15 bytes of it).
