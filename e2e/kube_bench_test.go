@@ -102,6 +102,16 @@ type podsRun struct {
 	fromReady  float64 // pods/s from that moment (created-before-start only)
 	cores      map[string]float64
 	writes     float64 // the apiserver's write requests a pod, from every client
+	// schedMS is the scheduler's own CPU time a pod, in milliseconds
+	// (serve's or kube-scheduler's, user and system): the figure to
+	// compare when the scheduler's work is made cheaper. It moves with a
+	// shared host's load less than pods/s does, but it moves: slower, the
+	// scheduler does less work a wake-up (2.9-4.1 ms a pod for one tree
+	// at loads of 8-16), so only runs back to back compare.
+	schedMS float64
+	// schedPeakMB is the scheduler's peak resident memory (VmHWM), so
+	// that a runtime setting that trades memory for CPU shows both.
+	schedPeakMB float64
 }
 
 func (r *podsRun) add(o podsRun) {
@@ -110,6 +120,8 @@ func (r *podsRun) add(o podsRun) {
 	r.ready += o.ready
 	r.fromReady += o.fromReady
 	r.writes += o.writes
+	r.schedMS += o.schedMS
+	r.schedPeakMB += o.schedPeakMB
 	if r.cores == nil {
 		r.cores = map[string]float64{}
 	}
@@ -131,6 +143,10 @@ func (r *podsRun) report(b *testing.B, n int) {
 		b.ReportMetric(v/f, k+"-cores")
 	}
 	b.ReportMetric(r.writes/f, "writes/pod")
+	b.ReportMetric(r.schedMS/f, "sched-cpu-ms/pod")
+	if r.schedPeakMB > 0 {
+		b.ReportMetric(r.schedPeakMB/f, "sched-peak-MB")
+	}
 	// The timer runs through each whole run (a run takes longer than
 	// the default -benchtime, so it is done once); its time is not the
 	// figure, and ns/op 0 leaves it out.
@@ -203,6 +219,12 @@ func runKubePods(b *testing.B, sched string, before bool) podsRun {
 	reqs := sampleRequests(b, kc).since(req0)
 	window := last.Sub(t0).Seconds()
 	r := podsRun{podsPerSec: benchPods / window, window: window, cores: cpu1.coresSince(cpu0, window), writes: reqs.writes() / benchPods}
+	proc := "kube-scheduler" // its command name
+	if sched == "toposched" {
+		proc = "serve"
+	}
+	r.schedMS = 1000 * (cpu1[proc] - cpu0[proc]) / benchPods
+	r.schedPeakMB = peakRSSMB(proc)
 	if before {
 		r.ready = readyAt.Sub(startedAt).Seconds()
 		r.fromReady = benchPods / last.Sub(readyAt).Seconds()
@@ -211,7 +233,7 @@ func runKubePods(b *testing.B, sched string, before bool) podsRun {
 		sched, map[bool]string{false: "while it runs", true: "before it starts"}[before], benchPods, window,
 		map[bool]string{false: "the first create", true: "the scheduler's start"}[before], r.podsPerSec,
 		readyAt.Sub(startedAt).Seconds(), formatCores(r.cores))
-	b.Logf("apiserver requests a pod, %s", reqs.perPod(benchPods))
+	b.Logf("apiserver requests a pod, %s; %s's CPU a pod: %.2f ms, its peak resident memory %.0f MB", reqs.perPod(benchPods), proc, r.schedMS, r.schedPeakMB)
 	uptime(b, "after "+sched)
 	checkOneGPUEach(b, kc, names)
 	return r
@@ -505,8 +527,12 @@ func (e *benchEnv) startServe(tb testing.TB) (started, ready time.Time) {
 		}
 		qps, burst = n, 2*n
 	}
+	// Runtime settings to try on serve alone, such as GOGC=400: set in
+	// the benchmark's own environment they would reach the control
+	// plane too.
+	env := strings.Fields(os.Getenv("TOPOSCHED_BENCH_SERVE_ENV"))
 	started = time.Now()
-	e.serve = startServe(tb, "serve", e.cluster, e.port, e.dataDir,
+	e.serve = startServeEnv(tb, "serve", env, e.cluster, e.port, e.dataDir,
 		"--kubeconfig", e.kubeconfigFor(tb, kubeToposched), "--lease-ttl", "2s",
 		"--kube-qps", strconv.Itoa(qps), "--kube-burst", strconv.Itoa(burst))
 	waitFor(tb, time.Minute, func() (bool, string) {
@@ -1041,6 +1067,40 @@ func sampleCPU() cpuSample {
 		out[benchProcName(comm)] += (utime + stime) / clockTicks
 	}
 	return out
+}
+
+// peakRSSMB is the peak resident memory (VmHWM) of this process's child
+// named name (benchProcName's names), in MB; 0 where there is none.
+func peakRSSMB(name string) float64 {
+	self := strconv.Itoa(os.Getpid())
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", d.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		var comm, ppid string
+		kb := 0.0
+		for line := range strings.Lines(string(data)) {
+			k, v, _ := strings.Cut(line, ":")
+			v = strings.TrimSpace(v)
+			switch k {
+			case "Name":
+				comm = v
+			case "PPid":
+				ppid = v
+			case "VmHWM":
+				kb, _ = strconv.ParseFloat(strings.TrimSuffix(v, " kB"), 64)
+			}
+		}
+		if ppid == self && benchProcName(comm) == name {
+			return kb / 1000
+		}
+	}
+	return 0
 }
 
 // benchProcName shortens a command name (the kernel keeps 15 bytes of it).

@@ -23,12 +23,18 @@ import (
 // (registerServe).
 func startServe(t testing.TB, name, cluster string, port int, dataDir string, extra ...string) *proc {
 	t.Helper()
+	return startServeEnv(t, name, nil, cluster, port, dataDir, extra...)
+}
+
+// startServeEnv is startServe with env added to serve's environment.
+func startServeEnv(t testing.TB, name string, env []string, cluster string, port int, dataDir string, extra ...string) *proc {
+	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	if slices.Contains(extra, "--insecure-loopback") {
 		t.Fatalf("startServe %s: --insecure-loopback: the e2e tests sign in as users do", name)
 	}
 	registerServe(t, addr, dataDir)
-	p := startProc(t, name, childEnv(), bins.toposched,
+	p := startProc(t, name, childEnv(env...), bins.toposched,
 		append([]string{"serve", "--cluster", cluster, "--listen", addr, "--data-dir", dataDir}, extra...)...)
 	waitFor(t, 30*time.Second, func() (bool, string) {
 		mustBeAlive(t, p)

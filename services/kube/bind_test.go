@@ -338,6 +338,8 @@ func TestEachPod(t *testing.T) {
 		{"the earliest of several", 5, map[int]error{4: errors.New("four"), 1: &permanentError{errors.New("one")}, 3: errors.New("three")}, 1},
 		{"more pods than run at once", 3*carryOutParallelism + 1, map[int]error{3 * carryOutParallelism: errors.New("last")}, 3 * carryOutParallelism},
 		{"no pods", 0, nil, -1},
+		{"a lone pod", 1, nil, -1},
+		{"a lone pod that fails", 1, map[int]error{0: errors.New("zero")}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pls := make([]podPlan, tc.pods)
