@@ -142,6 +142,7 @@ func (o *Online) Step(c *Calibration, name string) *Calibration {
 		// The per-model entries and the latency fit stay as they were:
 		// the online moves are the cluster's.
 		out.Efficiency, out.Models, out.Latency = c.Efficiency, maps.Clone(c.Models), c.Latency
+		out.ModelLatency = slices.Clone(c.ModelLatency)
 		// So do the GPU models' compute factors (OnlineCompute's).
 		out.Compute = slices.Clone(c.Compute)
 	}

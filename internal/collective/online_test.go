@@ -3,8 +3,11 @@ package collective
 import (
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/toposched/toposched/internal/topology"
 )
 
 // The online calibration reaches a machine's true efficiencies (40% to
@@ -95,5 +98,40 @@ func TestOnlineRefuses(t *testing.T) {
 	}
 	if next := o.Step(c, "x"); next != nil {
 		t.Fatalf("moved by less than MinMove: %+v", next.Efficiency)
+	}
+}
+
+// A step moves links and keeps everything else of the set in force as it
+// was: per-model efficiencies, the latency fits (the cluster's and each
+// model's) and the compute factors, evidence included. Before, each GPU
+// model's latency evidence (model_latency) was dropped at the first move,
+// leaving its per-model overhead in force without what it came from.
+func TestOnlineStepKeepsTheRest(t *testing.T) {
+	t.Parallel()
+	in := &Calibration{Version: CalibrationVersion, Name: "site", Efficiency: topology.Efficiency{StepOverheadUS: 3},
+		Models:       map[string]topology.Efficiency{"H100": {StepOverheadUS: 4}},
+		Latency:      &LatencyFit{StepOverheadUS: 3, Samples: 2, Sources: []string{"a.txt:3"}},
+		ModelLatency: []LatencyFit{{Model: "H100", StepOverheadUS: 4, Samples: 2, Sources: []string{"b.txt:9"}}},
+		Compute:      []ComputeFit{{Model: "T4", Factor: 1.2, Samples: 8, Ratio: 1.2, Sources: []string{"telemetry:j@1"}}},
+	}
+	if err := in.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	o := NewOnline()
+	var out *Calibration
+	for i := 0; out == nil && i < 1000; i++ {
+		o.Observe(Observation{Kind: "net", Ratio: 0.8, Source: "job"})
+		out = o.Step(in, "online")
+	}
+	if out == nil {
+		t.Fatal("no step")
+	}
+	if err := out.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(out.Models, in.Models) || !reflect.DeepEqual(out.Latency, in.Latency) ||
+		!reflect.DeepEqual(out.ModelLatency, in.ModelLatency) || !reflect.DeepEqual(out.Compute, in.Compute) {
+		t.Errorf("step changed what it does not move:\n got %+v %+v %+v %+v\nwant %+v %+v %+v %+v",
+			out.Models, out.Latency, out.ModelLatency, out.Compute, in.Models, in.Latency, in.ModelLatency, in.Compute)
 	}
 }
