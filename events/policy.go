@@ -123,6 +123,10 @@ type CalibrationApplied struct {
 	// Models are the efficiencies on nodes of a GPU model, by model, where
 	// the set has them (each resolved over Efficiency).
 	Models map[string]LinkEfficiency `json:"models,omitempty"`
+	// Compute are the GPU models' compute factors in force (measured
+	// compute over the speed table's), by model, where the set has them
+	// (the optimizer's online compute calibration).
+	Compute map[string]float64 `json:"compute,omitempty"`
 	// Previous is the revision it replaced; empty at start-up.
 	Previous string `json:"previous,omitempty"`
 	// Services are the services of this replica that use it (placement,

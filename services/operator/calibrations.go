@@ -159,6 +159,12 @@ func (cl *calibrationLoop) settle(ctx context.Context, trigger string) {
 			ev.Models[model] = linkEfficiency(me)
 		}
 	}
+	if c.cal != nil && len(c.cal.Compute) > 0 {
+		ev.Compute = map[string]float64{}
+		for _, f := range c.cal.Compute {
+			ev.Compute[f.Model] = f.Factor
+		}
+	}
 	cl.log.Info("calibration in force", "name", ev.Name, "source", c.source, "kv_revision", c.kvRev,
 		"revision", c.revision[:min(12, len(c.revision))], "efficiency", ev.Efficiency)
 	cl.publish(ctx, trigger+"/"+cl.replica, c.revision, ev)

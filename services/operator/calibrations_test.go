@@ -190,6 +190,9 @@ func TestComputeFactorsThroughTheBucket(t *testing.T) {
 		case v := <-answers:
 			e, ok := v.(*events.CalibrationApplied)
 			applied = ok && e.KVRevision == kvRev
+			if applied && (len(e.Compute) != 1 || e.Compute["T4"] != 1.18) {
+				t.Errorf("policy.calibration_applied carries compute %v, want T4 1.18", e.Compute)
+			}
 		case <-ctx.Done():
 			t.Fatal("no policy.calibration_applied of the move")
 		}
