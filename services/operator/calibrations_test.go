@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"testing"
@@ -36,19 +37,7 @@ func TestOnlineMovesThroughTheBucket(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	answers := make(chan any, 16)
-	ready := make(chan struct{})
-	go func() {
-		_ = b.Follow(ctx, events.DomainPolicy, []string{b.Subjects.Of(events.NameCalibrationApplied), b.Subjects.Of(events.NameCalibrationRejected)},
-			ready, func(r bus.Record) error {
-				v := r.Name.New()
-				if events.DecodeJSON(r.Body, v) == nil {
-					answers <- v
-				}
-				return nil
-			})
-	}()
-	<-ready
+	answers := calibrationAnswers(ctx, b)
 	waitFor := func(rev string) *events.CalibrationApplied {
 		t.Helper()
 		for {
@@ -164,19 +153,7 @@ func TestComputeFactorsThroughTheBucket(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	answers := make(chan any, 16)
-	ready := make(chan struct{})
-	go func() {
-		_ = b.Follow(ctx, events.DomainPolicy, []string{b.Subjects.Of(events.NameCalibrationApplied), b.Subjects.Of(events.NameCalibrationRejected)},
-			ready, func(r bus.Record) error {
-				v := r.Name.New()
-				if events.DecodeJSON(r.Body, v) == nil {
-					answers <- v
-				}
-				return nil
-			})
-	}()
-	<-ready
+	answers := calibrationAnswers(ctx, b)
 	cl := op.calibration
 	move := &collective.Calibration{Version: collective.CalibrationVersion, Name: "online",
 		Compute: []collective.ComputeFit{{Model: "T4", Factor: 1.18, Samples: 12, Ratio: 1.18}}}
@@ -230,4 +207,23 @@ func TestComputeFactorsThroughTheBucket(t *testing.T) {
 	if c, ok := op.PlacementService().Bandwidths().ComputeOf("T4"); !ok || c.Factor != 1.18 {
 		t.Errorf("after a refused set placement's T4 correction is %+v, %v; want the set in force's", c, ok)
 	}
+}
+
+// calibrationAnswers follows the replicas' policy.calibration_applied and
+// policy.calibration_rejected from now on, decoded.
+func calibrationAnswers(ctx context.Context, b *bus.Bus) <-chan any {
+	answers := make(chan any, 16)
+	ready := make(chan struct{})
+	go func() {
+		_ = b.Follow(ctx, events.DomainPolicy, []string{b.Subjects.Of(events.NameCalibrationApplied), b.Subjects.Of(events.NameCalibrationRejected)},
+			ready, func(r bus.Record) error {
+				v := r.Name.New()
+				if events.DecodeJSON(r.Body, v) == nil {
+					answers <- v
+				}
+				return nil
+			})
+	}()
+	<-ready
+	return answers
 }

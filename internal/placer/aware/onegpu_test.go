@@ -346,17 +346,9 @@ func TestTwinPicksAreTheirOwn(t *testing.T) {
 func TestOneGPUWalkWaitsForTheJudge(t *testing.T) {
 	t.Parallel()
 	kinds := []events.TopologyNode{dgx(t, "", "dgx-h100"), dgx(t, "", "pcie-8gpu"), pairs(""), fixtures.PlainNode("", "A100", 8)}
-	judges := map[string]func(engine.Candidate) engine.Judgement{
-		"passes": func(engine.Candidate) engine.Judgement { return engine.Judgement{} },
-		"denies-odd": func(c engine.Candidate) engine.Judgement {
-			return engine.Judgement{Deny: c.GPUs[0].Node[len(c.GPUs[0].Node)-1]%2 == 1, Reasons: []events.Reason{{Code: "odd"}}}
-		},
-		"scores-some": func(c engine.Candidate) engine.Judgement {
-			return engine.Judgement{Score: float64(c.GPUs[0].Node[len(c.GPUs[0].Node)-1]%3) / 2}
-		},
-		"denies-all": func(engine.Candidate) engine.Judgement {
-			return engine.Judgement{Deny: true, Reasons: []events.Reason{{Code: "no"}}}
-		},
+	judges := oneGPUJudges()
+	judges["denies-all"] = func(engine.Candidate) engine.Judgement {
+		return engine.Judgement{Deny: true, Reasons: []events.Reason{{Code: "no"}}}
 	}
 	longer := 0
 	for seed := range uint64(120) {
@@ -426,15 +418,7 @@ func TestOneModelSkipsTheModelWalk(t *testing.T) {
 	model := h100.GPUs[0].Model
 	one := []events.TopologyNode{h100, fixtures.PlainNode("", model, 8), fixtures.PairsNode("", model, 4), fixtures.PlainNode("", model, 2)}
 	mixed := append(slices.Clone(one), fixtures.PlainNode("", "T4", 1), pairs(""))
-	judges := map[string]func(engine.Candidate) engine.Judgement{
-		"passes": func(engine.Candidate) engine.Judgement { return engine.Judgement{} },
-		"denies-odd": func(c engine.Candidate) engine.Judgement {
-			return engine.Judgement{Deny: c.GPUs[0].Node[len(c.GPUs[0].Node)-1]%2 == 1, Reasons: []events.Reason{{Code: "odd"}}}
-		},
-		"scores-some": func(c engine.Candidate) engine.Judgement {
-			return engine.Judgement{Score: float64(c.GPUs[0].Node[len(c.GPUs[0].Node)-1]%3) / 2}
-		},
-	}
+	judges := oneGPUJudges()
 	skipped, mixedSkipped := 0, 0
 	for seed := range uint64(100) {
 		rng := rand.New(rand.NewPCG(seed, 51))
@@ -480,4 +464,18 @@ func TestOneModelSkipsTheModelWalk(t *testing.T) {
 		t.Fatal("every mixed cluster skipped the model walk")
 	}
 	t.Logf("%d of 100 clusters skipped the model walk (%d of 20 mixed ones: their free GPUs all of one model)", skipped, mixedSkipped)
+}
+
+// oneGPUJudges are judges of one-GPU candidates that pass every node, deny
+// the nodes whose name ends in an odd digit, or score some.
+func oneGPUJudges() map[string]func(engine.Candidate) engine.Judgement {
+	return map[string]func(engine.Candidate) engine.Judgement{
+		"passes": func(engine.Candidate) engine.Judgement { return engine.Judgement{} },
+		"denies-odd": func(c engine.Candidate) engine.Judgement {
+			return engine.Judgement{Deny: c.GPUs[0].Node[len(c.GPUs[0].Node)-1]%2 == 1, Reasons: []events.Reason{{Code: "odd"}}}
+		},
+		"scores-some": func(c engine.Candidate) engine.Judgement {
+			return engine.Judgement{Score: float64(c.GPUs[0].Node[len(c.GPUs[0].Node)-1]%3) / 2}
+		},
+	}
 }
