@@ -120,7 +120,11 @@ func twinsRig(t *testing.T, extra fstest.MapFS) *twinsTestRig {
 	srv := eventstest.Server(t)
 	b := eventstest.Bus(t, srv.ClientURL(), "test")
 	r := &twinsTestRig{clockedRig: &clockedRig{t: t, ctx: eventstest.Context(t, 60*time.Second), clock: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}}
-	s, err := New(Config{Policies: set}, Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects,
+	// No wall-clock bound on the local search: the two services must
+	// decide alike whatever the machine's load (with serve's 2 ms, a
+	// loaded CI host stopped one service's search sooner than the
+	// other's: the same job on other GPUs).
+	s, err := New(Config{Policies: set, SearchBudget: -1}, Deps{Publish: b, Read: b, Consume: b, Subjects: b.Subjects,
 		Now: func() time.Time { return r.clock }, ObservePolicyEval: func(time.Duration) { r.evals++ }})
 	if err != nil {
 		t.Fatal(err)
