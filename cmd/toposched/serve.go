@@ -497,9 +497,6 @@ consumers: each event is handled by one of them.`,
 	return cmd
 }
 
-// maxStretchFlag registers --max-stretch, placement's bound on how much
-// slower than its ideal placement a job spread over nodes may start
-// (placer.Compact).
 // computeReferenceFlag registers --compute-reference, placement's
 // weighing of compute by GPU model (placement.Config.ComputeReference).
 func computeReferenceFlag(fs *pflag.FlagSet, v *string) {
@@ -507,6 +504,9 @@ func computeReferenceFlag(fs *pflag.FlagSet, v *string) {
 		"taken as measured on this model, such as a100 (internal/gpuspeed's table; empty: compute the same on every model)")
 }
 
+// maxStretchFlag registers --max-stretch, placement's bound on how much
+// slower than its ideal placement a job spread over nodes may start
+// (placer.Compact).
 func maxStretchFlag(fs *pflag.FlagSet, v *float64) {
 	fs.Float64Var(v, "max-stretch", placer.DefaultMaxStretch, "a topology-aware job spread over nodes waits, until nodes held for it as the queue's head hold it, "+
 		"rather than start where its predicted step time is more than this many times its ideal placement's (0: off; needs --reserve-after)")
