@@ -135,13 +135,14 @@ func (r *metricsRun) observe(bcfg *bus.Config, deps *operator.Deps) {
 
 // serve starts the endpoint for a running operator of the given services;
 // embedded is the embedded NATS server, nil with --nats-url.
-func (r *metricsRun) serve(f *opsFlags, b *bus.Bus, op *operator.Operator, services []string, embedded *natsserver.Server, g *globals) error {
+func (r *metricsRun) serve(f *opsFlags, b *bus.Bus, op *operator.Operator, services []string, embedded *natsserver.Server, g *globals, extra ...func() error) error {
 	if r == nil {
 		return nil
 	}
 	r.m.Watch(operatorStats(op))
 	log, _ := g.logger()
 	ready := newReadiness(b, op, services, embedded)
+	ready.extra = extra
 	srv, err := metrics.Listen(f.metricsListen, r.m.Handler(ready.check), log)
 	if err != nil {
 		return err

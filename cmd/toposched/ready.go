@@ -39,6 +39,9 @@ type readiness struct {
 	// embedded is the embedded NATS server whose storage and disk are
 	// checked too; nil with --nats-url.
 	embedded *natsserver.Server
+	// extra are the checks of the services serve runs beside the
+	// operator's (Kubernetes, Slurm): each nil when ready.
+	extra    []func() error
 	cacheFor time.Duration
 	timeout  time.Duration
 	now      func() time.Time
@@ -81,6 +84,9 @@ func (r *readiness) probe(ctx context.Context) error {
 	}
 	if st, ok := r.op.LeaderStatus(); ok && st.Role == operator.RoleUnknown {
 		errs = append(errs, errors.New("placement: no leader known yet"))
+	}
+	for _, check := range r.extra {
+		errs = append(errs, check())
 	}
 	errs = append(errs, r.streams(ctx)...)
 	errs = append(errs, r.storage(ctx)...)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
@@ -19,6 +20,7 @@ import (
 	"github.com/toposched/toposched/events/natsserver"
 	"github.com/toposched/toposched/services/analysis"
 	"github.com/toposched/toposched/services/discovery"
+	"github.com/toposched/toposched/services/kube"
 	"github.com/toposched/toposched/services/operator"
 	"github.com/toposched/toposched/services/optimizer"
 )
@@ -278,4 +280,30 @@ func TestReadyRecoversTheLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(func() (bool, string) { return leads(2) })
+}
+
+// serve's /readyz includes the Kubernetes service it runs: a replica that
+// leads it is not ready until its caches are synced (named), and a
+// standby is. Before, serve --kubeconfig answered ready while the service
+// was still listing the cluster.
+func TestReadyIncludesTheKubernetesService(t *testing.T) {
+	srv := eventstest.Server(t)
+	_, r, now := startServices(t, srv, eventstest.Bus(t, srv.ClientURL(), "test"), operator.All)
+	if err := r.check(); err != nil {
+		t.Fatalf("not ready: %v", err)
+	}
+	run := &kubeRun{}
+	r.extra = []func() error{run.ready}
+	svc, err := kube.New(kube.Config{}, kube.Deps{Kube: fake.NewClientset(), Bus: &bus.Bus{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run.cur.Store(svc) // leading, its caches not synced
+	*now = now.Add(readyCacheFor)
+	wantNotReady(t, r, "kubernetes service: syncing")
+	run.cur.Store(nil) // a standby
+	*now = now.Add(readyCacheFor)
+	if err := r.check(); err != nil {
+		t.Fatalf("a standby not ready: %v", err)
+	}
 }

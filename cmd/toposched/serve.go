@@ -357,7 +357,27 @@ func runServices(ctx context.Context, g *globals, conn natsConn, source string, 
 		_ = b.Close()
 		return err
 	}
-	if err := mr.serve(ops, b, op, cfg.Services, conn.srv, g); err != nil {
+	// The Kubernetes and Slurm services, where they run, are part of
+	// /readyz: a replica leading one is ready once its caches are synced
+	// and its state rebuilt.
+	var kubeR *kubeRun
+	var slurmR *slurmRun
+	var extra []func() error
+	if ops.kube.enabled() {
+		kubeR = &kubeRun{}
+		if mr != nil {
+			kubeR.met = kube.NewMetrics(mr.m.Registry())
+		}
+		extra = append(extra, kubeR.ready)
+	}
+	if ops.slurm.on {
+		slurmR = &slurmRun{}
+		if mr != nil {
+			slurmR.met = slurm.NewMetrics(mr.m.Registry())
+		}
+		extra = append(extra, slurmR.ready)
+	}
+	if err := mr.serve(ops, b, op, cfg.Services, conn.srv, g, extra...); err != nil {
 		_ = stopOp()
 		_ = b.Close()
 		return err
@@ -383,22 +403,14 @@ func runServices(ctx context.Context, g *globals, conn natsConn, source string, 
 		go func() { wdDone <- wd.Run(wdCtx) }()
 	}
 	var kubeDone chan error // nil, never ready, when it does not run
-	if ops.kube.enabled() {
+	if kubeR != nil {
 		kubeDone = make(chan error, 1)
-		run := &kubeRun{}
-		if mr != nil {
-			run.met = kube.NewMetrics(mr.m.Registry())
-		}
-		go func() { kubeDone <- runKube(wdCtx, b, &ops.kube, ops, run, log) }()
+		go func() { kubeDone <- runKube(wdCtx, b, &ops.kube, ops, kubeR, log) }()
 	}
 	var slurmDone chan error // nil, never ready, when it does not run
-	if ops.slurm.on {
+	if slurmR != nil {
 		slurmDone = make(chan error, 1)
-		run := &slurmRun{}
-		if mr != nil {
-			run.met = slurm.NewMetrics(mr.m.Registry())
-		}
-		go func() { slurmDone <- runSlurm(wdCtx, b, &ops.slurm, ops, run, log) }()
+		go func() { slurmDone <- runSlurm(wdCtx, b, &ops.slurm, ops, slurmR, log) }()
 	}
 	select {
 	case <-ctx.Done():
