@@ -137,15 +137,10 @@ func (o *Online) Step(c *Calibration, name string) *Calibration {
 	}
 	// Kinds that did not move keep what the set said, a default (0)
 	// included: a transport left at 0 goes on following Net.
-	out := &Calibration{Version: CalibrationVersion, Name: name}
-	if c != nil {
-		// The per-model entries and the latency fit stay as they were:
-		// the online moves are the cluster's.
-		out.Efficiency, out.Models, out.Latency = c.Efficiency, maps.Clone(c.Models), c.Latency
-		out.ModelLatency = slices.Clone(c.ModelLatency)
-		// So do the GPU models' compute factors (OnlineCompute's).
-		out.Compute = slices.Clone(c.Compute)
-	}
+	// The per-model entries, the latency fits and the compute factors stay
+	// as they were: the online moves are the cluster's links'.
+	out := c.successor(name)
+	out.Fits = nil
 	set := shares(&out.Efficiency)
 	for _, f := range moved {
 		*set[slices.Index(LinkKinds, f.Kind)] = f.Efficiency
@@ -165,5 +160,21 @@ func (o *Online) Step(c *Calibration, name string) *Calibration {
 	slices.SortStableFunc(out.Fits, func(a, b Fit) int {
 		return slices.Index(LinkKinds, a.Kind) - slices.Index(LinkKinds, b.Kind)
 	})
+	return out
+}
+
+// successor is a new version of c (nil: the documented defaults) named
+// name, keeping all it says: each online step changes its own part of a
+// copy, so that a field added to Calibration is carried over by both.
+func (c *Calibration) successor(name string) *Calibration {
+	out := &Calibration{}
+	if c != nil {
+		*out = *c
+		out.Models = maps.Clone(c.Models)
+		out.Fits = slices.Clone(c.Fits)
+		out.ModelLatency = slices.Clone(c.ModelLatency)
+		out.Compute = slices.Clone(c.Compute)
+	}
+	out.Version, out.Name = CalibrationVersion, name
 	return out
 }

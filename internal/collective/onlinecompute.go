@@ -185,13 +185,7 @@ func (o *OnlineCompute) Step(c *Calibration, name string, now time.Time) *Calibr
 	if len(moved) == 0 {
 		return nil
 	}
-	out := &Calibration{Version: CalibrationVersion, Name: name}
-	if c != nil {
-		cp := *c
-		out = &cp
-		out.Name = name
-		out.Models = maps.Clone(c.Models)
-	}
+	out := c.successor(name)
 	for _, f := range moved {
 		cur[f.Model] = f
 	}
