@@ -167,15 +167,6 @@ func (p *placer) fastEnoughFirst(picks []inNode) []inNode {
 	return out
 }
 
-// ComputeOn is job's compute per step on gpus where compute is weighed by
-// GPU model with the reference ref, and the model that sets it (the
-// slowest among gpus' nodes). ok is false where the job's compute is not
-// known.
-func ComputeOn(snap *store.Snapshot, job events.JobAnalyzed, gpus []store.GPUKey, ref string) (seconds float64, model string, ok bool) {
-	est, ok := EstimateCompute(snap, job, gpus, ref, nil)
-	return est.Seconds, est.Model, ok
-}
-
 // ComputeEstimate is a job's predicted compute per step on a placement,
 // where compute is weighed by GPU model, and what it was predicted from.
 type ComputeEstimate struct {

@@ -144,11 +144,11 @@ func TestCompOn(t *testing.T) {
 	if ft <= 2 || fh >= 2 {
 		t.Errorf("T4 %v s, H100 %v s: want slower and faster than the A100's 2 s", ft, fh)
 	}
-	if c, model, ok := ComputeOn(snap, job, append(slices.Clone(h), tt...), "a100"); !ok || c != ft || model != "T4" {
-		t.Errorf("ComputeOn(H100 and T4) = %v, %q, %v; want %v, T4", c, model, ok, ft)
+	if est, ok := EstimateCompute(snap, job, append(slices.Clone(h), tt...), "a100", nil); !ok || est.Seconds != ft || est.Model != "T4" {
+		t.Errorf("EstimateCompute(H100 and T4) = %v, %q, %v; want %v, T4", est.Seconds, est.Model, ok, ft)
 	}
-	if _, _, ok := ComputeOn(snap, events.JobAnalyzed{Job: events.JobSubmitted{JobID: "k", GPUs: 1}}, h, "a100"); ok {
-		t.Error("ComputeOn of a job without compute: ok")
+	if _, ok := EstimateCompute(snap, events.JobAnalyzed{Job: events.JobSubmitted{JobID: "k", GPUs: 1}}, h, "a100", nil); ok {
+		t.Error("EstimateCompute of a job without compute: ok")
 	}
 	if got := newEvaluator(snap, job, 2, engine.Options{}).compOn(tt); got != 2 {
 		t.Errorf("compute blind: %v, want the job's 2 s", got)
