@@ -244,23 +244,29 @@ func (l *lease) acquireOnce(ctx context.Context) (rev uint64, sent time.Time, t 
 	actx, cancel := context.WithTimeout(ctx, l.renewEvery())
 	rev, err = l.tryAcquire(actx)
 	cancel()
-	if err != nil && l.reopen != nil && ctx.Err() == nil {
+	if err != nil && l.reopen != nil && ctx.Err() == nil && (l.alive == nil || l.alive()) {
 		// A bucket deleted under the replicas (an administrator's
 		// cleanup) fails every campaign, and placement would have no
 		// applier until a restart. A write to it does not fail fast (no
 		// stream answers, and the client retries until the deadline), so
 		// the bucket is looked up after any failed campaign. Placement's
 		// writes are fenced on its stream, not by the lease's revision,
-		// so a bucket made again starts no second writer.
-		rctx, cancel := context.WithTimeout(ctx, l.ttl)
+		// so a bucket made again starts no second writer. Not while the
+		// connection is down (nothing would answer), and bounded as the
+		// campaign is, so the next tick comes on time.
+		rctx, cancel := context.WithTimeout(ctx, l.renewEvery())
 		kv, made, rerr := l.reopen(rctx)
 		cancel()
 		switch {
 		case rerr != nil:
 			err = errors.Join(err, fmt.Errorf("look up the lease bucket: %w", rerr))
-		case made:
-			l.log.Warn("lease bucket was gone; made again", "key", l.key)
+		default:
+			// The handle looked up, also where an earlier try made the
+			// bucket and timed out before it could say so.
 			l.kv = kv
+			if made {
+				l.log.Warn("lease bucket was gone; made again", "key", l.key)
+			}
 		}
 	}
 	if err != nil || rev == 0 {
