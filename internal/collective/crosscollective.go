@@ -46,6 +46,41 @@ type CrossSweep struct {
 // for the others). What a machine's collectives measure apart is what
 // this transfer shows.
 var CrossMachines = []CrossMachine{
+	// The 2080 Ti pair with P2P off. What NCCL does there (NCCL 2.20.3; the
+	// file names no release, CUDA 12.4; the rules below hold from 2.18 to
+	// 2.26):
+	//   - SHM by default copies with the GPUs' threads, not the copy
+	//     engine: NCCL_SHM_USE_CUDA_MEMCPY defaults to 0
+	//     (src/transport/shm.cc:41, initCeOperation :416), so each GPU's
+	//     kernel stores into and loads from the host buffers; 4 MiB of
+	//     Simple buffer, 8 steps of 512 KiB (src/init.cc:543).
+	//   - Rings run 2 channels, the search's one doubled
+	//     (src/graph/connect.cc:442; an RTX 4090 box on SHM/direct/direct
+	//     logs channels 00 and 01, NVIDIA/nccl-tests#307), each with 256
+	//     threads plus a sync warp because the ring graph is no faster than
+	//     PCI_BW (src/graph/tuning.cc:121, src/enqueue.cc:1574): one thread group
+	//     per channel moves each step. On 2 ranks all_gather sends then
+	//     receives (src/device/all_gather.h:45,61), never both at once in a
+	//     channel; all_reduce sends, receives-reduces-sends, receives
+	//     (src/device/all_reduce.h:45,62,78), both at once in its middle
+	//     step.
+	//   - alltoall is grouped send/recv: the p2p kernel gives the receive
+	//     8 warps and the send 9 of each block (finishWorkP2p,
+	//     src/enqueue.cc:117; src/device/sendrecv.h:58-90), both running at
+	//     once, on 2 p2p channels per peer (src/graph/paths.cc:705,763)
+	//     with 128 KiB steps (P2P_PCI_CHUNKSIZE, src/init.cc:549,566).
+	//     calcP2pChunkSize (src/enqueue.cc:842, maxSize stepSize*32 on one
+	//     node, :904) puts up to 4 MiB on a channel, so up to 8 MiB of
+	//     alltoall runs on 1 channel and from 16 MiB on 2: the measured
+	//     busbw steps there (3.95 to 4.45 GB/s), which also says NCCL had 2
+	//     p2p channels, so 2 ring channels (nChannelsMin 1 needs
+	//     p2pnChannels 2, :874).
+	// The model's SHM path (routeSHM) loads the host link both ways at
+	// once, as alltoall's concurrent send and receive do; how far a
+	// channel's turn-taking leaves the rings below that depends on a
+	// channel's host copy rate, which NCCL does not document, so it is
+	// not modelled and the transfer between rings and alltoall misses by
+	// the measured gap.
 	{
 		Name:    "rtx2080ti-2gpu-pix-p2p-ns",
 		Machine: "1 container, 2x GeForce RTX 2080 Ti on one PCIe Gen3 switch (PIX), P2P not supported (topo -p2p p: NS)",
@@ -55,7 +90,10 @@ var CrossMachines = []CrossMachine{
 			{File: "rtx2080ti-2gpu-pix-p2p-ns_six-collectives_anthony-hoo-autodl.txt", Collective: AllGather, Algorithm: Auto},
 			{File: "rtx2080ti-2gpu-pix-p2p-ns_six-collectives_anthony-hoo-autodl.txt", Collective: AllToAll, Algorithm: Auto},
 		},
-		Note: "P2P off: every collective moves through host memory (NCCL's SHM transport); the three collectives move the same bytes per rank, yet their large-message busbw differ by 23% (all_gather 3.84, all_reduce 4.00, alltoall 4.73 GB/s at 1 GiB): the gap is in how NCCL runs each collective over SHM, which no source found explains, not in the links the model prices",
+		Note: "P2P off: every collective moves through host memory (NCCL's SHM transport, whose default has the GPUs' own threads store to and load from the host buffers); the three collectives move the same bytes per rank, yet their large-message busbw differ by 23% (all_gather 3.84, all_reduce 4.00, alltoall 4.73 GB/s at 1 GiB). " +
+			"NCCL runs them apart: its rings (2 channels, 8 copying warps each on a PCIe-speed graph) have one thread group per channel move a step's data, so a channel's host writes and reads take turns (all_gather on 2 ranks: send, then receive; all_reduce overlaps them in one of its three steps), " +
+			"where alltoall's send/recv kernel gives each peer's send and receive their own warps and runs both at once, on 1 channel below 16 MiB and 2 from it (at most 4 MiB a channel), where its busbw steps from 3.95 to 4.45. " +
+			"The model prices the host link both ways at once, as alltoall runs (within 3% at 1 GiB); NCCL documents no per-channel copy rate, so the rings' shortfall is not modelled",
 	}, {
 		Name:    "gcp-a3mega-2node",
 		Machine: "2 GCP a3-megagpu-8g x 8x H100 SXM (NV18), 8x 200 Gb/s GPU NICs per VM (GPUDirect-TCPXO); the two sweeps are of two clusters of the machine type",
@@ -76,7 +114,8 @@ var CrossMachines = []CrossMachine{
 			{File: "gcp-a4-b200_2node-16gpu-roce_all_reduce_dstack.partial.txt", Collective: AllReduce, Algorithm: Auto},
 			{File: "gcp-a4-b200_2node-16gpu-roce_all_gather_dranet.txt", Collective: AllGather, Algorithm: Auto},
 		},
-		Note: "two clusters: dstack's all_reduce (NVLS-tree, its algbw 0.91 of the NICs' line rate at 8 GiB) and google/dranet's GKE all_gather (NCCL 2.26.6), a ring at 0.65 of the same NICs (260 GB/s busbw) " +
+		Note: "two clusters, by their sources: dstack's all_reduce on VMs dstack provisioned (5 warm-up and 20 timed iterations, no NCCL release printed; NVLS-tree, its algbw 0.91 of the NICs' line rate at 8 GiB) " +
+			"and google/dranet's all_gather on GKE pods run by Google's gIB scripts (50 and 100 iterations, NCCL 2.26.6), a ring at 0.65 of the same NICs (260 GB/s busbw) " +
 			"that takes 1 ms at 1 MiB and whose rows are out of order (2 MiB slower than 4 MiB); a 2x8 ring all_gather loads each node's NICs with its busbw as the NVLS-tree all_reduce loads them with its algbw (both modelled), " +
 			"so 0.65 against 0.91 is the clusters', not the collectives'. The all_reduce's fit stops at line rate: the model's NVLS-tree fills its pipeline too slowly at 128 MiB-2 GiB " +
 			"with 2.20.3's one-step chunks; with the 128 KiB chunks and 32 channels of the releases that run on B200 (Tuning226) it fits 0.948, but GCP's RDMA profile sets NCCL_NVLS_CHUNKSIZE to 512 KiB, so which chunk the run used is not known",

@@ -273,7 +273,10 @@ func (m *model) routeLocal(ph *phase, node int32, ga, gb int, b float64) hop {
 // the GPUs' PCIe links 1/SHMShare of a P2P byte; GPUs under one PCIe
 // switch (PIX, PXB) share its uplink to the host (the node's host link);
 // across sockets the copy crosses the inter-socket link as P2P would. A
-// step pays at least a hop through the host bridge.
+// step pays at least a hop through the host bridge. Both directions of a
+// pair are priced as running at once, as NCCL's send/recv kernel (alltoall)
+// runs them; its rings take turns within a channel and measure below that
+// on the one such machine measured (CrossMachines, rtx2080ti).
 func (m *model) routeSHM(ph *phase, nd *nodeView, cl topology.Class, ga, gb int, b float64, lat hop) hop {
 	ph.add(nd.port(kPCIe, ga, tx), b/SHMShare)
 	ph.add(nd.port(kPCIe, gb, rx), b/SHMShare)
