@@ -117,7 +117,7 @@ var Cases = []Case{
 		Machine: "1 node, 8x A100 SXM NVSwitch (NV12)", Collective: SendRecv, Algorithm: PointToPoint,
 		Build: onNodes(a100, 1, 8),
 		Large: []Point{{1 << 30, "1073741824", 7}},
-		Note:  "sendrecv is NCCL's p2p kernel, not a ring: each GPU's send and receive run on 8 of its 32 p2p channels at 128 MiB, 16 at 256 MiB and all 32 from 512 MiB (at most 16 MiB a channel, in 512 KiB NVLink steps), each channel's block split between them (8 warps receive), P2P read over NVLink as the rings; at 1 GiB it reaches 0.65 of NVLink line rate where this machine type's rings reach 0.77, a p2p efficiency NCCL does not document: the model prices p2p at the rings' NVLink efficiency and is high",
+		Note:  "sendrecv is NCCL's p2p kernel, not a ring: each GPU's send and receive run on 8 of its 32 p2p channels at 128 MiB, 16 at 256 MiB and all 32 from 512 MiB (at most 16 MiB a channel, in 512 KiB NVLink steps), each channel's block split between them (8 warps receive), P2P read over NVLink as the rings; at 128 MiB its 8 channels move 16 MiB each in 1.21 ms (13.9 GB/s a channel, a rate NCCL does not document); at 1 GiB it reaches 0.65 of NVLink line rate where this machine type's rings reach 0.77, a p2p efficiency NCCL does not document: the model prices p2p at the rings' NVLink efficiency and is high",
 	},
 	{
 		Name: "a100-3node-4xhdr", File: "a100-3node-24gpu-4xhdr_all_reduce_nccl-tests-issue-119.txt",
