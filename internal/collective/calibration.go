@@ -756,6 +756,10 @@ func FitCalibration(name string, samples []Sample, base *topology.Bandwidths) (*
 	asked := map[string]float64{}  // each kind's efficiency before the clamp, last round
 	for range 3 {
 		bw := c.Bandwidths(base)
+		// The round's samples were predicted with these; a kind is scaled
+		// from them, not from another kind this round has already moved
+		// (a transport still at Net's would be, in map order).
+		was := maps.Clone(eff)
 		fits = map[string]*Fit{}
 		ratios := map[string][]float64{}
 		for _, s := range large {
@@ -780,9 +784,9 @@ func FitCalibration(name string, samples []Sample, base *topology.Bandwidths) (*
 				before[k] = med
 			}
 			fits[k].Ratio = before[k]
-			cur := eff[k]
+			cur := was[k]
 			if cur == 0 { // a transport, at Net's until now
-				cur = eff["net"]
+				cur = was["net"]
 			}
 			asked[k] = cur * med
 			eff[k] = min(1, asked[k])

@@ -96,6 +96,39 @@ func TestFitCalibration(t *testing.T) {
 	}
 }
 
+// A fit of several kinds is one answer, whatever order they are visited
+// in: a transport still at the network's efficiency (EFA here) is scaled
+// from the efficiency its samples were predicted with, not from the
+// network's fit of the same round. Go visits a map's keys in a new order
+// each time, so repeated fits of one input show any dependence on it.
+func TestFitCalibrationOrderFree(t *testing.T) {
+	t.Parallel()
+	node := func(name, transport string) *topology.Node {
+		return BuildNode(NodeSpec{Name: name, GPUs: 8, Model: "A100", NVLinks: 12, NVLinkGen: 3, PCIeGen: 4, NICs: 4, NICGbps: 100,
+			Transport: transport})
+	}
+	ib := Placement{Ranks: NodesRanks([]*topology.Node{node("i1", ""), node("i2", "")}, 8)}
+	efa := Placement{Ranks: NodesRanks([]*topology.Node{node("e1", topology.TransportEFA), node("e2", topology.TransportEFA)}, 8)}
+	samples := append(truth(t, ib, topology.Efficiency{Net: 0.6}, AllReduce, 256<<20, 1<<30, 4<<30),
+		truth(t, efa, topology.Efficiency{EFA: 0.5}, AllReduce, 256<<20, 1<<30, 4<<30)...)
+	first, err := FitCalibration("test", samples, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 40 {
+		cal, err := FitCalibration("test", samples, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cal.Efficiency != first.Efficiency {
+			t.Fatalf("one input fitted two ways: %+v and %+v", first.Efficiency, cal.Efficiency)
+		}
+	}
+	if got := first.Resolved(); math.Abs(got.Net-0.6) > 0.006 || math.Abs(got.EFA-0.5) > 0.005 {
+		t.Errorf("net %.4f, EFA %.4f; want 0.6 and 0.5", got.Net, got.EFA)
+	}
+}
+
 func TestFitCalibrationRefuses(t *testing.T) {
 	t.Parallel()
 	pcie := BuildNode(NodeSpec{Name: "pcie", GPUs: 4, PCIeGen: 4})
