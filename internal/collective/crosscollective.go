@@ -111,6 +111,22 @@ var CrossMachines = []CrossMachine{
 			"(10.7 µs from the all_reduce, 22 µs from the others, against 2.8 µs on the HGX H100 node), which then slows every size of the other collectives' 7 or 14 steps: " +
 			"all_reduce from all_gather is -45% to -65% at 1-16 MiB and -5% at 8 GiB, the large sizes alone agree within 2% from the all_reduce",
 	},
+	{
+		Name:    "hgx-h100-10node-xxrjun",
+		Machine: "10 nodes (cnode3-002..011) x 8x H100 SXM (NV18, NVSwitch), 8x 400 Gb/s NICs per node, one process per GPU; five collectives in one log, one after another",
+		Build:   onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 }), 10, 8),
+		Sweeps: []CrossSweep{
+			{File: "hgx-h100_10node-80gpu-8x400g_five-collectives_xxrjun-nccl-tests-cluster.txt", Collective: AllReduce, Algorithm: Auto},
+			{File: "hgx-h100_10node-80gpu-8x400g_five-collectives_xxrjun-nccl-tests-cluster.txt", Collective: AllGather, Algorithm: Auto},
+			{File: "hgx-h100_10node-80gpu-8x400g_five-collectives_xxrjun-nccl-tests-cluster.txt", Collective: ReduceScatter, Algorithm: Auto},
+			{File: "hgx-h100_10node-80gpu-8x400g_five-collectives_xxrjun-nccl-tests-cluster.txt", Collective: AllToAll, Algorithm: Auto},
+			{File: "hgx-h100_10node-80gpu-8x400g_five-collectives_xxrjun-nccl-tests-cluster.txt", Collective: SendRecv, Algorithm: Auto},
+		},
+		Note: "one run of the cluster whose single node is hgx-h100-1node-xxrjun: float64 sweeps from 32 MiB to 16 GiB of each collective; " +
+			"sendrecv (each of 80 ranks to the next, 10 of the 80 pairs across the network) is a flat 15.2 GB/s from 32 MiB, which the model, pricing a pair across nodes at the fitted NIC rate, puts near 45 (+190% to +215%): " +
+			"NCCL runs p2p over the network on fewer channels than collectives, which the model does not price; " +
+			"all_gather and reduce_scatter dip at 256 MiB (150 and 146 GB/s, below the 128 MiB rows' 158 and 125-148, then 218 at 512 MiB), rows their own fit misses by +60%",
+	},
 }
 
 // CrossMinBytes is the smallest size a transfer predicts: below it the

@@ -340,6 +340,15 @@ var Cases = []Case{
 		Large: []Point{{16 << 30, "[1,0]<stdout>: 17179869184", 8}}, Small: []Point{{1 << 20, "[1,0]<stdout>: 1048576", 8}},
 		Note: "NCCL 2.22.3 on EKS; each GPU's four 100 Gb/s EFA NICs are one 400 Gb/s NIC (as aws-p5-2node-efa); Open MPI's tags mid-row",
 	},
+	// Public corpus, third batch (issue 50, item 2): machine types or node
+	// counts not in a case above (testdata/SOURCES.md, "third batch").
+	{
+		Name: "hgx-h100-10node-xxrjun", File: "hgx-h100_10node-80gpu-8x400g_five-collectives_xxrjun-nccl-tests-cluster.txt",
+		Machine: "10 nodes (cnode3-002..011) x 8x H100 SXM (NV18, NVSwitch), 8x 400 Gb/s NICs per node (one per GPU, from the same run's -g 1/2/4 logs), one process per GPU", Collective: AllReduce, Algorithm: Auto,
+		Build: onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 }), 10, 8),
+		Large: []Point{{16 << 30, "17179869184", 7}},
+		Note:  "float64 rows from 32 MiB; the file's first 17179869184 row is the all_reduce's. The NICs are not printed: the run's 10-node logs with 1, 2 and 4 GPUs per node give 49, 98 and 196 GB/s all_reduce busbw, a 400 Gb/s port for each GPU; 8 per node is the HGX H100 reference design's",
+	},
 }
 
 func gb200x(g int) NodeSpec {
