@@ -349,6 +349,20 @@ var Cases = []Case{
 		Large: []Point{{16 << 30, "17179869184", 7}},
 		Note:  "float64 rows from 32 MiB; the file's first 17179869184 row is the all_reduce's. The NICs are not printed: the run's 10-node logs with 1, 2 and 4 GPUs per node give 49, 98 and 196 GB/s all_reduce busbw, a 400 Gb/s port for each GPU; 8 per node is the HGX H100 reference design's",
 	},
+	{
+		Name: "nebius-h200-2node-ib", File: "nebius-h200_2node-16gpu-ib_all_reduce_nebius-ml-cookbook.txt",
+		Machine: "2 Nebius H200 nodes (Managed Kubernetes, Run:ai) x 8x H200 SXM (NV18), 8x 400 Gb/s IB per node", Collective: AllReduce, Algorithm: Auto,
+		Build: onNodes(with(h100, func(s *NodeSpec) { s.Name, s.Model, s.NICs, s.NICGbps = "h200", "H200-SXM", 8, 400 }), 2, 8),
+		Large: []Point{{16 << 30, "17179869184", 7}},
+		Note:  "the source names the cloud and the GPU, not the NICs: Nebius's H200 platform (gpu-h200-sxm) has 8 InfiniBand ports of 400 Gb/s per node, as its H100 platform (nebius-h100-2node-ib); rows from 1 GiB",
+	},
+	{
+		Name: "gcp-a3ultra-2node-allgather", File: "gcp-a3ultra-h200_2node-16gpu-rdma_all_gather_skypilot.txt",
+		Machine: "2 GCP a3-ultragpu-8g (GKE) x 8x H200 (NV18), 8x 400 Gb/s RoCE (GPUDirect-RDMA) per VM", Collective: AllGather, Algorithm: Auto,
+		Build: onNodes(with(h100, func(s *NodeSpec) { s.Name, s.Model, s.NICs, s.NICGbps = "h200", "H200-SXM", 8, 400 }), 2, 8),
+		Large: []Point{{8 << 30, "8589934592", 7}},
+		Note:  "GCP's own test pods (gIB, NCCL 2.26.6) on the a3-ultragpu-8g pair the source names; the page's SkyPilot run of the same pair (not copied) gives the same rows within 1.2% from 128 MiB",
+	},
 }
 
 func gb200x(g int) NodeSpec {
