@@ -127,6 +127,16 @@ var CrossMachines = []CrossMachine{
 			"NCCL runs p2p over the network on fewer channels than collectives, which the model does not price; " +
 			"all_gather and reduce_scatter dip at 256 MiB (150 and 146 GB/s, below the 128 MiB rows' 158 and 125-148, then 218 at 512 MiB), rows their own fit misses by +60%",
 	},
+	{
+		Name:    "hgx-h100-2node-xxrjun",
+		Machine: "2 nodes (cnode3-002, cnode3-003) of the hgx-h100-10node-xxrjun cluster, 8x H100 SXM (NV18) and 8x 400 Gb/s NICs each, one process per GPU; alltoall and sendrecv in one log",
+		Build:   onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 }), 2, 8),
+		Sweeps: []CrossSweep{
+			{File: "hgx-h100_2node-16gpu-8x400g_alltoall-sendrecv_xxrjun-nccl-tests-cluster.txt", Collective: AllToAll, Algorithm: Auto},
+			{File: "hgx-h100_2node-16gpu-8x400g_alltoall-sendrecv_xxrjun-nccl-tests-cluster.txt", Collective: SendRecv, Algorithm: Auto},
+		},
+		Note: "the repository's pairwise run: float64 sweeps of 4, 8 and 16 GiB only",
+	},
 }
 
 // CrossMinBytes is the smallest size a transfer predicts: below it the

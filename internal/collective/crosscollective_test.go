@@ -48,9 +48,10 @@ func TestCrossCollective(t *testing.T) {
 	// H100 node's five collectives (pooled, its 200 sizes would make it
 	// 5.2%), 15.7% over five with the Together H100 node's three ring
 	// sweeps (16.6% on it: its note says why), 16.2% over six with the
-	// xxrjun cluster's 10-node run (39.7% on it, its sendrecv the most).
-	if s.MachineMedian > 0.163 {
-		t.Errorf("median of the machines' medians %.1f%%: worse than with the xxrjun 10-node run (16.2%%)", 100*s.MachineMedian)
+	// xxrjun cluster's 10-node run (39.7% on it, its sendrecv the most),
+	// 15.7% over seven with that cluster's node pair (6.9% on it).
+	if s.MachineMedian > 0.158 {
+		t.Errorf("median of the machines' medians %.1f%%: worse than with the xxrjun node pair (15.7%%)", 100*s.MachineMedian)
 	}
 	if len(s.ByMachine) != len(CrossMachines) {
 		t.Errorf("%d machines' medians, want %d", len(s.ByMachine), len(CrossMachines))

@@ -363,6 +363,13 @@ var Cases = []Case{
 		Large: []Point{{8 << 30, "8589934592", 7}},
 		Note:  "GCP's own test pods (gIB, NCCL 2.26.6) on the a3-ultragpu-8g pair the source names; the page's SkyPilot run of the same pair (not copied) gives the same rows within 1.2% from 128 MiB",
 	},
+	{
+		Name: "hgx-h100-2node-xxrjun-alltoall", File: "hgx-h100_2node-16gpu-8x400g_alltoall-sendrecv_xxrjun-nccl-tests-cluster.txt",
+		Machine: "2 nodes (cnode3-002, cnode3-003) of the hgx-h100-10node-xxrjun cluster, 8x H100 SXM (NV18) and 8x 400 Gb/s NICs each, one process per GPU", Collective: AllToAll, Algorithm: Auto,
+		Build: onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 }), 2, 8),
+		Large: []Point{{16 << 30, "17179869184", 7}},
+		Note:  "a node pair of the cluster whose 10-node run is hgx-h100-10node-xxrjun (the same NICs: the two files are not independent); float64 rows from 4 GiB, the file's first 17179869184 row is the alltoall's",
+	},
 }
 
 func gb200x(g int) NodeSpec {
