@@ -136,6 +136,49 @@ var CrossMachines = []CrossMachine{
 			"so 64, 128 and 256 MiB run 16 MiB on each of 4, 8 and 16 channels and take about the same time (820, 826, 896 µs: 20 GB/s a channel) until 512 MiB fills the NVLinks; " +
 			"the model has no per-channel rate for p2p (NCCL documents none) and predicts those sizes up to 4x too fast",
 	},
+	// Public corpus, third batch (issue 50, item 2): machines whose
+	// published logs hold sweeps of two or more collectives
+	// (testdata/SOURCES.md, "third batch").
+	{
+		Name:    "together-h100-8gpu-ring",
+		Machine: "1 node (gpu-dp-2jvzl-pqq7p), 8x H100 SXM (NV18, NVSwitch), NCCL_ALGO=RING, NVLS off; three collectives of one run directory, one after another",
+		Build:   onNodes(h100, 1, 8),
+		Sweeps: []CrossSweep{
+			{File: "together-h100-8gpu_single-node_all_reduce-ring_together-nccl-tests.txt", Collective: AllReduce, Algorithm: Ring},
+			{File: "together-h100-8gpu_single-node_all_gather-ring_together-nccl-tests.txt", Collective: AllGather, Algorithm: Ring},
+			{File: "together-h100-8gpu_single-node_reduce_scatter-ring_together-nccl-tests.txt", Collective: ReduceScatter, Algorithm: Ring},
+		},
+		Note: "the repository's ring config (NCCL_ALGO=RING, NCCL_NVLS_ENABLE=0) run as all_reduce, all_gather and reduce_scatter within minutes on one node (results/20260305_220043); " +
+			"every operation takes at least ~35 µs (128 B to 512 KiB) and all_gather and reduce_scatter a flat ~41 µs from 1 to 4 MiB, a floor the model has no term for: a fit takes it as per-step overhead " +
+			"(10.7 µs from the all_reduce, 22 µs from the others, against 2.8 µs on the HGX H100 node), which then slows every size of the other collectives' 7 or 14 steps: " +
+			"all_reduce from all_gather is -45% to -65% at 1-16 MiB and -5% at 8 GiB, the large sizes alone agree within 2% from the all_reduce",
+	},
+	{
+		Name:    "hgx-h100-10node-xxrjun",
+		Machine: "10 nodes (cnode3-002..011) x 8x H100 SXM (NV18, NVSwitch), 8x 400 Gb/s NICs per node, one process per GPU; five collectives in one log, one after another",
+		Build:   onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 }), 10, 8),
+		Sweeps: []CrossSweep{
+			{File: "hgx-h100_10node-80gpu-8x400g_five-collectives_xxrjun-nccl-tests-cluster.txt", Collective: AllReduce, Algorithm: Auto},
+			{File: "hgx-h100_10node-80gpu-8x400g_five-collectives_xxrjun-nccl-tests-cluster.txt", Collective: AllGather, Algorithm: Auto},
+			{File: "hgx-h100_10node-80gpu-8x400g_five-collectives_xxrjun-nccl-tests-cluster.txt", Collective: ReduceScatter, Algorithm: Auto},
+			{File: "hgx-h100_10node-80gpu-8x400g_five-collectives_xxrjun-nccl-tests-cluster.txt", Collective: AllToAll, Algorithm: Auto},
+			{File: "hgx-h100_10node-80gpu-8x400g_five-collectives_xxrjun-nccl-tests-cluster.txt", Collective: SendRecv, Algorithm: Auto},
+		},
+		Note: "one run of the cluster whose single node is hgx-h100-1node-xxrjun: float64 sweeps from 32 MiB to 16 GiB of each collective; " +
+			"sendrecv (each of 80 ranks to the next, 10 of the 80 pairs across the network) is a flat 15.2 GB/s from 32 MiB, which the model, pricing a pair across nodes at the fitted NIC rate, puts near 45 (+190% to +215%): " +
+			"NCCL runs p2p over the network on fewer channels than collectives, which the model does not price; " +
+			"all_gather and reduce_scatter dip at 256 MiB (150 and 146 GB/s, below the 128 MiB rows' 158 and 125-148, then 218 at 512 MiB), rows their own fit misses by +60%",
+	},
+	{
+		Name:    "hgx-h100-2node-xxrjun",
+		Machine: "2 nodes (cnode3-002, cnode3-003) of the hgx-h100-10node-xxrjun cluster, 8x H100 SXM (NV18) and 8x 400 Gb/s NICs each, one process per GPU; alltoall and sendrecv in one log",
+		Build:   onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 }), 2, 8),
+		Sweeps: []CrossSweep{
+			{File: "hgx-h100_2node-16gpu-8x400g_alltoall-sendrecv_xxrjun-nccl-tests-cluster.txt", Collective: AllToAll, Algorithm: Auto},
+			{File: "hgx-h100_2node-16gpu-8x400g_alltoall-sendrecv_xxrjun-nccl-tests-cluster.txt", Collective: SendRecv, Algorithm: Auto},
+		},
+		Note: "the repository's pairwise run: float64 sweeps of 4, 8 and 16 GiB only",
+	},
 }
 
 // CrossMinBytes is the smallest size a transfer predicts: below it the

@@ -340,6 +340,36 @@ var Cases = []Case{
 		Large: []Point{{16 << 30, "[1,0]<stdout>: 17179869184", 8}}, Small: []Point{{1 << 20, "[1,0]<stdout>: 1048576", 8}},
 		Note: "NCCL 2.22.3 on EKS; each GPU's four 100 Gb/s EFA NICs are one 400 Gb/s NIC (as aws-p5-2node-efa); Open MPI's tags mid-row",
 	},
+	// Public corpus, third batch (issue 50, item 2): machine types or node
+	// counts not in a case above (testdata/SOURCES.md, "third batch").
+	{
+		Name: "hgx-h100-10node-xxrjun", File: "hgx-h100_10node-80gpu-8x400g_five-collectives_xxrjun-nccl-tests-cluster.txt",
+		Machine: "10 nodes (cnode3-002..011) x 8x H100 SXM (NV18, NVSwitch), 8x 400 Gb/s NICs per node (one per GPU, from the same run's -g 1/2/4 logs), one process per GPU", Collective: AllReduce, Algorithm: Auto,
+		Build: onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 }), 10, 8),
+		Large: []Point{{16 << 30, "17179869184", 7}},
+		Note:  "float64 rows from 32 MiB; the file's first 17179869184 row is the all_reduce's. The NICs are not printed: the run's 10-node logs with 1, 2 and 4 GPUs per node give 49, 98 and 196 GB/s all_reduce busbw, a 400 Gb/s port for each GPU; 8 per node is the HGX H100 reference design's",
+	},
+	{
+		Name: "nebius-h200-2node-ib", File: "nebius-h200_2node-16gpu-ib_all_reduce_nebius-ml-cookbook.txt",
+		Machine: "2 Nebius H200 nodes (Managed Kubernetes, Run:ai) x 8x H200 SXM (NV18), 8x 400 Gb/s IB per node", Collective: AllReduce, Algorithm: Auto,
+		Build: onNodes(with(h100, func(s *NodeSpec) { s.Name, s.Model, s.NICs, s.NICGbps = "h200", "H200-SXM", 8, 400 }), 2, 8),
+		Large: []Point{{16 << 30, "17179869184", 7}},
+		Note:  "the source names the cloud and the GPU, not the NICs: Nebius's H200 platform (gpu-h200-sxm) has 8 InfiniBand ports of 400 Gb/s per node, as its H100 platform (nebius-h100-2node-ib); rows from 1 GiB",
+	},
+	{
+		Name: "gcp-a3ultra-2node-allgather", File: "gcp-a3ultra-h200_2node-16gpu-rdma_all_gather_skypilot.txt",
+		Machine: "2 GCP a3-ultragpu-8g (GKE) x 8x H200 (NV18), 8x 400 Gb/s RoCE (GPUDirect-RDMA) per VM", Collective: AllGather, Algorithm: Auto,
+		Build: onNodes(with(h100, func(s *NodeSpec) { s.Name, s.Model, s.NICs, s.NICGbps = "h200", "H200-SXM", 8, 400 }), 2, 8),
+		Large: []Point{{8 << 30, "8589934592", 7}},
+		Note:  "GCP's own test pods (gIB, NCCL 2.26.6) on the a3-ultragpu-8g pair the source names; the page's SkyPilot run of the same pair (not copied) gives the same rows within 1.2% from 128 MiB",
+	},
+	{
+		Name: "hgx-h100-2node-xxrjun-alltoall", File: "hgx-h100_2node-16gpu-8x400g_alltoall-sendrecv_xxrjun-nccl-tests-cluster.txt",
+		Machine: "2 nodes (cnode3-002, cnode3-003) of the hgx-h100-10node-xxrjun cluster, 8x H100 SXM (NV18) and 8x 400 Gb/s NICs each, one process per GPU", Collective: AllToAll, Algorithm: Auto,
+		Build: onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 }), 2, 8),
+		Large: []Point{{16 << 30, "17179869184", 7}},
+		Note:  "a node pair of the cluster whose 10-node run is hgx-h100-10node-xxrjun (the same NICs: the two files are not independent); float64 rows from 4 GiB, the file's first 17179869184 row is the alltoall's",
+	},
 }
 
 func gb200x(g int) NodeSpec {
