@@ -3,6 +3,7 @@ package collective
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"embed"
 	"fmt"
 	"io/fs"
@@ -60,6 +61,12 @@ type Case struct {
 	Small []Point // around 1 MB
 	// Note explains a miss or an assumption.
 	Note string
+	// Cluster names the machines a case measured where other cases
+	// measured the same ones (one cluster's runs on 1, 2 and 10 nodes):
+	// leave-one-machine-out leaves such cases out together, since the
+	// others would have fitted the very links it predicts, and counts
+	// them as one machine. "" is a machine of its own.
+	Cluster string
 	// HeldOut: the file was added to test the model after it was
 	// developed, not looked at while developing it; its rows are
 	// reported as their own group and take no part in the other
@@ -294,9 +301,10 @@ var Cases = []Case{
 	{
 		Name: "hgx-h100-1node-xxrjun", File: "hgx-h100-8gpu_single-node_five-collectives_xxrjun-nccl-tests-cluster.txt",
 		Machine: "1 node (cnode3-002), 8x H100 SXM (NV18, NVSwitch), one process per GPU", Collective: AllReduce, Algorithm: Auto,
-		Build: onNodes(h100, 1, 8),
-		Large: []Point{{16 << 30, "17179869184", 7}},
-		Note:  "float64 rows from 32 MiB; the file's first 17179869184 row is the all_reduce's",
+		Cluster: "xxrjun example-cluster01",
+		Build:   onNodes(h100, 1, 8),
+		Large:   []Point{{16 << 30, "17179869184", 7}},
+		Note:    "float64 rows from 32 MiB; the file's first 17179869184 row is the all_reduce's",
 	},
 	{
 		Name: "oci-h100-2node-16xroce", File: "oci-bm-gpu-h100-8_2node-16gpu-16x200g-roce_all_reduce_ocitutorials.txt",
@@ -345,9 +353,10 @@ var Cases = []Case{
 	{
 		Name: "hgx-h100-10node-xxrjun", File: "hgx-h100_10node-80gpu-8x400g_five-collectives_xxrjun-nccl-tests-cluster.txt",
 		Machine: "10 nodes (cnode3-002..011) x 8x H100 SXM (NV18, NVSwitch), 8x 400 Gb/s NICs per node (one per GPU, from the same run's -g 1/2/4 logs), one process per GPU", Collective: AllReduce, Algorithm: Auto,
-		Build: onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 }), 10, 8),
-		Large: []Point{{16 << 30, "17179869184", 7}},
-		Note:  "float64 rows from 32 MiB; the file's first 17179869184 row is the all_reduce's. The NICs are not printed: the run's 10-node logs with 1, 2 and 4 GPUs per node give 49, 98 and 196 GB/s all_reduce busbw, a 400 Gb/s port for each GPU; 8 per node is the HGX H100 reference design's",
+		Cluster: "xxrjun example-cluster01",
+		Build:   onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 }), 10, 8),
+		Large:   []Point{{16 << 30, "17179869184", 7}},
+		Note:    "float64 rows from 32 MiB; the file's first 17179869184 row is the all_reduce's. The NICs are not printed: the run's 10-node logs with 1, 2 and 4 GPUs per node give 49, 98 and 196 GB/s all_reduce busbw, a 400 Gb/s port for each GPU; 8 per node is the HGX H100 reference design's",
 	},
 	{
 		Name: "nebius-h200-2node-ib", File: "nebius-h200_2node-16gpu-ib_all_reduce_nebius-ml-cookbook.txt",
@@ -366,9 +375,10 @@ var Cases = []Case{
 	{
 		Name: "hgx-h100-2node-xxrjun-alltoall", File: "hgx-h100_2node-16gpu-8x400g_alltoall-sendrecv_xxrjun-nccl-tests-cluster.txt",
 		Machine: "2 nodes (cnode3-002, cnode3-003) of the hgx-h100-10node-xxrjun cluster, 8x H100 SXM (NV18) and 8x 400 Gb/s NICs each, one process per GPU", Collective: AllToAll, Algorithm: Auto,
-		Build: onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 }), 2, 8),
-		Large: []Point{{16 << 30, "17179869184", 7}},
-		Note:  "a node pair of the cluster whose 10-node run is hgx-h100-10node-xxrjun (the same NICs: the two files are not independent); float64 rows from 4 GiB, the file's first 17179869184 row is the alltoall's",
+		Cluster: "xxrjun example-cluster01",
+		Build:   onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 }), 2, 8),
+		Large:   []Point{{16 << 30, "17179869184", 7}},
+		Note:    "a node pair of the cluster whose 10-node run is hgx-h100-10node-xxrjun (the same NICs: the two files are not independent); float64 rows from 4 GiB, the file's first 17179869184 row is the alltoall's",
 	},
 }
 
@@ -430,8 +440,10 @@ type Summary struct {
 	// on a machine not measured.
 	LOMOLargeMedian float64 `json:"lomo_large_median_abs_error"`
 	LOMOLargeMax    float64 `json:"lomo_large_max_abs_error"`
-	// LOMOFiles counts the files (machines) left out in turn.
-	LOMOFiles int `json:"lomo_files"`
+	// LOMOFiles counts the files left out in turn, LOMOMachines their
+	// machines (Case.Cluster).
+	LOMOFiles    int `json:"lomo_files"`
+	LOMOMachines int `json:"lomo_machines"`
 	// LOMOFitted counts the large rows whose bottleneck's efficiency the
 	// other machines fitted, LOMOFittedMedian and LOMOFittedMax their
 	// errors: the part of the LOMO figure that tests the fit rather than
@@ -532,7 +544,11 @@ func Validate(fsys fs.FS) (Summary, error) {
 	s.LargeCount, s.SmallCount = len(large), len(small)
 	s.HeldOutLargeMedian, s.HeldOutLargeMax = medianMax(heldLarge)
 	s.HeldOutSmallMedian, s.HeldOutSmallMax = medianMax(heldSmall)
-	if err := s.leaveOneMachineOut(samples); err != nil {
+	machineOf := map[string]string{}
+	for _, c := range Cases {
+		machineOf[c.File] = cmp.Or(c.Cluster, c.File)
+	}
+	if err := s.leaveOneMachineOut(samples, machineOf); err != nil {
 		return s, err
 	}
 	s.pcieGroup()
@@ -564,9 +580,10 @@ func (s *Summary) pcieGroup() {
 const OnlineReports = 400
 
 // leaveOneMachineOut predicts each file's large messages with a model
-// calibrated on the other files' large messages, then with that model
-// moved online by telemetry of the file's first large case.
-func (s *Summary) leaveOneMachineOut(samples []Sample) error {
+// calibrated on the other machines' large messages (machineOf: a file's
+// machine, Case.Cluster), then with that model moved online by telemetry
+// of the file's first large case.
+func (s *Summary) leaveOneMachineOut(samples []Sample, machineOf map[string]string) error {
 	var errs, fittedErrs, onlineErrs, otherErrs []float64
 	online := map[string]*Calibration{} // by file: the LOMO model after online calibration
 	for i := range s.Rows {
@@ -582,7 +599,7 @@ func (s *Summary) leaveOneMachineOut(samples []Sample) error {
 			switch {
 			case samples[j].Source == row.Source:
 				self = &samples[j]
-			case sf != file && samples[j].Bytes >= FitMinBytes:
+			case machineOf[sf] != machineOf[file] && samples[j].Bytes >= FitMinBytes:
 				others = append(others, samples[j])
 			}
 		}
@@ -627,6 +644,11 @@ func (s *Summary) leaveOneMachineOut(samples []Sample) error {
 	}
 	s.LOMOLargeMedian, s.LOMOLargeMax = medianMax(errs)
 	s.LOMOFiles = len(online)
+	machines := map[string]bool{}
+	for file := range online {
+		machines[machineOf[file]] = true
+	}
+	s.LOMOMachines = len(machines)
 	s.LOMOFitted = len(fittedErrs)
 	s.LOMOFittedMedian, s.LOMOFittedMax = medianMax(fittedErrs)
 	s.OnlineMedian, s.OnlineMax = medianMax(onlineErrs)

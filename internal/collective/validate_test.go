@@ -91,3 +91,48 @@ func TestPCIeOnlyGroup(t *testing.T) {
 		t.Errorf("PCIe group %+v, rows give %d, median %v, max %v", s.PCIe, len(errs), med, mx)
 	}
 }
+
+// Files of one cluster (Case.Cluster) are left out together: a file's
+// leave-one-machine-out model is fitted on other machines only, not on
+// another run of the same links. Two files of a cluster measure the
+// network at half the model's rate, a third machine at its rate: left out
+// together, each of the two is predicted from the third alone (+100%);
+// left out one by one, from its twin too.
+func TestLeaveOneMachineOutByCluster(t *testing.T) {
+	t.Parallel()
+	p := onNodes(with(a100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 200 }), 2, 8)()
+	r, err := Predict(p, AllReduce, 8<<30, Options{Algorithm: Auto, Candidates: NCCLAlgorithms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var samples []Sample
+	var rows []Row
+	for _, m := range []struct {
+		file string
+		rate float64
+	}{{"a", 0.5}, {"b", 0.5}, {"c", 1}} {
+		src := m.file + ".txt:1"
+		samples = append(samples, Sample{Placement: p, Collective: AllReduce, Algorithm: Auto, Bytes: 8 << 30, BusBWGBps: m.rate * r.BusBWGBps, Source: src})
+		rows = append(rows, Row{Case: m.file, Large: true, Bytes: 8 << 30, Measured: m.rate * r.BusBWGBps, Source: src})
+	}
+	for _, tt := range []struct {
+		name      string
+		machineOf map[string]string
+		machines  int
+		check     func(e float64) bool
+	}{
+		{"one cluster", map[string]string{"a.txt": "x", "b.txt": "x", "c.txt": "c.txt"}, 2, func(e float64) bool { return math.Abs(e-1) < 0.01 }},
+		{"three machines", map[string]string{"a.txt": "a.txt", "b.txt": "b.txt", "c.txt": "c.txt"}, 3, func(e float64) bool { return e < 0.9 }},
+	} {
+		s := Summary{Rows: slices.Clone(rows)}
+		if err := s.leaveOneMachineOut(samples, tt.machineOf); err != nil {
+			t.Fatal(err)
+		}
+		if e := s.Rows[0].LOMOError; !tt.check(e) {
+			t.Errorf("%s: a's LOMO error %+.1f%%", tt.name, 100*e)
+		}
+		if s.LOMOMachines != tt.machines || s.LOMOFiles != 3 {
+			t.Errorf("%s: %d machines of %d files, want %d of 3", tt.name, s.LOMOMachines, s.LOMOFiles, tt.machines)
+		}
+	}
+}
