@@ -34,6 +34,7 @@ type replayFlags struct {
 	policies                    string
 	reserveAfter                time.Duration
 	maxStretch                  float64
+	queueOrder                  string
 	compute, computeReference   string
 	dataDir                     string
 	noProgress                  bool
@@ -119,6 +120,7 @@ parallelism) is in sim/replay's package doc.`,
 	fl.StringVar(&f.report, "report", "", "directory for summary.json, jobs.csv, timeline.csv and the plots (replay.svg, jct.svg, slowdown.svg)")
 	fl.StringVar(&f.policies, "policies", "", "policy set: a directory, none, or empty for the shipped set")
 	maxStretchFlag(fl, &f.maxStretch)
+	queueOrderFlag(fl, &f.queueOrder)
 	fl.DurationVar(&f.reserveAfter, "reserve-after", placement.DefaultReserveAfter, "placement's reservation for the queue's head, as serve's --reserve-after, counted on the virtual clock (negative: off; every strategy honours it, see sim/replay's package doc)")
 	fl.StringVar(&f.compute, "compute", computeBlind, "run time's compute: blind (the trace's, whatever GPU model a job lands on), per-model "+
 		"(scaled to the model a job lands on from --compute-reference's, and weighed by placement; see sim/replay's package doc, Run time) "+
@@ -237,6 +239,12 @@ func prepareReplay(f replayFlags) (*prepared, error) {
 		p.trace.Notes = append(p.trace.Notes, fmt.Sprintf("topology-aware starts a job spread over nodes only where it is predicted at most %.2f times as slow as on an ideal placement, "+
 			"or once nodes held for it hold it (--max-stretch; the peers start it on any placement)", f.maxStretch))
 	}
+	if f.queueOrder == placement.QueueByArrival {
+		p.trace.Notes = append(p.trace.Notes, "placement tries the waiting jobs in arrival order (--queue-order arrival), under every strategy")
+	} else {
+		p.trace.Notes = append(p.trace.Notes, "placement tries the waiting jobs in the order they would end had each started when it first waited, from the run times it learns "+
+			"for each size (--queue-order expected-end), under every strategy")
+	}
 	if f.hold {
 		replay.Hold(p.trace)
 	}
@@ -309,7 +317,7 @@ func computeReference(f replayFlags) (string, error) {
 // config is the replay of p under one strategy, its data in dataDir.
 func (rs replaySettings) config(f replayFlags, p *prepared, strategy, dataDir string) replay.Config {
 	return replay.Config{ClusterFile: p.clusterFile, Inventory: p.inv, Trace: p.trace, Strategy: strategy, Speed: rs.speed,
-		Burst: f.burst > 0, Seed: f.seed, Policies: f.policies, ReserveAfter: f.reserveAfter, MaxStretch: maxStretch(f.maxStretch), DataDir: dataDir,
+		Burst: f.burst > 0, Seed: f.seed, Policies: f.policies, ReserveAfter: f.reserveAfter, MaxStretch: maxStretch(f.maxStretch), QueueOrder: f.queueOrder, DataDir: dataDir,
 		ComputeReference: rs.computeReference, ChargeOnly: f.compute == computeChargeOnly, Stall: f.stall, Log: rs.log}
 }
 

@@ -41,6 +41,7 @@ type serveFlags struct {
 	reserve          time.Duration
 	maxStretch       float64
 	computeReference string
+	queueOrder       string
 	policies         string
 	ops              opsFlags
 	// insecureLoopback: no credentials on the loopback listener.
@@ -111,6 +112,7 @@ that was not handled is acknowledged, and the server flushes its streams.`,
 	cmd.Flags().StringVar(&f.strategy, "strategy", "topology-aware", "placement strategy: "+strings.Join(placer.Names(true), ", ")+" (blind: the first-fit baseline)")
 	cmd.Flags().DurationVar(&f.reserve, "reserve-after", placement.DefaultReserveAfter, "how long the head of the queue waits before nodes are held for it so small jobs cannot starve it (0: at once; negative: never)")
 	maxStretchFlag(cmd.Flags(), &f.maxStretch)
+	queueOrderFlag(cmd.Flags(), &f.queueOrder)
 	computeReferenceFlag(cmd.Flags(), &f.computeReference)
 	cmd.Flags().StringVar(&f.policies, "policies", "", policiesUsage)
 	f.ops.register(cmd.Flags(), true)
@@ -151,7 +153,7 @@ func runServe(ctx context.Context, g *globals, f *serveFlags) error {
 	return runServices(ctx, g, conn, "operator", operator.Config{
 		Services:  f.services,
 		Discovery: discovery.Config{ClusterFile: f.cluster, Poll: f.poll},
-		Placement: placement.Config{Strategy: f.strategy, ReserveAfter: &f.reserve, MaxStretch: maxStretch(f.maxStretch), ComputeReference: f.computeReference},
+		Placement: placement.Config{Strategy: f.strategy, ReserveAfter: &f.reserve, MaxStretch: maxStretch(f.maxStretch), ComputeReference: f.computeReference, QueueOrder: f.queueOrder},
 		Policies:  f.policies, Replica: f.ops.replica, LeaseTTL: f.ops.leaseTTL, Sole: sole,
 	}, &f.ops, log)
 }
@@ -453,7 +455,7 @@ func newSingle(g *globals, name, short string) *cobra.Command {
 	var cluster, strategy, policySet string
 	var reserve time.Duration
 	var stretch float64
-	var computeRef string
+	var computeRef, queueOrder string
 	var poll time.Duration
 	var ops opsFlags
 	cmd := &cobra.Command{
@@ -483,7 +485,7 @@ consumers: each event is handled by one of them.`,
 			return runServices(cmd.Context(), g, natsConn{url: url}, source, operator.Config{
 				Services:  []string{name},
 				Discovery: discovery.Config{ClusterFile: cluster, Poll: poll},
-				Placement: placement.Config{Strategy: strategy, ReserveAfter: &reserve, MaxStretch: maxStretch(stretch), ComputeReference: computeRef},
+				Placement: placement.Config{Strategy: strategy, ReserveAfter: &reserve, MaxStretch: maxStretch(stretch), ComputeReference: computeRef, QueueOrder: queueOrder},
 				Policies:  policySet, Replica: ops.replica, LeaseTTL: ops.leaseTTL,
 			}, &ops, log.With("service", name))
 		},
@@ -497,6 +499,7 @@ consumers: each event is handled by one of them.`,
 		cmd.Flags().StringVar(&strategy, "strategy", "topology-aware", "placement strategy: "+strings.Join(placer.Names(true), ", ")+" (blind: the first-fit baseline)")
 		cmd.Flags().DurationVar(&reserve, "reserve-after", placement.DefaultReserveAfter, "how long the head of the queue waits before nodes are held for it (0: at once; negative: never)")
 		maxStretchFlag(cmd.Flags(), &stretch)
+		queueOrderFlag(cmd.Flags(), &queueOrder)
 		computeReferenceFlag(cmd.Flags(), &computeRef)
 		cmd.Flags().StringVar(&policySet, "policies", "", policiesUsage)
 	}
@@ -514,6 +517,13 @@ consumers: each event is handled by one of them.`,
 func computeReferenceFlag(fs *pflag.FlagSet, v *string) {
 	fs.StringVar(v, "compute-reference", "", "weigh a job's compute by the GPU model of each candidate, its step_compute_seconds (or the estimate from its model's size) "+
 		"taken as measured on this model, such as a100 (internal/gpuspeed's table; empty: compute the same on every model)")
+}
+
+// queueOrderFlag registers --queue-order, the order in which placement
+// tries the waiting jobs of one priority (placement.Config.QueueOrder).
+func queueOrderFlag(fs *pflag.FlagSet, v *string) {
+	fs.StringVar(v, "queue-order", placement.QueueByEnd, "the order waiting jobs of one priority are tried in: "+placement.QueueByEnd+
+		" (the time each would end had it started when it first waited, from the run times learned for its size) or "+placement.QueueByArrival)
 }
 
 // maxStretchFlag registers --max-stretch, placement's bound on how much

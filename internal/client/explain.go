@@ -63,6 +63,7 @@ func WriteExplain(w io.Writer, h *JobHistory) error {
 			writeDecision(&b, o.Time, d)
 		case *events.PlacementPending:
 			writeRefusal(&b, "pending, latest answer at "+stamp(o.Time), d.Reasons, d.Counterfactuals, d.Explanation)
+			writeTurn(&b, d.Turn)
 		case *events.PlacementRejected:
 			writeRefusal(&b, "rejected at "+stamp(o.Time), d.Reasons, d.Counterfactuals, d.Explanation)
 		}
@@ -200,6 +201,20 @@ func writeRefusal(b *strings.Builder, title string, reasons []events.Reason, cfs
 		t.to(b)
 	}
 	writeExplanation(b, ex)
+}
+
+// writeTurn says where a waiting job is in the queue, ordered by expected
+// ends: why a job that came later may start first.
+func writeTurn(b *strings.Builder, t *events.QueueTurn) {
+	if t == nil {
+		return
+	}
+	how := "no run time learned yet, so its first wait"
+	if t.ExpectedRunSeconds > 0 {
+		how = "its first wait plus " + (time.Duration(t.ExpectedRunSeconds * float64(time.Second))).Round(time.Second).String() +
+			", the run time learned for jobs of its size"
+	}
+	fmt.Fprintf(b, "\nqueue turn: %s (%s); jobs of its priority are tried in the order of their turns\n", stamp(t.At), how)
 }
 
 func writeReasonTable(b *strings.Builder, rs []events.Reason) {

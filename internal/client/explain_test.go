@@ -169,6 +169,10 @@ func TestWriteExplainGolden(t *testing.T) {
 		{"decided-fit-trade-declined", hist("declined", &events.JobSubmitted{JobID: "declined", GPUs: 2}, declined)},
 		{"decided-large", hist("big", &events.JobSubmitted{JobID: "big", GPUs: 320}, largeDecision())},
 		{"pending-long", hist("waits", waits...)},
+		// Ordered by expected ends: the turn says why later jobs start first.
+		{"pending-turn", hist("short", &events.JobSubmitted{JobID: "short", GPUs: 1}, &events.PlacementPending{JobID: "short",
+			Reasons: []events.Reason{{Code: "insufficient_free_gpus", Field: "gpus", Message: "needs 1 free GPUs, 0 free now"}},
+			Turn:    &events.QueueTurn{At: time.Date(2025, 1, 2, 11, 18, 41, 0, time.UTC), ExpectedRunSeconds: 4720}})},
 		{"rejected", hist("bad", &events.JobSubmitted{JobID: "bad", GPUs: 8, Parallelism: &events.Parallelism{}}, rejected)},
 		{"rejected-capacity", hist("huge", &events.JobSubmitted{JobID: "huge", GPUs: 4096}, capacity)},
 		{"submitted", hist("new", &events.JobSubmitted{JobID: "new", GPUs: 1}, fmt.Errorf("unreadable body: unexpected end of JSON input"))},

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"math"
 
 	memdb "github.com/hashicorp/go-memdb"
 )
@@ -42,9 +43,9 @@ const (
 	IndexDomain = "domain"
 	IndexState  = "state" // jobs: the jobs in one state
 	// IndexQueue lists the pending jobs in the order they are tried:
-	// highest priority, then lowest Seq (queueIndexer). The head of the
-	// queue is its first entry, and the queue a walk of it, with no sort
-	// of every pending job each time.
+	// highest priority, then earliest Turn, then lowest Seq
+	// (queueIndexer). The head of the queue is its first entry, and the
+	// queue a walk of it, with no sort of every pending job each time.
 	IndexQueue = "queue"
 	// IndexNodeFree lists the node domains with free GPUs by model, then
 	// free count, then enumeration order (nodeFreeIndexer): best fit and
@@ -176,8 +177,9 @@ func jobsTableSchema() *memdb.TableSchema {
 	}
 }
 
-// queueIndexer keys a pending job by priority, highest first, then Seq,
-// lowest first, each four bits a byte (appendPosition); other jobs have no
+// queueIndexer keys a pending job by priority, highest first, then Turn,
+// earliest first, then Seq, lowest first, each four bits a byte
+// (appendPosition); other jobs have no
 // key. A walk with no argument yields the queue in order; memdb appends
 // the ID, which keeps jobs of one Seq (none: the store gives each its own)
 // apart.
@@ -191,8 +193,13 @@ func (queueIndexer) FromObject(obj any) (bool, []byte, error) {
 	if j.State != JobPending {
 		return false, nil, nil
 	}
-	b := make([]byte, 0, 2*positionKeyLen+len(j.ID)+1)
+	turn := int64(math.MinInt64) // the zero Turn, whose UnixNano is undefined
+	if !j.Turn.IsZero() {
+		turn = j.Turn.UnixNano()
+	}
+	b := make([]byte, 0, 3*positionKeyLen+len(j.ID)+1)
 	b = appendPosition(b, -j.Priority)
+	b = appendPosition(b, int(turn))
 	b = appendPosition(b, int(j.Seq))
 	return true, b, nil
 }

@@ -396,7 +396,8 @@ func (s *Snapshot) AnyJobInState(state JobState) bool {
 }
 
 // PendingQueue returns the pending jobs in the order they are to be tried:
-// highest Priority first, then oldest (lowest Seq) first. It walks the
+// highest Priority first, then earliest Turn, then oldest (lowest Seq)
+// first. It walks the
 // queue index: with thousands waiting, copying and sorting them at every
 // retry and submission was most of a saturated replay's CPU. The jobs are
 // the store's rows: shared, do not modify.

@@ -1023,21 +1023,26 @@ func TestPlacedVersion(t *testing.T) {
 }
 
 // TestPendingQueueOrder: the queue index yields, on seeded random jobs of
-// random priorities (negative ones too) moving in and out of the queue,
-// the order of a sort by priority, highest first, then Seq; PendingHead
-// is its first job.
+// random priorities (negative ones too) and turns moving in and out of the
+// queue, the order of a sort by priority, highest first, then Turn, the
+// zero Turn first, then Seq; PendingHead is its first job.
 func TestPendingQueueOrder(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(15, 33))
 	s := newStore(t)
 	states := []JobState{JobPending, JobPending, JobPending, JobPlaced, JobFinished, JobRejected}
+	// Turns: none, before and after 1970, equal ones (placement's queue
+	// order sets them; see Job.Turn).
+	epoch := time.Unix(0, 0)
+	turns := []time.Time{{}, {}, epoch, epoch.Add(-time.Hour), epoch.Add(time.Nanosecond), time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC),
+		time.Date(2026, 12, 7, 10, 0, 0, 1, time.UTC), time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)}
 	for i := range 2000 {
 		id := fmt.Sprintf("j%d", rng.IntN(300))
 		if rng.IntN(10) == 0 {
 			if err := s.DeleteJob(id); err != nil {
 				t.Fatal(err)
 			}
-		} else if err := s.UpsertJob(Job{ID: id, State: states[rng.IntN(len(states))], Priority: rng.IntN(7) - 3}); err != nil {
+		} else if err := s.UpsertJob(Job{ID: id, State: states[rng.IntN(len(states))], Priority: rng.IntN(7) - 3, Turn: turns[rng.IntN(len(turns))]}); err != nil {
 			t.Fatal(err)
 		}
 		if i%50 != 0 {
@@ -1046,7 +1051,7 @@ func TestPendingQueueOrder(t *testing.T) {
 		snap := s.Snapshot()
 		want := snap.JobsInState(JobPending)
 		slices.SortFunc(want, func(a, b Job) int {
-			return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Seq, b.Seq))
+			return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.Turn.Compare(b.Turn), cmp.Compare(a.Seq, b.Seq))
 		})
 		got := snap.PendingQueue()
 		if !slices.EqualFunc(got, want, func(a *Job, b Job) bool { return a.ID == b.ID }) {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/toposched/toposched/internal/topology"
 
@@ -117,7 +118,11 @@ type Job struct {
 	Priority int
 	// Seq is assigned by the store when the job is first inserted; it
 	// orders jobs of equal priority by age.
-	Seq      uint64
+	Seq uint64
+	// Turn orders pending jobs of equal priority ahead of Seq: the
+	// earlier first, and a zero Turn before any other (placement's queue
+	// order, services/placement).
+	Turn     time.Time
 	Spec     events.JobAnalyzed
 	Decision *events.PlacementDecided
 	Reasons  []events.Reason

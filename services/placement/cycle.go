@@ -433,8 +433,10 @@ func (c *cycle) place(ctx context.Context, job store.Job, fresh bool, done chan<
 		out.ev, out.msg = &d, "job placed"
 		out.args = []any{"strategy", d.Strategy, "gpus", len(d.Ranks), "nodes", len(d.Nodes), "warnings", len(d.Warnings)}
 	case outcome.Wait:
-		out.ev = &events.PlacementPending{JobID: job.ID, Reasons: plan.Reasons, Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}
+		p := &events.PlacementPending{JobID: job.ID, Reasons: plan.Reasons, Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}
 		job.State, job.Reasons = store.JobPending, plan.Reasons
+		job.Turn, p.Turn = s.turn(out.prev, job.Spec.Job.GPUs)
+		out.ev = p
 		out.msg, out.args = "job pending", []any{"reason", plan.Reasons[0].Message}
 	case outcome.Never:
 		out.ev = &events.PlacementRejected{JobID: job.ID, Reasons: plan.Reasons, Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}

@@ -212,6 +212,11 @@ func (s *Service) replayPlacement(r bus.Record) error {
 			return nil
 		}
 		j, _ := s.store.Snapshot().Job(p.JobID)
+		if s.byEnd && p.Turn != nil && (j.State != store.JobPending || j.Turn.IsZero()) {
+			// The turn it was given when it first waited: a rebuilt
+			// queue is in the order it had.
+			j.Turn = p.Turn.At
+		}
 		j.ID, j.State, j.Reasons = p.JobID, store.JobPending, p.Reasons
 		if _, ok := s.pendingSince[p.JobID]; !ok && !r.Env.Time.IsZero() {
 			s.pendingSince[p.JobID] = r.Env.Time

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -112,5 +113,42 @@ func TestHeldGPUsRebuilt(t *testing.T) {
 	}
 	if got := free(); len(got) != 2 {
 		t.Fatalf("free GPUs after the holds were given back %v, want [0 1]", got)
+	}
+}
+
+// A rebuilt queue is in the order it had: the turns the waits were given
+// come back from the placement log, not from run times learned anew
+// (which a new replica does not have yet). In arrival order the turns
+// are not read.
+func TestRebuildKeepsQueueTurns(t *testing.T) {
+	t.Parallel()
+	w := newMigWorld(t)
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	wait := []events.Reason{{Code: "insufficient_free_gpus", Message: "needs 16 free GPUs"}}
+	for _, p := range []struct {
+		id   string
+		turn time.Time
+	}{{"first-long", at.Add(10 * time.Hour)}, {"then-short", at.Add(time.Hour)}} {
+		w.publish(analyzed(t, events.JobSubmitted{JobID: p.id, GPUs: 16}))
+		w.publish(&events.PlacementPending{JobID: p.id, Reasons: wait, Turn: &events.QueueTurn{At: p.turn, ExpectedRunSeconds: 3600}})
+	}
+	for _, tt := range []struct {
+		order string
+		want  []string
+	}{
+		{placement.QueueByEnd, []string{"then-short", "first-long"}},
+		{placement.QueueByArrival, []string{"first-long", "then-short"}},
+	} {
+		s := placement.NewStandby(t, w.b, placement.Config{QueueOrder: tt.order})
+		if err := s.Rebuild(w.ctx); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, j := range s.Store().Snapshot().PendingQueue() {
+			got = append(got, j.ID)
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%s: rebuilt queue %v, want %v", tt.order, got, tt.want)
+		}
 	}
 }

@@ -58,11 +58,21 @@ func (s *Service) reserve(ctx context.Context, snap *store.Snapshot, head store.
 		since = s.now()
 		s.pendingSince[head.ID] = since
 	}
-	if s.now().Sub(since) < s.reserveAfter {
-		s.reservation = nil
-		return
+	waited := s.now().Sub(since) >= s.reserveAfter
+	if r := s.reservation; r != nil && (r.JobID == head.ID || !waited || head.Priority <= r.Priority) {
+		// Nodes held stay held for their job while it waits and they can
+		// hold it, though a job of its priority has come ahead of it in
+		// the queue (ordered by expected ends, a short job that comes
+		// later may): moving the hold would give what has drained for
+		// the one to the next jobs of the queue, and the one would
+		// start again from nothing. Only a job of a higher priority
+		// that has waited long enough takes the hold.
+		if j, ok := snap.Job(r.JobID); ok && j.State == store.JobPending && canHold(snap, j.Spec, r.Nodes) {
+			return
+		}
 	}
-	if r := s.reservation; r != nil && r.JobID == head.ID && canHold(snap, head.Spec, r.Nodes) {
+	if !waited {
+		s.reservation = nil
 		return
 	}
 	nodes := s.pickReserved(ctx, snap, head.Spec)

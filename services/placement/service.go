@@ -63,7 +63,20 @@ type Config struct {
 	// ComputeReference, when set, weighs a job's compute by the GPU model
 	// of each candidate (placer.Planner.ComputeReference).
 	ComputeReference string
+	// QueueOrder orders the waiting jobs of one priority: QueueByEnd
+	// ("" too) or QueueByArrival.
+	QueueOrder string
 }
+
+// Queue orders (Config.QueueOrder).
+const (
+	// QueueByEnd tries waiting jobs of one priority in the order of the
+	// times they would end had each started when it first waited: its
+	// first wait plus the run time learned for its size (events.QueueTurn).
+	QueueByEnd = "expected-end"
+	// QueueByArrival tries them in the order they first waited.
+	QueueByArrival = "arrival"
+)
 
 // DefaultStrategy is the strategy of a Config that names none.
 const DefaultStrategy = placer.StrategyTopologyAware
@@ -76,6 +89,9 @@ func (c Config) Validate() error {
 	}
 	if math.IsNaN(c.MaxStretch) || math.IsInf(c.MaxStretch, 0) || (c.MaxStretch > 0 && c.MaxStretch < 1) {
 		errs = append(errs, fmt.Errorf("placement: max stretch %v: want at least 1 (0: the default; negative: off)", c.MaxStretch))
+	}
+	if c.QueueOrder != "" && c.QueueOrder != QueueByEnd && c.QueueOrder != QueueByArrival {
+		errs = append(errs, fmt.Errorf("placement: queue order %q: want %s or %s", c.QueueOrder, QueueByEnd, QueueByArrival))
 	}
 	if c.ComputeReference != "" {
 		if _, ok := gpuspeed.Lookup(c.ComputeReference); !ok {
@@ -154,6 +170,8 @@ type Service struct {
 	// are held for it (negative: never); reservation is the hold, nil
 	// when none; pendingSince is when each waiting job first waited.
 	reserveAfter time.Duration
+	// byEnd is Config.QueueOrder QueueByEnd.
+	byEnd        bool
 	reservation  *placer.Reservation
 	pendingSince map[string]time.Time
 	// maxStretch is Config.MaxStretch (0 and below: the rule is off);
@@ -216,7 +234,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	svc := &Service{pub: deps.Publish, read: deps.Read, consume: deps.Consume, subjects: deps.Subjects,
 		store: st, log: log.With("component", "placement"), now: now, observe: deps.ObservePolicyEval,
 		ready: make(chan struct{}), strategy: strategy.Name(), searchBudget: cfg.SearchBudget, computeReference: cfg.ComputeReference, policies: cfg.Policies,
-		reserveAfter: reserveAfter, pendingSince: map[string]time.Time{},
+		reserveAfter: reserveAfter, byEnd: cfg.QueueOrder != QueueByArrival, pendingSince: map[string]time.Time{},
 		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision, ackWait: defaultAckWait,
 		life: context.Background(), demand: newDemand()}
 	switch {

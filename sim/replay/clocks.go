@@ -15,6 +15,7 @@ import (
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/events/bus"
 	"github.com/toposched/toposched/internal/client"
+	"github.com/toposched/toposched/services/placement"
 )
 
 // virtual replays on the virtual clock: one event at a time, each
@@ -130,9 +131,10 @@ func (r *runner) queueMayMove() bool {
 // GPUs free, not on the clock. So the retry's reservation is the same
 // whether or not the clock has moved on when placement makes it, and only
 // a job that may fit calls for the barrier, as without the reservation;
-// a job that fits would change the head. The head is placement's: the
-// highest priority, then the first to wait (the store's job sequence,
-// which follows the replay's submissions, one at a time, in job order).
+// a job that fits would change the head. In arrival order the head is
+// placement's: the highest priority, then the first to wait (the store's
+// job sequence, which follows the replay's submissions, one at a time, in
+// job order).
 // A job waits from its arrival (placement's pending-since is the virtual
 // time of its first outcome, which the replay awaits at its arrival); a
 // millisecond's margin keeps float seconds and placement's durations
@@ -140,6 +142,20 @@ func (r *runner) queueMayMove() bool {
 func (r *runner) reservationSettled() bool {
 	if oneAtATime || len(r.queue) == 0 {
 		return false
+	}
+	if r.cfg.QueueOrder != placement.QueueByArrival {
+		// Ordered by expected ends, the head is the job whose turn
+		// comes first, from run times placement learns: the replay
+		// cannot name it, but once every waiting job has waited past
+		// ReserveAfter, whichever it is has. A turn is fixed when the
+		// job first waits, so the head changes only as jobs come and
+		// go, each with its own barrier.
+		for i := range r.queue {
+			if r.now-r.jobs[i].job.Arrival <= r.cfg.ReserveAfter.Seconds()+1e-3 {
+				return false
+			}
+		}
+		return true
 	}
 	head := -1
 	for i := range r.queue {

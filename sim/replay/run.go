@@ -50,6 +50,8 @@ type Config struct {
 	// MaxStretch is placement's --max-stretch (0: the default; negative:
 	// off).
 	MaxStretch float64
+	// QueueOrder is placement's --queue-order ("": its default).
+	QueueOrder string
 	// ComputeReference, when set, charges compute by GPU model (the
 	// package doc, "Run time"): the trace's durations are taken as
 	// measured on this model (a name package gpuspeed knows, such as
@@ -237,7 +239,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer func() { _ = b.Close() }() // after the replay: JetStream acknowledged all it published
 	ra := cfg.ReserveAfter
 	ocfg := operator.Config{Services: operator.All, Discovery: discovery.Config{ClusterFile: cfg.ClusterFile}, Sole: true,
-		Placement: placement.Config{Strategy: cfg.Strategy, ReserveAfter: &ra, MaxStretch: cfg.MaxStretch, ComputeReference: cfg.placementCompute()},
+		Placement: placement.Config{Strategy: cfg.Strategy, ReserveAfter: &ra, MaxStretch: cfg.MaxStretch, ComputeReference: cfg.placementCompute(),
+			QueueOrder: cfg.QueueOrder},
 		// Nothing in a replay accepts a move (see the package doc).
 		Optimizer: optimizer.Config{NoMigrations: true},
 		Policies:  cfg.Policies, Replica: "replay"}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/services/placement"
 )
 
 // TestReplayEndToEnd replays a small synthetic trace, contended enough
@@ -360,30 +361,38 @@ func TestDataDirOfAnEarlierReplayIsRefused(t *testing.T) {
 }
 
 // TestReservationSettled: the barrier after a finish may be left out
-// under the reservation only once the head of the queue (the highest
-// priority, then the first to wait) has waited longer than ReserveAfter,
-// by more than the margin.
+// under the reservation only once the head of the queue has waited longer
+// than ReserveAfter, by more than the margin: in arrival order the
+// highest priority, then the first to wait; ordered by expected ends,
+// whose head the replay cannot name, every waiting job.
 func TestReservationSettled(t *testing.T) {
-	r := &runner{cfg: Config{ReserveAfter: 5 * time.Minute}, queue: map[int]bool{}}
+	r := &runner{queue: map[int]bool{}}
 	r.jobs = []jobState{{job: Job{Arrival: 0}}, {job: Job{Arrival: 100}}, {job: Job{Arrival: 250}}}
 	r.subs = make([]events.JobSubmitted, 3)
 	for _, tc := range []struct {
+		order    string
 		name     string
 		now      float64
 		waiting  []int
 		priority int // of job 2
 		want     bool
 	}{
-		{"nobody waits", 1000, nil, 0, false},
-		{"the head waited longer", 301, []int{0, 1, 2}, 0, true},
-		{"the head exactly at the limit", 300, []int{0, 1, 2}, 0, false},
-		{"the head within the margin", 300.0005, []int{0, 1, 2}, 0, false},
-		{"the head has not waited enough", 350, []int{1, 2}, 0, false},
-		{"the head has, later jobs not", 401, []int{1, 2}, 0, true},
-		{"a later job of a higher priority heads the queue", 401, []int{1, 2}, 1, false},
-		{"and once it has waited long enough", 551, []int{1, 2}, 1, true},
+		{placement.QueueByArrival, "nobody waits", 1000, nil, 0, false},
+		{placement.QueueByArrival, "the head waited longer", 301, []int{0, 1, 2}, 0, true},
+		{placement.QueueByArrival, "the head exactly at the limit", 300, []int{0, 1, 2}, 0, false},
+		{placement.QueueByArrival, "the head within the margin", 300.0005, []int{0, 1, 2}, 0, false},
+		{placement.QueueByArrival, "the head has not waited enough", 350, []int{1, 2}, 0, false},
+		{placement.QueueByArrival, "the head has, later jobs not", 401, []int{1, 2}, 0, true},
+		{placement.QueueByArrival, "a later job of a higher priority heads the queue", 401, []int{1, 2}, 1, false},
+		{placement.QueueByArrival, "and once it has waited long enough", 551, []int{1, 2}, 1, true},
+		{placement.QueueByEnd, "nobody waits", 1000, nil, 0, false},
+		{placement.QueueByEnd, "the first has waited longer, later jobs not", 401, []int{0, 1, 2}, 0, false},
+		{placement.QueueByEnd, "the last within the margin", 550.0005, []int{0, 1, 2}, 0, false},
+		{placement.QueueByEnd, "every job has", 551, []int{0, 1, 2}, 0, true},
+		{placement.QueueByEnd, "every job still waiting has", 401, []int{0, 1}, 0, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(tc.order+"/"+tc.name, func(t *testing.T) {
+			r.cfg = Config{ReserveAfter: 5 * time.Minute, QueueOrder: tc.order}
 			clear(r.queue)
 			for _, i := range tc.waiting {
 				r.queue[i] = true
