@@ -380,6 +380,23 @@ var Cases = []Case{
 		Large:   []Point{{16 << 30, "17179869184", 7}},
 		Note:    "a node pair of the cluster whose 10-node run is hgx-h100-10node-xxrjun (the same NICs: the two files are not independent); float64 rows from 4 GiB, the file's first 17179869184 row is the alltoall's",
 	},
+	// Public corpus, fourth batch (issue 50, item 2): machines of another
+	// cluster than a case above, of a type already in the corpus
+	// (testdata/SOURCES.md, "fourth batch").
+	{
+		Name: "together-b200-2node-sendrecv", File: "together-b200_2node-16gpu-8x400g-ib_sendrecv_together-nccl-tests.txt",
+		Machine: "2 nodes (use3a-ss-b200-gpu-149, -150) of Together AI's B200 DGX Cloud cluster, 8x B200 (NV18, NVSwitch) and 8x 400 Gb/s IB (ConnectX-7) each, one process per GPU, NVLS and SHARP off", Collective: SendRecv, Algorithm: Auto,
+		Build: onNodes(with(b200, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 }), 2, 8),
+		Large: []Point{{256 << 20, "268435456", 7}},
+		Note:  "sendrecv of 16 ranks, each to the next: 2 of the 16 pairs cross the network, and NCCL 2.29.7 gives each peer 4 p2p channels (the log's \"4 p2p channels per peer\"), which run a pair across the network at 42 GB/s, 0.84 of its NIC's line rate, flat from 16 MiB; the model prices the pair at the network efficiency the collectives fit. The same repository's runs of 4 to 64 nodes (not copied) fall to 26 GB/s at 8 nodes and 14.6 from 16, as hgx-h100-10node-xxrjun's sendrecv (15.2)",
+	},
+	{
+		Name: "nebius-h100-2node-torch", File: "nebius-h100_2node-16gpu-ib_torch-allreduce_drmysore-benchmark.txt",
+		Machine: "2 Nebius AI Cloud H100 nodes (another account than nebius-h100-2node-ib) x 8x H100 SXM (NV18), 8x 400 Gb/s IB per node", Collective: AllReduce, Algorithm: Auto,
+		Build: onNodes(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 }), 2, 8),
+		Large: []Point{{1000 << 20, "1 GB", 2}}, Small: []Point{{1 << 20, "1 MB", 2}},
+		Note: "torch.distributed benchmark, not nccl-tests: its \"MB\" is MiB and \"1 GB\" 1000 MiB, its bandwidth 2(n-1)/n of the size over the mean of 50 timed calls (busbw); the source says InfiniBand, not the NICs: Nebius's H100 platform has 8 ports of 400 Gb/s per node, as for nebius-h100-2node-ib",
+	},
 }
 
 func gb200x(g int) NodeSpec {
