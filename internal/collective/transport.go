@@ -44,7 +44,7 @@ func p2pLevel(t *Tuning, cpu topology.CPU, gpus int) topology.Class {
 	}
 	k := cpu.Kind()
 	if t.P2PPXB {
-		if k == topology.CPUAMD && gpus <= 2 {
+		if k.AMD() && gpus <= 2 {
 			return topology.SYS
 		}
 		return topology.PXB
