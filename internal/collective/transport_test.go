@@ -1,7 +1,9 @@
 package collective
 
 import (
+	"io/fs"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -211,6 +213,42 @@ func TestAMDSocketLinkByGeneration(t *testing.T) {
 				t.Errorf("%s: busbw %.2f GB/s bound by %s, want %.2f by %s*", tc.cpu.Kind(), r.BusBWGBps, r.Bottleneck, tc.busbw, tc.link)
 			}
 		})
+	}
+}
+
+// The 8x RTX 5090 Turin host's all_reduce (43.9 GB/s busbw at 128 MiB)
+// fits to a calibration: with NCCL's AMD_BW as the socket link's figure
+// (35 GB/s at line rate in the ring's links) the fit refused it, busbw
+// above what the links could carry.
+func TestTurinHostCalibrates(t *testing.T) {
+	t.Parallel()
+	i := slices.IndexFunc(Cases, func(c Case) bool { return c.Name == "rtx5090-8gpu-2socket-turin" })
+	if i < 0 {
+		t.Fatal("no case rtx5090-8gpu-2socket-turin")
+	}
+	c := Cases[i]
+	data, err := fs.ReadFile(TestdataFS(), c.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meas, _, err := measured(data, c.Large[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Build()
+	cal, err := FitCalibration(c.Name, []Sample{{Placement: p, Collective: c.Collective, Algorithm: c.Algorithm, Bytes: c.Large[0].Bytes, BusBWGBps: meas, Source: c.File}}, nil)
+	if err != nil {
+		t.Fatalf("refused: %v", err)
+	}
+	if err := cal.Validate(); err != nil {
+		t.Fatalf("the fit is refused: %v", err)
+	}
+	r, err := Predict(p, c.Collective, c.Large[0].Bytes, Options{Algorithm: c.Algorithm, Candidates: NCCLAlgorithms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(r.Bottleneck, "pcie:") {
+		t.Errorf("predicted %.2f GB/s bound by %s, want the GPUs' PCIe links", r.BusBWGBps, r.Bottleneck)
 	}
 }
 
