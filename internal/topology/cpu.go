@@ -91,18 +91,26 @@ func (c CPU) Kind() CPUKind {
 
 // amdKind is an AMD CPU's kind by its Zen generation, read from family
 // and model as Linux reads them (arch/x86/kernel/cpu/amd.c, bsp_init_amd,
-// "Figure out Zen generations"): family 0x17 models 0x30-0x4F,
-// 0x60-0x7F, 0x90-0x91 and 0xA0-0xAF are Zen 2 (EPYC 7002 Rome: 0x31);
-// family 0x19 models 0x00-0x0F and 0x20-0x5F Zen 3 (EPYC 7003 Milan:
-// 0x01), 0x10-0x1F and 0x60-0xAF Zen 4 (EPYC 9004 Genoa: 0x11, 97x4
-// Bergamo: 0xA0); family 0x1A models 0x00-0x2F, 0x40-0x4F and 0x60-0x7F
-// Zen 5 (EPYC 9005 Turin: 0x02, Turin dense: 0x11); family 0x1A's
-// other models are Zen 6, whose socket link the model has no figure for
-// (CPUAMD). Zen 2 and 3 share
-// the SP3 platform's socket link, Zen 4 and 5 SP5's. The client parts of
-// a generation (Ryzen, Threadripper) fall in its kind too; they have one
-// socket, so its link is never priced.
+// "Figure out Zen generations"): family 0x17 models 0x30-0x4F, 0x60-0x7F,
+// 0x90-0x91 and 0xA0-0xAF are Zen 2 (EPYC 7002 Rome: 0x31); family 0x19
+// models 0x00-0x0F and 0x20-0x5F Zen 3 (EPYC 7003 Milan: 0x01),
+// 0x10-0x1F and 0x60-0xAF Zen 4 (EPYC 9004 Genoa: 0x11, 97x4 Bergamo:
+// 0xA0); family 0x1A models 0x00-0x2F, 0x40-0x4F and 0x60-0x7F Zen 5
+// (EPYC 9005 Turin: 0x02, Turin dense: 0x11), its other models Zen 6,
+// whose socket link the model has no figure for (CPUAMD). Zen 2 and 3
+// share the SP3 platform's socket link, Zen 4 and 5 SP5's. The client
+// parts of a generation (Ryzen, Threadripper) fall in its kind too; they
+// have one socket, so its link is never priced.
+//
+// NCCL's XML writes the family as cpuid's fields give it, base + ext<<4
+// (src/graph/xml.cc, since 2.6.4): 0x8F (143) for 0x17, 0xAF (175) for
+// 0x19, 0xBF (191) for 0x1A, where Linux and /proc/cpuinfo add them
+// (0xF + ext); both are read. Only a family past 0x1E could be taken for
+// the other (0x1F is ext 1 to NCCL, family 0x10); none exists.
 func amdKind(family, model int) CPUKind {
+	if family > 0xF && family&0xF == 0xF {
+		family = 0xF + family>>4
+	}
 	in := func(lo, hi int) bool { return model >= lo && model <= hi }
 	switch family {
 	case 0x17:

@@ -39,6 +39,12 @@ func TestCPUKind(t *testing.T) {
 		{"epyc 9005 turin dense", amd(0x1A, 0x11), CPUAMDGenoa, 16, 256},
 		{"zen 5 last range", amd(0x1A, 0x7F), CPUAMDGenoa, 16, 256},
 		{"zen 6", amd(0x1A, 0x50), CPUAMD, 16, 0},
+		// NCCL's XML: familyid is cpuid's base + ext<<4.
+		{"nccl xml rome (143)", amd(143, 49), CPUAMDRome, 16, 128},
+		{"nccl xml milan (175)", amd(175, 1), CPUAMDRome, 16, 128},
+		{"nccl xml genoa (175)", amd(175, 0x11), CPUAMDGenoa, 16, 256},
+		{"nccl xml turin (191)", amd(191, 2), CPUAMDGenoa, 16, 256},
+		{"nccl xml naples (143)", amd(143, 1), CPUAMD, 16, 0},
 		{"amd without family", amd(0, 0), CPUAMD, 16, 0},
 		{"zhaoxin", CPU{Arch: "x86_64", Vendor: "CentaurHauls", Family: 7, Model: 0x3B}, CPUZhaoxin, 6, 0},
 		{"zhaoxin yongfeng", CPU{Arch: "x86_64", Vendor: "  Shanghai  ", Family: 7, Model: 0x5B}, CPUZhaoxinYongfeng, 9, 0},
