@@ -35,6 +35,7 @@ type replayFlags struct {
 	reserveAfter                time.Duration
 	maxStretch                  float64
 	queueOrder                  string
+	backfill                    bool
 	compute, computeReference   string
 	dataDir                     string
 	noProgress                  bool
@@ -121,6 +122,7 @@ parallelism) is in sim/replay's package doc.`,
 	fl.StringVar(&f.policies, "policies", "", "policy set: a directory, none, or empty for the shipped set")
 	maxStretchFlag(fl, &f.maxStretch)
 	queueOrderFlag(fl, &f.queueOrder)
+	backfillFlag(fl, &f.backfill)
 	fl.DurationVar(&f.reserveAfter, "reserve-after", placement.DefaultReserveAfter, "placement's reservation for the queue's head, as serve's --reserve-after, counted on the virtual clock (negative: off; every strategy honours it, see sim/replay's package doc)")
 	fl.StringVar(&f.compute, "compute", computeBlind, "run time's compute: blind (the trace's, whatever GPU model a job lands on), per-model "+
 		"(scaled to the model a job lands on from --compute-reference's, and weighed by placement; see sim/replay's package doc, Run time) "+
@@ -245,6 +247,9 @@ func prepareReplay(f replayFlags) (*prepared, error) {
 		p.trace.Notes = append(p.trace.Notes, "placement tries the waiting jobs in the order they would end had each started when it first waited, from the run times it learns "+
 			"for each size (--queue-order expected-end), under every strategy")
 	}
+	if f.reserveAfter >= 0 && f.backfill {
+		p.trace.Notes = append(p.trace.Notes, "a job runs on held nodes when it is expected to end before the jobs on them, from the run times placement learns (--backfill), under every strategy")
+	}
 	if f.hold {
 		replay.Hold(p.trace)
 	}
@@ -317,7 +322,7 @@ func computeReference(f replayFlags) (string, error) {
 // config is the replay of p under one strategy, its data in dataDir.
 func (rs replaySettings) config(f replayFlags, p *prepared, strategy, dataDir string) replay.Config {
 	return replay.Config{ClusterFile: p.clusterFile, Inventory: p.inv, Trace: p.trace, Strategy: strategy, Speed: rs.speed,
-		Burst: f.burst > 0, Seed: f.seed, Policies: f.policies, ReserveAfter: f.reserveAfter, MaxStretch: maxStretch(f.maxStretch), QueueOrder: f.queueOrder, DataDir: dataDir,
+		Burst: f.burst > 0, Seed: f.seed, Policies: f.policies, ReserveAfter: f.reserveAfter, MaxStretch: maxStretch(f.maxStretch), QueueOrder: f.queueOrder, Backfill: f.backfill, DataDir: dataDir,
 		ComputeReference: rs.computeReference, ChargeOnly: f.compute == computeChargeOnly, Stall: f.stall, Log: rs.log}
 }
 

@@ -42,6 +42,7 @@ type serveFlags struct {
 	maxStretch       float64
 	computeReference string
 	queueOrder       string
+	backfill         bool
 	policies         string
 	ops              opsFlags
 	// insecureLoopback: no credentials on the loopback listener.
@@ -113,6 +114,7 @@ that was not handled is acknowledged, and the server flushes its streams.`,
 	cmd.Flags().DurationVar(&f.reserve, "reserve-after", placement.DefaultReserveAfter, "how long the head of the queue waits before nodes are held for it so small jobs cannot starve it (0: at once; negative: never)")
 	maxStretchFlag(cmd.Flags(), &f.maxStretch)
 	queueOrderFlag(cmd.Flags(), &f.queueOrder)
+	backfillFlag(cmd.Flags(), &f.backfill)
 	computeReferenceFlag(cmd.Flags(), &f.computeReference)
 	cmd.Flags().StringVar(&f.policies, "policies", "", policiesUsage)
 	f.ops.register(cmd.Flags(), true)
@@ -153,7 +155,7 @@ func runServe(ctx context.Context, g *globals, f *serveFlags) error {
 	return runServices(ctx, g, conn, "operator", operator.Config{
 		Services:  f.services,
 		Discovery: discovery.Config{ClusterFile: f.cluster, Poll: f.poll},
-		Placement: placement.Config{Strategy: f.strategy, ReserveAfter: &f.reserve, MaxStretch: maxStretch(f.maxStretch), ComputeReference: f.computeReference, QueueOrder: f.queueOrder},
+		Placement: placement.Config{Strategy: f.strategy, ReserveAfter: &f.reserve, MaxStretch: maxStretch(f.maxStretch), ComputeReference: f.computeReference, QueueOrder: f.queueOrder, Backfill: f.backfill},
 		Policies:  f.policies, Replica: f.ops.replica, LeaseTTL: f.ops.leaseTTL, Sole: sole,
 	}, &f.ops, log)
 }
@@ -456,6 +458,7 @@ func newSingle(g *globals, name, short string) *cobra.Command {
 	var reserve time.Duration
 	var stretch float64
 	var computeRef, queueOrder string
+	var backfill bool
 	var poll time.Duration
 	var ops opsFlags
 	cmd := &cobra.Command{
@@ -485,7 +488,7 @@ consumers: each event is handled by one of them.`,
 			return runServices(cmd.Context(), g, natsConn{url: url}, source, operator.Config{
 				Services:  []string{name},
 				Discovery: discovery.Config{ClusterFile: cluster, Poll: poll},
-				Placement: placement.Config{Strategy: strategy, ReserveAfter: &reserve, MaxStretch: maxStretch(stretch), ComputeReference: computeRef, QueueOrder: queueOrder},
+				Placement: placement.Config{Strategy: strategy, ReserveAfter: &reserve, MaxStretch: maxStretch(stretch), ComputeReference: computeRef, QueueOrder: queueOrder, Backfill: backfill},
 				Policies:  policySet, Replica: ops.replica, LeaseTTL: ops.leaseTTL,
 			}, &ops, log.With("service", name))
 		},
@@ -500,6 +503,7 @@ consumers: each event is handled by one of them.`,
 		cmd.Flags().DurationVar(&reserve, "reserve-after", placement.DefaultReserveAfter, "how long the head of the queue waits before nodes are held for it (0: at once; negative: never)")
 		maxStretchFlag(cmd.Flags(), &stretch)
 		queueOrderFlag(cmd.Flags(), &queueOrder)
+		backfillFlag(cmd.Flags(), &backfill)
 		computeReferenceFlag(cmd.Flags(), &computeRef)
 		cmd.Flags().StringVar(&policySet, "policies", "", policiesUsage)
 	}
@@ -524,6 +528,12 @@ func computeReferenceFlag(fs *pflag.FlagSet, v *string) {
 func queueOrderFlag(fs *pflag.FlagSet, v *string) {
 	fs.StringVar(v, "queue-order", placement.QueueByEnd, "the order waiting jobs of one priority are tried in: "+placement.QueueByEnd+
 		" (the time each would end had it started when it first waited, from the run times learned for its size) or "+placement.QueueByArrival)
+}
+
+// backfillFlag registers --backfill (placement.Config.Backfill).
+func backfillFlag(fs *pflag.FlagSet, v *bool) {
+	fs.BoolVar(v, "backfill", false, "let a job run on nodes held for the queue's head when it is expected to end before the jobs on them, "+
+		"from the run times learned for each size (EASY backfilling with learned means for estimates; off: held nodes take no other job)")
 }
 
 // maxStretchFlag registers --max-stretch, placement's bound on how much

@@ -211,7 +211,7 @@ func writeTurn(b *strings.Builder, t *events.QueueTurn) {
 	}
 	how := "no run time learned yet, so its first wait"
 	if t.ExpectedRunSeconds > 0 {
-		how = "its first wait plus " + (time.Duration(t.ExpectedRunSeconds * float64(time.Second))).Round(time.Second).String() +
+		how = "its first wait plus " + time.Duration(t.ExpectedRunSeconds*float64(time.Second)).Round(time.Second).String() +
 			", the run time learned for jobs of its size"
 	}
 	fmt.Fprintf(b, "\nqueue turn: %s (%s); jobs of its priority are tried in the order of their turns\n", stamp(t.At), how)

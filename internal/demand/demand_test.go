@@ -161,6 +161,35 @@ func TestRunTimeLearned(t *testing.T) {
 	}
 }
 
+func TestExpectedEnd(t *testing.T) {
+	f := New(Config{})
+	f.Started("r", 4, "A100", at(1000))
+	if _, ok := f.ExpectedEnd("r", at(1000)); ok {
+		t.Fatal("an expected end before any run time is known")
+	}
+	f.Started("done", 4, "A100", at(0))
+	f.Ended("done", at(3600))
+	f.Submitted("q", 4, "", at(0))
+	for _, c := range []struct {
+		id   string
+		now  float64
+		want float64
+		ok   bool
+	}{
+		{"r", 1000, 4600, true},  // its start plus its class's hour
+		{"r", 4600, 4600, true},  // due now
+		{"r", 5000, 8600, true},  // past the mean: now plus as long again
+		{"q", 1000, 0, false},    // queued, not running
+		{"gone", 1000, 0, false}, // not tracked
+		{"done", 1000, 0, false}, // ended
+	} {
+		end, ok := f.ExpectedEnd(c.id, at(c.now))
+		if ok != c.ok || (ok && !end.Equal(at(c.want))) {
+			t.Errorf("ExpectedEnd(%s, %v) = %v %v, want %v %v", c.id, c.now, end, ok, at(c.want), c.ok)
+		}
+	}
+}
+
 // hourly is a Forecast that saw whole-node jobs arrive one an hour for
 // 200 hours and 2-GPU jobs run an hour.
 func hourly() *Forecast {

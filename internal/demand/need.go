@@ -67,19 +67,36 @@ func (f *Forecast) Need(s Shape) Need {
 	return n
 }
 
-// endsBy says whether a running job is expected to end by until: its
-// start plus its class's run time, or, once it has run longer than that,
-// now plus as long again (a job past the mean runs on).
+// endsBy says whether a running job is expected to end by until.
 func (f *Forecast) endsBy(j job, now, until time.Time) bool {
+	end, ok := f.end(j, now)
+	return ok && !end.After(until)
+}
+
+// ExpectedEnd is when the running job id is expected to end, seen at now:
+// its start plus its class's run time, or, once it has run longer than
+// that, now plus as long again (a job past the mean runs on). False when
+// the job is not tracked as running or no run time is known yet.
+func (f *Forecast) ExpectedEnd(id string, now time.Time) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j, ok := f.jobs[id]
+	if !ok || !j.running {
+		return time.Time{}, false
+	}
+	return f.end(j, now)
+}
+
+func (f *Forecast) end(j job, now time.Time) (time.Time, bool) {
 	d, ok := f.runTime(j.gpus)
 	if !ok {
-		return false
+		return time.Time{}, false
 	}
 	end := j.start.Add(d)
 	if end.Before(now) {
 		end = now.Add(d)
 	}
-	return !end.After(until)
+	return end, true
 }
 
 // poissonAtLeast is P(N ≥ k) for N Poisson of mean mu.

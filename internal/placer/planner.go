@@ -31,8 +31,10 @@ type Planner struct {
 	// Policies in force; nil means none.
 	Policies *policies.Set
 	// Reservation, when set, keeps its nodes from jobs that do not come
-	// before the job it is held for.
+	// before the job it is held for; with Backfill, not from one expected
+	// to end before the jobs on them (see Reservation).
 	Reservation *Reservation
+	Backfill    bool
 	// Log receives policy evaluation errors (nil: slog.Default).
 	Log *slog.Logger
 	// SearchBudget is topology-aware's local-search budget on the wall
@@ -102,6 +104,9 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 		Demand: p.Demand, Now: p.Now, FitTolerance: p.FitTolerance}
 	reserved := 0
 	res := p.Reservation.Holds(job)
+	if res != nil && p.backfills(snap, job, res) {
+		res = nil
+	}
 	if res != nil || pv.filters() {
 		// Without either, no node is refused: the strategies walk no
 		// filter (and blind and the peers take their plain first walks).

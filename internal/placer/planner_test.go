@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/demand"
 	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/placer/outcome"
@@ -223,6 +224,57 @@ func TestPlannerReservation(t *testing.T) {
 		if got = r.plan(p, job); got.Verdict != outcome.Placed {
 			t.Errorf("%s: %v %v, want placed (the hold is not for it)", job.JobID, got.Verdict, got.Reasons)
 		}
+	}
+}
+
+func TestPlannerBackfillsHeldNodes(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1e6, 0)
+	h := func(x float64) time.Time { return now.Add(time.Duration(x * float64(time.Hour))) }
+	// learned has seen 1- and 2-GPU jobs run an hour, 3-4-GPU jobs two.
+	learned := func() *demand.Forecast {
+		f := demand.New(demand.Config{})
+		for id, c := range map[string]struct {
+			gpus int
+			run  float64
+		}{"a": {2, 1}, "b": {4, 2}} {
+			f.Started(id, c.gpus, "A100", h(-10))
+			f.Ended(id, h(-10+c.run))
+		}
+		return f
+	}
+	for _, c := range []struct {
+		name     string
+		backfill bool
+		// started is when the 4-GPU job on the held node started (NaN:
+		// the forecast does not track it).
+		started float64
+		gpus    int
+		forget  bool
+		want    outcome.Verdict
+	}{
+		{"ends before the held node drains", true, -0.5, 2, false, outcome.Placed},
+		{"ends just as it drains", true, 0, 4, false, outcome.Placed},
+		{"would outlast the job on it", true, -0.5, 4, false, outcome.Wait},
+		{"the job on it ran past its mean: now plus as long again", true, -3, 4, false, outcome.Placed},
+		{"backfill off", false, -0.5, 2, false, outcome.Wait},
+		{"the job on it is not tracked", true, -0.5, 2, true, outcome.Wait},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, 2, nil)
+			r.hold("running", "n0", 0, 1, 2, 3)
+			r.hold("elsewhere", "n1", 0, 1, 2, 3, 4, 5, 6, 7)
+			f := learned()
+			if !c.forget {
+				f.Started("running", 4, "A100", h(c.started))
+			}
+			res := &Reservation{JobID: "head", Priority: 5, Since: h(-1), Nodes: map[string]bool{"n0": true}}
+			got := r.plan(&Planner{Reservation: res, Backfill: c.backfill, Demand: f, Now: now}, events.JobSubmitted{JobID: "small", GPUs: c.gpus, Priority: 5})
+			if got.Verdict != c.want {
+				t.Fatalf("%d-GPU job: %v %v, want %v", c.gpus, got.Verdict, got.Reasons, c.want)
+			}
+		})
 	}
 }
 

@@ -24,9 +24,9 @@ func (r *clockedRig) learnRunTimes(runs map[int]time.Duration) {
 }
 
 // Ordered by expected ends, a one-hour job that comes a minute after a
-// ten-hour one is tried first: the GPUs that free go to it. In arrival
-// order they go to the ten-hour job. Either way the turn is the first
-// wait plus the run time learned for the job's size.
+// ten-hour one is tried first: the GPUs that free go to it, and each
+// job's turn is its first wait plus the run time learned for its size.
+// In arrival order they go to the ten-hour job, and no job has a turn.
 func TestQueueOrder(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {

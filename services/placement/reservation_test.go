@@ -72,6 +72,68 @@ func TestReservationStopsStarvation(t *testing.T) {
 	}
 }
 
+// Nodes held for the head take a job expected to end before the jobs on
+// them, from the run times learned for each size, and only such a job;
+// with backfill off, none. A backfilled job that runs past its mean
+// delays the head (the trade EASY makes).
+func TestBackfillOntoHeldNodes(t *testing.T) {
+	t.Parallel()
+	for _, backfill := range []bool{true, false} {
+		t.Run(fmt.Sprint("backfill=", backfill), func(t *testing.T) {
+			t.Parallel()
+			now := time.Duration(0)
+			r := newClockedRig(t, Config{ReserveAfter: &now, Backfill: backfill}, map[string]string{"n0": "dgx-a100", "n1": "dgx-a100"})
+			// 1-GPU jobs run 10 minutes, 2-GPU jobs two and a half
+			// hours, 3-4-GPU jobs three, 5-8-GPU jobs two.
+			r.learnRunTimes(map[int]time.Duration{1: 10 * time.Minute, 2: 150 * time.Minute, 4: 3 * time.Hour, 8: 2 * time.Hour})
+			start := r.clock
+			for _, j := range []events.JobSubmitted{{JobID: "four", GPUs: 4}, {JobID: "eight", GPUs: 8}} {
+				if got := r.submit(j); got.State != store.JobPlaced {
+					t.Fatalf("%s: %s, want placed", j.JobID, got.State)
+				}
+			}
+			if j := r.submit(events.JobSubmitted{JobID: "large", GPUs: 16}); j.State != store.JobPending {
+				t.Fatalf("large: %s, want pending", j.State)
+			}
+			// The held nodes drain in three hours (four's end); a
+			// 10-minute job ends long before.
+			s := r.submit(events.JobSubmitted{JobID: "s", GPUs: 1})
+			if res := r.s.Reservation(); res == nil || res.JobID != "large" {
+				t.Fatalf("reservation %+v, want large's", res)
+			}
+			want := store.JobPending
+			if backfill {
+				want = store.JobPlaced
+			}
+			if s.State != want {
+				t.Fatalf("s: %s %v, want %s", s.State, s.Reasons, want)
+			}
+			// An hour on, a 2-GPU job would outlast them by half an hour.
+			r.clock = start.Add(time.Hour)
+			if j := r.submit(events.JobSubmitted{JobID: "s2", GPUs: 2}); j.State != store.JobPending || !strings.Contains(j.Reasons[len(j.Reasons)-1].Code, placer.CodeReserved) {
+				t.Fatalf("s2: %s %v, want pending behind the reservation", j.State, j.Reasons)
+			}
+			r.clock = start.Add(3 * time.Hour)
+			r.finish("four")
+			r.finish("eight")
+			if !backfill {
+				if j := r.job("large"); j.State != store.JobPlaced {
+					t.Fatalf("large once the held nodes drained: %s %v, want placed", j.State, j.Reasons)
+				}
+				return
+			}
+			// s runs past its mean: large waits for it.
+			if j := r.job("large"); j.State != store.JobPending {
+				t.Fatalf("large while s runs: %s, want pending", j.State)
+			}
+			r.finish("s")
+			if j := r.job("large"); j.State != store.JobPlaced {
+				t.Fatalf("large once s ended: %s %v, want placed", j.State, j.Reasons)
+			}
+		})
+	}
+}
+
 // Under the Compact rule the head is held nodes it would run on within the
 // bound: two busy NVSwitch nodes rather than the two empty PCIe servers
 // (the most free GPUs), on which a TP-8 job would run several times as

@@ -66,6 +66,12 @@ type Config struct {
 	// QueueOrder orders the waiting jobs of one priority: QueueByEnd
 	// ("" too) or QueueByArrival.
 	QueueOrder string
+	// Backfill lets a job run on nodes held for the head of the queue
+	// when it is expected to end before the jobs on them (see
+	// placer.Reservation, "Backfill onto held nodes"). Off by default:
+	// measured on the shared job logs it helps some and costs others
+	// (BENCHMARKS.md, "Issue 51: backfill onto held nodes").
+	Backfill bool
 }
 
 // Queue orders (Config.QueueOrder).
@@ -170,8 +176,10 @@ type Service struct {
 	// are held for it (negative: never); reservation is the hold, nil
 	// when none; pendingSince is when each waiting job first waited.
 	reserveAfter time.Duration
-	// byEnd is Config.QueueOrder QueueByEnd.
+	// byEnd is Config.QueueOrder QueueByEnd; backfill is
+	// Config.Backfill.
 	byEnd        bool
+	backfill     bool
 	reservation  *placer.Reservation
 	pendingSince map[string]time.Time
 	// maxStretch is Config.MaxStretch (0 and below: the rule is off);
@@ -234,7 +242,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	svc := &Service{pub: deps.Publish, read: deps.Read, consume: deps.Consume, subjects: deps.Subjects,
 		store: st, log: log.With("component", "placement"), now: now, observe: deps.ObservePolicyEval,
 		ready: make(chan struct{}), strategy: strategy.Name(), searchBudget: cfg.SearchBudget, computeReference: cfg.ComputeReference, policies: cfg.Policies,
-		reserveAfter: reserveAfter, byEnd: cfg.QueueOrder != QueueByArrival, pendingSince: map[string]time.Time{},
+		reserveAfter: reserveAfter, byEnd: cfg.QueueOrder != QueueByArrival, backfill: cfg.Backfill, pendingSince: map[string]time.Time{},
 		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision, ackWait: defaultAckWait,
 		life: context.Background(), demand: newDemand()}
 	switch {
@@ -650,7 +658,7 @@ func (s *Service) decide(ctx context.Context, c *cycle, job events.JobAnalyzed, 
 // planner is the Planner of the service's current state.
 func (s *Service) planner() *placer.Planner {
 	return &placer.Planner{Strategy: s.strategy, Fabric: s.fabric, Bandwidths: s.bandwidths.Load(), Policies: s.policies,
-		Reservation: s.reservation, Log: s.log, SearchBudget: s.searchBudget, Compact: s.compact(), ComputeReference: s.computeReference,
+		Reservation: s.reservation, Backfill: s.backfill, Log: s.log, SearchBudget: s.searchBudget, Compact: s.compact(), ComputeReference: s.computeReference,
 		Demand: s.demand, Now: s.now()}
 }
 

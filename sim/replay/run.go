@@ -52,6 +52,8 @@ type Config struct {
 	MaxStretch float64
 	// QueueOrder is placement's --queue-order ("": its default).
 	QueueOrder string
+	// Backfill is placement's --backfill.
+	Backfill bool
 	// ComputeReference, when set, charges compute by GPU model (the
 	// package doc, "Run time"): the trace's durations are taken as
 	// measured on this model (a name package gpuspeed knows, such as
@@ -240,7 +242,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	ra := cfg.ReserveAfter
 	ocfg := operator.Config{Services: operator.All, Discovery: discovery.Config{ClusterFile: cfg.ClusterFile}, Sole: true,
 		Placement: placement.Config{Strategy: cfg.Strategy, ReserveAfter: &ra, MaxStretch: cfg.MaxStretch, ComputeReference: cfg.placementCompute(),
-			QueueOrder: cfg.QueueOrder},
+			QueueOrder: cfg.QueueOrder, Backfill: cfg.Backfill},
 		// Nothing in a replay accepts a move (see the package doc).
 		Optimizer: optimizer.Config{NoMigrations: true},
 		Policies:  cfg.Policies, Replica: "replay"}

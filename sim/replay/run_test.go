@@ -248,6 +248,47 @@ func TestReplayIsDeterministic(t *testing.T) {
 // runs), and a contended one under the reservation, in which jobs wait
 // far longer than ReserveAfter (barriers left out once it is settled).
 // Every job and every timeline point must come out the same.
+// backfilled is a trace on which --backfill starts jobs on held nodes
+// (TestBackfillOnHeldNodes): run times spread wide and 64-GPU heads.
+var backfilled = SynthConfig{Jobs: 150, Seed: 5, Load: 2.5, DurationMedian: 3600, DurationSigma: 1.5,
+	Sizes: []SizeWeight{{1, 6}, {2, 2}, {4, 2}, {8, 3}, {64, 1}}}
+
+// TestBackfillOnHeldNodes: the replay hands --backfill to placement, and
+// on a contended trace it starts some jobs at other times.
+func TestBackfillOnHeldNodes(t *testing.T) {
+	t.Parallel()
+	clusterFile := filepath.Join("..", "..", "deploy", "examples", "replay", "hetero-512.yaml")
+	inv, err := LoadInventory(clusterFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := Generate(backfilled, inv.GPUs, inv.MaxNodeGPUs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var res [2]*Result
+	for i, backfill := range []bool{false, true} {
+		r, err := Run(ctx, Config{ClusterFile: clusterFile, Inventory: inv, Trace: tr, Strategy: "topology-aware", Seed: 1,
+			ReserveAfter: 5 * time.Minute, MaxStretch: -1, Backfill: backfill, DataDir: t.TempDir(), Stall: time.Minute, Samples: 50})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res[i] = r
+	}
+	moved := 0
+	for i, j := range res[0].Jobs {
+		if j.Start != res[1].Jobs[i].Start {
+			moved++
+		}
+	}
+	if moved == 0 {
+		t.Fatal("every job started at the same time with and without backfill")
+	}
+	t.Logf("%d of %d jobs started at another time", moved, len(res[0].Jobs))
+}
+
 func TestShortcutsChangeNothing(t *testing.T) {
 	clusterFile := filepath.Join("..", "..", "deploy", "examples", "replay", "hetero-512.yaml")
 	inv, err := LoadInventory(clusterFile)
@@ -265,6 +306,10 @@ func TestShortcutsChangeNothing(t *testing.T) {
 		// calls for every barrier: the trace that tests the settled
 		// reservation's shortcut tests it with the rule off.
 		maxStretch float64
+		// backfill is placement's --backfill: whether a job may run on
+		// held nodes depends on the clock, so the shortcuts must not move
+		// the time of any decision.
+		backfill bool
 	}{
 		{"finish runs", SynthConfig{Jobs: 80, Seed: 3, Load: 0.3, DurationMedian: 600, DurationSigma: 1.5,
 			Sizes: []SizeWeight{{1, 4}, {2, 1}, {8, 2}, {16, 1}}}, func(t *testing.T, _, single *Result) {
@@ -289,16 +334,22 @@ func TestShortcutsChangeNothing(t *testing.T) {
 			if backToBack < 10 {
 				t.Fatalf("only %d finishes follow another with no arrival between: the trace does not test runs", backToBack)
 			}
-		}, 0},
+		}, 0, false},
 		{"settled reservation", contended, func(t *testing.T, runs, single *Result) {
 			if runs.Summary.Barriers >= single.Summary.Barriers {
 				t.Fatalf("%d barriers with the shortcut, %d without: the trace does not test it", runs.Summary.Barriers, single.Summary.Barriers)
 			}
 			t.Logf("barriers: %d, one at a time %d", runs.Summary.Barriers, single.Summary.Barriers)
-		}, -1},
+		}, -1, false},
 		{"settled reservation, compact placements awaited", contended, func(t *testing.T, runs, single *Result) {
 			t.Logf("barriers: %d, one at a time %d", runs.Summary.Barriers, single.Summary.Barriers)
-		}, 0},
+		}, 0, false},
+		{"settled reservation, backfill", backfilled, func(t *testing.T, runs, single *Result) {
+			if runs.Summary.Barriers >= single.Summary.Barriers {
+				t.Fatalf("%d barriers with the shortcut, %d without: the trace does not test it", runs.Summary.Barriers, single.Summary.Barriers)
+			}
+			t.Logf("barriers: %d, one at a time %d", runs.Summary.Barriers, single.Summary.Barriers)
+		}, -1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, err := Generate(tc.synth, inv.GPUs, inv.MaxNodeGPUs)
@@ -312,7 +363,7 @@ func TestShortcutsChangeNothing(t *testing.T) {
 				defer func(was bool) { oneAtATime = was }(oneAtATime)
 				oneAtATime = single
 				r, err := Run(ctx, Config{ClusterFile: clusterFile, Inventory: inv, Trace: tr, Strategy: "topology-aware", Seed: 1,
-					ReserveAfter: 5 * time.Minute, MaxStretch: tc.maxStretch, DataDir: t.TempDir(), Stall: time.Minute, Samples: 50})
+					ReserveAfter: 5 * time.Minute, MaxStretch: tc.maxStretch, Backfill: tc.backfill, DataDir: t.TempDir(), Stall: time.Minute, Samples: 50})
 				if err != nil {
 					t.Fatal(err)
 				}
