@@ -230,8 +230,16 @@ func (m *model) route(ph *phase, i, j int, b float64) hop {
 // EffPCIe/net of a peer byte: the link's capacity is still shared by both
 // kinds of traffic, and a machine calibrated for one does not move the
 // other's price.
+//
+// Where NCCL does not use GPUDirect RDMA for the GPU and direction
+// (usesGDR), the GPU's own threads copy the bytes to or from host memory
+// across the link, and they are priced as peer traffic is.
 func (m *model) addGDR(ph *phase, nd *nodeView, gpu int, dir int32, b float64) {
 	id := nd.port(kPCIe, gpu, dir)
+	if !m.usesGDR(nd, gpu, dir) {
+		ph.add(id, b)
+		return
+	}
 	w := b * m.effOf(nd.eff.PCIe, EffPCIe) / m.netEff(&nd.eff, nd.nicKind[nd.localNICs[gpu]+1])
 	ph.add(id, w)
 	ph.gdr[id] += w

@@ -100,3 +100,74 @@ func TestGDRSharesTheLink(t *testing.T) {
 		}
 	}
 }
+
+// NCCL uses GPUDirect RDMA as ncclTopoCheckGdr decides: a NIC no farther
+// than a PCIe switch (PXB), and for sends, a GPU with an NVLink peer or,
+// from 2.19, of compute capability 8.0 on.
+func TestUsesGDR(t *testing.T) {
+	t.Parallel()
+	node := func(spec NodeSpec, nicPath topology.Class) *topology.Node {
+		n := BuildNode(spec)
+		for g := range n.NICPaths {
+			for k := range n.NICPaths[g] {
+				n.NICPaths[g][k] = topology.Link{Class: topology.SYS}
+			}
+			n.NICPaths[g][g*len(n.NICs)/len(n.GPUs)] = topology.Link{Class: nicPath}
+		}
+		return n
+	}
+	v100pcie := NodeSpec{Name: "v", GPUs: 4, Model: "Tesla V100-PCIE-32GB", PCIeGen: 3, NICs: 2, NICGbps: 100}
+	v100sxm := NodeSpec{Name: "vs", GPUs: 8, Model: "Tesla V100-SXM2-32GB", NVLinks: 6, NVLinkGen: 2, PCIeGen: 3, NICs: 4, NICGbps: 100}
+	l40s := NodeSpec{Name: "l", GPUs: 8, Model: "NVIDIA L40S", PCIeGen: 4, NICs: 4, NICGbps: 200}
+	tun218, err := TuningFor("2.18.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		n          *topology.Node
+		tun        *Tuning
+		send, recv bool
+	}{
+		{"L40S, NIC under its switch", node(l40s, topology.PIX), nil, true, true},
+		{"L40S, NIC behind two switches", node(l40s, topology.PXB), nil, true, true},
+		{"L40S, NIC on the host bridge", node(l40s, topology.PHB), nil, false, false},
+		{"L40S, NIC on the other socket", node(l40s, topology.SYS), nil, false, false},
+		{"L40S on 2.18: no GDR read without NVLink", node(l40s, topology.PIX), tun218, false, true},
+		{"V100 PCIe: no GDR read without NVLink", node(v100pcie, topology.PIX), nil, false, true},
+		{"V100 SXM2: NVLink peers, GDR read", node(v100sxm, topology.PIX), nil, true, true},
+		{"V100 SXM2 on 2.18", node(v100sxm, topology.PIX), tun218, true, true},
+		{"V100 PCIe alone on its node", node(NodeSpec{Name: "one", GPUs: 1, Model: "Tesla V100-PCIE-32GB", PCIeGen: 3, NICs: 1, NICGbps: 100}, topology.PIX), nil, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m, err := newModel(Placement{Ranks: NodeRanks(tc.n)}, nil, tc.tun)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nd := m.nodes[0]
+			for g := range tc.n.GPUs {
+				if got := m.usesGDR(nd, g, tx); got != tc.send {
+					t.Errorf("GPU %d send: GDR %v, want %v", g, got, tc.send)
+				}
+				if got := m.usesGDR(nd, g, rx); got != tc.recv {
+					t.Errorf("GPU %d receive: GDR %v, want %v", g, got, tc.recv)
+				}
+			}
+		})
+	}
+
+	// Without GDR the GPU's threads copy through host memory across its
+	// PCIe link: peer traffic's price, which a PCIe calibration moves.
+	spec := NodeSpec{GPUs: 8, Model: "NVIDIA L40S", PCIeGen: 4, NICs: 8, NICGbps: 400}
+	a, b := spec, spec
+	a.Name, b.Name = "s1", "s2"
+	p := Placement{Ranks: NodesRanks([]*topology.Node{node(a, topology.SYS), node(b, topology.SYS)}, 8)}
+	r, err := Predict(p, SendRecv, 1<<30, Options{Candidates: NCCLAlgorithms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.BottleneckKind != "pcie" {
+		t.Errorf("NIC across the sockets: bottleneck %s (%s), want the GPU's PCIe link as pcie", r.Bottleneck, r.BottleneckKind)
+	}
+}
