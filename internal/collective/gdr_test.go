@@ -158,16 +158,26 @@ func TestUsesGDR(t *testing.T) {
 	}
 
 	// Without GDR the GPU's threads copy through host memory across its
-	// PCIe link: peer traffic's price, which a PCIe calibration moves.
+	// PCIe link: peer traffic's price and kind, which a PCIe calibration
+	// moves. One GPU of each node, so that the link carries the NIC's
+	// bytes alone.
 	spec := NodeSpec{GPUs: 8, Model: "NVIDIA L40S", PCIeGen: 4, NICs: 8, NICGbps: 400}
 	a, b := spec, spec
 	a.Name, b.Name = "s1", "s2"
-	p := Placement{Ranks: NodesRanks([]*topology.Node{node(a, topology.SYS), node(b, topology.SYS)}, 8)}
-	r, err := Predict(p, SendRecv, 1<<30, Options{Candidates: NCCLAlgorithms})
+	p := Placement{Ranks: NodesRanks([]*topology.Node{node(a, topology.SYS), node(b, topology.SYS)}, 1)}
+	def, err := Predict(p, SendRecv, 1<<30, Options{Candidates: NCCLAlgorithms})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.BottleneckKind != "pcie" {
-		t.Errorf("NIC across the sockets: bottleneck %s (%s), want the GPU's PCIe link as pcie", r.Bottleneck, r.BottleneckKind)
+	if def.BottleneckKind != "pcie" || def.Bottleneck[:5] != "pcie:" {
+		t.Errorf("NIC across the sockets: bottleneck %s (%s), want the GPU's PCIe link as pcie", def.Bottleneck, def.BottleneckKind)
+	}
+	p.Bandwidths = (&Calibration{Efficiency: topology.Efficiency{PCIe: 0.6}}).Bandwidths(nil)
+	cal, err := Predict(p, SendRecv, 1<<30, Options{Candidates: NCCLAlgorithms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := def.BusBWGBps * 0.6 / EffPCIe; math.Abs(cal.BusBWGBps-want) > 0.01*want {
+		t.Errorf("pcie 0.6: busbw %.3f GB/s, want %.3f: bytes staged through host memory are PCIe traffic", cal.BusBWGBps, want)
 	}
 }
