@@ -14,9 +14,13 @@ import (
 // layout), and the sequential steps it takes with the slowest step's
 // latency.
 type phase struct {
-	load  []float64 // by link id
-	seen  []uint64  // links with a flow
-	ids   []int32   // links with a flow, in the order of their first
+	load []float64 // by link id
+	// gdr is the part of load that NICs move through GPUs' PCIe links
+	// (addGDR), by link id: where such a link binds, it says which kind of
+	// link a calibration fits.
+	gdr   []float64
+	seen  []uint64 // links with a flow
+	ids   []int32  // links with a flow, in the order of their first
 	steps int
 	lat   hop     // per step
 	mx    float64 // the most loaded link's seconds (measure)
@@ -54,6 +58,9 @@ type phases struct {
 	sc     scale
 	scaled bool
 	op     float64
+	// bnGDR is whether most of the bottleneck's load (measure) is NICs'
+	// traffic through a GPU's PCIe link (addGDR).
+	bnGDR bool
 }
 
 func (ps *phases) at(i int) *phase {
@@ -81,18 +88,18 @@ var phasePool sync.Pool
 // written, so they are zero too).
 func newPhase(nLinks int32) *phase {
 	words := (nLinks + 63) / 64
-	if ph, _ := phasePool.Get().(*phase); ph != nil && int32(cap(ph.load)) >= nLinks && int32(cap(ph.seen)) >= words {
-		ph.load, ph.seen = ph.load[:nLinks], ph.seen[:words]
+	if ph, _ := phasePool.Get().(*phase); ph != nil && int32(cap(ph.load)) >= nLinks && int32(cap(ph.gdr)) >= nLinks && int32(cap(ph.seen)) >= words {
+		ph.load, ph.gdr, ph.seen = ph.load[:nLinks], ph.gdr[:nLinks], ph.seen[:words]
 		return ph
 	}
-	return &phase{load: make([]float64, nLinks), seen: make([]uint64, words)}
+	return &phase{load: make([]float64, nLinks), gdr: make([]float64, nLinks), seen: make([]uint64, words)}
 }
 
 // release clears the phases and keeps them for reuse.
 func (ps *phases) release() {
 	for _, ph := range ps.list {
 		for _, id := range ph.ids {
-			ph.load[id] = 0
+			ph.load[id], ph.gdr[id] = 0, 0
 			ph.seen[id/64] = 0
 		}
 		ph.ids = ph.ids[:0]
@@ -101,7 +108,7 @@ func (ps *phases) release() {
 		ps.root.free = append(ps.root.free, ph)
 	}
 	ps.list = nil
-	ps.scaled, ps.op = false, 0
+	ps.scaled, ps.op, ps.bnGDR = false, 0, false
 }
 
 func (ph *phase) add(id int32, b float64) {
@@ -153,6 +160,7 @@ func (m *model) measure(ps *phases) (bn int32, found bool) {
 			// order flows were added in.
 			if s > worst || found && s == worst && id < bn {
 				worst, bn, found = s, id, true
+				ps.bnGDR = ph.gdr[id] > ph.load[id]/2
 			}
 		}
 		ph.mx = mx
@@ -195,12 +203,46 @@ func (m *model) route(ph *phase, i, j int, b float64) hop {
 		return m.routeLocal(ph, ri.node, ri.gpu, rj.gpu, b)
 	}
 	na, nb := m.nodes[ri.node], m.nodes[rj.node]
-	ph.add(na.port(kPCIe, ri.gpu, tx), b)
+	m.addGDR(ph, na, ri.gpu, tx, b)
 	ph.add(na.nic(na.localNICs[ri.gpu], tx), b)
 	m.crossLeaves(ph, na, nb, b)
 	ph.add(nb.nic(nb.localNICs[rj.gpu], rx), b)
-	ph.add(nb.port(kPCIe, rj.gpu, rx), b)
+	m.addGDR(ph, nb, rj.gpu, rx, b)
 	return hop{hwNet: m.netLatency(ri.node, rj.node)}
+}
+
+// addGDR adds b bytes that a GPU's NIC moves through the GPU's PCIe link
+// in direction dir. That is other traffic than GPU<->GPU peer traffic on
+// the same link, and is priced apart. NCCL's net transport
+// (src/transport/net.cc) registers the GPU's buffers with the NIC
+// (GPUDirect RDMA, where ncclTopoCheckGdr allows it: NIC and GPU within
+// NCCL_NET_GDR_LEVEL, a PCIe switch by default), and the NIC's DMA engine
+// reads what it sends from GPU memory and writes what it receives into it,
+// through the switch or the host bridge, in the NIC's own large requests
+// and at the NIC's pace; its proxy thread posts them, the GPU's threads
+// only fill and drain the buffer in their own memory. Its P2P transport
+// (src/transport/p2p.cc) is the GPUs' own threads storing to (P2P write)
+// or loading from (P2P read) the peer's memory across PCIe, in their
+// cache-line transactions: that, with the inter-socket link it may cross,
+// is what EffPCIe and a pcie calibration describe. A NIC byte is priced
+// at the share of line rate its NIC's DMA reaches, the network's
+// efficiency (its transport's where calibrated), by costing the link
+// EffPCIe/net of a peer byte: the link's capacity is still shared by both
+// kinds of traffic, and a machine calibrated for one does not move the
+// other's price.
+//
+// Where NCCL does not use GPUDirect RDMA for the GPU and direction
+// (usesGDR), the GPU's own threads copy the bytes to or from host memory
+// across the link, and they are priced as peer traffic is.
+func (m *model) addGDR(ph *phase, nd *nodeView, gpu int, dir int32, b float64) {
+	id := nd.port(kPCIe, gpu, dir)
+	if !m.usesGDR(nd, gpu, dir) {
+		ph.add(id, b)
+		return
+	}
+	w := b * m.effOf(nd.eff.PCIe, EffPCIe) / m.netEff(&nd.eff, nd.nicKind[nd.localNICs[gpu]+1])
+	ph.add(id, w)
+	ph.gdr[id] += w
 }
 
 // localLink is the link a step from rank i to rank j, both on one node,

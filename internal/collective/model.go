@@ -293,12 +293,18 @@ type evaluated struct {
 	Result
 	bn    int32
 	found bool
+	// gdr: the bottleneck is a GPU's PCIe link loaded mostly by its NIC
+	// (addGDR), which a calibration fits as the NIC's kind of link.
+	gdr bool
 }
 
 func (m *model) named(e evaluated) Result {
 	r := e.Result
 	r.Bottleneck = m.bottleneckName(e.bn, e.found)
 	r.BottleneckKind = m.kindOf(r.Bottleneck, r.Algorithm)
+	if e.gdr {
+		r.BottleneckKind = m.gdrKind(e.bn)
+	}
 	return r
 }
 
@@ -315,6 +321,7 @@ func (m *model) eval(c Collective, bytes float64, a Algorithm, p Protocol) (eval
 	ph := phases{root: m.root()}
 	m.build(&ph, c, bytes, a, 1)
 	bn, found := m.measure(&ph)
+	gdr := ph.bnGDR
 	var t float64
 	chosen := Protocol("")
 	for _, pr := range m.protocols(a) {
@@ -334,7 +341,16 @@ func (m *model) eval(c Collective, bytes float64, a Algorithm, p Protocol) (eval
 		r.AlgBWGBps = bytes / t / 1e9
 		r.BusBWGBps = r.AlgBWGBps * BusFactor(c, len(m.ranks))
 	}
-	return evaluated{Result: r, bn: bn, found: found}, true
+	return evaluated{Result: r, bn: bn, found: found, gdr: gdr}, true
+}
+
+// gdrKind is the kind of link (LinkKinds) of the NIC whose traffic loads
+// a GPU's PCIe link bn: net, or its transport's.
+func (m *model) gdrKind(bn int32) string {
+	r := m.root()
+	k := r.key(bn)
+	nd := r.nodes[k.node]
+	return nd.nicKind[nd.localNICs[k.a]+1]
 }
 
 // kindOf is LinkKind with a NIC's transport: "nic:<node>:<k>:<dir>" of an

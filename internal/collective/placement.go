@@ -206,7 +206,11 @@ func (m *model) describe(n *topology.Node) *nodeInfo {
 	nd.perLink = nv
 	nd.pcie, _ = m.bw.Of(topology.Link{Class: topology.PIX}, n.NVLinkGen, n.PCIeGen)
 	nd.smp = m.bw.SMP
-	if s := n.CPU.Kind().InterSocketGBps(); s > 0 {
+	if k := n.CPU.Kind(); k.InterSocketLineGBps() > 0 {
+		// The platform's published line rate (AMD's xGMI by generation),
+		// which the PCIe efficiency scales as it scales the GPUs' links.
+		nd.smp = k.InterSocketLineGBps()
+	} else if s := k.InterSocketGBps(); s > 0 {
 		// NCCL's figure is what a transfer gets; the links hold line
 		// rates, which the PCIe efficiency then scales.
 		nd.smp = s / EffPCIe

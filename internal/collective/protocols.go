@@ -125,6 +125,10 @@ type Tuning struct {
 	// P2PPXB: the release's default P2P level is PXB (2.23 on), not SYS
 	// with CPU exceptions (transport.go).
 	P2PPXB bool
+	// GDRReadAmpere: the NIC reads what a GPU sends straight from its
+	// memory on GPUs of compute capability 8.0 and later without NVLink
+	// too (2.19 on), not only on GPUs with an NVLink peer (usesGDR).
+	GDRReadAmpere bool
 	// P2PLevel is NCCL_P2P_LEVEL or NCCL_P2P_DISABLE where set
 	// (WithP2PLevel), topology.Unknown for the release's default.
 	P2PLevel topology.Class
@@ -169,6 +173,7 @@ var Tuning220 = &Tuning{
 	LL128NVB: true, LL128PXNOn: 90,
 	NVLS: true, NVLSTree: true,
 	NVLSLat: 23, NVLSTreeNetLat: 14,
+	GDRReadAmpere: true,
 }
 
 // Tuning226 is NCCL 2.26.6's tuner (src/graph/tuning.cc at v2.26.6-1, the
@@ -199,6 +204,7 @@ var Tuning226 = &Tuning{
 	NVLS: true, NVLSTree: true,
 	NVLSLat: 25, NVLSTreeNetLat: 14,
 	NVLSTreeChunk: 128 << 10, NVLSChannelsSM100: 32,
+	GDRReadAmpere: true,
 }
 
 // DefaultTuning is the tuner predictions assume unless told a version.
@@ -241,11 +247,14 @@ func TuningFor(version string) (*Tuning, error) {
 		return &t, nil
 	case minor == 17:
 		t := *Tuning220
-		t.Version, t.NVLSTree = v, false
+		t.Version, t.NVLSTree, t.GDRReadAmpere = v, false, false
 		return &t, nil
 	case minor <= 20:
 		t := *Tuning220
 		t.Version = v
+		// GDR reads on Ampere and later without NVLink from 2.19.3
+		// (ncclTopoCheckGdr, src/graph/paths.cc).
+		t.GDRReadAmpere = minor >= 19
 		return &t, nil
 	}
 	t := *Tuning226

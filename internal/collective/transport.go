@@ -44,7 +44,7 @@ func p2pLevel(t *Tuning, cpu topology.CPU, gpus int) topology.Class {
 	}
 	k := cpu.Kind()
 	if t.P2PPXB {
-		if k == topology.CPUAMD && gpus <= 2 {
+		if k.AMD() && gpus <= 2 {
 			return topology.SYS
 		}
 		return topology.PXB
@@ -84,6 +84,40 @@ func (m *model) setTransport(nd *nodeView) {
 			}
 		}
 	}
+}
+
+// usesGDR reports whether NCCL's net transport moves a GPU's bytes in
+// direction dir (tx: what it sends, rx: what it receives) between its
+// NIC and the GPU's memory directly (GPUDirect RDMA), as ncclTopoCheckGdr
+// decides (src/graph/paths.cc, the same from 2.7 to 2.30): only where the
+// GPU's path to the NIC is no farther than NCCL_NET_GDR_LEVEL's default,
+// PXB (one or more PCIe switches, not through a CPU); and for sends (the
+// NIC reads GPU memory) only on a GPU with an NVLink peer or alone on its
+// node, or, from 2.19, of compute capability 8.0 and later ("Disable GDR
+// Reads pre-Ampere when we have other PCI flows"). Otherwise the GPU's
+// own threads copy its bytes to or from a buffer in host memory that the
+// NIC reads or writes. A GPU whose NIC path is not known (no NIC listed,
+// or no GPU-NIC matrix) takes GDR: NICs beside their GPUs under one
+// PCIe switch, as in the HGX and DGX reference designs.
+func (m *model) usesGDR(nd *nodeView, gpu int, dir int32) bool {
+	k := nd.localNICs[gpu]
+	if k < 0 || gpu >= len(nd.n.NICPaths) || k >= len(nd.n.NICPaths[gpu]) {
+		return true
+	}
+	if cl := nd.n.NICPaths[gpu][k].Class; cl > topology.PXB {
+		return false
+	}
+	if dir != tx || len(nd.n.GPUs) == 1 || m.tuning.tuning().GDRReadAmpere && nd.cc >= 80 {
+		return true
+	}
+	if gpu < len(nd.n.GPUPaths) {
+		for i, l := range nd.n.GPUPaths[gpu] {
+			if i != gpu && l.Class.NVLink() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // P2PLevelFromEnv reads NCCL's P2P settings as ncclGetLevel does

@@ -1,7 +1,9 @@
 package collective
 
 import (
+	"io/fs"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +17,7 @@ var (
 	cpuSKL     = topology.CPU{Arch: "x86_64", Vendor: "GenuineIntel", Family: 6, Model: 85}
 	cpuSRP     = topology.CPU{Arch: "x86_64", Vendor: "GenuineIntel", Family: 6, Model: 143}
 	cpuAMD     = topology.CPU{Arch: "x86_64", Vendor: "AuthenticAMD", Family: 23, Model: 49}
+	cpuTurin   = topology.CPU{Arch: "x86_64", Vendor: "AuthenticAMD", Family: 0x1A, Model: 0x02}
 	cpuARM     = topology.CPU{Arch: "arm64"}
 	cpuZhaoxin = topology.CPU{Arch: "x86_64", Vendor: "CentaurHauls", Family: 7, Model: 0x3B}
 )
@@ -52,6 +55,9 @@ func TestP2PLevel(t *testing.T) {
 		{"2.23 intel", t223, cpuSRP, 2, topology.PXB},
 		{"2.23 amd two gpus", t223, cpuAMD, 2, topology.SYS},
 		{"2.23 amd four gpus", t223, cpuAMD, 4, topology.PXB},
+		{"2.23 amd turin two gpus", t223, cpuTurin, 2, topology.SYS},
+		{"2.23 amd turin eight gpus", t223, cpuTurin, 8, topology.PXB},
+		{"2.20 amd naples", DefaultTuning, topology.CPU{Arch: "x86_64", Vendor: "AuthenticAMD", Family: 0x17, Model: 0x01}, 8, topology.SYS},
 		{"NCCL_P2P_LEVEL=PHB on intel", t220phb, cpuSKL, 8, topology.NODE},
 		{"NCCL_P2P_DISABLE=1 wins over the level", t223off, cpuAMD, 2, topology.Self},
 	} {
@@ -112,7 +118,7 @@ func TestTransportAcrossSockets(t *testing.T) {
 		// No CPU: P2P, the socket link at its UPI default (16.6) is not
 		// the bottleneck: the model as before it read CPUs.
 		{"unknown cpu: p2p", cpuUnknown, pcie, "pcie:n-0:0:tx"},
-		// AMD (2.20: SYS): P2P, socket link 16.
+		// AMD Rome (2.20: SYS): P2P, socket link 128 at line rate.
 		{"amd: p2p", cpuAMD, pcie, "pcie:n-0:0:tx"},
 		// Intel Skylake: SHM, socket link 10.
 		{"skylake: shm", cpuSKL, pcie * SHMShare, "pcie:n-0:0:tx"},
@@ -151,7 +157,7 @@ func TestRingAcrossSocketLink(t *testing.T) {
 	}{
 		{cpuSKL, 15.75 * EffPCIe * SHMShare, "pcie:"}, // SHM everywhere (PXB level), GPU links bound
 		{cpuBDW, 6, "smp:"},
-		{cpuAMD, 15.75 * EffPCIe, "pcie:"}, // P2P, socket link 16
+		{cpuAMD, 15.75 * EffPCIe, "pcie:"}, // P2P, Rome's socket link 128 at line rate
 	} {
 		n := nodes(NodeSpec{Name: "n", GPUs: 8, Model: "Tesla-V100-PCIE", PCIeGen: 3, PCIePath: sock, CPU: tc.cpu}, 1)[0]
 		r, err := Predict(Placement{Ranks: NodeRanks(n)}, AllReduce, 8<<30, Options{Algorithm: Ring})
@@ -161,6 +167,88 @@ func TestRingAcrossSocketLink(t *testing.T) {
 		if math.Abs(r.BusBWGBps-tc.busbw)/tc.busbw > 0.02 || !strings.HasPrefix(r.Bottleneck, tc.link) {
 			t.Errorf("%s: busbw %.2f GB/s bound by %s, want %.2f by %s*", tc.cpu.Kind(), r.BusBWGBps, r.Bottleneck, tc.busbw, tc.link)
 		}
+	}
+}
+
+// An AMD socket link is priced by its generation's xGMI (line rate, at
+// the PCIe efficiency): on Rome/Milan (128 GB/s each way) and Genoa/Turin
+// (256) a ring of 8 GPUs, four a socket, is bound by the GPUs' own PCIe
+// links, as the 8x RTX 5090 Turin host measures (43.9 GB/s busbw at 128
+// MiB, above the 16 GB/s of NCCL's AMD_BW, which priced every AMD CPU
+// before). An AMD CPU of no known generation (Naples) keeps NCCL's
+// figure: 16 GB/s each way through the socket link bounds the ring.
+func TestAMDSocketLinkByGeneration(t *testing.T) {
+	t.Parallel()
+	sock := func(a, b int) topology.Class {
+		if a/4 != b/4 {
+			return topology.SYS
+		}
+		return topology.NODE
+	}
+	amd := func(family, model int) topology.CPU {
+		return topology.CPU{Arch: "x86_64", Vendor: "AuthenticAMD", Family: family, Model: model}
+	}
+	for _, tc := range []struct {
+		name  string
+		cpu   topology.CPU
+		gen   int
+		busbw float64
+		link  string // the bottleneck's name starts so
+	}{
+		{"naples gen3", amd(0x17, 0x01), 3, 15.75 * EffPCIe, "pcie:"}, // 12.6 under NCCL's 16
+		{"naples gen5", amd(0x17, 0x01), 5, 16, "smp:"},
+		{"rome gen4", amd(0x17, 0x31), 4, 31.5 * EffPCIe, "pcie:"},
+		{"milan gen4", amd(0x19, 0x01), 4, 31.5 * EffPCIe, "pcie:"},
+		{"genoa gen5", amd(0x19, 0x11), 5, 63 * EffPCIe, "pcie:"},
+		{"turin gen5", amd(0x1A, 0x02), 5, 63 * EffPCIe, "pcie:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := nodes(NodeSpec{Name: "n", GPUs: 8, Model: "RTX-5090", PCIeGen: tc.gen, PCIePath: sock, CPU: tc.cpu}, 1)[0]
+			r, err := Predict(Placement{Ranks: NodeRanks(n)}, AllReduce, 8<<30, Options{Algorithm: Ring})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(r.BusBWGBps-tc.busbw)/tc.busbw > 0.02 || !strings.HasPrefix(r.Bottleneck, tc.link) {
+				t.Errorf("%s: busbw %.2f GB/s bound by %s, want %.2f by %s*", tc.cpu.Kind(), r.BusBWGBps, r.Bottleneck, tc.busbw, tc.link)
+			}
+		})
+	}
+}
+
+// The 8x RTX 5090 Turin host's all_reduce (43.9 GB/s busbw at 128 MiB)
+// fits to a calibration: with NCCL's AMD_BW as the socket link's figure
+// (35 GB/s at line rate in the ring's links) the fit refused it, busbw
+// above what the links could carry.
+func TestTurinHostCalibrates(t *testing.T) {
+	t.Parallel()
+	i := slices.IndexFunc(Cases, func(c Case) bool { return c.Name == "rtx5090-8gpu-2socket-turin" })
+	if i < 0 {
+		t.Fatal("no case rtx5090-8gpu-2socket-turin")
+	}
+	c := Cases[i]
+	data, err := fs.ReadFile(TestdataFS(), c.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meas, _, err := measured(data, c.Large[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Build()
+	cal, err := FitCalibration(c.Name, []Sample{{Placement: p, Collective: c.Collective, Algorithm: c.Algorithm, Bytes: c.Large[0].Bytes, BusBWGBps: meas, Source: c.File}}, nil)
+	if err != nil {
+		t.Fatalf("refused: %v", err)
+	}
+	if err := cal.Validate(); err != nil {
+		t.Fatalf("the fit is refused: %v", err)
+	}
+	r, err := Predict(p, c.Collective, c.Large[0].Bytes, Options{Algorithm: c.Algorithm, Candidates: NCCLAlgorithms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(r.Bottleneck, "pcie:") {
+		t.Errorf("predicted %.2f GB/s bound by %s, want the GPUs' PCIe links", r.BusBWGBps, r.Bottleneck)
 	}
 }
 
