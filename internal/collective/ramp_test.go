@@ -190,19 +190,7 @@ func TestNVLSTreeByRelease(t *testing.T) {
 		}
 	}
 
-	i := slices.IndexFunc(Cases, func(c Case) bool { return c.Name == "lambda-b200-2node-ib" })
-	if i < 0 {
-		t.Fatal("no lambda-b200-2node-ib case")
-	}
-	c := Cases[i]
-	data, err := fs.ReadFile(TestdataFS(), c.File)
-	if err != nil {
-		t.Fatal(err)
-	}
-	meas, _, err := measured(data, c.Large[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, meas := caseLarge(t, "lambda-b200-2node-ib")
 	for _, tc := range []struct {
 		tun    *Tuning
 		lo, hi float64 // the error's bounds
@@ -216,4 +204,24 @@ func TestNVLSTreeByRelease(t *testing.T) {
 				tc.tun.Version, r.Algorithm, r.BusBWGBps, meas, 100*e, 100*tc.lo, 100*tc.hi)
 		}
 	}
+}
+
+// caseLarge is the validate case named name and its measured busbw at its
+// first large size.
+func caseLarge(t *testing.T, name string) (Case, float64) {
+	t.Helper()
+	i := slices.IndexFunc(Cases, func(c Case) bool { return c.Name == name })
+	if i < 0 {
+		t.Fatalf("no case %s", name)
+	}
+	c := Cases[i]
+	data, err := fs.ReadFile(TestdataFS(), c.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meas, _, err := measured(data, c.Large[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, meas
 }

@@ -1,9 +1,7 @@
 package collective
 
 import (
-	"io/fs"
 	"math"
-	"slices"
 	"strings"
 	"testing"
 
@@ -139,17 +137,19 @@ func TestTransportAcrossSockets(t *testing.T) {
 	}
 }
 
+// fourASocket is the PCIe path of a node of two sockets, four GPUs each.
+func fourASocket(a, b int) topology.Class {
+	if a/4 != b/4 {
+		return topology.SYS
+	}
+	return topology.NODE
+}
+
 // A ring over two sockets of four GPUs each crosses the socket link once
 // each way: on Skylake its 10 GB/s each way, not the GPU links' 9.45, are
 // what every channel shares, and the ring is as fast as the slower.
 func TestRingAcrossSocketLink(t *testing.T) {
 	t.Parallel()
-	sock := func(a, b int) topology.Class {
-		if a/4 != b/4 {
-			return topology.SYS
-		}
-		return topology.NODE
-	}
 	for _, tc := range []struct {
 		cpu   topology.CPU
 		busbw float64
@@ -159,14 +159,22 @@ func TestRingAcrossSocketLink(t *testing.T) {
 		{cpuBDW, 6, "smp:"},
 		{cpuAMD, 15.75 * EffPCIe, "pcie:"}, // P2P, Rome's socket link 128 at line rate
 	} {
-		n := nodes(NodeSpec{Name: "n", GPUs: 8, Model: "Tesla-V100-PCIE", PCIeGen: 3, PCIePath: sock, CPU: tc.cpu}, 1)[0]
-		r, err := Predict(Placement{Ranks: NodeRanks(n)}, AllReduce, 8<<30, Options{Algorithm: Ring})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if math.Abs(r.BusBWGBps-tc.busbw)/tc.busbw > 0.02 || !strings.HasPrefix(r.Bottleneck, tc.link) {
-			t.Errorf("%s: busbw %.2f GB/s bound by %s, want %.2f by %s*", tc.cpu.Kind(), r.BusBWGBps, r.Bottleneck, tc.busbw, tc.link)
-		}
+		ringBound(t, NodeSpec{Name: "n", GPUs: 8, Model: "Tesla-V100-PCIE", PCIeGen: 3, PCIePath: fourASocket, CPU: tc.cpu}, tc.busbw, tc.link)
+	}
+}
+
+// ringBound checks an 8 GiB ring all_reduce over the node's GPUs: its
+// busbw within 2% of busbw, its bottleneck a link whose name starts with
+// link.
+func ringBound(t *testing.T, spec NodeSpec, busbw float64, link string) {
+	t.Helper()
+	n := nodes(spec, 1)[0]
+	r, err := Predict(Placement{Ranks: NodeRanks(n)}, AllReduce, 8<<30, Options{Algorithm: Ring})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(r.BusBWGBps-busbw)/busbw > 0.02 || !strings.HasPrefix(r.Bottleneck, link) {
+		t.Errorf("%s: busbw %.2f GB/s bound by %s, want %.2f by %s*", spec.CPU.Kind(), r.BusBWGBps, r.Bottleneck, busbw, link)
 	}
 }
 
@@ -179,12 +187,6 @@ func TestRingAcrossSocketLink(t *testing.T) {
 // figure: 16 GB/s each way through the socket link bounds the ring.
 func TestAMDSocketLinkByGeneration(t *testing.T) {
 	t.Parallel()
-	sock := func(a, b int) topology.Class {
-		if a/4 != b/4 {
-			return topology.SYS
-		}
-		return topology.NODE
-	}
 	amd := func(family, model int) topology.CPU {
 		return topology.CPU{Arch: "x86_64", Vendor: "AuthenticAMD", Family: family, Model: model}
 	}
@@ -204,14 +206,7 @@ func TestAMDSocketLinkByGeneration(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			n := nodes(NodeSpec{Name: "n", GPUs: 8, Model: "RTX-5090", PCIeGen: tc.gen, PCIePath: sock, CPU: tc.cpu}, 1)[0]
-			r, err := Predict(Placement{Ranks: NodeRanks(n)}, AllReduce, 8<<30, Options{Algorithm: Ring})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if math.Abs(r.BusBWGBps-tc.busbw)/tc.busbw > 0.02 || !strings.HasPrefix(r.Bottleneck, tc.link) {
-				t.Errorf("%s: busbw %.2f GB/s bound by %s, want %.2f by %s*", tc.cpu.Kind(), r.BusBWGBps, r.Bottleneck, tc.busbw, tc.link)
-			}
+			ringBound(t, NodeSpec{Name: "n", GPUs: 8, Model: "RTX-5090", PCIeGen: tc.gen, PCIePath: fourASocket, CPU: tc.cpu}, tc.busbw, tc.link)
 		})
 	}
 }
@@ -222,19 +217,7 @@ func TestAMDSocketLinkByGeneration(t *testing.T) {
 // above what the links could carry.
 func TestTurinHostCalibrates(t *testing.T) {
 	t.Parallel()
-	i := slices.IndexFunc(Cases, func(c Case) bool { return c.Name == "rtx5090-8gpu-2socket-turin" })
-	if i < 0 {
-		t.Fatal("no case rtx5090-8gpu-2socket-turin")
-	}
-	c := Cases[i]
-	data, err := fs.ReadFile(TestdataFS(), c.File)
-	if err != nil {
-		t.Fatal(err)
-	}
-	meas, _, err := measured(data, c.Large[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, meas := caseLarge(t, "rtx5090-8gpu-2socket-turin")
 	p := c.Build()
 	cal, err := FitCalibration(c.Name, []Sample{{Placement: p, Collective: c.Collective, Algorithm: c.Algorithm, Bytes: c.Large[0].Bytes, BusBWGBps: meas, Source: c.File}}, nil)
 	if err != nil {
