@@ -357,6 +357,20 @@ type Explanation struct {
 	// a fast node kept whole for the jobs expected next; nil when none
 	// was weighed.
 	FitTrade *FitTrade `json:"fit_trade,omitempty"`
+	// Backfill is set when the job was placed on nodes held for another
+	// (placement's --backfill): expected to end before they drain.
+	Backfill *Backfill `json:"backfill,omitempty"`
+}
+
+// Backfill says why a job could run on nodes held for a waiting one: its
+// expected end (now plus the mean run time learned for its size) is no
+// later than the latest expected end of the jobs on them.
+type Backfill struct {
+	// HeldFor is the job the nodes are held for.
+	HeldFor string `json:"held_for"`
+	// ExpectedEnd is this job's; DrainedBy the held nodes'.
+	ExpectedEnd time.Time `json:"expected_end"`
+	DrainedBy   time.Time `json:"drained_by"`
 }
 
 // FitTrade is one weighing of a job's step time against a fast shape:

@@ -270,6 +270,10 @@ func writeExplanation(b *strings.Builder, ex *events.Explanation) {
 		t.to(b)
 	}
 	writeFitTrade(b, ex.FitTrade)
+	if bf := ex.Backfill; bf != nil {
+		fmt.Fprintf(b, "\nbackfill: placed on nodes held for job %s: expected to end at %s, before the jobs on them (%s)\n",
+			bf.HeldFor, bf.ExpectedEnd.UTC().Format(time.RFC3339), bf.DrainedBy.UTC().Format(time.RFC3339))
+	}
 }
 
 // writeFitTrade says which way topology-aware weighed the job's speed

@@ -130,6 +130,9 @@ func TestWriteExplainGolden(t *testing.T) {
 		Node: "node:h100-002", Tighter: "node:t4-007", NodeFree: 8, MinGPUs: 7, StepSeconds: 1.0, TighterStepSeconds: 1.09,
 		HorizonSeconds: 5400, ArrivalsPerHour: 0.05, Spare: 2, Probability: 0.0003,
 		JobCostSeconds: 486, OthersCostSeconds: 0.5}}
+	backfilled := decision("backfilled", 1, 2)
+	backfilled.Explanation = &events.Explanation{NodesConsidered: 2, Backfill: &events.Backfill{HeldFor: "big",
+		ExpectedEnd: time.Date(2025, 1, 2, 11, 10, 0, 0, time.UTC), DrainedBy: time.Date(2025, 1, 2, 13, 0, 0, 0, time.UTC)}}
 
 	pending := &events.PlacementPending{JobID: "waits",
 		Reasons: []events.Reason{
@@ -167,6 +170,7 @@ func TestWriteExplainGolden(t *testing.T) {
 		{"decided-by-model-corrected", hist("corrected", corrected)},
 		{"decided-fit-trade", hist("traded", &events.JobSubmitted{JobID: "traded", GPUs: 2}, traded)},
 		{"decided-fit-trade-declined", hist("declined", &events.JobSubmitted{JobID: "declined", GPUs: 2}, declined)},
+		{"decided-backfill", hist("backfilled", &events.JobSubmitted{JobID: "backfilled", GPUs: 2}, backfilled)},
 		{"decided-large", hist("big", &events.JobSubmitted{JobID: "big", GPUs: 320}, largeDecision())},
 		{"pending-long", hist("waits", waits...)},
 		// Ordered by expected ends: the turn says why later jobs start first.

@@ -104,8 +104,11 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 		Demand: p.Demand, Now: p.Now, FitTolerance: p.FitTolerance}
 	reserved := 0
 	res := p.Reservation.Holds(job)
-	if res != nil && p.backfills(snap, job, res) {
-		res = nil
+	var backfill *events.Backfill
+	if res != nil {
+		if backfill = p.backfill(snap, job, res); backfill != nil {
+			res = nil
+		}
 	}
 	if res != nil || pv.filters() {
 		// Without either, no node is refused: the strategies walk no
@@ -140,9 +143,12 @@ func (p *Planner) Plan(ctx context.Context, snap *store.Snapshot, job events.Job
 	}
 	ex.NodesDenied = pv.denials()
 	ex.NodesReserved = reserved
+	if backfill != nil && r.Verdict == outcome.Placed && slices.ContainsFunc(r.GPUs, func(g store.GPUKey) bool { return p.Reservation.Nodes[g.Node] }) {
+		ex.Backfill = backfill
+	}
 	// Blind's verdict on capacity comes before any candidate is looked
 	// at; an explanation says something only once placement got further.
-	if ex.NodesConsidered > 0 || len(ex.Candidates) > 0 || len(ex.NodesDenied) > 0 || reserved > 0 {
+	if ex.NodesConsidered > 0 || len(ex.Candidates) > 0 || len(ex.NodesDenied) > 0 || reserved > 0 || ex.Backfill != nil {
 		out.Explanation = &ex
 	}
 	switch {

@@ -274,6 +274,12 @@ func TestPlannerBackfillsHeldNodes(t *testing.T) {
 			if got.Verdict != c.want {
 				t.Fatalf("%d-GPU job: %v %v, want %v", c.gpus, got.Verdict, got.Reasons, c.want)
 			}
+			// A job placed on the held node says so, with both ends.
+			if got.Verdict == outcome.Placed {
+				if ex := got.Explanation; ex == nil || ex.Backfill == nil || ex.Backfill.HeldFor != "head" || ex.Backfill.ExpectedEnd.After(ex.Backfill.DrainedBy) {
+					t.Fatalf("explanation %+v, want its backfill onto head's nodes", ex)
+				}
+			}
 		})
 	}
 }

@@ -73,19 +73,22 @@ func (r *Reservation) Holds(job events.JobAnalyzed) *Reservation {
 	return r
 }
 
-// backfills reports whether job may run on the nodes res holds: backfill
-// is on, and the job, started now, is expected to end by the time the
-// jobs on them are (drainedBy).
-func (p *Planner) backfills(snap *store.Snapshot, job events.JobAnalyzed, res *Reservation) bool {
+// backfill says whether job may run on the nodes res holds, nil when it
+// may not: backfill is on, and the job, started now, is expected to end
+// by the time the jobs on them are (drainedBy).
+func (p *Planner) backfill(snap *store.Snapshot, job events.JobAnalyzed, res *Reservation) *events.Backfill {
 	if !p.Backfill || p.Demand == nil {
-		return false
+		return nil
 	}
 	run, ok := p.Demand.RunTime(job.Job.GPUs)
 	if !ok {
-		return false
+		return nil
 	}
 	until, ok := drainedBy(snap, p.Demand, res.Nodes, p.Now)
-	return ok && !p.Now.Add(run).After(until)
+	if end := p.Now.Add(run); ok && !end.After(until) {
+		return &events.Backfill{HeldFor: res.JobID, ExpectedEnd: end.UTC(), DrainedBy: until.UTC()}
+	}
+	return nil
 }
 
 // drainedBy is when the jobs running on nodes are expected to have
