@@ -539,20 +539,26 @@ type PlacementPending struct {
 	// Explanation says what placement looked at, when it got that far.
 	Explanation *Explanation `json:"explanation,omitempty"`
 	// Turn is the job's place in the queue, where placement orders it by
-	// expected ends (--queue-order expected-end).
+	// expected work or ends (--queue-order expected-work, expected-end).
 	Turn *QueueTurn `json:"turn,omitempty"`
 }
 
 // QueueTurn is a waiting job's place in placement's queue: jobs of one
-// priority are tried in the order of At, the time the job would end had it
-// started when it first waited, so that a short job does not wait behind
-// every long one that came before it, and no job waits behind one that
-// came more than its own expected run time after it.
+// priority are tried in the order of At, the job's first wait plus its
+// expected run time weighed by its share of a node (expected work) or not
+// (expected end), so that a small, short job does not wait behind every
+// large or long one that came before it, and no job waits behind one that
+// came more than its own weighed run time after it.
 type QueueTurn struct {
 	At time.Time `json:"at"`
 	// ExpectedRunSeconds is the run time learned then for jobs of its
 	// size (0: none learned yet, and At is when it first waited).
 	ExpectedRunSeconds float64 `json:"expected_run_seconds"`
+	// NodeShare, ordered by expected work (--queue-order expected-work),
+	// is the job's GPUs over the most GPUs of its model on one node: At
+	// is its first wait plus ExpectedRunSeconds times NodeShare. Absent
+	// when ordered by expected ends (a share of 1).
+	NodeShare float64 `json:"node_share,omitempty"`
 }
 
 // PlacementRejected says a job can never be placed or is invalid

@@ -241,9 +241,13 @@ func prepareReplay(f replayFlags) (*prepared, error) {
 		p.trace.Notes = append(p.trace.Notes, fmt.Sprintf("topology-aware starts a job spread over nodes only where it is predicted at most %.2f times as slow as on an ideal placement, "+
 			"or once nodes held for it hold it (--max-stretch; the peers start it on any placement)", f.maxStretch))
 	}
-	if f.queueOrder == placement.QueueByArrival {
+	switch f.queueOrder {
+	case placement.QueueByArrival:
 		p.trace.Notes = append(p.trace.Notes, "placement tries the waiting jobs in arrival order (--queue-order arrival), under every strategy")
-	} else {
+	case placement.QueueByWork:
+		p.trace.Notes = append(p.trace.Notes, "placement tries the waiting jobs in the order of their first waits plus their expected work, the run time it learns for each size "+
+			"times the job's share of a node (--queue-order expected-work), under every strategy")
+	default:
 		p.trace.Notes = append(p.trace.Notes, "placement tries the waiting jobs in the order they would end had each started when it first waited, from the run times it learns "+
 			"for each size (--queue-order expected-end), under every strategy")
 	}

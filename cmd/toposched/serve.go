@@ -527,7 +527,8 @@ func computeReferenceFlag(fs *pflag.FlagSet, v *string) {
 // tries the waiting jobs of one priority (placement.Config.QueueOrder).
 func queueOrderFlag(fs *pflag.FlagSet, v *string) {
 	fs.StringVar(v, "queue-order", placement.QueueByEnd, "the order waiting jobs of one priority are tried in: "+placement.QueueByEnd+
-		" (the time each would end had it started when it first waited, from the run times learned for its size) or "+placement.QueueByArrival)
+		" (each one's first wait plus the run time learned for its size), "+placement.QueueByWork+
+		" (the same run time times its share of a node) or "+placement.QueueByArrival)
 }
 
 // backfillFlag registers --backfill (placement.Config.Backfill).

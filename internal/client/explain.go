@@ -213,6 +213,9 @@ func writeTurn(b *strings.Builder, t *events.QueueTurn) {
 	if t.ExpectedRunSeconds > 0 {
 		how = "its first wait plus " + time.Duration(t.ExpectedRunSeconds*float64(time.Second)).Round(time.Second).String() +
 			", the run time learned for jobs of its size"
+		if t.NodeShare > 0 {
+			how += fmt.Sprintf(", times %.3g, its share of a node", t.NodeShare)
+		}
 	}
 	fmt.Fprintf(b, "\nqueue turn: %s (%s); jobs of its priority are tried in the order of their turns\n", stamp(t.At), how)
 }

@@ -177,6 +177,10 @@ func TestWriteExplainGolden(t *testing.T) {
 		{"pending-turn", hist("short", &events.JobSubmitted{JobID: "short", GPUs: 1}, &events.PlacementPending{JobID: "short",
 			Reasons: []events.Reason{{Code: "insufficient_free_gpus", Field: "gpus", Message: "needs 1 free GPUs, 0 free now"}},
 			Turn:    &events.QueueTurn{At: time.Date(2025, 1, 2, 11, 18, 41, 0, time.UTC), ExpectedRunSeconds: 4720}})},
+		// Ordered by expected work: the run time weighed by its share of a node.
+		{"pending-turn-work", hist("small", &events.JobSubmitted{JobID: "small", GPUs: 1}, &events.PlacementPending{JobID: "small",
+			Reasons: []events.Reason{{Code: "insufficient_free_gpus", Field: "gpus", Message: "needs 1 free GPUs, 0 free now"}},
+			Turn:    &events.QueueTurn{At: time.Date(2025, 1, 2, 10, 9, 51, 0, time.UTC), ExpectedRunSeconds: 4720, NodeShare: 0.125}})},
 		{"rejected", hist("bad", &events.JobSubmitted{JobID: "bad", GPUs: 8, Parallelism: &events.Parallelism{}}, rejected)},
 		{"rejected-capacity", hist("huge", &events.JobSubmitted{JobID: "huge", GPUs: 4096}, capacity)},
 		{"submitted", hist("new", &events.JobSubmitted{JobID: "new", GPUs: 1}, fmt.Errorf("unreadable body: unexpected end of JSON input"))},

@@ -435,7 +435,7 @@ func (c *cycle) place(ctx context.Context, job store.Job, fresh bool, done chan<
 	case outcome.Wait:
 		p := &events.PlacementPending{JobID: job.ID, Reasons: plan.Reasons, Counterfactuals: plan.Counterfactuals, Explanation: plan.Explanation}
 		job.State, job.Reasons = store.JobPending, plan.Reasons
-		job.Turn, p.Turn = s.turn(out.prev, job.Spec.Job.GPUs)
+		job.Turn, p.Turn = s.turn(before, out.prev, job.Spec)
 		out.ev = p
 		out.msg, out.args = "job pending", []any{"reason", plan.Reasons[0].Message}
 	case outcome.Never:

@@ -23,45 +23,60 @@ func (r *clockedRig) learnRunTimes(runs map[int]time.Duration) {
 	}
 }
 
-// Ordered by expected ends, a one-hour job that comes a minute after a
-// ten-hour one is tried first: the GPUs that free go to it, and each
-// job's turn is its first wait plus the run time learned for its size.
-// In arrival order they go to the ten-hour job, and no job has a turn.
+// The waiting jobs' order. A node-wide job of ten hours ("long") waits,
+// then a one-GPU job of one hour ("short") a minute later: ordered by
+// expected work or by expected ends, the short job is tried first (its
+// turn is its first wait plus its run time, over 8 by work: one GPU of an
+// 8-GPU node). A node-wide job of one hour against a one-GPU job of four
+// hours tells the two apart: by ends the node-wide job ends first, by
+// work the one-GPU job takes less (half an hour of a node). In arrival
+// order the first to come goes first, and no job has a turn.
 func TestQueueOrder(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		order       string
-		placed      string // the job the freed node goes to
-		shortTurnIn time.Duration
+		name         string
+		order        string
+		wide, narrow time.Duration // run times learned for 8 GPUs and 1
+		placed       string        // the job the freed node goes to
+		narrowTurnIn time.Duration // from the narrow job's first wait; 0: no turns
+		share        float64       // the narrow job's node_share
 	}{
-		{order: "", placed: "short", shortTurnIn: time.Hour},
-		{order: QueueByEnd, placed: "short", shortTurnIn: time.Hour},
-		{order: QueueByArrival, placed: "long"},
+		{name: "default", wide: 10 * time.Hour, narrow: time.Hour, placed: "narrow", narrowTurnIn: time.Hour},
+		{name: "work/short", order: QueueByWork, wide: 10 * time.Hour, narrow: time.Hour, placed: "narrow", narrowTurnIn: time.Hour / 8, share: 0.125},
+		{name: "end/short", order: QueueByEnd, wide: 10 * time.Hour, narrow: time.Hour, placed: "narrow", narrowTurnIn: time.Hour},
+		{name: "arrival/short", order: QueueByArrival, wide: 10 * time.Hour, narrow: time.Hour, placed: "wide"},
+		{name: "work/narrow", order: QueueByWork, wide: time.Hour, narrow: 4 * time.Hour, placed: "narrow", narrowTurnIn: time.Hour / 2, share: 0.125},
+		{name: "end/narrow", order: QueueByEnd, wide: time.Hour, narrow: 4 * time.Hour, placed: "wide", narrowTurnIn: 4 * time.Hour},
 	} {
-		t.Run(tt.order, func(t *testing.T) {
+		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			after := 24 * time.Hour // no hold in the way
 			r := newClockedRig(t, Config{ReserveAfter: &after, QueueOrder: tt.order}, map[string]string{"n0": "dgx-a100"})
-			r.learnRunTimes(map[int]time.Duration{1: time.Hour, 8: 10 * time.Hour})
+			r.learnRunTimes(map[int]time.Duration{1: tt.narrow, 8: tt.wide})
 			r.submit(events.JobSubmitted{JobID: "fill", GPUs: 8})
 			first := r.clock
-			if j := r.submit(events.JobSubmitted{JobID: "long", GPUs: 8}); j.State != store.JobPending {
-				t.Fatalf("long: %s, want pending", j.State)
+			if j := r.submit(events.JobSubmitted{JobID: "wide", GPUs: 8}); j.State != store.JobPending {
+				t.Fatalf("wide: %s, want pending", j.State)
 			}
 			r.clock = r.clock.Add(time.Minute)
-			short := r.submit(events.JobSubmitted{JobID: "short", GPUs: 1})
-			if short.State != store.JobPending {
-				t.Fatalf("short: %s, want pending", short.State)
+			narrow := r.submit(events.JobSubmitted{JobID: "narrow", GPUs: 1})
+			if narrow.State != store.JobPending {
+				t.Fatalf("narrow: %s, want pending", narrow.State)
 			}
-			wantLong, wantShort := time.Time{}, time.Time{}
-			if tt.shortTurnIn > 0 {
-				wantLong, wantShort = first.Add(10*time.Hour), first.Add(time.Minute+tt.shortTurnIn)
+			wantWide, wantNarrow := time.Time{}, time.Time{}
+			if tt.narrowTurnIn > 0 {
+				wantWide, wantNarrow = first.Add(tt.wide), first.Add(time.Minute+tt.narrowTurnIn)
 			}
-			if long := r.job("long"); !long.Turn.Equal(wantLong) || !short.Turn.Equal(wantShort) {
-				t.Errorf("turns: long %v, short %v; want %v, %v", long.Turn, short.Turn, wantLong, wantShort)
+			if wide := r.job("wide"); !wide.Turn.Equal(wantWide) || !narrow.Turn.Equal(wantNarrow) {
+				t.Errorf("turns: wide %v, narrow %v; want %v, %v", wide.Turn, narrow.Turn, wantWide, wantNarrow)
+			}
+			// A resubmission keeps the turn, and its event tells it the same.
+			if _, qt := r.s.turn(r.s.Store().Snapshot(), &narrow, narrow.Spec); tt.narrowTurnIn > 0 &&
+				(qt == nil || !qt.At.Equal(wantNarrow) || qt.NodeShare != tt.share || qt.ExpectedRunSeconds != tt.narrow.Seconds()) {
+				t.Errorf("narrow's turn resubmitted %+v, want at %v, node_share %v, expected_run_seconds %v", qt, wantNarrow, tt.share, tt.narrow.Seconds())
 			}
 			r.finish("fill")
-			other := map[string]string{"short": "long", "long": "short"}[tt.placed]
+			other := map[string]string{"narrow": "wide", "wide": "narrow"}[tt.placed]
 			if j := r.job(tt.placed); j.State != store.JobPlaced {
 				t.Errorf("%s: %s, want placed on the freed node", tt.placed, j.State)
 			}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,7 +65,7 @@ type Config struct {
 	// of each candidate (placer.Planner.ComputeReference).
 	ComputeReference string
 	// QueueOrder orders the waiting jobs of one priority: QueueByEnd
-	// ("" too) or QueueByArrival.
+	// ("" too), QueueByWork or QueueByArrival.
 	QueueOrder string
 	// Backfill lets a job run on nodes held for the head of the queue
 	// when it is expected to end before the jobs on them (see
@@ -76,9 +77,14 @@ type Config struct {
 
 // Queue orders (Config.QueueOrder).
 const (
-	// QueueByEnd tries waiting jobs of one priority in the order of the
-	// times they would end had each started when it first waited: its
-	// first wait plus the run time learned for its size (events.QueueTurn).
+	// QueueByWork tries waiting jobs of one priority in the order of
+	// their first wait plus the work learned for their size, in node
+	// hours: the run time learned for its size times its GPUs over a
+	// node's (events.QueueTurn).
+	QueueByWork = "expected-work"
+	// QueueByEnd tries them in the order of the times they would end had
+	// each started when it first waited: its first wait plus the run time
+	// learned for its size, whatever its GPUs.
 	QueueByEnd = "expected-end"
 	// QueueByArrival tries them in the order they first waited.
 	QueueByArrival = "arrival"
@@ -96,8 +102,8 @@ func (c Config) Validate() error {
 	if math.IsNaN(c.MaxStretch) || math.IsInf(c.MaxStretch, 0) || (c.MaxStretch > 0 && c.MaxStretch < 1) {
 		errs = append(errs, fmt.Errorf("placement: max stretch %v: want at least 1 (0: the default; negative: off)", c.MaxStretch))
 	}
-	if c.QueueOrder != "" && c.QueueOrder != QueueByEnd && c.QueueOrder != QueueByArrival {
-		errs = append(errs, fmt.Errorf("placement: queue order %q: want %s or %s", c.QueueOrder, QueueByEnd, QueueByArrival))
+	if !slices.Contains([]string{"", QueueByWork, QueueByEnd, QueueByArrival}, c.QueueOrder) {
+		errs = append(errs, fmt.Errorf("placement: queue order %q: want %s, %s or %s", c.QueueOrder, QueueByWork, QueueByEnd, QueueByArrival))
 	}
 	if c.ComputeReference != "" {
 		if _, ok := gpuspeed.Lookup(c.ComputeReference); !ok {
@@ -176,12 +182,12 @@ type Service struct {
 	// are held for it (negative: never); reservation is the hold, nil
 	// when none; pendingSince is when each waiting job first waited.
 	reserveAfter time.Duration
-	// byEnd is Config.QueueOrder QueueByEnd; backfill is
-	// Config.Backfill.
-	byEnd        bool
-	backfill     bool
-	reservation  *placer.Reservation
-	pendingSince map[string]time.Time
+	// byEnd is set for QueueByEnd and QueueByWork (jobs have turns),
+	// byWork for QueueByWork; backfill is Config.Backfill.
+	byEnd, byWork bool
+	backfill      bool
+	reservation   *placer.Reservation
+	pendingSince  map[string]time.Time
 	// maxStretch is Config.MaxStretch (0 and below: the rule is off);
 	// ideals the ideal placements it compares with.
 	maxStretch float64
@@ -242,7 +248,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	svc := &Service{pub: deps.Publish, read: deps.Read, consume: deps.Consume, subjects: deps.Subjects,
 		store: st, log: log.With("component", "placement"), now: now, observe: deps.ObservePolicyEval,
 		ready: make(chan struct{}), strategy: strategy.Name(), searchBudget: cfg.SearchBudget, computeReference: cfg.ComputeReference, policies: cfg.Policies,
-		reserveAfter: reserveAfter, byEnd: cfg.QueueOrder != QueueByArrival, backfill: cfg.Backfill, pendingSince: map[string]time.Time{},
+		reserveAfter: reserveAfter, byEnd: cfg.QueueOrder != QueueByArrival, byWork: cfg.QueueOrder == QueueByWork, backfill: cfg.Backfill, pendingSince: map[string]time.Time{},
 		holder: cmp.Or(cfg.Holder, "placement"), leaseRevision: cfg.LeaseRevision, ackWait: defaultAckWait,
 		life: context.Background(), demand: newDemand()}
 	switch {

@@ -242,20 +242,15 @@ func TestReplayIsDeterministic(t *testing.T) {
 	}
 }
 
-// TestShortcutsChangeNothing replays two traces with the virtual clock's
-// shortcuts and again one event at a time (oneAtATime): a light one, in
-// which many jobs end one after another with nobody waiting (finish
-// runs), and a contended one under the reservation, in which jobs wait
-// far longer than ReserveAfter (barriers left out once it is settled).
-// Every job and every timeline point must come out the same.
 // backfilled is a trace on which --backfill starts jobs on held nodes
-// (TestBackfillOnHeldNodes): run times spread wide and 64-GPU heads.
+// (TestPlacementOptionsReachIt): run times spread wide and 64-GPU heads.
 var backfilled = SynthConfig{Jobs: 150, Seed: 5, Load: 2.5, DurationMedian: 3600, DurationSigma: 1.5,
 	Sizes: []SizeWeight{{1, 6}, {2, 2}, {4, 2}, {8, 3}, {64, 1}}}
 
-// TestBackfillOnHeldNodes: the replay hands --backfill to placement, and
-// on a contended trace it starts some jobs at other times.
-func TestBackfillOnHeldNodes(t *testing.T) {
+// TestPlacementOptionsReachIt: the replay hands placement's --backfill and
+// --queue-order to it, and on a contended trace each starts some jobs at
+// other times.
+func TestPlacementOptionsReachIt(t *testing.T) {
 	t.Parallel()
 	clusterFile := filepath.Join("..", "..", "deploy", "examples", "replay", "hetero-512.yaml")
 	inv, err := LoadInventory(clusterFile)
@@ -266,29 +261,48 @@ func TestBackfillOnHeldNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var res [2]*Result
-	for i, backfill := range []bool{false, true} {
-		r, err := Run(ctx, Config{ClusterFile: clusterFile, Inventory: inv, Trace: tr, Strategy: "topology-aware", Seed: 1,
-			ReserveAfter: 5 * time.Minute, MaxStretch: -1, Backfill: backfill, DataDir: t.TempDir(), Stall: time.Minute, Samples: 50})
+	replay := func(t *testing.T, option func(*Config)) *Result {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cfg := Config{ClusterFile: clusterFile, Inventory: inv, Trace: tr, Strategy: "topology-aware", Seed: 1,
+			ReserveAfter: 5 * time.Minute, MaxStretch: -1, DataDir: t.TempDir(), Stall: time.Minute, Samples: 50}
+		option(&cfg)
+		r, err := Run(ctx, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res[i] = r
+		return r
 	}
-	moved := 0
-	for i, j := range res[0].Jobs {
-		if j.Start != res[1].Jobs[i].Start {
-			moved++
-		}
+	base := replay(t, func(*Config) {})
+	for _, tc := range []struct {
+		name   string
+		option func(*Config)
+	}{
+		{"backfill", func(c *Config) { c.Backfill = true }},
+		{"ordered by expected work", func(c *Config) { c.QueueOrder = placement.QueueByWork }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := replay(t, tc.option)
+			moved := 0
+			for i, j := range base.Jobs {
+				if j.Start != res.Jobs[i].Start {
+					moved++
+				}
+			}
+			if moved == 0 {
+				t.Fatalf("every job started at the same time with %s and without", tc.name)
+			}
+			t.Logf("%d of %d jobs started at another time", moved, len(base.Jobs))
+		})
 	}
-	if moved == 0 {
-		t.Fatal("every job started at the same time with and without backfill")
-	}
-	t.Logf("%d of %d jobs started at another time", moved, len(res[0].Jobs))
 }
 
+// TestShortcutsChangeNothing replays two traces with the virtual clock's
+// shortcuts and again one event at a time (oneAtATime): a light one, in
+// which many jobs end one after another with nobody waiting (finish
+// runs), and a contended one under the reservation, in which jobs wait
+// far longer than ReserveAfter (barriers left out once it is settled).
+// Every job and every timeline point must come out the same.
 func TestShortcutsChangeNothing(t *testing.T) {
 	clusterFile := filepath.Join("..", "..", "deploy", "examples", "replay", "hetero-512.yaml")
 	inv, err := LoadInventory(clusterFile)
@@ -318,6 +332,8 @@ func TestShortcutsChangeNothing(t *testing.T) {
 		// held nodes depends on the clock, so the shortcuts must not move
 		// the time of any decision.
 		backfill bool
+		// order is placement's --queue-order ("": its default).
+		order string
 	}{
 		{"finish runs", SynthConfig{Jobs: 80, Seed: 3, Load: 0.3, DurationMedian: 600, DurationSigma: 1.5,
 			Sizes: []SizeWeight{{1, 4}, {2, 1}, {8, 2}, {16, 1}}}, func(t *testing.T, _, single *Result) {
@@ -342,12 +358,13 @@ func TestShortcutsChangeNothing(t *testing.T) {
 			if backToBack < 10 {
 				t.Fatalf("only %d finishes follow another with no arrival between: the trace does not test runs", backToBack)
 			}
-		}, 0, false},
-		{"settled reservation", contended, fewerBarriers, -1, false},
+		}, 0, false, ""},
+		{"settled reservation", contended, fewerBarriers, -1, false, ""},
+		{"settled reservation, ordered by expected work", contended, fewerBarriers, -1, false, placement.QueueByWork},
 		{"settled reservation, compact placements awaited", contended, func(t *testing.T, runs, single *Result) {
 			t.Logf("barriers: %d, one at a time %d", runs.Summary.Barriers, single.Summary.Barriers)
-		}, 0, false},
-		{"settled reservation, backfill", backfilled, fewerBarriers, -1, true},
+		}, 0, false, ""},
+		{"settled reservation, backfill", backfilled, fewerBarriers, -1, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, err := Generate(tc.synth, inv.GPUs, inv.MaxNodeGPUs)
@@ -361,7 +378,7 @@ func TestShortcutsChangeNothing(t *testing.T) {
 				defer func(was bool) { oneAtATime = was }(oneAtATime)
 				oneAtATime = single
 				r, err := Run(ctx, Config{ClusterFile: clusterFile, Inventory: inv, Trace: tr, Strategy: "topology-aware", Seed: 1,
-					ReserveAfter: 5 * time.Minute, MaxStretch: tc.maxStretch, Backfill: tc.backfill, DataDir: t.TempDir(), Stall: time.Minute, Samples: 50})
+					ReserveAfter: 5 * time.Minute, MaxStretch: tc.maxStretch, Backfill: tc.backfill, QueueOrder: tc.order, DataDir: t.TempDir(), Stall: time.Minute, Samples: 50})
 				if err != nil {
 					t.Fatal(err)
 				}
