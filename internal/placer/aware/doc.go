@@ -51,40 +51,24 @@
 // enough. Across nodes a node offers its free GPUs in whole units: the
 // job's innermost group size (TP when the layout puts TP first, so TP
 // groups stay on nodes), or gpus_per_node exactly; when whole units
-// do not suffice, single GPUs. The tightest such domain is the favourite,
-// and the job is also spread in up to 16 others that hold it (the next
-// tightest leaves, then pods, then the cluster), which compete as
-// alternatives (below): on a cluster of one kind of node their spreads
-// cost the same and the tightest stays; on a mixed one the tightest leaf
-// may be one of nodes without NICs, several times as slow as a leaf of
-// others (the favourite alone took such a leaf for two 32-GPU jobs of ITP
-// cluster01 on deploy/examples/replay/hetero-512.yaml, predicted 4.6
-// times as slow as their ideal, while 13 A100 nodes with NICs were free).
+// do not suffice, single GPUs.
 //
 // # Large clusters
 //
 // On a cluster with more than Options.ScopeNodes nodes with free GPUs of
 // the job's model (DefaultScopeNodes), a job no node holds does not walk
 // every node: the store's free counts per leaf and pod name the domains of
-// the levels that may hold it (leaves, then pods), and their nodes alone
-// are read: at each level the tightest first, until 1,024 nodes were
-// read, then, where those came short of 16 domains, the loosest (a tight
-// domain seldom has nodes free enough to offer whole groups; a loose one
-// may be of a faster kind), up to 16 domains in all (at most four whose
-// free GPUs are mostly of one model from the tightest, two more from the
-// loosest) found to offer the job as it will be spread. The job is spread
-// in each, and the fastest spread by the cost model is the favourite; the
-// alternatives and the local search use those domains' nodes; a judge
-// that denies them all gets the whole cluster's candidates. Where no leaf
-// or pod holds the job, or a level's nodes were read without finding one,
-// every node is walked as on a small cluster. Against the whole-cluster
-// walk on seeded mixed clusters of 1,536 nodes
+// the smallest level that may hold it, the tightest first, and their nodes
+// alone are read, until up to 16 of them (at most four whose free GPUs are
+// mostly of one model) are found to offer the job as it will be spread.
+// The job is spread in each, and the fastest spread by the cost model is
+// the favourite; the alternatives and the local search use those domains'
+// nodes; a judge that denies them all gets the whole cluster's candidates.
+// Where no leaf or pod holds the job, or 1,024 nodes were read without
+// finding one, every node is walked as on a small cluster. Against the
+// whole-cluster walk on seeded mixed clusters of 1,536 nodes
 // (TestScopedAgainstClusterWalk), the scoped choice was faster by more
-// than 2% in 23 of 144 decisions and slower in 7 (at most 1.99 times);
-// before the whole-cluster walk spread jobs in more than its tightest
-// domain, and the scoped walk read the loosest domains and pods too, it
-// was faster in 50 and slower in 1 against a weaker walk, and up to 26
-// times as slow against the walk as it is now.
+// than 2% in 50 of 144 decisions and slower in 1.
 //
 // # Alternatives across nodes
 //

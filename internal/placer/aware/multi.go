@@ -65,22 +65,10 @@ func (p *placer) spreads(w *walked, job events.JobAnalyzed, s *shortlist) {
 	}
 	if len(s.list) == 0 {
 		p.cands = w.full()
-		doms := p.multiNode(p.cands, job, gpn, spreadDomains)
-		if len(doms) == 0 {
-			return
-		}
-		s.list, s.domains = doms[:1], doms[1:]
+		s.list = p.multiNode(p.cands, job, gpn, 1)
 		s.more = func() []*cand { return p.multiNode(p.cands, job, gpn, p.limit())[1:] }
 	}
 }
-
-// spreadDomains bounds the fabric domains, besides the tightest, a job
-// spread over the whole cluster's nodes is spread in as alternatives
-// (alternativesFor), as the scoped walk's scopeDomains bounds its own.
-// The tightest domain alone would do on a cluster of one kind of node;
-// on a mixed one it may be a leaf of nodes without NICs, whose spread
-// runs several times as slow as one in a leaf of other nodes.
-const spreadDomains = 16
 
 // alternativesFor sets whether the local search may trade across nodes
 // and puts a faster alternative (alternatives) before the favourite.
@@ -105,7 +93,7 @@ func (p *placer) alternativesFor(w *walked, job events.JobAnalyzed, s *shortlist
 	// Other groupings on nodes, and spreads that keep off the
 	// inter-socket links, where the cost model finds one faster by 0.5%
 	// than the favourite.
-	l := p.faster(s.list, append(p.alternatives(p.cands, job, gpn, s.list[0]), s.domains...))
+	l := p.faster(s.list, p.alternatives(p.cands, job, gpn, s.list[0]))
 	if len(l) <= len(s.list) {
 		return
 	}

@@ -34,9 +34,6 @@ type shortlist struct {
 	// alt says list[0] is an alternative grouping or spread, faster than
 	// the favourite it displaced (list[1]).
 	alt bool
-	// domains are a spread's alternatives in the other fabric domains
-	// that hold it (spreads), for alternativesFor.
-	domains []*cand
 }
 
 // singleStage is the single-node exact choice for a job one node can

@@ -450,25 +450,19 @@ type scopeSet struct {
 // a few fabric domains instead of the whole cluster. multiNode spreads
 // such a job over the smallest level (leaf, pod, cluster) with a domain
 // whose nodes offer it in whole groups of its unit (TP, keeping each
-// group on one node), else in single GPUs; scoped finds leaves, then
-// pods, from the store's free counts per leaf and pod: those holding n
-// free GPUs of the model are walked, the fewest free first (then by
-// name) until scopeWalk nodes of the level were read, then, where fewer
-// than scopeDomains were kept, the most free first for as many nodes
-// again. Those whose nodes (the filter's) offer the job as multiNode will
-// spread it are kept, up to scopeDomains in all and at most four whose
-// free GPUs are mostly of one model from the fewest-free walk (six with
-// the most-free one), so that a cluster of several kinds of node offers
-// each kind. A tight domain seldom has nodes free enough to offer whole
-// groups, and the kinds of node often come a leaf at a time: the
-// most-free walk finds the leaves of other kinds, and the pods hold
-// spreads over several leaves of a faster kind. The caller spreads the
-// job in each and keeps the fastest by the cost model. A 64-GPU job on
-// 100k GPUs reads a few pods' nodes, not 12,500.
+// group on one node), else in single GPUs; scoped finds that level's
+// domains from the store's free counts per leaf and pod: those holding n
+// free GPUs of the model, fewest free first, then by name, are walked,
+// and those whose nodes (the filter's) offer the job as multiNode will
+// spread it are kept, up to scopeDomains of them and at most two whose
+// free GPUs are mostly of one model, so that a cluster of several kinds
+// of node offers each kind. The caller spreads the job in each and keeps
+// the fastest by the cost model. A 64-GPU job on 100k GPUs reads a few
+// pods' nodes, not 12,500.
 //
 // Nil when the job needs the cluster level (no leaf or pod holds it as
-// it will be spread) or a level's nodes were read to the bound without
-// finding a domain: the caller walks the whole cluster.
+// it will be spread) or scopeWalk nodes were read without finding a
+// domain: the caller walks the whole cluster.
 func scoped(snap *store.Snapshot, job events.JobAnalyzed, model string, filter func(engine.NodeView) bool, n, gpn int) []scopeSet {
 	unit := 1
 	if gpn == 0 {
@@ -499,11 +493,7 @@ func scoped(snap *store.Snapshot, job events.JobAnalyzed, model string, filter f
 		return sum
 	}
 	walked := 0
-	var sets []scopeSet
 	for _, kind := range []string{store.DomainLeaf, store.DomainPod} {
-		if len(sets) == scopeDomains {
-			break
-		}
 		// A leaf or pod that holds the job, as little as is read of it:
 		// every one of 3,125 leaves at 100k GPUs may.
 		type fitting struct {
@@ -520,45 +510,31 @@ func scoped(snap *store.Snapshot, job events.JobAnalyzed, model string, filter f
 		slices.SortFunc(doms, func(a, b fitting) int {
 			return cmp.Or(cmp.Compare(a.free, b.free), strings.Compare(a.id, b.id))
 		})
+		var sets []scopeSet
 		perModel := map[string]int{}
-		// The tightest domains first (best fit), then, where they came
-		// short, the loosest: a tight domain seldom has nodes free enough
-		// to offer whole groups, and a loose one may be of a faster kind
-		// (the caller keeps the fastest spread).
-		seen := make([]bool, len(doms))
-		budget := walked
-		for pass := range 2 {
-			budget += scopeWalk
-			for i := range doms {
-				k := i
-				if pass == 1 {
-					k = len(doms) - 1 - i
-				}
-				if len(sets) == scopeDomains || walked >= budget {
-					break
-				}
-				if seen[k] {
-					continue
-				}
-				seen[k] = true
-				d := doms[k]
-				major := mostFree(d.models)
-				if perModel[major] >= 4+2*pass {
-					continue
-				}
-				cands, _, considered := candidatesIn(snap, d.id, model, filter)
-				walked += considered
-				if offers(cands) >= n {
-					perModel[major]++
-					sets = append(sets, scopeSet{dom: d.id, cands: cands})
-				}
+		for _, d := range doms {
+			if len(sets) == scopeDomains || walked >= scopeWalk {
+				break
+			}
+			major := mostFree(d.models)
+			if perModel[major] == 4 {
+				continue
+			}
+			cands, _, considered := candidatesIn(snap, d.id, model, filter)
+			walked += considered
+			if offers(cands) >= n {
+				perModel[major]++
+				sets = append(sets, scopeSet{dom: d.id, cands: cands})
 			}
 		}
-		if walked >= budget && len(sets) == 0 {
+		if len(sets) > 0 {
+			return sets
+		}
+		if walked >= scopeWalk {
 			return nil
 		}
 	}
-	return sets
+	return nil
 }
 
 // mostFree is the model of most of a domain's free GPUs, by its counts.
