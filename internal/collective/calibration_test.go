@@ -380,7 +380,7 @@ func TestCalibrationFloors(t *testing.T) {
 		}
 		var samples []Sample
 		for _, pt := range append(append([]Point{}, c.Large...), c.Small...) {
-			meas, line, err := measured(data, pt)
+			meas, line, err := measured(data, pt, c.Table)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -219,7 +219,7 @@ func caseLarge(t *testing.T, name string) (Case, float64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	meas, _, err := measured(data, c.Large[0])
+	meas, _, err := measured(data, c.Large[0], c.Table)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,14 +56,15 @@ func TestSweep(t *testing.T) {
 
 // The PCIe-only group is the cases whose GPUs share no NVLink on a node:
 // PCIe servers with or without P2P, not an NVSwitch node nor a bridged
-// pair; its figure is each row's leave-one-machine-out error, else (held
-// out) its error.
+// pair; its figure is each row's error under a model calibrated on other
+// machines: leave one machine out, or, held out, calibrated on the held-in
+// machines.
 func TestPCIeOnlyGroup(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		want bool
-	}{{"a100-pcie-4gpu-2socket", true}, {"rtx2080ti-2gpu-pix-p2p-ns", true}, {"azure-ndv4-a100-8gpu", false}, {"aws-p5-2node-efa-eks", false}} {
+	}{{"a100-pcie-4gpu-2socket", true}, {"rtx2080ti-2gpu-pix-p2p-ns", true}, {"quadro-rtx6000-8gpu-pcie-tree", true}, {"azure-ndv4-a100-8gpu", false}, {"aws-p5-2node-efa-eks", false}} {
 		i := slices.IndexFunc(Cases, func(c Case) bool { return c.Name == tc.name })
 		if i < 0 {
 			t.Fatalf("no case %s", tc.name)
@@ -79,11 +80,10 @@ func TestPCIeOnlyGroup(t *testing.T) {
 	var errs []float64
 	for _, r := range s.Rows {
 		if r.Large && r.PCIeOnly {
-			e := r.Error
-			if !r.HeldOut {
-				e = r.LOMOError
+			if r.LOMOPredicted <= 0 {
+				t.Errorf("%s: no prediction from other machines", r.Case)
 			}
-			errs = append(errs, math.Abs(e))
+			errs = append(errs, math.Abs(r.LOMOError))
 		}
 	}
 	med, mx := medianMax(errs)
@@ -134,5 +134,80 @@ func TestLeaveOneMachineOutByCluster(t *testing.T) {
 		if s.LOMOMachines != tt.machines || s.LOMOFiles != 3 {
 			t.Errorf("%s: %d machines of %d files, want %d of 3", tt.name, s.LOMOMachines, s.LOMOFiles, tt.machines)
 		}
+	}
+}
+
+// A held-out row is predicted by the model calibrated on the held-in
+// machines, and fits nothing: the held-in rows' figures are the same with
+// the held-out cases or without them.
+func TestHeldOutCalibrated(t *testing.T) {
+	t.Parallel()
+	p := onNodes(with(a100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 200 }), 2, 8)()
+	r, err := Predict(p, AllReduce, 8<<30, Options{Algorithm: Auto, Candidates: NCCLAlgorithms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sample := func(file string, rate float64) Sample {
+		return Sample{Placement: p, Collective: AllReduce, Algorithm: Auto, Bytes: 8 << 30, BusBWGBps: rate * r.BusBWGBps, Source: file + ".txt:1"}
+	}
+	row := func(x Sample, held bool) Row {
+		return Row{Case: x.Source, Large: true, Bytes: x.Bytes, Measured: x.BusBWGBps, Source: x.Source, HeldOut: held}
+	}
+	in := []Sample{sample("a", 0.5), sample("b", 0.5)}
+	out := []Sample{sample("h", 0.25)}
+	machineOf := map[string]string{"a.txt": "a.txt", "b.txt": "b.txt"}
+
+	alone := Summary{Rows: []Row{row(in[0], false), row(in[1], false)}}
+	if err := alone.leaveOneMachineOut(in, machineOf); err != nil {
+		t.Fatal(err)
+	}
+	both := Summary{Rows: []Row{row(in[0], false), row(in[1], false), row(out[0], true)}}
+	if err := both.leaveOneMachineOut(in, machineOf); err != nil {
+		t.Fatal(err)
+	}
+	if err := both.heldOutCalibrated(in, out); err != nil {
+		t.Fatal(err)
+	}
+	for i := range alone.Rows {
+		if alone.Rows[i].LOMOPredicted != both.Rows[i].LOMOPredicted {
+			t.Errorf("%s: LOMO %v alone, %v beside a held-out case", alone.Rows[i].Case, alone.Rows[i].LOMOPredicted, both.Rows[i].LOMOPredicted)
+		}
+	}
+	// The held-in machines run at half the model's rate; the held-out
+	// one, at a quarter, is predicted at their half: +100%.
+	if e := both.Rows[2].LOMOError; math.Abs(e-1) > 0.01 || !both.Rows[2].LOMOFitted {
+		t.Errorf("held out: error %+.1f%% (fitted %v), want +100%% from the held-in fit", 100*e, both.Rows[2].LOMOFitted)
+	}
+	if both.HeldOutCalibratedMax != math.Abs(both.Rows[2].LOMOError) {
+		t.Errorf("held-out calibrated max %v, row %v", both.HeldOutCalibratedMax, both.Rows[2].LOMOError)
+	}
+}
+
+// A case's Table reads a benchmark's CSV tables joined in one file: the
+// row after its section's line, the field scaled to GB/s.
+func TestMeasuredTable(t *testing.T) {
+	t.Parallel()
+	data := []byte("=== x_2gpu.csv ===\niter,avg_time,tput\n0,1.0,5000000\navg,1.0,6000000\n=== x_4gpu.csv ===\niter,avg_time,tput\navg,2.0,7000000\n")
+	for _, tc := range []struct {
+		name  string
+		table Table
+		want  float64
+		line  int
+		err   bool
+	}{
+		{"first section", Table{CSV: true, Section: "x_2gpu.csv", Unit: 1e-6}, 6, 4, false},
+		{"second section", Table{CSV: true, Section: "x_4gpu.csv", Unit: 1e-6}, 7, 7, false},
+		{"no such section", Table{CSV: true, Section: "x_8gpu.csv", Unit: 1e-6}, 0, 0, true},
+		{"not split on commas", Table{}, 0, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, line, err := measured(data, Point{Bytes: 1 << 30, Key: "avg", Col: 2}, tc.table)
+			if (err != nil) != tc.err {
+				t.Fatalf("error %v, want one: %v", err, tc.err)
+			}
+			if !tc.err && (math.Abs(got-tc.want) > 1e-9 || line != tc.line) {
+				t.Errorf("got %v GB/s on line %d, want %v on %d", got, line, tc.want, tc.line)
+			}
+		})
 	}
 }
