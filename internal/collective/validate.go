@@ -480,9 +480,10 @@ var tempura = NodeSpec{Name: "tempura", GPUs: 8, Model: "Quadro-RTX-6000", PCIeG
 		return topology.PIX
 	}}
 
-// tempuraRow is the mean bus bandwidth of the harness's CSV table for n
-// ranks: its avg_tput_per_gpu is 2(n-1)/n of the MiB-counted payload over
-// the time of one all_reduce (CUDA events), in bytes a millisecond.
+// tempuraTable is the layout of the harness's CSV table for n ranks: its
+// avg_tput_per_gpu (field 5, on the row "avg" the mean of the timed calls)
+// is 2(n-1)/n of the MiB-counted payload over the time of one all_reduce
+// (CUDA events), in bytes a millisecond: the bus bandwidth.
 func tempuraTable(n int) Table {
 	return Table{CSV: true, Section: fmt.Sprintf("allreduce_1024mb_%dgpu.csv", n), Unit: 1e-6}
 }
@@ -504,8 +505,8 @@ type Row struct {
 	// Error is (predicted - measured) / measured.
 	Error float64 `json:"error"`
 	// LOMOPredicted is the prediction of a model calibrated on every other
-	// machine's measurements (leave one machine out), LOMOError its error;
-	// large messages only.
+	// machine's measurements (leave one machine out; a held-out row's, on
+	// every held-in machine's), LOMOError its error; large messages only.
 	LOMOPredicted float64 `json:"lomo_predicted_busbw_gbps,omitempty"`
 	LOMOError     float64 `json:"lomo_error,omitempty"`
 	// LOMOKind is the kind of link bounding the LOMO prediction, and
@@ -576,8 +577,9 @@ type Summary struct {
 	HeldOutCalibratedMedian float64 `json:"held_out_calibrated_median_abs_error"`
 	HeldOutCalibratedMax    float64 `json:"held_out_calibrated_max_abs_error"`
 	// PCIe is the PCIe-only machines' group at >= 128 MB (issue 50's
-	// own target for them): each row's leave-one-machine-out error where
-	// it has one, else, held out, its error; Machines counts their files.
+	// own target for them): each row's error under a model calibrated on
+	// other machines (LOMOError: leave one machine out, or, held out, the
+	// held-in machines'); Machines counts their files.
 	PCIe PCIeGroup `json:"pcie_only"`
 }
 
