@@ -74,10 +74,16 @@ const (
 
 // BenchmarkKubePods: 1,000 one-GPU pods from the first pod's creation (or
 // from the scheduler's start, when the pods exist before it) until every
-// pod is bound, by toposched and by kube-scheduler.
+// pod is bound, by toposched and by kube-scheduler; and, with no
+// scheduler, until the controller manager has made every pod's claim: the
+// rate at which the machine makes pods that can be scheduled, which no
+// scheduler's created-while-running rate can pass (it shares the cores).
 func BenchmarkKubePods(b *testing.B) {
-	for _, sched := range []string{"toposched", "kube-scheduler"} {
+	for _, sched := range []string{"toposched", "kube-scheduler", noScheduler} {
 		for _, before := range []bool{false, true} {
+			if sched == noScheduler && before {
+				continue
+			}
 			name := sched + "/created-while-running"
 			if before {
 				name = sched + "/created-before-start"
@@ -172,6 +178,8 @@ func runKubePods(b *testing.B, sched string, before bool) podsRun {
 	case "kube-scheduler":
 		schedName = kubeSchedulerName
 		start = func() (time.Time, time.Time) { return startKubeScheduler(b, kc) }
+	case noScheduler:
+		start = func() (time.Time, time.Time) { now := time.Now(); return now, now }
 	default:
 		b.Fatalf("no scheduler %q", sched)
 	}
@@ -203,6 +211,9 @@ func runKubePods(b *testing.B, sched string, before bool) podsRun {
 		startedAt, readyAt = start()
 		cpu0, req0 = sampleCPU(), sampleRequests(b, kc)
 		t0 = slices.MinFunc(createPods(b, kc, pods, benchCreators), func(a, b time.Time) int { return a.Compare(b) })
+	}
+	if sched == noScheduler {
+		return createdOnly(b, kc, w, t0, cpu0, req0)
 	}
 	waitFor(b, 10*time.Minute, func() (bool, string) {
 		n := w.boundCount()
@@ -236,6 +247,30 @@ func runKubePods(b *testing.B, sched string, before bool) podsRun {
 	b.Logf("apiserver requests a pod, %s; %s's CPU a pod: %.2f ms, its peak resident memory %.0f MB", reqs.perPod(benchPods), proc, r.schedMS, r.schedPeakMB)
 	uptime(b, "after "+sched)
 	checkOneGPUEach(b, kc, names)
+	return r
+}
+
+// noScheduler names BenchmarkKubePods' runs with no scheduler.
+const noScheduler = "no-scheduler"
+
+// createdOnly ends a run with no scheduler: the window is from the first
+// create until the controller manager has made the last pod's claim (and
+// written it into the pod's status), the work every scheduler's window
+// holds before it can bind.
+func createdOnly(b *testing.B, kc *kubeCluster, w *podWatch, t0 time.Time, cpu0 cpuSample, req0 apiRequests) podsRun {
+	b.Helper()
+	waitFor(b, 10*time.Minute, func() (bool, string) {
+		n := w.claimedCount()
+		return n == benchPods, fmt.Sprintf("%d of %d claims made", n, benchPods)
+	})
+	cpu1 := sampleCPU()
+	window := w.lastClaimed().Sub(t0).Seconds()
+	reqs := sampleRequests(b, kc).since(req0)
+	r := podsRun{podsPerSec: benchPods / window, window: window, cores: cpu1.coresSince(cpu0, window), writes: reqs.writes() / benchPods}
+	b.Logf("no scheduler: %d pods created and their claims made in %.2f s from the first create: %.1f pods/s; CPU (cores over the window): %s",
+		benchPods, window, r.podsPerSec, formatCores(r.cores))
+	b.Logf("apiserver requests a pod, %s", reqs.perPod(benchPods))
+	uptime(b, "after "+noScheduler)
 	return r
 }
 
