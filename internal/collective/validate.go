@@ -442,30 +442,9 @@ var Cases = []Case{
 	// A PCIe switch tree (issue 50, item 2): one torch harness's CSV tables
 	// for 2, 4 and 8 ranks. Held out: added to test the model, no part of
 	// which was written from it (testdata/SOURCES.md).
-	{
-		Name: "quadro-rtx6000-2gpu-pcie-tree", File: "quadro-rtx6000-8gpu-pcie-tree_torch-allreduce-1GiB_au25-cse599o-hw2.txt",
-		Machine: "1 host (tempura), 8x Quadro RTX 6000 (PCIe Gen3 x16) under two PCIe switches of four ({0,1,6,7} and {2,3,4,5}: PIX inside, PXB across), one socket; GPUs 0-1, one switch (PIX)", Collective: AllReduce, Algorithm: Auto,
-		Build: onNodes(tempura, 1, 2),
-		Large: []Point{{1 << 30, "avg", 5}}, Table: tempuraTable(2),
-		Note:    "torch.distributed all_reduce of 1 GiB of float32 (a course's harness, not nccl-tests: 5 warm-up and 10 timed calls, each timed alone by CUDA events), its avg_tput_per_gpu 2(n-1)/n of the size over the time: busbw; ranks on CUDA devices 0 to n-1 (mp.spawn, set_device(rank)), which GPUs Slurm gave is not printed",
-		HeldOut: true,
-	},
-	{
-		Name: "quadro-rtx6000-4gpu-pcie-tree", File: "quadro-rtx6000-8gpu-pcie-tree_torch-allreduce-1GiB_au25-cse599o-hw2.txt",
-		Machine: "1 host (tempura), 8x Quadro RTX 6000 (PCIe Gen3 x16) under two PCIe switches of four ({0,1,6,7} and {2,3,4,5}: PIX inside, PXB across), one socket; GPUs 0-3, two on each switch (PIX and PXB)", Collective: AllReduce, Algorithm: Auto,
-		Build: onNodes(tempura, 1, 4),
-		Large: []Point{{1 << 30, "avg", 5}}, Table: tempuraTable(4),
-		Note:    "the same harness and host as quadro-rtx6000-2gpu-pcie-tree; the ring crosses the link between the switches once each way",
-		HeldOut: true,
-	},
-	{
-		Name: "quadro-rtx6000-8gpu-pcie-tree", File: "quadro-rtx6000-8gpu-pcie-tree_torch-allreduce-1GiB_au25-cse599o-hw2.txt",
-		Machine: "1 host (tempura), 8x Quadro RTX 6000 (PCIe Gen3 x16) under two PCIe switches of four ({0,1,6,7} and {2,3,4,5}: PIX inside, PXB across), one socket; all eight", Collective: AllReduce, Algorithm: Auto,
-		Build: onNodes(tempura, 1, 8),
-		Large: []Point{{1 << 30, "avg", 5}}, Table: tempuraTable(8),
-		Note:    "the same harness and host as quadro-rtx6000-2gpu-pcie-tree; the eight measure 8.5-8.8 GB/s at every size from 10 MB (the repository's other runs) where two and four measure 10.0-10.9, with one ring flow each way on every GPU's link and on the link between the switches in the 4- and 8-GPU rings alike: the model, pricing a ring of P2P writes by the GPUs' own links, has no term that separates them",
-		HeldOut: true,
-	},
+	tempuraCase(2, "GPUs 0-1, one switch (PIX)", "torch.distributed all_reduce of 1 GiB of float32 (a course's harness, not nccl-tests: 5 warm-up and 10 timed calls, each timed alone by CUDA events), its avg_tput_per_gpu 2(n-1)/n of the size over the time: busbw; ranks on CUDA devices 0 to n-1 (mp.spawn, set_device(rank)), which GPUs Slurm gave is not printed"),
+	tempuraCase(4, "GPUs 0-3, two on each switch (PIX and PXB)", "the same harness and host as quadro-rtx6000-2gpu-pcie-tree; the ring crosses the link between the switches once each way"),
+	tempuraCase(8, "all eight", "the same harness and host as quadro-rtx6000-2gpu-pcie-tree; the eight measure 8.5-8.8 GB/s at every size from 10 MB (the repository's other runs) where two and four measure 10.0-10.9, with one ring flow each way on every GPU's link and on the link between the switches in the 4- and 8-GPU rings alike: the model, pricing a ring of P2P writes by the GPUs' own links, has no term that separates them"),
 }
 
 // tempura is the Quadro RTX 6000 host of quadro-rtx6000-*: two PCIe
@@ -480,12 +459,23 @@ var tempura = NodeSpec{Name: "tempura", GPUs: 8, Model: "Quadro-RTX-6000", PCIeG
 		return topology.PIX
 	}}
 
-// tempuraTable is the layout of the harness's CSV table for n ranks: its
-// avg_tput_per_gpu (field 5, on the row "avg" the mean of the timed calls)
-// is 2(n-1)/n of the MiB-counted payload over the time of one all_reduce
-// (CUDA events), in bytes a millisecond: the bus bandwidth.
-func tempuraTable(n int) Table {
-	return Table{CSV: true, Section: fmt.Sprintf("allreduce_1024mb_%dgpu.csv", n), Unit: 1e-6}
+// tempuraCase is the case of n ranks of tempura (on GPUs 0 to n-1: the
+// harness runs rank r on CUDA device r) from the harness's CSV table for
+// n ranks. Its avg_tput_per_gpu (field 5; on the row "avg", the mean of
+// the timed calls) is 2(n-1)/n of the MiB-counted payload over the time of
+// one all_reduce (CUDA events), in bytes a millisecond: the bus bandwidth.
+func tempuraCase(n int, gpus, note string) Case {
+	return Case{
+		Name:       fmt.Sprintf("quadro-rtx6000-%dgpu-pcie-tree", n),
+		File:       "quadro-rtx6000-8gpu-pcie-tree_torch-allreduce-1GiB_au25-cse599o-hw2.txt",
+		Machine:    "1 host (tempura), 8x Quadro RTX 6000 (PCIe Gen3 x16) under two PCIe switches of four ({0,1,6,7} and {2,3,4,5}: PIX inside, PXB across), one socket; " + gpus,
+		Collective: AllReduce, Algorithm: Auto,
+		Build:   onNodes(tempura, 1, n),
+		Large:   []Point{{1 << 30, "avg", 5}},
+		Table:   Table{CSV: true, Section: fmt.Sprintf("allreduce_1024mb_%dgpu.csv", n), Unit: 1e-6},
+		Note:    note,
+		HeldOut: true,
+	}
 }
 
 func gb200x(g int) NodeSpec {
