@@ -444,7 +444,7 @@ var Cases = []Case{
 	// which was written from it (testdata/SOURCES.md).
 	tempuraCase(2, "GPUs 0-1, one switch (PIX)", "torch.distributed all_reduce of 1 GiB of float32 (a course's harness, not nccl-tests: 5 warm-up and 10 timed calls, each timed alone by CUDA events), its avg_tput_per_gpu 2(n-1)/n of the size over the time: busbw; ranks on CUDA devices 0 to n-1 (mp.spawn, set_device(rank)), which GPUs Slurm gave is not printed"),
 	tempuraCase(4, "GPUs 0-3, two on each switch (PIX and PXB)", "the same harness and host as quadro-rtx6000-2gpu-pcie-tree; the ring crosses the link between the switches once each way"),
-	tempuraCase(8, "all eight", "the same harness and host as quadro-rtx6000-2gpu-pcie-tree; the eight measure 8.5-8.8 GB/s at every size from 10 MB (the repository's other runs) where two and four measure 10.0-10.9, with one ring flow each way on every GPU's link and on the link between the switches in the 4- and 8-GPU rings alike: the model, pricing a ring of P2P writes by the GPUs' own links, has no term that separates them"),
+	tempuraCase(8, "all eight", "the same harness and host as quadro-rtx6000-2gpu-pcie-tree; the eight measure 8.5-8.9 GB/s at every size from 10 MB (the repository's other runs) where two and four measure 10.0-10.9, with one ring flow each way on every GPU's link and on the link between the switches in the 4- and 8-GPU rings alike: the model, pricing a ring of P2P writes by the GPUs' own links, has no term that separates them"),
 }
 
 // tempura is the Quadro RTX 6000 host of quadro-rtx6000-*: two PCIe
