@@ -93,8 +93,9 @@ const (
 )
 
 // LinkEfficiency is the share of line rate each kind of link achieves,
-// and the per-step overhead, of the calibration in force (every value
-// resolved: the defaults where the set leaves one out).
+// the per-step overhead and the overhead of a call, of the calibration in
+// force (every value resolved: the defaults where the set leaves one out;
+// a call's is 0 unless fitted).
 type LinkEfficiency struct {
 	NVLink         float64 `json:"nvlink"`
 	NVLS           float64 `json:"nvls"`
@@ -103,6 +104,7 @@ type LinkEfficiency struct {
 	EFA            float64 `json:"efa"`
 	TCP            float64 `json:"tcp"`
 	StepOverheadUS float64 `json:"step_overhead_us"`
+	OpOverheadUS   float64 `json:"op_overhead_us,omitempty"`
 }
 
 // CalibrationApplied says a replica's cost model now predicts with a

@@ -187,8 +187,16 @@ func writeCalibrationApplied(out io.Writer, e *events.CalibrationApplied) error 
 }
 
 func efficiencyLine(e events.LinkEfficiency) string {
-	return fmt.Sprintf("efficiency: nvlink %.3f, nvls %.3f, pcie %.3f, net %.3f, efa %.3f, tcp %.3f; step overhead %.2f us",
-		e.NVLink, e.NVLS, e.PCIe, e.Net, e.EFA, e.TCP, e.StepOverheadUS)
+	return fmt.Sprintf("efficiency: nvlink %.3f, nvls %.3f, pcie %.3f, net %.3f, efa %.3f, tcp %.3f; step overhead %.2f us%s",
+		e.NVLink, e.NVLS, e.PCIe, e.Net, e.EFA, e.TCP, e.StepOverheadUS, callOverhead(e.OpOverheadUS))
+}
+
+// callOverhead is ", call overhead N us" where a set fitted one, else "".
+func callOverhead(us float64) string {
+	if us == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", call overhead %.2f us", us)
 }
 
 func writeCalibrationRejected(out io.Writer, e *events.CalibrationRejected) error {
@@ -304,11 +312,11 @@ func calibrationShow(ctx context.Context, g *globals, out io.Writer, history boo
 			w.Printf("kv revision %d at %s: %s@%s\n", s.KVRevision, at, nameOr(s.Set.Name), shortRev(s.Revision))
 			eff := s.Set.Resolved()
 			w.Printf("  %s\n", efficiencyLine(events.LinkEfficiency{NVLink: eff.NVLink, NVLS: eff.NVLS, PCIe: eff.PCIe, Net: eff.Net,
-				EFA: eff.EFA, TCP: eff.TCP, StepOverheadUS: eff.StepOverheadUS}))
+				EFA: eff.EFA, TCP: eff.TCP, StepOverheadUS: eff.StepOverheadUS, OpOverheadUS: eff.OpOverheadUS}))
 			for _, model := range slices.Sorted(maps.Keys(s.Set.Models)) {
 				e := s.Set.Models[model]
-				w.Printf("  on %s nodes (0: the cluster's): nvlink %.3f, nvls %.3f, pcie %.3f, net %.3f, efa %.3f, tcp %.3f; step overhead %.2f us\n",
-					model, e.NVLink, e.NVLS, e.PCIe, e.Net, e.EFA, e.TCP, e.StepOverheadUS)
+				w.Printf("  on %s nodes (0: the cluster's): nvlink %.3f, nvls %.3f, pcie %.3f, net %.3f, efa %.3f, tcp %.3f; step overhead %.2f us%s\n",
+					model, e.NVLink, e.NVLS, e.PCIe, e.Net, e.EFA, e.TCP, e.StepOverheadUS, callOverhead(e.OpOverheadUS))
 			}
 			for _, f := range s.Set.Fits {
 				kind := f.Kind

@@ -496,7 +496,7 @@ func printValidation(stdout io.Writer, src string, s collective.Summary, tr coll
 		100*s.HeldOutLargeMedian, 100*s.HeldOutLargeMax, 100*s.HeldOutSmallMedian, 100*s.HeldOutSmallMax, 100*s.HeldOutCalibratedMedian, 100*s.HeldOutCalibratedMax)
 	out.Printf("PCIe-only machines:         median |error| %.1f%%, max %.1f%% at >= 128 MB over %d rows of %d files (each row's LOMO column: a model calibrated on other machines; no two GPUs of a node joined by NVLink; issue 50's target: median <= 10%%, max <= 25%%)\n",
 		100*s.PCIe.Median, 100*s.PCIe.Max, s.PCIe.Rows, s.PCIe.Machines)
-	out.Printf("\nsize transfer: each sweep calibrated with its largest size alone (one size), or with it and the size nearest 1 MiB (two sizes: the per-step overhead fitted too), predicting its other sizes\n")
+	out.Printf("\nsize transfer: each sweep calibrated with its largest size alone (one size), or with it and the size nearest 1 MiB (two sizes: the overhead of a call fitted too), predicting its other sizes\n")
 	tw = textout.Table(out, 0, 0, 2, ' ', 0)
 	tw.Println("case\tsizes\tone size: >= 128 MB\t1-128 MB\ttwo sizes: >= 128 MB\t1-128 MB")
 	for _, sw := range tr.Sweeps {
@@ -568,7 +568,9 @@ func printCrossCollective(out *textout.Writer, cross collective.CrossSummary) er
 			}
 			fitted = append(fitted, cell)
 		}
-		fitted = append(fitted, fmt.Sprintf("step %.2f µs", p.StepOverheadUS))
+		if p.OpOverheadUS > 0 {
+			fitted = append(fitted, fmt.Sprintf("call +%.2f µs", p.OpOverheadUS))
+		}
 		tw.Printf("%s\t%s\t%s\t%s-%s (%d)\t%s\t%.1f%%\t%.1f%%\n", p.Case, p.From, p.To,
 			formatBytes(p.Sizes[0].Bytes), formatBytes(p.Sizes[len(p.Sizes)-1].Bytes), len(p.Sizes), strings.Join(fitted, ", "), 100*p.Median, 100*p.Max)
 	}

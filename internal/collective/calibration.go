@@ -30,12 +30,12 @@ type Calibration struct {
 	// replace Efficiency's, which stays for the others (a cluster of
 	// several node models holds one entry each).
 	Models map[string]topology.Efficiency `json:"models,omitempty"`
-	// Fits say what each efficiency came from, Latency what the per-step
-	// overhead came from (nil: the default's).
+	// Fits say what each efficiency came from, Latency what the overhead
+	// of a call came from (nil: none fitted).
 	Fits    []Fit       `json:"fits,omitempty"`
 	Latency *LatencyFit `json:"latency,omitempty"`
-	// ModelLatency is the per-step overhead fitted per GPU model (the
-	// value in force is Models[model].StepOverheadUS).
+	// ModelLatency is the overhead fitted per GPU model (the value in
+	// force is Models[model].OpOverheadUS).
 	ModelLatency []LatencyFit `json:"model_latency,omitempty"`
 	// Compute are GPU models measured to compute slower or faster than
 	// internal/gpuspeed's table says, one entry a model: the optimizer's
@@ -73,14 +73,19 @@ const (
 	MaxComputeFactor = 5
 )
 
-// LatencyFit is the fitted per-step overhead and its evidence: the
+// LatencyFit is the fitted overhead of a call and its evidence: the
 // median of the overheads that make each small message's prediction meet
 // its measurement.
 type LatencyFit struct {
 	// Model is the GPU model whose nodes it was fitted on ("": the
 	// cluster's).
-	Model          string   `json:"model,omitempty"`
-	StepOverheadUS float64  `json:"step_overhead_us"`
+	Model string `json:"model,omitempty"`
+	// OpOverheadUS is the fitted overhead of a call (fitLatency). A set
+	// written before it holds StepOverheadUS instead, the overhead of a
+	// step that the fit then gave the whole offset to; it is read as
+	// written, and its value is the efficiency's step_overhead_us.
+	OpOverheadUS   float64  `json:"op_overhead_us,omitempty"`
+	StepOverheadUS float64  `json:"step_overhead_us,omitempty"`
 	Samples        int      `json:"samples"`
 	Sources        []string `json:"sources"`
 }
@@ -309,8 +314,10 @@ func (c *Calibration) problems() []problem {
 			out = append(out, problem{"efficiency." + LinkKinds[i], msg})
 		}
 	}
-	if e.StepOverheadUS < 0 || e.StepOverheadUS > 1000 || math.IsNaN(e.StepOverheadUS) {
-		out = append(out, problem{"efficiency.step_overhead_us", fmt.Sprintf("%g: expected 0 to 1000", e.StepOverheadUS)})
+	for _, o := range overheads(&e) {
+		if *o.v < 0 || *o.v > 1000 || math.IsNaN(*o.v) {
+			out = append(out, problem{"efficiency." + o.field, fmt.Sprintf("%g: expected 0 to 1000", *o.v)})
+		}
 	}
 	for _, model := range slices.Sorted(maps.Keys(c.Models)) {
 		me := c.Models[model]
@@ -323,8 +330,10 @@ func (c *Calibration) problems() []problem {
 				out = append(out, problem{field + "." + LinkKinds[i], msg})
 			}
 		}
-		if me.StepOverheadUS < 0 || me.StepOverheadUS > 1000 || math.IsNaN(me.StepOverheadUS) {
-			out = append(out, problem{field + ".step_overhead_us", fmt.Sprintf("%g: expected 0 to 1000 (0: the cluster's)", me.StepOverheadUS)})
+		for _, o := range overheads(&me) {
+			if *o.v < 0 || *o.v > 1000 || math.IsNaN(*o.v) {
+				out = append(out, problem{field + "." + o.field, fmt.Sprintf("%g: expected 0 to 1000 (0: the cluster's)", *o.v)})
+			}
 		}
 	}
 	disagree := func(v float64, field string, zero bool) string {
@@ -373,16 +382,24 @@ func (c *Calibration) problems() []problem {
 		}
 	}
 	latency := func(field string, l LatencyFit) {
-		if math.IsNaN(l.StepOverheadUS) || l.StepOverheadUS <= 0 || l.StepOverheadUS > 1000 || l.Samples < 0 {
-			out = append(out, problem{field + ".step_overhead_us", fmt.Sprintf("%g from %d samples: expected above 0 and at most 1000", l.StepOverheadUS, l.Samples)})
+		us, kind, name := l.OpOverheadUS, opKind, "op_overhead_us"
+		if us == 0 {
+			us, kind, name = l.StepOverheadUS, stepKind, "step_overhead_us"
+		}
+		switch {
+		case l.OpOverheadUS != 0 && l.StepOverheadUS != 0:
+			out = append(out, problem{field, fmt.Sprintf("op_overhead_us %g and step_overhead_us %g: a fit is of one of them", l.OpOverheadUS, l.StepOverheadUS)})
+			return
+		case math.IsNaN(us) || us <= 0 || us > 1000 || l.Samples < 0:
+			out = append(out, problem{field + "." + name, fmt.Sprintf("%g from %d samples: expected above 0 and at most 1000", us, l.Samples)})
 			return
 		}
-		v, in, zero, ok := c.inForce(l.Model, "")
+		v, in, zero, ok := c.inForce(l.Model, kind)
 		switch {
 		case !ok:
 			out = append(out, problem{field + ".model", fmt.Sprintf("%q: no models entry holds the overhead it fitted", l.Model)})
-		case math.Abs(v-l.StepOverheadUS) > OverheadAgreementUS:
-			out = append(out, problem{field + ".step_overhead_us", fmt.Sprintf("%g: %s", l.StepOverheadUS, disagree(v, in, zero))})
+		case math.Abs(v-us) > OverheadAgreementUS:
+			out = append(out, problem{field + "." + name, fmt.Sprintf("%g: %s", us, disagree(v, in, zero))})
 		}
 	}
 	if c.Latency != nil {
@@ -420,10 +437,27 @@ func (c *Calibration) computeProblems() []problem {
 	return out
 }
 
-// inForce is the value of a kind of link (or the step overhead, kind "")
-// in force on nodes of model ("": the cluster's), the field that sets it,
-// and whether that field is 0 (a default); ok is false for a model the set
-// has no entry for.
+// Pseudo-kinds of inForce: the overhead of a step and of a call.
+const (
+	stepKind = "step_overhead"
+	opKind   = "op_overhead"
+)
+
+// overheads are an efficiency's two overheads by field name.
+func overheads(e *topology.Efficiency) []struct {
+	field string
+	v     *float64
+} {
+	return []struct {
+		field string
+		v     *float64
+	}{{"step_overhead_us", &e.StepOverheadUS}, {"op_overhead_us", &e.OpOverheadUS}}
+}
+
+// inForce is the value of a kind of link (or of an overhead: stepKind,
+// opKind) in force on nodes of model ("": the cluster's), the field that
+// sets it, and whether that field is 0 (a default); ok is false for a
+// model the set has no entry for.
 func (c *Calibration) inForce(model, kind string) (v float64, field string, zero, ok bool) {
 	e, field, stored := c.Efficiency, "efficiency", c.Efficiency
 	if model != "" {
@@ -434,8 +468,11 @@ func (c *Calibration) inForce(model, kind string) (v float64, field string, zero
 		e, field = bw.EfficiencyOf(model), "models."+model
 	}
 	r := (&Calibration{Efficiency: e}).Resolved()
-	if kind == "" {
+	switch kind {
+	case stepKind:
 		return r.StepOverheadUS, field + ".step_overhead_us", stored.StepOverheadUS == 0, true
+	case opKind:
+		return r.OpOverheadUS, field + ".op_overhead_us", stored.OpOverheadUS == 0, true
 	}
 	i := slices.Index(LinkKinds, kind)
 	return *shares(&r)[i], field + "." + kind, *shares(&stored)[i] == 0, true
@@ -687,7 +724,7 @@ func (c *Calibration) Resolved() topology.Efficiency {
 	}
 	net := or(e.Net, EffNet)
 	return topology.Efficiency{NVLink: or(e.NVLink, EffNVLink), NVLS: or(e.NVLS, EffNVLS), PCIe: or(e.PCIe, EffPCIe),
-		Net: net, EFA: or(e.EFA, net), TCP: or(e.TCP, net), StepOverheadUS: or(e.StepOverheadUS, StepOverheadUS)}
+		Net: net, EFA: or(e.EFA, net), TCP: or(e.TCP, net), StepOverheadUS: or(e.StepOverheadUS, StepOverheadUS), OpOverheadUS: e.OpOverheadUS}
 }
 
 // LinkKind is the kind of link a bottleneck's name (LinkName) is, for an
@@ -811,11 +848,20 @@ func FitCalibration(name string, samples []Sample, base *topology.Bandwidths) (*
 // fitted from: at and below it the latency term, not bandwidth, decides.
 const FitLatencyMaxBytes = 4 << 20
 
-// fitLatency fits the per-step overhead to the samples of at most
+// fitLatency fits the overhead of a call to the samples of at most
 // FitLatencyMaxBytes, with the fitted efficiencies in place: for each, the
 // overhead (0.01 to 1000 µs) at which the prediction meets the
 // measurement, by bisection (more overhead, less bandwidth); the median of
-// them. Without such samples the default stays.
+// them. Without such samples none is fitted.
+//
+// The offset a sweep's small messages show is fitted once a call, not
+// once a step: within one collective on one rank count the two are the
+// same offset, but the machines measured with several collectives show
+// one offset a call whatever the collective's steps (a Together AI H100
+// node: every operation at least ~35 µs up to 512 KiB, its 7-step
+// all_gather and 14-step all_reduce alike; model validate's
+// cross-collective section: 15.7% by step, 6.9% by call), the host's
+// launch of each call rather than the links' steps.
 func fitLatency(c *Calibration, samples []Sample, base *topology.Bandwidths) error {
 	var overheads []float64
 	var sources []string
@@ -825,7 +871,7 @@ func fitLatency(c *Calibration, samples []Sample, base *topology.Bandwidths) err
 		}
 		at := func(us float64) (float64, error) {
 			e := *c
-			e.Efficiency.StepOverheadUS = us
+			e.Efficiency.OpOverheadUS = us
 			r, err := predictWith(s, e.Bandwidths(base))
 			return r.BusBWGBps, err
 		}
@@ -841,7 +887,7 @@ func fitLatency(c *Calibration, samples []Sample, base *topology.Bandwidths) err
 		var us float64
 		switch {
 		case s.BusBWGBps >= blo:
-			us = lo // faster than any overhead: the bandwidth term's own
+			us = lo // faster than any overhead: the model's own latency
 		case s.BusBWGBps <= bhi:
 			us = hi
 		default:
@@ -866,8 +912,8 @@ func fitLatency(c *Calibration, samples []Sample, base *topology.Bandwidths) err
 		return nil
 	}
 	med, _ := medianMax(overheads)
-	c.Efficiency.StepOverheadUS = med
-	c.Latency = &LatencyFit{StepOverheadUS: med, Samples: len(overheads), Sources: sources}
+	c.Efficiency.OpOverheadUS = med
+	c.Latency = &LatencyFit{OpOverheadUS: med, Samples: len(overheads), Sources: sources}
 	return nil
 }
 

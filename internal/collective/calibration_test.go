@@ -54,7 +54,7 @@ func TestFitCalibration(t *testing.T) {
 	}{
 		{"PCIe server", Placement{Ranks: NodeRanks(pcie)}, topology.Efficiency{PCIe: 0.55}, "pcie"},
 		{"NVSwitch node", Placement{Ranks: NodeRanks(nv)}, topology.Efficiency{NVLink: 0.7}, "nvlink"},
-		{"two nodes over the network", Placement{Ranks: NodesRanks([]*topology.Node{nv, nv2}, 8)}, topology.Efficiency{Net: 0.6, StepOverheadUS: 9}, "net"},
+		{"two nodes over the network", Placement{Ranks: NodesRanks([]*topology.Node{nv, nv2}, 8)}, topology.Efficiency{Net: 0.6, OpOverheadUS: 30}, "net"},
 		// EFA NICs are their own kind: fitting them leaves InfiniBand's
 		// efficiency as it was.
 		{"two nodes over EFA", Placement{Ranks: NodesRanks([]*topology.Node{efa("e1"), efa("e2")}, 8)}, topology.Efficiency{EFA: 0.5}, topology.TransportEFA},
@@ -73,10 +73,12 @@ func TestFitCalibration(t *testing.T) {
 			if got := cal.Fits[0].Efficiency; math.Abs(got-want) > 0.01*want {
 				t.Errorf("%s efficiency %.4f, want %.4f", tc.kind, got, want)
 			}
-			// The 1 MiB sample fits the per-step overhead.
-			wantUS := (&Calibration{Efficiency: tc.eff}).Resolved().StepOverheadUS
-			if cal.Latency == nil || math.Abs(cal.Resolved().StepOverheadUS-wantUS) > 0.05*wantUS {
-				t.Errorf("step overhead %+v (%.2f us), want %.2f us", cal.Latency, cal.Resolved().StepOverheadUS, wantUS)
+			// The 1 MiB sample fits the overhead of a call (none where the
+			// machine has none: the bisection's floor, 0.01 us), and leaves
+			// the per-step overhead at the default.
+			wantUS := tc.eff.OpOverheadUS
+			if cal.Latency == nil || math.Abs(cal.Resolved().OpOverheadUS-wantUS) > 0.05*wantUS+0.02 || cal.Resolved().StepOverheadUS != StepOverheadUS {
+				t.Errorf("call overhead %+v (%.2f us, steps %.2f us), want %.2f us", cal.Latency, cal.Resolved().OpOverheadUS, cal.Resolved().StepOverheadUS, wantUS)
 			}
 			if tc.kind == topology.TransportEFA && cal.Resolved().Net != EffNet {
 				t.Errorf("fitting EFA moved the network's efficiency to %.4f", cal.Resolved().Net)
@@ -197,6 +199,16 @@ func TestParseCalibration(t *testing.T) {
 			"c.json:2: latency.step_overhead_us: 40: disagrees with efficiency.step_overhead_us = 4"},
 		{"model latency disagrees", "{\"version\": 1, \"efficiency\": {}, \"models\": {\"H100\": {\"step_overhead_us\": 4}},\n \"model_latency\": [\n {\"model\": \"H100\", \"step_overhead_us\": 9, \"samples\": 2, \"sources\": []}]}",
 			"c.json:3: model_latency[0].step_overhead_us: 9: disagrees with models.H100.step_overhead_us = 4"},
+		// A call's overhead (what fitLatency fits): within 0 to 1000 µs, a
+		// fit agreeing with the value in force, a fit of one overhead.
+		{"negative call overhead", "{\"version\": 1,\n \"efficiency\": {\"op_overhead_us\": -2}}",
+			"c.json:2: efficiency.op_overhead_us: -2: expected 0 to 1000"},
+		{"call overhead fit disagrees", "{\"version\": 1, \"efficiency\": {\"op_overhead_us\": 30},\n \"latency\": {\"op_overhead_us\": 3, \"samples\": 2, \"sources\": []}}",
+			"c.json:2: latency.op_overhead_us: 3: disagrees with efficiency.op_overhead_us = 30"},
+		{"call overhead fit of none in force", "{\"version\": 1, \"efficiency\": {},\n \"latency\": {\"op_overhead_us\": 3, \"samples\": 2, \"sources\": []}}",
+			"c.json:2: latency.op_overhead_us: 3: disagrees with efficiency.op_overhead_us = 0 (0: the default)"},
+		{"a fit of both overheads", "{\"version\": 1, \"efficiency\": {\"op_overhead_us\": 3, \"step_overhead_us\": 3},\n \"latency\": {\"op_overhead_us\": 3, \"step_overhead_us\": 3, \"samples\": 2, \"sources\": []}}",
+			"c.json:2: latency: op_overhead_us 3 and step_overhead_us 3: a fit is of one of them"},
 		// The online compute calibration's factors: within [0.2, 5], of a
 		// model the speed table knows, one a model.
 		{"compute factor too high", "{\"version\": 1, \"efficiency\": {},\n \"compute\": [\n {\"model\": \"T4\", \"factor\": 1.2, \"samples\": 9, \"ratio\": 1.1},\n {\"model\": \"H100 SXM\",\n  \"factor\": 7, \"samples\": 9, \"ratio\": 1}]}",
@@ -452,6 +464,8 @@ func TestCalibrationAgreement(t *testing.T) {
 		`{"version": 1, "efficiency": {}, "fits": [{"kind": "nvlink", "efficiency": 0.8, "samples": 3, "ratio": 1, "sources": []}]}`,
 		`{"version": 1, "efficiency": {"net": 0.7}, "fits": [{"kind": "efa", "efficiency": 0.7, "samples": 3, "ratio": 1, "sources": []}]}`,
 		`{"version": 1, "efficiency": {"step_overhead_us": 4.2}, "latency": {"step_overhead_us": 4.204, "samples": 2, "sources": []}}`,
+		`{"version": 1, "efficiency": {"op_overhead_us": 31.5}, "latency": {"op_overhead_us": 31.503, "samples": 2, "sources": []}}`,
+		`{"version": 1, "efficiency": {}, "models": {"H100": {"op_overhead_us": 12}}, "model_latency": [{"model": "H100", "op_overhead_us": 12, "samples": 2, "sources": []}]}`,
 		`{"version": 1, "efficiency": {"nvlink": 0.7}, "models": {"H100": {"pcie": 0.5}}, "fits": [{"kind": "nvlink", "model": "h100", "efficiency": 0.7, "samples": 3, "ratio": 1, "sources": []}]}`,
 	} {
 		if _, err := ParseCalibration("ok.json", []byte(in)); err != nil {

@@ -149,9 +149,10 @@ var CrossMachines = []CrossMachine{
 			{File: "together-h100-8gpu_single-node_reduce_scatter-ring_together-nccl-tests.txt", Collective: ReduceScatter, Algorithm: Ring},
 		},
 		Note: "the repository's ring config (NCCL_ALGO=RING, NCCL_NVLS_ENABLE=0) run as all_reduce, all_gather and reduce_scatter within minutes on one node (results/20260305_220043); " +
-			"every operation takes at least ~35 µs (128 B to 512 KiB) and all_gather and reduce_scatter a flat ~41 µs from 1 to 4 MiB, a floor the model has no term for: a fit takes it as per-step overhead " +
-			"(10.7 µs from the all_reduce, 22 µs from the others, against 2.8 µs on the HGX H100 node), which then slows every size of the other collectives' 7 or 14 steps: " +
-			"all_reduce from all_gather is -45% to -65% at 1-16 MiB and -5% at 8 GiB, the large sizes alone agree within 2% from the all_reduce",
+			"every operation takes at least ~35 µs (128 B to 512 KiB), all_gather and reduce_scatter a flat ~41 µs from 1 to 4 MiB, its 7-step and 14-step collectives alike: " +
+			"an offset of the call, not of its steps, which the fit takes once a call (20-24 µs over the model's own latency); taken once a step (11-22 µs a step, against 2.8 µs on the HGX H100 node) " +
+			"it slowed every size of the other collectives' 7 or 14 steps (all_reduce from all_gather -45% to -65% at 1-16 MiB, 29% median; 8.9% once a call), " +
+			"the large sizes alone agree within 2% from the all_reduce",
 	},
 	{
 		Name:    "hgx-h100-10node-xxrjun",
@@ -181,8 +182,8 @@ var CrossMachines = []CrossMachine{
 	},
 }
 
-// CrossMinBytes is the smallest size a transfer predicts: below it the
-// per-step latency, not the links, decides.
+// CrossMinBytes is the smallest size a transfer predicts: below it
+// latency, not the links, decides.
 const CrossMinBytes = 1 << 20
 
 // CrossTarget is the target median |error| of the transfer (issue 50).
@@ -195,10 +196,10 @@ type CrossPair struct {
 	From    Collective `json:"from"`
 	To      Collective `json:"to"`
 	// Fitted are the efficiencies the from sweep fitted: each kind of
-	// link bounding it, and the per-step overhead (µs).
-	Fitted         []Fit       `json:"fitted"`
-	StepOverheadUS float64     `json:"step_overhead_us"`
-	Sizes          []CrossSize `json:"sizes"`
+	// link bounding it, and the overhead of a call (µs).
+	Fitted       []Fit       `json:"fitted"`
+	OpOverheadUS float64     `json:"op_overhead_us"`
+	Sizes        []CrossSize `json:"sizes"`
 	// Median and Max are the |errors| of Sizes.
 	Median float64 `json:"median_abs_error"`
 	Max    float64 `json:"max_abs_error"`
@@ -274,7 +275,7 @@ func CrossCollective(fsys fs.FS) (CrossSummary, error) {
 					continue
 				}
 				pair := CrossPair{Case: m.Name, Machine: m.Machine, From: from.Collective, To: to.Collective,
-					Fitted: cal.Fits, StepOverheadUS: cal.Resolved().StepOverheadUS}
+					Fitted: cal.Fits, OpOverheadUS: cal.Resolved().OpOverheadUS}
 				var errs []float64
 				for _, s := range sweeps[j] {
 					if s.Bytes < CrossMinBytes {

@@ -49,9 +49,12 @@ func TestCrossCollective(t *testing.T) {
 	// 5.2%), 15.7% over five with the Together H100 node's three ring
 	// sweeps (16.6% on it: its note says why), 16.2% over six with the
 	// xxrjun cluster's 10-node run (39.7% on it, its sendrecv the most),
-	// 15.7% over seven with that cluster's node pair (6.9% on it).
-	if s.MachineMedian > 0.158 {
-		t.Errorf("median of the machines' medians %.1f%%: worse than with the xxrjun node pair (15.7%%)", 100*s.MachineMedian)
+	// 15.7% over seven with that cluster's node pair (6.9% on it), 6.9%
+	// with the small messages' offset fitted once a call rather than once
+	// a step (fitLatency: the Together node 16.6% to 4.8%, A3 Mega 7.3% to
+	// 4.2%, A4 77.7% to 61.4%), which meets the target.
+	if s.MachineMedian > CrossTarget {
+		t.Errorf("median of the machines' medians %.1f%%: above the target %.0f%% (6.9%% when the overhead of a call was fitted)", 100*s.MachineMedian, 100*CrossTarget)
 	}
 	if len(s.ByMachine) != len(CrossMachines) {
 		t.Errorf("%d machines' medians, want %d", len(s.ByMachine), len(CrossMachines))
@@ -63,10 +66,14 @@ func TestCrossCollective(t *testing.T) {
 	// (+53% at 128 MiB, +25% at 256 MiB), and the A4 all_gather's rows are
 	// out of trend (+42% at 256 MiB between two within 1%; -21% at 1 GiB);
 	// so are the HGX H100 node's sendrecv rows to 256 MiB (64 and 128 MiB
-	// take the same 820 µs: +117% at 128 MiB). The Together H100 node's
-	// ring sweeps take a flat ~35-41 µs at every size to 4 MiB, which the
-	// fit can only take as per-step overhead (11-22 µs a step): its own
-	// fit is 13-19% slow at 128 MiB and 13-14% at 256 MiB. The xxrjun
+	// take the same 820 µs: +117% at 128 MiB). The A4 all_gather takes
+	// 1-1.8 ms from 1 MiB to 256 MiB (2 MiB slower than 4 MiB, 16 MiB
+	// slower than 32 MiB): fitted once a call from its small rows (0.93
+	// ms), it is +116% at 256 MiB, where an overhead once a step, which
+	// the model's pipeline repeats more often as messages grow, had
+	// happened to give +42%. (The Together H100 node's ring sweeps, with
+	// their flat ~35-41 µs to 4 MiB, were 13-19% slow at 128 MiB when the
+	// fit took that offset once a step; once a call, within 4%.) The xxrjun
 	// 10-node run's all_gather and reduce_scatter dip at 256 MiB (+64%
 	// and +60% there, +20% and +25% at 512 MiB), its alltoall is -14% at
 	// 128 MiB and its all_reduce +10% at 8 GiB (its rows fall from 345
@@ -76,12 +83,9 @@ func TestCrossCollective(t *testing.T) {
 		"hgx-h100_10node-80gpu-8x400g_five-collectives_xxrjun-nccl-tests-cluster.txt all_gather":     0.64,
 		"hgx-h100_10node-80gpu-8x400g_five-collectives_xxrjun-nccl-tests-cluster.txt reduce_scatter": 0.60,
 		"hgx-h100_10node-80gpu-8x400g_five-collectives_xxrjun-nccl-tests-cluster.txt all_to_all":     0.14,
-		"together-h100-8gpu_single-node_all_reduce-ring_together-nccl-tests.txt all_reduce":          0.13,
-		"together-h100-8gpu_single-node_all_gather-ring_together-nccl-tests.txt all_gather":          0.17,
-		"together-h100-8gpu_single-node_reduce_scatter-ring_together-nccl-tests.txt reduce_scatter":  0.19,
 		"hgx-h100-8gpu_single-node_five-collectives_xxrjun-nccl-tests-cluster.txt sendrecv":          1.17,
 		"gcp-a3mega-h100_2node-16gpu_all_reduce_create-a3mega-ztan-fork.txt all_reduce":              0.53,
-		"gcp-a4-b200_2node-16gpu-roce_all_gather_dranet.txt all_gather":                              0.42,
+		"gcp-a4-b200_2node-16gpu-roce_all_gather_dranet.txt all_gather":                              1.16,
 	}
 	for _, m := range CrossMachines {
 		p := m.Build()

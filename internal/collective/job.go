@@ -156,8 +156,9 @@ func evaluateJob(j Job, withGroups bool) (JobResult, error) {
 		whole.measure(&set.ps)
 		op := set.ps.op
 		t := set.ps.cost(scale{op: op, step: simpleScale.step, bw: 1, ramp: true})
-		// cost counts one operation latency; each call has one.
-		res.CommSeconds += t + float64(set.calls-1)*OpLatencyUS*op*1e-6
+		// cost counts one operation latency; each call has one, and the
+		// calibrated overhead of a call (opOverheadUS) too.
+		res.CommSeconds += t + float64(set.calls-1)*OpLatencyUS*op*1e-6 + float64(set.calls)*whole.opOverheadUS()*1e-6
 	}
 	res.GPUs = j.GPUs
 	if res.GPUs == 0 {

@@ -245,6 +245,18 @@ func (m *model) netEff(e *topology.Efficiency, kind string) float64 {
 	return net
 }
 
+// opOverheadUS is a call's calibrated overhead (topology.Efficiency's
+// OpOverheadUS), the largest of its nodes': a collective ends when its
+// slowest rank's launch does. It is the same for every algorithm and
+// protocol, so it moves a prediction, never a choice.
+func (m *model) opOverheadUS() float64 {
+	var us float64
+	for _, nd := range m.nodes {
+		us = max(us, nd.eff.OpOverheadUS)
+	}
+	return us
+}
+
 // stepOverheadUS is the per-step overhead on a node, calibrated (for its
 // GPU model, or the cluster) or the default.
 func (m *model) stepOverheadUS(nd *nodeInfo) float64 {

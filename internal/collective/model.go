@@ -336,6 +336,7 @@ func (m *model) eval(c Collective, bytes float64, a Algorithm, p Protocol) (eval
 	if chosen == "" {
 		return evaluated{}, false
 	}
+	t += m.opOverheadUS() * 1e-6
 	r := Result{Collective: c, Algorithm: a, Protocol: chosen, Ranks: len(m.ranks), Bytes: bytes, TimeSeconds: t}
 	if t > 0 {
 		r.AlgBWGBps = bytes / t / 1e9

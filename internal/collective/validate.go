@@ -912,7 +912,7 @@ type Transfer struct {
 	Sizes []TransferSize `json:"sizes"`
 	// Fitted are the sources the two calibrations were fitted from:
 	// OneSize from the largest size, TwoSizes from it and the size
-	// nearest 1 MiB (which fits the per-step overhead).
+	// nearest 1 MiB (which fits the overhead of a call).
 	OneSize, TwoSizes []string `json:"-"`
 	// HeldOut: a held-out case's sweep (Case.HeldOut), in HeldOut's
 	// figures only.

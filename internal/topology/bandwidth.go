@@ -84,7 +84,7 @@ func (b *Bandwidths) EfficiencyOf(model string) Efficiency {
 		v   float64
 	}{
 		{&e.NVLink, o.NVLink}, {&e.NVLS, o.NVLS}, {&e.PCIe, o.PCIe}, {&e.Net, o.Net}, {&e.EFA, o.EFA}, {&e.TCP, o.TCP},
-		{&e.StepOverheadUS, o.StepOverheadUS},
+		{&e.StepOverheadUS, o.StepOverheadUS}, {&e.OpOverheadUS, o.OpOverheadUS},
 	} {
 		if f.v > 0 {
 			*f.dst = f.v
@@ -106,6 +106,11 @@ type Efficiency struct {
 	EFA            float64 `json:"efa,omitempty"`
 	TCP            float64 `json:"tcp,omitempty"`
 	StepOverheadUS float64 `json:"step_overhead_us,omitempty"`
+	// OpOverheadUS is the time a collective call takes beyond the
+	// model's own (its launch and steps), once a call: where the host's
+	// launch path, not the links, sets a floor. Calibration fits it from
+	// small messages; 0: none.
+	OpOverheadUS float64 `json:"op_overhead_us,omitempty"`
 }
 
 // defaults is the shared, never modified table that a nil *Bandwidths

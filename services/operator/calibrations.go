@@ -245,5 +245,5 @@ func nameOfRaw(raw []byte) string {
 
 // linkEfficiency is an efficiency as events carry it.
 func linkEfficiency(e topology.Efficiency) events.LinkEfficiency {
-	return events.LinkEfficiency{NVLink: e.NVLink, NVLS: e.NVLS, PCIe: e.PCIe, Net: e.Net, EFA: e.EFA, TCP: e.TCP, StepOverheadUS: e.StepOverheadUS}
+	return events.LinkEfficiency{NVLink: e.NVLink, NVLS: e.NVLS, PCIe: e.PCIe, Net: e.Net, EFA: e.EFA, TCP: e.TCP, StepOverheadUS: e.StepOverheadUS, OpOverheadUS: e.OpOverheadUS}
 }
