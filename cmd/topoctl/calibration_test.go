@@ -56,7 +56,7 @@ func TestCalibrationPushShowWithdraw(t *testing.T) {
 	url, b, op := startReplicas(t, ctx)
 
 	file := filepath.Join(t.TempDir(), "lab.json")
-	good := `{"version": 1, "name": "lab", "efficiency": {"nvlink": 0.7, "pcie": 0.55},
+	good := `{"version": 1, "name": "lab", "efficiency": {"nvlink": 0.7, "pcie": 0.55, "op_overhead_us": 19.5},
  "compute": [{"model": "T4", "factor": 1.18, "samples": 12, "ratio": 1.05, "sources": ["telemetry:j1@40"]}]}` + "\n"
 	if err := os.WriteFile(file, []byte(good), 0o644); err != nil {
 		t.Fatal(err)
@@ -67,12 +67,12 @@ func TestCalibrationPushShowWithdraw(t *testing.T) {
 		t.Fatalf("push: %v\n%s", err, out)
 	}
 	for _, w := range []string{"pushed lab@" + rev[:12], "applied by r1 (optimizer, placement): lab@" + rev[:12] + " from kv (replaced default)",
-		"efficiency: nvlink 0.700, nvls 0.611, pcie 0.550, net 0.960"} {
+		"efficiency: nvlink 0.700, nvls 0.611, pcie 0.550, net 0.960", "step overhead 2.80 us, call overhead 19.50 us"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("push output lacks %q:\n%s", w, out)
 		}
 	}
-	if bw := op.PlacementService().Bandwidths(); bw == nil || bw.Efficiency.PCIe != 0.55 {
+	if bw := op.PlacementService().Bandwidths(); bw == nil || bw.Efficiency.PCIe != 0.55 || bw.Efficiency.OpOverheadUS != 19.5 {
 		t.Errorf("placement predicts with %+v", bw)
 	}
 	if bw := op.OptimizerService().Bandwidths(); bw == nil || bw.Efficiency.NVLink != 0.7 {
@@ -113,7 +113,7 @@ func TestCalibrationPushShowWithdraw(t *testing.T) {
 			t.Fatalf("follow: %v", err)
 		}
 	}
-	if bw := op.PlacementService().Bandwidths(); bw == nil || bw.Efficiency.PCIe != 0.55 {
+	if bw := op.PlacementService().Bandwidths(); bw == nil || bw.Efficiency.PCIe != 0.55 || bw.Efficiency.OpOverheadUS != 19.5 {
 		t.Errorf("after the refusal placement predicts with %+v", bw)
 	}
 

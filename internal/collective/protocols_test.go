@@ -303,3 +303,40 @@ func TestNVLSLatencyIsTheTables(t *testing.T) {
 		t.Errorf("a doubled per-step overhead gives %g s, not above %g", slow.TimeSeconds, r.TimeSeconds)
 	}
 }
+
+// A calibrated overhead of a call (topology.Efficiency.OpOverheadUS) adds
+// to every call's time once, whatever its algorithm, protocol or size, so
+// it moves no choice; a job's step pays it once a call.
+func TestCallOverhead(t *testing.T) {
+	t.Parallel()
+	nodes := []*topology.Node{BuildNode(with(h100, func(s *NodeSpec) { s.NICs, s.NICGbps = 8, 400 })), BuildNode(with(h100, func(s *NodeSpec) { s.Name, s.NICs, s.NICGbps = "h100b", 8, 400 }))}
+	plain := Placement{Ranks: NodesRanks(nodes, 8)}
+	slow := plain
+	slow.Bandwidths = (&Calibration{Version: CalibrationVersion, Efficiency: topology.Efficiency{OpOverheadUS: 40}}).Bandwidths(nil)
+	for _, c := range []Collective{AllReduce, AllGather, SendRecv, AllToAll} {
+		for _, bytes := range []float64{0, 1 << 20, 1 << 30} {
+			a, err := Predict(plain, c, bytes, Options{Candidates: NCCLAlgorithms})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := Predict(slow, c, bytes, Options{Candidates: NCCLAlgorithms})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := b.TimeSeconds - a.TimeSeconds; math.Abs(d-40e-6) > 1e-12 || a.Algorithm != b.Algorithm || a.Protocol != b.Protocol {
+				t.Errorf("%s of %g bytes: %s/%s in %g s, with the overhead %s/%s in %g s (+%g s, want +40 us)",
+					c, bytes, a.Algorithm, a.Protocol, a.TimeSeconds, b.Algorithm, b.Protocol, b.TimeSeconds, d)
+			}
+		}
+	}
+	job := func(bw *topology.Bandwidths) float64 {
+		s, err := CommSeconds(Job{Bandwidths: bw, Groups: []Group{{Name: "dp", Collective: AllReduce, Ranks: plain.Ranks, Bytes: 64 << 20, Calls: 3}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if d := job(slow.Bandwidths) - job(nil); math.Abs(d-3*40e-6) > 1e-12 {
+		t.Errorf("a step of three calls: +%g s, want three overheads (+120 us)", d)
+	}
+}
