@@ -861,8 +861,43 @@ const FitLatencyMaxBytes = 4 << 20
 // node: every operation at least ~35 µs up to 512 KiB, its 7-step
 // all_gather and 14-step all_reduce alike; model validate's
 // cross-collective section: 15.7% by step, 6.9% by call), the host's
-// launch of each call rather than the links' steps.
+// launch of each call rather than the links' steps. A machine faster
+// than the model's own latency (the median sample faster with no
+// overhead at all) has no call overhead to fit: there the per-step
+// overhead, NCCL's tables' order by default, is fitted down instead, as
+// it was for every machine before.
 func fitLatency(c *Calibration, samples []Sample, base *topology.Bandwidths) error {
+	op := func(e *topology.Efficiency) *float64 { return &e.OpOverheadUS }
+	overheads, sources, err := fitOverhead(c, samples, base, op)
+	if err != nil || len(overheads) == 0 {
+		return err
+	}
+	med, _ := medianMax(overheads)
+	if med > overheadLow {
+		c.Efficiency.OpOverheadUS = med
+		c.Latency = &LatencyFit{OpOverheadUS: med, Samples: len(overheads), Sources: sources}
+		return nil
+	}
+	overheads, sources, err = fitOverhead(c, samples, base, func(e *topology.Efficiency) *float64 { return &e.StepOverheadUS })
+	if err != nil {
+		return err
+	}
+	med, _ = medianMax(overheads)
+	c.Efficiency.StepOverheadUS = med
+	c.Latency = &LatencyFit{StepOverheadUS: med, Samples: len(overheads), Sources: sources}
+	return nil
+}
+
+// overheadLow is the least overhead fitOverhead fits (its bisection's low
+// end): a sample at it is as fast as the model with none, or faster.
+const overheadLow = 0.01
+
+// fitOverhead is, for each sample of at most FitLatencyMaxBytes, the
+// overhead (the field of c's efficiency that field names, from
+// overheadLow to 1000 µs) at which its prediction meets its measurement,
+// by bisection (more overhead, less bandwidth), and the samples'
+// sources.
+func fitOverhead(c *Calibration, samples []Sample, base *topology.Bandwidths, field func(*topology.Efficiency) *float64) ([]float64, []string, error) {
 	var overheads []float64
 	var sources []string
 	for _, s := range samples {
@@ -871,23 +906,23 @@ func fitLatency(c *Calibration, samples []Sample, base *topology.Bandwidths) err
 		}
 		at := func(us float64) (float64, error) {
 			e := *c
-			e.Efficiency.OpOverheadUS = us
+			*field(&e.Efficiency) = us
 			r, err := predictWith(s, e.Bandwidths(base))
 			return r.BusBWGBps, err
 		}
-		lo, hi := 0.01, 1000.0
+		lo, hi := overheadLow, 1000.0
 		blo, err := at(lo)
 		if err != nil {
-			return fmt.Errorf("%s: %w", s.Source, err)
+			return nil, nil, fmt.Errorf("%s: %w", s.Source, err)
 		}
 		bhi, err := at(hi)
 		if err != nil {
-			return fmt.Errorf("%s: %w", s.Source, err)
+			return nil, nil, fmt.Errorf("%s: %w", s.Source, err)
 		}
 		var us float64
 		switch {
 		case s.BusBWGBps >= blo:
-			us = lo // faster than any overhead: the model's own latency
+			us = lo // as fast as no overhead, or faster
 		case s.BusBWGBps <= bhi:
 			us = hi
 		default:
@@ -895,7 +930,7 @@ func fitLatency(c *Calibration, samples []Sample, base *topology.Bandwidths) err
 				mid := math.Sqrt(lo * hi)
 				b, err := at(mid)
 				if err != nil {
-					return fmt.Errorf("%s: %w", s.Source, err)
+					return nil, nil, fmt.Errorf("%s: %w", s.Source, err)
 				}
 				if b > s.BusBWGBps {
 					lo = mid
@@ -908,13 +943,7 @@ func fitLatency(c *Calibration, samples []Sample, base *topology.Bandwidths) err
 		overheads = append(overheads, us)
 		sources = append(sources, s.Source)
 	}
-	if len(overheads) == 0 {
-		return nil
-	}
-	med, _ := medianMax(overheads)
-	c.Efficiency.OpOverheadUS = med
-	c.Latency = &LatencyFit{OpOverheadUS: med, Samples: len(overheads), Sources: sources}
-	return nil
+	return overheads, sources, nil
 }
 
 func predictWith(s Sample, bw *topology.Bandwidths) (Result, error) {

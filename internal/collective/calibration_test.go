@@ -55,6 +55,8 @@ func TestFitCalibration(t *testing.T) {
 		{"PCIe server", Placement{Ranks: NodeRanks(pcie)}, topology.Efficiency{PCIe: 0.55}, "pcie"},
 		{"NVSwitch node", Placement{Ranks: NodeRanks(nv)}, topology.Efficiency{NVLink: 0.7}, "nvlink"},
 		{"two nodes over the network", Placement{Ranks: NodesRanks([]*topology.Node{nv, nv2}, 8)}, topology.Efficiency{Net: 0.6, OpOverheadUS: 30}, "net"},
+		// Faster than NCCL's tables: no call overhead, steps fitted down.
+		{"NVSwitch node faster than the tables", Placement{Ranks: NodeRanks(nv2)}, topology.Efficiency{NVLink: 0.75, StepOverheadUS: 0.9}, "nvlink"},
 		// EFA NICs are their own kind: fitting them leaves InfiniBand's
 		// efficiency as it was.
 		{"two nodes over EFA", Placement{Ranks: NodesRanks([]*topology.Node{efa("e1"), efa("e2")}, 8)}, topology.Efficiency{EFA: 0.5}, topology.TransportEFA},
@@ -73,12 +75,14 @@ func TestFitCalibration(t *testing.T) {
 			if got := cal.Fits[0].Efficiency; math.Abs(got-want) > 0.01*want {
 				t.Errorf("%s efficiency %.4f, want %.4f", tc.kind, got, want)
 			}
-			// The 1 MiB sample fits the overhead of a call (none where the
-			// machine has none: the bisection's floor, 0.01 us), and leaves
-			// the per-step overhead at the default.
-			wantUS := tc.eff.OpOverheadUS
-			if cal.Latency == nil || math.Abs(cal.Resolved().OpOverheadUS-wantUS) > 0.05*wantUS+0.02 || cal.Resolved().StepOverheadUS != StepOverheadUS {
-				t.Errorf("call overhead %+v (%.2f us, steps %.2f us), want %.2f us", cal.Latency, cal.Resolved().OpOverheadUS, cal.Resolved().StepOverheadUS, wantUS)
+			// The 1 MiB sample fits the overhead of a call; where the
+			// machine has none, or is faster than the tables, the per-step
+			// overhead instead.
+			wantLat := (&Calibration{Efficiency: tc.eff}).Resolved()
+			gotLat := cal.Resolved()
+			if cal.Latency == nil || math.Abs(gotLat.OpOverheadUS-wantLat.OpOverheadUS) > 0.05*wantLat.OpOverheadUS ||
+				math.Abs(gotLat.StepOverheadUS-wantLat.StepOverheadUS) > 0.05*wantLat.StepOverheadUS {
+				t.Errorf("latency %+v: call %.2f us, step %.2f us; want %.2f and %.2f", cal.Latency, gotLat.OpOverheadUS, gotLat.StepOverheadUS, wantLat.OpOverheadUS, wantLat.StepOverheadUS)
 			}
 			if tc.kind == topology.TransportEFA && cal.Resolved().Net != EffNet {
 				t.Errorf("fitting EFA moved the network's efficiency to %.4f", cal.Resolved().Net)
