@@ -80,10 +80,11 @@ type LatencyFit struct {
 	// Model is the GPU model whose nodes it was fitted on ("": the
 	// cluster's).
 	Model string `json:"model,omitempty"`
-	// OpOverheadUS is the fitted overhead of a call (fitLatency). A set
-	// written before it holds StepOverheadUS instead, the overhead of a
-	// step that the fit then gave the whole offset to; it is read as
-	// written, and its value is the efficiency's step_overhead_us.
+	// OpOverheadUS is the fitted overhead of a call (fitLatency);
+	// StepOverheadUS the fitted per-step overhead, where the machine is
+	// faster than the model's own latency (and in every set written
+	// before calls were fitted, read as written). One of the two is set,
+	// and its value is the efficiency's field of the same name.
 	OpOverheadUS   float64  `json:"op_overhead_us,omitempty"`
 	StepOverheadUS float64  `json:"step_overhead_us,omitempty"`
 	Samples        int      `json:"samples"`
