@@ -30,12 +30,12 @@ type Calibration struct {
 	// replace Efficiency's, which stays for the others (a cluster of
 	// several node models holds one entry each).
 	Models map[string]topology.Efficiency `json:"models,omitempty"`
-	// Fits say what each efficiency came from, Latency what the overhead
-	// of a call came from (nil: none fitted).
+	// Fits say what each efficiency came from, Latency what the fitted
+	// overhead (of a call, or of a step) came from (nil: none fitted).
 	Fits    []Fit       `json:"fits,omitempty"`
 	Latency *LatencyFit `json:"latency,omitempty"`
 	// ModelLatency is the overhead fitted per GPU model (the value in
-	// force is Models[model].OpOverheadUS).
+	// force is Models[model]'s field of the same name).
 	ModelLatency []LatencyFit `json:"model_latency,omitempty"`
 	// Compute are GPU models measured to compute slower or faster than
 	// internal/gpuspeed's table says, one entry a model: the optimizer's
