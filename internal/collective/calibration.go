@@ -73,9 +73,9 @@ const (
 	MaxComputeFactor = 5
 )
 
-// LatencyFit is the fitted overhead of a call and its evidence: the
-// median of the overheads that make each small message's prediction meet
-// its measurement.
+// LatencyFit is a fitted overhead (of a call, or of a step) and its
+// evidence: the median of the overheads that make each small message's
+// prediction meet its measurement.
 type LatencyFit struct {
 	// Model is the GPU model whose nodes it was fitted on ("": the
 	// cluster's).
@@ -444,15 +444,15 @@ const (
 	opKind   = "op_overhead"
 )
 
-// overheads are an efficiency's two overheads by field name.
-func overheads(e *topology.Efficiency) []struct {
+// overheadField is one of an efficiency's overheads and its JSON name.
+type overheadField struct {
 	field string
 	v     *float64
-} {
-	return []struct {
-		field string
-		v     *float64
-	}{{"step_overhead_us", &e.StepOverheadUS}, {"op_overhead_us", &e.OpOverheadUS}}
+}
+
+// overheads are an efficiency's two overheads.
+func overheads(e *topology.Efficiency) []overheadField {
+	return []overheadField{{"step_overhead_us", &e.StepOverheadUS}, {"op_overhead_us", &e.OpOverheadUS}}
 }
 
 // inForce is the value of a kind of link (or of an overhead: stepKind,
@@ -868,8 +868,7 @@ const FitLatencyMaxBytes = 4 << 20
 // overhead, NCCL's tables' order by default, is fitted down instead, as
 // it was for every machine before.
 func fitLatency(c *Calibration, samples []Sample, base *topology.Bandwidths) error {
-	op := func(e *topology.Efficiency) *float64 { return &e.OpOverheadUS }
-	overheads, sources, err := fitOverhead(c, samples, base, op)
+	overheads, sources, err := fitOverhead(c, samples, base, func(e *topology.Efficiency) *float64 { return &e.OpOverheadUS })
 	if err != nil || len(overheads) == 0 {
 		return err
 	}
