@@ -868,23 +868,23 @@ const FitLatencyMaxBytes = 4 << 20
 // overhead, NCCL's tables' order by default, is fitted down instead, as
 // it was for every machine before.
 func fitLatency(c *Calibration, samples []Sample, base *topology.Bandwidths) error {
-	overheads, sources, err := fitOverhead(c, samples, base, func(e *topology.Efficiency) *float64 { return &e.OpOverheadUS })
-	if err != nil || len(overheads) == 0 {
+	fitted, sources, err := fitOverhead(c, samples, base, func(e *topology.Efficiency) *float64 { return &e.OpOverheadUS })
+	if err != nil || len(fitted) == 0 {
 		return err
 	}
-	med, _ := medianMax(overheads)
+	med, _ := medianMax(fitted)
 	if med > overheadLow {
 		c.Efficiency.OpOverheadUS = med
-		c.Latency = &LatencyFit{OpOverheadUS: med, Samples: len(overheads), Sources: sources}
+		c.Latency = &LatencyFit{OpOverheadUS: med, Samples: len(fitted), Sources: sources}
 		return nil
 	}
-	overheads, sources, err = fitOverhead(c, samples, base, func(e *topology.Efficiency) *float64 { return &e.StepOverheadUS })
+	fitted, sources, err = fitOverhead(c, samples, base, func(e *topology.Efficiency) *float64 { return &e.StepOverheadUS })
 	if err != nil {
 		return err
 	}
-	med, _ = medianMax(overheads)
+	med, _ = medianMax(fitted)
 	c.Efficiency.StepOverheadUS = med
-	c.Latency = &LatencyFit{StepOverheadUS: med, Samples: len(overheads), Sources: sources}
+	c.Latency = &LatencyFit{StepOverheadUS: med, Samples: len(fitted), Sources: sources}
 	return nil
 }
 
@@ -898,7 +898,7 @@ const overheadLow = 0.01
 // by bisection (more overhead, less bandwidth), and the samples'
 // sources.
 func fitOverhead(c *Calibration, samples []Sample, base *topology.Bandwidths, field func(*topology.Efficiency) *float64) ([]float64, []string, error) {
-	var overheads []float64
+	var fitted []float64
 	var sources []string
 	for _, s := range samples {
 		if s.Bytes > FitLatencyMaxBytes {
@@ -940,10 +940,10 @@ func fitOverhead(c *Calibration, samples []Sample, base *topology.Bandwidths, fi
 			}
 			us = math.Sqrt(lo * hi)
 		}
-		overheads = append(overheads, us)
+		fitted = append(fitted, us)
 		sources = append(sources, s.Source)
 	}
-	return overheads, sources, nil
+	return fitted, sources, nil
 }
 
 func predictWith(s Sample, bw *topology.Bandwidths) (Result, error) {
