@@ -621,21 +621,21 @@ func Validate(fsys fs.FS) (Summary, error) {
 					return s, fmt.Errorf("case %s: %w", c.Name, err)
 				}
 				e := (r.BusBWGBps - meas) / meas
+				src := fmt.Sprintf("%s:%d", c.File, line)
 				s.Rows = append(s.Rows, Row{Case: c.Name, Machine: c.Machine, Algorithm: string(r.Algorithm), Protocol: string(r.Protocol), Bytes: pt.Bytes,
 					Large: set.large, Measured: meas, Predicted: r.BusBWGBps, Error: e,
-					Source: fmt.Sprintf("%s:%d", c.File, line), Note: c.Note, HeldOut: c.HeldOut, PCIeOnly: pcieOnly(p)})
+					Source: src, Note: c.Note, HeldOut: c.HeldOut, PCIeOnly: pcieOnly(p)})
+				smp := Sample{Placement: p, Collective: c.Collective, Algorithm: c.Algorithm, Bytes: pt.Bytes, BusBWGBps: meas, Source: src}
 				switch {
 				case c.HeldOut && set.large:
 					heldLarge = append(heldLarge, math.Abs(e))
-					held = append(held, Sample{Placement: p, Collective: c.Collective, Algorithm: c.Algorithm, Bytes: pt.Bytes,
-						BusBWGBps: meas, Source: fmt.Sprintf("%s:%d", c.File, line)})
+					held = append(held, smp)
 					continue
 				case c.HeldOut:
 					heldSmall = append(heldSmall, math.Abs(e))
 					continue
 				}
-				samples = append(samples, Sample{Placement: p, Collective: c.Collective, Algorithm: c.Algorithm, Bytes: pt.Bytes,
-					BusBWGBps: meas, Source: fmt.Sprintf("%s:%d", c.File, line)})
+				samples = append(samples, smp)
 				if set.large {
 					large = append(large, math.Abs(e))
 				} else {
