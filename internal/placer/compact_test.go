@@ -3,11 +3,13 @@ package placer
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/fixtures"
 	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/placer/outcome"
 )
@@ -139,4 +141,79 @@ func mustAnalyze(t *testing.T, sub events.JobSubmitted) events.JobAnalyzed {
 		t.Fatal(reasons)
 	}
 	return a
+}
+
+// A job Compact would keep waiting on the tightest fabric domain starts
+// in another that holds it within the bound: on a mixed cluster the
+// tightest leaf may be one of slow nodes while a leaf of fast ones is free
+// (ITP cluster01 on hetero-512). A job that starts anyway is placed as
+// before, and one no domain holds within the bound still waits.
+func TestCompactLooksInOtherDomains(t *testing.T) {
+	t.Parallel()
+	// l0: two DGX A100 (the ideal: the tightest leaf of the empty
+	// cluster); l1: three PCIe servers without NVLink or NICs; l2: four
+	// DGX A100.
+	var ns []fixtures.Node
+	fab := events.TopologyFabric{Cluster: "c"}
+	var leaves []string
+	for l, spec := range []struct {
+		dgx   bool
+		nodes int
+	}{{true, 2}, {false, 3}, {true, 4}} {
+		leaf := fmt.Sprintf("l%d", l)
+		sw := events.Switch{Name: leaf, Tier: "leaf"}
+		for range spec.nodes {
+			name := fmt.Sprintf("n%d", len(ns))
+			ev := fixtures.PlainNode(name, "A10", 8)
+			if spec.dgx {
+				ev = fixtures.MustModelNode(t, "dgx-a100", name)
+			}
+			ns = append(ns, fixtures.Node{Event: ev})
+			sw.Nodes = append(sw.Nodes, name)
+		}
+		fab.Switches = append(fab.Switches, sw)
+		leaves = append(leaves, leaf)
+	}
+	fab.Switches = append(fab.Switches, events.Switch{Name: "spine", Tier: "spine", Switches: leaves})
+
+	for _, tc := range []struct {
+		name    string
+		busy    []string // nodes with one GPU busy
+		compact bool
+		want    outcome.Verdict
+		leaf    int // the leaf placed on, two whole nodes of it
+	}{
+		{name: "off: the tightest leaf, slow", busy: []string{"n0"}, want: outcome.Placed, leaf: 1},
+		{name: "on: another leaf within the bound", busy: []string{"n0"}, compact: true, want: outcome.Placed, leaf: 2},
+		{name: "on: no other leaf holds it", busy: []string{"n0", "n5", "n6", "n7"}, compact: true, want: outcome.Wait},
+		{name: "on: the tightest leaf is the ideal", compact: true, want: outcome.Placed, leaf: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := fixtures.MustFabric(t, fab)
+			st := fixtures.MustStore(t, ns, f)
+			r := &rig{t: t, st: st, fabric: f}
+			for i, n := range tc.busy {
+				r.hold(fmt.Sprintf("j%d", i), n, 0)
+			}
+			p := &Planner{}
+			if tc.compact {
+				p.Compact = &Compact{MaxStretch: DefaultMaxStretch, Ideal: (&Ideals{Store: st, Fabric: f}).Comm}
+			}
+			got := r.plan(p, compactJob(true))
+			if got.Verdict != tc.want {
+				t.Fatalf("%v on %v (%v), want %v", got.Verdict, nodesOf(got.GPUs), got.Reasons, tc.want)
+			}
+			if tc.want == outcome.Wait {
+				if codes(got.Reasons) != CodeCompactAwaited {
+					t.Errorf("reasons %+v, want %s", got.Reasons, CodeCompactAwaited)
+				}
+				return
+			}
+			on := nodesOf(got.GPUs)
+			if len(on) != 2 || slices.ContainsFunc(on, func(n string) bool { return !slices.Contains(fab.Switches[tc.leaf].Nodes, n) }) {
+				t.Errorf("placed on %v, want two nodes of %v", on, fab.Switches[tc.leaf].Nodes)
+			}
+		})
+	}
 }

@@ -51,7 +51,11 @@
 // enough. Across nodes a node offers its free GPUs in whole units: the
 // job's innermost group size (TP when the layout puts TP first, so TP
 // groups stay on nodes), or gpus_per_node exactly; when whole units
-// do not suffice, single GPUs.
+// do not suffice, single GPUs. Where Options.Compact keeps the tightest
+// domain's spread waiting, the job is spread in up to 16 other domains, in
+// the same order, and the first that Compact lets start and the judge
+// allows is taken (judge.go, elsewhere): on a mixed cluster the tightest
+// leaf may be one of slow nodes while a leaf of fast ones is free.
 //
 // # Large clusters
 //

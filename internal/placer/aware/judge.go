@@ -36,19 +36,57 @@ func (p *placer) judgeStage(s shortlist) (chosen *cand, judged []*cand, wait *ou
 	}
 	if p.opts.Compact != nil {
 		if why, hold := p.opts.Compact(chosen.gpus, p.score(chosen)); hold {
-			if x != nil {
-				x.CompactAwaited = true
-			}
 			// Listed as denied, by the rule, with its reason.
 			chosen.j.Deny, chosen.j.Reasons = true, []events.Reason{why}
 			if !slices.Contains(judged, chosen) {
 				judged = append(judged, chosen)
+			}
+			if c, cj := p.elsewhere(s, chosen); c != nil {
+				for _, e := range cj {
+					if !slices.ContainsFunc(judged, func(d *cand) bool { return slices.Equal(d.gpus, e.gpus) }) {
+						judged = append(judged, e)
+					}
+				}
+				return c, judged, nil
+			}
+			if x != nil {
+				x.CompactAwaited = true
 			}
 			p.explain(judged, nil)
 			return nil, nil, &outcome.Result{Verdict: outcome.Wait, Reasons: []events.Reason{why}}
 		}
 	}
 	return chosen, judged, nil
+}
+
+// elsewhere is the job's spread in the tightest other fabric domain
+// (shortlist.elsewhere, in multiNode's order) on which Options.Compact
+// lets it start and the judge allows it, with the candidates judged; nil
+// when there is none. held is the candidate Compact kept waiting. The
+// tightest such domain, not the fastest, as for the first choice: within
+// the bound, best fit keeps the looser domains whole for larger jobs.
+func (p *placer) elsewhere(s shortlist, held *cand) (*cand, []*cand) {
+	if s.elsewhere == nil {
+		return nil, nil
+	}
+	var judged []*cand
+	for _, c := range s.elsewhere() {
+		if slices.Equal(c.gpus, held.gpus) || p.score(c) >= p.score(held) {
+			continue
+		}
+		if _, hold := p.opts.Compact(c.gpus, p.score(c)); hold {
+			continue
+		}
+		judged = append(judged, c)
+		if p.opts.Judge != nil {
+			if p.judge(c); c.j.Deny {
+				continue
+			}
+			c.cost = 1 + c.j.Score
+		}
+		return c, judged
+	}
+	return nil, nil
 }
 
 // cand is one candidate inside Place.

@@ -67,8 +67,22 @@ func (p *placer) spreads(w *walked, job events.JobAnalyzed, s *shortlist) {
 		p.cands = w.full()
 		s.list = p.multiNode(p.cands, job, gpn, 1)
 		s.more = func() []*cand { return p.multiNode(p.cands, job, gpn, p.limit())[1:] }
+		// The scoped walk above spread the job in each of its domains
+		// already; the whole cluster's walk, in the tightest alone.
+		s.elsewhere = func() []*cand { return p.multiNode(p.cands, job, gpn, elsewhereDomains) }
 	}
 }
+
+// elsewhereDomains bounds the fabric domains a job kept waiting by
+// Options.Compact is spread in (judgeStage). The favourite is the spread
+// in the tightest domain, which is the fastest on a cluster of one kind of
+// node; on a mixed one the tightest may be a leaf of nodes without NICs,
+// several times as slow as a leaf of others that is free (ITP cluster01 on
+// deploy/examples/replay/hetero-512.yaml: two 32-GPU jobs waited a day
+// each for a compact placement with 13 A100 nodes free). Offered only to
+// a job that would otherwise wait, they leave every placement that starts
+// in the tightest domain as it was (BENCHMARKS.md, issue 51).
+const elsewhereDomains = 16
 
 // alternativesFor sets whether the local search may trade across nodes
 // and puts a faster alternative (alternatives) before the favourite.

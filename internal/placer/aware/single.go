@@ -34,6 +34,10 @@ type shortlist struct {
 	// alt says list[0] is an alternative grouping or spread, faster than
 	// the favourite it displaced (list[1]).
 	alt bool
+	// elsewhere lists the job's spreads in the other fabric domains that
+	// hold it, for when Options.Compact keeps the chosen one waiting
+	// (judgeStage); nil for a job one node holds.
+	elsewhere func() []*cand
 }
 
 // singleStage is the single-node exact choice for a job one node can
