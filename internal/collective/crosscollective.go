@@ -167,7 +167,7 @@ var CrossMachines = []CrossMachine{
 		},
 		Note: "one run of the cluster whose single node is hgx-h100-1node-xxrjun: float64 sweeps from 32 MiB to 16 GiB of each collective; " +
 			"sendrecv (each of 80 ranks to the next, 10 of the 80 pairs across the network) is a flat 15.2 GB/s from 32 MiB, which the model, pricing a pair across nodes at the fitted NIC rate, puts near 45 (+190% to +215%): " +
-			"NCCL runs p2p over the network on fewer channels than collectives, which the model does not price; " +
+			"NCCL gives each network peer ceil(NIC GB/s / 14) channels (NCCL_P2P_PER_CHANNEL_NET_BW, 4 here) and halves them while they times ceil(ranks / 8) exceed its 16 p2p channels (src/graph/paths.cc): 1 channel at 80 ranks, about 14 GB/s, which the model does not price; " +
 			"all_gather and reduce_scatter dip at 256 MiB (150 and 146 GB/s, below the 128 MiB rows' 158 and 125-148, then 218 at 512 MiB), rows their own fit misses by +60%",
 	},
 	{
