@@ -8,6 +8,7 @@ import (
 	"github.com/toposched/toposched/internal/placer/aware"
 	"github.com/toposched/toposched/internal/placer/blind"
 	"github.com/toposched/toposched/internal/placer/engine"
+	"github.com/toposched/toposched/internal/placer/fill"
 	"github.com/toposched/toposched/internal/placer/gpuallocator"
 	"github.com/toposched/toposched/internal/placer/nodefit"
 	"github.com/toposched/toposched/internal/placer/outcome"
@@ -46,7 +47,7 @@ var registered = []struct {
 	dryRunOnly bool
 }{
 	{Strategy: awareStrategy{}},
-	{Strategy: judged{StrategyBlind, blind.PlaceOn}},
+	{Strategy: judged{StrategyBlind, blindFit}},
 	{Strategy: exhaustiveStrategy{}, dryRunOnly: true},
 	{Strategy: judged{StrategyBinpack, nodefit.Binpack}},
 	{Strategy: judged{StrategySpread, nodefit.Spread}},
@@ -91,19 +92,30 @@ func (awareStrategy) Place(req engine.Request) (outcome.Result, outcome.Result, 
 
 // judged is a strategy of one answer (blind first fit and the peers:
 // binpack, spread, go-gpuallocator, random), with the placement policies
-// judging the one placement it finds (it has no other to offer). It takes
-// GPUs only of the nodes req.Filter allows (node policies, a reservation
-// for an older job), as topology-aware does, so that every strategy runs
-// under the same policies and queue.
+// judging the placement it finds. It takes GPUs only of the nodes
+// req.Filter allows (node policies, a reservation for an older job), as
+// topology-aware does, so that every strategy runs under the same
+// policies and queue.
+//
+// Where the policies deny its placement and the job has tensor-parallel
+// groups (engine.Unit), it asks once more with each group kept on one
+// node, as its users would run the job under a scheduler of its kind: one
+// pod (or Slurm task) a group, each pod fitted to a node (fill.Place).
+// That placement is judged in turn; the job waits only when it is denied
+// too, or cannot be had. A peer that cannot satisfy a policy it could
+// satisfy by its users' ordinary means would wait for nothing, and its
+// large jobs' waits would make its small jobs' look short.
 type judged struct {
-	name  string
-	place func(*store.Snapshot, events.JobAnalyzed, engine.Keep) outcome.Result
+	name string
+	// place takes the job's GPUs unit at a time on a node (1: any number).
+	place func(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep, unit int) outcome.Result
 }
 
 func (s judged) Name() string { return s.name }
 
 func (s judged) Place(req engine.Request) (outcome.Result, outcome.Result, error) {
-	r := s.place(req.Snap, req.Job, keepOf(req.Filter))
+	keep := keepOf(req.Filter)
+	r := s.place(req.Snap, req.Job, keep, 1)
 	base := r
 	if s.name != StrategyBlind {
 		base = blind.Place(req.Snap, req.Job)
@@ -111,11 +123,14 @@ func (s judged) Place(req engine.Request) (outcome.Result, outcome.Result, error
 	if r.Verdict != outcome.Placed || req.Judge == nil {
 		return r, base, nil
 	}
-	c := engine.Candidate{GPUs: r.GPUs, Domain: store.ClusterDomain}
-	if pr, err := Prediction(req.Snap, req.Job, r.GPUs, req.Fabric, req.Bandwidths, s.name); err == nil {
-		c.CommSeconds = pr.CommSecondsPerStep
+	j := s.judge(req, r.GPUs)
+	if unit := engine.Unit(req.Job, req.Job.Job.GPUs); j.Deny && unit > 1 && !wholeGroups(r.GPUs, unit) {
+		if g := s.place(req.Snap, req.Job, keep, unit); g.Verdict == outcome.Placed {
+			if gj := s.judge(req, g.GPUs); !gj.Deny {
+				r, j = g, gj
+			}
+		}
 	}
-	j := req.Judge(c)
 	if j.Deny {
 		r = outcome.Result{Verdict: outcome.Wait, Reasons: j.Reasons}
 	}
@@ -124,6 +139,37 @@ func (s judged) Place(req engine.Request) (outcome.Result, outcome.Result, error
 		req.Explain.Judgement = j
 	}
 	return r, base, nil
+}
+
+// judge asks the policies of the placement gpus.
+func (s judged) judge(req engine.Request, gpus []store.GPUKey) engine.Judgement {
+	c := engine.Candidate{GPUs: gpus, Domain: store.ClusterDomain}
+	if pr, err := Prediction(req.Snap, req.Job, gpus, req.Fabric, req.Bandwidths, s.name); err == nil {
+		c.CommSeconds = pr.CommSecondsPerStep
+	}
+	return req.Judge(c)
+}
+
+// wholeGroups says whether every group of unit consecutive GPUs of gpus
+// is on one node already (then asking by groups gives nothing new).
+func wholeGroups(gpus []store.GPUKey, unit int) bool {
+	for i := 0; i+unit <= len(gpus); i += unit {
+		for _, g := range gpus[i+1 : i+unit] {
+			if g.Node != gpus[i].Node {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// blindFit is blind first fit (blind.PlaceOn), unit GPUs at a time on a
+// node in its node order where unit is above 1.
+func blindFit(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep, unit int) outcome.Result {
+	if unit <= 1 {
+		return blind.PlaceOn(snap, job, keep)
+	}
+	return fill.Place(snap, job, snap.EachNodeFree(job.Job.GPUModel), fill.First, keep, unit)
 }
 
 // keepOf asks filter of each node at most once (the verdict and the walk

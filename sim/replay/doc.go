@@ -192,7 +192,10 @@
 // Kubernetes scheduler's least-allocated), gpuallocator (NVIDIA
 // go-gpuallocator's best-effort pair scores inside nodes taken first fit)
 // and random. Every one of them waits and rejects exactly when blind does;
-// they differ only in which GPUs they take.
+// they differ only in which GPUs they take. Where the placement policies
+// deny the placement one finds for a job with tensor-parallel groups, it
+// asks once more with each group on one node (one pod a group, in its own
+// node order: placer's judged), as its users would run the job.
 //
 // # Bad input
 //

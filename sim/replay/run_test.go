@@ -59,7 +59,9 @@ func TestReplayEndToEnd(t *testing.T) {
 			s.Rejected != s.RejectReasons["exceeds_cluster_capacity"]+s.RejectReasons["leaf_span"] {
 			t.Errorf("%s: %d rejected (%v), want the one too big (and, for random, leaf_span)", strategy, s.Rejected, s.RejectReasons)
 		}
-		if s.PlacedAfterWait == 0 || s.QueueDelayP99Seconds <= 0 {
+		// Random aside: the leaf_span policy refuses its largest jobs, and
+		// the rest find room at once.
+		if strategy != "random" && (s.PlacedAfterWait == 0 || s.QueueDelayP99Seconds <= 0) {
 			t.Errorf("%s: no job waited (p99 delay %v); the trace is meant to contend", strategy, s.QueueDelayP99Seconds)
 		}
 		if s.Pending != 0 {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/toposched/toposched/events"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/store"
 	"github.com/toposched/toposched/internal/topology"
 )
@@ -160,31 +161,6 @@ func (p *placer) crossesSMP(gpus []store.GPUKey) bool {
 	return false
 }
 
-// unitOf is the size of the job's innermost groups when they are blocks of
-// consecutive ranks (TP in the default layout), else 1.
-func unitOf(job events.JobAnalyzed, n int) int {
-	if len(job.Order) == 0 {
-		return 1
-	}
-	for _, rg := range job.Groups {
-		if rg.Dimension != job.Order[0] || rg.Size < 2 || n%rg.Size != 0 {
-			continue
-		}
-		for _, m := range rg.Members {
-			if len(m) != rg.Size {
-				return 1
-			}
-			for i := 1; i < len(m); i++ {
-				if m[i] != m[0]+i || m[0]%rg.Size != 0 {
-					return 1
-				}
-			}
-		}
-		return rg.Size
-	}
-	return 1
-}
-
 // grouping maps a spread's GPUs to ranks: the GPUs, node after node, each
 // node's share in the order pick chains it, take the ranks of order in
 // turn (nil: 0, 1, 2...), and a node's share is a multiple of unit, so
@@ -202,7 +178,7 @@ type grouping struct {
 // all-reduce of 1 GiB against TP's eight of 64 MiB): across nodes, the
 // lighter dimension should be the one that crosses the network.
 func groupings(job events.JobAnalyzed, n int) []grouping {
-	u := unitOf(job, n)
+	u := engine.Unit(job, n)
 	out := []grouping{{unit: u}}
 	first := 0.0
 	if u > 1 {
@@ -286,7 +262,7 @@ func (p *placer) multiNode(cands []*candNode, job events.JobAnalyzed, gpn, limit
 	n := p.n
 	units := []int{1}
 	if gpn == 0 {
-		if u := unitOf(job, n); u > 1 {
+		if u := engine.Unit(job, n); u > 1 {
 			units = []int{u, 1}
 		}
 	}

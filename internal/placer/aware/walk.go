@@ -466,7 +466,7 @@ type scopeSet struct {
 func scoped(snap *store.Snapshot, job events.JobAnalyzed, model string, filter func(engine.NodeView) bool, n, gpn int) []scopeSet {
 	unit := 1
 	if gpn == 0 {
-		unit = unitOf(job, n)
+		unit = engine.Unit(job, n)
 	}
 	// Whole groups are spread if any domain, the cluster included, offers
 	// them; the cluster's offer (before the filter) comes from the store's

@@ -209,3 +209,30 @@ func FabricDomains(ds []string) []string {
 	}
 	return out
 }
+
+// Unit is the size of the job's innermost groups when they are blocks of
+// consecutive ranks (TP in the default layout), else 1: the GPUs a
+// placement of n GPUs keeps together on a node so that each such group
+// talks inside one.
+func Unit(job events.JobAnalyzed, n int) int {
+	if len(job.Order) == 0 {
+		return 1
+	}
+	for _, rg := range job.Groups {
+		if rg.Dimension != job.Order[0] || rg.Size < 2 || n%rg.Size != 0 {
+			continue
+		}
+		for _, m := range rg.Members {
+			if len(m) != rg.Size {
+				return 1
+			}
+			for i := 1; i < len(m); i++ {
+				if m[i] != m[0]+i || m[0]%rg.Size != 0 {
+					return 1
+				}
+			}
+		}
+		return rg.Size
+	}
+	return 1
+}

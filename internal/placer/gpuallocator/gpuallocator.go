@@ -171,9 +171,10 @@ func cloneSets(p [][]int) [][]int {
 }
 
 // Place places job first fit over the nodes keep keeps (nil: every
-// node), with the best-effort policy's choice of GPUs inside each.
-func Place(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep) outcome.Result {
-	return fill.Place(snap, job, snap.EachNodeFree(job.Job.GPUModel), pick, keep)
+// node), with the best-effort policy's choice of GPUs inside each, unit
+// GPUs at a time on a node (fill.Place; 1: any number).
+func Place(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep, unit int) outcome.Result {
+	return fill.Place(snap, job, snap.EachNodeFree(job.Job.GPUModel), pick, keep, unit)
 }
 
 func pick(node *store.Node, free []store.FreeGPU, k int) []store.FreeGPU {

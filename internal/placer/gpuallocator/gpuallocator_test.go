@@ -187,7 +187,7 @@ func TestPlace(t *testing.T) {
 		{"more than the cluster", 11, 0, outcome.Never, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := Place(st.Snapshot(), job(tc.n, tc.gpn), nil)
+			r := Place(st.Snapshot(), job(tc.n, tc.gpn), nil, 1)
 			if r.Verdict != tc.verdict {
 				t.Fatalf("verdict %v (%v), want %v", r.Verdict, r.Reasons, tc.verdict)
 			}

@@ -31,14 +31,15 @@ const (
 )
 
 // Binpack places job on the fullest nodes that fit, of those keep keeps
-// (nil: every node).
-func Binpack(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep) outcome.Result {
-	return fill.Place(snap, job, snap.EachNodeFreeByFit(job.Job.GPUModel, max(job.Job.GPUsPerNode, 1)), fill.First, keep)
+// (nil: every node), unit GPUs at a time on a node (fill.Place; 1: any
+// number).
+func Binpack(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep, unit int) outcome.Result {
+	return fill.Place(snap, job, snap.EachNodeFreeByFit(job.Job.GPUModel, max(job.Job.GPUsPerNode, unit, 1)), fill.First, keep, unit)
 }
 
 // Spread places job on the emptiest nodes, of those keep keeps (nil:
-// every node).
-func Spread(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep) outcome.Result {
+// every node), unit GPUs at a time on a node (fill.Place; 1: any number).
+func Spread(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep, unit int) outcome.Result {
 	type entry struct {
 		node *store.Node
 		free []store.FreeGPU
@@ -56,5 +57,5 @@ func Spread(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep) outc
 			}
 		}
 	}
-	return fill.Place(snap, job, order, fill.First, keep)
+	return fill.Place(snap, job, order, fill.First, keep, unit)
 }

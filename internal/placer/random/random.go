@@ -21,8 +21,9 @@ import (
 const Name = "random"
 
 // Place places job on random nodes of those keep keeps (nil: every node)
-// and random GPUs of them.
-func Place(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep) outcome.Result {
+// and random GPUs of them, unit GPUs at a time on a node (fill.Place; 1:
+// any number).
+func Place(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep, unit int) outcome.Result {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(job.Job.JobID)) // a hash's Write never fails
 	rng := rand.New(rand.NewPCG(h.Sum64(), 0x9e3779b97f4a7c15))
@@ -51,5 +52,5 @@ func Place(snap *store.Snapshot, job events.JobAnalyzed, keep engine.Keep) outco
 		}
 		return out
 	}
-	return fill.Place(snap, job, order, pick, keep)
+	return fill.Place(snap, job, order, pick, keep, unit)
 }

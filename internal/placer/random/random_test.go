@@ -22,11 +22,11 @@ func TestPlace(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, id := range []string{"j1", "j2", "j3", "j4", "j5", "j6", "j7", "j8"} {
-		r := Place(snap, job(id, 3, 3), nil)
+		r := Place(snap, job(id, 3, 3), nil, 1)
 		if r.Verdict != outcome.Placed || len(r.GPUs) != 3 {
 			t.Fatalf("%s: %v %v", id, r.Verdict, r.GPUs)
 		}
-		again := Place(snap, job(id, 3, 3), nil)
+		again := Place(snap, job(id, 3, 3), nil, 1)
 		if !slices.Equal(r.GPUs, again.GPUs) {
 			t.Errorf("%s: %v then %v: the same job and state must get the same GPUs", id, r.GPUs, again.GPUs)
 		}
@@ -42,10 +42,10 @@ func TestPlace(t *testing.T) {
 	if len(seen) < 4 {
 		t.Errorf("8 jobs drew only %d distinct placements: %v", len(seen), slices.Collect(maps.Keys(seen)))
 	}
-	if r := Place(snap, job("big", 29, 0), nil); r.Verdict != outcome.Wait {
+	if r := Place(snap, job("big", 29, 0), nil, 1); r.Verdict != outcome.Wait {
 		t.Errorf("29 GPUs with 28 free: %v, want wait", r.Verdict)
 	}
-	if r := Place(snap, job("huge", 33, 0), nil); r.Verdict != outcome.Never {
+	if r := Place(snap, job("huge", 33, 0), nil, 1); r.Verdict != outcome.Never {
 		t.Errorf("33 GPUs on a 32-GPU cluster: %v, want never", r.Verdict)
 	}
 }
