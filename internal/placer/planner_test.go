@@ -78,14 +78,6 @@ func (r *rig) plan(p *Planner, job events.JobSubmitted) Plan {
 	return out
 }
 
-func codes(rs []events.Reason) string {
-	var out []string
-	for _, r := range rs {
-		out = append(out, r.Code)
-	}
-	return strings.Join(out, ",")
-}
-
 func nodesOf(gpus []store.GPUKey) []string {
 	var out []string
 	for _, g := range gpus {

@@ -127,6 +127,8 @@ func (s judged) Place(req engine.Request) (outcome.Result, outcome.Result, error
 	if unit := engine.Unit(req.Job, req.Job.Job.GPUs); j.Deny && unit > 1 && !wholeGroups(r.GPUs, unit) {
 		if g := s.place(req.Snap, req.Job, keep, unit); g.Verdict == outcome.Placed {
 			if gj := s.judge(req, g.GPUs); !gj.Deny {
+				gj.Warnings = append(gj.Warnings, events.Reason{Code: CodePlacedByGroups, Field: outcome.FieldGPUs,
+					Message: fmt.Sprintf("%s's first placement was denied (%s); placed again with each TP group of %d GPUs on one node", s.name, codes(j.Reasons), unit)})
 				r, j = g, gj
 			}
 		}
@@ -139,6 +141,19 @@ func (s judged) Place(req engine.Request) (outcome.Result, outcome.Result, error
 		req.Explain.Judgement = j
 	}
 	return r, base, nil
+}
+
+// CodePlacedByGroups warns that a peer's placement is its second, by
+// tensor-parallel groups (judged).
+const CodePlacedByGroups = "placed_by_tp_groups"
+
+// codes joins the reasons' codes.
+func codes(rs []events.Reason) string {
+	c := make([]string, len(rs))
+	for i, r := range rs {
+		c[i] = r.Code
+	}
+	return strings.Join(c, ", ")
 }
 
 // judge asks the policies of the placement gpus.

@@ -81,7 +81,8 @@ func TestPeersKeepGroupsWhenDenied(t *testing.T) {
 			if tc.full {
 				snap = full.Snapshot()
 			}
-			r, _, err := s.Place(engine.Request{Snap: snap, Job: tc.job, Options: engine.Options{Judge: tc.judge}})
+			x := &engine.Explain{}
+			r, _, err := s.Place(engine.Request{Snap: snap, Job: tc.job, Options: engine.Options{Judge: tc.judge, Explain: x}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,6 +98,12 @@ func TestPeersKeepGroupsWhenDenied(t *testing.T) {
 			}
 			if r.Verdict != tc.verdict || !slices.Equal(got, tc.want) {
 				t.Errorf("%v %v, want %v %v", r.Verdict, got, tc.verdict, tc.want)
+			}
+			// The decision says when it is the second placement.
+			second := r.Verdict == outcome.Placed && tc.name != "blind: allowed as it is, unchanged"
+			warned := slices.ContainsFunc(x.Judgement.Warnings, func(w events.Reason) bool { return w.Code == CodePlacedByGroups })
+			if warned != second || x.PolicyDenied != (r.Verdict == outcome.Wait) {
+				t.Errorf("warned %v (%v), policy denied %v; want warned %v", warned, x.Judgement.Warnings, x.PolicyDenied, second)
 			}
 		})
 	}
