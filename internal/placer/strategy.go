@@ -128,7 +128,7 @@ func (s judged) Place(req engine.Request) (outcome.Result, outcome.Result, error
 		if g := s.place(req.Snap, req.Job, keep, unit); g.Verdict == outcome.Placed {
 			if gj := s.judge(req, g.GPUs); !gj.Deny {
 				gj.Warnings = append(gj.Warnings, events.Reason{Code: CodePlacedByGroups, Field: outcome.FieldGPUs,
-					Message: fmt.Sprintf("%s's first placement was denied (%s); placed again with each TP group of %d GPUs on one node", s.name, codes(j.Reasons), unit)})
+					Message: fmt.Sprintf("%s's first placement was denied (%s); placed again with each %s group of %d GPUs on one node", s.name, codes(j.Reasons), req.Job.Order[0], unit)})
 				r, j = g, gj
 			}
 		}
