@@ -124,14 +124,8 @@ func (s judged) Place(req engine.Request) (outcome.Result, outcome.Result, error
 		return r, base, nil
 	}
 	j := s.judge(req, r.GPUs)
-	if unit := engine.Unit(req.Job, req.Job.Job.GPUs); j.Deny && unit > 1 && !wholeGroups(r.GPUs, unit) {
-		if g := s.place(req.Snap, req.Job, keep, unit); g.Verdict == outcome.Placed {
-			if gj := s.judge(req, g.GPUs); !gj.Deny {
-				gj.Warnings = append(gj.Warnings, events.Reason{Code: CodePlacedByGroups, Field: outcome.FieldGPUs,
-					Message: fmt.Sprintf("%s's first placement was denied (%s); placed again with each %s group of %d GPUs on one node", s.name, codes(j.Reasons), req.Job.Order[0], unit)})
-				r, j = g, gj
-			}
-		}
+	if j.Deny {
+		r, j = s.byGroups(req, keep, r, j)
 	}
 	if j.Deny {
 		r = outcome.Result{Verdict: outcome.Wait, Reasons: j.Reasons}
@@ -141,6 +135,28 @@ func (s judged) Place(req engine.Request) (outcome.Result, outcome.Result, error
 		req.Explain.Judgement = j
 	}
 	return r, base, nil
+}
+
+// byGroups is judged's second ask, for a placement r the policies denied
+// (j): the job by groups of its innermost dimension, each on one node. It
+// answers that placement and its judgement where the policies allow it,
+// else r and j.
+func (s judged) byGroups(req engine.Request, keep engine.Keep, r outcome.Result, j engine.Judgement) (outcome.Result, engine.Judgement) {
+	unit := engine.Unit(req.Job, req.Job.Job.GPUs)
+	if unit <= 1 || wholeGroups(r.GPUs, unit) {
+		return r, j
+	}
+	g := s.place(req.Snap, req.Job, keep, unit)
+	if g.Verdict != outcome.Placed {
+		return r, j
+	}
+	gj := s.judge(req, g.GPUs)
+	if gj.Deny {
+		return r, j
+	}
+	gj.Warnings = append(gj.Warnings, events.Reason{Code: CodePlacedByGroups, Field: outcome.FieldGPUs,
+		Message: fmt.Sprintf("%s's first placement was denied (%s); placed again with each %s group of %d GPUs on one node", s.name, codes(j.Reasons), req.Job.Order[0], unit)})
+	return g, gj
 }
 
 // CodePlacedByGroups warns that a peer's placement is its second, by
