@@ -22,7 +22,12 @@ import (
 // that could hold it — those allowed to it by its node policies, with the
 // most free GPUs of its model first, enough healthy GPUs in all — and
 // from then on places no other job on them, except jobs of higher
-// priority (which would be ahead of it in the queue). Under the Compact
+// priority (which would be ahead of it in the queue). Where the
+// placement policies would deny the job on those nodes once emptied (the
+// shipped leaf_span, for one), the nodes are taken leaf switch by leaf
+// switch instead, the leaves with the most free GPUs first
+// (services/placement's holdAllowed and byLeaf): a hold the head cannot
+// start on idles and starves it. Under the Compact
 // rule a job spread over nodes is held nodes on which it would run within
 // the rule's bound where such nodes exist (services/placement's fastHold),
 // which need not be the fullest-free. Those nodes drain

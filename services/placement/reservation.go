@@ -10,6 +10,7 @@ import (
 
 	"github.com/toposched/toposched/events"
 	"github.com/toposched/toposched/internal/placer"
+	"github.com/toposched/toposched/internal/placer/engine"
 	"github.com/toposched/toposched/internal/store"
 )
 
@@ -130,10 +131,82 @@ func (s *Service) pickReserved(ctx context.Context, snap *store.Snapshot, job ev
 	if first == nil {
 		return nil
 	}
+	if pv.Judges() && !holdAllowed(snap, pv, job, cands, first) {
+		// The fullest-free nodes may lie under more leaf switches than
+		// the placement policies let the job span (the shipped
+		// leaf_span: a 32-GPU job at most two): held there, they drain
+		// to GPUs the head may not run on, and they stay held, kept
+		// from every other job, while the head waits for room it may
+		// use elsewhere. Filled leaf by leaf, the fewest leaves that
+		// hold it, the hold is one it can start on.
+		if packed := holdFrom(byLeaf(snap, cands, model), job); packed != nil && holdAllowed(snap, pv, job, cands, packed) {
+			first = packed
+		}
+	}
 	if c := s.compact(); c.Applies(job) {
 		return fastHold(c, snap, job, cands, first)
 	}
 	return first
+}
+
+// byLeaf is cands grouped by leaf switch, the leaves with the most free
+// GPUs of model first, each leaf's nodes in cands' order (nodes under no
+// leaf last, as one group).
+func byLeaf(snap *store.Snapshot, cands []store.Domain, model string) []store.Domain {
+	leafOf := make(map[string]string, len(cands))
+	free := map[string]int{}
+	for _, d := range cands {
+		leaf := ""
+		for _, f := range snap.FabricDomains(d.Node) {
+			if store.DomainKind(f) == store.DomainLeaf {
+				leaf = f
+				break
+			}
+		}
+		leafOf[d.Node] = leaf
+		free[leaf] += d.FreeOf(model)
+	}
+	out := slices.Clone(cands)
+	slices.SortStableFunc(out, func(a, b store.Domain) int {
+		la, lb := leafOf[a.Node], leafOf[b.Node]
+		if la == lb {
+			return 0
+		}
+		if la == "" || lb == "" {
+			return strings.Compare(lb, la) // "" last
+		}
+		return cmp.Or(cmp.Compare(free[lb], free[la]), strings.Compare(la, lb))
+	})
+	return out
+}
+
+// holdAllowed reports whether the placement policies allow the job on
+// the held nodes once they are empty: a placement of their usable GPUs
+// in cands' order (node by node, so that tensor-parallel groups of up
+// to a node's GPUs stay on one node), judged without a prediction
+// (CommSeconds 0: a policy on the predicted time cannot deny it).
+func holdAllowed(snap *store.Snapshot, pv placer.PolicyCheck, job events.JobAnalyzed, cands []store.Domain, nodes map[string]bool) bool {
+	model, gpn, want := job.Job.GPUModel, job.Job.GPUsPerNode, job.Job.GPUs
+	var gpus []store.GPUKey
+	for _, d := range cands {
+		if !nodes[d.Node] {
+			continue
+		}
+		room := usable(d, model, gpn)
+		for _, g := range snap.GPUs(d.Node) {
+			if len(gpus) == want || room == 0 {
+				break
+			}
+			if g.Healthy && (model == "" || g.Model == model) {
+				gpus = append(gpus, g.Key())
+				room--
+			}
+		}
+	}
+	if len(gpus) < want {
+		return false
+	}
+	return !pv.Judge(engine.Candidate{GPUs: gpus}).Deny
 }
 
 // holdFrom is the shortest prefix of cands that holds job once emptied,

@@ -15,6 +15,7 @@ import (
 	"github.com/toposched/toposched/internal/pattern"
 	"github.com/toposched/toposched/internal/placer"
 	"github.com/toposched/toposched/internal/store"
+	"github.com/toposched/toposched/policies"
 )
 
 // A large job at the head of the queue gets nodes held once it has waited
@@ -131,6 +132,69 @@ func TestBackfillOntoHeldNodes(t *testing.T) {
 				t.Fatalf("large once s ended: %s %v, want placed", j.State, j.Reasons)
 			}
 		})
+	}
+}
+
+// The fullest-free nodes for a 32-GPU head lie under three leaf switches,
+// which the shipped leaf_span policy does not let it span: it is held the
+// nodes of two leaves instead, filled leaf by leaf, and starts there once
+// they are free.
+func TestReservationHoldsNodesThePoliciesAllow(t *testing.T) {
+	t.Parallel()
+	set, err := policies.Compile(policies.Default, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Duration(0)
+	names := []string{"a0", "a1", "b0", "b1", "c0", "c1"}
+	nodes := map[string]string{}
+	for _, n := range names {
+		nodes[n] = "dgx-a100"
+	}
+	r := newClockedRig(t, Config{ReserveAfter: &now, Policies: set}, nodes)
+	fabric := &events.TopologyFabric{Cluster: "c", Switches: []events.Switch{
+		{Name: "l1", Tier: "leaf", Nodes: []string{"a0", "a1"}},
+		{Name: "l2", Tier: "leaf", Nodes: []string{"b0", "b1"}},
+		{Name: "l3", Tier: "leaf", Nodes: []string{"c0", "c1"}},
+		{Name: "s", Tier: "spine", Switches: []string{"l1", "l2", "l3"}},
+	}}
+	if err := r.s.OnFabric(r.ctx, events.Envelope{}, fabric); err != nil {
+		t.Fatal(err)
+	}
+	// GPUs another scheduler holds: 7, 6, 7, 5, 7 and 5 free.
+	hold := func(node string, n int) {
+		t.Helper()
+		h := &events.TopologyHeld{Node: node, ObservedAt: r.clock}
+		for i := range n {
+			h.GPUs = append(h.GPUs, events.HeldGPU{Index: i, By: "claim other/" + node})
+		}
+		if err := r.s.OnHeld(r.ctx, events.Envelope{}, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for node, n := range map[string]int{"a0": 1, "a1": 2, "b0": 1, "b1": 3, "c0": 1, "c1": 3} {
+		hold(node, n)
+	}
+	j := r.submit(events.JobSubmitted{JobID: "head", GPUs: 32, GPUsPerNode: 8})
+	if j.State != store.JobPending {
+		t.Fatalf("head: %s on %v, want pending", j.State, spanned(j))
+	}
+	r.submit(events.JobSubmitted{JobID: "later", GPUs: 1})
+	res := r.s.Reservation()
+	if res == nil || res.JobID != "head" {
+		t.Fatalf("reservation %+v, want head's", res)
+	}
+	if got := slices.Sorted(maps.Keys(res.Nodes)); !slices.Equal(got, []string{"a0", "a1", "b0", "b1"}) {
+		t.Fatalf("held %v, want a0 a1 b0 b1 (two leaves; the fullest-free a0 b0 c0 a1 span three)", got)
+	}
+	if l := r.job("later"); l.State != store.JobPlaced || !strings.HasPrefix(spanned(l)[0], "c") {
+		t.Fatalf("later: %s on %v, want placed on a node of l3", l.State, spanned(l))
+	}
+	for _, n := range []string{"a0", "a1", "b0", "b1"} {
+		hold(n, 0) // given back: placement retries the queue
+	}
+	if j := r.job("head"); j.State != store.JobPlaced || !slices.Equal(spanned(j), []string{"a0", "a1", "b0", "b1"}) {
+		t.Fatalf("head once its nodes are free: %s on %v %v, want placed on a0 a1 b0 b1", j.State, spanned(j), j.Reasons)
 	}
 }
 
