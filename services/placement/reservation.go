@@ -108,9 +108,12 @@ func canHold(snap *store.Snapshot, job events.JobAnalyzed, nodes map[string]bool
 
 // pickReserved chooses the nodes to hold for job: allowed by its node
 // policies, the most free GPUs of its model first (they drain soonest),
-// then enumeration order; nil when all of them could not hold it. Under
-// the Compact rule a job spread over nodes is held nodes it would run on
-// within the rule's bound where there are such (fastHold).
+// then enumeration order; nil when all of them could not hold it. Where
+// the placement policies would deny the job on them, it takes them leaf
+// by leaf instead (byLeaf), if the policies allow that. Under the Compact
+// rule a job spread over nodes is held nodes it would run on within the
+// rule's bound where there are such (fastHold; its sets are not judged by
+// the placement policies).
 func (s *Service) pickReserved(ctx context.Context, snap *store.Snapshot, job events.JobAnalyzed) map[string]bool {
 	model := job.Job.GPUModel
 	pv := placer.NewPolicyCheck(ctx, snap, s.policies, job, s.log)
